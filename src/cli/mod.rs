@@ -1,0 +1,143 @@
+//! The `commitpoint` command line. The only module besides `main` that uses `anyhow`.
+//!
+//! Exit codes: 0 success; 1 the command ran and found a problem (failed submits,
+//! `verify` found violations); 2 usage errors (clap); 3 a runtime failure (server
+//! unreachable, file unreadable); 78 a configuration error that a restart will not fix.
+
+mod demo;
+mod submit;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use crate::config::{DEFAULT_DATA_DIR, DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, ServeOptions};
+use crate::server::Server;
+
+pub const EXIT_PROBLEMS: u8 = 1;
+pub const EXIT_FAILURE: u8 = 3;
+pub const EXIT_CONFIG: u8 = 78;
+const DEFAULT_SERVER: &str = "http://127.0.0.1:7878";
+
+#[derive(Debug, Parser)]
+#[command(name = "commitpoint", version, about = "Exactly-once LLM structured extraction at the commit point")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the service: HTTP API on a loopback port, one redb file in the data directory.
+    Serve {
+        #[arg(long, env = "COMMITPOINT_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
+        data_dir: PathBuf,
+        #[arg(long, env = "COMMITPOINT_LISTEN", default_value = DEFAULT_LISTEN)]
+        listen: SocketAddr,
+        /// Directory of extra JSON Schemas, one `name@version.json` file each.
+        #[arg(long)]
+        schema_dir: Option<PathBuf>,
+        /// Largest accepted request body.
+        #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES)]
+        max_body_bytes: usize,
+    },
+    /// Submit files (or every file under a directory) as sources, concurrently.
+    Submit(submit::Args),
+    /// Print one extraction as JSON.
+    Get {
+        id: String,
+        #[arg(long, env = "COMMITPOINT_URL", default_value = DEFAULT_SERVER)]
+        server: String,
+    },
+    /// Check a database file offline: redb integrity and every commitpoint invariant.
+    Verify { path: PathBuf },
+    /// Self-contained demonstration: server, duplicates, dying and late workers, summary.
+    Demo(demo::Args),
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("commitpoint: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("commitpoint: {e:#}");
+            let config = e.downcast_ref::<crate::server::Error>().is_some_and(|s| s.is_config());
+            ExitCode::from(if config { EXIT_CONFIG } else { EXIT_FAILURE })
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("COMMITPOINT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Serve { data_dir, listen, schema_dir, max_body_bytes } => {
+            serve(ServeOptions { data_dir, listen, schema_dir, max_body_bytes }).await
+        }
+        Command::Submit(args) => submit::run(args).await,
+        Command::Get { id, server } => get(&id, &server).await,
+        Command::Verify { path } => verify(path).await,
+        Command::Demo(args) => demo::run(args).await,
+    }
+}
+
+async fn serve(options: ServeOptions) -> anyhow::Result<ExitCode> {
+    let server = Server::start(&options).await?;
+    // Scripts and tests that pass port 0 read the real address from this line.
+    println!("commitpoint listening on http://{}", server.addr());
+    shutdown_signal().await;
+    tracing::info!("shutting down: draining requests, then closing the store");
+    server.stop().await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}
+
+async fn get(id: &str, server: &str) -> anyhow::Result<ExitCode> {
+    let url = format!("{}/v1/extractions/{id}", server.trim_end_matches('/'));
+    let response = reqwest::get(&url).await.with_context(|| format!("cannot reach {server}"))?;
+    let status = response.status();
+    let body: serde_json::Value = response.json().await.context("the server sent a non-JSON answer")?;
+    println!("{}", serde_json::to_string_pretty(&body)?);
+    Ok(if status.is_success() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROBLEMS) })
+}
+
+async fn verify(path: PathBuf) -> anyhow::Result<ExitCode> {
+    let shown = path.display().to_string();
+    let report = tokio::task::spawn_blocking(move || crate::store::verify_file(&path))
+        .await?
+        .with_context(|| format!("{shown}: cannot verify (is a server still running on it?)"))?;
+    print!("{shown}\n{report}");
+    Ok(if report.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROBLEMS) })
+}

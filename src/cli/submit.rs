@@ -1,0 +1,119 @@
+//! `commitpoint submit`: send files as sources, many at once, with a progress bar.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use super::{DEFAULT_SERVER, EXIT_PROBLEMS};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Files, or directories whose files are all submitted (recursively).
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    #[arg(long)]
+    tenant: String,
+    #[arg(long, default_value = crate::schema::BUILTIN_CODE_REVIEW)]
+    schema: String,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    #[arg(long, env = "COMMITPOINT_URL", default_value = DEFAULT_SERVER)]
+    server: String,
+}
+
+/// One file to send; `source_id` is its path relative to the argument it came from.
+struct Source {
+    path: PathBuf,
+    source_id: String,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.concurrency == 0 {
+        bail!("--concurrency must be at least 1");
+    }
+    let sources = collect(&args.paths)?;
+    let bar = ProgressBar::new(sources.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let client = reqwest::Client::new();
+    let url = format!("{}/v1/extractions", args.server.trim_end_matches('/'));
+    let gate = Arc::new(Semaphore::new(args.concurrency));
+    let mut tasks = tokio::task::JoinSet::new();
+    for source in sources {
+        let (client, url, gate, bar) = (client.clone(), url.clone(), Arc::clone(&gate), bar.clone());
+        let (tenant, schema) = (args.tenant.clone(), args.schema.clone());
+        tasks.spawn(async move {
+            let _permit = gate.acquire_owned().await;
+            let outcome = submit_one(&client, &url, &tenant, &schema, &source).await;
+            bar.inc(1);
+            (source.source_id, outcome)
+        });
+    }
+    let (mut created, mut existing, mut failed) = (0, 0, 0);
+    while let Some(joined) = tasks.join_next().await {
+        let (source_id, outcome) = joined?;
+        match outcome {
+            Ok((true, _)) => created += 1,
+            Ok((false, _)) => existing += 1,
+            Err(e) => {
+                failed += 1;
+                bar.println(format!("{source_id}: {e:#}"));
+            }
+        }
+    }
+    bar.finish_and_clear();
+    println!("submitted: {created} created, {existing} already known, {failed} failed");
+    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROBLEMS) })
+}
+
+async fn submit_one(client: &reqwest::Client, url: &str, tenant: &str, schema: &str, source: &Source) -> anyhow::Result<(bool, String)> {
+    let bytes = tokio::fs::read(&source.path).await.with_context(|| format!("cannot read {}", source.path.display()))?;
+    let content = String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", source.path.display()))?;
+    let body = json!({"tenant": tenant, "source_id": source.source_id, "schema": schema, "content": content});
+    let response = client.post(url).json(&body).send().await.with_context(|| format!("cannot reach {url}"))?;
+    let status = response.status();
+    let answer: Value = response.json().await.context("the server sent a non-JSON answer")?;
+    if !status.is_success() {
+        let message = answer["error"]["message"].as_str().unwrap_or("no message");
+        bail!("{status}: {message}");
+    }
+    let id = answer["extraction_id"].as_str().unwrap_or_default().to_string();
+    Ok((answer["created"].as_bool().unwrap_or(false), id))
+}
+
+fn collect(paths: &[PathBuf]) -> anyhow::Result<Vec<Source>> {
+    let mut out = Vec::new();
+    for root in paths {
+        let meta = std::fs::metadata(root).with_context(|| format!("cannot read {}", root.display()))?;
+        if meta.is_dir() {
+            walk(root, root, &mut out)?;
+        } else {
+            out.push(Source { path: root.clone(), source_id: root.display().to_string() });
+        }
+    }
+    Ok(out)
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut Vec<Source>) -> anyhow::Result<()> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            walk(root, &path, out)?;
+        } else if path.is_file() {
+            let source_id = path.strip_prefix(root).unwrap_or(&path).display().to_string();
+            out.push(Source { path, source_id });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,94 @@
+//! The one mapping from errors to HTTP: status, stable code, message, optional details.
+//! Handlers return `ApiError`; they never pick status codes themselves.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::lifecycle::TransitionError;
+use crate::{schema, service, store};
+
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    details: Option<Value>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into(), details: None }
+    }
+
+    fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub fn not_found_route() -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint; see docs/API.md")
+    }
+
+    pub fn method_not_allowed() -> Self {
+        Self::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this endpoint does not accept that method")
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut error = json!({"code": self.code, "message": self.message});
+        if let Some(details) = self.details {
+            error["details"] = details;
+        }
+        (self.status, Json(json!({ "error": error }))).into_response()
+    }
+}
+
+impl From<service::Error> for ApiError {
+    fn from(e: service::Error) -> Self {
+        use service::Error as E;
+        let message = e.to_string();
+        match e {
+            E::InvalidInput { field, .. } => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", message)
+                .with_details(json!({ "field": field })),
+            E::Schema(schema::Error::Unknown(_) | schema::Error::BadName(_)) => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "unknown_schema", message)
+            }
+            E::Schema(_) => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "schema_unavailable", message),
+            E::NotFound(_) => Self::new(StatusCode::NOT_FOUND, "not_found", message),
+            E::Transition(t) => transition(&t, message),
+            E::ValidationFailed { issues, .. } => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", message)
+                    .with_details(json!({ "issues": issues }))
+            }
+            E::Store(s) => storage(&s),
+        }
+    }
+}
+
+fn transition(e: &TransitionError, message: String) -> ApiError {
+    let code = match e {
+        TransitionError::StaleLease => "stale_lease",
+        TransitionError::LeaseHeld { .. } => "lease_held",
+        TransitionError::Illegal { .. } => "illegal_transition",
+    };
+    ApiError::new(StatusCode::CONFLICT, code, message)
+}
+
+fn storage(e: &store::Error) -> ApiError {
+    // The full chain goes to the log; the client gets the operator-facing summary.
+    tracing::error!(error = %format!("{e:#}"), "store error");
+    match e {
+        store::Error::Unavailable { .. } => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string())
+        }
+        _ if e.is_corruption() => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "store_corrupt", e.to_string()),
+        _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "storage failure; see the server log"),
+    }
+}

@@ -1,0 +1,149 @@
+//! Route handlers: decode the request, call the service, shape the response.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::error::ApiError;
+use super::extract::{IdPath, JsonBody, QueryParams};
+use super::views;
+use crate::lifecycle::StateName;
+use crate::service::{IntakeRequest, ResultRequest, Service};
+use crate::store::{ClaimRequest, ListFilter, PostOutcome, Usage};
+
+type Reply = Result<(StatusCode, Json<Value>), ApiError>;
+
+fn ok(body: Value) -> Reply {
+    Ok((StatusCode::OK, Json(body)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntakeBody {
+    tenant: String,
+    source_id: String,
+    schema: String,
+    content: String,
+    #[serde(default)]
+    metadata: Option<Value>,
+}
+
+pub async fn intake(State(service): State<Service>, JsonBody(body): JsonBody<IntakeBody>) -> Reply {
+    let request = IntakeRequest {
+        tenant: body.tenant,
+        source_id: body.source_id,
+        schema: body.schema,
+        content: body.content,
+        metadata: body.metadata,
+    };
+    let outcome = service.intake(request).await?;
+    let status = if outcome.created { StatusCode::CREATED } else { StatusCode::OK };
+    let body = json!({
+        "extraction_id": outcome.record.id.to_hex(),
+        "state": outcome.record.state.name().as_str(),
+        "created": outcome.created,
+    });
+    Ok((status, Json(body)))
+}
+
+pub async fn get(State(service): State<Service>, IdPath(id): IdPath) -> Reply {
+    ok(views::extraction(&service.get(id).await?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    tenant: Option<String>,
+    state: Option<String>,
+    limit: Option<usize>,
+    after: Option<String>,
+}
+
+pub async fn list(State(service): State<Service>, QueryParams(q): QueryParams<ListQuery>) -> Reply {
+    let state = match q.state.as_deref() {
+        None => None,
+        Some(s) => Some(StateName::parse(s).ok_or_else(|| {
+            ApiError::bad_request("invalid_query", format!("state {s:?} is not one of pending, claimed, committed, failed"))
+        })?),
+    };
+    let after = match q.after.as_deref() {
+        None | Some("") => 0,
+        Some(c) => c
+            .parse()
+            .map_err(|_| ApiError::bad_request("invalid_query", format!("after {c:?} is not a cursor returned as `next`")))?,
+    };
+    let filter = ListFilter { tenant: q.tenant, state, limit: q.limit.unwrap_or(100), after };
+    let page = service.list(filter).await?;
+    let items: Vec<Value> = page.records.iter().map(views::extraction).collect();
+    ok(json!({ "extractions": items, "next": page.next.map(|n| n.to_string()) }))
+}
+
+pub async fn findings(State(service): State<Service>, IdPath(id): IdPath) -> Reply {
+    let findings = service.findings(id).await?;
+    let items: Vec<Value> = findings.iter().map(views::finding).collect();
+    ok(json!({ "findings": items }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimBody {
+    worker: String,
+    limit: usize,
+    lease_seconds: u64,
+    #[serde(default)]
+    schema: Option<String>,
+}
+
+pub async fn claim(State(service): State<Service>, JsonBody(body): JsonBody<ClaimBody>) -> Reply {
+    let request = ClaimRequest {
+        worker: body.worker,
+        limit: body.limit,
+        lease_ms: body.lease_seconds.saturating_mul(1000),
+        schema: body.schema,
+    };
+    let grants = service.claim(request).await?;
+    let items: Vec<Value> = grants.iter().map(views::grant).collect();
+    ok(json!({ "claims": items }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageBody {
+    model: String,
+    input_tokens: u64,
+    output_tokens: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResultBody {
+    lease_token: String,
+    output: Value,
+    #[serde(default)]
+    usage: Option<UsageBody>,
+}
+
+pub async fn post_result(State(service): State<Service>, IdPath(id): IdPath, JsonBody(body): JsonBody<ResultBody>) -> Reply {
+    let usage = body.usage.map(|u| Usage { model: u.model, input_tokens: u.input_tokens, output_tokens: u.output_tokens });
+    let request = ResultRequest { lease_token: body.lease_token, output: body.output, usage };
+    let (findings, replay) = match service.post_result(id, request).await? {
+        PostOutcome::Committed { findings } => (findings, false),
+        PostOutcome::Replay { findings } => (findings, true),
+        other => {
+            tracing::error!(?other, "post_result returned an outcome the service should have mapped");
+            return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "unexpected outcome"));
+        }
+    };
+    ok(json!({ "state": "committed", "findings": findings, "replay": replay }))
+}
+
+pub async fn retry(State(service): State<Service>, IdPath(id): IdPath) -> Reply {
+    ok(views::extraction(&service.retry(id).await?))
+}
+
+pub async fn healthz(State(service): State<Service>) -> Reply {
+    let schemas: Vec<&str> = service.registry().names().collect();
+    ok(json!({ "status": "ok", "schemas": schemas }))
+}

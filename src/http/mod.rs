@@ -1,0 +1,29 @@
+//! The HTTP API (JSON everywhere; errors as `{"error":{"code","message"}}`).
+
+mod error;
+mod extract;
+mod handlers;
+mod views;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+
+pub use error::ApiError;
+
+use crate::service::Service;
+
+pub fn router(service: Service, max_body_bytes: usize) -> Router {
+    Router::new()
+        .route("/healthz", get(handlers::healthz))
+        .route("/v1/extractions", post(handlers::intake).get(handlers::list))
+        .route("/v1/extractions/{id}", get(handlers::get))
+        .route("/v1/extractions/{id}/findings", get(handlers::findings))
+        .route("/v1/extractions/{id}/result", post(handlers::post_result))
+        .route("/v1/extractions/{id}/retry", post(handlers::retry))
+        .route("/v1/claims", post(handlers::claim))
+        .fallback(|| async { ApiError::not_found_route() })
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(service)
+}

@@ -1,0 +1,24 @@
+//! commitpoint: exactly-once LLM structured extraction at the commit point.
+//!
+//! # Layout
+//!
+//! - [`identity`]: blake3 identities of extractions, sources and findings.
+//! - [`schema`]: the JSON Schema registry and finding identity fields.
+//! - [`lifecycle`]: the persisted state enum and its one transition function.
+//! - [`store`]: the redb file, its tables and codec, the group-commit writer, `verify`.
+//! - [`service`]: input checks + identity + validation in front of the store.
+//! - [`http`]: the JSON API; [`server`] starts and stops it.
+//! - [`cli`]: the `commitpoint` command (serve, submit, get, verify, demo).
+//!
+//! See docs/ARCHITECTURE.md for the data flow.
+
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod http;
+pub mod identity;
+pub mod lifecycle;
+pub mod schema;
+pub mod server;
+pub mod service;
+pub mod store;

@@ -1,0 +1,351 @@
+//! The schema registry: which JSON Schemas outputs must satisfy, and which fields
+//! identify a finding.
+//!
+//! A schema is named `name@version`. The identifying fields are JSON Pointers
+//! (relative to one finding) listed under `x-commitpoint-identity`; the findings
+//! array is found at `x-commitpoint-findings` (default `/findings`). Identity never
+//! includes free prose, so a reworded summary is the same finding.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value;
+
+pub const BUILTIN_CODE_REVIEW: &str = "code-review@1";
+const IDENTITY_KEY: &str = "x-commitpoint-identity";
+const FINDINGS_KEY: &str = "x-commitpoint-findings";
+const DEFAULT_FINDINGS_POINTER: &str = "/findings";
+/// Enough errors to fix an output; an adversarial output must not produce a huge response.
+const MAX_REPORTED_ISSUES: usize = 32;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("unknown schema {0:?}: register it with --schema-dir (file `<name>@<version>.json`)")]
+    Unknown(String),
+    #[error("schema name {0:?} must look like `name@version` (name of [a-z0-9._-], version a positive integer)")]
+    BadName(String),
+    #[error("{path}: cannot read schema file")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {reason}")]
+    Invalid { path: PathBuf, reason: String },
+}
+
+/// One reason an output does not satisfy its schema.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ValidationIssue {
+    /// JSON Pointer into the output.
+    pub path: String,
+    pub message: String,
+}
+
+/// A finding that passed validation, with the canonical JSON of its identifying fields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidatedFinding {
+    pub canonical_identity: String,
+    pub body: Value,
+}
+
+pub struct Schema {
+    name: String,
+    validator: jsonschema::Validator,
+    identity_pointers: Vec<String>,
+    findings_pointer: String,
+}
+
+impl std::fmt::Debug for Schema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Schema")
+            .field("name", &self.name)
+            .field("identity_pointers", &self.identity_pointers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Schema {
+    /// Compiles a schema document; `origin` names it in error messages.
+    pub fn compile(name: &str, document: &Value, origin: &Path) -> Result<Self, Error> {
+        check_name(name)?;
+        let invalid = |reason: String| Error::Invalid {
+            path: origin.to_path_buf(),
+            reason,
+        };
+        let identity_pointers = parse_pointer_list(document.get(IDENTITY_KEY))
+            .ok_or_else(|| invalid(format!("`{IDENTITY_KEY}` must be a non-empty array of JSON Pointers such as [\"/rule\", \"/file\"]")))?;
+        let findings_pointer = match document.get(FINDINGS_KEY) {
+            None => DEFAULT_FINDINGS_POINTER.to_string(),
+            Some(Value::String(p)) if p.is_empty() || p.starts_with('/') => p.clone(),
+            Some(_) => return Err(invalid(format!("`{FINDINGS_KEY}` must be a JSON Pointer string"))),
+        };
+        let validator = jsonschema::draft202012::new(document)
+            .map_err(|e| invalid(format!("not a valid JSON Schema 2020-12 document: {e}")))?;
+        Ok(Self {
+            name: name.to_string(),
+            validator,
+            identity_pointers,
+            findings_pointer,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Validates a model output and extracts its findings with their identities.
+    pub fn validate(&self, output: &Value) -> Result<Vec<ValidatedFinding>, Vec<ValidationIssue>> {
+        let issues: Vec<ValidationIssue> = self
+            .validator
+            .iter_errors(output)
+            .take(MAX_REPORTED_ISSUES)
+            .map(|e| ValidationIssue {
+                path: e.instance_path().to_string(),
+                message: e.to_string(),
+            })
+            .collect();
+        if !issues.is_empty() {
+            return Err(issues);
+        }
+        let Some(Value::Array(items)) = output.pointer(&self.findings_pointer) else {
+            return Err(vec![ValidationIssue {
+                path: self.findings_pointer.clone(),
+                message: "the output has no findings array at this pointer".to_string(),
+            }]);
+        };
+        let mut findings = Vec::with_capacity(items.len());
+        let mut issues = Vec::new();
+        for (index, item) in items.iter().enumerate() {
+            match self.finding_identity(item) {
+                Ok(canonical_identity) => findings.push(ValidatedFinding {
+                    canonical_identity,
+                    body: item.clone(),
+                }),
+                Err(pointer) => issues.push(ValidationIssue {
+                    path: format!("{}/{index}{pointer}", self.findings_pointer),
+                    message: "identifying field is missing".to_string(),
+                }),
+            }
+        }
+        if issues.is_empty() { Ok(findings) } else { Err(issues) }
+    }
+
+    /// Canonical JSON of the identifying fields, as an array in declared order.
+    /// serde_json sorts object keys, so nested objects are canonical too.
+    fn finding_identity(&self, finding: &Value) -> Result<String, String> {
+        let mut values = Vec::with_capacity(self.identity_pointers.len());
+        for pointer in &self.identity_pointers {
+            match finding.pointer(pointer) {
+                Some(v) => values.push(v.clone()),
+                None => return Err(pointer.clone()),
+            }
+        }
+        Ok(Value::Array(values).to_string())
+    }
+}
+
+fn parse_pointer_list(value: Option<&Value>) -> Option<Vec<String>> {
+    let items = value?.as_array()?;
+    let pointers: Vec<String> = items
+        .iter()
+        .filter_map(|v| v.as_str().filter(|p| p.starts_with('/')).map(str::to_string))
+        .collect();
+    (!pointers.is_empty() && pointers.len() == items.len()).then_some(pointers)
+}
+
+fn check_name(name: &str) -> Result<(), Error> {
+    let bad = || Error::BadName(name.to_string());
+    let (base, version) = name.split_once('@').ok_or_else(bad)?;
+    let base_ok = !base.is_empty()
+        && base.len() <= 128
+        && base
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
+    let version_ok = version.parse::<u32>().is_ok_and(|v| v > 0) && !version.starts_with('0');
+    if base_ok && version_ok { Ok(()) } else { Err(bad()) }
+}
+
+/// All schemas known to this process, immutable after start.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    schemas: Arc<BTreeMap<String, Arc<Schema>>>,
+}
+
+impl Registry {
+    /// The built-in schemas plus every `name@version.json` in `dir`.
+    pub fn load(dir: Option<&Path>) -> Result<Self, Error> {
+        let mut schemas = BTreeMap::new();
+        let builtin = Schema::compile(
+            BUILTIN_CODE_REVIEW,
+            &code_review_v1(),
+            Path::new("<built-in code-review@1>"),
+        )?;
+        schemas.insert(BUILTIN_CODE_REVIEW.to_string(), Arc::new(builtin));
+        if let Some(dir) = dir {
+            for schema in load_dir(dir)? {
+                schemas.insert(schema.name.clone(), Arc::new(schema));
+            }
+        }
+        Ok(Self {
+            schemas: Arc::new(schemas),
+        })
+    }
+
+    pub fn builtin() -> Self {
+        // The built-in document is a constant; failing to compile it is a build defect
+        // caught by the unit tests, so fall back to an empty registry rather than panic.
+        Self::load(None).unwrap_or_else(|_| Self {
+            schemas: Arc::new(BTreeMap::new()),
+        })
+    }
+
+    pub fn get(&self, name: &str) -> Result<Arc<Schema>, Error> {
+        self.schemas
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::Unknown(name.to_string()))
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.schemas.keys().map(String::as_str)
+    }
+}
+
+fn load_dir(dir: &Path) -> Result<Vec<Schema>, Error> {
+    let read_err = |source| Error::Read {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(read_err)?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    paths.sort();
+    paths.iter().map(|path| load_file(path)).collect()
+}
+
+fn load_file(path: &Path) -> Result<Schema, Error> {
+    let name = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .ok_or_else(|| Error::BadName(path.display().to_string()))?;
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let document: Value = serde_json::from_str(&text).map_err(|e| Error::Invalid {
+        path: path.to_path_buf(),
+        reason: format!("not valid JSON: {e}"),
+    })?;
+    Schema::compile(name, &document, path)
+}
+
+fn code_review_v1() -> Value {
+    serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "code-review@1",
+        "type": "object",
+        "required": ["findings"],
+        "additionalProperties": false,
+        "properties": {
+            "findings": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["rule", "severity", "file", "line", "summary"],
+                    "additionalProperties": false,
+                    "properties": {
+                        "rule": {"type": "string", "minLength": 1},
+                        "severity": {"enum": ["low", "medium", "high", "critical"]},
+                        "file": {"type": "string", "minLength": 1},
+                        "line": {"type": "integer", "minimum": 1},
+                        "summary": {"type": "string"}
+                    }
+                }
+            }
+        },
+        IDENTITY_KEY: ["/rule", "/file", "/line"]
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn finding(rule: &str, line: i64, summary: &str) -> Value {
+        json!({"rule": rule, "severity": "high", "file": "src/a.rs", "line": line, "summary": summary})
+    }
+
+    #[test]
+    fn builtin_accepts_valid_output_and_derives_identity() {
+        let reg = Registry::builtin();
+        let schema = reg.get(BUILTIN_CODE_REVIEW).unwrap();
+        let found = schema
+            .validate(&json!({"findings": [finding("R1", 3, "x")]}))
+            .unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].canonical_identity, r#"["R1","src/a.rs",3]"#);
+    }
+
+    #[test]
+    fn reworded_summary_keeps_the_identity() {
+        let schema = Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap();
+        let a = schema.validate(&json!({"findings": [finding("R1", 3, "one")]})).unwrap();
+        let b = schema.validate(&json!({"findings": [finding("R1", 3, "two")]})).unwrap();
+        assert_eq!(a[0].canonical_identity, b[0].canonical_identity);
+    }
+
+    #[test]
+    fn builtin_rejects_bad_outputs_with_paths() {
+        let schema = Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap();
+        let bad_line = schema.validate(&json!({"findings": [finding("R1", 0, "x")]}));
+        assert_eq!(bad_line.unwrap_err()[0].path, "/findings/0/line");
+        let mut wrong_enum = finding("R1", 1, "x");
+        wrong_enum["severity"] = json!("urgent");
+        assert!(schema.validate(&json!({"findings": [wrong_enum]})).is_err());
+        assert!(schema.validate(&json!({"items": []})).is_err());
+        assert!(schema.validate(&json!("text")).is_err());
+    }
+
+    #[test]
+    fn unknown_schema_is_an_error() {
+        let err = Registry::builtin().get("nope@1").unwrap_err();
+        assert!(matches!(err, Error::Unknown(_)));
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_name("code-review@1").is_ok());
+        assert!(check_name("a.b_c@12").is_ok());
+        for bad in ["nover", "@1", "x@0", "x@01", "X@1", "x@1.0", "x y@1"] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn directory_schemas_need_identity_pointers() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("ticket@2.json"),
+            json!({"type": "object", "x-commitpoint-identity": ["/category"]}).to_string(),
+        )
+        .unwrap();
+        let reg = Registry::load(Some(dir.path())).unwrap();
+        let schema = reg.get("ticket@2").unwrap();
+        let found = schema
+            .validate(&json!({"findings": [{"category": "billing", "text": "…"}]}))
+            .unwrap();
+        assert_eq!(found[0].canonical_identity, r#"["billing"]"#);
+        let missing = schema.validate(&json!({"findings": [{"text": "…"}]}));
+        assert_eq!(missing.unwrap_err()[0].path, "/findings/0/category");
+
+        std::fs::write(dir.path().join("bad@1.json"), json!({"type": "object"}).to_string()).unwrap();
+        assert!(matches!(Registry::load(Some(dir.path())), Err(Error::Invalid { .. })));
+    }
+}

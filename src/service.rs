@@ -1,0 +1,190 @@
+//! The application service behind every entry point (HTTP today; webhooks and the CLI
+//! later): input checks, identity, schema validation, then one store operation.
+
+use serde_json::Value;
+
+use crate::identity::{ExtractionId, SourceHash};
+use crate::lifecycle::TransitionError;
+use crate::schema::{self, Registry, ValidationIssue};
+use crate::store::{
+    self, ClaimRequest, ExtractionRecord, FindingRecord, Grant, IntakeOutcome, ListFilter, ListPage, NewExtraction,
+    PostOutcome, PostResult, RetryOutcome, Store, Submission, Usage,
+};
+
+pub const MAX_CLAIM_LIMIT: usize = 1000;
+pub const MAX_LIST_LIMIT: usize = 1000;
+pub const MAX_LEASE_SECONDS: u64 = 24 * 3600;
+const MAX_REASON_CHARS: usize = 2000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{field}: {message}")]
+    InvalidInput { field: &'static str, message: String },
+    #[error(transparent)]
+    Schema(#[from] schema::Error),
+    #[error("no extraction with id {0}")]
+    NotFound(ExtractionId),
+    #[error(transparent)]
+    Transition(TransitionError),
+    #[error("the output does not satisfy schema {schema}; the extraction is now failed (class validation)")]
+    ValidationFailed { schema: String, issues: Vec<ValidationIssue> },
+    #[error(transparent)]
+    Store(#[from] store::Error),
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> Error {
+    Error::InvalidInput { field, message: message.into() }
+}
+
+#[derive(Debug, Clone)]
+pub struct IntakeRequest {
+    pub tenant: String,
+    pub source_id: String,
+    pub schema: String,
+    pub content: String,
+    pub metadata: Option<Value>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ResultRequest {
+    pub lease_token: String,
+    pub output: Value,
+    pub usage: Option<Usage>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Service {
+    store: Store,
+    registry: Registry,
+}
+
+impl Service {
+    pub fn new(store: Store, registry: Registry) -> Self {
+        Self { store, registry }
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub async fn intake(&self, request: IntakeRequest) -> Result<IntakeOutcome, Error> {
+        check_tenant(&request.tenant)?;
+        check_text("source_id", &request.source_id, 1024)?;
+        if request.content.is_empty() {
+            return Err(invalid("content", "must not be empty"));
+        }
+        let metadata_json = match request.metadata {
+            None | Some(Value::Null) => None,
+            Some(v @ Value::Object(_)) => Some(v.to_string()),
+            Some(_) => return Err(invalid("metadata", "must be a JSON object")),
+        };
+        let schema = self.registry.get(&request.schema)?;
+        let source_hash = SourceHash::compute(request.content.as_bytes(), schema.name());
+        let id = ExtractionId::compute(&request.tenant, &request.source_id, &source_hash, schema.name());
+        let new = NewExtraction {
+            id,
+            tenant: request.tenant,
+            source_id: request.source_id,
+            source_hash,
+            schema: request.schema,
+            metadata_json,
+            content: request.content,
+        };
+        Ok(self.store.intake(new).await?)
+    }
+
+    pub async fn get(&self, id: ExtractionId) -> Result<ExtractionRecord, Error> {
+        self.store.get(id).await?.ok_or(Error::NotFound(id))
+    }
+
+    pub async fn list(&self, filter: ListFilter) -> Result<ListPage, Error> {
+        if filter.limit == 0 || filter.limit > MAX_LIST_LIMIT {
+            return Err(invalid("limit", format!("must be between 1 and {MAX_LIST_LIMIT}")));
+        }
+        if let Some(tenant) = &filter.tenant {
+            check_tenant(tenant)?;
+        }
+        Ok(self.store.list(filter).await?)
+    }
+
+    pub async fn findings(&self, id: ExtractionId) -> Result<Vec<FindingRecord>, Error> {
+        self.store.findings(id).await?.ok_or(Error::NotFound(id))
+    }
+
+    pub async fn claim(&self, request: ClaimRequest) -> Result<Vec<Grant>, Error> {
+        check_text("worker", &request.worker, 256)?;
+        if request.limit == 0 || request.limit > MAX_CLAIM_LIMIT {
+            return Err(invalid("limit", format!("must be between 1 and {MAX_CLAIM_LIMIT}")));
+        }
+        if request.lease_ms == 0 || request.lease_ms > MAX_LEASE_SECONDS * 1000 {
+            return Err(invalid("lease_seconds", format!("must be between 1 and {MAX_LEASE_SECONDS}")));
+        }
+        if let Some(schema) = &request.schema {
+            self.registry.get(schema)?;
+        }
+        Ok(self.store.claim(request).await?)
+    }
+
+    /// Validates the output against the extraction's schema outside the writer, then
+    /// commits (or fails) it in one transaction that re-checks the lease.
+    pub async fn post_result(&self, id: ExtractionId, request: ResultRequest) -> Result<PostOutcome, Error> {
+        check_text("lease_token", &request.lease_token, 256)?;
+        let record = self.get(id).await?;
+        let schema = self.registry.get(&record.schema)?;
+        let (submission, issues) = match schema.validate(&request.output) {
+            Ok(findings) => (Submission::Valid { findings, output: request.output, usage: request.usage }, None),
+            Err(issues) => (Submission::Invalid { reason: summarize(&issues) }, Some(issues)),
+        };
+        let post = PostResult { id, lease_token: request.lease_token, submission };
+        match self.store.post_result(post).await? {
+            PostOutcome::NotFound => Err(Error::NotFound(id)),
+            PostOutcome::Rejected(e) => Err(Error::Transition(e)),
+            PostOutcome::Failed { .. } => Err(Error::ValidationFailed {
+                schema: record.schema,
+                issues: issues.unwrap_or_default(),
+            }),
+            outcome => Ok(outcome),
+        }
+    }
+
+    pub async fn retry(&self, id: ExtractionId) -> Result<ExtractionRecord, Error> {
+        match self.store.retry(id).await? {
+            RetryOutcome::Retried(record) => Ok(record),
+            RetryOutcome::NotFound => Err(Error::NotFound(id)),
+            RetryOutcome::Rejected(e) => Err(Error::Transition(e)),
+        }
+    }
+}
+
+fn summarize(issues: &[ValidationIssue]) -> String {
+    let mut text = issues
+        .iter()
+        .map(|i| format!("{}: {}", if i.path.is_empty() { "/" } else { &i.path }, i.message))
+        .collect::<Vec<_>>()
+        .join("; ");
+    if text.chars().count() > MAX_REASON_CHARS {
+        text = text.chars().take(MAX_REASON_CHARS).collect::<String>() + "…";
+    }
+    text
+}
+
+/// Tenants appear in URLs and metrics labels, so they are kept to a safe alphabet.
+fn check_tenant(tenant: &str) -> Result<(), Error> {
+    let ok = !tenant.is_empty()
+        && tenant.len() <= 128
+        && tenant.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok { Ok(()) } else { Err(invalid("tenant", "must be 1-128 characters of [A-Za-z0-9._-]")) }
+}
+
+fn check_text(field: &'static str, value: &str, max_bytes: usize) -> Result<(), Error> {
+    if value.is_empty() {
+        return Err(invalid(field, "must not be empty"));
+    }
+    if value.len() > max_bytes {
+        return Err(invalid(field, format!("must be at most {max_bytes} bytes")));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(invalid(field, "must not contain control characters"));
+    }
+    Ok(())
+}

@@ -1,0 +1,124 @@
+//! The commit point: one redb file, one writer thread, group commit.
+//!
+//! `store` is the only module that touches redb. Writes are closures sent to a single
+//! writer thread, which batches every job waiting in its queue into one write
+//! transaction, commits it with `Durability::Immediate`, and only then answers each
+//! caller. Reads run on the blocking pool. No redb call runs on a tokio worker.
+
+mod codec;
+mod ops;
+mod read;
+mod records;
+mod tables;
+mod verify;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use redb::{Database, ReadableDatabase};
+
+pub use ops::{ClaimRequest, Grant, IntakeOutcome, PostOutcome, PostResult, RetryOutcome, Submission};
+pub use read::{ListFilter, ListPage};
+pub use records::{ExtractionRecord, FindingRecord, NewExtraction, ResultRecord, Usage};
+pub use verify::{Report, verify_file};
+pub use writer::WriterGuard;
+
+pub const FILE_NAME: &str = "commitpoint.redb";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: cannot open the database")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: redb::DatabaseError,
+    },
+    #[error("{path}: cannot create the data directory")]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("storage failure")]
+    Storage(#[source] redb::Error),
+    #[error("stored {kind} value is unreadable: {reason}")]
+    Corrupt { kind: &'static str, reason: String },
+    #[error("cannot encode {kind} value: {reason}")]
+    Encode { kind: &'static str, reason: String },
+    #[error("the store is not accepting writes: {reason}")]
+    Unavailable { reason: String },
+}
+
+impl Error {
+    /// An I/O or redb failure after which the writer refuses further writes until restart.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, Error::Storage(_))
+    }
+
+    pub fn is_corruption(&self) -> bool {
+        matches!(self, Error::Corrupt { .. })
+    }
+}
+
+macro_rules! storage_from {
+    ($($ty:ty),*) => {$(
+        impl From<$ty> for Error {
+            fn from(e: $ty) -> Self {
+                Error::Storage(e.into())
+            }
+        }
+    )*};
+}
+storage_from!(
+    redb::StorageError,
+    redb::TableError,
+    redb::TransactionError,
+    redb::CommitError,
+    redb::SetDurabilityError
+);
+
+/// A cheap, cloneable handle on the store.
+#[derive(Debug, Clone)]
+pub struct Store {
+    db: Arc<Database>,
+    writer: writer::WriterHandle,
+}
+
+impl Store {
+    /// Opens (or creates) `DIR/commitpoint.redb` and starts the writer thread. The guard
+    /// must outlive every handle; `WriterGuard::join` waits for the last write to land.
+    pub fn open(data_dir: &Path) -> Result<(Store, WriterGuard), Error> {
+        std::fs::create_dir_all(data_dir).map_err(|source| Error::CreateDir {
+            path: data_dir.to_path_buf(),
+            source,
+        })?;
+        let path = data_dir.join(FILE_NAME);
+        let db = Database::create(&path).map_err(|source| Error::Open { path: path.clone(), source })?;
+        let db = Arc::new(db);
+        let next_seq = writer::initialize(&db)?;
+        let (writer, guard) = writer::spawn(Arc::clone(&db), next_seq)?;
+        Ok((Store { db, writer }, guard))
+    }
+
+    /// Runs a read-only closure on the blocking pool against one consistent snapshot.
+    async fn read<R, F>(&self, f: F) -> Result<R, Error>
+    where
+        R: Send + 'static,
+        F: FnOnce(&redb::ReadTransaction) -> Result<R, Error> + Send + 'static,
+    {
+        let db = Arc::clone(&self.db);
+        tokio::task::spawn_blocking(move || {
+            let txn = db.begin_read()?;
+            f(&txn)
+        })
+        .await
+        .map_err(|e| Error::Unavailable {
+            reason: format!("read task failed: {e}"),
+        })?
+    }
+
+    pub fn path_hint() -> &'static str {
+        FILE_NAME
+    }
+}

@@ -1,0 +1,293 @@
+//! The write operations of the commit point. Each runs inside a group-commit batch,
+//! finishes its reads and checks before its first write, and routes every state change
+//! through `lifecycle::apply`.
+
+use redb::ReadableTable;
+use serde_json::Value;
+
+use super::codec::{decode, encode};
+use super::records::{ExtractionRecord, FindingRecord, NewExtraction, ResultRecord, StoredContent, Usage};
+use super::writer::WriteTables;
+use super::{Error, Store};
+use crate::identity::{ExtractionId, FindingKey};
+use crate::lifecycle::{self, Event, Outcome, State, TransitionError};
+use crate::schema::ValidatedFinding;
+
+#[derive(Debug, Clone)]
+pub struct IntakeOutcome {
+    pub created: bool,
+    pub record: ExtractionRecord,
+}
+
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    pub worker: String,
+    pub limit: usize,
+    pub lease_ms: u64,
+    pub schema: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Grant {
+    pub record: ExtractionRecord,
+    pub content: String,
+    pub lease_token: String,
+    pub lease_expires_at_ms: u64,
+}
+
+/// A worker's output, already checked against the extraction's schema.
+#[derive(Debug, Clone)]
+pub enum Submission {
+    Valid {
+        findings: Vec<ValidatedFinding>,
+        output: Value,
+        usage: Option<Usage>,
+    },
+    Invalid {
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct PostResult {
+    pub id: ExtractionId,
+    pub lease_token: String,
+    pub submission: Submission,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PostOutcome {
+    Committed { findings: u64 },
+    Replay { findings: u64 },
+    Failed { reason: String },
+    NotFound,
+    Rejected(TransitionError),
+}
+
+#[derive(Debug, Clone)]
+pub enum RetryOutcome {
+    Retried(ExtractionRecord),
+    NotFound,
+    Rejected(TransitionError),
+}
+
+impl Store {
+    /// Creates the extraction unless its identity exists. Durable before it returns.
+    pub async fn intake(&self, new: NewExtraction) -> Result<IntakeOutcome, Error> {
+        self.writer.write(move |t| intake(t, new)).await
+    }
+
+    pub async fn claim(&self, request: ClaimRequest) -> Result<Vec<Grant>, Error> {
+        self.writer.write(move |t| claim(t, &request)).await
+    }
+
+    pub async fn post_result(&self, post: PostResult) -> Result<PostOutcome, Error> {
+        self.writer.write(move |t| post_result(t, post)).await
+    }
+
+    pub async fn retry(&self, id: ExtractionId) -> Result<RetryOutcome, Error> {
+        self.writer.write(move |t| retry(t, &id)).await
+    }
+}
+
+fn intake(t: &mut WriteTables<'_>, new: NewExtraction) -> Result<(IntakeOutcome, bool), Error> {
+    if let Some(seq) = t.identity.get(new.id.as_bytes())?.map(|v| v.value()) {
+        let record = load(t, seq)?;
+        return Ok((IntakeOutcome { created: false, record }, false));
+    }
+    let seq = t.allocate_seq();
+    let record = ExtractionRecord {
+        id: new.id,
+        seq,
+        tenant: new.tenant,
+        source_id: new.source_id,
+        source_hash: new.source_hash,
+        schema: new.schema,
+        metadata_json: new.metadata_json,
+        state: State::Pending,
+        attempt: 1,
+        claims: 0,
+        content_bytes: new.content.len() as u64,
+        created_at_ms: t.now_ms,
+        updated_at_ms: t.now_ms,
+    };
+    let record_bytes = encode(&record)?;
+    let content_bytes = encode(&StoredContent { text: new.content })?;
+    t.identity.insert(record.id.as_bytes(), seq)?;
+    t.extractions.insert(seq, record_bytes.as_slice())?;
+    t.contents.insert(seq, content_bytes.as_slice())?;
+    t.state_index.insert((record.state.name().code(), seq), ())?;
+    t.tenant_index.insert((record.tenant.as_str(), seq), ())?;
+    Ok((IntakeOutcome { created: true, record }, true))
+}
+
+fn claim(t: &mut WriteTables<'_>, request: &ClaimRequest) -> Result<(Vec<Grant>, bool), Error> {
+    let candidates = claim_candidates(t, request)?;
+    let mut grants = Vec::with_capacity(candidates.len());
+    for mut record in candidates {
+        let lease_token = new_lease_token(record.claims + 1);
+        let expires_at_ms = t.now_ms.saturating_add(request.lease_ms);
+        let event = Event::Claim {
+            worker: request.worker.clone(),
+            lease_token: lease_token.clone(),
+            expires_at_ms,
+        };
+        // Candidates were selected as claimable in this same transaction, so a refusal
+        // here would only mean a stale index entry: skip it rather than fail the batch.
+        let Ok(Outcome::Changed(next)) = lifecycle::apply(&record.state, event, t.now_ms) else {
+            continue;
+        };
+        let content = decode::<StoredContent>(&required(t.contents.get(record.seq)?, "content", record.seq)?)?.text;
+        record.claims += 1;
+        transition(t, &mut record, next)?;
+        grants.push(Grant { record, content, lease_token, lease_expires_at_ms: expires_at_ms });
+    }
+    let wrote = !grants.is_empty();
+    Ok((grants, wrote))
+}
+
+/// Expired leases first (their work has waited longest), then pending work in intake order.
+fn claim_candidates(t: &WriteTables<'_>, request: &ClaimRequest) -> Result<Vec<ExtractionRecord>, Error> {
+    let mut picked = Vec::new();
+    let wanted = |r: &ExtractionRecord| request.schema.as_ref().is_none_or(|s| *s == r.schema);
+    for entry in t.lease_index.range((0, 0)..(t.now_ms.saturating_add(1), 0))? {
+        if picked.len() >= request.limit {
+            return Ok(picked);
+        }
+        let record = load(t, entry?.0.value().1)?;
+        if wanted(&record) {
+            picked.push(record);
+        }
+    }
+    let pending = lifecycle::StateName::Pending.code();
+    for entry in t.state_index.range((pending, 0)..=(pending, u64::MAX))? {
+        if picked.len() >= request.limit {
+            break;
+        }
+        let record = load(t, entry?.0.value().1)?;
+        if wanted(&record) {
+            picked.push(record);
+        }
+    }
+    Ok(picked)
+}
+
+fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome, bool), Error> {
+    let Some(seq) = t.identity.get(post.id.as_bytes())?.map(|v| v.value()) else {
+        return Ok((PostOutcome::NotFound, false));
+    };
+    let mut record = load(t, seq)?;
+    let worker = match &record.state {
+        State::Claimed { worker, .. } => worker.clone(),
+        _ => String::new(),
+    };
+    let event = match &post.submission {
+        Submission::Valid { .. } => Event::ValidResult { lease_token: post.lease_token.clone() },
+        Submission::Invalid { reason } => Event::InvalidResult {
+            lease_token: post.lease_token.clone(),
+            reason: reason.clone(),
+        },
+    };
+    let next = match lifecycle::apply(&record.state, event, t.now_ms) {
+        Ok(Outcome::Changed(next)) => next,
+        Ok(Outcome::Replay) => {
+            let findings = count_findings(t, seq)?;
+            return Ok((PostOutcome::Replay { findings }, false));
+        }
+        Err(e) => return Ok((PostOutcome::Rejected(e), false)),
+    };
+    let outcome = match (&next, post.submission) {
+        (State::Committed { .. }, Submission::Valid { findings, output, usage }) => {
+            let result = ResultRecord {
+                output_json: output.to_string(),
+                worker,
+                lease_token: post.lease_token,
+                usage,
+                received_at_ms: t.now_ms,
+            };
+            let written = write_findings(t, &record, &findings)?;
+            t.results.insert(seq, encode(&result)?.as_slice())?;
+            PostOutcome::Committed { findings: written }
+        }
+        (State::Failed { reason, .. }, _) => PostOutcome::Failed { reason: reason.clone() },
+        _ => {
+            return Err(Error::Corrupt {
+                kind: "lifecycle",
+                reason: format!("result produced unexpected state {:?}", next.name()),
+            });
+        }
+    };
+    transition(t, &mut record, next)?;
+    Ok((outcome, true))
+}
+
+/// Upserts by finding key, so an output that repeats a finding stores it once.
+fn write_findings(t: &mut WriteTables<'_>, record: &ExtractionRecord, findings: &[ValidatedFinding]) -> Result<u64, Error> {
+    for finding in findings {
+        let key = FindingKey::compute(&record.id, &finding.canonical_identity);
+        let stored = FindingRecord {
+            key,
+            canonical_identity: finding.canonical_identity.clone(),
+            body_json: finding.body.to_string(),
+            committed_at_ms: t.now_ms,
+        };
+        t.findings.insert((record.seq, key.as_bytes()), encode(&stored)?.as_slice())?;
+    }
+    count_findings(t, record.seq)
+}
+
+fn retry(t: &mut WriteTables<'_>, id: &ExtractionId) -> Result<(RetryOutcome, bool), Error> {
+    let Some(seq) = t.identity.get(id.as_bytes())?.map(|v| v.value()) else {
+        return Ok((RetryOutcome::NotFound, false));
+    };
+    let mut record = load(t, seq)?;
+    match lifecycle::apply(&record.state, Event::Retry, t.now_ms) {
+        Ok(Outcome::Changed(next)) => {
+            record.attempt += 1;
+            transition(t, &mut record, next)?;
+            Ok((RetryOutcome::Retried(record), true))
+        }
+        Ok(Outcome::Replay) => Ok((RetryOutcome::Retried(record), false)),
+        Err(e) => Ok((RetryOutcome::Rejected(e), false)),
+    }
+}
+
+/// Persists a new state with its index entries. The only place a record's state changes.
+fn transition(t: &mut WriteTables<'_>, record: &mut ExtractionRecord, next: State) -> Result<(), Error> {
+    let seq = record.seq;
+    t.state_index.remove((record.state.name().code(), seq))?;
+    if let State::Claimed { expires_at_ms, .. } = record.state {
+        t.lease_index.remove((expires_at_ms, seq))?;
+    }
+    if let State::Claimed { expires_at_ms, .. } = next {
+        t.lease_index.insert((expires_at_ms, seq), ())?;
+    }
+    t.state_index.insert((next.name().code(), seq), ())?;
+    record.state = next;
+    record.updated_at_ms = t.now_ms;
+    t.extractions.insert(seq, encode(&*record)?.as_slice())?;
+    Ok(())
+}
+
+fn load(t: &WriteTables<'_>, seq: u64) -> Result<ExtractionRecord, Error> {
+    decode(&required(t.extractions.get(seq)?, "extraction", seq)?)
+}
+
+fn count_findings(t: &WriteTables<'_>, seq: u64) -> Result<u64, Error> {
+    let low: &[u8; 32] = &[0; 32];
+    let high: &[u8; 32] = &[0xff; 32];
+    Ok(t.findings.range((seq, low)..=(seq, high))?.count() as u64)
+}
+
+fn required(value: Option<redb::AccessGuard<'_, &'static [u8]>>, kind: &'static str, seq: u64) -> Result<Vec<u8>, Error> {
+    value.map(|v| v.value().to_vec()).ok_or_else(|| Error::Corrupt {
+        kind,
+        reason: format!("index points at sequence {seq}, which has no {kind} value"),
+    })
+}
+
+/// Fencing tokens: the claim number makes them ordered for humans, the random part
+/// makes them unguessable for other workers.
+fn new_lease_token(claim_number: u32) -> String {
+    format!("lt-{claim_number}-{:032x}", rand::random::<u128>())
+}

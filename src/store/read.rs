@@ -1,0 +1,116 @@
+//! Read-only queries, each on one consistent snapshot.
+
+use redb::ReadTransaction;
+
+use super::codec::decode;
+use super::records::{ExtractionRecord, FindingRecord, ResultRecord};
+use super::tables;
+use super::{Error, Store};
+use crate::identity::ExtractionId;
+use crate::lifecycle::StateName;
+
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub tenant: Option<String>,
+    pub state: Option<StateName>,
+    pub limit: usize,
+    /// Exclusive cursor: the sequence number of the last record of the previous page.
+    pub after: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ListPage {
+    pub records: Vec<ExtractionRecord>,
+    pub next: Option<u64>,
+}
+
+impl Store {
+    pub async fn get(&self, id: ExtractionId) -> Result<Option<ExtractionRecord>, Error> {
+        self.read(move |txn| get(txn, &id)).await
+    }
+
+    /// The findings of an extraction, or `None` when the extraction does not exist.
+    pub async fn findings(&self, id: ExtractionId) -> Result<Option<Vec<FindingRecord>>, Error> {
+        self.read(move |txn| {
+            let Some(record) = get(txn, &id)? else {
+                return Ok(None);
+            };
+            let table = txn.open_table(tables::FINDINGS)?;
+            let (low, high): (&[u8; 32], &[u8; 32]) = (&[0; 32], &[0xff; 32]);
+            let mut out = Vec::new();
+            for entry in table.range((record.seq, low)..=(record.seq, high))? {
+                out.push(decode(entry?.1.value())?);
+            }
+            Ok(Some(out))
+        })
+        .await
+    }
+
+    pub async fn result(&self, id: ExtractionId) -> Result<Option<ResultRecord>, Error> {
+        self.read(move |txn| {
+            let Some(record) = get(txn, &id)? else {
+                return Ok(None);
+            };
+            let table = txn.open_table(tables::RESULTS)?;
+            let value = table.get(record.seq)?;
+            value.map(|v| decode(v.value())).transpose()
+        })
+        .await
+    }
+
+    pub async fn list(&self, filter: ListFilter) -> Result<ListPage, Error> {
+        self.read(move |txn| list(txn, &filter)).await
+    }
+}
+
+fn get(txn: &ReadTransaction, id: &ExtractionId) -> Result<Option<ExtractionRecord>, Error> {
+    let identity = txn.open_table(tables::IDENTITY)?;
+    let Some(seq) = identity.get(id.as_bytes())?.map(|v| v.value()) else {
+        return Ok(None);
+    };
+    by_seq(txn, seq).map(Some)
+}
+
+fn by_seq(txn: &ReadTransaction, seq: u64) -> Result<ExtractionRecord, Error> {
+    let extractions = txn.open_table(tables::EXTRACTIONS)?;
+    let value = extractions.get(seq)?.ok_or_else(|| Error::Corrupt {
+        kind: "extraction",
+        reason: format!("identity index points at missing sequence {seq}"),
+    })?;
+    decode(value.value())
+}
+
+/// Walks the narrowest index for the filter, in sequence (intake) order.
+fn list(txn: &ReadTransaction, filter: &ListFilter) -> Result<ListPage, Error> {
+    let start = filter.after.saturating_add(1);
+    let seqs: Box<dyn Iterator<Item = Result<u64, Error>>> = match (&filter.tenant, filter.state) {
+        (Some(tenant), _) => {
+            let table = txn.open_table(tables::TENANT_INDEX)?;
+            let range = table.range((tenant.as_str(), start)..=(tenant.as_str(), u64::MAX))?;
+            Box::new(range.map(|e| Ok(e?.0.value().1)))
+        }
+        (None, Some(state)) => {
+            let table = txn.open_table(tables::STATE_INDEX)?;
+            let code = state.code();
+            Box::new(table.range((code, start)..=(code, u64::MAX))?.map(|e| Ok(e?.0.value().1)))
+        }
+        (None, None) => {
+            let table = txn.open_table(tables::EXTRACTIONS)?;
+            Box::new(table.range(start..)?.map(|e| Ok(e?.0.value())))
+        }
+    };
+    let mut records = Vec::new();
+    let mut next = None;
+    for seq in seqs {
+        let record = by_seq(txn, seq?)?;
+        if filter.state.is_some_and(|s| record.state.name() != s) {
+            continue;
+        }
+        if records.len() == filter.limit {
+            next = records.last().map(|r: &ExtractionRecord| r.seq);
+            break;
+        }
+        records.push(record);
+    }
+    Ok(ListPage { records, next })
+}

@@ -1,0 +1,202 @@
+//! The values the store persists. Each implements `Versioned`; changing a field means a
+//! new version, a migration in the codec, and a new golden fixture.
+
+use serde::{Deserialize, Serialize};
+
+use super::codec::Versioned;
+use crate::identity::{ExtractionId, FindingKey, SourceHash};
+use crate::lifecycle::State;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtractionRecord {
+    pub id: ExtractionId,
+    pub seq: u64,
+    pub tenant: String,
+    pub source_id: String,
+    pub source_hash: SourceHash,
+    pub schema: String,
+    /// Caller metadata as compact JSON text (bincode cannot carry `serde_json::Value`).
+    pub metadata_json: Option<String>,
+    pub state: State,
+    /// 1 at intake, +1 for every retry of a failed extraction.
+    pub attempt: u32,
+    /// How many leases have been handed out for this extraction.
+    pub claims: u32,
+    pub content_bytes: u64,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+}
+
+impl Versioned for ExtractionRecord {
+    const KIND: &'static str = "extraction";
+    const VERSION: u8 = 1;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredContent {
+    pub text: String,
+}
+
+impl Versioned for StoredContent {
+    const KIND: &'static str = "content";
+    const VERSION: u8 = 1;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FindingRecord {
+    pub key: FindingKey,
+    /// Canonical JSON of the identifying fields; `verify` recomputes the key from it.
+    pub canonical_identity: String,
+    pub body_json: String,
+    pub committed_at_ms: u64,
+}
+
+impl Versioned for FindingRecord {
+    const KIND: &'static str = "finding";
+    const VERSION: u8 = 1;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub model: String,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResultRecord {
+    pub output_json: String,
+    pub worker: String,
+    pub lease_token: String,
+    pub usage: Option<Usage>,
+    pub received_at_ms: u64,
+}
+
+impl Versioned for ResultRecord {
+    const KIND: &'static str = "result";
+    const VERSION: u8 = 1;
+}
+
+/// What intake asks the store to create.
+#[derive(Debug, Clone)]
+pub struct NewExtraction {
+    pub id: ExtractionId,
+    pub tenant: String,
+    pub source_id: String,
+    pub source_hash: SourceHash,
+    pub schema: String,
+    pub metadata_json: Option<String>,
+    pub content: String,
+}
+
+#[cfg(test)]
+mod tests {
+    //! Golden bytes: the fixtures under tests/fixtures/codec were written by format v1.
+    //! If one of these fails, an encoding changed: bump the version and add a migration
+    //! instead of editing the fixture. `COMMITPOINT_WRITE_GOLDEN=1` rewrites them.
+
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::lifecycle::FailureClass;
+    use crate::store::codec::{decode, encode};
+
+    fn fixture(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/codec").join(name)
+    }
+
+    fn check_golden<T: Versioned + PartialEq + std::fmt::Debug>(name: &str, value: &T) {
+        let bytes = encode(value).unwrap();
+        let path = fixture(name);
+        if std::env::var_os("COMMITPOINT_WRITE_GOLDEN").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &bytes).unwrap();
+        }
+        let golden = std::fs::read(&path).unwrap();
+        assert_eq!(bytes, golden, "{name}: encoding changed");
+        assert_eq!(&decode::<T>(&golden).unwrap(), value);
+    }
+
+    fn record(state: State) -> ExtractionRecord {
+        ExtractionRecord {
+            id: ExtractionId([7; 32]),
+            seq: 42,
+            tenant: "acme".into(),
+            source_id: "PR-17".into(),
+            source_hash: SourceHash([9; 32]),
+            schema: "code-review@1".into(),
+            metadata_json: Some(r#"{"repo":"x"}"#.into()),
+            state,
+            attempt: 2,
+            claims: 3,
+            content_bytes: 1234,
+            created_at_ms: 1_764_000_000_000,
+            updated_at_ms: 1_764_000_000_500,
+        }
+    }
+
+    #[test]
+    fn golden_extraction_records() {
+        check_golden("v1_extraction_pending.bin", &record(State::Pending));
+        check_golden(
+            "v1_extraction_claimed.bin",
+            &record(State::Claimed {
+                worker: "w1".into(),
+                lease_token: "lt-1-abc".into(),
+                expires_at_ms: 1_764_000_060_000,
+            }),
+        );
+        check_golden("v1_extraction_committed.bin", &record(State::Committed { at_ms: 1_764_000_001_000 }));
+        check_golden(
+            "v1_extraction_failed.bin",
+            &record(State::Failed { class: FailureClass::Validation, reason: "line: 0 < 1".into() }),
+        );
+    }
+
+    #[test]
+    fn golden_finding_result_and_content() {
+        check_golden(
+            "v1_finding.bin",
+            &FindingRecord {
+                key: FindingKey([3; 32]),
+                canonical_identity: r#"["R1","a.rs",3]"#.into(),
+                body_json: r#"{"line":3}"#.into(),
+                committed_at_ms: 5,
+            },
+        );
+        check_golden(
+            "v1_result.bin",
+            &ResultRecord {
+                output_json: r#"{"findings":[]}"#.into(),
+                worker: "w".into(),
+                lease_token: "t".into(),
+                usage: Some(Usage { model: "m".into(), input_tokens: 10, output_tokens: 20 }),
+                received_at_ms: 6,
+            },
+        );
+        check_golden("v1_content.bin", &StoredContent { text: "fn main() {}".into() });
+    }
+
+    #[test]
+    fn wrong_version_and_truncation_are_corruption_not_panics() {
+        let mut bytes = encode(&record(State::Pending)).unwrap();
+        assert!(decode::<ExtractionRecord>(&bytes[..bytes.len() - 3]).is_err());
+        bytes[0] = 99;
+        let err = decode::<ExtractionRecord>(&bytes).unwrap_err();
+        assert!(err.to_string().contains("format version 99"), "{err}");
+        assert!(decode::<ExtractionRecord>(&[]).is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn records_round_trip(tenant in ".{0,40}", source in ".{0,40}", attempt in 0u32..9, reason in ".{0,60}") {
+            let rec = ExtractionRecord {
+                tenant,
+                source_id: source,
+                attempt,
+                ..record(State::Failed { class: FailureClass::Gone, reason })
+            };
+            proptest::prop_assert_eq!(decode::<ExtractionRecord>(&encode(&rec).unwrap()).unwrap(), rec);
+        }
+    }
+}

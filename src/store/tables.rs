@@ -1,0 +1,31 @@
+//! Every redb table, defined in one place.
+//!
+//! Random keys (blake3 identities) live only in `IDENTITY`, which maps them to a local,
+//! monotonically increasing sequence number. Everything else is keyed by that sequence
+//! so inserts append at the right edge of each B-tree instead of dirtying random pages
+//! (DESIGN §8). Values are codec-encoded and carry a format version byte.
+
+use redb::TableDefinition;
+
+/// Store-wide settings such as the file's format generation.
+pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// extraction id → sequence number. The unique key that makes intake exactly-once.
+pub const IDENTITY: TableDefinition<&[u8; 32], u64> = TableDefinition::new("identity");
+/// sequence → `ExtractionRecord`.
+pub const EXTRACTIONS: TableDefinition<u64, &[u8]> = TableDefinition::new("extractions");
+/// sequence → `StoredContent`, kept apart so record reads stay small.
+pub const CONTENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("contents");
+/// (state code, sequence) → (): work queues and listings by state.
+pub const STATE_INDEX: TableDefinition<(u8, u64), ()> = TableDefinition::new("state_index");
+/// (lease expiry ms, sequence) → (): finds expired claims without a scan.
+pub const LEASE_INDEX: TableDefinition<(u64, u64), ()> = TableDefinition::new("lease_index");
+/// (tenant, sequence) → (): listings by tenant.
+pub const TENANT_INDEX: TableDefinition<(&str, u64), ()> = TableDefinition::new("tenant_index");
+/// (sequence, finding key) → `FindingRecord`. Upsert by finding key.
+pub const FINDINGS: TableDefinition<(u64, &[u8; 32]), &[u8]> = TableDefinition::new("findings");
+/// sequence → `ResultRecord`: the raw validated output of a committed extraction.
+pub const RESULTS: TableDefinition<u64, &[u8]> = TableDefinition::new("results");
+
+/// `META` key holding the layout generation of the file.
+pub const META_LAYOUT: &str = "layout";
+pub const LAYOUT_V1: u64 = 1;

@@ -1,0 +1,230 @@
+//! Offline check of a database file: redb's own integrity check, then every DESIGN §6
+//! invariant that can be seen in one file. Used by `commitpoint verify` and the tests.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::path::Path;
+
+use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
+
+use super::codec::decode;
+use super::records::{ExtractionRecord, FindingRecord, ResultRecord, StoredContent};
+use super::tables;
+use super::Error;
+use crate::identity::{ExtractionId, FindingKey, SourceHash};
+use crate::lifecycle::State;
+
+/// Problems beyond this many are counted, not listed.
+const MAX_LISTED: usize = 50;
+
+#[derive(Debug, Default)]
+pub struct Report {
+    pub extractions: u64,
+    pub by_state: BTreeMap<&'static str, u64>,
+    pub findings: u64,
+    pub results: u64,
+    pub problems: Vec<String>,
+    pub unlisted_problems: u64,
+}
+
+impl Report {
+    pub fn is_ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    fn problem(&mut self, text: String) {
+        if self.problems.len() < MAX_LISTED {
+            self.problems.push(text);
+        } else {
+            self.unlisted_problems += 1;
+        }
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "extractions: {}", self.extractions)?;
+        for (state, n) in &self.by_state {
+            writeln!(f, "  {state}: {n}")?;
+        }
+        writeln!(f, "findings: {}", self.findings)?;
+        writeln!(f, "raw results: {}", self.results)?;
+        if self.is_ok() {
+            return writeln!(f, "ok: every invariant holds");
+        }
+        writeln!(f, "PROBLEMS ({}):", self.problems.len() as u64 + self.unlisted_problems)?;
+        for p in &self.problems {
+            writeln!(f, "  - {p}")?;
+        }
+        if self.unlisted_problems > 0 {
+            writeln!(f, "  … and {} more", self.unlisted_problems)?;
+        }
+        Ok(())
+    }
+}
+
+/// Opens the file exclusively (a running server holds it locked) and checks it.
+pub fn verify_file(path: &Path) -> Result<Report, Error> {
+    let mut db = Database::open(path).map_err(|source| Error::Open { path: path.to_path_buf(), source })?;
+    let mut report = Report::default();
+    match db.check_integrity() {
+        Ok(true) => {}
+        Ok(false) => report.problem("redb integrity check repaired damage in the file".to_string()),
+        Err(e) => report.problem(format!("redb integrity check failed: {e}")),
+    }
+    let txn = db.begin_read()?;
+    check(&txn, &mut report)?;
+    Ok(report)
+}
+
+fn check(txn: &ReadTransaction, report: &mut Report) -> Result<(), Error> {
+    let records = check_records(txn, report)?;
+    check_indexes(txn, &records, report)?;
+    check_findings(txn, &records, report)?;
+    check_results(txn, &records, report)?;
+    Ok(())
+}
+
+/// Every record decodes, its identity recomputes, and identity ↔ record is one-to-one.
+fn check_records(txn: &ReadTransaction, report: &mut Report) -> Result<BTreeMap<u64, ExtractionRecord>, Error> {
+    let extractions = txn.open_table(tables::EXTRACTIONS)?;
+    let identity = txn.open_table(tables::IDENTITY)?;
+    let contents = txn.open_table(tables::CONTENTS)?;
+    let mut records = BTreeMap::new();
+    for entry in extractions.iter()? {
+        let (seq, value) = entry?;
+        let seq = seq.value();
+        let record: ExtractionRecord = match decode(value.value()) {
+            Ok(r) => r,
+            Err(e) => {
+                report.problem(format!("extraction #{seq}: {e}"));
+                continue;
+            }
+        };
+        report.extractions += 1;
+        *report.by_state.entry(record.state.name().as_str()).or_default() += 1;
+        if record.seq != seq {
+            report.problem(format!("extraction #{seq} says it is #{}", record.seq));
+        }
+        match identity.get(record.id.as_bytes())?.map(|v| v.value()) {
+            Some(s) if s == seq => {}
+            Some(s) => report.problem(format!("{}: identity index points at #{s}, record is #{seq}", record.id)),
+            None => report.problem(format!("{}: missing from the identity index", record.id)),
+        }
+        match contents.get(seq)?.map(|v| decode::<StoredContent>(v.value())) {
+            Some(Ok(content)) => {
+                let hash = SourceHash::compute(content.text.as_bytes(), &record.schema);
+                if hash != record.source_hash {
+                    report.problem(format!("{}: content does not match its source hash", record.id));
+                }
+            }
+            Some(Err(e)) => report.problem(format!("{}: content: {e}", record.id)),
+            None => report.problem(format!("{}: content is missing", record.id)),
+        }
+        let expected = ExtractionId::compute(&record.tenant, &record.source_id, &record.source_hash, &record.schema);
+        if expected != record.id {
+            report.problem(format!("{}: id does not match (tenant, source_id, source_hash, schema)", record.id));
+        }
+        records.insert(seq, record);
+    }
+    if identity.len()? != records.len() as u64 {
+        report.problem(format!(
+            "identity index has {} entries for {} extractions (invariant 1: one extraction per identity)",
+            identity.len()?,
+            records.len()
+        ));
+    }
+    Ok(records)
+}
+
+fn check_indexes(txn: &ReadTransaction, records: &BTreeMap<u64, ExtractionRecord>, report: &mut Report) -> Result<(), Error> {
+    let state_index = txn.open_table(tables::STATE_INDEX)?;
+    let lease_index = txn.open_table(tables::LEASE_INDEX)?;
+    let tenant_index = txn.open_table(tables::TENANT_INDEX)?;
+    let mut leases = 0u64;
+    for (seq, record) in records {
+        if state_index.get((record.state.name().code(), *seq))?.is_none() {
+            report.problem(format!("{}: missing from the {} queue", record.id, record.state.name().as_str()));
+        }
+        if tenant_index.get((record.tenant.as_str(), *seq))?.is_none() {
+            report.problem(format!("{}: missing from the tenant index", record.id));
+        }
+        if let State::Claimed { expires_at_ms, .. } = record.state {
+            leases += 1;
+            if lease_index.get((expires_at_ms, *seq))?.is_none() {
+                report.problem(format!("{}: claimed but missing from the lease index", record.id));
+            }
+        }
+    }
+    let sizes = [
+        ("state", state_index.len()?, records.len() as u64),
+        ("tenant", tenant_index.len()?, records.len() as u64),
+        ("lease", lease_index.len()?, leases),
+    ];
+    for (name, found, expected) in sizes {
+        if found != expected {
+            report.problem(format!("{name} index has {found} entries, expected {expected}"));
+        }
+    }
+    Ok(())
+}
+
+/// Findings belong only to committed extractions, and every key recomputes and is unique.
+fn check_findings(txn: &ReadTransaction, records: &BTreeMap<u64, ExtractionRecord>, report: &mut Report) -> Result<(), Error> {
+    let findings = txn.open_table(tables::FINDINGS)?;
+    let mut seen = HashSet::new();
+    for entry in findings.iter()? {
+        let (key, value) = entry?;
+        let (seq, key_bytes) = key.value();
+        report.findings += 1;
+        let Some(record) = records.get(&seq) else {
+            report.problem(format!("finding under unknown extraction #{seq}"));
+            continue;
+        };
+        if !matches!(record.state, State::Committed { .. }) {
+            report.problem(format!("{}: has findings but is {}", record.id, record.state.name().as_str()));
+        }
+        let finding: FindingRecord = match decode(value.value()) {
+            Ok(f) => f,
+            Err(e) => {
+                report.problem(format!("{}: finding: {e}", record.id));
+                continue;
+            }
+        };
+        let expected = FindingKey::compute(&record.id, &finding.canonical_identity);
+        if expected.as_bytes() != key_bytes || finding.key != expected {
+            report.problem(format!("{}: finding key {} does not match its identifying fields", record.id, finding.key));
+        }
+        if !seen.insert(*key_bytes) {
+            report.problem(format!("finding key {} appears twice (invariant 3)", finding.key));
+        }
+    }
+    Ok(())
+}
+
+fn check_results(txn: &ReadTransaction, records: &BTreeMap<u64, ExtractionRecord>, report: &mut Report) -> Result<(), Error> {
+    let results = txn.open_table(tables::RESULTS)?;
+    for entry in results.iter()? {
+        let (seq, value) = entry?;
+        let seq = seq.value();
+        report.results += 1;
+        match records.get(&seq) {
+            Some(r) if matches!(r.state, State::Committed { .. }) => {}
+            Some(r) => report.problem(format!("{}: has a raw result but is {}", r.id, r.state.name().as_str())),
+            None => report.problem(format!("raw result under unknown extraction #{seq}")),
+        }
+        match decode::<ResultRecord>(value.value()) {
+            Ok(result) if serde_json::from_str::<serde_json::Value>(&result.output_json).is_err() => {
+                report.problem(format!("raw result #{seq} is not valid JSON"));
+            }
+            Ok(_) => {}
+            Err(e) => report.problem(format!("raw result #{seq}: {e}")),
+        }
+    }
+    for (seq, record) in records {
+        if matches!(record.state, State::Committed { .. }) && results.get(*seq)?.is_none() {
+            report.problem(format!("{}: committed without its raw result (invariant 2)", record.id));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,234 @@
+//! The single writer thread and its group commit.
+//!
+//! Callers enqueue a closure and wait. The writer takes the first waiting job, drains
+//! whatever else has queued up behind it, applies them all inside one write
+//! transaction, commits once with `Durability::Immediate`, then answers every caller.
+//! Throughput therefore scales with the number of concurrent callers instead of being
+//! capped at the disk's fsync rate. A batch that wrote nothing is aborted, not
+//! committed: an empty commit still costs an fsync.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use redb::{Database, Durability, ReadableTable, Table, WriteTransaction};
+use tokio::sync::{mpsc, oneshot};
+
+use super::Error;
+use super::tables::{self, META_LAYOUT, LAYOUT_V1};
+use crate::clock;
+
+/// How many jobs may share one transaction. Bounded so one commit's latency stays small.
+const MAX_BATCH: usize = 1024;
+/// Queue depth; callers wait (back-pressure) when the writer falls this far behind.
+const QUEUE_DEPTH: usize = 8192;
+
+/// The tables a write job may touch, opened once per batch.
+pub struct WriteTables<'txn> {
+    pub identity: Table<'txn, &'static [u8; 32], u64>,
+    pub extractions: Table<'txn, u64, &'static [u8]>,
+    pub contents: Table<'txn, u64, &'static [u8]>,
+    pub state_index: Table<'txn, (u8, u64), ()>,
+    pub lease_index: Table<'txn, (u64, u64), ()>,
+    pub tenant_index: Table<'txn, (&'static str, u64), ()>,
+    pub findings: Table<'txn, (u64, &'static [u8; 32]), &'static [u8]>,
+    pub results: Table<'txn, u64, &'static [u8]>,
+    /// Wall-clock time of this batch, the same for every job in it.
+    pub now_ms: u64,
+    next_seq: u64,
+}
+
+impl<'txn> WriteTables<'txn> {
+    fn open(txn: &'txn WriteTransaction, now_ms: u64, next_seq: u64) -> Result<Self, Error> {
+        Ok(Self {
+            identity: txn.open_table(tables::IDENTITY)?,
+            extractions: txn.open_table(tables::EXTRACTIONS)?,
+            contents: txn.open_table(tables::CONTENTS)?,
+            state_index: txn.open_table(tables::STATE_INDEX)?,
+            lease_index: txn.open_table(tables::LEASE_INDEX)?,
+            tenant_index: txn.open_table(tables::TENANT_INDEX)?,
+            findings: txn.open_table(tables::FINDINGS)?,
+            results: txn.open_table(tables::RESULTS)?,
+            now_ms,
+            next_seq,
+        })
+    }
+
+    pub fn allocate_seq(&mut self) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        seq
+    }
+}
+
+/// A queued write: applied inside the batch transaction, answered after the commit.
+trait Job: Send {
+    /// Applies the job; `Ok(true)` if it wrote anything. An `Err` aborts the whole batch,
+    /// so a job must finish its checks before its first write.
+    fn apply(&mut self, tables: &mut WriteTables<'_>) -> Result<bool, Error>;
+    fn finish(self: Box<Self>, commit: Result<(), &Error>);
+}
+
+struct TypedJob<F, R> {
+    work: Option<F>,
+    result: Option<R>,
+    reply: oneshot::Sender<Result<R, Error>>,
+}
+
+impl<F, R> Job for TypedJob<F, R>
+where
+    F: FnOnce(&mut WriteTables<'_>) -> Result<(R, bool), Error> + Send,
+    R: Send,
+{
+    fn apply(&mut self, tables: &mut WriteTables<'_>) -> Result<bool, Error> {
+        let Some(work) = self.work.take() else {
+            return Ok(false);
+        };
+        let (result, wrote) = work(tables)?;
+        self.result = Some(result);
+        Ok(wrote)
+    }
+
+    fn finish(self: Box<Self>, commit: Result<(), &Error>) {
+        let answer = match (commit, self.result) {
+            (Ok(()), Some(result)) => Ok(result),
+            (Err(e), _) => Err(Error::Unavailable { reason: format!("{e:#}") }),
+            (Ok(()), None) => Err(Error::Unavailable {
+                reason: "the batch this write belonged to was aborted; retry".to_string(),
+            }),
+        };
+        // A caller that went away (client disconnected) no longer needs the answer.
+        let _ = self.reply.send(answer);
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct WriterHandle {
+    jobs: mpsc::Sender<Box<dyn Job>>,
+}
+
+impl std::fmt::Debug for dyn Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Job")
+    }
+}
+
+impl WriterHandle {
+    /// Runs `work` in the next group commit and returns its result once it is durable.
+    pub async fn write<R, F>(&self, work: F) -> Result<R, Error>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut WriteTables<'_>) -> Result<(R, bool), Error> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let job = Box::new(TypedJob { work: Some(work), result: None, reply });
+        let stopped = || Error::Unavailable { reason: "the writer thread has stopped".to_string() };
+        self.jobs.send(job).await.map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+}
+
+/// Owns the writer thread. Joining waits until every handle is dropped and the last
+/// batch is committed, so the database closes cleanly.
+#[derive(Debug)]
+pub struct WriterGuard {
+    thread: Option<JoinHandle<()>>,
+}
+
+impl WriterGuard {
+    pub fn join(mut self) {
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!("the store writer thread panicked");
+            }
+        }
+    }
+}
+
+/// Creates the tables on first open and returns the next free sequence number.
+pub fn initialize(db: &Database) -> Result<u64, Error> {
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate)?;
+    let next_seq = {
+        let mut meta = txn.open_table(tables::META)?;
+        let layout = meta.get(META_LAYOUT)?.map(|v| v.value());
+        match layout {
+            None => {
+                meta.insert(META_LAYOUT, LAYOUT_V1)?;
+            }
+            Some(LAYOUT_V1) => {}
+            Some(other) => {
+                return Err(Error::Corrupt {
+                    kind: "meta",
+                    reason: format!("file layout {other} is newer than this build understands ({LAYOUT_V1})"),
+                });
+            }
+        }
+        // Creating every table up front lets readers open them without special cases.
+        let tables = WriteTables::open(&txn, 0, 0)?;
+        let last = tables.extractions.last()?.map(|(k, _)| k.value());
+        last.map_or(1, |seq| seq + 1)
+    };
+    txn.commit()?;
+    Ok(next_seq)
+}
+
+pub fn spawn(db: Arc<Database>, next_seq: u64) -> Result<(WriterHandle, WriterGuard), Error> {
+    let (jobs, queue) = mpsc::channel(QUEUE_DEPTH);
+    let thread = std::thread::Builder::new()
+        .name("store-writer".to_string())
+        .spawn(move || run(&db, queue, next_seq))
+        .map_err(|e| Error::Unavailable { reason: format!("cannot start the writer thread: {e}") })?;
+    Ok((WriterHandle { jobs }, WriterGuard { thread: Some(thread) }))
+}
+
+fn run(db: &Database, mut queue: mpsc::Receiver<Box<dyn Job>>, mut next_seq: u64) {
+    let mut halted: Option<String> = None;
+    let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = queue.blocking_recv() {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        if let Some(reason) = &halted {
+            let refusal = Error::Unavailable { reason: reason.clone() };
+            batch.drain(..).for_each(|job| job.finish(Err(&refusal)));
+            continue;
+        }
+        match commit_batch(db, &mut batch, next_seq) {
+            Ok(advanced) => {
+                next_seq = advanced;
+                batch.drain(..).for_each(|job| job.finish(Ok(())));
+            }
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), jobs = batch.len(), "write batch aborted");
+                if e.is_fatal() {
+                    halted = Some(format!("a storage error stopped the writer ({e}); restart commitpoint"));
+                }
+                batch.drain(..).for_each(|job| job.finish(Err(&e)));
+            }
+        }
+    }
+}
+
+/// Applies every job in one transaction. Returns the next free sequence number.
+fn commit_batch(db: &Database, batch: &mut [Box<dyn Job>], next_seq: u64) -> Result<u64, Error> {
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate)?;
+    let mut tables = WriteTables::open(&txn, clock::now_ms(), next_seq)?;
+    let mut wrote = false;
+    for job in batch.iter_mut() {
+        wrote |= job.apply(&mut tables)?;
+    }
+    let advanced = tables.next_seq;
+    drop(tables);
+    if wrote {
+        txn.commit()?;
+        Ok(advanced)
+    } else {
+        txn.abort()?;
+        Ok(next_seq)
+    }
+}
