@@ -190,7 +190,10 @@ mod tests {
         // A change here means every stored identity changes: that is a format break.
         let got = id("acme", "PR-1", "fn main() {}", "code-review@1").to_hex();
         assert_eq!(got.len(), 64);
-        assert_eq!(got, include_str!("../tests/fixtures/identity_v1.txt").trim());
+        assert_eq!(
+            got,
+            include_str!("../tests/fixtures/identity_v1.txt").trim()
+        );
     }
 
     #[test]
@@ -207,7 +210,10 @@ mod tests {
         let a = id("t", "s", "c", "x@1");
         let b = id("t", "s", "c2", "x@1");
         let ident = r#"["R1","src/a.rs",3]"#;
-        assert_ne!(FindingKey::compute(&a, ident), FindingKey::compute(&b, ident));
+        assert_ne!(
+            FindingKey::compute(&a, ident),
+            FindingKey::compute(&b, ident)
+        );
         assert_ne!(
             FindingKey::compute(&a, ident),
             FindingKey::compute(&a, r#"["R1","src/a.rs",4]"#)

@@ -131,12 +131,17 @@ pub enum Outcome {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TransitionError {
-    #[error("the lease token is not the current lease of this extraction (another worker holds or took over the work)")]
+    #[error(
+        "the lease token is not the current lease of this extraction (another worker holds or took over the work)"
+    )]
     StaleLease,
     #[error("the extraction is claimed by another worker until its lease expires")]
     LeaseHeld { expires_at_ms: u64 },
     #[error("cannot {event} an extraction that is {from}")]
-    Illegal { from: &'static str, event: &'static str },
+    Illegal {
+        from: &'static str,
+        event: &'static str,
+    },
 }
 
 /// The single transition function. Pure: no I/O, no clock (time comes in as `now_ms`).
@@ -148,37 +153,86 @@ pub fn apply(state: &State, event: Event, now_ms: u64) -> Result<Outcome, Transi
         event: event.name(),
     };
     match (state, event) {
-        (S::Pending, E::Claim { worker, lease_token, expires_at_ms }) => Ok(claimed(worker, lease_token, expires_at_ms)),
-        (S::Claimed { expires_at_ms: held, .. }, E::Claim { worker, lease_token, expires_at_ms }) => {
+        (
+            S::Pending,
+            E::Claim {
+                worker,
+                lease_token,
+                expires_at_ms,
+            },
+        ) => Ok(claimed(worker, lease_token, expires_at_ms)),
+        (
+            S::Claimed {
+                expires_at_ms: held,
+                ..
+            },
+            E::Claim {
+                worker,
+                lease_token,
+                expires_at_ms,
+            },
+        ) => {
             if *held > now_ms {
-                Err(TransitionError::LeaseHeld { expires_at_ms: *held })
+                Err(TransitionError::LeaseHeld {
+                    expires_at_ms: *held,
+                })
             } else {
                 Ok(claimed(worker, lease_token, expires_at_ms))
             }
         }
         // The fencing token decides, not the clock: a worker whose lease ran out may still
         // finish as long as nobody took the work over (its token is still current).
-        (S::Claimed { lease_token: current, .. }, E::ValidResult { lease_token }) => {
+        (
+            S::Claimed {
+                lease_token: current,
+                ..
+            },
+            E::ValidResult { lease_token },
+        ) => {
             fenced(current, &lease_token)?;
             Ok(Outcome::Changed(S::Committed { at_ms: now_ms }))
         }
-        (S::Claimed { lease_token: current, .. }, E::InvalidResult { lease_token, reason }) => {
+        (
+            S::Claimed {
+                lease_token: current,
+                ..
+            },
+            E::InvalidResult {
+                lease_token,
+                reason,
+            },
+        ) => {
             fenced(current, &lease_token)?;
-            Ok(Outcome::Changed(S::Failed { class: FailureClass::Validation, reason }))
+            Ok(Outcome::Changed(S::Failed {
+                class: FailureClass::Validation,
+                reason,
+            }))
         }
-        (S::Committed { .. }, E::ValidResult { .. } | E::InvalidResult { .. }) => Ok(Outcome::Replay),
-        (S::Pending, E::ValidResult { .. } | E::InvalidResult { .. }) => Err(TransitionError::StaleLease),
+        (S::Committed { .. }, E::ValidResult { .. } | E::InvalidResult { .. }) => {
+            Ok(Outcome::Replay)
+        }
+        (S::Pending, E::ValidResult { .. } | E::InvalidResult { .. }) => {
+            Err(TransitionError::StaleLease)
+        }
         (S::Failed { .. }, E::Retry) => Ok(Outcome::Changed(S::Pending)),
         (_, event) => Err(illegal(&event)),
     }
 }
 
 fn claimed(worker: String, lease_token: String, expires_at_ms: u64) -> Outcome {
-    Outcome::Changed(State::Claimed { worker, lease_token, expires_at_ms })
+    Outcome::Changed(State::Claimed {
+        worker,
+        lease_token,
+        expires_at_ms,
+    })
 }
 
 fn fenced(current: &str, presented: &str) -> Result<(), TransitionError> {
-    if current == presented { Ok(()) } else { Err(TransitionError::StaleLease) }
+    if current == presented {
+        Ok(())
+    } else {
+        Err(TransitionError::StaleLease)
+    }
 }
 
 #[cfg(test)]
@@ -188,19 +242,35 @@ mod tests {
     use super::*;
 
     fn claimed_by(token: &str, expires: u64) -> State {
-        State::Claimed { worker: "w".into(), lease_token: token.into(), expires_at_ms: expires }
+        State::Claimed {
+            worker: "w".into(),
+            lease_token: token.into(),
+            expires_at_ms: expires,
+        }
     }
     fn claim(token: &str, expires: u64) -> Event {
-        Event::Claim { worker: "w".into(), lease_token: token.into(), expires_at_ms: expires }
+        Event::Claim {
+            worker: "w".into(),
+            lease_token: token.into(),
+            expires_at_ms: expires,
+        }
     }
     fn valid(token: &str) -> Event {
-        Event::ValidResult { lease_token: token.into() }
+        Event::ValidResult {
+            lease_token: token.into(),
+        }
     }
     fn invalid(token: &str) -> Event {
-        Event::InvalidResult { lease_token: token.into(), reason: "bad".into() }
+        Event::InvalidResult {
+            lease_token: token.into(),
+            reason: "bad".into(),
+        }
     }
     fn failed() -> State {
-        State::Failed { class: FailureClass::Validation, reason: "bad".into() }
+        State::Failed {
+            class: FailureClass::Validation,
+            reason: "bad".into(),
+        }
     }
 
     #[test]
@@ -208,22 +278,78 @@ mod tests {
         let now = 100;
         let illegal = |from, event| Err(TransitionError::Illegal { from, event });
         let rows: Vec<(State, Event, Result<Outcome, TransitionError>)> = vec![
-            (State::Pending, claim("a", 200), Ok(Outcome::Changed(claimed_by("a", 200)))),
+            (
+                State::Pending,
+                claim("a", 200),
+                Ok(Outcome::Changed(claimed_by("a", 200))),
+            ),
             (State::Pending, valid("a"), Err(TransitionError::StaleLease)),
-            (State::Pending, invalid("a"), Err(TransitionError::StaleLease)),
+            (
+                State::Pending,
+                invalid("a"),
+                Err(TransitionError::StaleLease),
+            ),
             (State::Pending, Event::Retry, illegal("pending", "retry")),
-            (claimed_by("a", 200), claim("b", 300), Err(TransitionError::LeaseHeld { expires_at_ms: 200 })),
-            (claimed_by("a", 50), claim("b", 300), Ok(Outcome::Changed(claimed_by("b", 300)))),
-            (claimed_by("a", 200), valid("a"), Ok(Outcome::Changed(State::Committed { at_ms: now }))),
-            (claimed_by("a", 50), valid("a"), Ok(Outcome::Changed(State::Committed { at_ms: now }))),
-            (claimed_by("a", 200), valid("b"), Err(TransitionError::StaleLease)),
-            (claimed_by("a", 200), invalid("a"), Ok(Outcome::Changed(failed()))),
-            (claimed_by("a", 200), invalid("b"), Err(TransitionError::StaleLease)),
-            (claimed_by("a", 200), Event::Retry, illegal("claimed", "retry")),
-            (State::Committed { at_ms: 1 }, valid("a"), Ok(Outcome::Replay)),
-            (State::Committed { at_ms: 1 }, invalid("z"), Ok(Outcome::Replay)),
-            (State::Committed { at_ms: 1 }, claim("b", 300), illegal("committed", "claim")),
-            (State::Committed { at_ms: 1 }, Event::Retry, illegal("committed", "retry")),
+            (
+                claimed_by("a", 200),
+                claim("b", 300),
+                Err(TransitionError::LeaseHeld { expires_at_ms: 200 }),
+            ),
+            (
+                claimed_by("a", 50),
+                claim("b", 300),
+                Ok(Outcome::Changed(claimed_by("b", 300))),
+            ),
+            (
+                claimed_by("a", 200),
+                valid("a"),
+                Ok(Outcome::Changed(State::Committed { at_ms: now })),
+            ),
+            (
+                claimed_by("a", 50),
+                valid("a"),
+                Ok(Outcome::Changed(State::Committed { at_ms: now })),
+            ),
+            (
+                claimed_by("a", 200),
+                valid("b"),
+                Err(TransitionError::StaleLease),
+            ),
+            (
+                claimed_by("a", 200),
+                invalid("a"),
+                Ok(Outcome::Changed(failed())),
+            ),
+            (
+                claimed_by("a", 200),
+                invalid("b"),
+                Err(TransitionError::StaleLease),
+            ),
+            (
+                claimed_by("a", 200),
+                Event::Retry,
+                illegal("claimed", "retry"),
+            ),
+            (
+                State::Committed { at_ms: 1 },
+                valid("a"),
+                Ok(Outcome::Replay),
+            ),
+            (
+                State::Committed { at_ms: 1 },
+                invalid("z"),
+                Ok(Outcome::Replay),
+            ),
+            (
+                State::Committed { at_ms: 1 },
+                claim("b", 300),
+                illegal("committed", "claim"),
+            ),
+            (
+                State::Committed { at_ms: 1 },
+                Event::Retry,
+                illegal("committed", "retry"),
+            ),
             (failed(), Event::Retry, Ok(Outcome::Changed(State::Pending))),
             (failed(), claim("b", 300), illegal("failed", "claim")),
             (failed(), valid("a"), illegal("failed", "result")),

@@ -24,7 +24,9 @@ const MAX_REPORTED_ISSUES: usize = 32;
 pub enum Error {
     #[error("unknown schema {0:?}: register it with --schema-dir (file `<name>@<version>.json`)")]
     Unknown(String),
-    #[error("schema name {0:?} must look like `name@version` (name of [a-z0-9._-], version a positive integer)")]
+    #[error(
+        "schema name {0:?} must look like `name@version` (name of [a-z0-9._-], version a positive integer)"
+    )]
     BadName(String),
     #[error("{path}: cannot read schema file")]
     Read {
@@ -80,7 +82,11 @@ impl Schema {
         let findings_pointer = match document.get(FINDINGS_KEY) {
             None => DEFAULT_FINDINGS_POINTER.to_string(),
             Some(Value::String(p)) if p.is_empty() || p.starts_with('/') => p.clone(),
-            Some(_) => return Err(invalid(format!("`{FINDINGS_KEY}` must be a JSON Pointer string"))),
+            Some(_) => {
+                return Err(invalid(format!(
+                    "`{FINDINGS_KEY}` must be a JSON Pointer string"
+                )));
+            }
         };
         let validator = jsonschema::draft202012::new(document)
             .map_err(|e| invalid(format!("not a valid JSON Schema 2020-12 document: {e}")))?;
@@ -130,7 +136,11 @@ impl Schema {
                 }),
             }
         }
-        if issues.is_empty() { Ok(findings) } else { Err(issues) }
+        if issues.is_empty() {
+            Ok(findings)
+        } else {
+            Err(issues)
+        }
     }
 
     /// Canonical JSON of the identifying fields, as an array in declared order.
@@ -151,7 +161,11 @@ fn parse_pointer_list(value: Option<&Value>) -> Option<Vec<String>> {
     let items = value?.as_array()?;
     let pointers: Vec<String> = items
         .iter()
-        .filter_map(|v| v.as_str().filter(|p| p.starts_with('/')).map(str::to_string))
+        .filter_map(|v| {
+            v.as_str()
+                .filter(|p| p.starts_with('/'))
+                .map(str::to_string)
+        })
         .collect();
     (!pointers.is_empty() && pointers.len() == items.len()).then_some(pointers)
 }
@@ -165,7 +179,11 @@ fn check_name(name: &str) -> Result<(), Error> {
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
     let version_ok = version.parse::<u32>().is_ok_and(|v| v > 0) && !version.starts_with('0');
-    if base_ok && version_ok { Ok(()) } else { Err(bad()) }
+    if base_ok && version_ok {
+        Ok(())
+    } else {
+        Err(bad())
+    }
 }
 
 /// All schemas known to this process, immutable after start.
@@ -296,8 +314,12 @@ mod tests {
     #[test]
     fn reworded_summary_keeps_the_identity() {
         let schema = Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap();
-        let a = schema.validate(&json!({"findings": [finding("R1", 3, "one")]})).unwrap();
-        let b = schema.validate(&json!({"findings": [finding("R1", 3, "two")]})).unwrap();
+        let a = schema
+            .validate(&json!({"findings": [finding("R1", 3, "one")]}))
+            .unwrap();
+        let b = schema
+            .validate(&json!({"findings": [finding("R1", 3, "two")]}))
+            .unwrap();
         assert_eq!(a[0].canonical_identity, b[0].canonical_identity);
     }
 
@@ -345,7 +367,14 @@ mod tests {
         let missing = schema.validate(&json!({"findings": [{"text": "…"}]}));
         assert_eq!(missing.unwrap_err()[0].path, "/findings/0/category");
 
-        std::fs::write(dir.path().join("bad@1.json"), json!({"type": "object"}).to_string()).unwrap();
-        assert!(matches!(Registry::load(Some(dir.path())), Err(Error::Invalid { .. })));
+        std::fs::write(
+            dir.path().join("bad@1.json"),
+            json!({"type": "object"}).to_string(),
+        )
+        .unwrap();
+        assert!(matches!(
+            Registry::load(Some(dir.path())),
+            Err(Error::Invalid { .. })
+        ));
     }
 }

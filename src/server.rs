@@ -51,7 +51,10 @@ impl Server {
     pub async fn start(options: &ServeOptions) -> Result<Server, Error> {
         let listener = TcpListener::bind(options.listen)
             .await
-            .map_err(|source| Error::Bind { addr: options.listen, source })?;
+            .map_err(|source| Error::Bind {
+                addr: options.listen,
+                source,
+            })?;
         let addr = listener.local_addr().map_err(Error::Serve)?;
         let schema_dir = options.schema_dir.clone();
         let registry = tokio::task::spawn_blocking(move || Registry::load(schema_dir.as_deref()))
@@ -71,7 +74,13 @@ impl Server {
                 .await
         });
         tracing::info!(%addr, data_dir = %options.data_dir.display(), "commitpoint is serving");
-        Ok(Server { addr, data_dir: options.data_dir.clone(), stop: Some(stop), task, writer })
+        Ok(Server {
+            addr,
+            data_dir: options.data_dir.clone(),
+            stop: Some(stop),
+            task,
+            writer,
+        })
     }
 
     pub fn addr(&self) -> SocketAddr {

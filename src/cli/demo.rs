@@ -2,4 +2,6 @@
 use std::process::ExitCode;
 #[derive(Debug, clap::Args)]
 pub struct Args {}
-pub async fn run(_args: Args) -> anyhow::Result<ExitCode> { Ok(ExitCode::SUCCESS) }
+pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
+    Ok(ExitCode::SUCCESS)
+}

@@ -3,14 +3,13 @@
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::StatusCode;
-use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 use crate::identity::ExtractionId;
 
-/// A JSON body parsed with serde_json: syntax errors (including invalid UTF-8) are 400,
+/// A JSON body parsed with serde_json whatever the Content-Type (so `curl -d` works): syntax errors (including invalid UTF-8) are 400,
 /// well-formed JSON of the wrong shape is 422, an oversized body is 413.
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
@@ -19,29 +18,24 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        if let Some(kind) = req.headers().get(CONTENT_TYPE) {
-            let is_json = kind.to_str().is_ok_and(|k| {
-                let mime = k.split(';').next().unwrap_or("").trim();
-                mime.eq_ignore_ascii_case("application/json") || mime.to_ascii_lowercase().ends_with("+json")
-            });
-            if !is_json {
-                return Err(ApiError::new(
-                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                    "unsupported_media_type",
-                    "send the body as application/json",
-                ));
-            }
-        }
         let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "the request body exceeds the configured limit (--max-body-bytes)")
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "payload_too_large",
+                    "the request body exceeds the configured limit (--max-body-bytes)",
+                )
             } else {
                 ApiError::bad_request("unreadable_body", rejection.body_text())
             }
         })?;
         serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
             if e.is_data() {
-                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", e.to_string())
+                ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid_input",
+                    e.to_string(),
+                )
             } else {
                 ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}"))
             }

@@ -12,7 +12,11 @@ pub fn extraction(r: &ExtractionRecord) -> Value {
         _ => (Value::Null, Value::Null),
     };
     let (worker, lease_expires_at) = match &r.state {
-        State::Claimed { worker, expires_at_ms, .. } => (json!(worker), json!(format_ms(*expires_at_ms))),
+        State::Claimed {
+            worker,
+            expires_at_ms,
+            ..
+        } => (json!(worker), json!(format_ms(*expires_at_ms))),
         _ => (Value::Null, Value::Null),
     };
     let committed_at = match r.state {

@@ -21,9 +21,11 @@ fn config() -> bincode::config::Configuration {
 
 pub fn encode<T: Versioned>(value: &T) -> Result<Vec<u8>, Error> {
     let mut out = vec![T::VERSION];
-    bincode::serde::encode_into_std_write(value, &mut out, config()).map_err(|e| Error::Encode {
-        kind: T::KIND,
-        reason: e.to_string(),
+    bincode::serde::encode_into_std_write(value, &mut out, config()).map_err(|e| {
+        Error::Encode {
+            kind: T::KIND,
+            reason: e.to_string(),
+        }
     })?;
     Ok(out)
 }
@@ -42,8 +44,8 @@ pub fn decode<T: Versioned>(bytes: &[u8]) -> Result<T, Error> {
             T::VERSION
         )));
     }
-    let (value, used) = bincode::serde::decode_from_slice(body, config())
-        .map_err(|e| corrupt(e.to_string()))?;
+    let (value, used) =
+        bincode::serde::decode_from_slice(body, config()).map_err(|e| corrupt(e.to_string()))?;
     if used != body.len() {
         return Err(corrupt(format!("{} trailing bytes", body.len() - used)));
     }

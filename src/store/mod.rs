@@ -18,7 +18,9 @@ use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase};
 
-pub use ops::{ClaimRequest, Grant, IntakeOutcome, PostOutcome, PostResult, RetryOutcome, Submission};
+pub use ops::{
+    ClaimRequest, Grant, IntakeOutcome, PostOutcome, PostResult, RetryOutcome, Submission,
+};
 pub use read::{ListFilter, ListPage};
 pub use records::{ExtractionRecord, FindingRecord, NewExtraction, ResultRecord, Usage};
 pub use verify::{Report, verify_file};
@@ -94,7 +96,10 @@ impl Store {
             source,
         })?;
         let path = data_dir.join(FILE_NAME);
-        let db = Database::create(&path).map_err(|source| Error::Open { path: path.clone(), source })?;
+        let db = Database::create(&path).map_err(|source| Error::Open {
+            path: path.clone(),
+            source,
+        })?;
         let db = Arc::new(db);
         let next_seq = writer::initialize(&db)?;
         let (writer, guard) = writer::spawn(Arc::clone(&db), next_seq)?;

@@ -6,7 +6,9 @@ use redb::ReadableTable;
 use serde_json::Value;
 
 use super::codec::{decode, encode};
-use super::records::{ExtractionRecord, FindingRecord, NewExtraction, ResultRecord, StoredContent, Usage};
+use super::records::{
+    ExtractionRecord, FindingRecord, NewExtraction, ResultRecord, StoredContent, Usage,
+};
 use super::writer::WriteTables;
 use super::{Error, Store};
 use crate::identity::{ExtractionId, FindingKey};
@@ -66,7 +68,7 @@ pub enum PostOutcome {
 
 #[derive(Debug, Clone)]
 pub enum RetryOutcome {
-    Retried(ExtractionRecord),
+    Retried(Box<ExtractionRecord>),
     NotFound,
     Rejected(TransitionError),
 }
@@ -93,7 +95,13 @@ impl Store {
 fn intake(t: &mut WriteTables<'_>, new: NewExtraction) -> Result<(IntakeOutcome, bool), Error> {
     if let Some(seq) = t.identity.get(new.id.as_bytes())?.map(|v| v.value()) {
         let record = load(t, seq)?;
-        return Ok((IntakeOutcome { created: false, record }, false));
+        return Ok((
+            IntakeOutcome {
+                created: false,
+                record,
+            },
+            false,
+        ));
     }
     let seq = t.allocate_seq();
     let record = ExtractionRecord {
@@ -116,9 +124,16 @@ fn intake(t: &mut WriteTables<'_>, new: NewExtraction) -> Result<(IntakeOutcome,
     t.identity.insert(record.id.as_bytes(), seq)?;
     t.extractions.insert(seq, record_bytes.as_slice())?;
     t.contents.insert(seq, content_bytes.as_slice())?;
-    t.state_index.insert((record.state.name().code(), seq), ())?;
+    t.state_index
+        .insert((record.state.name().code(), seq), ())?;
     t.tenant_index.insert((record.tenant.as_str(), seq), ())?;
-    Ok((IntakeOutcome { created: true, record }, true))
+    Ok((
+        IntakeOutcome {
+            created: true,
+            record,
+        },
+        true,
+    ))
 }
 
 fn claim(t: &mut WriteTables<'_>, request: &ClaimRequest) -> Result<(Vec<Grant>, bool), Error> {
@@ -137,20 +152,36 @@ fn claim(t: &mut WriteTables<'_>, request: &ClaimRequest) -> Result<(Vec<Grant>,
         let Ok(Outcome::Changed(next)) = lifecycle::apply(&record.state, event, t.now_ms) else {
             continue;
         };
-        let content = decode::<StoredContent>(&required(t.contents.get(record.seq)?, "content", record.seq)?)?.text;
+        let content = decode::<StoredContent>(&required(
+            t.contents.get(record.seq)?,
+            "content",
+            record.seq,
+        )?)?
+        .text;
         record.claims += 1;
         transition(t, &mut record, next)?;
-        grants.push(Grant { record, content, lease_token, lease_expires_at_ms: expires_at_ms });
+        grants.push(Grant {
+            record,
+            content,
+            lease_token,
+            lease_expires_at_ms: expires_at_ms,
+        });
     }
     let wrote = !grants.is_empty();
     Ok((grants, wrote))
 }
 
 /// Expired leases first (their work has waited longest), then pending work in intake order.
-fn claim_candidates(t: &WriteTables<'_>, request: &ClaimRequest) -> Result<Vec<ExtractionRecord>, Error> {
+fn claim_candidates(
+    t: &WriteTables<'_>,
+    request: &ClaimRequest,
+) -> Result<Vec<ExtractionRecord>, Error> {
     let mut picked = Vec::new();
     let wanted = |r: &ExtractionRecord| request.schema.as_ref().is_none_or(|s| *s == r.schema);
-    for entry in t.lease_index.range((0, 0)..(t.now_ms.saturating_add(1), 0))? {
+    for entry in t
+        .lease_index
+        .range((0, 0)..(t.now_ms.saturating_add(1), 0))?
+    {
         if picked.len() >= request.limit {
             return Ok(picked);
         }
@@ -182,7 +213,9 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
         _ => String::new(),
     };
     let event = match &post.submission {
-        Submission::Valid { .. } => Event::ValidResult { lease_token: post.lease_token.clone() },
+        Submission::Valid { .. } => Event::ValidResult {
+            lease_token: post.lease_token.clone(),
+        },
         Submission::Invalid { reason } => Event::InvalidResult {
             lease_token: post.lease_token.clone(),
             reason: reason.clone(),
@@ -197,7 +230,14 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
         Err(e) => return Ok((PostOutcome::Rejected(e), false)),
     };
     let outcome = match (&next, post.submission) {
-        (State::Committed { .. }, Submission::Valid { findings, output, usage }) => {
+        (
+            State::Committed { .. },
+            Submission::Valid {
+                findings,
+                output,
+                usage,
+            },
+        ) => {
             let result = ResultRecord {
                 output_json: output.to_string(),
                 worker,
@@ -209,7 +249,9 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
             t.results.insert(seq, encode(&result)?.as_slice())?;
             PostOutcome::Committed { findings: written }
         }
-        (State::Failed { reason, .. }, _) => PostOutcome::Failed { reason: reason.clone() },
+        (State::Failed { reason, .. }, _) => PostOutcome::Failed {
+            reason: reason.clone(),
+        },
         _ => {
             return Err(Error::Corrupt {
                 kind: "lifecycle",
@@ -222,7 +264,11 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
 }
 
 /// Upserts by finding key, so an output that repeats a finding stores it once.
-fn write_findings(t: &mut WriteTables<'_>, record: &ExtractionRecord, findings: &[ValidatedFinding]) -> Result<u64, Error> {
+fn write_findings(
+    t: &mut WriteTables<'_>,
+    record: &ExtractionRecord,
+    findings: &[ValidatedFinding],
+) -> Result<u64, Error> {
     for finding in findings {
         let key = FindingKey::compute(&record.id, &finding.canonical_identity);
         let stored = FindingRecord {
@@ -231,7 +277,8 @@ fn write_findings(t: &mut WriteTables<'_>, record: &ExtractionRecord, findings: 
             body_json: finding.body.to_string(),
             committed_at_ms: t.now_ms,
         };
-        t.findings.insert((record.seq, key.as_bytes()), encode(&stored)?.as_slice())?;
+        t.findings
+            .insert((record.seq, key.as_bytes()), encode(&stored)?.as_slice())?;
     }
     count_findings(t, record.seq)
 }
@@ -245,15 +292,19 @@ fn retry(t: &mut WriteTables<'_>, id: &ExtractionId) -> Result<(RetryOutcome, bo
         Ok(Outcome::Changed(next)) => {
             record.attempt += 1;
             transition(t, &mut record, next)?;
-            Ok((RetryOutcome::Retried(record), true))
+            Ok((RetryOutcome::Retried(Box::new(record)), true))
         }
-        Ok(Outcome::Replay) => Ok((RetryOutcome::Retried(record), false)),
+        Ok(Outcome::Replay) => Ok((RetryOutcome::Retried(Box::new(record)), false)),
         Err(e) => Ok((RetryOutcome::Rejected(e), false)),
     }
 }
 
 /// Persists a new state with its index entries. The only place a record's state changes.
-fn transition(t: &mut WriteTables<'_>, record: &mut ExtractionRecord, next: State) -> Result<(), Error> {
+fn transition(
+    t: &mut WriteTables<'_>,
+    record: &mut ExtractionRecord,
+    next: State,
+) -> Result<(), Error> {
     let seq = record.seq;
     t.state_index.remove((record.state.name().code(), seq))?;
     if let State::Claimed { expires_at_ms, .. } = record.state {
@@ -279,11 +330,17 @@ fn count_findings(t: &WriteTables<'_>, seq: u64) -> Result<u64, Error> {
     Ok(t.findings.range((seq, low)..=(seq, high))?.count() as u64)
 }
 
-fn required(value: Option<redb::AccessGuard<'_, &'static [u8]>>, kind: &'static str, seq: u64) -> Result<Vec<u8>, Error> {
-    value.map(|v| v.value().to_vec()).ok_or_else(|| Error::Corrupt {
-        kind,
-        reason: format!("index points at sequence {seq}, which has no {kind} value"),
-    })
+fn required(
+    value: Option<redb::AccessGuard<'_, &'static [u8]>>,
+    kind: &'static str,
+    seq: u64,
+) -> Result<Vec<u8>, Error> {
+    value
+        .map(|v| v.value().to_vec())
+        .ok_or_else(|| Error::Corrupt {
+            kind,
+            reason: format!("index points at sequence {seq}, which has no {kind} value"),
+        })
 }
 
 /// Fencing tokens: the claim number makes them ordered for humans, the random part

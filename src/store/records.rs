@@ -102,7 +102,9 @@ mod tests {
     use crate::store::codec::{decode, encode};
 
     fn fixture(name: &str) -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/codec").join(name)
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/codec")
+            .join(name)
     }
 
     fn check_golden<T: Versioned + PartialEq + std::fmt::Debug>(name: &str, value: &T) {
@@ -146,10 +148,18 @@ mod tests {
                 expires_at_ms: 1_764_000_060_000,
             }),
         );
-        check_golden("v1_extraction_committed.bin", &record(State::Committed { at_ms: 1_764_000_001_000 }));
+        check_golden(
+            "v1_extraction_committed.bin",
+            &record(State::Committed {
+                at_ms: 1_764_000_001_000,
+            }),
+        );
         check_golden(
             "v1_extraction_failed.bin",
-            &record(State::Failed { class: FailureClass::Validation, reason: "line: 0 < 1".into() }),
+            &record(State::Failed {
+                class: FailureClass::Validation,
+                reason: "line: 0 < 1".into(),
+            }),
         );
     }
 
@@ -170,11 +180,20 @@ mod tests {
                 output_json: r#"{"findings":[]}"#.into(),
                 worker: "w".into(),
                 lease_token: "t".into(),
-                usage: Some(Usage { model: "m".into(), input_tokens: 10, output_tokens: 20 }),
+                usage: Some(Usage {
+                    model: "m".into(),
+                    input_tokens: 10,
+                    output_tokens: 20,
+                }),
                 received_at_ms: 6,
             },
         );
-        check_golden("v1_content.bin", &StoredContent { text: "fn main() {}".into() });
+        check_golden(
+            "v1_content.bin",
+            &StoredContent {
+                text: "fn main() {}".into(),
+            },
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use redb::{Database, Durability, ReadableTable, Table, WriteTransaction};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Error;
-use super::tables::{self, META_LAYOUT, LAYOUT_V1};
+use super::tables::{self, LAYOUT_V1, META_LAYOUT};
 use crate::clock;
 
 /// How many jobs may share one transaction. Bounded so one commit's latency stays small.
@@ -91,7 +91,9 @@ where
     fn finish(self: Box<Self>, commit: Result<(), &Error>) {
         let answer = match (commit, self.result) {
             (Ok(()), Some(result)) => Ok(result),
-            (Err(e), _) => Err(Error::Unavailable { reason: format!("{e:#}") }),
+            (Err(e), _) => Err(Error::Unavailable {
+                reason: format!("{e:#}"),
+            }),
             (Ok(()), None) => Err(Error::Unavailable {
                 reason: "the batch this write belonged to was aborted; retry".to_string(),
             }),
@@ -120,8 +122,14 @@ impl WriterHandle {
         F: FnOnce(&mut WriteTables<'_>) -> Result<(R, bool), Error> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        let job = Box::new(TypedJob { work: Some(work), result: None, reply });
-        let stopped = || Error::Unavailable { reason: "the writer thread has stopped".to_string() };
+        let job = Box::new(TypedJob {
+            work: Some(work),
+            result: None,
+            reply,
+        });
+        let stopped = || Error::Unavailable {
+            reason: "the writer thread has stopped".to_string(),
+        };
         self.jobs.send(job).await.map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
@@ -136,10 +144,10 @@ pub struct WriterGuard {
 
 impl WriterGuard {
     pub fn join(mut self) {
-        if let Some(thread) = self.thread.take() {
-            if thread.join().is_err() {
-                tracing::error!("the store writer thread panicked");
-            }
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("the store writer thread panicked");
         }
     }
 }
@@ -159,7 +167,9 @@ pub fn initialize(db: &Database) -> Result<u64, Error> {
             Some(other) => {
                 return Err(Error::Corrupt {
                     kind: "meta",
-                    reason: format!("file layout {other} is newer than this build understands ({LAYOUT_V1})"),
+                    reason: format!(
+                        "file layout {other} is newer than this build understands ({LAYOUT_V1})"
+                    ),
                 });
             }
         }
@@ -177,8 +187,15 @@ pub fn spawn(db: Arc<Database>, next_seq: u64) -> Result<(WriterHandle, WriterGu
     let thread = std::thread::Builder::new()
         .name("store-writer".to_string())
         .spawn(move || run(&db, queue, next_seq))
-        .map_err(|e| Error::Unavailable { reason: format!("cannot start the writer thread: {e}") })?;
-    Ok((WriterHandle { jobs }, WriterGuard { thread: Some(thread) }))
+        .map_err(|e| Error::Unavailable {
+            reason: format!("cannot start the writer thread: {e}"),
+        })?;
+    Ok((
+        WriterHandle { jobs },
+        WriterGuard {
+            thread: Some(thread),
+        },
+    ))
 }
 
 fn run(db: &Database, mut queue: mpsc::Receiver<Box<dyn Job>>, mut next_seq: u64) {
@@ -193,7 +210,9 @@ fn run(db: &Database, mut queue: mpsc::Receiver<Box<dyn Job>>, mut next_seq: u64
             }
         }
         if let Some(reason) = &halted {
-            let refusal = Error::Unavailable { reason: reason.clone() };
+            let refusal = Error::Unavailable {
+                reason: reason.clone(),
+            };
             batch.drain(..).for_each(|job| job.finish(Err(&refusal)));
             continue;
         }
@@ -205,7 +224,9 @@ fn run(db: &Database, mut queue: mpsc::Receiver<Box<dyn Job>>, mut next_seq: u64
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), jobs = batch.len(), "write batch aborted");
                 if e.is_fatal() {
-                    halted = Some(format!("a storage error stopped the writer ({e}); restart commitpoint"));
+                    halted = Some(format!(
+                        "a storage error stopped the writer ({e}); restart commitpoint"
+                    ));
                 }
                 batch.drain(..).for_each(|job| job.finish(Err(&e)));
             }
