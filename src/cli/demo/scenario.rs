@@ -1,0 +1,421 @@
+//! The demo's script, spoken over HTTP to a running server.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+use super::corpus::{self, REVISION, SOURCES, Source};
+
+const COPIES_PER_SOURCE: usize = 4;
+const SHORT_LEASE_SECONDS: u64 = 1;
+/// The source whose first model answer fails the schema.
+const CONFUSED_SOURCE: &str = "etl#9";
+
+#[derive(Debug, Default)]
+pub struct Summary {
+    failed: Vec<String>,
+}
+
+impl Summary {
+    fn check(&mut self, what: &str, ok: bool) {
+        println!("  [{}] {what}", if ok { "ok" } else { "FAILED" });
+        if !ok {
+            self.failed.push(what.to_string());
+        }
+    }
+
+    pub fn all_checks_passed(&self) -> bool {
+        self.failed.is_empty()
+    }
+}
+
+#[derive(Clone)]
+struct Api {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<(u16, Value)> {
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("request to {path} failed"))?;
+        let status = response.status().as_u16();
+        let body = response
+            .json()
+            .await
+            .with_context(|| format!("{path}: answer is not JSON"))?;
+        Ok((status, body))
+    }
+
+    async fn post(&self, path: &str, body: Value) -> anyhow::Result<(u16, Value)> {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        let (status, body) = self.call(reqwest::Method::GET, path, None).await?;
+        if status != 200 {
+            bail!("GET {path}: {status} {body}");
+        }
+        Ok(body)
+    }
+
+    async fn intake(&self, source: &Source) -> anyhow::Result<(u16, Value)> {
+        let body = json!({"tenant": source.tenant, "source_id": source.source_id, "schema": "code-review@1", "content": source.content});
+        self.post("/v1/extractions", body).await
+    }
+
+    async fn claim(
+        &self,
+        worker: &str,
+        limit: usize,
+        lease_seconds: u64,
+    ) -> anyhow::Result<Vec<Value>> {
+        let (status, body) = self
+            .post(
+                "/v1/claims",
+                json!({"worker": worker, "limit": limit, "lease_seconds": lease_seconds}),
+            )
+            .await?;
+        if status != 200 {
+            bail!("claim: {status} {body}");
+        }
+        Ok(body["claims"].as_array().cloned().unwrap_or_default())
+    }
+
+    async fn post_result(&self, claim: &Value, output: Value) -> anyhow::Result<(u16, Value)> {
+        let id = claim["extraction_id"].as_str().unwrap_or_default();
+        let body = json!({
+            "lease_token": claim["lease_token"],
+            "output": output,
+            "usage": {"model": "demo-reviewer", "input_tokens": claim["content"].as_str().map_or(0, str::len), "output_tokens": 64},
+        });
+        self.post(&format!("/v1/extractions/{id}/result"), body)
+            .await
+    }
+}
+
+fn short(id: &Value) -> String {
+    id.as_str().unwrap_or("?").chars().take(12).collect()
+}
+
+pub async fn run(base: &str) -> anyhow::Result<Summary> {
+    let api = Api {
+        base: base.to_string(),
+        http: reqwest::Client::new(),
+    };
+    let mut summary = Summary::default();
+    let ids = intake_with_duplicates(&api, &mut summary).await?;
+    let lost = worker_dies_holding_a_lease(&api).await?;
+    healthy_workers(&api, &mut summary).await?;
+    takeover_after_expiry(&api, &lost, &mut summary).await?;
+    stale_worker_posts_late(&api, &lost, &mut summary).await?;
+    report(&api, &ids, &mut summary).await?;
+    Ok(summary)
+}
+
+async fn intake_with_duplicates(
+    api: &Api,
+    summary: &mut Summary,
+) -> anyhow::Result<BTreeSet<String>> {
+    println!(
+        "== 1. intake: {} sources, each sent {COPIES_PER_SOURCE} times at once (duplicates and redeliveries) ==",
+        SOURCES.len()
+    );
+    let mut requests = tokio::task::JoinSet::new();
+    for source in SOURCES {
+        for _ in 0..COPIES_PER_SOURCE {
+            let api = api.clone();
+            requests.spawn(async move { api.intake(source).await });
+        }
+    }
+    let (mut created, mut duplicates, mut ids) = (0, 0, BTreeSet::new());
+    while let Some(answer) = requests.join_next().await {
+        let (status, body) = answer??;
+        match (status, body["created"].as_bool()) {
+            (201, Some(true)) => created += 1,
+            (200, Some(false)) => duplicates += 1,
+            _ => bail!("intake: unexpected answer {status} {body}"),
+        }
+        ids.insert(
+            body["extraction_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
+    }
+    println!(
+        "  {} requests → {created} created, {duplicates} acknowledged as duplicates",
+        SOURCES.len() * COPIES_PER_SOURCE
+    );
+    summary.check(
+        "one extraction per identity (one `created:true` each)",
+        created == SOURCES.len() && ids.len() == SOURCES.len(),
+    );
+    let (status, body) = api.intake(&REVISION).await?;
+    println!(
+        "  a new revision of {} → {status}, a new extraction {}",
+        REVISION.source_id,
+        short(&body["extraction_id"])
+    );
+    summary.check(
+        "changed content under the same source_id is a new extraction",
+        status == 201,
+    );
+    ids.insert(
+        body["extraction_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    );
+    Ok(ids)
+}
+
+async fn worker_dies_holding_a_lease(api: &Api) -> anyhow::Result<Vec<Value>> {
+    println!(
+        "\n== 2. worker-lost claims 2 extractions with a {SHORT_LEASE_SECONDS}s lease, then goes silent =="
+    );
+    let lost = api.claim("worker-lost", 2, SHORT_LEASE_SECONDS).await?;
+    for claim in &lost {
+        println!(
+            "  worker-lost holds {} ({})",
+            short(&claim["extraction_id"]),
+            claim["source_id"].as_str().unwrap_or("?")
+        );
+    }
+    Ok(lost)
+}
+
+async fn healthy_workers(api: &Api, summary: &mut Summary) -> anyhow::Result<()> {
+    println!("\n== 3. worker-a claims the rest and posts model output ==");
+    let claims = api.claim("worker-a", 100, 30).await?;
+    summary.check(
+        "leased work is not handed out twice",
+        claims.len() == SOURCES.len() + 1 - 2,
+    );
+    for claim in &claims {
+        let source_id = claim["source_id"].as_str().unwrap_or_default();
+        if source_id == CONFUSED_SOURCE {
+            let (status, body) = api
+                .post_result(claim, corpus::broken_review(source_id))
+                .await?;
+            println!(
+                "  {source_id}: the model's answer fails the schema → {status} {}",
+                body["error"]["code"]
+            );
+            summary.check(
+                "schema-violating output is rejected with 422 and marks the extraction failed",
+                status == 422,
+            );
+            let id = claim["extraction_id"].as_str().unwrap_or_default();
+            let (status, body) = api
+                .post(&format!("/v1/extractions/{id}/retry"), json!({}))
+                .await?;
+            println!(
+                "  operator retries it → {status}, state {}, attempts {}",
+                body["state"], body["attempts"]
+            );
+            summary.check(
+                "retry moves a failed extraction back to pending",
+                status == 200 && body["state"] == "pending",
+            );
+            continue;
+        }
+        let output = corpus::review(source_id, claim["content"].as_str().unwrap_or_default());
+        let (status, body) = api.post_result(claim, output.clone()).await?;
+        println!(
+            "  {source_id}: committed {} findings (replay: {})",
+            body["findings"], body["replay"]
+        );
+        if source_id == "payments#102" {
+            let (again, body) = api.post_result(claim, output).await?;
+            println!(
+                "  {source_id}: the same result posted again (a retried HTTP call) → {again}, replay: {}",
+                body["replay"]
+            );
+            summary.check(
+                "a re-posted result is a replay",
+                again == 200 && body["replay"] == true,
+            );
+        }
+        if status != 200 {
+            bail!("{source_id}: commit failed: {status} {body}");
+        }
+    }
+    Ok(())
+}
+
+async fn takeover_after_expiry(
+    api: &Api,
+    lost: &[Value],
+    summary: &mut Summary,
+) -> anyhow::Result<()> {
+    println!(
+        "\n== 4. the lease runs out; worker-b takes over the lost work and the retried one =="
+    );
+    tokio::time::sleep(Duration::from_millis(SHORT_LEASE_SECONDS * 1000 + 200)).await;
+    let claims = api.claim("worker-b", 100, 30).await?;
+    let lost_ids: BTreeSet<&str> = lost
+        .iter()
+        .filter_map(|c| c["extraction_id"].as_str())
+        .collect();
+    let taken: BTreeSet<&str> = claims
+        .iter()
+        .filter_map(|c| c["extraction_id"].as_str())
+        .collect();
+    summary.check(
+        "expired leases are handed to another worker with a new token",
+        lost_ids.is_subset(&taken),
+    );
+    for claim in &claims {
+        let source_id = claim["source_id"].as_str().unwrap_or_default();
+        let output = corpus::review(source_id, claim["content"].as_str().unwrap_or_default());
+        let (status, body) = api.post_result(claim, output).await?;
+        println!(
+            "  worker-b: {source_id} → {status}, {} findings",
+            body["findings"]
+        );
+    }
+    Ok(())
+}
+
+async fn stale_worker_posts_late(
+    api: &Api,
+    lost: &[Value],
+    summary: &mut Summary,
+) -> anyhow::Result<()> {
+    println!(
+        "\n== 5. worker-lost wakes up and posts its (different) answers with its old lease tokens =="
+    );
+    for claim in lost {
+        let id = claim["extraction_id"].as_str().unwrap_or_default();
+        let before = api.get(&format!("/v1/extractions/{id}/findings")).await?;
+        let stale_output = json!({"findings": [{"rule": "late", "severity": "low", "file": "x", "line": 1, "summary": "late"}]});
+        let (status, body) = api.post_result(claim, stale_output).await?;
+        let after = api.get(&format!("/v1/extractions/{id}/findings")).await?;
+        println!(
+            "  {} → {status}, replay: {} (findings unchanged: {})",
+            short(&claim["extraction_id"]),
+            body["replay"],
+            before == after
+        );
+        summary.check(
+            "a late post after takeover is a replay and changes nothing",
+            status == 200 && body["replay"] == true && before == after,
+        );
+    }
+    Ok(())
+}
+
+async fn report(api: &Api, ids: &BTreeSet<String>, summary: &mut Summary) -> anyhow::Result<()> {
+    println!("\n== 6. what is committed ==");
+    println!(
+        "  {:<8} {:<14} {:<12} {:<10} {:>8} {:>6} {:>8}",
+        "tenant", "source_id", "extraction", "state", "attempts", "claims", "findings"
+    );
+    let mut states: BTreeMap<String, usize> = BTreeMap::new();
+    let mut expected_findings_ok = true;
+    let mut richest: (usize, String) = (0, String::new());
+    for tenant in ["acme", "globex"] {
+        let page = api
+            .get(&format!("/v1/extractions?tenant={tenant}&limit=100"))
+            .await?;
+        for record in page["extractions"].as_array().cloned().unwrap_or_default() {
+            let id = record["extraction_id"].as_str().unwrap_or_default();
+            let findings = api.get(&format!("/v1/extractions/{id}/findings")).await?;
+            let count = findings["findings"].as_array().map_or(0, Vec::len);
+            if count > richest.0 {
+                richest = (count, id.to_string());
+            }
+            *states
+                .entry(record["state"].as_str().unwrap_or("?").to_string())
+                .or_default() += 1;
+            let source_id = record["source_id"].as_str().unwrap_or_default();
+            let content = SOURCES.iter().chain([&REVISION]).find(|s| {
+                s.source_id == source_id
+                    && crate::identity::SourceHash::compute(s.content.as_bytes(), "code-review@1")
+                        .to_hex()
+                        == record["source_hash"]
+            });
+            let expected = content.map_or(usize::MAX, |s| distinct_findings(source_id, s.content));
+            expected_findings_ok &= expected == count;
+            println!(
+                "  {:<8} {:<14} {:<12} {:<10} {:>8} {:>6} {:>8}",
+                tenant,
+                source_id,
+                short(&record["extraction_id"]),
+                record["state"].as_str().unwrap_or("?"),
+                record["attempts"].as_u64().unwrap_or(0),
+                record["claims"].as_u64().unwrap_or(0),
+                count
+            );
+        }
+    }
+    let total: usize = states.values().sum();
+    summary.check(
+        "every identity has exactly one extraction",
+        total == ids.len(),
+    );
+    summary.check(
+        "every extraction is committed",
+        states.get("committed") == Some(&total),
+    );
+    summary.check(
+        "each extraction holds exactly the model's findings (upserted by finding key)",
+        expected_findings_ok,
+    );
+    let late = redeliver_everything(api).await?;
+    summary.check(
+        "a redelivery after commit returns the committed extraction, creating nothing",
+        late,
+    );
+    let id = richest.1;
+    if !id.is_empty() {
+        let findings = api.get(&format!("/v1/extractions/{id}/findings")).await?;
+        let shown: String = id.chars().take(12).collect();
+        println!(
+            "\n  findings of {shown}…:\n{}",
+            serde_json::to_string_pretty(&findings["findings"]).unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+/// A queue that redelivers every message once more, long after the work was done.
+async fn redeliver_everything(api: &Api) -> anyhow::Result<bool> {
+    let mut all_known_and_committed = true;
+    for source in SOURCES.iter().chain([&REVISION]) {
+        let (status, body) = api.intake(source).await?;
+        all_known_and_committed &=
+            status == 200 && body["created"] == false && body["state"] == "committed";
+    }
+    println!(
+        "\n  every source redelivered once more → all acknowledged as existing and committed: {all_known_and_committed}"
+    );
+    Ok(all_known_and_committed)
+}
+
+fn distinct_findings(source_id: &str, content: &str) -> usize {
+    let review = corpus::review(source_id, content);
+    let keys: BTreeSet<String> = review["findings"]
+        .as_array()
+        .map(|f| {
+            f.iter()
+                .map(|f| format!("{}|{}|{}", f["rule"], f["file"], f["line"]))
+                .collect()
+        })
+        .unwrap_or_default();
+    keys.len()
+}
