@@ -21,4 +21,5 @@ pub mod lifecycle;
 pub mod schema;
 pub mod server;
 pub mod service;
+pub mod simulator;
 pub mod store;

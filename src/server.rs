@@ -66,6 +66,12 @@ impl Server {
             .map_err(|e| Error::Task(e.to_string()))??;
         let router = crate::http::router(Service::new(store, registry), options.max_body_bytes);
         let (stop, stopped) = oneshot::channel::<()>();
+        // Responses are small and latency-bound: never let Nagle hold an acknowledgement back.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |stream: &mut tokio::net::TcpStream| {
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+            }
+        });
         let task = tokio::spawn(async move {
             axum::serve(listener, router)
                 .with_graceful_shutdown(async move {

@@ -1,0 +1,1 @@
+//! A simulated LLM batch provider speaking the OpenAI Batch wire protocol (being built).
