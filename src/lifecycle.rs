@@ -2,7 +2,11 @@
 //!
 //! Every state change in the product goes through [`apply`], inside the redb write
 //! transaction that persists its result, so an illegal transition can never be written.
-//! Built-in providers (Submitted/Ready) extend this enum in a later format version.
+//!
+//! Two paths lead to `Committed`: an external worker's validated result under its current
+//! lease (`Claimed`), or a built-in provider's stored result that passed validation
+//! (`Submitted` → `Ready`). New variants are only ever appended, so the encodings of the
+//! existing ones (and the golden fixtures) never move.
 
 use serde::{Deserialize, Serialize};
 
@@ -46,6 +50,19 @@ pub enum State {
         class: FailureClass,
         reason: String,
     },
+    /// Member of a provider batch. `job_id` is `None` while only the submit intent is
+    /// persisted: the provider may or may not have the job, so it must be looked up by
+    /// `batch_key` before anything is resubmitted.
+    Submitted {
+        provider: String,
+        batch_key: String,
+        job_id: Option<String>,
+    },
+    /// The provider's raw result is stored; validation and commit come next.
+    Ready {
+        provider: String,
+        batch_key: String,
+    },
 }
 
 /// State names as they appear in the API and in the state index.
@@ -55,10 +72,19 @@ pub enum StateName {
     Claimed,
     Committed,
     Failed,
+    Submitted,
+    Ready,
 }
 
 impl StateName {
-    pub const ALL: [StateName; 4] = [Self::Pending, Self::Claimed, Self::Committed, Self::Failed];
+    pub const ALL: [StateName; 6] = [
+        Self::Pending,
+        Self::Claimed,
+        Self::Committed,
+        Self::Failed,
+        Self::Submitted,
+        Self::Ready,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -66,6 +92,8 @@ impl StateName {
             Self::Claimed => "claimed",
             Self::Committed => "committed",
             Self::Failed => "failed",
+            Self::Submitted => "submitted",
+            Self::Ready => "ready",
         }
     }
 
@@ -80,6 +108,8 @@ impl StateName {
             Self::Claimed => 2,
             Self::Committed => 3,
             Self::Failed => 4,
+            Self::Submitted => 5,
+            Self::Ready => 6,
         }
     }
 }
@@ -91,6 +121,16 @@ impl State {
             Self::Claimed { .. } => StateName::Claimed,
             Self::Committed { .. } => StateName::Committed,
             Self::Failed { .. } => StateName::Failed,
+            Self::Submitted { .. } => StateName::Submitted,
+            Self::Ready { .. } => StateName::Ready,
+        }
+    }
+
+    /// The batch this extraction belongs to, while it belongs to one.
+    pub fn batch_key(&self) -> Option<&str> {
+        match self {
+            Self::Submitted { batch_key, .. } | Self::Ready { batch_key, .. } => Some(batch_key),
+            _ => None,
         }
     }
 }
@@ -109,6 +149,21 @@ pub enum Event {
     InvalidResult { lease_token: String, reason: String },
     /// An operator asks to try a failed extraction again.
     Retry,
+    /// The batcher put the extraction into a submit intent for `provider`.
+    Enqueue { provider: String, batch_key: String },
+    /// The provider accepted the batch and its job id is being persisted.
+    JobAccepted { batch_key: String, job_id: String },
+    /// The provider's answer for this member is stored raw.
+    ResultStored { batch_key: String },
+    /// The stored result passed schema validation.
+    ReadyValid { batch_key: String },
+    /// The stored result failed schema validation.
+    ReadyInvalid { batch_key: String, reason: String },
+    /// The provider refused this member for good (invalid request, non-retryable error).
+    ProviderFailed { batch_key: String, class: FailureClass, reason: String },
+    /// The batch ended without an answer for this member (expired, cancelled, lost):
+    /// it goes back to the queue as a new attempt of the same identity.
+    Requeue { batch_key: String },
 }
 
 impl Event {
@@ -117,6 +172,25 @@ impl Event {
             Self::Claim { .. } => "claim",
             Self::ValidResult { .. } | Self::InvalidResult { .. } => "result",
             Self::Retry => "retry",
+            Self::Enqueue { .. } => "enqueue",
+            Self::JobAccepted { .. } => "accept a job for",
+            Self::ResultStored { .. } => "store a result for",
+            Self::ReadyValid { .. } | Self::ReadyInvalid { .. } => "commit",
+            Self::ProviderFailed { .. } => "fail",
+            Self::Requeue { .. } => "requeue",
+        }
+    }
+
+    fn batch_key(&self) -> Option<&str> {
+        match self {
+            Self::Enqueue { batch_key, .. }
+            | Self::JobAccepted { batch_key, .. }
+            | Self::ResultStored { batch_key }
+            | Self::ReadyValid { batch_key }
+            | Self::ReadyInvalid { batch_key, .. }
+            | Self::ProviderFailed { batch_key, .. }
+            | Self::Requeue { batch_key } => Some(batch_key),
+            Self::Claim { .. } | Self::ValidResult { .. } | Self::InvalidResult { .. } | Self::Retry => None,
         }
     }
 }
@@ -137,6 +211,8 @@ pub enum TransitionError {
     StaleLease,
     #[error("the extraction is claimed by another worker until its lease expires")]
     LeaseHeld { expires_at_ms: u64 },
+    #[error("the extraction belongs to another batch than the one reporting on it")]
+    StaleBatch,
     #[error("cannot {event} an extraction that is {from}")]
     Illegal {
         from: &'static str,
@@ -146,6 +222,9 @@ pub enum TransitionError {
 
 /// The single transition function. Pure: no I/O, no clock (time comes in as `now_ms`).
 pub fn apply(state: &State, event: Event, now_ms: u64) -> Result<Outcome, TransitionError> {
+    if event.batch_key().is_some() && !matches!(event, Event::Enqueue { .. }) {
+        return apply_batch_event(state, event, now_ms);
+    }
     use Event as E;
     use State as S;
     let illegal = |event: &Event| TransitionError::Illegal {
@@ -153,68 +232,73 @@ pub fn apply(state: &State, event: Event, now_ms: u64) -> Result<Outcome, Transi
         event: event.name(),
     };
     match (state, event) {
-        (
-            S::Pending,
-            E::Claim {
-                worker,
-                lease_token,
-                expires_at_ms,
-            },
-        ) => Ok(claimed(worker, lease_token, expires_at_ms)),
-        (
-            S::Claimed {
-                expires_at_ms: held,
-                ..
-            },
-            E::Claim {
-                worker,
-                lease_token,
-                expires_at_ms,
-            },
-        ) => {
+        (S::Pending, E::Claim { worker, lease_token, expires_at_ms }) => Ok(claimed(worker, lease_token, expires_at_ms)),
+        (S::Claimed { expires_at_ms: held, .. }, E::Claim { worker, lease_token, expires_at_ms }) => {
             if *held > now_ms {
-                Err(TransitionError::LeaseHeld {
-                    expires_at_ms: *held,
-                })
+                Err(TransitionError::LeaseHeld { expires_at_ms: *held })
             } else {
                 Ok(claimed(worker, lease_token, expires_at_ms))
             }
         }
         // The fencing token decides, not the clock: a worker whose lease ran out may still
         // finish as long as nobody took the work over (its token is still current).
-        (
-            S::Claimed {
-                lease_token: current,
-                ..
-            },
-            E::ValidResult { lease_token },
-        ) => {
+        (S::Claimed { lease_token: current, .. }, E::ValidResult { lease_token }) => {
             fenced(current, &lease_token)?;
             Ok(Outcome::Changed(S::Committed { at_ms: now_ms }))
         }
-        (
-            S::Claimed {
-                lease_token: current,
-                ..
-            },
-            E::InvalidResult {
-                lease_token,
-                reason,
-            },
-        ) => {
+        (S::Claimed { lease_token: current, .. }, E::InvalidResult { lease_token, reason }) => {
             fenced(current, &lease_token)?;
-            Ok(Outcome::Changed(S::Failed {
-                class: FailureClass::Validation,
-                reason,
-            }))
+            Ok(Outcome::Changed(S::Failed { class: FailureClass::Validation, reason }))
         }
-        (S::Committed { .. }, E::ValidResult { .. } | E::InvalidResult { .. }) => {
-            Ok(Outcome::Replay)
-        }
-        (S::Pending, E::ValidResult { .. } | E::InvalidResult { .. }) => {
+        (S::Committed { .. }, E::ValidResult { .. } | E::InvalidResult { .. }) => Ok(Outcome::Replay),
+        // A worker holding no lease (never claimed, or the work went to a provider batch).
+        (S::Pending | S::Submitted { .. } | S::Ready { .. }, E::ValidResult { .. } | E::InvalidResult { .. }) => {
             Err(TransitionError::StaleLease)
         }
         (S::Failed { .. }, E::Retry) => Ok(Outcome::Changed(S::Pending)),
+        (S::Pending, E::Enqueue { provider, batch_key }) => {
+            Ok(Outcome::Changed(S::Submitted { provider, batch_key, job_id: None }))
+        }
+        (_, event) => Err(illegal(&event)),
+    }
+}
+
+/// Events reported by a provider batch. Each carries the batch key, which fences it the
+/// way a lease token fences a worker: a late report from an older batch changes nothing.
+fn apply_batch_event(state: &State, event: Event, now_ms: u64) -> Result<Outcome, TransitionError> {
+    use Event as E;
+    use State as S;
+    let Some(current_key) = state.batch_key() else {
+        // Terminal or worker-owned states: a duplicate or late provider report.
+        return match (state, &event) {
+            (S::Committed { .. }, _) => Ok(Outcome::Replay),
+            _ => Err(TransitionError::StaleBatch),
+        };
+    };
+    if event.batch_key() != Some(current_key) {
+        return Err(TransitionError::StaleBatch);
+    }
+    let illegal = |event: &Event| TransitionError::Illegal {
+        from: state.name().as_str(),
+        event: event.name(),
+    };
+    match (state, event) {
+        (S::Submitted { provider, batch_key, job_id: None }, E::JobAccepted { job_id, .. }) => {
+            Ok(Outcome::Changed(S::Submitted { provider: provider.clone(), batch_key: batch_key.clone(), job_id: Some(job_id) }))
+        }
+        (S::Submitted { job_id: Some(known), .. }, E::JobAccepted { job_id, .. }) if *known == job_id => Ok(Outcome::Replay),
+        (S::Submitted { provider, batch_key, job_id: Some(_) }, E::ResultStored { .. }) => {
+            Ok(Outcome::Changed(S::Ready { provider: provider.clone(), batch_key: batch_key.clone() }))
+        }
+        // Duplicate result lines: the first stored answer wins.
+        (S::Ready { .. }, E::ResultStored { .. }) => Ok(Outcome::Replay),
+        (S::Ready { .. }, E::ReadyValid { .. }) => Ok(Outcome::Changed(S::Committed { at_ms: now_ms })),
+        (S::Ready { .. }, E::ReadyInvalid { reason, .. }) => {
+            Ok(Outcome::Changed(S::Failed { class: FailureClass::Validation, reason }))
+        }
+        (S::Submitted { .. }, E::ProviderFailed { class, reason, .. }) => Ok(Outcome::Changed(S::Failed { class, reason })),
+        (S::Submitted { .. }, E::Requeue { .. }) => Ok(Outcome::Changed(S::Pending)),
+        (S::Ready { .. }, E::ProviderFailed { .. } | E::Requeue { .. }) => Ok(Outcome::Replay),
         (_, event) => Err(illegal(&event)),
     }
 }
@@ -270,6 +354,56 @@ mod tests {
         State::Failed {
             class: FailureClass::Validation,
             reason: "bad".into(),
+        }
+    }
+
+    fn submitted(key: &str, job: Option<&str>) -> State {
+        State::Submitted { provider: "p".into(), batch_key: key.into(), job_id: job.map(str::to_string) }
+    }
+    fn ready(key: &str) -> State {
+        State::Ready { provider: "p".into(), batch_key: key.into() }
+    }
+
+    #[test]
+    fn batch_transition_table() {
+        let now = 100;
+        let enqueue = |k: &str| Event::Enqueue { provider: "p".into(), batch_key: k.into() };
+        let accepted = |k: &str, j: &str| Event::JobAccepted { batch_key: k.into(), job_id: j.into() };
+        let stored = |k: &str| Event::ResultStored { batch_key: k.into() };
+        let valid = |k: &str| Event::ReadyValid { batch_key: k.into() };
+        let invalid = |k: &str| Event::ReadyInvalid { batch_key: k.into(), reason: "bad".into() };
+        let requeue = |k: &str| Event::Requeue { batch_key: k.into() };
+        let refused = |k: &str| Event::ProviderFailed {
+            batch_key: k.into(),
+            class: FailureClass::InvalidRequest,
+            reason: "400".into(),
+        };
+        let changed = |s: State| Ok(Outcome::Changed(s));
+        let rows: Vec<(State, Event, Result<Outcome, TransitionError>)> = vec![
+            (State::Pending, enqueue("k"), changed(submitted("k", None))),
+            (submitted("k", None), enqueue("k2"), Err(TransitionError::Illegal { from: "submitted", event: "enqueue" })),
+            (submitted("k", None), accepted("k", "job1"), changed(submitted("k", Some("job1")))),
+            (submitted("k", Some("job1")), accepted("k", "job1"), Ok(Outcome::Replay)),
+            (submitted("k", None), accepted("old", "job0"), Err(TransitionError::StaleBatch)),
+            (submitted("k", Some("job1")), stored("k"), changed(ready("k"))),
+            (submitted("k", None), stored("k"), Err(TransitionError::Illegal { from: "submitted", event: "store a result for" })),
+            (ready("k"), stored("k"), Ok(Outcome::Replay)),
+            (ready("k"), valid("k"), changed(State::Committed { at_ms: now })),
+            (ready("k"), invalid("k"), changed(failed())),
+            (submitted("k", Some("j")), valid("k"), Err(TransitionError::Illegal { from: "submitted", event: "commit" })),
+            (submitted("k", Some("j")), requeue("k"), changed(State::Pending)),
+            (submitted("k", Some("j")), requeue("other"), Err(TransitionError::StaleBatch)),
+            (submitted("k", Some("j")), refused("k"), changed(State::Failed { class: FailureClass::InvalidRequest, reason: "400".into() })),
+            (ready("k"), requeue("k"), Ok(Outcome::Replay)),
+            (State::Committed { at_ms: 1 }, stored("k"), Ok(Outcome::Replay)),
+            (State::Committed { at_ms: 1 }, valid("k"), Ok(Outcome::Replay)),
+            (State::Pending, stored("k"), Err(TransitionError::StaleBatch)),
+            (submitted("k", None), claim("a", 200), Err(TransitionError::Illegal { from: "submitted", event: "claim" })),
+            (ready("k"), Event::ValidResult { lease_token: "a".into() }, Err(TransitionError::StaleLease)),
+        ];
+        for (state, event, expected) in rows {
+            let label = format!("{state:?} + {event:?}");
+            assert_eq!(apply(&state, event, now), expected, "{label}");
         }
     }
 
@@ -362,17 +496,25 @@ mod tests {
 
     fn arb_event() -> impl Strategy<Value = Event> {
         let token = prop::sample::select(vec!["a", "b", "c"]);
+        let key = prop::sample::select(vec!["k1", "k2"]).prop_map(str::to_string);
         prop_oneof![
             (token.clone(), 0u64..400).prop_map(|(t, e)| claim(t, e)),
             token.clone().prop_map(valid),
             token.prop_map(invalid),
             Just(Event::Retry),
+            key.clone().prop_map(|batch_key| Event::Enqueue { provider: "p".into(), batch_key }),
+            key.clone().prop_map(|batch_key| Event::JobAccepted { batch_key, job_id: "j".into() }),
+            key.clone().prop_map(|batch_key| Event::ResultStored { batch_key }),
+            key.clone().prop_map(|batch_key| Event::ReadyValid { batch_key }),
+            key.clone().prop_map(|batch_key| Event::ReadyInvalid { batch_key, reason: "r".into() }),
+            key.prop_map(|batch_key| Event::Requeue { batch_key }),
         ]
     }
 
     proptest! {
         /// Whatever events arrive, in any order and at any time, an extraction enters
-        /// Committed at most once, only through a validated result under the current lease.
+        /// Committed at most once, only through a validated result under the current lease
+        /// or a validated stored result of its current batch.
         #[test]
         fn committed_is_reached_once_and_only_through_validation(
             events in prop::collection::vec((arb_event(), 0u64..400), 0..60)
@@ -385,6 +527,9 @@ mod tests {
                     (&before, &event),
                     (State::Claimed { lease_token: cur, .. }, Event::ValidResult { lease_token })
                         if cur == lease_token
+                ) || matches!(
+                    (&before, &event),
+                    (State::Ready { batch_key: cur, .. }, Event::ReadyValid { batch_key }) if cur == batch_key
                 );
                 if let Ok(Outcome::Changed(next)) = apply(&before, event, now) {
                     if matches!(next, State::Committed { .. }) {

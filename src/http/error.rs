@@ -96,6 +96,7 @@ impl From<service::Error> for ApiError {
 fn transition(e: &TransitionError, message: String) -> ApiError {
     let code = match e {
         TransitionError::StaleLease => "stale_lease",
+        TransitionError::StaleBatch => "stale_batch",
         TransitionError::LeaseHeld { .. } => "lease_held",
         TransitionError::Illegal { .. } => "illegal_transition",
     };
