@@ -90,12 +90,7 @@ impl SourceHash {
     /// Hashes the content together with the schema it is extracted under: the same text
     /// reviewed under a new schema version is new material for extraction.
     pub fn compute(content: &[u8], schema: &str) -> Self {
-        SourceHash(
-            CanonicalHasher::new(SOURCE_CONTEXT)
-                .field(content)
-                .field(schema.as_bytes())
-                .finish(),
-        )
+        SourceHash(CanonicalHasher::new(SOURCE_CONTEXT).field(content).field(schema.as_bytes()).finish())
     }
 }
 
@@ -179,10 +174,7 @@ mod tests {
 
     #[test]
     fn source_hash_includes_schema_version() {
-        assert_ne!(
-            SourceHash::compute(b"same", "a@1"),
-            SourceHash::compute(b"same", "a@2")
-        );
+        assert_ne!(SourceHash::compute(b"same", "a@1"), SourceHash::compute(b"same", "a@2"));
     }
 
     #[test]
@@ -190,10 +182,7 @@ mod tests {
         // A change here means every stored identity changes: that is a format break.
         let got = id("acme", "PR-1", "fn main() {}", "code-review@1").to_hex();
         assert_eq!(got.len(), 64);
-        assert_eq!(
-            got,
-            include_str!("../tests/fixtures/identity_v1.txt").trim()
-        );
+        assert_eq!(got, include_str!("../tests/fixtures/identity_v1.txt").trim());
     }
 
     #[test]
@@ -210,13 +199,7 @@ mod tests {
         let a = id("t", "s", "c", "x@1");
         let b = id("t", "s", "c2", "x@1");
         let ident = r#"["R1","src/a.rs",3]"#;
-        assert_ne!(
-            FindingKey::compute(&a, ident),
-            FindingKey::compute(&b, ident)
-        );
-        assert_ne!(
-            FindingKey::compute(&a, ident),
-            FindingKey::compute(&a, r#"["R1","src/a.rs",4]"#)
-        );
+        assert_ne!(FindingKey::compute(&a, ident), FindingKey::compute(&b, ident));
+        assert_ne!(FindingKey::compute(&a, ident), FindingKey::compute(&a, r#"["R1","src/a.rs",4]"#));
     }
 }

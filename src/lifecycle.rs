@@ -77,14 +77,8 @@ pub enum StateName {
 }
 
 impl StateName {
-    pub const ALL: [StateName; 6] = [
-        Self::Pending,
-        Self::Claimed,
-        Self::Committed,
-        Self::Failed,
-        Self::Submitted,
-        Self::Ready,
-    ];
+    pub const ALL: [StateName; 6] =
+        [Self::Pending, Self::Claimed, Self::Committed, Self::Failed, Self::Submitted, Self::Ready];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -138,11 +132,7 @@ impl State {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// A worker asks for the work under a new fencing token.
-    Claim {
-        worker: String,
-        lease_token: String,
-        expires_at_ms: u64,
-    },
+    Claim { worker: String, lease_token: String, expires_at_ms: u64 },
     /// A worker posted output that passed schema validation.
     ValidResult { lease_token: String },
     /// A worker posted output that failed schema validation.
@@ -205,19 +195,14 @@ pub enum Outcome {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TransitionError {
-    #[error(
-        "the lease token is not the current lease of this extraction (another worker holds or took over the work)"
-    )]
+    #[error("the lease token is not the current lease of this extraction (another worker holds or took over the work)")]
     StaleLease,
     #[error("the extraction is claimed by another worker until its lease expires")]
     LeaseHeld { expires_at_ms: u64 },
     #[error("the extraction belongs to another batch than the one reporting on it")]
     StaleBatch,
     #[error("cannot {event} an extraction that is {from}")]
-    Illegal {
-        from: &'static str,
-        event: &'static str,
-    },
+    Illegal { from: &'static str, event: &'static str },
 }
 
 /// The single transition function. Pure: no I/O, no clock (time comes in as `now_ms`).
@@ -227,12 +212,11 @@ pub fn apply(state: &State, event: Event, now_ms: u64) -> Result<Outcome, Transi
     }
     use Event as E;
     use State as S;
-    let illegal = |event: &Event| TransitionError::Illegal {
-        from: state.name().as_str(),
-        event: event.name(),
-    };
+    let illegal = |event: &Event| TransitionError::Illegal { from: state.name().as_str(), event: event.name() };
     match (state, event) {
-        (S::Pending, E::Claim { worker, lease_token, expires_at_ms }) => Ok(claimed(worker, lease_token, expires_at_ms)),
+        (S::Pending, E::Claim { worker, lease_token, expires_at_ms }) => {
+            Ok(claimed(worker, lease_token, expires_at_ms))
+        }
         (S::Claimed { expires_at_ms: held, .. }, E::Claim { worker, lease_token, expires_at_ms }) => {
             if *held > now_ms {
                 Err(TransitionError::LeaseHeld { expires_at_ms: *held })
@@ -278,15 +262,18 @@ fn apply_batch_event(state: &State, event: Event, now_ms: u64) -> Result<Outcome
     if event.batch_key() != Some(current_key) {
         return Err(TransitionError::StaleBatch);
     }
-    let illegal = |event: &Event| TransitionError::Illegal {
-        from: state.name().as_str(),
-        event: event.name(),
-    };
+    let illegal = |event: &Event| TransitionError::Illegal { from: state.name().as_str(), event: event.name() };
     match (state, event) {
         (S::Submitted { provider, batch_key, job_id: None }, E::JobAccepted { job_id, .. }) => {
-            Ok(Outcome::Changed(S::Submitted { provider: provider.clone(), batch_key: batch_key.clone(), job_id: Some(job_id) }))
+            Ok(Outcome::Changed(S::Submitted {
+                provider: provider.clone(),
+                batch_key: batch_key.clone(),
+                job_id: Some(job_id),
+            }))
         }
-        (S::Submitted { job_id: Some(known), .. }, E::JobAccepted { job_id, .. }) if *known == job_id => Ok(Outcome::Replay),
+        (S::Submitted { job_id: Some(known), .. }, E::JobAccepted { job_id, .. }) if *known == job_id => {
+            Ok(Outcome::Replay)
+        }
         (S::Submitted { provider, batch_key, job_id: Some(_) }, E::ResultStored { .. }) => {
             Ok(Outcome::Changed(S::Ready { provider: provider.clone(), batch_key: batch_key.clone() }))
         }
@@ -296,7 +283,9 @@ fn apply_batch_event(state: &State, event: Event, now_ms: u64) -> Result<Outcome
         (S::Ready { .. }, E::ReadyInvalid { reason, .. }) => {
             Ok(Outcome::Changed(S::Failed { class: FailureClass::Validation, reason }))
         }
-        (S::Submitted { .. }, E::ProviderFailed { class, reason, .. }) => Ok(Outcome::Changed(S::Failed { class, reason })),
+        (S::Submitted { .. }, E::ProviderFailed { class, reason, .. }) => {
+            Ok(Outcome::Changed(S::Failed { class, reason }))
+        }
         (S::Submitted { .. }, E::Requeue { .. }) => Ok(Outcome::Changed(S::Pending)),
         (S::Ready { .. }, E::ProviderFailed { .. } | E::Requeue { .. }) => Ok(Outcome::Replay),
         (_, event) => Err(illegal(&event)),
@@ -304,19 +293,11 @@ fn apply_batch_event(state: &State, event: Event, now_ms: u64) -> Result<Outcome
 }
 
 fn claimed(worker: String, lease_token: String, expires_at_ms: u64) -> Outcome {
-    Outcome::Changed(State::Claimed {
-        worker,
-        lease_token,
-        expires_at_ms,
-    })
+    Outcome::Changed(State::Claimed { worker, lease_token, expires_at_ms })
 }
 
 fn fenced(current: &str, presented: &str) -> Result<(), TransitionError> {
-    if current == presented {
-        Ok(())
-    } else {
-        Err(TransitionError::StaleLease)
-    }
+    if current == presented { Ok(()) } else { Err(TransitionError::StaleLease) }
 }
 
 #[cfg(test)]
@@ -326,35 +307,19 @@ mod tests {
     use super::*;
 
     fn claimed_by(token: &str, expires: u64) -> State {
-        State::Claimed {
-            worker: "w".into(),
-            lease_token: token.into(),
-            expires_at_ms: expires,
-        }
+        State::Claimed { worker: "w".into(), lease_token: token.into(), expires_at_ms: expires }
     }
     fn claim(token: &str, expires: u64) -> Event {
-        Event::Claim {
-            worker: "w".into(),
-            lease_token: token.into(),
-            expires_at_ms: expires,
-        }
+        Event::Claim { worker: "w".into(), lease_token: token.into(), expires_at_ms: expires }
     }
     fn valid(token: &str) -> Event {
-        Event::ValidResult {
-            lease_token: token.into(),
-        }
+        Event::ValidResult { lease_token: token.into() }
     }
     fn invalid(token: &str) -> Event {
-        Event::InvalidResult {
-            lease_token: token.into(),
-            reason: "bad".into(),
-        }
+        Event::InvalidResult { lease_token: token.into(), reason: "bad".into() }
     }
     fn failed() -> State {
-        State::Failed {
-            class: FailureClass::Validation,
-            reason: "bad".into(),
-        }
+        State::Failed { class: FailureClass::Validation, reason: "bad".into() }
     }
 
     fn submitted(key: &str, job: Option<&str>) -> State {
@@ -381,24 +346,44 @@ mod tests {
         let changed = |s: State| Ok(Outcome::Changed(s));
         let rows: Vec<(State, Event, Result<Outcome, TransitionError>)> = vec![
             (State::Pending, enqueue("k"), changed(submitted("k", None))),
-            (submitted("k", None), enqueue("k2"), Err(TransitionError::Illegal { from: "submitted", event: "enqueue" })),
+            (
+                submitted("k", None),
+                enqueue("k2"),
+                Err(TransitionError::Illegal { from: "submitted", event: "enqueue" }),
+            ),
             (submitted("k", None), accepted("k", "job1"), changed(submitted("k", Some("job1")))),
             (submitted("k", Some("job1")), accepted("k", "job1"), Ok(Outcome::Replay)),
             (submitted("k", None), accepted("old", "job0"), Err(TransitionError::StaleBatch)),
             (submitted("k", Some("job1")), stored("k"), changed(ready("k"))),
-            (submitted("k", None), stored("k"), Err(TransitionError::Illegal { from: "submitted", event: "store a result for" })),
+            (
+                submitted("k", None),
+                stored("k"),
+                Err(TransitionError::Illegal { from: "submitted", event: "store a result for" }),
+            ),
             (ready("k"), stored("k"), Ok(Outcome::Replay)),
             (ready("k"), valid("k"), changed(State::Committed { at_ms: now })),
             (ready("k"), invalid("k"), changed(failed())),
-            (submitted("k", Some("j")), valid("k"), Err(TransitionError::Illegal { from: "submitted", event: "commit" })),
+            (
+                submitted("k", Some("j")),
+                valid("k"),
+                Err(TransitionError::Illegal { from: "submitted", event: "commit" }),
+            ),
             (submitted("k", Some("j")), requeue("k"), changed(State::Pending)),
             (submitted("k", Some("j")), requeue("other"), Err(TransitionError::StaleBatch)),
-            (submitted("k", Some("j")), refused("k"), changed(State::Failed { class: FailureClass::InvalidRequest, reason: "400".into() })),
+            (
+                submitted("k", Some("j")),
+                refused("k"),
+                changed(State::Failed { class: FailureClass::InvalidRequest, reason: "400".into() }),
+            ),
             (ready("k"), requeue("k"), Ok(Outcome::Replay)),
             (State::Committed { at_ms: 1 }, stored("k"), Ok(Outcome::Replay)),
             (State::Committed { at_ms: 1 }, valid("k"), Ok(Outcome::Replay)),
             (State::Pending, stored("k"), Err(TransitionError::StaleBatch)),
-            (submitted("k", None), claim("a", 200), Err(TransitionError::Illegal { from: "submitted", event: "claim" })),
+            (
+                submitted("k", None),
+                claim("a", 200),
+                Err(TransitionError::Illegal { from: "submitted", event: "claim" }),
+            ),
             (ready("k"), Event::ValidResult { lease_token: "a".into() }, Err(TransitionError::StaleLease)),
         ];
         for (state, event, expected) in rows {
@@ -412,78 +397,22 @@ mod tests {
         let now = 100;
         let illegal = |from, event| Err(TransitionError::Illegal { from, event });
         let rows: Vec<(State, Event, Result<Outcome, TransitionError>)> = vec![
-            (
-                State::Pending,
-                claim("a", 200),
-                Ok(Outcome::Changed(claimed_by("a", 200))),
-            ),
+            (State::Pending, claim("a", 200), Ok(Outcome::Changed(claimed_by("a", 200)))),
             (State::Pending, valid("a"), Err(TransitionError::StaleLease)),
-            (
-                State::Pending,
-                invalid("a"),
-                Err(TransitionError::StaleLease),
-            ),
+            (State::Pending, invalid("a"), Err(TransitionError::StaleLease)),
             (State::Pending, Event::Retry, illegal("pending", "retry")),
-            (
-                claimed_by("a", 200),
-                claim("b", 300),
-                Err(TransitionError::LeaseHeld { expires_at_ms: 200 }),
-            ),
-            (
-                claimed_by("a", 50),
-                claim("b", 300),
-                Ok(Outcome::Changed(claimed_by("b", 300))),
-            ),
-            (
-                claimed_by("a", 200),
-                valid("a"),
-                Ok(Outcome::Changed(State::Committed { at_ms: now })),
-            ),
-            (
-                claimed_by("a", 50),
-                valid("a"),
-                Ok(Outcome::Changed(State::Committed { at_ms: now })),
-            ),
-            (
-                claimed_by("a", 200),
-                valid("b"),
-                Err(TransitionError::StaleLease),
-            ),
-            (
-                claimed_by("a", 200),
-                invalid("a"),
-                Ok(Outcome::Changed(failed())),
-            ),
-            (
-                claimed_by("a", 200),
-                invalid("b"),
-                Err(TransitionError::StaleLease),
-            ),
-            (
-                claimed_by("a", 200),
-                Event::Retry,
-                illegal("claimed", "retry"),
-            ),
-            (
-                State::Committed { at_ms: 1 },
-                valid("a"),
-                Ok(Outcome::Replay),
-            ),
-            (
-                State::Committed { at_ms: 1 },
-                invalid("z"),
-                Ok(Outcome::Replay),
-            ),
-            (
-                State::Committed { at_ms: 1 },
-                claim("b", 300),
-                illegal("committed", "claim"),
-            ),
-            (
-                State::Committed { at_ms: 1 },
-                Event::Retry,
-                illegal("committed", "retry"),
-            ),
+            (claimed_by("a", 200), claim("b", 300), Err(TransitionError::LeaseHeld { expires_at_ms: 200 })),
+            (claimed_by("a", 50), claim("b", 300), Ok(Outcome::Changed(claimed_by("b", 300)))),
+            (claimed_by("a", 200), valid("a"), Ok(Outcome::Changed(State::Committed { at_ms: now }))),
+            (claimed_by("a", 50), valid("a"), Ok(Outcome::Changed(State::Committed { at_ms: now }))),
+            (claimed_by("a", 200), valid("b"), Err(TransitionError::StaleLease)),
+            (claimed_by("a", 200), invalid("a"), Ok(Outcome::Changed(failed()))),
+            (claimed_by("a", 200), invalid("b"), Err(TransitionError::StaleLease)),
+            (claimed_by("a", 200), Event::Retry, illegal("claimed", "retry")),
+            (State::Committed { at_ms: 1 }, valid("a"), Ok(Outcome::Replay)),
+            (State::Committed { at_ms: 1 }, invalid("z"), Ok(Outcome::Replay)),
+            (State::Committed { at_ms: 1 }, claim("b", 300), illegal("committed", "claim")),
+            (State::Committed { at_ms: 1 }, Event::Retry, illegal("committed", "retry")),
             (failed(), Event::Retry, Ok(Outcome::Changed(State::Pending))),
             (failed(), claim("b", 300), illegal("failed", "claim")),
             (failed(), valid("a"), illegal("failed", "result")),

@@ -24,9 +24,7 @@ const MAX_REPORTED_ISSUES: usize = 32;
 pub enum Error {
     #[error("unknown schema {0:?}: register it with --schema-dir (file `<name>@<version>.json`)")]
     Unknown(String),
-    #[error(
-        "schema name {0:?} must look like `name@version` (name of [a-z0-9._-], version a positive integer)"
-    )]
+    #[error("schema name {0:?} must look like `name@version` (name of [a-z0-9._-], version a positive integer)")]
     BadName(String),
     #[error("{path}: cannot read schema file")]
     Read {
@@ -73,29 +71,22 @@ impl Schema {
     /// Compiles a schema document; `origin` names it in error messages.
     pub fn compile(name: &str, document: &Value, origin: &Path) -> Result<Self, Error> {
         check_name(name)?;
-        let invalid = |reason: String| Error::Invalid {
-            path: origin.to_path_buf(),
-            reason,
-        };
-        let identity_pointers = parse_pointer_list(document.get(IDENTITY_KEY))
-            .ok_or_else(|| invalid(format!("`{IDENTITY_KEY}` must be a non-empty array of JSON Pointers such as [\"/rule\", \"/file\"]")))?;
+        let invalid = |reason: String| Error::Invalid { path: origin.to_path_buf(), reason };
+        let identity_pointers = parse_pointer_list(document.get(IDENTITY_KEY)).ok_or_else(|| {
+            invalid(format!(
+                "`{IDENTITY_KEY}` must be a non-empty array of JSON Pointers such as [\"/rule\", \"/file\"]"
+            ))
+        })?;
         let findings_pointer = match document.get(FINDINGS_KEY) {
             None => DEFAULT_FINDINGS_POINTER.to_string(),
             Some(Value::String(p)) if p.is_empty() || p.starts_with('/') => p.clone(),
             Some(_) => {
-                return Err(invalid(format!(
-                    "`{FINDINGS_KEY}` must be a JSON Pointer string"
-                )));
+                return Err(invalid(format!("`{FINDINGS_KEY}` must be a JSON Pointer string")));
             }
         };
         let validator = jsonschema::draft202012::new(document)
             .map_err(|e| invalid(format!("not a valid JSON Schema 2020-12 document: {e}")))?;
-        Ok(Self {
-            name: name.to_string(),
-            validator,
-            identity_pointers,
-            findings_pointer,
-        })
+        Ok(Self { name: name.to_string(), validator, identity_pointers, findings_pointer })
     }
 
     pub fn name(&self) -> &str {
@@ -108,10 +99,7 @@ impl Schema {
             .validator
             .iter_errors(output)
             .take(MAX_REPORTED_ISSUES)
-            .map(|e| ValidationIssue {
-                path: e.instance_path().to_string(),
-                message: e.to_string(),
-            })
+            .map(|e| ValidationIssue { path: e.instance_path().to_string(), message: e.to_string() })
             .collect();
         if !issues.is_empty() {
             return Err(issues);
@@ -126,21 +114,14 @@ impl Schema {
         let mut issues = Vec::new();
         for (index, item) in items.iter().enumerate() {
             match self.finding_identity(item) {
-                Ok(canonical_identity) => findings.push(ValidatedFinding {
-                    canonical_identity,
-                    body: item.clone(),
-                }),
+                Ok(canonical_identity) => findings.push(ValidatedFinding { canonical_identity, body: item.clone() }),
                 Err(pointer) => issues.push(ValidationIssue {
                     path: format!("{}/{index}{pointer}", self.findings_pointer),
                     message: "identifying field is missing".to_string(),
                 }),
             }
         }
-        if issues.is_empty() {
-            Ok(findings)
-        } else {
-            Err(issues)
-        }
+        if issues.is_empty() { Ok(findings) } else { Err(issues) }
     }
 
     /// Canonical JSON of the identifying fields, as an array in declared order.
@@ -159,14 +140,8 @@ impl Schema {
 
 fn parse_pointer_list(value: Option<&Value>) -> Option<Vec<String>> {
     let items = value?.as_array()?;
-    let pointers: Vec<String> = items
-        .iter()
-        .filter_map(|v| {
-            v.as_str()
-                .filter(|p| p.starts_with('/'))
-                .map(str::to_string)
-        })
-        .collect();
+    let pointers: Vec<String> =
+        items.iter().filter_map(|v| v.as_str().filter(|p| p.starts_with('/')).map(str::to_string)).collect();
     (!pointers.is_empty() && pointers.len() == items.len()).then_some(pointers)
 }
 
@@ -175,15 +150,9 @@ fn check_name(name: &str) -> Result<(), Error> {
     let (base, version) = name.split_once('@').ok_or_else(bad)?;
     let base_ok = !base.is_empty()
         && base.len() <= 128
-        && base
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
+        && base.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
     let version_ok = version.parse::<u32>().is_ok_and(|v| v > 0) && !version.starts_with('0');
-    if base_ok && version_ok {
-        Ok(())
-    } else {
-        Err(bad())
-    }
+    if base_ok && version_ok { Ok(()) } else { Err(bad()) }
 }
 
 /// All schemas known to this process, immutable after start.
@@ -196,35 +165,24 @@ impl Registry {
     /// The built-in schemas plus every `name@version.json` in `dir`.
     pub fn load(dir: Option<&Path>) -> Result<Self, Error> {
         let mut schemas = BTreeMap::new();
-        let builtin = Schema::compile(
-            BUILTIN_CODE_REVIEW,
-            &code_review_v1(),
-            Path::new("<built-in code-review@1>"),
-        )?;
+        let builtin = Schema::compile(BUILTIN_CODE_REVIEW, &code_review_v1(), Path::new("<built-in code-review@1>"))?;
         schemas.insert(BUILTIN_CODE_REVIEW.to_string(), Arc::new(builtin));
         if let Some(dir) = dir {
             for schema in load_dir(dir)? {
                 schemas.insert(schema.name.clone(), Arc::new(schema));
             }
         }
-        Ok(Self {
-            schemas: Arc::new(schemas),
-        })
+        Ok(Self { schemas: Arc::new(schemas) })
     }
 
     pub fn builtin() -> Self {
         // The built-in document is a constant; failing to compile it is a build defect
         // caught by the unit tests, so fall back to an empty registry rather than panic.
-        Self::load(None).unwrap_or_else(|_| Self {
-            schemas: Arc::new(BTreeMap::new()),
-        })
+        Self::load(None).unwrap_or_else(|_| Self { schemas: Arc::new(BTreeMap::new()) })
     }
 
     pub fn get(&self, name: &str) -> Result<Arc<Schema>, Error> {
-        self.schemas
-            .get(name)
-            .cloned()
-            .ok_or_else(|| Error::Unknown(name.to_string()))
+        self.schemas.get(name).cloned().ok_or_else(|| Error::Unknown(name.to_string()))
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
@@ -233,10 +191,7 @@ impl Registry {
 }
 
 fn load_dir(dir: &Path) -> Result<Vec<Schema>, Error> {
-    let read_err = |source| Error::Read {
-        path: dir.to_path_buf(),
-        source,
-    };
+    let read_err = |source| Error::Read { path: dir.to_path_buf(), source };
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(read_err)?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
@@ -247,18 +202,10 @@ fn load_dir(dir: &Path) -> Result<Vec<Schema>, Error> {
 }
 
 fn load_file(path: &Path) -> Result<Schema, Error> {
-    let name = path
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .ok_or_else(|| Error::BadName(path.display().to_string()))?;
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let document: Value = serde_json::from_str(&text).map_err(|e| Error::Invalid {
-        path: path.to_path_buf(),
-        reason: format!("not valid JSON: {e}"),
-    })?;
+    let name = path.file_stem().and_then(|s| s.to_str()).ok_or_else(|| Error::BadName(path.display().to_string()))?;
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.to_path_buf(), source })?;
+    let document: Value = serde_json::from_str(&text)
+        .map_err(|e| Error::Invalid { path: path.to_path_buf(), reason: format!("not valid JSON: {e}") })?;
     Schema::compile(name, &document, path)
 }
 
@@ -304,9 +251,7 @@ mod tests {
     fn builtin_accepts_valid_output_and_derives_identity() {
         let reg = Registry::builtin();
         let schema = reg.get(BUILTIN_CODE_REVIEW).unwrap();
-        let found = schema
-            .validate(&json!({"findings": [finding("R1", 3, "x")]}))
-            .unwrap();
+        let found = schema.validate(&json!({"findings": [finding("R1", 3, "x")]})).unwrap();
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].canonical_identity, r#"["R1","src/a.rs",3]"#);
     }
@@ -314,12 +259,8 @@ mod tests {
     #[test]
     fn reworded_summary_keeps_the_identity() {
         let schema = Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap();
-        let a = schema
-            .validate(&json!({"findings": [finding("R1", 3, "one")]}))
-            .unwrap();
-        let b = schema
-            .validate(&json!({"findings": [finding("R1", 3, "two")]}))
-            .unwrap();
+        let a = schema.validate(&json!({"findings": [finding("R1", 3, "one")]})).unwrap();
+        let b = schema.validate(&json!({"findings": [finding("R1", 3, "two")]})).unwrap();
         assert_eq!(a[0].canonical_identity, b[0].canonical_identity);
     }
 
@@ -360,21 +301,12 @@ mod tests {
         .unwrap();
         let reg = Registry::load(Some(dir.path())).unwrap();
         let schema = reg.get("ticket@2").unwrap();
-        let found = schema
-            .validate(&json!({"findings": [{"category": "billing", "text": "…"}]}))
-            .unwrap();
+        let found = schema.validate(&json!({"findings": [{"category": "billing", "text": "…"}]})).unwrap();
         assert_eq!(found[0].canonical_identity, r#"["billing"]"#);
         let missing = schema.validate(&json!({"findings": [{"text": "…"}]}));
         assert_eq!(missing.unwrap_err()[0].path, "/findings/0/category");
 
-        std::fs::write(
-            dir.path().join("bad@1.json"),
-            json!({"type": "object"}).to_string(),
-        )
-        .unwrap();
-        assert!(matches!(
-            Registry::load(Some(dir.path())),
-            Err(Error::Invalid { .. })
-        ));
+        std::fs::write(dir.path().join("bad@1.json"), json!({"type": "object"}).to_string()).unwrap();
+        assert!(matches!(Registry::load(Some(dir.path())), Err(Error::Invalid { .. })));
     }
 }

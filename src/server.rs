@@ -49,12 +49,8 @@ pub struct Server {
 
 impl Server {
     pub async fn start(options: &ServeOptions) -> Result<Server, Error> {
-        let listener = TcpListener::bind(options.listen)
-            .await
-            .map_err(|source| Error::Bind {
-                addr: options.listen,
-                source,
-            })?;
+        let listener =
+            TcpListener::bind(options.listen).await.map_err(|source| Error::Bind { addr: options.listen, source })?;
         let addr = listener.local_addr().map_err(Error::Serve)?;
         let schema_dir = options.schema_dir.clone();
         let registry = tokio::task::spawn_blocking(move || Registry::load(schema_dir.as_deref()))
@@ -80,13 +76,7 @@ impl Server {
                 .await
         });
         tracing::info!(%addr, data_dir = %options.data_dir.display(), "commitpoint is serving");
-        Ok(Server {
-            addr,
-            data_dir: options.data_dir.clone(),
-            stop: Some(stop),
-            task,
-            writer,
-        })
+        Ok(Server { addr, data_dir: options.data_dir.clone(), stop: Some(stop), task, writer })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -104,9 +94,7 @@ impl Server {
         }
         let served = self.task.await.map_err(|e| Error::Task(e.to_string()))?;
         let writer = self.writer;
-        tokio::task::spawn_blocking(move || writer.join())
-            .await
-            .map_err(|e| Error::Task(e.to_string()))?;
+        tokio::task::spawn_blocking(move || writer.join()).await.map_err(|e| Error::Task(e.to_string()))?;
         served.map_err(Error::Serve)
     }
 }

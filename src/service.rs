@@ -7,8 +7,8 @@ use crate::identity::{ExtractionId, SourceHash};
 use crate::lifecycle::TransitionError;
 use crate::schema::{self, Registry, ValidationIssue};
 use crate::store::{
-    self, ClaimRequest, ExtractionRecord, FindingRecord, Grant, IntakeOutcome, ListFilter,
-    ListPage, NewExtraction, PostOutcome, PostResult, RetryOutcome, Store, Submission, Usage,
+    self, Authority, ClaimRequest, ExtractionRecord, FindingRecord, Grant, IntakeOutcome, ListFilter, ListPage,
+    NewExtraction, PostOutcome, PostResult, RetryOutcome, Store, Submission, Usage,
 };
 
 pub const MAX_CLAIM_LIMIT: usize = 1000;
@@ -19,32 +19,21 @@ const MAX_REASON_CHARS: usize = 2000;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{field}: {message}")]
-    InvalidInput {
-        field: &'static str,
-        message: String,
-    },
+    InvalidInput { field: &'static str, message: String },
     #[error(transparent)]
     Schema(#[from] schema::Error),
     #[error("no extraction with id {0}")]
     NotFound(ExtractionId),
     #[error(transparent)]
     Transition(TransitionError),
-    #[error(
-        "the output does not satisfy schema {schema}; the extraction is now failed (class validation)"
-    )]
-    ValidationFailed {
-        schema: String,
-        issues: Vec<ValidationIssue>,
-    },
+    #[error("the output does not satisfy schema {schema}; the extraction is now failed (class validation)")]
+    ValidationFailed { schema: String, issues: Vec<ValidationIssue> },
     #[error(transparent)]
     Store(#[from] store::Error),
 }
 
 fn invalid(field: &'static str, message: impl Into<String>) -> Error {
-    Error::InvalidInput {
-        field,
-        message: message.into(),
-    }
+    Error::InvalidInput { field, message: message.into() }
 }
 
 #[derive(Debug, Clone)]
@@ -91,12 +80,7 @@ impl Service {
         };
         let schema = self.registry.get(&request.schema)?;
         let source_hash = SourceHash::compute(request.content.as_bytes(), schema.name());
-        let id = ExtractionId::compute(
-            &request.tenant,
-            &request.source_id,
-            &source_hash,
-            schema.name(),
-        );
+        let id = ExtractionId::compute(&request.tenant, &request.source_id, &source_hash, schema.name());
         let new = NewExtraction {
             id,
             tenant: request.tenant,
@@ -115,10 +99,7 @@ impl Service {
 
     pub async fn list(&self, filter: ListFilter) -> Result<ListPage, Error> {
         if filter.limit == 0 || filter.limit > MAX_LIST_LIMIT {
-            return Err(invalid(
-                "limit",
-                format!("must be between 1 and {MAX_LIST_LIMIT}"),
-            ));
+            return Err(invalid("limit", format!("must be between 1 and {MAX_LIST_LIMIT}")));
         }
         if let Some(tenant) = &filter.tenant {
             check_tenant(tenant)?;
@@ -133,16 +114,10 @@ impl Service {
     pub async fn claim(&self, request: ClaimRequest) -> Result<Vec<Grant>, Error> {
         check_text("worker", &request.worker, 256)?;
         if request.limit == 0 || request.limit > MAX_CLAIM_LIMIT {
-            return Err(invalid(
-                "limit",
-                format!("must be between 1 and {MAX_CLAIM_LIMIT}"),
-            ));
+            return Err(invalid("limit", format!("must be between 1 and {MAX_CLAIM_LIMIT}")));
         }
         if request.lease_ms == 0 || request.lease_ms > MAX_LEASE_SECONDS * 1000 {
-            return Err(invalid(
-                "lease_seconds",
-                format!("must be between 1 and {MAX_LEASE_SECONDS}"),
-            ));
+            return Err(invalid("lease_seconds", format!("must be between 1 and {MAX_LEASE_SECONDS}")));
         }
         if let Some(schema) = &request.schema {
             self.registry.get(schema)?;
@@ -152,42 +127,21 @@ impl Service {
 
     /// Validates the output against the extraction's schema outside the writer, then
     /// commits (or fails) it in one transaction that re-checks the lease.
-    pub async fn post_result(
-        &self,
-        id: ExtractionId,
-        request: ResultRequest,
-    ) -> Result<PostOutcome, Error> {
+    pub async fn post_result(&self, id: ExtractionId, request: ResultRequest) -> Result<PostOutcome, Error> {
         check_text("lease_token", &request.lease_token, 256)?;
         let record = self.get(id).await?;
         let schema = self.registry.get(&record.schema)?;
         let (submission, issues) = match schema.validate(&request.output) {
-            Ok(findings) => (
-                Submission::Valid {
-                    findings,
-                    output: request.output,
-                    usage: request.usage,
-                },
-                None,
-            ),
-            Err(issues) => (
-                Submission::Invalid {
-                    reason: summarize(&issues),
-                },
-                Some(issues),
-            ),
+            Ok(findings) => (Submission::Valid { findings, output: request.output, usage: request.usage }, None),
+            Err(issues) => (Submission::Invalid { reason: summarize(&issues) }, Some(issues)),
         };
-        let post = PostResult {
-            id,
-            lease_token: request.lease_token,
-            submission,
-        };
+        let post = PostResult { id, authority: Authority::Lease(request.lease_token), submission };
         match self.store.post_result(post).await? {
             PostOutcome::NotFound => Err(Error::NotFound(id)),
             PostOutcome::Rejected(e) => Err(Error::Transition(e)),
-            PostOutcome::Failed { .. } => Err(Error::ValidationFailed {
-                schema: record.schema,
-                issues: issues.unwrap_or_default(),
-            }),
+            PostOutcome::Failed { .. } => {
+                Err(Error::ValidationFailed { schema: record.schema, issues: issues.unwrap_or_default() })
+            }
             outcome => Ok(outcome),
         }
     }
@@ -204,13 +158,7 @@ impl Service {
 fn summarize(issues: &[ValidationIssue]) -> String {
     let mut text = issues
         .iter()
-        .map(|i| {
-            format!(
-                "{}: {}",
-                if i.path.is_empty() { "/" } else { &i.path },
-                i.message
-            )
-        })
+        .map(|i| format!("{}: {}", if i.path.is_empty() { "/" } else { &i.path }, i.message))
         .collect::<Vec<_>>()
         .join("; ");
     if text.chars().count() > MAX_REASON_CHARS {
@@ -223,17 +171,8 @@ fn summarize(issues: &[ValidationIssue]) -> String {
 fn check_tenant(tenant: &str) -> Result<(), Error> {
     let ok = !tenant.is_empty()
         && tenant.len() <= 128
-        && tenant
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(
-            "tenant",
-            "must be 1-128 characters of [A-Za-z0-9._-]",
-        ))
-    }
+        && tenant.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok { Ok(()) } else { Err(invalid("tenant", "must be 1-128 characters of [A-Za-z0-9._-]")) }
 }
 
 fn check_text(field: &'static str, value: &str, max_bytes: usize) -> Result<(), Error> {

@@ -23,11 +23,7 @@ pub const EXIT_CONFIG: u8 = 78;
 const DEFAULT_SERVER: &str = "http://127.0.0.1:7878";
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "commitpoint",
-    version,
-    about = "Exactly-once LLM structured extraction at the commit point"
-)]
+#[command(name = "commitpoint", version, about = "Exactly-once LLM structured extraction at the commit point")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -65,10 +61,7 @@ enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("commitpoint: cannot start the async runtime: {e}");
@@ -79,9 +72,7 @@ pub fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("commitpoint: {e:#}");
-            let config = e
-                .downcast_ref::<crate::server::Error>()
-                .is_some_and(|s| s.is_config());
+            let config = e.downcast_ref::<crate::server::Error>().is_some_and(|s| s.is_config());
             ExitCode::from(if config { EXIT_CONFIG } else { EXIT_FAILURE })
         }
     }
@@ -99,19 +90,8 @@ fn init_tracing() {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Serve {
-            data_dir,
-            listen,
-            schema_dir,
-            max_body_bytes,
-        } => {
-            serve(ServeOptions {
-                data_dir,
-                listen,
-                schema_dir,
-                max_body_bytes,
-            })
-            .await
+        Command::Serve { data_dir, listen, schema_dir, max_body_bytes } => {
+            serve(ServeOptions { data_dir, listen, schema_dir, max_body_bytes }).await
         }
         Command::Submit(args) => submit::run(args).await,
         Command::Get { id, server } => get(&id, &server).await,
@@ -150,20 +130,11 @@ async fn shutdown_signal() {
 
 async fn get(id: &str, server: &str) -> anyhow::Result<ExitCode> {
     let url = format!("{}/v1/extractions/{id}", server.trim_end_matches('/'));
-    let response = reqwest::get(&url)
-        .await
-        .with_context(|| format!("cannot reach {server}"))?;
+    let response = reqwest::get(&url).await.with_context(|| format!("cannot reach {server}"))?;
     let status = response.status();
-    let body: serde_json::Value = response
-        .json()
-        .await
-        .context("the server sent a non-JSON answer")?;
+    let body: serde_json::Value = response.json().await.context("the server sent a non-JSON answer")?;
     println!("{}", serde_json::to_string_pretty(&body)?);
-    Ok(if status.is_success() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_PROBLEMS)
-    })
+    Ok(if status.is_success() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROBLEMS) })
 }
 
 async fn verify(path: PathBuf) -> anyhow::Result<ExitCode> {
@@ -172,9 +143,5 @@ async fn verify(path: PathBuf) -> anyhow::Result<ExitCode> {
         .await?
         .with_context(|| format!("{shown}: cannot verify (is a server still running on it?)"))?;
     print!("{shown}\n{report}");
-    Ok(if report.is_ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_PROBLEMS)
-    })
+    Ok(if report.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROBLEMS) })
 }

@@ -40,16 +40,14 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let sources = collect(&args.paths)?;
     let bar = ProgressBar::new(sources.len() as u64);
     bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let client = reqwest::Client::new();
     let url = format!("{}/v1/extractions", args.server.trim_end_matches('/'));
     let gate = Arc::new(Semaphore::new(args.concurrency));
     let mut tasks = tokio::task::JoinSet::new();
     for source in sources {
-        let (client, url, gate, bar) =
-            (client.clone(), url.clone(), Arc::clone(&gate), bar.clone());
+        let (client, url, gate, bar) = (client.clone(), url.clone(), Arc::clone(&gate), bar.clone());
         let (tenant, schema) = (args.tenant.clone(), args.schema.clone());
         tasks.spawn(async move {
             let _permit = gate.acquire_owned().await;
@@ -72,11 +70,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     bar.finish_and_clear();
     println!("submitted: {created} created, {existing} already known, {failed} failed");
-    Ok(if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_PROBLEMS)
-    })
+    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROBLEMS) })
 }
 
 async fn submit_one(
@@ -86,46 +80,30 @@ async fn submit_one(
     schema: &str,
     source: &Source,
 ) -> anyhow::Result<(bool, String)> {
-    let bytes = tokio::fs::read(&source.path)
-        .await
-        .with_context(|| format!("cannot read {}", source.path.display()))?;
-    let content = String::from_utf8(bytes)
-        .map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", source.path.display()))?;
+    let bytes =
+        tokio::fs::read(&source.path).await.with_context(|| format!("cannot read {}", source.path.display()))?;
+    let content =
+        String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", source.path.display()))?;
     let body = json!({"tenant": tenant, "source_id": source.source_id, "schema": schema, "content": content});
-    let response = client
-        .post(url)
-        .json(&body)
-        .send()
-        .await
-        .with_context(|| format!("cannot reach {url}"))?;
+    let response = client.post(url).json(&body).send().await.with_context(|| format!("cannot reach {url}"))?;
     let status = response.status();
-    let answer: Value = response
-        .json()
-        .await
-        .context("the server sent a non-JSON answer")?;
+    let answer: Value = response.json().await.context("the server sent a non-JSON answer")?;
     if !status.is_success() {
         let message = answer["error"]["message"].as_str().unwrap_or("no message");
         bail!("{status}: {message}");
     }
-    let id = answer["extraction_id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let id = answer["extraction_id"].as_str().unwrap_or_default().to_string();
     Ok((answer["created"].as_bool().unwrap_or(false), id))
 }
 
 fn collect(paths: &[PathBuf]) -> anyhow::Result<Vec<Source>> {
     let mut out = Vec::new();
     for root in paths {
-        let meta =
-            std::fs::metadata(root).with_context(|| format!("cannot read {}", root.display()))?;
+        let meta = std::fs::metadata(root).with_context(|| format!("cannot read {}", root.display()))?;
         if meta.is_dir() {
             walk(root, root, &mut out)?;
         } else {
-            out.push(Source {
-                path: root.clone(),
-                source_id: root.display().to_string(),
-            });
+            out.push(Source { path: root.clone(), source_id: root.display().to_string() });
         }
     }
     Ok(out)
@@ -141,11 +119,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<Source>) -> anyhow::Result<()> {
         if path.is_dir() {
             walk(root, &path, out)?;
         } else if path.is_file() {
-            let source_id = path
-                .strip_prefix(root)
-                .unwrap_or(&path)
-                .display()
-                .to_string();
+            let source_id = path.strip_prefix(root).unwrap_or(&path).display().to_string();
             out.push(Source { path, source_id });
         }
     }

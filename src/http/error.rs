@@ -19,12 +19,7 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            code,
-            message: message.into(),
-            details: None,
-        }
+        Self { status, code, message: message.into(), details: None }
     }
 
     fn with_details(mut self, details: Value) -> Self {
@@ -37,19 +32,11 @@ impl ApiError {
     }
 
     pub fn not_found_route() -> Self {
-        Self::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "no such endpoint; see docs/API.md",
-        )
+        Self::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint; see docs/API.md")
     }
 
     pub fn method_not_allowed() -> Self {
-        Self::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            "this endpoint does not accept that method",
-        )
+        Self::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this endpoint does not accept that method")
     }
 }
 
@@ -68,26 +55,18 @@ impl From<service::Error> for ApiError {
         use service::Error as E;
         let message = e.to_string();
         match e {
-            E::InvalidInput { field, .. } => {
-                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", message)
-                    .with_details(json!({ "field": field }))
-            }
+            E::InvalidInput { field, .. } => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", message)
+                .with_details(json!({ "field": field })),
             E::Schema(schema::Error::Unknown(_) | schema::Error::BadName(_)) => {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "unknown_schema", message)
             }
-            E::Schema(_) => Self::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "schema_unavailable",
-                message,
-            ),
+            E::Schema(_) => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "schema_unavailable", message),
             E::NotFound(_) => Self::new(StatusCode::NOT_FOUND, "not_found", message),
             E::Transition(t) => transition(&t, message),
-            E::ValidationFailed { issues, .. } => Self::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "validation_failed",
-                message,
-            )
-            .with_details(json!({ "issues": issues })),
+            E::ValidationFailed { issues, .. } => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", message)
+                    .with_details(json!({ "issues": issues }))
+            }
             E::Store(s) => storage(&s),
         }
     }
@@ -107,20 +86,10 @@ fn storage(e: &store::Error) -> ApiError {
     // The full chain goes to the log; the client gets the operator-facing summary.
     tracing::error!(error = %format!("{e:#}"), "store error");
     match e {
-        store::Error::Unavailable { .. } => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "store_unavailable",
-            e.to_string(),
-        ),
-        _ if e.is_corruption() => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "store_corrupt",
-            e.to_string(),
-        ),
-        _ => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "storage failure; see the server log",
-        ),
+        store::Error::Unavailable { .. } => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string())
+        }
+        _ if e.is_corruption() => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "store_corrupt", e.to_string()),
+        _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "storage failure; see the server log"),
     }
 }

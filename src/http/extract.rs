@@ -31,11 +31,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
         })?;
         serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
             if e.is_data() {
-                ApiError::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "invalid_input",
-                    e.to_string(),
-                )
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", e.to_string())
             } else {
                 ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}"))
             }
@@ -69,8 +65,6 @@ impl<S: Send + Sync> FromRequestParts<S> for IdPath {
         let Path(raw) = Path::<String>::from_request_parts(parts, state)
             .await
             .map_err(|e| ApiError::bad_request("invalid_id", e.body_text()))?;
-        raw.parse()
-            .map(IdPath)
-            .map_err(|e| ApiError::bad_request("invalid_id", format!("{raw:?}: {e}")))
+        raw.parse().map(IdPath).map_err(|e| ApiError::bad_request("invalid_id", format!("{raw:?}: {e}")))
     }
 }

@@ -39,11 +39,7 @@ pub async fn intake(State(service): State<Service>, JsonBody(body): JsonBody<Int
         metadata: body.metadata,
     };
     let outcome = service.intake(request).await?;
-    let status = if outcome.created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
+    let status = if outcome.created { StatusCode::CREATED } else { StatusCode::OK };
     let body = json!({
         "extraction_id": outcome.record.id.to_hex(),
         "state": outcome.record.state.name().as_str(),
@@ -78,18 +74,10 @@ pub async fn list(State(service): State<Service>, QueryParams(q): QueryParams<Li
     let after = match q.after.as_deref() {
         None | Some("") => 0,
         Some(c) => c.parse().map_err(|_| {
-            ApiError::bad_request(
-                "invalid_query",
-                format!("after {c:?} is not a cursor returned as `next`"),
-            )
+            ApiError::bad_request("invalid_query", format!("after {c:?} is not a cursor returned as `next`"))
         })?,
     };
-    let filter = ListFilter {
-        tenant: q.tenant,
-        state,
-        limit: q.limit.unwrap_or(100),
-        after,
-    };
+    let filter = ListFilter { tenant: q.tenant, state, limit: q.limit.unwrap_or(100), after };
     let page = service.list(filter).await?;
     let items: Vec<Value> = page.records.iter().map(views::extraction).collect();
     ok(json!({ "extractions": items, "next": page.next.map(|n| n.to_string()) }))
@@ -145,29 +133,15 @@ pub async fn post_result(
     IdPath(id): IdPath,
     JsonBody(body): JsonBody<ResultBody>,
 ) -> Reply {
-    let usage = body.usage.map(|u| Usage {
-        model: u.model,
-        input_tokens: u.input_tokens,
-        output_tokens: u.output_tokens,
-    });
-    let request = ResultRequest {
-        lease_token: body.lease_token,
-        output: body.output,
-        usage,
-    };
+    let usage =
+        body.usage.map(|u| Usage { model: u.model, input_tokens: u.input_tokens, output_tokens: u.output_tokens });
+    let request = ResultRequest { lease_token: body.lease_token, output: body.output, usage };
     let (findings, replay) = match service.post_result(id, request).await? {
         PostOutcome::Committed { findings } => (findings, false),
         PostOutcome::Replay { findings } => (findings, true),
         other => {
-            tracing::error!(
-                ?other,
-                "post_result returned an outcome the service should have mapped"
-            );
-            return Err(ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "unexpected outcome",
-            ));
+            tracing::error!(?other, "post_result returned an outcome the service should have mapped");
+            return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "unexpected outcome"));
         }
     };
     ok(json!({ "state": "committed", "findings": findings, "replay": replay }))

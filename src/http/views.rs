@@ -12,11 +12,7 @@ pub fn extraction(r: &ExtractionRecord) -> Value {
         _ => (Value::Null, Value::Null),
     };
     let (worker, lease_expires_at) = match &r.state {
-        State::Claimed {
-            worker,
-            expires_at_ms,
-            ..
-        } => (json!(worker), json!(format_ms(*expires_at_ms))),
+        State::Claimed { worker, expires_at_ms, .. } => (json!(worker), json!(format_ms(*expires_at_ms))),
         _ => (Value::Null, Value::Null),
     };
     let committed_at = match r.state {
@@ -73,8 +69,5 @@ pub fn finding(f: &FindingRecord) -> Value {
 }
 
 fn metadata(r: &ExtractionRecord) -> Value {
-    r.metadata_json
-        .as_deref()
-        .and_then(|m| serde_json::from_str(m).ok())
-        .unwrap_or(Value::Null)
+    r.metadata_json.as_deref().and_then(|m| serde_json::from_str(m).ok()).unwrap_or(Value::Null)
 }

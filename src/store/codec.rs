@@ -21,31 +21,21 @@ fn config() -> bincode::config::Configuration {
 
 pub fn encode<T: Versioned>(value: &T) -> Result<Vec<u8>, Error> {
     let mut out = vec![T::VERSION];
-    bincode::serde::encode_into_std_write(value, &mut out, config()).map_err(|e| {
-        Error::Encode {
-            kind: T::KIND,
-            reason: e.to_string(),
-        }
-    })?;
+    bincode::serde::encode_into_std_write(value, &mut out, config())
+        .map_err(|e| Error::Encode { kind: T::KIND, reason: e.to_string() })?;
     Ok(out)
 }
 
 pub fn decode<T: Versioned>(bytes: &[u8]) -> Result<T, Error> {
-    let corrupt = |reason: String| Error::Corrupt {
-        kind: T::KIND,
-        reason,
-    };
-    let (&version, body) = bytes
-        .split_first()
-        .ok_or_else(|| corrupt("empty value".to_string()))?;
+    let corrupt = |reason: String| Error::Corrupt { kind: T::KIND, reason };
+    let (&version, body) = bytes.split_first().ok_or_else(|| corrupt("empty value".to_string()))?;
     if version != T::VERSION {
         return Err(corrupt(format!(
             "format version {version} is not supported by this build (expected {}); was the file written by a newer commitpoint?",
             T::VERSION
         )));
     }
-    let (value, used) =
-        bincode::serde::decode_from_slice(body, config()).map_err(|e| corrupt(e.to_string()))?;
+    let (value, used) = bincode::serde::decode_from_slice(body, config()).map_err(|e| corrupt(e.to_string()))?;
     if used != body.len() {
         return Err(corrupt(format!("{} trailing bytes", body.len() - used)));
     }

@@ -18,9 +18,7 @@ use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase};
 
-pub use ops::{
-    ClaimRequest, Grant, IntakeOutcome, PostOutcome, PostResult, RetryOutcome, Submission,
-};
+pub use ops::{Authority, ClaimRequest, Grant, IntakeOutcome, PostOutcome, PostResult, RetryOutcome, Submission};
 pub use read::{ListFilter, ListPage};
 pub use records::{ExtractionRecord, FindingRecord, NewExtraction, ResultRecord, Usage};
 pub use verify::{Report, verify_file};
@@ -91,15 +89,10 @@ impl Store {
     /// Opens (or creates) `DIR/commitpoint.redb` and starts the writer thread. The guard
     /// must outlive every handle; `WriterGuard::join` waits for the last write to land.
     pub fn open(data_dir: &Path) -> Result<(Store, WriterGuard), Error> {
-        std::fs::create_dir_all(data_dir).map_err(|source| Error::CreateDir {
-            path: data_dir.to_path_buf(),
-            source,
-        })?;
+        std::fs::create_dir_all(data_dir)
+            .map_err(|source| Error::CreateDir { path: data_dir.to_path_buf(), source })?;
         let path = data_dir.join(FILE_NAME);
-        let db = Database::create(&path).map_err(|source| Error::Open {
-            path: path.clone(),
-            source,
-        })?;
+        let db = Database::create(&path).map_err(|source| Error::Open { path: path.clone(), source })?;
         let db = Arc::new(db);
         let next_seq = writer::initialize(&db)?;
         let (writer, guard) = writer::spawn(Arc::clone(&db), next_seq)?;
@@ -118,9 +111,7 @@ impl Store {
             f(&txn)
         })
         .await
-        .map_err(|e| Error::Unavailable {
-            reason: format!("read task failed: {e}"),
-        })?
+        .map_err(|e| Error::Unavailable { reason: format!("read task failed: {e}") })?
     }
 
     pub fn path_hint() -> &'static str {

@@ -6,9 +6,7 @@ use redb::ReadableTable;
 use serde_json::Value;
 
 use super::codec::{decode, encode};
-use super::records::{
-    ExtractionRecord, FindingRecord, NewExtraction, ResultRecord, StoredContent, Usage,
-};
+use super::records::{ExtractionRecord, FindingRecord, NewExtraction, ResultRecord, StoredContent, Usage};
 use super::writer::WriteTables;
 use super::{Error, Store};
 use crate::identity::{ExtractionId, FindingKey};
@@ -40,20 +38,22 @@ pub struct Grant {
 /// A worker's output, already checked against the extraction's schema.
 #[derive(Debug, Clone)]
 pub enum Submission {
-    Valid {
-        findings: Vec<ValidatedFinding>,
-        output: Value,
-        usage: Option<Usage>,
-    },
-    Invalid {
-        reason: String,
-    },
+    Valid { findings: Vec<ValidatedFinding>, output: Value, usage: Option<Usage> },
+    Invalid { reason: String },
+}
+
+/// Who is entitled to commit: the worker holding the current lease, or the batch the
+/// extraction currently belongs to. Either one fences out late and stale reporters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Authority {
+    Lease(String),
+    Batch(String),
 }
 
 #[derive(Debug, Clone)]
 pub struct PostResult {
     pub id: ExtractionId,
-    pub lease_token: String,
+    pub authority: Authority,
     pub submission: Submission,
 }
 
@@ -95,13 +95,7 @@ impl Store {
 fn intake(t: &mut WriteTables<'_>, new: NewExtraction) -> Result<(IntakeOutcome, bool), Error> {
     if let Some(seq) = t.identity.get(new.id.as_bytes())?.map(|v| v.value()) {
         let record = load(t, seq)?;
-        return Ok((
-            IntakeOutcome {
-                created: false,
-                record,
-            },
-            false,
-        ));
+        return Ok((IntakeOutcome { created: false, record }, false));
     }
     let seq = t.allocate_seq();
     let record = ExtractionRecord {
@@ -124,16 +118,9 @@ fn intake(t: &mut WriteTables<'_>, new: NewExtraction) -> Result<(IntakeOutcome,
     t.identity.insert(record.id.as_bytes(), seq)?;
     t.extractions.insert(seq, record_bytes.as_slice())?;
     t.contents.insert(seq, content_bytes.as_slice())?;
-    t.state_index
-        .insert((record.state.name().code(), seq), ())?;
+    t.state_index.insert((record.state.name().code(), seq), ())?;
     t.tenant_index.insert((record.tenant.as_str(), seq), ())?;
-    Ok((
-        IntakeOutcome {
-            created: true,
-            record,
-        },
-        true,
-    ))
+    Ok((IntakeOutcome { created: true, record }, true))
 }
 
 fn claim(t: &mut WriteTables<'_>, request: &ClaimRequest) -> Result<(Vec<Grant>, bool), Error> {
@@ -142,46 +129,26 @@ fn claim(t: &mut WriteTables<'_>, request: &ClaimRequest) -> Result<(Vec<Grant>,
     for mut record in candidates {
         let lease_token = new_lease_token(record.claims + 1);
         let expires_at_ms = t.now_ms.saturating_add(request.lease_ms);
-        let event = Event::Claim {
-            worker: request.worker.clone(),
-            lease_token: lease_token.clone(),
-            expires_at_ms,
-        };
+        let event = Event::Claim { worker: request.worker.clone(), lease_token: lease_token.clone(), expires_at_ms };
         // Candidates were selected as claimable in this same transaction, so a refusal
         // here would only mean a stale index entry: skip it rather than fail the batch.
         let Ok(Outcome::Changed(next)) = lifecycle::apply(&record.state, event, t.now_ms) else {
             continue;
         };
-        let content = decode::<StoredContent>(&required(
-            t.contents.get(record.seq)?,
-            "content",
-            record.seq,
-        )?)?
-        .text;
+        let content = decode::<StoredContent>(&required(t.contents.get(record.seq)?, "content", record.seq)?)?.text;
         record.claims += 1;
         transition(t, &mut record, next)?;
-        grants.push(Grant {
-            record,
-            content,
-            lease_token,
-            lease_expires_at_ms: expires_at_ms,
-        });
+        grants.push(Grant { record, content, lease_token, lease_expires_at_ms: expires_at_ms });
     }
     let wrote = !grants.is_empty();
     Ok((grants, wrote))
 }
 
 /// Expired leases first (their work has waited longest), then pending work in intake order.
-fn claim_candidates(
-    t: &WriteTables<'_>,
-    request: &ClaimRequest,
-) -> Result<Vec<ExtractionRecord>, Error> {
+fn claim_candidates(t: &WriteTables<'_>, request: &ClaimRequest) -> Result<Vec<ExtractionRecord>, Error> {
     let mut picked = Vec::new();
     let wanted = |r: &ExtractionRecord| request.schema.as_ref().is_none_or(|s| *s == r.schema);
-    for entry in t
-        .lease_index
-        .range((0, 0)..(t.now_ms.saturating_add(1), 0))?
-    {
+    for entry in t.lease_index.range((0, 0)..(t.now_ms.saturating_add(1), 0))? {
         if picked.len() >= request.limit {
             return Ok(picked);
         }
@@ -208,18 +175,23 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
         return Ok((PostOutcome::NotFound, false));
     };
     let mut record = load(t, seq)?;
-    let worker = match &record.state {
+    let producer = match &record.state {
         State::Claimed { worker, .. } => worker.clone(),
+        State::Ready { provider, .. } => provider.clone(),
         _ => String::new(),
     };
-    let event = match &post.submission {
-        Submission::Valid { .. } => Event::ValidResult {
-            lease_token: post.lease_token.clone(),
-        },
-        Submission::Invalid { reason } => Event::InvalidResult {
-            lease_token: post.lease_token.clone(),
-            reason: reason.clone(),
-        },
+    let event = match (&post.authority, &post.submission) {
+        (Authority::Lease(token), Submission::Valid { .. }) => Event::ValidResult { lease_token: token.clone() },
+        (Authority::Lease(token), Submission::Invalid { reason }) => {
+            Event::InvalidResult { lease_token: token.clone(), reason: reason.clone() }
+        }
+        (Authority::Batch(key), Submission::Valid { .. }) => Event::ReadyValid { batch_key: key.clone() },
+        (Authority::Batch(key), Submission::Invalid { reason }) => {
+            Event::ReadyInvalid { batch_key: key.clone(), reason: reason.clone() }
+        }
+    };
+    let fence = match post.authority {
+        Authority::Lease(token) | Authority::Batch(token) => token,
     };
     let next = match lifecycle::apply(&record.state, event, t.now_ms) {
         Ok(Outcome::Changed(next)) => next,
@@ -230,18 +202,11 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
         Err(e) => return Ok((PostOutcome::Rejected(e), false)),
     };
     let outcome = match (&next, post.submission) {
-        (
-            State::Committed { .. },
-            Submission::Valid {
-                findings,
-                output,
-                usage,
-            },
-        ) => {
+        (State::Committed { .. }, Submission::Valid { findings, output, usage }) => {
             let result = ResultRecord {
                 output_json: output.to_string(),
-                worker,
-                lease_token: post.lease_token,
+                worker: producer,
+                lease_token: fence,
                 usage,
                 received_at_ms: t.now_ms,
             };
@@ -249,9 +214,7 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
             t.results.insert(seq, encode(&result)?.as_slice())?;
             PostOutcome::Committed { findings: written }
         }
-        (State::Failed { reason, .. }, _) => PostOutcome::Failed {
-            reason: reason.clone(),
-        },
+        (State::Failed { reason, .. }, _) => PostOutcome::Failed { reason: reason.clone() },
         _ => {
             return Err(Error::Corrupt {
                 kind: "lifecycle",
@@ -259,6 +222,8 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
             });
         }
     };
+    // A provider's staged raw answer has served its purpose once the extraction leaves Ready.
+    t.staged.remove(seq)?;
     transition(t, &mut record, next)?;
     Ok((outcome, true))
 }
@@ -277,8 +242,7 @@ fn write_findings(
             body_json: finding.body.to_string(),
             committed_at_ms: t.now_ms,
         };
-        t.findings
-            .insert((record.seq, key.as_bytes()), encode(&stored)?.as_slice())?;
+        t.findings.insert((record.seq, key.as_bytes()), encode(&stored)?.as_slice())?;
     }
     count_findings(t, record.seq)
 }
@@ -300,11 +264,7 @@ fn retry(t: &mut WriteTables<'_>, id: &ExtractionId) -> Result<(RetryOutcome, bo
 }
 
 /// Persists a new state with its index entries. The only place a record's state changes.
-fn transition(
-    t: &mut WriteTables<'_>,
-    record: &mut ExtractionRecord,
-    next: State,
-) -> Result<(), Error> {
+fn transition(t: &mut WriteTables<'_>, record: &mut ExtractionRecord, next: State) -> Result<(), Error> {
     let seq = record.seq;
     t.state_index.remove((record.state.name().code(), seq))?;
     if let State::Claimed { expires_at_ms, .. } = record.state {
@@ -320,7 +280,7 @@ fn transition(
     Ok(())
 }
 
-fn load(t: &WriteTables<'_>, seq: u64) -> Result<ExtractionRecord, Error> {
+pub(super) fn load(t: &WriteTables<'_>, seq: u64) -> Result<ExtractionRecord, Error> {
     decode(&required(t.extractions.get(seq)?, "extraction", seq)?)
 }
 
@@ -335,12 +295,10 @@ fn required(
     kind: &'static str,
     seq: u64,
 ) -> Result<Vec<u8>, Error> {
-    value
-        .map(|v| v.value().to_vec())
-        .ok_or_else(|| Error::Corrupt {
-            kind,
-            reason: format!("index points at sequence {seq}, which has no {kind} value"),
-        })
+    value.map(|v| v.value().to_vec()).ok_or_else(|| Error::Corrupt {
+        kind,
+        reason: format!("index points at sequence {seq}, which has no {kind} value"),
+    })
 }
 
 /// Fencing tokens: the claim number makes them ordered for humans, the random part

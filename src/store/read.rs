@@ -92,11 +92,7 @@ fn list(txn: &ReadTransaction, filter: &ListFilter) -> Result<ListPage, Error> {
         (None, Some(state)) => {
             let table = txn.open_table(tables::STATE_INDEX)?;
             let code = state.code();
-            Box::new(
-                table
-                    .range((code, start)..=(code, u64::MAX))?
-                    .map(|e| Ok(e?.0.value().1)),
-            )
+            Box::new(table.range((code, start)..=(code, u64::MAX))?.map(|e| Ok(e?.0.value().1)))
         }
         (None, None) => {
             let table = txn.open_table(tables::EXTRACTIONS)?;

@@ -77,6 +77,44 @@ impl Versioned for ResultRecord {
     const VERSION: u8 = 1;
 }
 
+/// Where a provider batch stands. Its members' states say the same thing per extraction;
+/// this record is what the scheduler drives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BatchState {
+    /// The submit intent is durable; the provider may or may not have the job.
+    Intent,
+    /// The provider accepted the batch under this job id.
+    Submitted { job_id: String },
+    /// Results were ingested (or the batch was given up); nothing left to drive.
+    Closed { job_id: Option<String>, outcome: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchRecord {
+    pub seq: u64,
+    /// Deterministic over (provider, schema, members and their attempts): how the job is
+    /// found again at the provider after a crash.
+    pub batch_key: String,
+    pub provider: String,
+    pub schema: String,
+    /// Extraction sequence numbers, in submit order.
+    pub members: Vec<u64>,
+    pub state: BatchState,
+    /// When the scheduler should next act on it (submit retry or poll), persisted so that
+    /// polling resumes on time after a restart.
+    pub next_action_at_ms: u64,
+    /// Consecutive failed provider calls, for backoff.
+    pub failures: u32,
+    pub last_error: Option<String>,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+}
+
+impl Versioned for BatchRecord {
+    const KIND: &'static str = "batch";
+    const VERSION: u8 = 1;
+}
+
 /// What intake asks the store to create.
 #[derive(Debug, Clone)]
 pub struct NewExtraction {
@@ -102,9 +140,7 @@ mod tests {
     use crate::store::codec::{decode, encode};
 
     fn fixture(name: &str) -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/codec")
-            .join(name)
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/codec").join(name)
     }
 
     fn check_golden<T: Versioned + PartialEq + std::fmt::Debug>(name: &str, value: &T) {
@@ -148,18 +184,10 @@ mod tests {
                 expires_at_ms: 1_764_000_060_000,
             }),
         );
-        check_golden(
-            "v1_extraction_committed.bin",
-            &record(State::Committed {
-                at_ms: 1_764_000_001_000,
-            }),
-        );
+        check_golden("v1_extraction_committed.bin", &record(State::Committed { at_ms: 1_764_000_001_000 }));
         check_golden(
             "v1_extraction_failed.bin",
-            &record(State::Failed {
-                class: FailureClass::Validation,
-                reason: "line: 0 < 1".into(),
-            }),
+            &record(State::Failed { class: FailureClass::Validation, reason: "line: 0 < 1".into() }),
         );
     }
 
@@ -180,20 +208,11 @@ mod tests {
                 output_json: r#"{"findings":[]}"#.into(),
                 worker: "w".into(),
                 lease_token: "t".into(),
-                usage: Some(Usage {
-                    model: "m".into(),
-                    input_tokens: 10,
-                    output_tokens: 20,
-                }),
+                usage: Some(Usage { model: "m".into(), input_tokens: 10, output_tokens: 20 }),
                 received_at_ms: 6,
             },
         );
-        check_golden(
-            "v1_content.bin",
-            &StoredContent {
-                text: "fn main() {}".into(),
-            },
-        );
+        check_golden("v1_content.bin", &StoredContent { text: "fn main() {}".into() });
     }
 
     #[test]

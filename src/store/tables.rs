@@ -26,6 +26,14 @@ pub const FINDINGS: TableDefinition<(u64, &[u8; 32]), &[u8]> = TableDefinition::
 /// sequence → `ResultRecord`: the raw validated output of a committed extraction.
 pub const RESULTS: TableDefinition<u64, &[u8]> = TableDefinition::new("results");
 
+/// batch sequence → `BatchRecord`: one provider batch from submit intent to the end.
+pub const BATCHES: TableDefinition<u64, &[u8]> = TableDefinition::new("batches");
+/// batch sequence → (): batches the scheduler still has to drive (intent, live job).
+pub const OPEN_BATCHES: TableDefinition<u64, ()> = TableDefinition::new("open_batches");
+/// sequence → `ResultRecord`: a provider's raw answer for a `Ready` extraction, awaiting
+/// validation and commit.
+pub const STAGED: TableDefinition<u64, &[u8]> = TableDefinition::new("staged_results");
+
 /// `META` key holding the layout generation of the file.
 pub const META_LAYOUT: &str = "layout";
 pub const LAYOUT_V1: u64 = 1;

@@ -52,11 +52,7 @@ impl fmt::Display for Report {
         if self.is_ok() {
             return writeln!(f, "ok: every invariant holds");
         }
-        writeln!(
-            f,
-            "PROBLEMS ({}):",
-            self.problems.len() as u64 + self.unlisted_problems
-        )?;
+        writeln!(f, "PROBLEMS ({}):", self.problems.len() as u64 + self.unlisted_problems)?;
         for p in &self.problems {
             writeln!(f, "  - {p}")?;
         }
@@ -69,10 +65,7 @@ impl fmt::Display for Report {
 
 /// Opens the file exclusively (a running server holds it locked) and checks it.
 pub fn verify_file(path: &Path) -> Result<Report, Error> {
-    let mut db = Database::open(path).map_err(|source| Error::Open {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let mut db = Database::open(path).map_err(|source| Error::Open { path: path.to_path_buf(), source })?;
     let mut report = Report::default();
     match db.check_integrity() {
         Ok(true) => {}
@@ -93,10 +86,7 @@ fn check(txn: &ReadTransaction, report: &mut Report) -> Result<(), Error> {
 }
 
 /// Every record decodes, its identity recomputes, and identity ↔ record is one-to-one.
-fn check_records(
-    txn: &ReadTransaction,
-    report: &mut Report,
-) -> Result<BTreeMap<u64, ExtractionRecord>, Error> {
+fn check_records(txn: &ReadTransaction, report: &mut Report) -> Result<BTreeMap<u64, ExtractionRecord>, Error> {
     let extractions = txn.open_table(tables::EXTRACTIONS)?;
     let identity = txn.open_table(tables::IDENTITY)?;
     let contents = txn.open_table(tables::CONTENTS)?;
@@ -112,48 +102,28 @@ fn check_records(
             }
         };
         report.extractions += 1;
-        *report
-            .by_state
-            .entry(record.state.name().as_str())
-            .or_default() += 1;
+        *report.by_state.entry(record.state.name().as_str()).or_default() += 1;
         if record.seq != seq {
             report.problem(format!("extraction #{seq} says it is #{}", record.seq));
         }
         match identity.get(record.id.as_bytes())?.map(|v| v.value()) {
             Some(s) if s == seq => {}
-            Some(s) => report.problem(format!(
-                "{}: identity index points at #{s}, record is #{seq}",
-                record.id
-            )),
+            Some(s) => report.problem(format!("{}: identity index points at #{s}, record is #{seq}", record.id)),
             None => report.problem(format!("{}: missing from the identity index", record.id)),
         }
-        match contents
-            .get(seq)?
-            .map(|v| decode::<StoredContent>(v.value()))
-        {
+        match contents.get(seq)?.map(|v| decode::<StoredContent>(v.value())) {
             Some(Ok(content)) => {
                 let hash = SourceHash::compute(content.text.as_bytes(), &record.schema);
                 if hash != record.source_hash {
-                    report.problem(format!(
-                        "{}: content does not match its source hash",
-                        record.id
-                    ));
+                    report.problem(format!("{}: content does not match its source hash", record.id));
                 }
             }
             Some(Err(e)) => report.problem(format!("{}: content: {e}", record.id)),
             None => report.problem(format!("{}: content is missing", record.id)),
         }
-        let expected = ExtractionId::compute(
-            &record.tenant,
-            &record.source_id,
-            &record.source_hash,
-            &record.schema,
-        );
+        let expected = ExtractionId::compute(&record.tenant, &record.source_id, &record.source_hash, &record.schema);
         if expected != record.id {
-            report.problem(format!(
-                "{}: id does not match (tenant, source_id, source_hash, schema)",
-                record.id
-            ));
+            report.problem(format!("{}: id does not match (tenant, source_id, source_hash, schema)", record.id));
         }
         records.insert(seq, record);
     }
@@ -177,15 +147,8 @@ fn check_indexes(
     let tenant_index = txn.open_table(tables::TENANT_INDEX)?;
     let mut leases = 0u64;
     for (seq, record) in records {
-        if state_index
-            .get((record.state.name().code(), *seq))?
-            .is_none()
-        {
-            report.problem(format!(
-                "{}: missing from the {} queue",
-                record.id,
-                record.state.name().as_str()
-            ));
+        if state_index.get((record.state.name().code(), *seq))?.is_none() {
+            report.problem(format!("{}: missing from the {} queue", record.id, record.state.name().as_str()));
         }
         if tenant_index.get((record.tenant.as_str(), *seq))?.is_none() {
             report.problem(format!("{}: missing from the tenant index", record.id));
@@ -193,10 +156,7 @@ fn check_indexes(
         if let State::Claimed { expires_at_ms, .. } = record.state {
             leases += 1;
             if lease_index.get((expires_at_ms, *seq))?.is_none() {
-                report.problem(format!(
-                    "{}: claimed but missing from the lease index",
-                    record.id
-                ));
+                report.problem(format!("{}: claimed but missing from the lease index", record.id));
             }
         }
     }
@@ -207,9 +167,7 @@ fn check_indexes(
     ];
     for (name, found, expected) in sizes {
         if found != expected {
-            report.problem(format!(
-                "{name} index has {found} entries, expected {expected}"
-            ));
+            report.problem(format!("{name} index has {found} entries, expected {expected}"));
         }
     }
     Ok(())
@@ -232,11 +190,7 @@ fn check_findings(
             continue;
         };
         if !matches!(record.state, State::Committed { .. }) {
-            report.problem(format!(
-                "{}: has findings but is {}",
-                record.id,
-                record.state.name().as_str()
-            ));
+            report.problem(format!("{}: has findings but is {}", record.id, record.state.name().as_str()));
         }
         let finding: FindingRecord = match decode(value.value()) {
             Ok(f) => f,
@@ -247,16 +201,10 @@ fn check_findings(
         };
         let expected = FindingKey::compute(&record.id, &finding.canonical_identity);
         if expected.as_bytes() != key_bytes || finding.key != expected {
-            report.problem(format!(
-                "{}: finding key {} does not match its identifying fields",
-                record.id, finding.key
-            ));
+            report.problem(format!("{}: finding key {} does not match its identifying fields", record.id, finding.key));
         }
         if !seen.insert(*key_bytes) {
-            report.problem(format!(
-                "finding key {} appears twice (invariant 3)",
-                finding.key
-            ));
+            report.problem(format!("finding key {} appears twice (invariant 3)", finding.key));
         }
     }
     Ok(())
@@ -274,17 +222,11 @@ fn check_results(
         report.results += 1;
         match records.get(&seq) {
             Some(r) if matches!(r.state, State::Committed { .. }) => {}
-            Some(r) => report.problem(format!(
-                "{}: has a raw result but is {}",
-                r.id,
-                r.state.name().as_str()
-            )),
+            Some(r) => report.problem(format!("{}: has a raw result but is {}", r.id, r.state.name().as_str())),
             None => report.problem(format!("raw result under unknown extraction #{seq}")),
         }
         match decode::<ResultRecord>(value.value()) {
-            Ok(result)
-                if serde_json::from_str::<serde_json::Value>(&result.output_json).is_err() =>
-            {
+            Ok(result) if serde_json::from_str::<serde_json::Value>(&result.output_json).is_err() => {
                 report.problem(format!("raw result #{seq} is not valid JSON"));
             }
             Ok(_) => {}
@@ -293,10 +235,7 @@ fn check_results(
     }
     for (seq, record) in records {
         if matches!(record.state, State::Committed { .. }) && results.get(*seq)?.is_none() {
-            report.problem(format!(
-                "{}: committed without its raw result (invariant 2)",
-                record.id
-            ));
+            report.problem(format!("{}: committed without its raw result (invariant 2)", record.id));
         }
     }
     Ok(())

@@ -32,13 +32,23 @@ pub struct WriteTables<'txn> {
     pub tenant_index: Table<'txn, (&'static str, u64), ()>,
     pub findings: Table<'txn, (u64, &'static [u8; 32]), &'static [u8]>,
     pub results: Table<'txn, u64, &'static [u8]>,
+    pub batches: Table<'txn, u64, &'static [u8]>,
+    pub open_batches: Table<'txn, u64, ()>,
+    pub staged: Table<'txn, u64, &'static [u8]>,
     /// Wall-clock time of this batch, the same for every job in it.
     pub now_ms: u64,
-    next_seq: u64,
+    next: Sequences,
+}
+
+/// The next free sequence numbers, kept by the writer and rebuilt from the tables on open.
+#[derive(Debug, Clone, Copy)]
+pub struct Sequences {
+    extraction: u64,
+    batch: u64,
 }
 
 impl<'txn> WriteTables<'txn> {
-    fn open(txn: &'txn WriteTransaction, now_ms: u64, next_seq: u64) -> Result<Self, Error> {
+    fn open(txn: &'txn WriteTransaction, now_ms: u64, next: Sequences) -> Result<Self, Error> {
         Ok(Self {
             identity: txn.open_table(tables::IDENTITY)?,
             extractions: txn.open_table(tables::EXTRACTIONS)?,
@@ -48,14 +58,23 @@ impl<'txn> WriteTables<'txn> {
             tenant_index: txn.open_table(tables::TENANT_INDEX)?,
             findings: txn.open_table(tables::FINDINGS)?,
             results: txn.open_table(tables::RESULTS)?,
+            batches: txn.open_table(tables::BATCHES)?,
+            open_batches: txn.open_table(tables::OPEN_BATCHES)?,
+            staged: txn.open_table(tables::STAGED)?,
             now_ms,
-            next_seq,
+            next,
         })
     }
 
     pub fn allocate_seq(&mut self) -> u64 {
-        let seq = self.next_seq;
-        self.next_seq += 1;
+        let seq = self.next.extraction;
+        self.next.extraction += 1;
+        seq
+    }
+
+    pub fn allocate_batch_seq(&mut self) -> u64 {
+        let seq = self.next.batch;
+        self.next.batch += 1;
         seq
     }
 }
@@ -91,12 +110,10 @@ where
     fn finish(self: Box<Self>, commit: Result<(), &Error>) {
         let answer = match (commit, self.result) {
             (Ok(()), Some(result)) => Ok(result),
-            (Err(e), _) => Err(Error::Unavailable {
-                reason: format!("{e:#}"),
-            }),
-            (Ok(()), None) => Err(Error::Unavailable {
-                reason: "the batch this write belonged to was aborted; retry".to_string(),
-            }),
+            (Err(e), _) => Err(Error::Unavailable { reason: format!("{e:#}") }),
+            (Ok(()), None) => {
+                Err(Error::Unavailable { reason: "the batch this write belonged to was aborted; retry".to_string() })
+            }
         };
         // A caller that went away (client disconnected) no longer needs the answer.
         let _ = self.reply.send(answer);
@@ -122,14 +139,8 @@ impl WriterHandle {
         F: FnOnce(&mut WriteTables<'_>) -> Result<(R, bool), Error> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        let job = Box::new(TypedJob {
-            work: Some(work),
-            result: None,
-            reply,
-        });
-        let stopped = || Error::Unavailable {
-            reason: "the writer thread has stopped".to_string(),
-        };
+        let job = Box::new(TypedJob { work: Some(work), result: None, reply });
+        let stopped = || Error::Unavailable { reason: "the writer thread has stopped".to_string() };
         self.jobs.send(job).await.map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
@@ -152,8 +163,8 @@ impl WriterGuard {
     }
 }
 
-/// Creates the tables on first open and returns the next free sequence number.
-pub fn initialize(db: &Database) -> Result<u64, Error> {
+/// Creates the tables on first open and returns the next free sequence numbers.
+pub fn initialize(db: &Database) -> Result<Sequences, Error> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
     let next_seq = {
@@ -167,38 +178,30 @@ pub fn initialize(db: &Database) -> Result<u64, Error> {
             Some(other) => {
                 return Err(Error::Corrupt {
                     kind: "meta",
-                    reason: format!(
-                        "file layout {other} is newer than this build understands ({LAYOUT_V1})"
-                    ),
+                    reason: format!("file layout {other} is newer than this build understands ({LAYOUT_V1})"),
                 });
             }
         }
         // Creating every table up front lets readers open them without special cases.
-        let tables = WriteTables::open(&txn, 0, 0)?;
+        let tables = WriteTables::open(&txn, 0, Sequences { extraction: 0, batch: 0 })?;
         let last = tables.extractions.last()?.map(|(k, _)| k.value());
-        last.map_or(1, |seq| seq + 1)
+        let last_batch = tables.batches.last()?.map(|(k, _)| k.value());
+        Sequences { extraction: last.map_or(1, |seq| seq + 1), batch: last_batch.map_or(1, |seq| seq + 1) }
     };
     txn.commit()?;
     Ok(next_seq)
 }
 
-pub fn spawn(db: Arc<Database>, next_seq: u64) -> Result<(WriterHandle, WriterGuard), Error> {
+pub fn spawn(db: Arc<Database>, next_seq: Sequences) -> Result<(WriterHandle, WriterGuard), Error> {
     let (jobs, queue) = mpsc::channel(QUEUE_DEPTH);
     let thread = std::thread::Builder::new()
         .name("store-writer".to_string())
         .spawn(move || run(&db, queue, next_seq))
-        .map_err(|e| Error::Unavailable {
-            reason: format!("cannot start the writer thread: {e}"),
-        })?;
-    Ok((
-        WriterHandle { jobs },
-        WriterGuard {
-            thread: Some(thread),
-        },
-    ))
+        .map_err(|e| Error::Unavailable { reason: format!("cannot start the writer thread: {e}") })?;
+    Ok((WriterHandle { jobs }, WriterGuard { thread: Some(thread) }))
 }
 
-fn run(db: &Database, mut queue: mpsc::Receiver<Box<dyn Job>>, mut next_seq: u64) {
+fn run(db: &Database, mut queue: mpsc::Receiver<Box<dyn Job>>, mut next_seq: Sequences) {
     let mut halted: Option<String> = None;
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = queue.blocking_recv() {
@@ -210,9 +213,7 @@ fn run(db: &Database, mut queue: mpsc::Receiver<Box<dyn Job>>, mut next_seq: u64
             }
         }
         if let Some(reason) = &halted {
-            let refusal = Error::Unavailable {
-                reason: reason.clone(),
-            };
+            let refusal = Error::Unavailable { reason: reason.clone() };
             batch.drain(..).for_each(|job| job.finish(Err(&refusal)));
             continue;
         }
@@ -224,9 +225,7 @@ fn run(db: &Database, mut queue: mpsc::Receiver<Box<dyn Job>>, mut next_seq: u64
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), jobs = batch.len(), "write batch aborted");
                 if e.is_fatal() {
-                    halted = Some(format!(
-                        "a storage error stopped the writer ({e}); restart commitpoint"
-                    ));
+                    halted = Some(format!("a storage error stopped the writer ({e}); restart commitpoint"));
                 }
                 batch.drain(..).for_each(|job| job.finish(Err(&e)));
             }
@@ -234,8 +233,8 @@ fn run(db: &Database, mut queue: mpsc::Receiver<Box<dyn Job>>, mut next_seq: u64
     }
 }
 
-/// Applies every job in one transaction. Returns the next free sequence number.
-fn commit_batch(db: &Database, batch: &mut [Box<dyn Job>], next_seq: u64) -> Result<u64, Error> {
+/// Applies every job in one transaction. Returns the next free sequence numbers.
+fn commit_batch(db: &Database, batch: &mut [Box<dyn Job>], next_seq: Sequences) -> Result<Sequences, Error> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
     let mut tables = WriteTables::open(&txn, clock::now_ms(), next_seq)?;
@@ -243,7 +242,7 @@ fn commit_batch(db: &Database, batch: &mut [Box<dyn Job>], next_seq: u64) -> Res
     for job in batch.iter_mut() {
         wrote |= job.apply(&mut tables)?;
     }
-    let advanced = tables.next_seq;
+    let advanced = tables.next;
     drop(tables);
     if wrote {
         txn.commit()?;

@@ -40,16 +40,8 @@ pub const SOURCES: &[Source] = &[
         source_id: "billing#4",
         content: "def refund(order):\n    # TODO: partial refunds\n    return reverse(order)\n",
     },
-    Source {
-        tenant: "globex",
-        source_id: "etl#9",
-        content: "rows = load().unwrap()\nfor r in rows:\n    write(r)\n",
-    },
-    Source {
-        tenant: "globex",
-        source_id: "etl#10",
-        content: "def clean(x):\n    return x.strip()\n",
-    },
+    Source { tenant: "globex", source_id: "etl#9", content: "rows = load().unwrap()\nfor r in rows:\n    write(r)\n" },
+    Source { tenant: "globex", source_id: "etl#10", content: "def clean(x):\n    return x.strip()\n" },
 ];
 
 /// A second revision of an already-reviewed source: a legitimate new extraction.
@@ -61,36 +53,11 @@ pub const REVISION: Source = Source {
 
 /// (pattern, rule, severity, summary) — what the stand-in model "notices".
 const RULES: &[(&str, &str, &str, &str)] = &[
-    (
-        "unwrap()",
-        "no-unwrap",
-        "medium",
-        "unwrap() panics on bad input; return the error instead",
-    ),
-    (
-        "TODO",
-        "todo-left",
-        "low",
-        "unfinished work left in the change",
-    ),
-    (
-        "PASSWORD",
-        "hardcoded-secret",
-        "critical",
-        "credential committed in source",
-    ),
-    (
-        "secret =",
-        "hardcoded-secret",
-        "critical",
-        "credential committed in source",
-    ),
-    (
-        "unsafe fn",
-        "unsafe-code",
-        "high",
-        "unsafe function without a safety comment",
-    ),
+    ("unwrap()", "no-unwrap", "medium", "unwrap() panics on bad input; return the error instead"),
+    ("TODO", "todo-left", "low", "unfinished work left in the change"),
+    ("PASSWORD", "hardcoded-secret", "critical", "credential committed in source"),
+    ("secret =", "hardcoded-secret", "critical", "credential committed in source"),
+    ("unsafe fn", "unsafe-code", "high", "unsafe function without a safety comment"),
 ];
 
 /// Reviews one source the way a model would answer under Structured Outputs.

@@ -34,33 +34,15 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let server = Server::start(&options).await?;
     let database = server.database_path();
-    println!(
-        "commitpoint demo: server on http://{}, database {}\n",
-        server.addr(),
-        database.display()
-    );
+    println!("commitpoint demo: server on http://{}, database {}\n", server.addr(), database.display());
     let outcome = scenario::run(&format!("http://{}", server.addr())).await;
     server.stop().await?;
     let summary = outcome?;
 
     let path = database.clone();
     let report = tokio::task::spawn_blocking(move || crate::store::verify_file(&path)).await??;
-    println!(
-        "\n== commitpoint verify {} ==\n{report}",
-        database.display()
-    );
+    println!("\n== commitpoint verify {} ==\n{report}", database.display());
     let ok = summary.all_checks_passed() && report.is_ok();
-    println!(
-        "{}",
-        if ok {
-            "demo: every check passed"
-        } else {
-            "demo: SOME CHECKS FAILED"
-        }
-    );
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_PROBLEMS)
-    })
+    println!("{}", if ok { "demo: every check passed" } else { "demo: SOME CHECKS FAILED" });
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROBLEMS) })
 }

@@ -38,25 +38,14 @@ struct Api {
 }
 
 impl Api {
-    async fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> anyhow::Result<(u16, Value)> {
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<(u16, Value)> {
         let mut request = self.http.request(method, format!("{}{path}", self.base));
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request
-            .send()
-            .await
-            .with_context(|| format!("request to {path} failed"))?;
+        let response = request.send().await.with_context(|| format!("request to {path} failed"))?;
         let status = response.status().as_u16();
-        let body = response
-            .json()
-            .await
-            .with_context(|| format!("{path}: answer is not JSON"))?;
+        let body = response.json().await.with_context(|| format!("{path}: answer is not JSON"))?;
         Ok((status, body))
     }
 
@@ -77,18 +66,9 @@ impl Api {
         self.post("/v1/extractions", body).await
     }
 
-    async fn claim(
-        &self,
-        worker: &str,
-        limit: usize,
-        lease_seconds: u64,
-    ) -> anyhow::Result<Vec<Value>> {
-        let (status, body) = self
-            .post(
-                "/v1/claims",
-                json!({"worker": worker, "limit": limit, "lease_seconds": lease_seconds}),
-            )
-            .await?;
+    async fn claim(&self, worker: &str, limit: usize, lease_seconds: u64) -> anyhow::Result<Vec<Value>> {
+        let (status, body) =
+            self.post("/v1/claims", json!({"worker": worker, "limit": limit, "lease_seconds": lease_seconds})).await?;
         if status != 200 {
             bail!("claim: {status} {body}");
         }
@@ -102,8 +82,7 @@ impl Api {
             "output": output,
             "usage": {"model": "demo-reviewer", "input_tokens": claim["content"].as_str().map_or(0, str::len), "output_tokens": 64},
         });
-        self.post(&format!("/v1/extractions/{id}/result"), body)
-            .await
+        self.post(&format!("/v1/extractions/{id}/result"), body).await
     }
 }
 
@@ -112,10 +91,7 @@ fn short(id: &Value) -> String {
 }
 
 pub async fn run(base: &str) -> anyhow::Result<Summary> {
-    let api = Api {
-        base: base.to_string(),
-        http: reqwest::Client::new(),
-    };
+    let api = Api { base: base.to_string(), http: reqwest::Client::new() };
     let mut summary = Summary::default();
     let ids = intake_with_duplicates(&api, &mut summary).await?;
     let lost = worker_dies_holding_a_lease(&api).await?;
@@ -126,10 +102,7 @@ pub async fn run(base: &str) -> anyhow::Result<Summary> {
     Ok(summary)
 }
 
-async fn intake_with_duplicates(
-    api: &Api,
-    summary: &mut Summary,
-) -> anyhow::Result<BTreeSet<String>> {
+async fn intake_with_duplicates(api: &Api, summary: &mut Summary) -> anyhow::Result<BTreeSet<String>> {
     println!(
         "== 1. intake: {} sources, each sent {COPIES_PER_SOURCE} times at once (duplicates and redeliveries) ==",
         SOURCES.len()
@@ -149,12 +122,7 @@ async fn intake_with_duplicates(
             (200, Some(false)) => duplicates += 1,
             _ => bail!("intake: unexpected answer {status} {body}"),
         }
-        ids.insert(
-            body["extraction_id"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        );
+        ids.insert(body["extraction_id"].as_str().unwrap_or_default().to_string());
     }
     println!(
         "  {} requests → {created} created, {duplicates} acknowledged as duplicates",
@@ -170,23 +138,13 @@ async fn intake_with_duplicates(
         REVISION.source_id,
         short(&body["extraction_id"])
     );
-    summary.check(
-        "changed content under the same source_id is a new extraction",
-        status == 201,
-    );
-    ids.insert(
-        body["extraction_id"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-    );
+    summary.check("changed content under the same source_id is a new extraction", status == 201);
+    ids.insert(body["extraction_id"].as_str().unwrap_or_default().to_string());
     Ok(ids)
 }
 
 async fn worker_dies_holding_a_lease(api: &Api) -> anyhow::Result<Vec<Value>> {
-    println!(
-        "\n== 2. worker-lost claims 2 extractions with a {SHORT_LEASE_SECONDS}s lease, then goes silent =="
-    );
+    println!("\n== 2. worker-lost claims 2 extractions with a {SHORT_LEASE_SECONDS}s lease, then goes silent ==");
     let lost = api.claim("worker-lost", 2, SHORT_LEASE_SECONDS).await?;
     for claim in &lost {
         println!(
@@ -201,54 +159,31 @@ async fn worker_dies_holding_a_lease(api: &Api) -> anyhow::Result<Vec<Value>> {
 async fn healthy_workers(api: &Api, summary: &mut Summary) -> anyhow::Result<()> {
     println!("\n== 3. worker-a claims the rest and posts model output ==");
     let claims = api.claim("worker-a", 100, 30).await?;
-    summary.check(
-        "leased work is not handed out twice",
-        claims.len() == SOURCES.len() + 1 - 2,
-    );
+    summary.check("leased work is not handed out twice", claims.len() == SOURCES.len() + 1 - 2);
     for claim in &claims {
         let source_id = claim["source_id"].as_str().unwrap_or_default();
         if source_id == CONFUSED_SOURCE {
-            let (status, body) = api
-                .post_result(claim, corpus::broken_review(source_id))
-                .await?;
-            println!(
-                "  {source_id}: the model's answer fails the schema → {status} {}",
-                body["error"]["code"]
-            );
-            summary.check(
-                "schema-violating output is rejected with 422 and marks the extraction failed",
-                status == 422,
-            );
+            let (status, body) = api.post_result(claim, corpus::broken_review(source_id)).await?;
+            println!("  {source_id}: the model's answer fails the schema → {status} {}", body["error"]["code"]);
+            summary
+                .check("schema-violating output is rejected with 422 and marks the extraction failed", status == 422);
             let id = claim["extraction_id"].as_str().unwrap_or_default();
-            let (status, body) = api
-                .post(&format!("/v1/extractions/{id}/retry"), json!({}))
-                .await?;
-            println!(
-                "  operator retries it → {status}, state {}, attempts {}",
-                body["state"], body["attempts"]
-            );
-            summary.check(
-                "retry moves a failed extraction back to pending",
-                status == 200 && body["state"] == "pending",
-            );
+            let (status, body) = api.post(&format!("/v1/extractions/{id}/retry"), json!({})).await?;
+            println!("  operator retries it → {status}, state {}, attempts {}", body["state"], body["attempts"]);
+            summary
+                .check("retry moves a failed extraction back to pending", status == 200 && body["state"] == "pending");
             continue;
         }
         let output = corpus::review(source_id, claim["content"].as_str().unwrap_or_default());
         let (status, body) = api.post_result(claim, output.clone()).await?;
-        println!(
-            "  {source_id}: committed {} findings (replay: {})",
-            body["findings"], body["replay"]
-        );
+        println!("  {source_id}: committed {} findings (replay: {})", body["findings"], body["replay"]);
         if source_id == "payments#102" {
             let (again, body) = api.post_result(claim, output).await?;
             println!(
                 "  {source_id}: the same result posted again (a retried HTTP call) → {again}, replay: {}",
                 body["replay"]
             );
-            summary.check(
-                "a re-posted result is a replay",
-                again == 200 && body["replay"] == true,
-            );
+            summary.check("a re-posted result is a replay", again == 200 && body["replay"] == true);
         }
         if status != 200 {
             bail!("{source_id}: commit failed: {status} {body}");
@@ -257,52 +192,29 @@ async fn healthy_workers(api: &Api, summary: &mut Summary) -> anyhow::Result<()>
     Ok(())
 }
 
-async fn takeover_after_expiry(
-    api: &Api,
-    lost: &[Value],
-    summary: &mut Summary,
-) -> anyhow::Result<()> {
-    println!(
-        "\n== 4. the lease runs out; worker-b takes over the lost work and the retried one =="
-    );
+async fn takeover_after_expiry(api: &Api, lost: &[Value], summary: &mut Summary) -> anyhow::Result<()> {
+    println!("\n== 4. the lease runs out; worker-b takes over the lost work and the retried one ==");
     tokio::time::sleep(Duration::from_millis(SHORT_LEASE_SECONDS * 1000 + 200)).await;
     let claims = api.claim("worker-b", 100, 30).await?;
-    let lost_ids: BTreeSet<&str> = lost
-        .iter()
-        .filter_map(|c| c["extraction_id"].as_str())
-        .collect();
-    let taken: BTreeSet<&str> = claims
-        .iter()
-        .filter_map(|c| c["extraction_id"].as_str())
-        .collect();
-    summary.check(
-        "expired leases are handed to another worker with a new token",
-        lost_ids.is_subset(&taken),
-    );
+    let lost_ids: BTreeSet<&str> = lost.iter().filter_map(|c| c["extraction_id"].as_str()).collect();
+    let taken: BTreeSet<&str> = claims.iter().filter_map(|c| c["extraction_id"].as_str()).collect();
+    summary.check("expired leases are handed to another worker with a new token", lost_ids.is_subset(&taken));
     for claim in &claims {
         let source_id = claim["source_id"].as_str().unwrap_or_default();
         let output = corpus::review(source_id, claim["content"].as_str().unwrap_or_default());
         let (status, body) = api.post_result(claim, output).await?;
-        println!(
-            "  worker-b: {source_id} → {status}, {} findings",
-            body["findings"]
-        );
+        println!("  worker-b: {source_id} → {status}, {} findings", body["findings"]);
     }
     Ok(())
 }
 
-async fn stale_worker_posts_late(
-    api: &Api,
-    lost: &[Value],
-    summary: &mut Summary,
-) -> anyhow::Result<()> {
-    println!(
-        "\n== 5. worker-lost wakes up and posts its (different) answers with its old lease tokens =="
-    );
+async fn stale_worker_posts_late(api: &Api, lost: &[Value], summary: &mut Summary) -> anyhow::Result<()> {
+    println!("\n== 5. worker-lost wakes up and posts its (different) answers with its old lease tokens ==");
     for claim in lost {
         let id = claim["extraction_id"].as_str().unwrap_or_default();
         let before = api.get(&format!("/v1/extractions/{id}/findings")).await?;
-        let stale_output = json!({"findings": [{"rule": "late", "severity": "low", "file": "x", "line": 1, "summary": "late"}]});
+        let stale_output =
+            json!({"findings": [{"rule": "late", "severity": "low", "file": "x", "line": 1, "summary": "late"}]});
         let (status, body) = api.post_result(claim, stale_output).await?;
         let after = api.get(&format!("/v1/extractions/{id}/findings")).await?;
         println!(
@@ -329,9 +241,7 @@ async fn report(api: &Api, ids: &BTreeSet<String>, summary: &mut Summary) -> any
     let mut expected_findings_ok = true;
     let mut richest: (usize, String) = (0, String::new());
     for tenant in ["acme", "globex"] {
-        let page = api
-            .get(&format!("/v1/extractions?tenant={tenant}&limit=100"))
-            .await?;
+        let page = api.get(&format!("/v1/extractions?tenant={tenant}&limit=100")).await?;
         for record in page["extractions"].as_array().cloned().unwrap_or_default() {
             let id = record["extraction_id"].as_str().unwrap_or_default();
             let findings = api.get(&format!("/v1/extractions/{id}/findings")).await?;
@@ -339,14 +249,11 @@ async fn report(api: &Api, ids: &BTreeSet<String>, summary: &mut Summary) -> any
             if count > richest.0 {
                 richest = (count, id.to_string());
             }
-            *states
-                .entry(record["state"].as_str().unwrap_or("?").to_string())
-                .or_default() += 1;
+            *states.entry(record["state"].as_str().unwrap_or("?").to_string()).or_default() += 1;
             let source_id = record["source_id"].as_str().unwrap_or_default();
             let content = SOURCES.iter().chain([&REVISION]).find(|s| {
                 s.source_id == source_id
-                    && crate::identity::SourceHash::compute(s.content.as_bytes(), "code-review@1")
-                        .to_hex()
+                    && crate::identity::SourceHash::compute(s.content.as_bytes(), "code-review@1").to_hex()
                         == record["source_hash"]
             });
             let expected = content.map_or(usize::MAX, |s| distinct_findings(source_id, s.content));
@@ -364,23 +271,11 @@ async fn report(api: &Api, ids: &BTreeSet<String>, summary: &mut Summary) -> any
         }
     }
     let total: usize = states.values().sum();
-    summary.check(
-        "every identity has exactly one extraction",
-        total == ids.len(),
-    );
-    summary.check(
-        "every extraction is committed",
-        states.get("committed") == Some(&total),
-    );
-    summary.check(
-        "each extraction holds exactly the model's findings (upserted by finding key)",
-        expected_findings_ok,
-    );
+    summary.check("every identity has exactly one extraction", total == ids.len());
+    summary.check("every extraction is committed", states.get("committed") == Some(&total));
+    summary.check("each extraction holds exactly the model's findings (upserted by finding key)", expected_findings_ok);
     let late = redeliver_everything(api).await?;
-    summary.check(
-        "a redelivery after commit returns the committed extraction, creating nothing",
-        late,
-    );
+    summary.check("a redelivery after commit returns the committed extraction, creating nothing", late);
     let id = richest.1;
     if !id.is_empty() {
         let findings = api.get(&format!("/v1/extractions/{id}/findings")).await?;
@@ -398,8 +293,7 @@ async fn redeliver_everything(api: &Api) -> anyhow::Result<bool> {
     let mut all_known_and_committed = true;
     for source in SOURCES.iter().chain([&REVISION]) {
         let (status, body) = api.intake(source).await?;
-        all_known_and_committed &=
-            status == 200 && body["created"] == false && body["state"] == "committed";
+        all_known_and_committed &= status == 200 && body["created"] == false && body["state"] == "committed";
     }
     println!(
         "\n  every source redelivered once more → all acknowledged as existing and committed: {all_known_and_committed}"
@@ -411,11 +305,7 @@ fn distinct_findings(source_id: &str, content: &str) -> usize {
     let review = corpus::review(source_id, content);
     let keys: BTreeSet<String> = review["findings"]
         .as_array()
-        .map(|f| {
-            f.iter()
-                .map(|f| format!("{}|{}|{}", f["rule"], f["file"], f["line"]))
-                .collect()
-        })
+        .map(|f| f.iter().map(|f| format!("{}|{}|{}", f["rule"], f["file"], f["line"])).collect())
         .unwrap_or_default();
     keys.len()
 }

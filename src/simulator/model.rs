@@ -1,0 +1,239 @@
+//! The simulated model: a deterministic rule-based code reviewer that answers a chat
+//! completion body with `code-review@1` JSON. It is not a language model; it exists so
+//! the whole batch lifecycle can run without an API key.
+//!
+//! Prompt convention (the commitpoint adapter sends exactly this as the last `user`
+//! message): `source_id: <SOURCE_ID>\n\n<CONTENT>`. Line numbers are 1-based within
+//! CONTENT.
+
+use serde_json::{Value, json};
+
+/// (patterns, rule, severity, summary). A rule fires at most once per line, because
+/// (rule, file, line) is a finding's identity and duplicates would be noise.
+const RULES: &[(&[&str], &str, &str, &str)] = &[
+    (
+        &["unwrap()"],
+        "no-unwrap",
+        "medium",
+        "unwrap() panics on bad input; return the error instead",
+    ),
+    (
+        &["TODO"],
+        "todo-left",
+        "low",
+        "unfinished work left in the change",
+    ),
+    (
+        &["unsafe"],
+        "unsafe-code",
+        "high",
+        "unsafe code without a safety justification",
+    ),
+    (
+        &["password", "PASSWORD", "secret ="],
+        "hardcoded-secret",
+        "critical",
+        "credential committed in source",
+    ),
+    (
+        &["panic!"],
+        "explicit-panic",
+        "medium",
+        "explicit panic in library code",
+    ),
+];
+
+const UNKNOWN_SOURCE: &str = "unknown";
+
+/// What the model produced for one request line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reply {
+    pub content: String,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// Splits the prompt convention; a prompt without the header is reviewed whole.
+pub fn split_prompt(text: &str) -> (&str, &str) {
+    let Some(rest) = text.strip_prefix("source_id:") else {
+        return (UNKNOWN_SOURCE, text);
+    };
+    let (id, content) = match rest.split_once('\n') {
+        Some((id, content)) => (id, content.strip_prefix('\n').unwrap_or(content)),
+        None => (rest, ""),
+    };
+    let id = id.trim();
+    (if id.is_empty() { UNKNOWN_SOURCE } else { id }, content)
+}
+
+pub fn review(source_id: &str, content: &str) -> Value {
+    let mut findings = Vec::new();
+    for (index, line) in content.lines().enumerate() {
+        for (patterns, rule, severity, summary) in RULES {
+            if patterns.iter().any(|p| line.contains(p)) {
+                findings.push(json!({
+                    "rule": rule,
+                    "severity": severity,
+                    "file": source_id,
+                    "line": index + 1,
+                    "summary": summary,
+                }));
+            }
+        }
+    }
+    json!({ "findings": findings })
+}
+
+/// A schema-violating answer (line 0, severity outside the enum), as a confused model
+/// would send: the client must reject it at validation, not commit it.
+pub fn broken_review(source_id: &str, content: &str) -> Value {
+    let mut output = review(source_id, content);
+    if let Some(Value::Array(findings)) = output.get_mut("findings") {
+        if findings.is_empty() {
+            findings.push(json!({"rule": "no-unwrap", "file": source_id, "summary": "?"}));
+        }
+        for finding in findings.iter_mut() {
+            finding["line"] = json!(0);
+            finding["severity"] = json!("urgent");
+        }
+    }
+    output
+}
+
+/// Answers one `/v1/chat/completions` request body.
+pub fn respond(body: &Value, broken: bool) -> Reply {
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let prompt_bytes: usize = messages.iter().map(|m| message_text(m).len()).sum();
+    let last_user = messages
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .map(message_text)
+        .unwrap_or_default();
+    let (source_id, content) = split_prompt(&last_user);
+    let output = if broken {
+        broken_review(source_id, content)
+    } else {
+        review(source_id, content)
+    };
+    let structured = body.pointer("/response_format/type").and_then(Value::as_str) == Some("json_schema");
+    // Without Structured Outputs a chat model wraps JSON in prose; clients that forget
+    // `response_format` should see that, not a lucky clean answer.
+    let content = if structured {
+        output.to_string()
+    } else {
+        format!("Here is my review.\n```json\n{output}\n```")
+    };
+    Reply {
+        prompt_tokens: tokens(prompt_bytes),
+        completion_tokens: tokens(content.len()),
+        content,
+    }
+}
+
+/// Roughly four bytes per token, never zero: good enough for a cost ledger to be exercised.
+fn tokens(bytes: usize) -> u64 {
+    u64::try_from(bytes / 4).unwrap_or(u64::MAX).max(1)
+}
+
+/// A message's text: a plain string or the concatenated `text` parts.
+fn message_text(message: &Value) -> String {
+    match message.get("content") {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules_at(output: &Value) -> Vec<(String, String, u64)> {
+        output["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["rule"].as_str().unwrap().to_string(),
+                    f["severity"].as_str().unwrap().to_string(),
+                    f["line"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_rule_fires_on_its_line() {
+        let content = "let x = y.unwrap();\n// TODO later\nunsafe { poke() }\nlet password = 1;\nconst PASSWORD: u8 = 0;\nlet secret = 2;\npanic!(\"no\");\nfine();\n";
+        let got = rules_at(&review("src/a.rs", content));
+        let want = [
+            ("no-unwrap", "medium", 1),
+            ("todo-left", "low", 2),
+            ("unsafe-code", "high", 3),
+            ("hardcoded-secret", "critical", 4),
+            ("hardcoded-secret", "critical", 5),
+            ("hardcoded-secret", "critical", 6),
+            ("explicit-panic", "medium", 7),
+        ];
+        let want: Vec<_> = want
+            .iter()
+            .map(|(r, s, l)| (r.to_string(), s.to_string(), *l))
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn one_finding_per_rule_per_line_but_many_rules_per_line() {
+        let got = rules_at(&review("f", "password secret = x.unwrap() // TODO"));
+        let rules: Vec<_> = got.iter().map(|(r, _, _)| r.as_str()).collect();
+        assert_eq!(rules, ["no-unwrap", "todo-left", "hardcoded-secret"]);
+        assert!(got.iter().all(|(_, _, line)| *line == 1));
+    }
+
+    #[test]
+    fn prompt_convention_is_split_and_lines_are_relative_to_content() {
+        assert_eq!(split_prompt("source_id: pay#1\n\na\nb"), ("pay#1", "a\nb"));
+        assert_eq!(split_prompt("no header"), ("unknown", "no header"));
+        assert_eq!(split_prompt("source_id:   \n\nx"), ("unknown", "x"));
+        let body = json!({"model": "m", "messages": [
+            {"role": "system", "content": "review"},
+            {"role": "user", "content": "source_id: s1\n\nok\nx.unwrap()"}
+        ], "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {}}}});
+        let reply = respond(&body, false);
+        let output: Value = serde_json::from_str(&reply.content).unwrap();
+        assert_eq!(output["findings"][0]["file"], "s1");
+        assert_eq!(output["findings"][0]["line"], 2);
+        let prompt_bytes = "review".len() + "source_id: s1\n\nok\nx.unwrap()".len();
+        assert_eq!(reply.prompt_tokens, (prompt_bytes / 4) as u64);
+        assert_eq!(reply.completion_tokens, (reply.content.len() / 4) as u64);
+    }
+
+    #[test]
+    fn without_structured_outputs_the_json_is_wrapped_in_prose() {
+        let body = json!({"model": "m", "messages": [{"role": "user", "content": "x"}]});
+        let reply = respond(&body, false);
+        assert!(reply.content.starts_with("Here is my review."));
+        assert!(serde_json::from_str::<Value>(&reply.content).is_err());
+        assert_eq!(reply.prompt_tokens, 1);
+    }
+
+    #[test]
+    fn broken_review_violates_the_schema_even_without_findings() {
+        for content in ["fine()", "x.unwrap()"] {
+            let output = broken_review("f", content);
+            let first = &output["findings"][0];
+            assert_eq!(first["line"], 0);
+            assert_eq!(first["severity"], "urgent");
+        }
+    }
+}
