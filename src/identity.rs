@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 const EXTRACTION_CONTEXT: &str = "commitpoint extraction v1";
 const SOURCE_CONTEXT: &str = "commitpoint source v1";
 const FINDING_CONTEXT: &str = "commitpoint finding v1";
+const BATCH_CONTEXT: &str = "commitpoint batch v1";
 
 /// A 32-byte blake3 digest shown as lowercase hex.
 macro_rules! hash_newtype {
@@ -118,6 +119,19 @@ impl FindingKey {
                 .finish(),
         )
     }
+}
+
+/// The deterministic key of a provider batch: the same members at the same attempts give
+/// the same key, so a job created before a crash can be found again by it. A requeued
+/// member carries a higher attempt, so its next batch has a new key.
+pub fn batch_key(provider: &str, schema: &str, members: &[(ExtractionId, u32)]) -> String {
+    let mut hasher = CanonicalHasher::new(BATCH_CONTEXT);
+    hasher.field(provider.as_bytes()).field(schema.as_bytes()).field(&(members.len() as u64).to_le_bytes());
+    for (id, attempt) in members {
+        hasher.field(id.as_bytes()).field(&attempt.to_le_bytes());
+    }
+    // 128 bits is plenty to find our own job among a provider's recent batches.
+    format!("cpb-{}", &hex_encode(&hasher.finish())[..32])
 }
 
 fn hex_encode(bytes: &[u8; 32]) -> String {

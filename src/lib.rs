@@ -18,6 +18,7 @@ pub mod config;
 pub mod http;
 pub mod identity;
 pub mod lifecycle;
+pub mod providers;
 pub mod schema;
 pub mod server;
 pub mod service;

@@ -16,6 +16,7 @@ use serde_json::Value;
 pub const BUILTIN_CODE_REVIEW: &str = "code-review@1";
 const IDENTITY_KEY: &str = "x-commitpoint-identity";
 const FINDINGS_KEY: &str = "x-commitpoint-findings";
+const INSTRUCTIONS_KEY: &str = "x-commitpoint-instructions";
 const DEFAULT_FINDINGS_POINTER: &str = "/findings";
 /// Enough errors to fix an output; an adversarial output must not produce a huge response.
 const MAX_REPORTED_ISSUES: usize = 32;
@@ -53,6 +54,7 @@ pub struct ValidatedFinding {
 
 pub struct Schema {
     name: String,
+    document: Value,
     validator: jsonschema::Validator,
     identity_pointers: Vec<String>,
     findings_pointer: String,
@@ -86,11 +88,36 @@ impl Schema {
         };
         let validator = jsonschema::draft202012::new(document)
             .map_err(|e| invalid(format!("not a valid JSON Schema 2020-12 document: {e}")))?;
-        Ok(Self { name: name.to_string(), validator, identity_pointers, findings_pointer })
+        Ok(Self { name: name.to_string(), document: document.clone(), validator, identity_pointers, findings_pointer })
     }
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The schema as a provider's structured-output feature should see it: our own
+    /// `x-commitpoint-*` keywords and `$schema` removed, since strict modes reject
+    /// keywords they do not know.
+    pub fn provider_schema(&self) -> Value {
+        let mut doc = self.document.clone();
+        if let Value::Object(map) = &mut doc {
+            map.retain(|k, _| !k.starts_with("x-commitpoint-") && k != "$schema" && k != INSTRUCTIONS_KEY);
+        }
+        doc
+    }
+
+    /// What the model is asked to do, from `x-commitpoint-instructions` or a default.
+    pub fn instructions(&self) -> String {
+        self.document.get(INSTRUCTIONS_KEY).and_then(Value::as_str).map_or_else(
+            || {
+                format!(
+                    "Extract structured findings from the source below. Answer with JSON only, \
+                     satisfying the JSON Schema `{}`. Report only what the source shows.",
+                    self.name
+                )
+            },
+            str::to_string,
+        )
     }
 
     /// Validates a model output and extracts its findings with their identities.
@@ -233,7 +260,10 @@ fn code_review_v1() -> Value {
                 }
             }
         },
-        IDENTITY_KEY: ["/rule", "/file", "/line"]
+        IDENTITY_KEY: ["/rule", "/file", "/line"],
+        INSTRUCTIONS_KEY: "You review a source file or diff. Report each problem as a finding: a short rule id, \
+            a severity (low, medium, high, critical), the file (the source_id given), the 1-based line, and a \
+            one-sentence summary. Answer with JSON only; an empty findings array when nothing is wrong."
     })
 }
 

@@ -5,6 +5,7 @@
 //! transaction, commits it with `Durability::Immediate`, and only then answers each
 //! caller. Reads run on the blocking pool. No redb call runs on a tokio worker.
 
+mod batches;
 mod codec;
 mod ops;
 mod read;
@@ -18,9 +19,10 @@ use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase};
 
+pub use batches::{BatchMember, IntentRequest, Leftover, LineResult, ReadyItem, StageReport};
 pub use ops::{Authority, ClaimRequest, Grant, IntakeOutcome, PostOutcome, PostResult, RetryOutcome, Submission};
 pub use read::{ListFilter, ListPage};
-pub use records::{ExtractionRecord, FindingRecord, NewExtraction, ResultRecord, Usage};
+pub use records::{BatchRecord, BatchState, ExtractionRecord, FindingRecord, NewExtraction, ResultRecord, Usage};
 pub use verify::{Report, verify_file};
 pub use writer::WriterGuard;
 

@@ -264,7 +264,7 @@ fn retry(t: &mut WriteTables<'_>, id: &ExtractionId) -> Result<(RetryOutcome, bo
 }
 
 /// Persists a new state with its index entries. The only place a record's state changes.
-fn transition(t: &mut WriteTables<'_>, record: &mut ExtractionRecord, next: State) -> Result<(), Error> {
+pub(super) fn transition(t: &mut WriteTables<'_>, record: &mut ExtractionRecord, next: State) -> Result<(), Error> {
     let seq = record.seq;
     t.state_index.remove((record.state.name().code(), seq))?;
     if let State::Claimed { expires_at_ms, .. } = record.state {
@@ -290,7 +290,7 @@ fn count_findings(t: &WriteTables<'_>, seq: u64) -> Result<u64, Error> {
     Ok(t.findings.range((seq, low)..=(seq, high))?.count() as u64)
 }
 
-fn required(
+pub(super) fn required(
     value: Option<redb::AccessGuard<'_, &'static [u8]>>,
     kind: &'static str,
     seq: u64,

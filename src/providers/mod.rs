@@ -1,0 +1,123 @@
+//! Provider adapters behind one small trait. Wire types and error bodies stay inside
+//! each adapter; what crosses this boundary is our own vocabulary: job ids, phases,
+//! per-member line results, and errors already sorted into DESIGN §3 classes.
+
+pub mod openai;
+mod retry;
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+pub use retry::{backoff_delay, classify_status, parse_retry_after};
+
+use crate::schema::Schema;
+use crate::store::{BatchMember, LineResult};
+
+/// How a provider call failed, in the terms the scheduler acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// 429 / overload: wait as told, then try again; never gives up.
+    RateLimited,
+    /// 5xx, timeouts, resets: exponential backoff with jitter, bounded attempts.
+    Transient,
+    /// 401/403: stop calling this provider; keep the work queued.
+    Auth,
+    /// Quota or billing exhausted: not a rate limit; stop submitting and surface it.
+    Budget,
+    /// The request itself is wrong: terminal for the items in it.
+    InvalidRequest,
+    /// The provider does not know the job (or file) any more.
+    Gone,
+    /// The provider answered something we cannot understand.
+    Protocol,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{provider}: {message}")]
+pub struct ProviderError {
+    pub provider: &'static str,
+    pub class: ErrorClass,
+    pub status: Option<u16>,
+    pub message: String,
+    /// The delay the provider asked for (`retry-after-ms` / `Retry-After`).
+    pub retry_after: Option<Duration>,
+}
+
+impl ProviderError {
+    pub fn is_retryable(&self) -> bool {
+        matches!(self.class, ErrorClass::RateLimited | ErrorClass::Transient | ErrorClass::Protocol)
+    }
+}
+
+/// One batch as the adapter must send it.
+#[derive(Debug)]
+pub struct BatchSpec<'a> {
+    pub batch_key: &'a str,
+    pub schema: &'a Schema,
+    pub members: &'a [BatchMember],
+}
+
+/// Where a provider job stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobPhase {
+    Running,
+    Completed,
+    /// Ended before every request ran; what ran is in the result files and is billed.
+    Expired,
+    Cancelled,
+    /// The whole batch was rejected (e.g. input validation).
+    Failed {
+        reason: String,
+    },
+}
+
+impl JobPhase {
+    pub fn is_terminal(&self) -> bool {
+        !matches!(self, JobPhase::Running)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobStatus {
+    pub job_id: String,
+    pub phase: JobPhase,
+    /// Opaque handles of the files holding result lines (output and error files).
+    pub result_files: Vec<String>,
+}
+
+/// One parsed result line, joined on our custom id (never on line order).
+pub type ResultLine = (String, LineResult);
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamCounts {
+    pub lines: u64,
+    pub malformed: u64,
+}
+
+#[async_trait]
+pub trait BatchProvider: Send + Sync + fmt::Debug {
+    /// The name stored with each batch and shown to operators.
+    fn name(&self) -> &str;
+
+    /// Creates the job. Not idempotent at the provider: callers look the batch key up
+    /// with [`BatchProvider::find_by_batch_key`] before calling this again.
+    async fn submit(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError>;
+
+    /// Finds a job created for this batch key at or after `created_after_ms`.
+    async fn find_by_batch_key(&self, batch_key: &str, created_after_ms: u64) -> Result<Option<String>, ProviderError>;
+
+    async fn poll(&self, job_id: &str) -> Result<JobStatus, ProviderError>;
+
+    /// Streams every result line of a finished job into `out`; memory stays bounded by
+    /// the channel, whatever the file size.
+    async fn stream_results(
+        &self,
+        job: &JobStatus,
+        out: &mpsc::Sender<ResultLine>,
+    ) -> Result<StreamCounts, ProviderError>;
+
+    async fn cancel(&self, job_id: &str) -> Result<(), ProviderError>;
+}

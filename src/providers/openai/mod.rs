@@ -1,0 +1,267 @@
+//! The OpenAI Batch API adapter (PROVIDERS.md §1): upload the JSONL input, create the
+//! batch with our batch key in `metadata`, poll it, stream the output and error files.
+//!
+//! OpenAI offers no idempotency key for batch creation, so the batch key in `metadata` is
+//! how a job created just before a crash (or before a dropped connection) is found again:
+//! the scheduler calls `find_by_batch_key` before any resubmission.
+
+mod wire;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use reqwest::multipart::{Form, Part};
+use tokio::sync::mpsc;
+
+use super::{
+    BatchProvider, BatchSpec, ErrorClass, JobPhase, JobStatus, ProviderError, ResultLine, StreamCounts,
+    classify_status, parse_retry_after,
+};
+
+const PROVIDER: &str = "openai";
+/// How far back (pages of 100) a lost job is looked for: far more than one scheduler
+/// creates between a crash and its restart.
+const MAX_LIST_PAGES: usize = 20;
+/// Clock skew tolerated between our intent timestamp and the provider's `created_at`.
+const CREATED_AT_SLACK: Duration = Duration::from_secs(600);
+
+/// An API key that never shows up in `Debug` output or logs.
+#[derive(Clone)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    pub fn new(key: String) -> Self {
+        Self(key)
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct OpenAiConfig {
+    /// Name used for this provider in the store and in operator output.
+    pub name: String,
+    /// e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    pub api_key: ApiKey,
+    pub model: String,
+    pub request_timeout: Duration,
+}
+
+#[derive(Debug)]
+pub struct OpenAiBatches {
+    config: OpenAiConfig,
+    http: reqwest::Client,
+}
+
+impl OpenAiBatches {
+    pub fn new(config: OpenAiConfig) -> Result<Self, ProviderError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .read_timeout(config.request_timeout)
+            .build()
+            .map_err(|e| error(ErrorClass::InvalidRequest, None, format!("cannot build the HTTP client: {e}")))?;
+        Ok(Self { config, http })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.config.base_url.trim_end_matches('/'))
+    }
+
+    /// Sends with auth, turning transport failures and non-2xx answers into classified errors.
+    async fn send(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response, ProviderError> {
+        let response = request
+            .bearer_auth(&self.config.api_key.0)
+            .send()
+            .await
+            .map_err(|e| error(ErrorClass::Transient, None, format!("request failed: {}", transport(&e))))?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.text().await.unwrap_or_default();
+        let parsed: Option<wire::ErrorBody> = serde_json::from_str(&body).ok();
+        let code = parsed.as_ref().and_then(|b| b.error.code.clone().or_else(|| b.error.kind.clone()));
+        let message = parsed.as_ref().and_then(|b| b.error.message.clone()).unwrap_or_else(|| truncate(&body));
+        let class = classify_status(status, &headers, code.as_deref());
+        let mut failure = error(class, Some(status), format!("{status} {}: {message}", code.unwrap_or_default()));
+        failure.retry_after = parse_retry_after(&headers, SystemTime::now());
+        Err(failure)
+    }
+
+    async fn json<T: serde::de::DeserializeOwned>(&self, request: reqwest::RequestBuilder) -> Result<T, ProviderError> {
+        let response = self.send(request.timeout(self.config.request_timeout)).await?;
+        response
+            .json()
+            .await
+            .map_err(|e| error(ErrorClass::Protocol, None, format!("unexpected answer: {}", transport(&e))))
+    }
+
+    async fn upload(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError> {
+        let mut jsonl = Vec::with_capacity(spec.members.len() * 1024);
+        for member in spec.members {
+            let line = wire::input_line(member, spec.schema, &self.config.model);
+            serde_json::to_writer(&mut jsonl, &line)
+                .map_err(|e| error(ErrorClass::InvalidRequest, None, format!("cannot encode a request: {e}")))?;
+            jsonl.push(b'\n');
+        }
+        let file = Part::bytes(jsonl)
+            .file_name(format!("commitpoint-{}.jsonl", spec.batch_key))
+            .mime_str("application/jsonl")
+            .map_err(|e| error(ErrorClass::InvalidRequest, None, e.to_string()))?;
+        let form = Form::new().text("purpose", "batch").part("file", file);
+        let uploaded: wire::FileObject = self.json(self.http.post(self.url("/files")).multipart(form)).await?;
+        Ok(uploaded.id)
+    }
+}
+
+#[async_trait]
+impl BatchProvider for OpenAiBatches {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    async fn submit(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError> {
+        let file_id = self.upload(spec).await?;
+        let body = wire::CreateBatch {
+            input_file_id: &file_id,
+            endpoint: wire::ENDPOINT,
+            completion_window: "24h",
+            metadata: BTreeMap::from([(wire::BATCH_KEY_METADATA, spec.batch_key)]),
+        };
+        let batch: wire::Batch = self.json(self.http.post(self.url("/batches")).json(&body)).await?;
+        Ok(batch.id)
+    }
+
+    async fn find_by_batch_key(&self, batch_key: &str, created_after_ms: u64) -> Result<Option<String>, ProviderError> {
+        let oldest_secs = created_after_ms.saturating_sub(CREATED_AT_SLACK.as_millis() as u64) / 1000;
+        let mut after: Option<String> = None;
+        for _ in 0..MAX_LIST_PAGES {
+            let mut request = self.http.get(self.url("/batches")).query(&[("limit", "100")]);
+            if let Some(cursor) = &after {
+                request = request.query(&[("after", cursor.as_str())]);
+            }
+            let page: wire::BatchList = self.json(request).await?;
+            for batch in &page.data {
+                let key = batch.metadata.as_ref().and_then(|m| m.get(wire::BATCH_KEY_METADATA));
+                if key.is_some_and(|k| k == batch_key) {
+                    return Ok(Some(batch.id.clone()));
+                }
+            }
+            // Newest first: once a page reaches past the intent's time, nothing older can match.
+            let reached_older = page.data.iter().any(|b| b.created_at.is_some_and(|c| c < oldest_secs));
+            if !page.has_more || reached_older {
+                return Ok(None);
+            }
+            after = page.last_id.or_else(|| page.data.last().map(|b| b.id.clone()));
+        }
+        Ok(None)
+    }
+
+    async fn poll(&self, job_id: &str) -> Result<JobStatus, ProviderError> {
+        let batch: wire::Batch = self.json(self.http.get(self.url(&format!("/batches/{job_id}")))).await?;
+        let phase = match batch.status.as_str() {
+            "validating" | "in_progress" | "finalizing" | "cancelling" => JobPhase::Running,
+            "completed" => JobPhase::Completed,
+            "expired" => JobPhase::Expired,
+            "cancelled" => JobPhase::Cancelled,
+            "failed" => JobPhase::Failed { reason: batch_failure(&batch) },
+            other => return Err(error(ErrorClass::Protocol, None, format!("unknown batch status {other:?}"))),
+        };
+        let result_files = [batch.output_file_id, batch.error_file_id].into_iter().flatten().collect();
+        Ok(JobStatus { job_id: batch.id, phase, result_files })
+    }
+
+    async fn stream_results(
+        &self,
+        job: &JobStatus,
+        out: &mpsc::Sender<ResultLine>,
+    ) -> Result<StreamCounts, ProviderError> {
+        let mut counts = StreamCounts::default();
+        for file_id in &job.result_files {
+            let response = self.send(self.http.get(self.url(&format!("/files/{file_id}/content")))).await?;
+            let mut body = response.bytes_stream();
+            let mut pending: Vec<u8> = Vec::new();
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk
+                    .map_err(|e| error(ErrorClass::Transient, None, format!("download broke: {}", transport(&e))))?;
+                pending.extend_from_slice(&chunk);
+                while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = pending.drain(..=end).collect();
+                    deliver(&line, &mut counts, out).await?;
+                }
+            }
+            if !pending.is_empty() {
+                deliver(&pending, &mut counts, out).await?;
+            }
+        }
+        Ok(counts)
+    }
+
+    async fn cancel(&self, job_id: &str) -> Result<(), ProviderError> {
+        let _: wire::Batch = self.json(self.http.post(self.url(&format!("/batches/{job_id}/cancel")))).await?;
+        Ok(())
+    }
+}
+
+async fn deliver(line: &[u8], counts: &mut StreamCounts, out: &mpsc::Sender<ResultLine>) -> Result<(), ProviderError> {
+    let text = String::from_utf8_lossy(line);
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(());
+    }
+    counts.lines += 1;
+    match wire::parse_line(text) {
+        Ok(parsed) => out
+            .send(parsed)
+            .await
+            .map_err(|_| error(ErrorClass::Transient, None, "result consumer stopped".to_string())),
+        Err(reason) => {
+            // The line's content is model output: log why, never what.
+            counts.malformed += 1;
+            tracing::warn!(provider = PROVIDER, %reason, "skipping a malformed result line");
+            Ok(())
+        }
+    }
+}
+
+fn batch_failure(batch: &wire::Batch) -> String {
+    let details: Vec<String> = batch
+        .errors
+        .iter()
+        .flat_map(|e| &e.data)
+        .map(|e| format!("{}: {}", e.code.as_deref().unwrap_or("error"), e.message.as_deref().unwrap_or("")))
+        .collect();
+    if details.is_empty() { "the provider failed the batch".to_string() } else { details.join("; ") }
+}
+
+fn error(class: ErrorClass, status: Option<u16>, message: String) -> ProviderError {
+    ProviderError { provider: PROVIDER, class, status, message, retry_after: None }
+}
+
+/// A short description of a reqwest failure: its kind and its immediate cause.
+fn transport(e: &reqwest::Error) -> String {
+    let kind = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "could not connect"
+    } else if e.is_decode() {
+        "could not decode"
+    } else {
+        "transport error"
+    };
+    let detail = std::error::Error::source(e).map_or_else(|| kind.to_string(), ToString::to_string);
+    format!("{kind} ({detail})")
+}
+
+fn truncate(body: &str) -> String {
+    body.chars().take(300).collect()
+}

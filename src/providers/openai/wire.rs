@@ -1,0 +1,218 @@
+//! OpenAI Batch API wire types (PROVIDERS.md §1), private to this adapter.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::lifecycle::FailureClass;
+use crate::schema::Schema;
+use crate::store::{BatchMember, LineResult, Usage};
+
+pub const ENDPOINT: &str = "/v1/chat/completions";
+pub const BATCH_KEY_METADATA: &str = "commitpoint_batch_key";
+
+/// One JSONL input line (`BatchRequestInput`).
+pub fn input_line(member: &BatchMember, schema: &Schema, model: &str) -> Value {
+    json!({
+        "custom_id": member.id.to_hex(),
+        "method": "POST",
+        "url": ENDPOINT,
+        "body": {
+            "model": model,
+            "messages": [
+                {"role": "system", "content": schema.instructions()},
+                {"role": "user", "content": format!("source_id: {}\n\n{}", member.source_id, member.content)},
+            ],
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": response_format_name(schema.name()),
+                    "schema": schema.provider_schema(),
+                    "strict": true,
+                },
+            },
+        },
+    })
+}
+
+/// `json_schema.name` allows `[a-zA-Z0-9_-]{1,64}`; ours look like `code-review@1`.
+fn response_format_name(schema: &str) -> String {
+    schema.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).take(64).collect()
+}
+
+#[derive(Debug, Serialize)]
+pub struct CreateBatch<'a> {
+    pub input_file_id: &'a str,
+    pub endpoint: &'static str,
+    pub completion_window: &'static str,
+    pub metadata: std::collections::BTreeMap<&'static str, &'a str>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct FileObject {
+    pub id: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Batch {
+    pub id: String,
+    pub status: String,
+    #[serde(default)]
+    pub output_file_id: Option<String>,
+    #[serde(default)]
+    pub error_file_id: Option<String>,
+    #[serde(default)]
+    pub created_at: Option<u64>,
+    #[serde(default)]
+    pub metadata: Option<std::collections::BTreeMap<String, String>>,
+    #[serde(default)]
+    pub errors: Option<BatchErrors>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct BatchErrors {
+    #[serde(default)]
+    pub data: Vec<BatchError>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct BatchError {
+    #[serde(default)]
+    pub code: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct BatchList {
+    pub data: Vec<Batch>,
+    pub has_more: bool,
+    #[serde(default)]
+    pub last_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorObject,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ErrorObject {
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub code: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct OutputLine {
+    custom_id: String,
+    #[serde(default)]
+    response: Option<LineResponse>,
+    #[serde(default)]
+    error: Option<LineError>,
+}
+
+#[derive(Debug, Deserialize)]
+struct LineResponse {
+    status_code: u16,
+    #[serde(default)]
+    body: Value,
+}
+
+#[derive(Debug, Deserialize)]
+struct LineError {
+    #[serde(default)]
+    code: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+/// Parses one output or error file line into (custom_id, what it means for the member).
+pub fn parse_line(line: &str) -> Result<(String, LineResult), String> {
+    let parsed: OutputLine = serde_json::from_str(line).map_err(|e| format!("unreadable result line: {e}"))?;
+    let result = match (parsed.response, parsed.error) {
+        (Some(response), _) if response.status_code == 200 => answer(&response.body)?,
+        (Some(response), _) => http_failure(response.status_code, &response.body),
+        (None, Some(error)) => line_error(&error),
+        (None, None) => return Err(format!("line for {} has neither response nor error", parsed.custom_id)),
+    };
+    Ok((parsed.custom_id, result))
+}
+
+fn answer(body: &Value) -> Result<LineResult, String> {
+    let message = &body["choices"][0]["message"];
+    // A refusal or an empty answer is still the model's answer: validation will fail it,
+    // which is the right class (and it was paid for).
+    let output = match (message["content"].as_str(), message["refusal"].as_str()) {
+        (Some(content), _) => content.to_string(),
+        (None, Some(refusal)) => format!("refusal: {refusal}"),
+        (None, None) => return Err("a 200 line without choices[0].message.content".to_string()),
+    };
+    let usage = body.get("usage").map(|u| Usage {
+        model: body["model"].as_str().unwrap_or_default().to_string(),
+        input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
+        output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
+    });
+    Ok(LineResult::Answer { output, usage })
+}
+
+fn http_failure(status: u16, body: &Value) -> LineResult {
+    let message = body["error"]["message"].as_str().unwrap_or("no message").to_string();
+    let reason = format!("provider answered {status} for this request: {message}");
+    match status {
+        408 | 409 | 429 | 500.. => LineResult::Retry { reason },
+        401 | 403 => LineResult::Retry { reason },
+        _ => LineResult::Refused { class: FailureClass::InvalidRequest, reason },
+    }
+}
+
+fn line_error(error: &LineError) -> LineResult {
+    let code = error.code.as_deref().unwrap_or("unknown");
+    let reason = format!("{code}: {}", error.message.as_deref().unwrap_or("no message"));
+    match code {
+        "batch_expired" | "batch_cancelled" | "request_timeout" => LineResult::Retry { reason },
+        _ => LineResult::Refused { class: FailureClass::InvalidRequest, reason },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_successful_line_with_usage() {
+        let line = r#"{"id":"batch_req_1","custom_id":"abc","response":{"status_code":200,"request_id":"req_1","body":{"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"{\"findings\":[]}"},"finish_reason":"stop"}],"usage":{"prompt_tokens":24,"completion_tokens":15,"total_tokens":39}}},"error":null}"#;
+        let (id, result) = parse_line(line).unwrap();
+        assert_eq!(id, "abc");
+        let LineResult::Answer { output, usage } = result else { panic!("{result:?}") };
+        assert_eq!(output, r#"{"findings":[]}"#);
+        let usage = usage.unwrap();
+        assert_eq!((usage.model.as_str(), usage.input_tokens, usage.output_tokens), ("gpt-4o-mini", 24, 15));
+    }
+
+    #[test]
+    fn error_lines_map_to_retry_or_refusal() {
+        let expired = r#"{"id":"r","custom_id":"a","response":null,"error":{"code":"batch_expired","message":"x"}}"#;
+        assert!(matches!(parse_line(expired).unwrap().1, LineResult::Retry { .. }));
+        let bad = r#"{"id":"r","custom_id":"a","response":{"status_code":400,"request_id":"q","body":{"error":{"message":"bad","type":"invalid_request_error","param":null,"code":null}}},"error":null}"#;
+        assert!(matches!(parse_line(bad).unwrap().1, LineResult::Refused { class: FailureClass::InvalidRequest, .. }));
+        let busy =
+            r#"{"id":"r","custom_id":"a","response":{"status_code":503,"request_id":"q","body":{}},"error":null}"#;
+        assert!(matches!(parse_line(busy).unwrap().1, LineResult::Retry { .. }));
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert!(parse_line("{\"custom_id\":").is_err());
+        assert!(parse_line("[]").is_err());
+        assert!(parse_line(r#"{"custom_id":"a"}"#).is_err());
+        assert!(parse_line(r#"{"custom_id":"a","response":{"status_code":200,"body":{}}}"#).is_err());
+    }
+
+    #[test]
+    fn response_format_names_are_sanitised() {
+        assert_eq!(response_format_name("code-review@1"), "code-review_1");
+    }
+}

@@ -1,0 +1,112 @@
+//! Reading a provider's retry signals and computing our own backoff.
+//!
+//! Order of precedence, as the official SDKs do it: `x-should-retry` overrides the
+//! status; a server delay comes from `retry-after-ms` (milliseconds), then `Retry-After`
+//! as seconds, then as an HTTP date. Without one we back off exponentially with full
+//! jitter, capped.
+
+use std::time::{Duration, SystemTime};
+
+use reqwest::header::HeaderMap;
+
+use super::ErrorClass;
+
+const BACKOFF_BASE: Duration = Duration::from_millis(500);
+
+/// The delay the server asked for, if any. `now` makes HTTP dates testable.
+pub fn parse_retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
+        && ms.is_finite()
+        && ms >= 0.0
+    {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    let value = text("retry-after")?;
+    if let Ok(secs) = value.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// Sorts an HTTP failure into a class. `error_code` is the provider's machine code or
+/// type from the error body, used to tell quota exhaustion from a rate limit.
+pub fn classify_status(status: u16, headers: &HeaderMap, error_code: Option<&str>) -> ErrorClass {
+    let budget = error_code.is_some_and(|c| c == "insufficient_quota" || c == "billing_hard_limit_reached");
+    let should_retry = headers.get("x-should-retry").and_then(|v| v.to_str().ok());
+    match (status, should_retry) {
+        (401 | 403, _) => ErrorClass::Auth,
+        (402, _) | (429, _) if budget => ErrorClass::Budget,
+        (_, Some("false")) => ErrorClass::InvalidRequest,
+        (429 | 529, _) => ErrorClass::RateLimited,
+        (_, Some("true")) => ErrorClass::Transient,
+        (404, _) => ErrorClass::Gone,
+        (408 | 409, _) => ErrorClass::Transient,
+        (500.., _) => ErrorClass::Transient,
+        _ => ErrorClass::InvalidRequest,
+    }
+}
+
+/// Exponential backoff with full jitter: uniform in [0, min(cap, base·2^attempt)].
+pub fn backoff_delay(attempt: u32, cap: Duration) -> Duration {
+    let ceiling = BACKOFF_BASE.saturating_mul(1u32.checked_shl(attempt.min(20)).unwrap_or(u32::MAX)).min(cap);
+    let millis = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
+    Duration::from_millis(rand::random_range(0..=millis))
+}
+
+#[cfg(test)]
+mod tests {
+    use reqwest::header::{HeaderName, HeaderValue};
+
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (k, v) in pairs {
+            map.insert(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn retry_after_precedence_and_formats() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        let both = headers(&[("retry-after-ms", "1500"), ("retry-after", "30")]);
+        assert_eq!(parse_retry_after(&both, now), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_retry_after(&headers(&[("retry-after", "7")]), now), Some(Duration::from_secs(7)));
+        let date = httpdate::fmt_http_date(now + Duration::from_secs(90));
+        assert_eq!(parse_retry_after(&headers(&[("retry-after", &date)]), now), Some(Duration::from_secs(90)));
+        let past = httpdate::fmt_http_date(now - Duration::from_secs(90));
+        assert_eq!(parse_retry_after(&headers(&[("retry-after", &past)]), now), Some(Duration::ZERO));
+        assert_eq!(parse_retry_after(&headers(&[("retry-after", "soon")]), now), None);
+        assert_eq!(parse_retry_after(&headers(&[("retry-after", "-3")]), now), None);
+        assert_eq!(parse_retry_after(&HeaderMap::new(), now), None);
+    }
+
+    #[test]
+    fn classification() {
+        let none = HeaderMap::new();
+        assert_eq!(classify_status(429, &none, Some("rate_limit_exceeded")), ErrorClass::RateLimited);
+        assert_eq!(classify_status(429, &none, Some("insufficient_quota")), ErrorClass::Budget);
+        assert_eq!(classify_status(529, &none, None), ErrorClass::RateLimited);
+        assert_eq!(classify_status(503, &none, None), ErrorClass::Transient);
+        assert_eq!(classify_status(401, &none, None), ErrorClass::Auth);
+        assert_eq!(classify_status(403, &none, None), ErrorClass::Auth);
+        assert_eq!(classify_status(404, &none, None), ErrorClass::Gone);
+        assert_eq!(classify_status(400, &none, None), ErrorClass::InvalidRequest);
+        assert_eq!(classify_status(400, &headers(&[("x-should-retry", "true")]), None), ErrorClass::Transient);
+        assert_eq!(classify_status(503, &headers(&[("x-should-retry", "false")]), None), ErrorClass::InvalidRequest);
+    }
+
+    #[test]
+    fn backoff_is_jittered_and_capped() {
+        let cap = Duration::from_secs(30);
+        for attempt in 0..40 {
+            let ceiling = BACKOFF_BASE.saturating_mul(1 << attempt.min(20)).min(cap);
+            assert!(backoff_delay(attempt, cap) <= ceiling);
+        }
+        let samples: std::collections::BTreeSet<_> = (0..50).map(|_| backoff_delay(6, cap)).collect();
+        assert!(samples.len() > 10, "full jitter spreads the delays");
+    }
+}

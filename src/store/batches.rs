@@ -1,0 +1,373 @@
+//! Provider batches in the store: submit intents, job ids, staged results, closing.
+//!
+//! The order of durable facts is what makes submission exactly-once: the intent (with
+//! its deterministic batch key, members moved to `Submitted{job_id: None}`) is committed
+//! before the provider is called; the job id is committed before anything else happens
+//! to the members; results are staged (`Ready`) before they are validated and committed.
+
+use redb::ReadableTable;
+
+use super::codec::{decode, encode};
+use super::ops::{load, required, transition};
+use super::records::{BatchRecord, BatchState, ResultRecord, StoredContent, Usage};
+use super::tables;
+use super::writer::WriteTables;
+use super::{Error, ExtractionRecord, Store};
+use crate::identity::{ExtractionId, batch_key};
+use crate::lifecycle::{self, Event, FailureClass, Outcome, State, StateName};
+
+#[derive(Debug, Clone)]
+pub struct IntentRequest {
+    pub provider: String,
+    pub schema: String,
+    pub max_size: usize,
+    /// Form a batch smaller than `max_size` only once its oldest member waited this long.
+    pub max_wait_ms: u64,
+}
+
+/// One member as the provider adapter needs it.
+#[derive(Debug, Clone)]
+pub struct BatchMember {
+    pub id: ExtractionId,
+    pub source_id: String,
+    pub content: String,
+}
+
+/// A provider's answer for one member, as parsed by its adapter.
+#[derive(Debug, Clone)]
+pub enum LineResult {
+    Answer {
+        output: String,
+        usage: Option<Usage>,
+    },
+    /// The provider will never answer this member (invalid request and the like).
+    Refused {
+        class: FailureClass,
+        reason: String,
+    },
+    /// No answer this time (expired, cancelled, transient): try again in a new batch.
+    Retry {
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StageReport {
+    pub staged: u64,
+    pub refused: u64,
+    pub requeued: u64,
+    /// Lines for members that already had an answer (duplicate lines, re-fetched files).
+    pub replays: u64,
+    /// Lines that name no member of this batch.
+    pub strangers: u64,
+}
+
+/// A `Ready` extraction with its staged raw answer.
+#[derive(Debug, Clone)]
+pub struct ReadyItem {
+    pub record: ExtractionRecord,
+    pub staged: ResultRecord,
+}
+
+impl Store {
+    /// Persists a submit intent for up to `max_size` pending extractions of one schema,
+    /// or returns `None` when there is not yet enough (or old enough) work.
+    pub async fn create_intent(&self, request: IntentRequest) -> Result<Option<BatchRecord>, Error> {
+        self.writer.write(move |t| create_intent(t, &request)).await
+    }
+
+    pub async fn record_job(&self, batch: u64, job_id: String, next_poll_at_ms: u64) -> Result<BatchRecord, Error> {
+        self.writer.write(move |t| record_job(t, batch, &job_id, next_poll_at_ms)).await
+    }
+
+    /// Persists when the scheduler should look at the batch again, and why.
+    pub async fn reschedule_batch(
+        &self,
+        batch: u64,
+        next_action_at_ms: u64,
+        failure: Option<String>,
+    ) -> Result<(), Error> {
+        self.writer
+            .write(move |t| {
+                let mut record = load_batch(t, batch)?;
+                record.next_action_at_ms = next_action_at_ms;
+                match failure {
+                    Some(reason) => {
+                        record.failures += 1;
+                        record.last_error = Some(reason);
+                    }
+                    None => record.failures = 0,
+                }
+                record.updated_at_ms = t.now_ms;
+                save_batch(t, &record)?;
+                Ok(((), true))
+            })
+            .await
+    }
+
+    /// Stores one chunk of result lines. Safe to call again with the same lines.
+    pub async fn stage_results(
+        &self,
+        batch: u64,
+        lines: Vec<(ExtractionId, LineResult)>,
+    ) -> Result<StageReport, Error> {
+        self.writer.write(move |t| stage_results(t, batch, lines)).await
+    }
+
+    /// Ends a batch: members still without an answer are requeued (a new attempt of the
+    /// same identity) or failed, and the batch leaves the scheduler's open set.
+    pub async fn close_batch(&self, batch: u64, outcome: String, leftover: Leftover) -> Result<u64, Error> {
+        self.writer.write(move |t| close_batch(t, batch, outcome, &leftover)).await
+    }
+
+    pub async fn open_batches(&self) -> Result<Vec<BatchRecord>, Error> {
+        self.read(|txn| {
+            let open = txn.open_table(tables::OPEN_BATCHES)?;
+            let batches = txn.open_table(tables::BATCHES)?;
+            let mut out = Vec::new();
+            for entry in open.iter()? {
+                let seq = entry?.0.value();
+                let value = batches.get(seq)?.ok_or_else(|| Error::Corrupt {
+                    kind: "batch",
+                    reason: format!("open batch #{seq} has no record"),
+                })?;
+                out.push(decode(value.value())?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    pub async fn batch_members(&self, batch: u64) -> Result<Vec<BatchMember>, Error> {
+        self.read(move |txn| {
+            let batches = txn.open_table(tables::BATCHES)?;
+            let extractions = txn.open_table(tables::EXTRACTIONS)?;
+            let contents = txn.open_table(tables::CONTENTS)?;
+            let record: BatchRecord = match batches.get(batch)? {
+                Some(v) => decode(v.value())?,
+                None => return Ok(Vec::new()),
+            };
+            let mut members = Vec::with_capacity(record.members.len());
+            for seq in record.members {
+                let missing = |kind| Error::Corrupt { kind, reason: format!("batch member #{seq} is missing") };
+                let extraction: ExtractionRecord =
+                    decode(extractions.get(seq)?.ok_or_else(|| missing("extraction"))?.value())?;
+                let content: StoredContent = decode(contents.get(seq)?.ok_or_else(|| missing("content"))?.value())?;
+                members.push(BatchMember { id: extraction.id, source_id: extraction.source_id, content: content.text });
+            }
+            Ok(members)
+        })
+        .await
+    }
+
+    /// Up to `limit` extractions whose provider answer is staged and awaits commit.
+    pub async fn ready_items(&self, limit: usize) -> Result<Vec<ReadyItem>, Error> {
+        self.read(move |txn| {
+            let index = txn.open_table(tables::STATE_INDEX)?;
+            let extractions = txn.open_table(tables::EXTRACTIONS)?;
+            let staged = txn.open_table(tables::STAGED)?;
+            let code = StateName::Ready.code();
+            let mut out = Vec::new();
+            for entry in index.range((code, 0)..=(code, u64::MAX))?.take(limit) {
+                let seq = entry?.0.value().1;
+                let missing = |kind| Error::Corrupt { kind, reason: format!("ready extraction #{seq} has no {kind}") };
+                let record = decode(extractions.get(seq)?.ok_or_else(|| missing("extraction"))?.value())?;
+                let staged = decode(staged.get(seq)?.ok_or_else(|| missing("staged result"))?.value())?;
+                out.push(ReadyItem { record, staged });
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
+
+/// What happens to members a closed batch never answered.
+#[derive(Debug, Clone)]
+pub enum Leftover {
+    Requeue,
+    Fail { class: FailureClass, reason: String },
+}
+
+fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(Option<BatchRecord>, bool), Error> {
+    let pending = StateName::Pending.code();
+    let mut members: Vec<ExtractionRecord> = Vec::new();
+    for entry in t.state_index.range((pending, 0)..=(pending, u64::MAX))? {
+        if members.len() >= request.max_size {
+            break;
+        }
+        let record = load(t, entry?.0.value().1)?;
+        if record.schema == request.schema {
+            members.push(record);
+        }
+    }
+    let oldest = members.iter().map(|m| m.updated_at_ms).min();
+    let due = members.len() >= request.max_size
+        || oldest.is_some_and(|at| t.now_ms.saturating_sub(at) >= request.max_wait_ms);
+    if members.is_empty() || !due {
+        return Ok((None, false));
+    }
+    let identities: Vec<(ExtractionId, u32)> = members.iter().map(|m| (m.id, m.attempt)).collect();
+    let key = batch_key(&request.provider, &request.schema, &identities);
+    let seq = t.allocate_batch_seq();
+    let batch = BatchRecord {
+        seq,
+        batch_key: key.clone(),
+        provider: request.provider.clone(),
+        schema: request.schema.clone(),
+        members: members.iter().map(|m| m.seq).collect(),
+        state: BatchState::Intent,
+        next_action_at_ms: t.now_ms,
+        failures: 0,
+        last_error: None,
+        created_at_ms: t.now_ms,
+        updated_at_ms: t.now_ms,
+    };
+    for mut member in members {
+        let event = Event::Enqueue { provider: request.provider.clone(), batch_key: key.clone() };
+        if let Ok(Outcome::Changed(next)) = lifecycle::apply(&member.state, event, t.now_ms) {
+            transition(t, &mut member, next)?;
+        }
+    }
+    save_batch(t, &batch)?;
+    t.open_batches.insert(seq, ())?;
+    Ok((Some(batch), true))
+}
+
+fn record_job(
+    t: &mut WriteTables<'_>,
+    batch: u64,
+    job_id: &str,
+    next_poll_at_ms: u64,
+) -> Result<(BatchRecord, bool), Error> {
+    let mut record = load_batch(t, batch)?;
+    if let BatchState::Submitted { job_id: known } = &record.state
+        && known == job_id
+    {
+        return Ok((record, false));
+    }
+    for seq in record.members.clone() {
+        let mut member = load(t, seq)?;
+        let event = Event::JobAccepted { batch_key: record.batch_key.clone(), job_id: job_id.to_string() };
+        if let Ok(Outcome::Changed(next)) = lifecycle::apply(&member.state, event, t.now_ms) {
+            transition(t, &mut member, next)?;
+        }
+    }
+    record.state = BatchState::Submitted { job_id: job_id.to_string() };
+    record.next_action_at_ms = next_poll_at_ms;
+    record.failures = 0;
+    record.last_error = None;
+    record.updated_at_ms = t.now_ms;
+    save_batch(t, &record)?;
+    Ok((record, true))
+}
+
+fn stage_results(
+    t: &mut WriteTables<'_>,
+    batch: u64,
+    lines: Vec<(ExtractionId, LineResult)>,
+) -> Result<(StageReport, bool), Error> {
+    let record = load_batch(t, batch)?;
+    let job_id = match &record.state {
+        BatchState::Submitted { job_id } => job_id.clone(),
+        _ => String::new(),
+    };
+    let mut report = StageReport::default();
+    for (id, line) in lines {
+        let Some(seq) = t.identity.get(id.as_bytes())?.map(|v| v.value()) else {
+            report.strangers += 1;
+            continue;
+        };
+        let mut member = load(t, seq)?;
+        let key = record.batch_key.clone();
+        let event = match &line {
+            LineResult::Answer { .. } => Event::ResultStored { batch_key: key },
+            LineResult::Refused { class, reason } => {
+                Event::ProviderFailed { batch_key: key, class: *class, reason: reason.clone() }
+            }
+            LineResult::Retry { .. } => Event::Requeue { batch_key: key },
+        };
+        let next = match lifecycle::apply(&member.state, event, t.now_ms) {
+            Ok(Outcome::Changed(next)) => next,
+            Ok(Outcome::Replay) => {
+                report.replays += 1;
+                continue;
+            }
+            Err(_) => {
+                report.strangers += 1;
+                continue;
+            }
+        };
+        match line {
+            LineResult::Answer { output, usage } => {
+                let staged = ResultRecord {
+                    output_json: output,
+                    worker: record.provider.clone(),
+                    lease_token: job_id.clone(),
+                    usage,
+                    received_at_ms: t.now_ms,
+                };
+                t.staged.insert(seq, encode(&staged)?.as_slice())?;
+                report.staged += 1;
+            }
+            LineResult::Refused { .. } => report.refused += 1,
+            LineResult::Retry { .. } => {
+                member.attempt += 1;
+                report.requeued += 1;
+            }
+        }
+        transition(t, &mut member, next)?;
+    }
+    let wrote = report.staged + report.refused + report.requeued > 0;
+    Ok((report, wrote))
+}
+
+fn close_batch(
+    t: &mut WriteTables<'_>,
+    batch: u64,
+    outcome: String,
+    leftover: &Leftover,
+) -> Result<(u64, bool), Error> {
+    let mut record = load_batch(t, batch)?;
+    if matches!(record.state, BatchState::Closed { .. }) {
+        return Ok((0, false));
+    }
+    let mut unanswered = 0;
+    for seq in record.members.clone() {
+        let mut member = load(t, seq)?;
+        if !matches!(&member.state, State::Submitted { batch_key, .. } if *batch_key == record.batch_key) {
+            continue;
+        }
+        let key = record.batch_key.clone();
+        let event = match leftover {
+            Leftover::Requeue => Event::Requeue { batch_key: key },
+            Leftover::Fail { class, reason } => {
+                Event::ProviderFailed { batch_key: key, class: *class, reason: reason.clone() }
+            }
+        };
+        if let Ok(Outcome::Changed(next)) = lifecycle::apply(&member.state, event, t.now_ms) {
+            if matches!(leftover, Leftover::Requeue) {
+                member.attempt += 1;
+            }
+            transition(t, &mut member, next)?;
+            unanswered += 1;
+        }
+    }
+    let job_id = match &record.state {
+        BatchState::Submitted { job_id } => Some(job_id.clone()),
+        _ => None,
+    };
+    record.state = BatchState::Closed { job_id, outcome };
+    record.updated_at_ms = t.now_ms;
+    save_batch(t, &record)?;
+    t.open_batches.remove(batch)?;
+    Ok((unanswered, true))
+}
+
+fn load_batch(t: &WriteTables<'_>, batch: u64) -> Result<BatchRecord, Error> {
+    decode(&required(t.batches.get(batch)?, "batch", batch)?)
+}
+
+fn save_batch(t: &mut WriteTables<'_>, record: &BatchRecord) -> Result<(), Error> {
+    t.batches.insert(record.seq, encode(record)?.as_slice())?;
+    Ok(())
+}
