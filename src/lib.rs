@@ -15,10 +15,12 @@
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod failpoint;
 pub mod http;
 pub mod identity;
 pub mod lifecycle;
 pub mod providers;
+pub mod scheduler;
 pub mod schema;
 pub mod server;
 pub mod service;

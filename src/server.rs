@@ -8,10 +8,24 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::config::ServeOptions;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::config::{self, ProviderChoice, ProviderOptions, ServeOptions};
+use crate::providers::openai::{ApiKey, OpenAiBatches, OpenAiConfig};
+use crate::providers::{BatchProvider, ProviderError};
+use crate::scheduler::{Scheduler, SchedulerHandle};
 use crate::schema::{self, Registry};
 use crate::service::Service;
+use crate::simulator::{Simulator, SimulatorConfig};
 use crate::store::{self, Store, WriterGuard};
+
+/// How long shutdown waits for the scheduler to finish its current step.
+const SCHEDULER_STOP_DEADLINE: Duration = Duration::from_secs(10);
+/// The model name sent to the simulator when none is configured for it.
+const SIMULATOR_MODEL: &str = "simulated-reviewer";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -25,6 +39,12 @@ pub enum Error {
     Schema(#[from] schema::Error),
     #[error(transparent)]
     Store(#[from] store::Error),
+    #[error(transparent)]
+    Config(#[from] config::Error),
+    #[error("cannot set up the provider")]
+    Provider(#[source] ProviderError),
+    #[error("cannot start the built-in simulator")]
+    Simulator(#[source] std::io::Error),
     #[error("the HTTP server failed")]
     Serve(#[source] std::io::Error),
     #[error("startup task failed: {0}")]
@@ -34,7 +54,7 @@ pub enum Error {
 impl Error {
     /// Configuration mistakes an operator must fix; restarting will not help.
     pub fn is_config(&self) -> bool {
-        matches!(self, Error::Bind { .. } | Error::Schema(_))
+        matches!(self, Error::Bind { .. } | Error::Schema(_) | Error::Config(_) | Error::Provider(_))
     }
 }
 
@@ -44,6 +64,8 @@ pub struct Server {
     data_dir: PathBuf,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
+    scheduler: Option<SchedulerHandle>,
+    simulator: Option<Simulator>,
     writer: WriterGuard,
 }
 
@@ -60,7 +82,21 @@ impl Server {
         let (store, writer) = tokio::task::spawn_blocking(move || Store::open(&data_dir))
             .await
             .map_err(|e| Error::Task(e.to_string()))??;
-        let router = crate::http::router(Service::new(store, registry), options.max_body_bytes);
+        let (provider, simulator) = build_provider(&options.provider).await?;
+        let mut service = Service::new(store.clone(), registry);
+        let scheduler = provider.map(|provider| {
+            let wake = Arc::new(Notify::new());
+            let handle = Scheduler::spawn(
+                store,
+                service.clone(),
+                provider,
+                options.provider.scheduler.clone(),
+                Arc::clone(&wake),
+            );
+            service = service.clone().with_scheduler(wake, handle.health());
+            handle
+        });
+        let router = crate::http::router(service, options.max_body_bytes);
         let (stop, stopped) = oneshot::channel::<()>();
         // Responses are small and latency-bound: never let Nagle hold an acknowledgement back.
         let listener = axum::serve::ListenerExt::tap_io(listener, |stream: &mut tokio::net::TcpStream| {
@@ -76,11 +112,16 @@ impl Server {
                 .await
         });
         tracing::info!(%addr, data_dir = %options.data_dir.display(), "commitpoint is serving");
-        Ok(Server { addr, data_dir: options.data_dir.clone(), stop: Some(stop), task, writer })
+        Ok(Server { addr, data_dir: options.data_dir.clone(), stop: Some(stop), task, scheduler, simulator, writer })
     }
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The embedded simulator, when it is the provider (the demo turns its faults on).
+    pub fn simulator(&self) -> Option<&Simulator> {
+        self.simulator.as_ref()
     }
 
     pub fn database_path(&self) -> PathBuf {
@@ -93,8 +134,50 @@ impl Server {
             let _ = stop.send(());
         }
         let served = self.task.await.map_err(|e| Error::Task(e.to_string()))?;
+        if let Some(scheduler) = self.scheduler.take() {
+            scheduler.stop(SCHEDULER_STOP_DEADLINE).await;
+        }
+        if let Some(simulator) = self.simulator.take() {
+            simulator.stop().await;
+        }
         let writer = self.writer;
         tokio::task::spawn_blocking(move || writer.join()).await.map_err(|e| Error::Task(e.to_string()))?;
         served.map_err(Error::Serve)
     }
+}
+
+/// The provider adapter for new work, and the embedded simulator when that is the choice.
+async fn build_provider(
+    options: &ProviderOptions,
+) -> Result<(Option<Arc<dyn BatchProvider>>, Option<Simulator>), Error> {
+    let (config, simulator) = match options.choice {
+        ProviderChoice::None => return Ok((None, None)),
+        ProviderChoice::Openai => {
+            let config = OpenAiConfig {
+                name: "openai".to_string(),
+                base_url: options.base_url.clone(),
+                api_key: options.key.load()?,
+                model: options.model.clone(),
+                request_timeout: Duration::from_secs(120),
+            };
+            (config, None)
+        }
+        ProviderChoice::Simulator => {
+            let simulator = Simulator::start(([127, 0, 0, 1], 0).into(), SimulatorConfig::default())
+                .await
+                .map_err(Error::Simulator)?;
+            let model = if options.model == config::DEFAULT_MODEL { SIMULATOR_MODEL } else { &options.model };
+            let config = OpenAiConfig {
+                name: "simulator".to_string(),
+                base_url: simulator.base_url(),
+                api_key: ApiKey::new("simulator-needs-no-key".to_string()),
+                model: model.to_string(),
+                request_timeout: Duration::from_secs(30),
+            };
+            tracing::warn!(url = %simulator.base_url(), "provider is the built-in SIMULATOR: results come from a rule-based stand-in, not a model");
+            (config, Some(simulator))
+        }
+    };
+    let adapter = OpenAiBatches::new(config).map_err(Error::Provider)?;
+    Ok((Some(Arc::new(adapter)), simulator))
 }

@@ -1,14 +1,18 @@
 //! The application service behind every entry point (HTTP today; webhooks and the CLI
 //! later): input checks, identity, schema validation, then one store operation.
 
+use std::sync::Arc;
+
 use serde_json::Value;
+use tokio::sync::Notify;
 
 use crate::identity::{ExtractionId, SourceHash};
 use crate::lifecycle::TransitionError;
+use crate::scheduler::{ProviderHealth, SharedHealth};
 use crate::schema::{self, Registry, ValidationIssue};
 use crate::store::{
     self, Authority, ClaimRequest, ExtractionRecord, FindingRecord, Grant, IntakeOutcome, ListFilter, ListPage,
-    NewExtraction, PostOutcome, PostResult, RetryOutcome, Store, Submission, Usage,
+    NewExtraction, PostOutcome, PostResult, ReadyItem, RetryOutcome, Store, Submission, Usage,
 };
 
 pub const MAX_CLAIM_LIMIT: usize = 1000;
@@ -56,11 +60,25 @@ pub struct ResultRequest {
 pub struct Service {
     store: Store,
     registry: Registry,
+    /// Wakes the scheduler when new work arrives, so batches form without polling.
+    wake: Option<Arc<Notify>>,
+    providers: Vec<SharedHealth>,
 }
 
 impl Service {
     pub fn new(store: Store, registry: Registry) -> Self {
-        Self { store, registry }
+        Self { store, registry, wake: None, providers: Vec::new() }
+    }
+
+    /// Connects the service to a running scheduler.
+    pub fn with_scheduler(mut self, wake: Arc<Notify>, health: SharedHealth) -> Self {
+        self.wake = Some(wake);
+        self.providers.push(health);
+        self
+    }
+
+    pub fn provider_health(&self) -> Vec<ProviderHealth> {
+        self.providers.iter().map(SharedHealth::snapshot).collect()
     }
 
     pub fn registry(&self) -> &Registry {
@@ -90,7 +108,13 @@ impl Service {
             metadata_json,
             content: request.content,
         };
-        Ok(self.store.intake(new).await?)
+        let outcome = self.store.intake(new).await?;
+        if outcome.created
+            && let Some(wake) = &self.wake
+        {
+            wake.notify_one();
+        }
+        Ok(outcome)
     }
 
     pub async fn get(&self, id: ExtractionId) -> Result<ExtractionRecord, Error> {
@@ -146,9 +170,39 @@ impl Service {
         }
     }
 
+    /// Validates a provider's staged answer and commits it (or fails it) under the
+    /// authority of the batch it came from.
+    pub async fn commit_ready(&self, item: ReadyItem) -> Result<PostOutcome, Error> {
+        let id = item.record.id;
+        let Some(batch_key) = item.record.state.batch_key().map(str::to_string) else {
+            return Err(Error::Transition(TransitionError::StaleBatch));
+        };
+        let schema = self.registry.get(&item.record.schema)?;
+        let submission = match serde_json::from_str::<Value>(&item.staged.output_json) {
+            Ok(output) => match schema.validate(&output) {
+                Ok(findings) => Submission::Valid { findings, output, usage: item.staged.usage },
+                Err(issues) => Submission::Invalid { reason: summarize(&issues) },
+            },
+            Err(e) => Submission::Invalid { reason: format!("the model's answer is not JSON: {e}") },
+        };
+        let outcome =
+            self.store.post_result(PostResult { id, authority: Authority::Batch(batch_key), submission }).await?;
+        if let Some(wake) = &self.wake
+            && matches!(outcome, PostOutcome::Failed { .. })
+        {
+            wake.notify_one();
+        }
+        Ok(outcome)
+    }
+
     pub async fn retry(&self, id: ExtractionId) -> Result<ExtractionRecord, Error> {
         match self.store.retry(id).await? {
-            RetryOutcome::Retried(record) => Ok(*record),
+            RetryOutcome::Retried(record) => {
+                if let Some(wake) = &self.wake {
+                    wake.notify_one();
+                }
+                Ok(*record)
+            }
             RetryOutcome::NotFound => Err(Error::NotFound(id)),
             RetryOutcome::Rejected(e) => Err(Error::Transition(e)),
         }

@@ -5,17 +5,14 @@
 //! unreachable, file unreadable); 78 a configuration error that a restart will not fix.
 
 mod demo;
+mod serve;
 mod submit;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-
-use crate::config::{DEFAULT_DATA_DIR, DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, ServeOptions};
-use crate::server::Server;
 
 pub const EXIT_PROBLEMS: u8 = 1;
 pub const EXIT_FAILURE: u8 = 3;
@@ -32,18 +29,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the service: HTTP API on a loopback port, one redb file in the data directory.
-    Serve {
-        #[arg(long, env = "COMMITPOINT_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
-        data_dir: PathBuf,
-        #[arg(long, env = "COMMITPOINT_LISTEN", default_value = DEFAULT_LISTEN)]
-        listen: SocketAddr,
-        /// Directory of extra JSON Schemas, one `name@version.json` file each.
-        #[arg(long)]
-        schema_dir: Option<PathBuf>,
-        /// Largest accepted request body.
-        #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES)]
-        max_body_bytes: usize,
-    },
+    Serve(serve::Args),
     /// Submit files (or every file under a directory) as sources, concurrently.
     Submit(submit::Args),
     /// Print one extraction as JSON.
@@ -90,9 +76,7 @@ fn init_tracing() {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Serve { data_dir, listen, schema_dir, max_body_bytes } => {
-            serve(ServeOptions { data_dir, listen, schema_dir, max_body_bytes }).await
-        }
+        Command::Serve(args) => serve::run(args).await,
         Command::Submit(args) => submit::run(args).await,
         Command::Get { id, server } => get(&id, &server).await,
         Command::Verify { path } => verify(path).await,
@@ -100,17 +84,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-async fn serve(options: ServeOptions) -> anyhow::Result<ExitCode> {
-    let server = Server::start(&options).await?;
-    // Scripts and tests that pass port 0 read the real address from this line.
-    println!("commitpoint listening on http://{}", server.addr());
-    shutdown_signal().await;
-    tracing::info!("shutting down: draining requests, then closing the store");
-    server.stop().await?;
-    Ok(ExitCode::SUCCESS)
-}
-
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {

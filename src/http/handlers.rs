@@ -153,5 +153,5 @@ pub async fn retry(State(service): State<Service>, IdPath(id): IdPath) -> Reply 
 
 pub async fn healthz(State(service): State<Service>) -> Reply {
     let schemas: Vec<&str> = service.registry().names().collect();
-    ok(json!({ "status": "ok", "schemas": schemas }))
+    ok(json!({ "status": "ok", "schemas": schemas, "providers": service.provider_health() }))
 }

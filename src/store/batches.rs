@@ -71,8 +71,8 @@ pub struct ReadyItem {
 
 impl Store {
     /// Persists a submit intent for up to `max_size` pending extractions of one schema,
-    /// or returns `None` when there is not yet enough (or old enough) work.
-    pub async fn create_intent(&self, request: IntentRequest) -> Result<Option<BatchRecord>, Error> {
+    /// unless there is not yet enough (or old enough) work.
+    pub async fn create_intent(&self, request: IntentRequest) -> Result<IntentOutcome, Error> {
         self.writer.write(move |t| create_intent(t, &request)).await
     }
 
@@ -181,6 +181,16 @@ impl Store {
     }
 }
 
+#[derive(Debug, Clone)]
+pub enum IntentOutcome {
+    Created(BatchRecord),
+    /// Some work is waiting; a batch is due at this time unless it fills up first.
+    Waiting {
+        due_at_ms: u64,
+    },
+    Nothing,
+}
+
 /// What happens to members a closed batch never answered.
 #[derive(Debug, Clone)]
 pub enum Leftover {
@@ -188,7 +198,7 @@ pub enum Leftover {
     Fail { class: FailureClass, reason: String },
 }
 
-fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(Option<BatchRecord>, bool), Error> {
+fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(IntentOutcome, bool), Error> {
     let pending = StateName::Pending.code();
     let mut members: Vec<ExtractionRecord> = Vec::new();
     for entry in t.state_index.range((pending, 0)..=(pending, u64::MAX))? {
@@ -203,8 +213,12 @@ fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(Op
     let oldest = members.iter().map(|m| m.updated_at_ms).min();
     let due = members.len() >= request.max_size
         || oldest.is_some_and(|at| t.now_ms.saturating_sub(at) >= request.max_wait_ms);
-    if members.is_empty() || !due {
-        return Ok((None, false));
+    match oldest {
+        None => return Ok((IntentOutcome::Nothing, false)),
+        Some(at) if !due => {
+            return Ok((IntentOutcome::Waiting { due_at_ms: at.saturating_add(request.max_wait_ms) }, false));
+        }
+        Some(_) => {}
     }
     let identities: Vec<(ExtractionId, u32)> = members.iter().map(|m| (m.id, m.attempt)).collect();
     let key = batch_key(&request.provider, &request.schema, &identities);
@@ -230,7 +244,7 @@ fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(Op
     }
     save_batch(t, &batch)?;
     t.open_batches.insert(seq, ())?;
-    Ok((Some(batch), true))
+    Ok((IntentOutcome::Created(batch), true))
 }
 
 fn record_job(

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase};
 
-pub use batches::{BatchMember, IntentRequest, Leftover, LineResult, ReadyItem, StageReport};
+pub use batches::{BatchMember, IntentOutcome, IntentRequest, Leftover, LineResult, ReadyItem, StageReport};
 pub use ops::{Authority, ClaimRequest, Grant, IntakeOutcome, PostOutcome, PostResult, RetryOutcome, Submission};
 pub use read::{ListFilter, ListPage};
 pub use records::{BatchRecord, BatchState, ExtractionRecord, FindingRecord, NewExtraction, ResultRecord, Usage};

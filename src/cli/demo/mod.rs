@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use super::EXIT_PROBLEMS;
-use crate::config::{DEFAULT_MAX_BODY_BYTES, ServeOptions};
+use crate::config::{DEFAULT_MAX_BODY_BYTES, ProviderOptions, ServeOptions};
 use crate::server::Server;
 
 #[derive(Debug, clap::Args)]
@@ -31,6 +31,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         listen: ([127, 0, 0, 1], 0).into(),
         schema_dir: None,
         max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+        provider: ProviderOptions::default(),
     };
     let server = Server::start(&options).await?;
     let database = server.database_path();

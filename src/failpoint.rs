@@ -1,0 +1,20 @@
+//! Crash points for the kill tests: `COMMITPOINT_FAILPOINTS=name[,name…]` makes the
+//! process SIGKILL itself when it reaches a named point. Compiled only into debug builds,
+//! so a release binary ignores the variable entirely.
+
+/// Dies on the spot (SIGKILL, as a crash would) if `name` is armed. Inert in release.
+#[cfg(debug_assertions)]
+pub fn hit(name: &str) {
+    let armed = std::env::var("COMMITPOINT_FAILPOINTS").unwrap_or_default();
+    if !armed.split(',').any(|n| n.trim() == name) {
+        return;
+    }
+    eprintln!("commitpoint: failpoint {name} reached: killing the process");
+    let pid = std::process::id().to_string();
+    // SIGKILL through the kill(1) utility: no unsafe code, and no cleanup runs, as in a crash.
+    let _ = std::process::Command::new("kill").args(["-KILL", &pid]).status();
+    std::process::abort();
+}
+
+#[cfg(not(debug_assertions))]
+pub fn hit(_name: &str) {}

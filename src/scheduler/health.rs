@@ -1,0 +1,78 @@
+//! What operators see of a provider: pauses, the last error, and counters of what the
+//! scheduler did. Shared between the scheduler task and the HTTP API.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct ProviderHealth {
+    pub name: String,
+    /// Set while calls (or, for budget errors, only new submissions) are paused.
+    pub paused_until_ms: Option<u64>,
+    pub pause_submissions_only: bool,
+    pub pause_reason: Option<String>,
+    pub last_error: Option<String>,
+    pub batches_formed: u64,
+    pub batches_submitted: u64,
+    /// Intents whose job was found at the provider by batch key instead of resubmitted.
+    pub batches_recovered: u64,
+    pub batches_closed: u64,
+    pub rate_limited: u64,
+    pub lines_ingested: u64,
+    pub malformed_lines: u64,
+    pub members_requeued: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct SharedHealth(Arc<Mutex<ProviderHealth>>);
+
+impl SharedHealth {
+    pub fn new(name: &str) -> Self {
+        Self(Arc::new(Mutex::new(ProviderHealth { name: name.to_string(), ..ProviderHealth::default() })))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ProviderHealth> {
+        // The data is plain counters: a panic elsewhere cannot leave them inconsistent.
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn snapshot(&self) -> ProviderHealth {
+        self.lock().clone()
+    }
+
+    pub fn update(&self, f: impl FnOnce(&mut ProviderHealth)) {
+        f(&mut self.lock());
+    }
+
+    pub fn pause(&self, until_ms: u64, submissions_only: bool, reason: String) {
+        self.update(|h| {
+            h.paused_until_ms = Some(until_ms);
+            h.pause_submissions_only = submissions_only;
+            h.pause_reason = Some(reason);
+        });
+    }
+
+    /// When the pause that applies to this kind of call ends, if one is in force.
+    pub fn paused_until(&self, now_ms: u64, submitting: bool) -> Option<u64> {
+        let h = self.lock();
+        let until = h.paused_until_ms.filter(|until| *until > now_ms)?;
+        (submitting || !h.pause_submissions_only).then_some(until)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_pause_stops_submissions_but_not_polls() {
+        let health = SharedHealth::new("p");
+        health.pause(1_000, true, "quota".into());
+        assert_eq!(health.paused_until(500, true), Some(1_000));
+        assert_eq!(health.paused_until(500, false), None);
+        assert_eq!(health.paused_until(1_000, true), None, "the pause ends on time");
+        health.pause(2_000, false, "401".into());
+        assert_eq!(health.paused_until(500, false), Some(2_000));
+    }
+}

@@ -1,0 +1,100 @@
+//! Polling a job and, once it ends, ingesting its result files.
+//!
+//! Lines are streamed from the provider through a bounded channel and staged in chunks,
+//! so memory does not grow with the file. Staging converges through the keys: a line
+//! for a member that already has an answer is a replay, so a crash mid-ingestion only
+//! means the files are read again.
+
+use tokio::sync::mpsc;
+
+use super::{STAGE_CHUNK, Scheduler};
+use crate::clock;
+use crate::failpoint;
+use crate::identity::ExtractionId;
+use crate::lifecycle::FailureClass;
+use crate::providers::{JobPhase, JobStatus, ResultLine};
+use crate::store::{self, BatchRecord, Leftover, LineResult, StageReport};
+
+impl Scheduler {
+    pub(super) async fn poll(&mut self, batch: BatchRecord, job_id: &str) -> Result<Option<u64>, store::Error> {
+        let status = match self.provider.poll(job_id).await {
+            Ok(status) => status,
+            Err(e) => return self.on_error(&batch, &e, false).await,
+        };
+        if !status.phase.is_terminal() {
+            let next = clock::now_ms() + self.settings.poll_interval.as_millis() as u64;
+            self.store.reschedule_batch(batch.seq, next, None).await?;
+            return Ok(Some(next));
+        }
+        let report = match self.ingest(&batch, &status).await {
+            Ok(report) => report,
+            Err(IngestError::Provider(e)) => return self.on_error(&batch, &e, false).await,
+            Err(IngestError::Store(e)) => return Err(e),
+        };
+        failpoint::hit("after-stage-before-commit");
+        self.commit_ready().await?;
+        let (outcome, leftover) = match &status.phase {
+            JobPhase::Failed { reason } => (
+                format!("failed: {reason}"),
+                Leftover::Fail { class: FailureClass::InvalidRequest, reason: reason.clone() },
+            ),
+            phase => (format!("{phase:?}").to_lowercase(), Leftover::Requeue),
+        };
+        let requeued = self.store.close_batch(batch.seq, outcome.clone(), leftover).await?;
+        self.health.update(|h| {
+            h.batches_closed += 1;
+            h.members_requeued += requeued + report.requeued;
+        });
+        tracing::info!(
+            batch_key = %batch.batch_key, %outcome, staged = report.staged, refused = report.refused,
+            replays = report.replays, unanswered = requeued + report.requeued, "batch closed"
+        );
+        Ok(None)
+    }
+
+    async fn ingest(&self, batch: &BatchRecord, status: &JobStatus) -> Result<StageReport, IngestError> {
+        let (lines, mut incoming) = mpsc::channel::<ResultLine>(STAGE_CHUNK * 2);
+        let provider = self.provider.clone();
+        let download = async move {
+            let counts = provider.stream_results(status, &lines).await;
+            drop(lines);
+            counts
+        };
+        let store = &self.store;
+        let seq = batch.seq;
+        // `incoming` moves in: if staging fails, dropping it stops the download too.
+        let stage = async move {
+            let mut report = StageReport::default();
+            let mut chunk = Vec::with_capacity(STAGE_CHUNK);
+            loop {
+                let received = incoming.recv_many(&mut chunk, STAGE_CHUNK).await;
+                if received == 0 {
+                    break;
+                }
+                let parsed: Vec<(ExtractionId, LineResult)> =
+                    chunk.drain(..).filter_map(|(custom_id, result)| Some((custom_id.parse().ok()?, result))).collect();
+                let got = received - parsed.len();
+                let part = store.stage_results(seq, parsed).await?;
+                report.staged += part.staged;
+                report.refused += part.refused;
+                report.requeued += part.requeued;
+                report.replays += part.replays;
+                report.strangers += part.strangers + got as u64;
+            }
+            Ok::<_, store::Error>(report)
+        };
+        let (counts, report) = tokio::join!(download, stage);
+        let report = report.map_err(IngestError::Store)?;
+        let counts = counts.map_err(IngestError::Provider)?;
+        self.health.update(|h| {
+            h.lines_ingested += counts.lines;
+            h.malformed_lines += counts.malformed;
+        });
+        Ok(report)
+    }
+}
+
+enum IngestError {
+    Provider(crate::providers::ProviderError),
+    Store(store::Error),
+}

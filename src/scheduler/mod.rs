@@ -1,0 +1,282 @@
+//! The scheduler drives built-in provider batches: it forms batches from pending work,
+//! submits them, polls them, ingests their results and commits what is ready.
+//!
+//! It is one task with one loop. Every decision it takes is read from, and written to,
+//! the store before it acts, so a restart resumes exactly where it stopped: intents are
+//! reconciled against the provider, polls resume at their persisted `next_action_at`,
+//! staged results are committed. Idle means waiting on a wake-up (new intake) or on the
+//! next persisted deadline; there is no busy loop.
+
+mod health;
+mod ingest;
+mod submit;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+pub use health::{ProviderHealth, SharedHealth};
+
+use crate::clock;
+use crate::providers::{BatchProvider, ErrorClass, ProviderError, backoff_delay};
+use crate::service::Service;
+use crate::store::{self, BatchRecord, BatchState, IntentOutcome, IntentRequest, Leftover, Store};
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub batch_max_size: usize,
+    pub batch_max_wait: Duration,
+    pub poll_interval: Duration,
+    /// Consecutive transient failures after which a submit intent's members are failed
+    /// (class `transient`) for an operator to retry, instead of being retried forever.
+    pub max_submit_failures: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            batch_max_size: 100,
+            batch_max_wait: Duration::from_secs(2),
+            poll_interval: Duration::from_secs(5),
+            max_submit_failures: 8,
+        }
+    }
+}
+
+/// After a 401/403, how long to leave the provider alone before probing again.
+const AUTH_PAUSE: Duration = Duration::from_secs(300);
+/// After quota exhaustion, how long new submissions wait before probing again.
+const BUDGET_PAUSE: Duration = Duration::from_secs(900);
+/// Polls and submits back off at most this long between transient failures.
+const BACKOFF_CAP: Duration = Duration::from_secs(300);
+/// Lines handed to one store write: big enough to share an fsync, small enough to
+/// keep memory flat whatever the result file's size.
+const STAGE_CHUNK: usize = 512;
+/// After an unexpected error in a step, the loop waits this long before trying again.
+const STEP_ERROR_PAUSE: Duration = Duration::from_secs(1);
+
+#[derive(Debug)]
+pub struct SchedulerHandle {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    health: SharedHealth,
+}
+
+impl SchedulerHandle {
+    pub fn health(&self) -> SharedHealth {
+        self.health.clone()
+    }
+
+    /// Asks the loop to stop after its current step; gives up waiting after `deadline`.
+    pub async fn stop(self, deadline: Duration) {
+        let _ = self.stop.send(true);
+        let abort = self.task.abort_handle();
+        if tokio::time::timeout(deadline, self.task).await.is_err() {
+            tracing::warn!("the scheduler did not stop in time; abandoning its current step");
+            abort.abort();
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Scheduler {
+    store: Store,
+    service: Service,
+    provider: Arc<dyn BatchProvider>,
+    settings: Settings,
+    wake: Arc<Notify>,
+    health: SharedHealth,
+    /// Intents this process has sent (or tried to send) to the provider. Anything else —
+    /// an intent found on start, or one whose submit failed — may already exist at the
+    /// provider and is looked up by its batch key first.
+    attempted: HashSet<u64>,
+}
+
+impl Scheduler {
+    pub fn spawn(
+        store: Store,
+        service: Service,
+        provider: Arc<dyn BatchProvider>,
+        settings: Settings,
+        wake: Arc<Notify>,
+    ) -> SchedulerHandle {
+        let health = SharedHealth::new(provider.name());
+        let (stop, stopped) = watch::channel(false);
+        let scheduler =
+            Scheduler { store, service, provider, settings, wake, health: health.clone(), attempted: HashSet::new() };
+        let task = tokio::spawn(scheduler.run(stopped));
+        SchedulerHandle { stop, task, health }
+    }
+
+    async fn run(mut self, mut stopped: watch::Receiver<bool>) {
+        tracing::info!(provider = self.provider.name(), "scheduler started");
+        loop {
+            let next = match self.step().await {
+                Ok(next) => next,
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "scheduler step failed");
+                    Some(clock::now_ms() + STEP_ERROR_PAUSE.as_millis() as u64)
+                }
+            };
+            let sleep = async {
+                match next {
+                    Some(at_ms) => {
+                        tokio::time::sleep(Duration::from_millis(at_ms.saturating_sub(clock::now_ms()))).await
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = stopped.changed() => break,
+                () = self.wake.notified() => {}
+                () = sleep => {}
+            }
+        }
+        tracing::info!("scheduler stopped");
+    }
+
+    /// One pass over everything due. Returns when the loop should wake next (`None`:
+    /// nothing scheduled, wait for new work).
+    async fn step(&mut self) -> Result<Option<u64>, store::Error> {
+        self.commit_ready().await?;
+        let mut next: Option<u64> = None;
+        let mut earliest = |at: u64| next = Some(next.map_or(at, |n: u64| n.min(at)));
+        for batch in self.store.open_batches().await? {
+            let now = clock::now_ms();
+            if let Some(paused_until) = self.health.paused_until(now, matches!(batch.state, BatchState::Intent)) {
+                earliest(paused_until.max(batch.next_action_at_ms));
+                continue;
+            }
+            if batch.next_action_at_ms > now {
+                earliest(batch.next_action_at_ms);
+                continue;
+            }
+            if let Some(at) = self.drive(batch).await? {
+                earliest(at);
+            }
+        }
+        if let Some(at) = self.form_batches().await? {
+            earliest(at);
+        }
+        self.commit_ready().await?;
+        Ok(next)
+    }
+
+    /// Advances one due batch. Returns its next deadline if it stays open.
+    async fn drive(&mut self, batch: BatchRecord) -> Result<Option<u64>, store::Error> {
+        match &batch.state {
+            BatchState::Intent => self.submit(batch).await,
+            BatchState::Submitted { job_id } => {
+                let job_id = job_id.clone();
+                self.poll(batch, &job_id).await
+            }
+            BatchState::Closed { .. } => Ok(None),
+        }
+    }
+
+    /// Turns waiting work into submit intents and submits them right away.
+    async fn form_batches(&mut self) -> Result<Option<u64>, store::Error> {
+        if self.health.paused_until(clock::now_ms(), true).is_some() {
+            return Ok(None);
+        }
+        let mut next = None;
+        let schemas: Vec<String> = self.service.registry().names().map(str::to_string).collect();
+        for schema in schemas {
+            loop {
+                let request = IntentRequest {
+                    provider: self.provider.name().to_string(),
+                    schema: schema.clone(),
+                    max_size: self.settings.batch_max_size,
+                    max_wait_ms: self.settings.batch_max_wait.as_millis() as u64,
+                };
+                match self.store.create_intent(request).await? {
+                    IntentOutcome::Created(batch) => {
+                        tracing::info!(batch_key = %batch.batch_key, members = batch.members.len(), %schema, "batch formed");
+                        self.health.update(|h| h.batches_formed += 1);
+                        if let Some(at) = self.submit(batch).await? {
+                            next = Some(next.map_or(at, |n: u64| n.min(at)));
+                        }
+                    }
+                    IntentOutcome::Waiting { due_at_ms } => {
+                        next = Some(next.map_or(due_at_ms, |n: u64| n.min(due_at_ms)));
+                        break;
+                    }
+                    IntentOutcome::Nothing => break,
+                }
+            }
+        }
+        Ok(next)
+    }
+
+    async fn commit_ready(&self) -> Result<(), store::Error> {
+        loop {
+            let items = self.store.ready_items(STAGE_CHUNK).await?;
+            if items.is_empty() {
+                return Ok(());
+            }
+            for item in items {
+                let id = item.record.id;
+                if let Err(e) = self.service.commit_ready(item).await {
+                    tracing::warn!(extraction = %id, error = %e, "could not commit a staged result");
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Decides what a failed provider call means for the batch, persisting the decision.
+    async fn on_error(
+        &self,
+        batch: &BatchRecord,
+        error: &ProviderError,
+        submitting: bool,
+    ) -> Result<Option<u64>, store::Error> {
+        let now = clock::now_ms();
+        self.health.update(|h| h.last_error = Some(error.to_string()));
+        tracing::warn!(batch_key = %batch.batch_key, class = ?error.class, error = %error, "provider call failed");
+        let retry_at = |delay: Duration| now + delay.as_millis() as u64;
+        let backoff = || error.retry_after.unwrap_or_else(|| backoff_delay(batch.failures, BACKOFF_CAP));
+        match error.class {
+            ErrorClass::RateLimited => {
+                self.health.update(|h| h.rate_limited += 1);
+                let at = retry_at(backoff());
+                self.store.reschedule_batch(batch.seq, at, Some(error.to_string())).await?;
+                Ok(Some(at))
+            }
+            ErrorClass::Auth | ErrorClass::Budget => {
+                let (pause, submissions_only) =
+                    if error.class == ErrorClass::Auth { (AUTH_PAUSE, false) } else { (BUDGET_PAUSE, true) };
+                let until = retry_at(pause);
+                self.health.pause(until, submissions_only, error.to_string());
+                self.store.reschedule_batch(batch.seq, until, Some(error.to_string())).await?;
+                Ok(Some(until))
+            }
+            ErrorClass::InvalidRequest if submitting => {
+                let leftover =
+                    Leftover::Fail { class: crate::lifecycle::FailureClass::InvalidRequest, reason: error.to_string() };
+                self.store.close_batch(batch.seq, "rejected by the provider".to_string(), leftover).await?;
+                Ok(None)
+            }
+            ErrorClass::Gone if !submitting => {
+                self.store
+                    .close_batch(batch.seq, "the provider no longer knows the job".to_string(), Leftover::Requeue)
+                    .await?;
+                Ok(None)
+            }
+            _ if submitting && batch.failures + 1 >= self.settings.max_submit_failures => {
+                let reason = format!("gave up submitting after {} attempts: {error}", batch.failures + 1);
+                let leftover = Leftover::Fail { class: crate::lifecycle::FailureClass::Transient, reason };
+                self.store.close_batch(batch.seq, "submit attempts exhausted".to_string(), leftover).await?;
+                Ok(None)
+            }
+            _ => {
+                let at = retry_at(backoff());
+                self.store.reschedule_batch(batch.seq, at, Some(error.to_string())).await?;
+                Ok(Some(at))
+            }
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! Submitting an intent: reconcile with the provider first whenever the job might
+//! already exist, then submit, then persist the job id before anything else.
+
+use super::Scheduler;
+use crate::clock;
+use crate::failpoint;
+use crate::providers::BatchSpec;
+use crate::store::{self, BatchRecord, Leftover};
+
+impl Scheduler {
+    pub(super) async fn submit(&mut self, batch: BatchRecord) -> Result<Option<u64>, store::Error> {
+        // An intent found on start, or one whose earlier submit failed, may have reached
+        // the provider (a timeout after the server acted, a crash after it answered).
+        // Look for it by batch key before sending anything.
+        if !self.attempted.contains(&batch.seq) || batch.failures > 0 {
+            match self.provider.find_by_batch_key(&batch.batch_key, batch.created_at_ms).await {
+                Ok(Some(job_id)) => {
+                    tracing::info!(batch_key = %batch.batch_key, %job_id, "found the job of an unresolved intent; polling it instead of resubmitting");
+                    self.health.update(|h| h.batches_recovered += 1);
+                    return self.accept(&batch, job_id).await;
+                }
+                Ok(None) => {}
+                Err(e) => return self.on_error(&batch, &e, true).await,
+            }
+        }
+        let Ok(schema) = self.service.registry().get(&batch.schema) else {
+            let reason = format!("schema {} is no longer registered", batch.schema);
+            let leftover = Leftover::Fail { class: crate::lifecycle::FailureClass::InvalidRequest, reason };
+            self.store.close_batch(batch.seq, "schema missing".to_string(), leftover).await?;
+            return Ok(None);
+        };
+        let members = self.store.batch_members(batch.seq).await?;
+        let spec = BatchSpec { batch_key: &batch.batch_key, schema: &schema, members: &members };
+        self.attempted.insert(batch.seq);
+        match self.provider.submit(&spec).await {
+            Ok(job_id) => {
+                failpoint::hit("after-submit-before-job-id");
+                self.health.update(|h| h.batches_submitted += 1);
+                tracing::info!(batch_key = %batch.batch_key, %job_id, members = members.len(), "batch submitted");
+                self.accept(&batch, job_id).await
+            }
+            Err(e) => self.on_error(&batch, &e, true).await,
+        }
+    }
+
+    async fn accept(&self, batch: &BatchRecord, job_id: String) -> Result<Option<u64>, store::Error> {
+        let next_poll = clock::now_ms() + self.settings.poll_interval.as_millis() as u64;
+        self.store.record_job(batch.seq, job_id, next_poll).await?;
+        Ok(Some(next_poll))
+    }
+}
