@@ -9,7 +9,7 @@ use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableT
 
 use super::Error;
 use super::codec::decode;
-use super::records::{ExtractionRecord, FindingRecord, ResultRecord, StoredContent};
+use super::records::{BatchRecord, BatchState, ExtractionRecord, FindingRecord, ResultRecord, StoredContent};
 use super::tables;
 use crate::identity::{ExtractionId, FindingKey, SourceHash};
 use crate::lifecycle::State;
@@ -82,6 +82,81 @@ fn check(txn: &ReadTransaction, report: &mut Report) -> Result<(), Error> {
     check_indexes(txn, &records, report)?;
     check_findings(txn, &records, report)?;
     check_results(txn, &records, report)?;
+    check_batches(txn, &records, report)?;
+    Ok(())
+}
+
+/// Staged answers belong to `Ready` extractions only; every extraction in a batch state
+/// belongs to exactly one open batch whose job id agrees with it (invariant 4: no member
+/// of a live job is in a second one).
+fn check_batches(
+    txn: &ReadTransaction,
+    records: &BTreeMap<u64, ExtractionRecord>,
+    report: &mut Report,
+) -> Result<(), Error> {
+    let staged = txn.open_table(tables::STAGED)?;
+    for entry in staged.iter()? {
+        let seq = entry?.0.value();
+        match records.get(&seq) {
+            Some(r) if matches!(r.state, State::Ready { .. }) => {}
+            Some(r) => report.problem(format!("{}: has a staged answer but is {}", r.id, r.state.name().as_str())),
+            None => report.problem(format!("staged answer under unknown extraction #{seq}")),
+        }
+    }
+    let batches = txn.open_table(tables::BATCHES)?;
+    let open = txn.open_table(tables::OPEN_BATCHES)?;
+    let mut owner: BTreeMap<u64, (String, Option<String>)> = BTreeMap::new();
+    for entry in batches.iter()? {
+        let (seq, value) = entry?;
+        let seq = seq.value();
+        let batch: BatchRecord = match decode(value.value()) {
+            Ok(b) => b,
+            Err(e) => {
+                report.problem(format!("batch #{seq}: {e}"));
+                continue;
+            }
+        };
+        let is_open = open.get(seq)?.is_some();
+        let job = match &batch.state {
+            BatchState::Intent => None,
+            BatchState::Submitted { job_id } => Some(job_id.clone()),
+            BatchState::Closed { .. } => {
+                if is_open {
+                    report.problem(format!("batch {} is closed but still scheduled", batch.batch_key));
+                }
+                continue;
+            }
+        };
+        if !is_open {
+            report.problem(format!("batch {} is live but not scheduled: it would never be polled", batch.batch_key));
+        }
+        for member in &batch.members {
+            if owner.insert(*member, (batch.batch_key.clone(), job.clone())).is_some() {
+                report.problem(format!("extraction #{member} is a member of two live batches (invariant 4)"));
+            }
+        }
+    }
+    for (seq, record) in records {
+        let (key, job) = match &record.state {
+            State::Submitted { batch_key, job_id, .. } => (batch_key, job_id.clone()),
+            // A ready answer may outlive its batch (closed while the commit was pending);
+            // it only needs the answer itself.
+            State::Ready { .. } => {
+                if staged.get(*seq)?.is_none() {
+                    report.problem(format!("{}: ready without its staged answer", record.id));
+                }
+                continue;
+            }
+            _ => continue,
+        };
+        match owner.get(seq) {
+            Some((owner_key, owner_job)) if owner_key == key && *owner_job == job => {}
+            Some((owner_key, _)) if owner_key == key => {
+                report.problem(format!("{}: its job id disagrees with its batch {key}", record.id));
+            }
+            _ => report.problem(format!("{}: belongs to batch {key}, which is not live", record.id)),
+        }
+    }
     Ok(())
 }
 
