@@ -4,7 +4,9 @@
 //! a lease, a stale worker posting late, a model answer that fails the schema and is
 //! retried. It ends by checking the invariants and verifying the database file.
 
+mod api;
 mod corpus;
+mod provider;
 mod scenario;
 
 use std::path::PathBuf;
@@ -13,7 +15,10 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use super::EXIT_PROBLEMS;
-use crate::config::{DEFAULT_MAX_BODY_BYTES, ProviderOptions, ServeOptions};
+use std::time::Duration;
+
+use crate::config::{DEFAULT_MAX_BODY_BYTES, ProviderChoice, ProviderOptions, ServeOptions};
+use crate::scheduler;
 use crate::server::Server;
 
 #[derive(Debug, clap::Args)]
@@ -25,25 +30,60 @@ pub struct Args {
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
-    let data_dir = args.data_dir.unwrap_or_else(|| temp.path().to_path_buf());
-    let options = ServeOptions {
+    let root = args.data_dir.unwrap_or_else(|| temp.path().to_path_buf());
+    let workers = serve_options(root.join("workers"), ProviderOptions::default());
+    let server = Server::start(&workers).await?;
+    let first_db = server.database_path();
+    println!(
+        "commitpoint demo, act one: external workers. Server on http://{}, database {}\n",
+        server.addr(),
+        first_db.display()
+    );
+    let outcome = scenario::run(&format!("http://{}", server.addr())).await;
+    server.stop().await?;
+    let mut summary = outcome?;
+    let mut ok = verify(&first_db).await?;
+
+    let simulated = ProviderOptions {
+        choice: ProviderChoice::Simulator,
+        scheduler: scheduler::Settings {
+            batch_max_size: 4,
+            batch_max_wait: Duration::from_millis(300),
+            poll_interval: Duration::from_millis(200),
+            ..scheduler::Settings::default()
+        },
+        ..ProviderOptions::default()
+    };
+    let server = Server::start(&serve_options(root.join("provider"), simulated)).await?;
+    let second_db = server.database_path();
+    println!(
+        "\ncommitpoint demo, act two: built-in provider. Server on http://{}, database {}\n",
+        server.addr(),
+        second_db.display()
+    );
+    let outcome = provider::run(&server, &mut summary).await;
+    server.stop().await?;
+    outcome?;
+    ok &= verify(&second_db).await?;
+
+    let ok = ok && summary.all_checks_passed();
+    println!("{}", if ok { "demo: every check passed" } else { "demo: SOME CHECKS FAILED" });
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROBLEMS) })
+}
+
+fn serve_options(data_dir: PathBuf, provider: ProviderOptions) -> ServeOptions {
+    ServeOptions {
         data_dir,
         listen: ([127, 0, 0, 1], 0).into(),
         schema_dir: None,
         max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-        provider: ProviderOptions::default(),
-    };
-    let server = Server::start(&options).await?;
-    let database = server.database_path();
-    println!("commitpoint demo: server on http://{}, database {}\n", server.addr(), database.display());
-    let outcome = scenario::run(&format!("http://{}", server.addr())).await;
-    server.stop().await?;
-    let summary = outcome?;
+        provider,
+    }
+}
 
-    let path = database.clone();
+async fn verify(database: &std::path::Path) -> anyhow::Result<bool> {
+    let path = database.to_path_buf();
     let report = tokio::task::spawn_blocking(move || crate::store::verify_file(&path)).await??;
     println!("\n== commitpoint verify {} ==\n{report}", database.display());
-    let ok = summary.all_checks_passed() && report.is_ok();
-    println!("{}", if ok { "demo: every check passed" } else { "demo: SOME CHECKS FAILED" });
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROBLEMS) })
+    Ok(report.is_ok())
 }

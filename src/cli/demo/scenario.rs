@@ -3,10 +3,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use serde_json::{Value, json};
 
-use super::corpus::{self, REVISION, SOURCES, Source};
+use super::api::Api;
+use super::corpus::{self, REVISION, SOURCES};
 
 const COPIES_PER_SOURCE: usize = 4;
 const SHORT_LEASE_SECONDS: u64 = 1;
@@ -19,7 +20,7 @@ pub struct Summary {
 }
 
 impl Summary {
-    fn check(&mut self, what: &str, ok: bool) {
+    pub(super) fn check(&mut self, what: &str, ok: bool) {
         println!("  [{}] {what}", if ok { "ok" } else { "FAILED" });
         if !ok {
             self.failed.push(what.to_string());
@@ -31,62 +32,7 @@ impl Summary {
     }
 }
 
-#[derive(Clone)]
-struct Api {
-    base: String,
-    http: reqwest::Client,
-}
-
-impl Api {
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<(u16, Value)> {
-        let mut request = self.http.request(method, format!("{}{path}", self.base));
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.with_context(|| format!("request to {path} failed"))?;
-        let status = response.status().as_u16();
-        let body = response.json().await.with_context(|| format!("{path}: answer is not JSON"))?;
-        Ok((status, body))
-    }
-
-    async fn post(&self, path: &str, body: Value) -> anyhow::Result<(u16, Value)> {
-        self.call(reqwest::Method::POST, path, Some(body)).await
-    }
-
-    async fn get(&self, path: &str) -> anyhow::Result<Value> {
-        let (status, body) = self.call(reqwest::Method::GET, path, None).await?;
-        if status != 200 {
-            bail!("GET {path}: {status} {body}");
-        }
-        Ok(body)
-    }
-
-    async fn intake(&self, source: &Source) -> anyhow::Result<(u16, Value)> {
-        let body = json!({"tenant": source.tenant, "source_id": source.source_id, "schema": "code-review@1", "content": source.content});
-        self.post("/v1/extractions", body).await
-    }
-
-    async fn claim(&self, worker: &str, limit: usize, lease_seconds: u64) -> anyhow::Result<Vec<Value>> {
-        let (status, body) =
-            self.post("/v1/claims", json!({"worker": worker, "limit": limit, "lease_seconds": lease_seconds})).await?;
-        if status != 200 {
-            bail!("claim: {status} {body}");
-        }
-        Ok(body["claims"].as_array().cloned().unwrap_or_default())
-    }
-
-    async fn post_result(&self, claim: &Value, output: Value) -> anyhow::Result<(u16, Value)> {
-        let id = claim["extraction_id"].as_str().unwrap_or_default();
-        let body = json!({
-            "lease_token": claim["lease_token"],
-            "output": output,
-            "usage": {"model": "demo-reviewer", "input_tokens": claim["content"].as_str().map_or(0, str::len), "output_tokens": 64},
-        });
-        self.post(&format!("/v1/extractions/{id}/result"), body).await
-    }
-}
-
-fn short(id: &Value) -> String {
+pub(super) fn short(id: &Value) -> String {
     id.as_str().unwrap_or("?").chars().take(12).collect()
 }
 

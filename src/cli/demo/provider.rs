@@ -1,0 +1,114 @@
+//! The demo's second act: commitpoint drives the batch API itself, against the built-in
+//! SIMULATED OpenAI Batch provider with its faults switched on.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use serde_json::Value;
+
+use super::api::Api;
+use super::corpus::SOURCES;
+use super::scenario::Summary;
+use crate::server::Server;
+use crate::simulator::Faults;
+
+const COPIES_PER_SOURCE: usize = 3;
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub async fn run(server: &Server, summary: &mut Summary) -> anyhow::Result<()> {
+    let Some(simulator) = server.simulator() else {
+        bail!("the demo's provider act needs the built-in simulator");
+    };
+    let api = Api { base: format!("http://{}", server.addr()), http: reqwest::Client::new() };
+    println!("== 7. the built-in provider: commitpoint drives a SIMULATED OpenAI Batch API with faults on ==");
+    println!("  faults: the first batch create is answered by a dropped connection; the next 2 calls get 429 +");
+    println!("  Retry-After; batches expire half done; every 3rd result line is duplicated, every 5th is garbage");
+    simulator.set_faults(Faults {
+        drop_after_create_next: 1,
+        rate_limit_next: 2,
+        retry_after_secs: 1,
+        expire_batches: true,
+        duplicate_line_every: 3,
+        malformed_line_every: 5,
+        ..Faults::default()
+    });
+    let mut requests = tokio::task::JoinSet::new();
+    for source in SOURCES {
+        for _ in 0..COPIES_PER_SOURCE {
+            let api = api.clone();
+            requests.spawn(async move { api.intake(source).await });
+        }
+    }
+    let mut ids = BTreeSet::new();
+    let mut created = 0;
+    while let Some(answer) = requests.join_next().await {
+        let (status, body) = answer??;
+        created += usize::from(status == 201);
+        ids.insert(body["extraction_id"].as_str().unwrap_or_default().to_string());
+    }
+    println!("  {} intakes → {created} extractions", SOURCES.len() * COPIES_PER_SOURCE);
+    summary.check("duplicate intakes become one batch member each", created == SOURCES.len() && ids.len() == created);
+
+    let started = Instant::now();
+    wait_for(&api, started, |h| h["batches_closed"].as_u64().unwrap_or(0) >= 1).await?;
+    println!("  the first batch expired half done; expiry is switched off from here on");
+    simulator.set_faults(Faults { duplicate_line_every: 3, malformed_line_every: 5, ..Faults::default() });
+    let states = settle(&api, &ids, started).await?;
+    let health = provider_health(&api).await?;
+    let stats = simulator.stats();
+    println!("  settled in {:.1}s:", started.elapsed().as_secs_f64());
+    println!(
+        "    batches: {} formed, {} submitted, {} recovered by batch key after the dropped create, {} closed",
+        health["batches_formed"], health["batches_submitted"], health["batches_recovered"], health["batches_closed"]
+    );
+    println!(
+        "    provider answers: {} rate-limited calls waited out, {} result lines read ({} malformed skipped), {} members requeued",
+        health["rate_limited"], health["lines_ingested"], health["malformed_lines"], health["members_requeued"]
+    );
+    println!(
+        "    simulator saw: {} batches created, {} billed lines, max live batches per member {}",
+        stats.batches_created, stats.lines_completed, stats.max_live_batches_per_custom_id
+    );
+    summary.check("every extraction is committed", states.iter().all(|s| s == "committed"));
+    summary.check(
+        "a dropped create was found by its batch key, not resubmitted",
+        health["batches_recovered"].as_u64() >= Some(1),
+    );
+    summary.check("no member was ever in two live batches", stats.max_live_batches_per_custom_id == 1);
+    summary.check("429s were waited out, not fatal", health["rate_limited"].as_u64() >= Some(1));
+    Ok(())
+}
+
+async fn provider_health(api: &Api) -> anyhow::Result<Value> {
+    let health = api.get("/healthz").await?;
+    Ok(health["providers"][0].clone())
+}
+
+async fn wait_for(api: &Api, started: Instant, done: impl Fn(&Value) -> bool) -> anyhow::Result<()> {
+    while !done(&provider_health(api).await?) {
+        if started.elapsed() > SETTLE_TIMEOUT {
+            bail!("the provider act did not progress within {SETTLE_TIMEOUT:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// Waits until no extraction is still on its way, and returns their states.
+async fn settle(api: &Api, ids: &BTreeSet<String>, started: Instant) -> anyhow::Result<Vec<String>> {
+    loop {
+        let mut states = Vec::with_capacity(ids.len());
+        for id in ids {
+            let record = api.get(&format!("/v1/extractions/{id}")).await?;
+            states.push(record["state"].as_str().unwrap_or("?").to_string());
+        }
+        if states.iter().all(|s| s == "committed" || s == "failed") {
+            return Ok(states);
+        }
+        if started.elapsed() > SETTLE_TIMEOUT {
+            bail!("extractions still in flight after {SETTLE_TIMEOUT:?}: {states:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+}
