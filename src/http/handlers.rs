@@ -39,6 +39,7 @@ pub async fn intake(State(service): State<Service>, JsonBody(body): JsonBody<Int
         metadata: body.metadata,
     };
     let outcome = service.intake(request).await?;
+    crate::failpoint::hit("after-commit-before-ack");
     let status = if outcome.created { StatusCode::CREATED } else { StatusCode::OK };
     let body = json!({
         "extraction_id": outcome.record.id.to_hex(),
@@ -136,7 +137,9 @@ pub async fn post_result(
     let usage =
         body.usage.map(|u| Usage { model: u.model, input_tokens: u.input_tokens, output_tokens: u.output_tokens });
     let request = ResultRequest { lease_token: body.lease_token, output: body.output, usage };
-    let (findings, replay) = match service.post_result(id, request).await? {
+    let outcome = service.post_result(id, request).await?;
+    crate::failpoint::hit("after-commit-before-ack");
+    let (findings, replay) = match outcome {
         PostOutcome::Committed { findings } => (findings, false),
         PostOutcome::Replay { findings } => (findings, true),
         other => {

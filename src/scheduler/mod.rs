@@ -15,6 +15,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
@@ -55,6 +56,8 @@ const BACKOFF_CAP: Duration = Duration::from_secs(300);
 /// Lines handed to one store write: big enough to share an fsync, small enough to
 /// keep memory flat whatever the result file's size.
 const STAGE_CHUNK: usize = 512;
+/// Staged answers validated and committed at once (they share group commits).
+const COMMIT_CONCURRENCY: usize = 64;
 /// After an unexpected error in a step, the loop waits this long before trying again.
 const STEP_ERROR_PAUSE: Duration = Duration::from_secs(1);
 
@@ -211,18 +214,32 @@ impl Scheduler {
         Ok(next)
     }
 
+    /// Validates and commits every staged answer. Commits run concurrently so the
+    /// writer's group commit shares one fsync among many of them.
     async fn commit_ready(&self) -> Result<(), store::Error> {
         loop {
             let items = self.store.ready_items(STAGE_CHUNK).await?;
             if items.is_empty() {
                 return Ok(());
             }
-            for item in items {
-                let id = item.record.id;
-                if let Err(e) = self.service.commit_ready(item).await {
+            let results: Vec<_> = futures_util::stream::iter(items)
+                .map(|item| async move {
+                    let id = item.record.id;
+                    (id, self.service.commit_ready(item).await)
+                })
+                .buffer_unordered(COMMIT_CONCURRENCY)
+                .collect()
+                .await;
+            let mut failed = false;
+            for (id, result) in results {
+                if let Err(e) = result {
                     tracing::warn!(extraction = %id, error = %e, "could not commit a staged result");
-                    return Ok(());
+                    failed = true;
                 }
+            }
+            // Leave what could not be committed for the next step instead of spinning on it.
+            if failed {
+                return Ok(());
             }
         }
     }
