@@ -29,6 +29,9 @@ use crate::store::{self, BatchRecord, BatchState, IntentOutcome, IntentRequest, 
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub batch_max_size: usize,
+    /// OpenAI caps a batch input file at 200 MB; prompts, schema and JSON escaping add to
+    /// the raw content, hence the margin.
+    pub batch_max_content_bytes: u64,
     pub batch_max_wait: Duration,
     pub poll_interval: Duration,
     /// Consecutive transient failures after which a submit intent's members are failed
@@ -40,6 +43,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             batch_max_size: 100,
+            batch_max_content_bytes: 100 * 1024 * 1024,
             batch_max_wait: Duration::from_secs(2),
             poll_interval: Duration::from_secs(5),
             max_submit_failures: 8,
@@ -193,6 +197,7 @@ impl Scheduler {
                     provider: self.provider.name().to_string(),
                     schema: schema.clone(),
                     max_size: self.settings.batch_max_size,
+                    max_content_bytes: self.settings.batch_max_content_bytes,
                     max_wait_ms: self.settings.batch_max_wait.as_millis() as u64,
                 };
                 match self.store.create_intent(request).await? {

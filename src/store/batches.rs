@@ -21,6 +21,8 @@ pub struct IntentRequest {
     pub provider: String,
     pub schema: String,
     pub max_size: usize,
+    /// Most content bytes in one batch (providers cap the input file's size).
+    pub max_content_bytes: u64,
     /// Form a batch smaller than `max_size` only once its oldest member waited this long.
     pub max_wait_ms: u64,
 }
@@ -201,18 +203,27 @@ pub enum Leftover {
 fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(IntentOutcome, bool), Error> {
     let pending = StateName::Pending.code();
     let mut members: Vec<ExtractionRecord> = Vec::new();
+    let mut bytes = 0u64;
+    let mut full = false;
     for entry in t.state_index.range((pending, 0)..=(pending, u64::MAX))? {
-        if members.len() >= request.max_size {
+        let record = load(t, entry?.0.value().1)?;
+        if record.schema != request.schema {
+            continue;
+        }
+        // One oversized source still goes alone: a batch always makes progress.
+        if !members.is_empty() && bytes + record.content_bytes > request.max_content_bytes {
+            full = true;
             break;
         }
-        let record = load(t, entry?.0.value().1)?;
-        if record.schema == request.schema {
-            members.push(record);
+        bytes += record.content_bytes;
+        members.push(record);
+        if members.len() >= request.max_size {
+            full = true;
+            break;
         }
     }
     let oldest = members.iter().map(|m| m.updated_at_ms).min();
-    let due = members.len() >= request.max_size
-        || oldest.is_some_and(|at| t.now_ms.saturating_sub(at) >= request.max_wait_ms);
+    let due = full || oldest.is_some_and(|at| t.now_ms.saturating_sub(at) >= request.max_wait_ms);
     match oldest {
         None => return Ok((IntentOutcome::Nothing, false)),
         Some(at) if !due => {

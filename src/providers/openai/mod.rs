@@ -25,6 +25,8 @@ const PROVIDER: &str = "openai";
 /// How far back (pages of 100) a lost job is looked for: far more than one scheduler
 /// creates between a crash and its restart.
 const MAX_LIST_PAGES: usize = 20;
+/// The Batch API accepts input files up to 200 MB.
+const MAX_INPUT_FILE_BYTES: usize = 200 * 1000 * 1000;
 /// Clock skew tolerated between our intent timestamp and the provider's `created_at`.
 const CREATED_AT_SLACK: Duration = Duration::from_secs(600);
 
@@ -112,6 +114,13 @@ impl OpenAiBatches {
             serde_json::to_writer(&mut jsonl, &line)
                 .map_err(|e| error(ErrorClass::InvalidRequest, None, format!("cannot encode a request: {e}")))?;
             jsonl.push(b'\n');
+        }
+        if jsonl.len() > MAX_INPUT_FILE_BYTES {
+            return Err(error(
+                ErrorClass::InvalidRequest,
+                None,
+                format!("the batch input is {} bytes, over the Batch API's 200 MB limit", jsonl.len()),
+            ));
         }
         let file = Part::bytes(jsonl)
             .file_name(format!("commitpoint-{}.jsonl", spec.batch_key))
@@ -261,6 +270,9 @@ fn transport(e: &reqwest::Error) -> String {
     let detail = std::error::Error::source(e).map_or_else(|| kind.to_string(), ToString::to_string);
     format!("{kind} ({detail})")
 }
+
+#[cfg(test)]
+mod tests;
 
 fn truncate(body: &str) -> String {
     body.chars().take(300).collect()
