@@ -1,1 +1,17 @@
+//! End-to-end tests of the real `commitpoint` binary: one server process per test on
+//! `127.0.0.1:0` over its own temp data directory, driven over HTTP and the CLI.
+//!
+//! Run with `cargo test --test integration`.
 
+// clippy.toml's allow-expect-in-tests covers #[test] functions only; the harness helpers
+// fail a test the same way, by panicking with a message.
+#![allow(clippy::expect_used)]
+
+#[path = "it/intake.rs"]
+mod intake;
+#[path = "it/leases.rs"]
+mod leases;
+#[path = "it/results.rs"]
+mod results;
+#[path = "it/util.rs"]
+mod util;
