@@ -7,11 +7,17 @@
 // fail a test the same way, by panicking with a message.
 #![allow(clippy::expect_used)]
 
+#[path = "it/bad_input.rs"]
+mod bad_input;
+#[path = "it/cli.rs"]
+mod cli;
 #[path = "it/intake.rs"]
 mod intake;
 #[path = "it/leases.rs"]
 mod leases;
 #[path = "it/results.rs"]
 mod results;
+#[path = "it/schemas.rs"]
+mod schemas;
 #[path = "it/util.rs"]
 mod util;

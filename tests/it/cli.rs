@@ -1,0 +1,87 @@
+//! The command line against a live server: `submit`, `get`, and `verify`.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+
+use crate::util::{Server, assert_verifies, cli, id_of, stderr, stdout, temp_dir, verify};
+
+fn write_sources(root: &std::path::Path) {
+    std::fs::create_dir_all(root.join("sub")).expect("mkdir");
+    std::fs::write(root.join("a.rs"), "fn a() {}\n").expect("write a");
+    std::fs::write(root.join("b.md"), "# title\n").expect("write b");
+    std::fs::write(root.join("sub").join("c.txt"), "nested\n").expect("write c");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_twice_then_get_and_verify() {
+    let dir = temp_dir();
+    let sources = temp_dir();
+    write_sources(sources.path());
+    let server = Server::start(dir.path());
+    let api = server.api();
+    let root = sources.path().to_str().expect("utf-8 temp path");
+    let submit = ["submit", "--server", &server.url, "--tenant", "cli-t", root];
+
+    let first = cli(&submit);
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    assert!(stdout(&first).contains("submitted: 3 created, 0 already known, 0 failed"), "{}", stdout(&first));
+    let second = cli(&submit);
+    assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
+    assert!(stdout(&second).contains("submitted: 0 created, 3 already known, 0 failed"), "{}", stdout(&second));
+
+    let listed = api.list_all("tenant=cli-t&").await;
+    let source_ids: BTreeSet<&str> = listed.iter().filter_map(|r| r["source_id"].as_str()).collect();
+    assert_eq!(source_ids, BTreeSet::from(["a.rs", "b.md", "sub/c.txt"]));
+    assert_eq!(api.list_all("").await.len(), 3);
+
+    let id = id_of(&listed[0]);
+    let got = cli(&["get", &id, "--server", &server.url]);
+    assert_eq!(got.status.code(), Some(0), "{}", stderr(&got));
+    let printed: Value = serde_json::from_str(&stdout(&got)).expect("get prints JSON");
+    assert_eq!(printed, api.record(&id).await);
+    assert_eq!(printed["tenant"], json!("cli-t"));
+
+    let missing = cli(&["get", &"0".repeat(64), "--server", &server.url]);
+    assert_ne!(missing.status.code(), Some(0));
+    let printed: Value = serde_json::from_str(&stdout(&missing)).expect("error JSON");
+    assert_eq!(printed["error"]["code"], json!("not_found"));
+
+    let db = server.db_path();
+    let (status, log) = server.terminate();
+    assert_eq!(status.code(), Some(0), "{log}");
+    let report = assert_verifies(&db);
+    assert!(report.contains("extractions: 3"), "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_counts_failures_and_exits_one() {
+    let dir = temp_dir();
+    let sources = temp_dir();
+    std::fs::write(sources.path().join("good.txt"), "text\n").expect("write");
+    std::fs::write(sources.path().join("binary.bin"), [0xff, 0xfe, 0x00]).expect("write");
+    std::fs::write(sources.path().join("empty.txt"), "").expect("write");
+    let server = Server::start(dir.path());
+    let root = sources.path().to_str().expect("utf-8 temp path");
+    let out = cli(&["submit", "--server", &server.url, "--tenant", "t", root]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stdout(&out).contains("submitted: 1 created, 0 already known, 2 failed"), "{}", stdout(&out));
+    assert_eq!(server.api().list_all("").await.len(), 1);
+
+    let zero = cli(&["submit", "--server", &server.url, "--tenant", "u", "--concurrency", "0", root]);
+    assert_ne!(zero.status.code(), Some(0), "{}", stdout(&zero));
+    assert!(stderr(&zero).contains("--concurrency"), "{}", stderr(&zero));
+    assert_eq!(server.api().list_all("").await.len(), 1);
+}
+
+#[test]
+fn verify_reports_an_unreadable_file() {
+    let dir = temp_dir();
+    let missing = verify(&dir.path().join("commitpoint.redb"));
+    assert_eq!(missing.status.code(), Some(3), "{}", stderr(&missing));
+
+    let garbage = dir.path().join("garbage.redb");
+    std::fs::write(&garbage, b"this is not a redb file").expect("write");
+    let out = verify(&garbage);
+    assert_ne!(out.status.code(), Some(0), "{}", stdout(&out));
+}
