@@ -11,6 +11,8 @@
 mod bad_input;
 #[path = "it/cli.rs"]
 mod cli;
+#[path = "it/crash.rs"]
+mod crash;
 #[path = "it/intake.rs"]
 mod intake;
 #[path = "it/leases.rs"]
