@@ -13,19 +13,13 @@ pub struct ApiError {
     pub message: String,
     pub param: Option<String>,
     pub code: Option<String>,
-    pub headers: HeaderMap,
+    /// Extra response headers (rate-limit hints); few and rare, so a small list.
+    pub headers: Vec<(&'static str, String)>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            kind,
-            message: message.into(),
-            param: None,
-            code: None,
-            headers: HeaderMap::new(),
-        }
+        Self { status, kind, message: message.into(), param: None, code: None, headers: Vec::new() }
     }
 
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -50,13 +44,15 @@ impl ApiError {
         self
     }
 
+    /// `name` must be a lowercase header name (a constant at every call site).
     pub fn header(mut self, name: &'static str, value: String) -> Self {
-        // Header values here are built from numbers and fixed text; an unencodable one
-        // is dropped rather than turning an injected fault into a different failure.
-        if let Ok(value) = HeaderValue::try_from(value) {
-            self.headers.insert(HeaderName::from_static(name), value);
-        }
+        self.headers.push((name, value));
         self
+    }
+
+    #[cfg(test)]
+    pub fn header_value(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
     }
 }
 
@@ -68,6 +64,14 @@ impl IntoResponse for ApiError {
             "param": self.param,
             "code": self.code,
         }});
-        (self.status, self.headers, Json(body)).into_response()
+        let mut headers = HeaderMap::new();
+        for (name, value) in self.headers {
+            // Values are built from numbers and fixed text; an unencodable one is dropped
+            // rather than turning an injected fault into a different failure.
+            if let (Ok(name), Ok(value)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
+                headers.insert(name, value);
+            }
+        }
+        (self.status, headers, Json(body)).into_response()
     }
 }

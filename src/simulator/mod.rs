@@ -1,1 +1,266 @@
-//! A simulated LLM batch provider speaking the OpenAI Batch wire protocol (being built).
+//! A **simulated** LLM batch provider: it speaks the OpenAI Batch API wire protocol over
+//! real HTTP on loopback, but the "model" behind it is a deterministic rule-based code
+//! reviewer, not a language model. It lets the demo and the tests drive the whole
+//! lifecycle (upload → create → poll → download → commit) with no API key, and inject the
+//! failures a real provider produces (429s, 5xx, dropped connections, expired batches,
+//! torn or duplicated output lines, schema-violating answers).
+//!
+//! # Layout
+//!
+//! - `wire`: the OpenAI JSON objects, spelled once.
+//! - `files` / `batches`: the `/v1` handlers; `lifecycle`: status from elapsed time;
+//!   `output`: the output and error JSONL; `input`: input-file checks.
+//! - `model`: the deterministic reviewer.
+//! - `faults`: the fault knobs ([`Faults`]).
+//! - `state`: shared memory and [`Stats`]; `net`: a listener that can drop a connection.
+//!
+//! Non-OpenAI endpoints live under `/_sim`: `GET /_sim/stats`, `GET|POST /_sim/faults`.
+
+mod batches;
+mod error;
+mod faults;
+mod files;
+mod input;
+mod lifecycle;
+mod model;
+mod net;
+mod output;
+mod state;
+mod wire;
+
+#[cfg(test)]
+mod tests;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub use faults::Faults;
+pub use state::Stats;
+
+use error::ApiError;
+use net::{ConnHandle, SimListener};
+use state::Shared;
+
+/// How long `stop` waits for in-flight requests before cutting them off.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+const SIM_PREFIX: &str = "/_sim";
+
+#[derive(Clone, Debug)]
+pub struct SimulatorConfig {
+    pub faults: Faults,
+    /// When set, API requests need `Authorization: Bearer <key>` (401 otherwise).
+    pub api_key: Option<String>,
+    /// Time from create to `completed`.
+    pub complete_after: Duration,
+    /// Seeds ids and output-line order, so runs are reproducible.
+    pub seed: u64,
+}
+
+impl Default for SimulatorConfig {
+    fn default() -> Self {
+        Self { faults: Faults::default(), api_key: None, complete_after: Duration::from_millis(300), seed: 0 }
+    }
+}
+
+#[derive(Debug)]
+pub struct Simulator {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Simulator {
+    pub async fn start(listen: SocketAddr, config: SimulatorConfig) -> std::io::Result<Simulator> {
+        let listener = TcpListener::bind(listen).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared::new(config.api_key, config.complete_after, config.seed, config.faults));
+        let app = router(Arc::clone(&shared)).into_make_service_with_connect_info::<ConnHandle>();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            axum::serve(SimListener::new(listener), app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        tracing::info!(%addr, "SIMULATED OpenAI batch provider listening (not a real model)");
+        Ok(Simulator { addr, shared, stop: Some(stop), task: Some(task) })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The OpenAI-style base URL, e.g. `http://127.0.0.1:PORT/v1`.
+    pub fn base_url(&self) -> String {
+        let mut addr = self.addr;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(Ipv4Addr::LOCALHOST.into());
+        }
+        format!("http://{addr}/v1")
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.shared.lock().stats.clone()
+    }
+
+    /// Replaces every knob; remaining counters of the previous faults are discarded.
+    pub fn set_faults(&self, faults: Faults) {
+        self.shared.lock().faults = faults;
+    }
+
+    /// Stops accepting, lets in-flight requests finish (up to a grace period), then returns.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(mut task) = self.task.take() {
+            match tokio::time::timeout(STOP_GRACE, &mut task).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => tracing::warn!(error = %e, "simulator: server error at stop"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "simulator: server task failed"),
+                Err(_) => {
+                    tracing::warn!("simulator: connections still open after the grace period");
+                    task.abort();
+                }
+            }
+        }
+        tracing::info!(addr = %self.addr, "SIMULATED provider stopped");
+    }
+}
+
+impl Drop for Simulator {
+    /// A simulator dropped without `stop` still shuts its server down, so tests that
+    /// fail half-way do not leak listeners into the next test.
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route(
+            "/v1/files",
+            // The upload handler enforces the Batch API's own 200 MB limit while reading.
+            post(files::upload).layer(DefaultBodyLimit::disable()),
+        )
+        .route("/v1/files/{id}", get(files::retrieve).delete(files::delete))
+        .route("/v1/files/{id}/content", get(files::content))
+        .route("/v1/batches", post(batches::create).get(batches::list))
+        .route("/v1/batches/{id}", get(batches::retrieve))
+        .route("/v1/batches/{id}/cancel", post(batches::cancel))
+        .route("/_sim/stats", get(sim_stats))
+        .route("/_sim/faults", get(sim_get_faults).post(sim_set_faults))
+        .fallback(|request: Request| async move {
+            ApiError::not_found(format!("Invalid URL ({} {})", request.method(), request.uri().path()))
+        })
+        .method_not_allowed_fallback(|request: Request| async move {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request_error",
+                format!("Method {} is not allowed on {}", request.method(), request.uri().path()),
+            )
+        })
+        .layer(middleware::from_fn_with_state(Arc::clone(&shared), guard))
+        .with_state(shared)
+}
+
+/// In front of every request: request id, and for API requests the delay, the API-key
+/// check and at most one injected request-level fault (see [`Faults`]).
+async fn guard(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
+    let request_id = shared.next_request_id();
+    let mut response = if request.uri().path().starts_with(SIM_PREFIX) {
+        next.run(request).await
+    } else {
+        let delay = shared.lock().faults.delay();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        match admit(&shared, &request) {
+            Ok(()) => next.run(request).await,
+            Err(error) => error.into_response(),
+        }
+    };
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::try_from(request_id) {
+        headers.insert(HeaderName::from_static("x-request-id"), value);
+    }
+    headers.insert(
+        HeaderName::from_static("x-commitpoint-simulator"),
+        HeaderValue::from_static("SIMULATED provider, not a real model"),
+    );
+    response
+}
+
+fn admit(shared: &Shared, request: &Request) -> Result<(), ApiError> {
+    if let Some(key) = &shared.api_key {
+        let sent = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match sent {
+            None => {
+                return Err(ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "invalid_request_error",
+                    "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
+                ));
+            }
+            Some(sent) if sent != key => {
+                return Err(ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "invalid_request_error",
+                    "Incorrect API key provided.",
+                )
+                .code("invalid_api_key"));
+            }
+            Some(_) => {}
+        }
+    }
+    let mut inner = shared.lock();
+    let served = inner.stats.server_errors;
+    let Some(fault) = inner.faults.take_request_fault(served) else {
+        return Ok(());
+    };
+    match fault {
+        faults::Injected::RateLimited { .. } | faults::Injected::InsufficientQuota => {
+            inner.stats.rate_limited += 1;
+        }
+        faults::Injected::ServerError { .. } => inner.stats.server_errors += 1,
+        faults::Injected::Unauthorized => {}
+    }
+    drop(inner);
+    tracing::info!(?fault, path = %request.uri().path(), "SIMULATED fault injected");
+    Err(fault.into_error())
+}
+
+async fn sim_stats(State(shared): State<Arc<Shared>>) -> Json<Stats> {
+    Json(shared.lock().stats.clone())
+}
+
+async fn sim_get_faults(State(shared): State<Arc<Shared>>) -> Json<Faults> {
+    Json(shared.lock().faults.clone())
+}
+
+async fn sim_set_faults(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Result<Json<Faults>, ApiError> {
+    let faults: Faults =
+        serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("Invalid faults JSON: {e}")))?;
+    shared.lock().faults = faults.clone();
+    tracing::info!(?faults, "SIMULATED provider: faults replaced");
+    Ok(Json(faults))
+}

@@ -11,36 +11,11 @@ use serde_json::{Value, json};
 /// (patterns, rule, severity, summary). A rule fires at most once per line, because
 /// (rule, file, line) is a finding's identity and duplicates would be noise.
 const RULES: &[(&[&str], &str, &str, &str)] = &[
-    (
-        &["unwrap()"],
-        "no-unwrap",
-        "medium",
-        "unwrap() panics on bad input; return the error instead",
-    ),
-    (
-        &["TODO"],
-        "todo-left",
-        "low",
-        "unfinished work left in the change",
-    ),
-    (
-        &["unsafe"],
-        "unsafe-code",
-        "high",
-        "unsafe code without a safety justification",
-    ),
-    (
-        &["password", "PASSWORD", "secret ="],
-        "hardcoded-secret",
-        "critical",
-        "credential committed in source",
-    ),
-    (
-        &["panic!"],
-        "explicit-panic",
-        "medium",
-        "explicit panic in library code",
-    ),
+    (&["unwrap()"], "no-unwrap", "medium", "unwrap() panics on bad input; return the error instead"),
+    (&["TODO"], "todo-left", "low", "unfinished work left in the change"),
+    (&["unsafe"], "unsafe-code", "high", "unsafe code without a safety justification"),
+    (&["password", "PASSWORD", "secret ="], "hardcoded-secret", "critical", "credential committed in source"),
+    (&["panic!"], "explicit-panic", "medium", "explicit panic in library code"),
 ];
 
 const UNKNOWN_SOURCE: &str = "unknown";
@@ -102,11 +77,7 @@ pub fn broken_review(source_id: &str, content: &str) -> Value {
 
 /// Answers one `/v1/chat/completions` request body.
 pub fn respond(body: &Value, broken: bool) -> Reply {
-    let messages = body
-        .get("messages")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default();
+    let messages = body.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let prompt_bytes: usize = messages.iter().map(|m| message_text(m).len()).sum();
     let last_user = messages
         .iter()
@@ -115,24 +86,12 @@ pub fn respond(body: &Value, broken: bool) -> Reply {
         .map(message_text)
         .unwrap_or_default();
     let (source_id, content) = split_prompt(&last_user);
-    let output = if broken {
-        broken_review(source_id, content)
-    } else {
-        review(source_id, content)
-    };
+    let output = if broken { broken_review(source_id, content) } else { review(source_id, content) };
     let structured = body.pointer("/response_format/type").and_then(Value::as_str) == Some("json_schema");
     // Without Structured Outputs a chat model wraps JSON in prose; clients that forget
     // `response_format` should see that, not a lucky clean answer.
-    let content = if structured {
-        output.to_string()
-    } else {
-        format!("Here is my review.\n```json\n{output}\n```")
-    };
-    Reply {
-        prompt_tokens: tokens(prompt_bytes),
-        completion_tokens: tokens(content.len()),
-        content,
-    }
+    let content = if structured { output.to_string() } else { format!("Here is my review.\n```json\n{output}\n```") };
+    Reply { prompt_tokens: tokens(prompt_bytes), completion_tokens: tokens(content.len()), content }
 }
 
 /// Roughly four bytes per token, never zero: good enough for a cost ledger to be exercised.
@@ -144,11 +103,9 @@ fn tokens(bytes: usize) -> u64 {
 fn message_text(message: &Value) -> String {
     match message.get("content") {
         Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
+        Some(Value::Array(parts)) => {
+            parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n")
+        }
         _ => String::new(),
     }
 }
@@ -185,10 +142,7 @@ mod tests {
             ("hardcoded-secret", "critical", 6),
             ("explicit-panic", "medium", 7),
         ];
-        let want: Vec<_> = want
-            .iter()
-            .map(|(r, s, l)| (r.to_string(), s.to_string(), *l))
-            .collect();
+        let want: Vec<_> = want.iter().map(|(r, s, l)| (r.to_string(), s.to_string(), *l)).collect();
         assert_eq!(got, want);
     }
 

@@ -20,14 +20,7 @@ pub const KNOWN_ENDPOINTS: &[&str] = &[
     "/v1/videos",
 ];
 /// Purposes a client may upload with; `batch` is the only one a batch can use.
-pub const UPLOAD_PURPOSES: &[&str] = &[
-    "assistants",
-    "batch",
-    "fine-tune",
-    "vision",
-    "user_data",
-    "evals",
-];
+pub const UPLOAD_PURPOSES: &[&str] = &["assistants", "batch", "fine-tune", "vision", "user_data", "evals"];
 pub const PURPOSE_BATCH: &str = "batch";
 pub const PURPOSE_BATCH_OUTPUT: &str = "batch_output";
 
@@ -58,13 +51,7 @@ pub enum BatchStatus {
 
 impl BatchStatus {
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            BatchStatus::Failed
-                | BatchStatus::Completed
-                | BatchStatus::Expired
-                | BatchStatus::Cancelled
-        )
+        matches!(self, BatchStatus::Failed | BatchStatus::Completed | BatchStatus::Expired | BatchStatus::Cancelled)
     }
 }
 

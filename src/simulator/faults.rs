@@ -1,0 +1,233 @@
+//! Fault knobs. Request-level counters (`*_next`) are consumed one per API request, in a
+//! fixed order, so a test that sets `rate_limit_next: 2` gets exactly two 429s. Line-level
+//! knobs (`*_every`) and the batch-level flags are read once, when a batch is created,
+//! so changing faults later never rewrites a batch already submitted.
+
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+
+use super::error::ApiError;
+
+/// All fault knobs; `Default` is a well-behaved provider. Unknown JSON keys are rejected so a
+/// misspelt knob fails the test that sets it instead of silently injecting nothing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Faults {
+    /// The next N API requests get 429 `rate_limit_exceeded` with `retry-after`.
+    pub rate_limit_next: u32,
+    /// `retry-after` seconds sent with `rate_limit_next` 429s.
+    pub retry_after_secs: u32,
+    /// The next N API requests get 429 `insufficient_quota` (no `retry-after`: not retryable).
+    pub insufficient_quota_next: u32,
+    /// The next N API requests get a `server_error`, alternating 503 and 500.
+    pub server_error_next: u32,
+    /// The next N API requests get 401 `invalid_api_key`.
+    pub unauthorized_next: u32,
+    /// Delay before answering every API request.
+    pub slow_ms: u64,
+    /// The next N successful batch creations create the batch, then close the connection
+    /// without answering: the client cannot know whether its create happened.
+    pub drop_after_create_next: u32,
+    /// Batches end `expired`: about half the lines answered, the rest `batch_expired`.
+    pub expire_batches: bool,
+    /// Every Nth input line (1-based) is answered with an error line.
+    pub failed_line_every: u32,
+    /// Every Nth line of the output file is truncated JSON.
+    pub malformed_line_every: u32,
+    /// Every Nth line of the output file is written twice.
+    pub duplicate_line_every: u32,
+    /// Every Nth input line (1-based) gets model content that violates `code-review@1`.
+    pub invalid_output_every: u32,
+    /// Batches fail validation (`failed`, with `errors.data`).
+    pub fail_batch_validation: bool,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Self {
+            rate_limit_next: 0,
+            retry_after_secs: 1,
+            insufficient_quota_next: 0,
+            server_error_next: 0,
+            unauthorized_next: 0,
+            slow_ms: 0,
+            drop_after_create_next: 0,
+            expire_batches: false,
+            failed_line_every: 0,
+            malformed_line_every: 0,
+            duplicate_line_every: 0,
+            invalid_output_every: 0,
+            fail_batch_validation: false,
+        }
+    }
+}
+
+/// A request-level fault chosen for one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Injected {
+    Unauthorized,
+    InsufficientQuota,
+    RateLimited { retry_after_secs: u32 },
+    ServerError { unavailable: bool },
+}
+
+impl Faults {
+    pub fn delay(&self) -> Duration {
+        Duration::from_millis(self.slow_ms)
+    }
+
+    /// Consumes at most one request-level fault. `served_server_errors` picks 503 or 500 so
+    /// that consecutive server errors alternate.
+    pub fn take_request_fault(&mut self, served_server_errors: u64) -> Option<Injected> {
+        if take(&mut self.unauthorized_next) {
+            return Some(Injected::Unauthorized);
+        }
+        if take(&mut self.insufficient_quota_next) {
+            return Some(Injected::InsufficientQuota);
+        }
+        if take(&mut self.rate_limit_next) {
+            return Some(Injected::RateLimited { retry_after_secs: self.retry_after_secs.max(1) });
+        }
+        if take(&mut self.server_error_next) {
+            return Some(Injected::ServerError { unavailable: served_server_errors.is_multiple_of(2) });
+        }
+        None
+    }
+
+    pub fn take_drop_after_create(&mut self) -> bool {
+        take(&mut self.drop_after_create_next)
+    }
+}
+
+fn take(counter: &mut u32) -> bool {
+    if *counter == 0 {
+        return false;
+    }
+    *counter -= 1;
+    true
+}
+
+/// True for the Nth, 2Nth, … item of a 1-based sequence; `every == 0` never fires.
+pub fn every(every: u32, position: usize) -> bool {
+    every != 0 && position.is_multiple_of(every as usize)
+}
+
+impl Injected {
+    pub fn into_error(self) -> ApiError {
+        match self {
+            Injected::Unauthorized => ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_request_error",
+                "Incorrect API key provided. (SIMULATED fault: unauthorized_next)",
+            )
+            .code("invalid_api_key"),
+            Injected::InsufficientQuota => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "insufficient_quota",
+                "You exceeded your current quota, please check your plan and billing details. \
+                 (SIMULATED fault: insufficient_quota_next)",
+            )
+            .code("insufficient_quota"),
+            Injected::RateLimited { retry_after_secs } => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_exceeded",
+                format!(
+                    "Rate limit reached for requests. Please try again in {retry_after_secs}s. \
+                     (SIMULATED fault: rate_limit_next)"
+                ),
+            )
+            .code("rate_limit_exceeded")
+            .header("retry-after", retry_after_secs.to_string())
+            .header("retry-after-ms", (u64::from(retry_after_secs) * 1000).to_string())
+            .header("x-ratelimit-limit-requests", "60".to_string())
+            .header("x-ratelimit-remaining-requests", "0".to_string())
+            .header("x-ratelimit-reset-requests", format!("{retry_after_secs}s"))
+            .header("x-ratelimit-limit-tokens", "150000".to_string())
+            .header("x-ratelimit-remaining-tokens", "0".to_string())
+            .header("x-ratelimit-reset-tokens", format!("{retry_after_secs}s")),
+            Injected::ServerError { unavailable } => {
+                let status =
+                    if unavailable { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::INTERNAL_SERVER_ERROR };
+                ApiError::new(
+                    status,
+                    "server_error",
+                    "The server had an error while processing your request. \
+                     (SIMULATED fault: server_error_next)",
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_consumed_exactly_and_in_order() {
+        let mut faults = Faults {
+            unauthorized_next: 1,
+            insufficient_quota_next: 1,
+            rate_limit_next: 2,
+            retry_after_secs: 3,
+            server_error_next: 2,
+            ..Faults::default()
+        };
+        let mut served = 0;
+        let mut got = Vec::new();
+        while let Some(fault) = faults.take_request_fault(served) {
+            if matches!(fault, Injected::ServerError { .. }) {
+                served += 1;
+            }
+            got.push(fault);
+        }
+        assert_eq!(
+            got,
+            [
+                Injected::Unauthorized,
+                Injected::InsufficientQuota,
+                Injected::RateLimited { retry_after_secs: 3 },
+                Injected::RateLimited { retry_after_secs: 3 },
+                Injected::ServerError { unavailable: true },
+                Injected::ServerError { unavailable: false },
+            ]
+        );
+        assert_eq!(faults, Faults { retry_after_secs: 3, ..Faults::default() });
+        assert_eq!(faults.take_request_fault(served), None);
+    }
+
+    #[test]
+    fn drop_after_create_counts_down() {
+        let mut faults = Faults { drop_after_create_next: 2, ..Faults::default() };
+        assert!(faults.take_drop_after_create());
+        assert!(faults.take_drop_after_create());
+        assert!(!faults.take_drop_after_create());
+    }
+
+    #[test]
+    fn every_fires_on_multiples_only() {
+        let hits: Vec<usize> = (1..=10).filter(|p| every(3, *p)).collect();
+        assert_eq!(hits, [3, 6, 9]);
+        assert!(!(1..=10).any(|p| every(0, p)));
+    }
+
+    #[test]
+    fn partial_json_fills_defaults_and_typos_are_rejected() {
+        let faults: Faults = serde_json::from_str(r#"{"rate_limit_next": 2}"#).unwrap();
+        assert_eq!(faults.rate_limit_next, 2);
+        assert_eq!(faults.retry_after_secs, 1);
+        assert!(serde_json::from_str::<Faults>(r#"{"rate_limit_nxt": 2}"#).is_err());
+    }
+
+    #[test]
+    fn rate_limit_error_carries_retry_headers() {
+        let error = Injected::RateLimited { retry_after_secs: 2 }.into_error();
+        assert_eq!(error.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(error.header_value("retry-after"), Some("2"));
+        assert_eq!(error.header_value("retry-after-ms"), Some("2000"));
+        let quota = Injected::InsufficientQuota.into_error();
+        assert_eq!(quota.header_value("retry-after"), None);
+    }
+}

@@ -1,0 +1,180 @@
+//! `POST /v1/files` (multipart upload), `GET /v1/files/{id}`, `DELETE /v1/files/{id}` and
+//! `GET /v1/files/{id}/content` (raw bytes, no JSON envelope).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::multipart::{Field, MultipartError, MultipartRejection};
+use axum::extract::{Multipart, Path, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use bytes::{Bytes, BytesMut};
+
+use super::error::ApiError;
+use super::input::{self, MAX_FILE_BYTES, MAX_LINES};
+use super::state::{DEFAULT_FILE_TTL_SECS, Shared, unix_now};
+use super::wire::{DeletedFile, OpenAiFile, PURPOSE_BATCH, UPLOAD_PURPOSES};
+
+/// Form fields other than `file` are short words and numbers.
+const MAX_FIELD_BYTES: usize = 4096;
+const MIN_EXPIRY_SECS: i64 = 3600;
+const MAX_EXPIRY_SECS: i64 = 2_592_000;
+
+#[derive(Default)]
+struct Form {
+    file: Option<(String, Bytes)>,
+    purpose: Option<String>,
+    anchor: Option<String>,
+    seconds: Option<String>,
+}
+
+pub async fn upload(
+    State(shared): State<Arc<Shared>>,
+    multipart: Result<Multipart, MultipartRejection>,
+) -> Result<Json<OpenAiFile>, ApiError> {
+    let mut multipart =
+        multipart.map_err(|e| ApiError::invalid(format!("Expected a multipart/form-data body: {e}")))?;
+    let form = read_form(&mut multipart).await?;
+    let Some((filename, content)) = form.file else {
+        return Err(missing("file"));
+    };
+    let Some(purpose) = form.purpose else {
+        return Err(missing("purpose"));
+    };
+    if !UPLOAD_PURPOSES.contains(&purpose.as_str()) {
+        return Err(ApiError::invalid(format!(
+            "Invalid value for 'purpose': '{purpose}'. Expected one of {}.",
+            UPLOAD_PURPOSES.join(", ")
+        ))
+        .param("purpose")
+        .code("invalid_value"));
+    }
+    let ttl = expiry(form.anchor, form.seconds)?;
+    let now = unix_now();
+    let (expires_at, parsed) = if purpose == PURPOSE_BATCH {
+        let parsed = check_batch_input(&filename, content.clone()).await?;
+        (Some(now + ttl.unwrap_or(DEFAULT_FILE_TTL_SECS)), Some(Arc::new(parsed)))
+    } else {
+        tracing::warn!(%purpose, "SIMULATED provider: file uploaded with a purpose no batch can use");
+        (ttl.map(|s| now + s), None)
+    };
+    let mut inner = shared.lock();
+    let meta = inner.insert_file(&purpose, filename, now, expires_at, content, parsed);
+    inner.stats.files_uploaded += 1;
+    tracing::info!(file = %meta.id, bytes = meta.bytes, "SIMULATED provider: file uploaded");
+    Ok(Json(meta))
+}
+
+pub async fn retrieve(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Json<OpenAiFile>, ApiError> {
+    let inner = shared.lock();
+    let file = inner.files.get(&id).ok_or_else(|| no_such_file(&id))?;
+    Ok(Json(file.meta.clone()))
+}
+
+pub async fn delete(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Json<DeletedFile>, ApiError> {
+    let mut inner = shared.lock();
+    inner.files.remove(&id).ok_or_else(|| no_such_file(&id))?;
+    Ok(Json(DeletedFile { id, object: "file".to_string(), deleted: true }))
+}
+
+pub async fn content(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let mut inner = shared.lock();
+    let bytes = inner.files.get(&id).map(|f| f.content.clone()).ok_or_else(|| no_such_file(&id))?;
+    inner.stats.content_downloads += 1;
+    let content_type = [(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"))];
+    Ok((content_type, bytes).into_response())
+}
+
+async fn read_form(multipart: &mut Multipart) -> Result<Form, ApiError> {
+    let mut form = Form::default();
+    while let Some(field) = multipart.next_field().await.map_err(bad_multipart)? {
+        let name = field.name().unwrap_or_default().to_string();
+        match name.as_str() {
+            "file" => {
+                let filename = field.file_name().unwrap_or("file").to_string();
+                let content = read_field(field, MAX_FILE_BYTES).await?.ok_or_else(|| {
+                    ApiError::invalid("File is too large: the Batch API accepts .jsonl files up to 200 MB.")
+                        .param("file")
+                })?;
+                form.file = Some((filename, content));
+            }
+            "purpose" => form.purpose = Some(read_text(field, &name).await?),
+            "expires_after[anchor]" => form.anchor = Some(read_text(field, &name).await?),
+            "expires_after[seconds]" => form.seconds = Some(read_text(field, &name).await?),
+            _ => {
+                return Err(ApiError::invalid(format!("Unrecognized request argument supplied: {name}"))
+                    .param(&name)
+                    .code("unknown_parameter"));
+            }
+        }
+    }
+    Ok(form)
+}
+
+/// Reads a field up to `limit` bytes; `None` when it is larger (the rest is not read).
+async fn read_field(mut field: Field<'_>, limit: usize) -> Result<Option<Bytes>, ApiError> {
+    let mut buffer = BytesMut::new();
+    while let Some(chunk) = field.chunk().await.map_err(bad_multipart)? {
+        if buffer.len() + chunk.len() > limit {
+            return Ok(None);
+        }
+        buffer.extend_from_slice(&chunk);
+    }
+    Ok(Some(buffer.freeze()))
+}
+
+async fn read_text(field: Field<'_>, name: &str) -> Result<String, ApiError> {
+    let bytes = read_field(field, MAX_FIELD_BYTES)
+        .await?
+        .ok_or_else(|| ApiError::invalid(format!("'{name}' is too long.")).param(name))?;
+    String::from_utf8(bytes.to_vec())
+        .map_err(|_| ApiError::invalid(format!("'{name}' must be UTF-8 text.")).param(name))
+}
+
+fn expiry(anchor: Option<String>, seconds: Option<String>) -> Result<Option<i64>, ApiError> {
+    let bad = |message: &str| ApiError::invalid(message).param("expires_after").code("invalid_value");
+    match (anchor, seconds) {
+        (None, None) => Ok(None),
+        (Some(anchor), Some(seconds)) => {
+            if anchor != "created_at" {
+                return Err(bad("expires_after[anchor] must be 'created_at'."));
+            }
+            match seconds.trim().parse::<i64>() {
+                Ok(s) if (MIN_EXPIRY_SECS..=MAX_EXPIRY_SECS).contains(&s) => Ok(Some(s)),
+                _ => Err(bad("expires_after[seconds] must be an integer between 3600 and 2592000.")),
+            }
+        }
+        _ => Err(bad("expires_after needs both [anchor] and [seconds].")),
+    }
+}
+
+/// Upload-time checks for `purpose=batch`: file type and hard limits. Line contents are
+/// judged later, at batch validation, as the real API does.
+async fn check_batch_input(filename: &str, content: Bytes) -> Result<input::Input, ApiError> {
+    if !filename.ends_with(".jsonl") {
+        return Err(ApiError::invalid("Invalid file format for Batch API. Must be .jsonl").param("file"));
+    }
+    // Parsing up to 200 MB is CPU work; keep it off the request threads.
+    let parsed = tokio::task::spawn_blocking(move || {
+        let lines = input::count_lines(&content);
+        (lines <= MAX_LINES).then(|| input::parse(&content)).ok_or(lines)
+    })
+    .await
+    .map_err(|e| ApiError::server(format!("input parsing stopped: {e}")))?;
+    parsed.map_err(|lines| {
+        ApiError::invalid(format!("The input file has {lines} requests; the Batch API accepts at most {MAX_LINES}."))
+            .param("file")
+    })
+}
+
+fn missing(param: &str) -> ApiError {
+    ApiError::invalid(format!("Missing required parameter: '{param}'.")).param(param).code("missing_required_parameter")
+}
+
+fn bad_multipart(e: MultipartError) -> ApiError {
+    ApiError::invalid(format!("Malformed multipart body: {}", e.body_text()))
+}
+
+pub fn no_such_file(id: &str) -> ApiError {
+    ApiError::not_found(format!("No such File object: {id}")).param("id")
+}

@@ -1,0 +1,294 @@
+//! Writing a finished batch's output and error files (`BatchRequestOutput` JSONL).
+//!
+//! Lines are shuffled (deterministically, from the seed and the batch id) because the real
+//! API does not promise input order: a client must join on `custom_id`. Error lines come
+//! in both documented shapes, alternating: `response` with a non-200 `status_code` and an
+//! OpenAI error body, or `response: null` with `error: {code, message}`.
+
+use rand::distr::Alphanumeric;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+
+use super::faults::{Faults, every};
+use super::input::InputRequest;
+use super::model;
+use super::wire::{BatchUsage, RequestCounts};
+
+/// What to write for one batch at its terminal moment.
+#[derive(Debug)]
+pub struct Plan<'a> {
+    pub batch_id: &'a str,
+    pub requests: &'a [InputRequest],
+    /// The first `done` requests (input order) were answered; the rest were not run.
+    pub done: usize,
+    /// `batch_expired` or `batch_cancelled`, for the requests that were not run.
+    pub unfinished_code: &'static str,
+    pub faults: &'a Faults,
+    pub seed: u64,
+    /// Unix seconds used as each completion's `created`.
+    pub created: i64,
+}
+
+#[derive(Debug, Default)]
+pub struct Generated {
+    pub output: Vec<u8>,
+    pub errors: Vec<u8>,
+    pub counts: RequestCounts,
+    pub usage: BatchUsage,
+}
+
+pub fn generate(plan: &Plan<'_>) -> Generated {
+    let mut rng = StdRng::seed_from_u64(plan.seed ^ batch_salt(plan.batch_id));
+    let mut generated = Generated::default();
+    let mut successes = Vec::new();
+    let mut failures = Vec::new();
+    for (index, request) in plan.requests.iter().enumerate() {
+        let position = index + 1;
+        if index >= plan.done {
+            failures.push(unfinished_line(&mut rng, request, plan.unfinished_code));
+        } else if every(plan.faults.failed_line_every, position) {
+            let http_shape = failures.len() % 2 == 0;
+            failures.push(failed_line(&mut rng, request, http_shape));
+        } else {
+            let broken = every(plan.faults.invalid_output_every, position);
+            let reply = model::respond(&request.body, broken);
+            add_usage(&mut generated.usage, &reply);
+            successes.push(success_line(&mut rng, request, &reply, plan.created));
+        }
+    }
+    generated.counts = RequestCounts {
+        total: count(plan.requests.len()),
+        completed: count(successes.len()),
+        failed: count(failures.len()),
+    };
+    successes.shuffle(&mut rng);
+    failures.shuffle(&mut rng);
+    for (index, line) in successes.iter().enumerate() {
+        let line = line.to_string();
+        let position = index + 1;
+        let written = if every(plan.faults.malformed_line_every, position) { truncate(&line) } else { &line };
+        push_line(&mut generated.output, written);
+        if every(plan.faults.duplicate_line_every, position) {
+            push_line(&mut generated.output, written);
+        }
+    }
+    for line in &failures {
+        push_line(&mut generated.errors, &line.to_string());
+    }
+    generated
+}
+
+fn success_line(rng: &mut StdRng, request: &InputRequest, reply: &model::Reply, created: i64) -> Value {
+    json!({
+        "id": random_id(rng, "batch_req_", 24),
+        "custom_id": request.custom_id,
+        "response": {
+            "status_code": 200,
+            "request_id": random_id(rng, "req_", 32),
+            "body": {
+                "id": random_id(rng, "chatcmpl-", 29),
+                "object": "chat.completion",
+                "created": created,
+                "model": request.model,
+                "choices": [{
+                    "index": 0,
+                    "message": {"role": "assistant", "content": reply.content, "refusal": null},
+                    "logprobs": null,
+                    "finish_reason": "stop",
+                }],
+                "usage": {
+                    "prompt_tokens": reply.prompt_tokens,
+                    "completion_tokens": reply.completion_tokens,
+                    "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+                    "prompt_tokens_details": {"cached_tokens": 0},
+                    "completion_tokens_details": {"reasoning_tokens": 0},
+                },
+                "system_fingerprint": null,
+            },
+        },
+        "error": null,
+    })
+}
+
+fn failed_line(rng: &mut StdRng, request: &InputRequest, http_shape: bool) -> Value {
+    let id = random_id(rng, "batch_req_", 24);
+    if http_shape {
+        json!({
+            "id": id,
+            "custom_id": request.custom_id,
+            "response": {
+                "status_code": 500,
+                "request_id": random_id(rng, "req_", 32),
+                "body": {"error": {
+                    "message": "The server had an error while processing your request. \
+                                (SIMULATED fault: failed_line_every)",
+                    "type": "server_error",
+                    "param": null,
+                    "code": null,
+                }},
+            },
+            "error": null,
+        })
+    } else {
+        json!({
+            "id": id,
+            "custom_id": request.custom_id,
+            "response": null,
+            "error": {
+                "code": "request_timeout",
+                "message": "The request timed out. (SIMULATED fault: failed_line_every)",
+            },
+        })
+    }
+}
+
+fn unfinished_line(rng: &mut StdRng, request: &InputRequest, code: &str) -> Value {
+    let message = if code == "batch_expired" {
+        "This request could not be executed before the completion window expired."
+    } else {
+        "This request was not executed because the batch was cancelled."
+    };
+    json!({
+        "id": random_id(rng, "batch_req_", 24),
+        "custom_id": request.custom_id,
+        "response": null,
+        "error": {"code": code, "message": message},
+    })
+}
+
+fn add_usage(usage: &mut BatchUsage, reply: &model::Reply) {
+    usage.input_tokens += reply.prompt_tokens;
+    usage.output_tokens += reply.completion_tokens;
+    usage.total_tokens += reply.prompt_tokens + reply.completion_tokens;
+}
+
+/// Cuts a line in half (on a character boundary): what a torn write looks like.
+fn truncate(line: &str) -> &str {
+    &line[..line.floor_char_boundary(line.len() / 2)]
+}
+
+fn push_line(file: &mut Vec<u8>, line: &str) {
+    file.extend_from_slice(line.as_bytes());
+    file.push(b'\n');
+}
+
+fn random_id(rng: &mut StdRng, prefix: &str, len: usize) -> String {
+    let suffix: String = rng.sample_iter(Alphanumeric).take(len).map(char::from).collect();
+    format!("{prefix}{suffix}")
+}
+
+fn batch_salt(batch_id: &str) -> u64 {
+    let hash = blake3::hash(batch_id.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&hash.as_bytes()[..8]);
+    u64::from_le_bytes(first)
+}
+
+fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn requests(n: usize) -> Vec<InputRequest> {
+        (0..n)
+            .map(|i| InputRequest {
+                custom_id: format!("c{i}"),
+                model: "sim".to_string(),
+                body: json!({"model": "sim", "messages": [
+                    {"role": "user", "content": format!("source_id: s{i}\n\nline\nx.unwrap()")}
+                ], "response_format": {"type": "json_schema"}}),
+            })
+            .collect()
+    }
+
+    fn lines(file: &[u8]) -> Vec<String> {
+        String::from_utf8(file.to_vec()).unwrap().lines().map(str::to_string).collect()
+    }
+
+    fn plan<'a>(reqs: &'a [InputRequest], faults: &'a Faults, done: usize) -> Plan<'a> {
+        Plan {
+            batch_id: "batch_x",
+            requests: reqs,
+            done,
+            unfinished_code: "batch_expired",
+            faults,
+            seed: 7,
+            created: 1,
+        }
+    }
+
+    #[test]
+    fn shuffled_lines_join_back_by_custom_id() {
+        let reqs = requests(20);
+        let faults = Faults::default();
+        let generated = generate(&plan(&reqs, &faults, 20));
+        let out = lines(&generated.output);
+        let order: Vec<String> = out
+            .iter()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["custom_id"].as_str().unwrap().to_string())
+            .collect();
+        let input_order: Vec<String> = reqs.iter().map(|r| r.custom_id.clone()).collect();
+        assert_ne!(order, input_order, "output must not follow input order");
+        let by_id: BTreeMap<String, Value> = out
+            .iter()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                (v["custom_id"].as_str().unwrap().to_string(), v)
+            })
+            .collect();
+        assert_eq!(by_id.len(), 20);
+        for (i, request) in reqs.iter().enumerate() {
+            let line = &by_id[&request.custom_id];
+            let content = line["response"]["body"]["choices"][0]["message"]["content"].as_str().unwrap();
+            let review: Value = serde_json::from_str(content).unwrap();
+            assert_eq!(review["findings"][0]["file"], format!("s{i}"));
+        }
+        assert!(generated.errors.is_empty());
+        assert_eq!(generated.counts, RequestCounts { total: 20, completed: 20, failed: 0 });
+        let again = generate(&plan(&reqs, &faults, 20));
+        assert_eq!(again.output, generated.output, "the seed makes files reproducible");
+    }
+
+    #[test]
+    fn failed_lines_alternate_shapes_and_unfinished_lines_are_errors() {
+        let reqs = requests(8);
+        let faults = Faults { failed_line_every: 2, ..Faults::default() };
+        let generated = generate(&plan(&reqs, &faults, 6));
+        let errors: Vec<Value> = lines(&generated.errors).iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let http = errors.iter().filter(|e| e["response"]["status_code"] == 500).count();
+        let timeouts = errors.iter().filter(|e| e["error"]["code"] == "request_timeout").count();
+        let expired = errors.iter().filter(|e| e["error"]["code"] == "batch_expired").count();
+        assert_eq!((http, timeouts, expired), (2, 1, 2));
+        assert_eq!(generated.counts, RequestCounts { total: 8, completed: 3, failed: 5 });
+        assert_eq!(lines(&generated.output).len(), 3);
+    }
+
+    #[test]
+    fn output_file_faults_garble_and_duplicate_lines() {
+        let reqs = requests(6);
+        let faults =
+            Faults { malformed_line_every: 3, duplicate_line_every: 2, invalid_output_every: 6, ..Faults::default() };
+        let generated = generate(&plan(&reqs, &faults, 6));
+        let out = lines(&generated.output);
+        assert_eq!(out.len(), 9, "6 lines + 3 duplicates");
+        let garbage = out.iter().filter(|l| serde_json::from_str::<Value>(l).is_err()).count();
+        assert_eq!(garbage, 3, "lines 3 and 6, the latter duplicated");
+        let invalid = out
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| {
+                let content = v["response"]["body"]["choices"][0]["message"]["content"].as_str().unwrap();
+                content.contains("urgent")
+            })
+            .count();
+        assert!(invalid <= 2);
+        assert_eq!(generated.counts.completed, 6, "garbled lines were still billed");
+    }
+}

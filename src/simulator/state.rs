@@ -1,0 +1,195 @@
+//! The simulator's memory: files, batches, fault counters and statistics behind one mutex.
+//! Handlers hold the lock only for bookkeeping, never across an `.await`, so a slow or
+//! dropped client cannot stall the others.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use rand::distr::Alphanumeric;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use super::faults::Faults;
+use super::input::Input;
+use super::lifecycle::{BatchRecord, Timeline};
+use super::wire::OpenAiFile;
+
+/// What the simulator has seen and served; tests assert on these to prove a client's
+/// behaviour (no resubmission of live work, retries honoured, …).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Stats {
+    pub files_uploaded: u64,
+    pub batches_created: u64,
+    pub batches_listed: u64,
+    pub polls: u64,
+    pub content_downloads: u64,
+    /// Billed lines served as successes (output-file lines, counted once each).
+    pub lines_completed: u64,
+    /// Lines served in error files, including `batch_expired` / `batch_cancelled` ones.
+    pub lines_failed: u64,
+    /// 429s served, `rate_limit_exceeded` and `insufficient_quota` alike.
+    pub rate_limited: u64,
+    pub server_errors: u64,
+    pub dropped_connections: u64,
+    /// custom_id → number of batches whose input contained it.
+    pub submissions_per_custom_id: BTreeMap<String, u64>,
+    /// Max over custom_ids of how many non-terminal batches contained it at the same time:
+    /// stays 1 unless a client resubmits work that is still live.
+    pub max_live_batches_per_custom_id: u64,
+}
+
+/// Batch input and output files expire after 30 days unless told otherwise.
+pub const DEFAULT_FILE_TTL_SECS: i64 = 30 * 24 * 3600;
+
+#[derive(Debug)]
+pub struct StoredFile {
+    pub meta: OpenAiFile,
+    pub content: Bytes,
+    /// Parsed once at upload for `purpose=batch` files.
+    pub input: Option<Arc<Input>>,
+}
+
+#[derive(Debug)]
+pub struct Shared {
+    pub api_key: Option<String>,
+    pub seed: u64,
+    pub timeline: Timeline,
+    request_ids: AtomicU64,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug)]
+pub struct Inner {
+    pub files: HashMap<String, StoredFile>,
+    /// Creation order; listing walks it backwards.
+    pub batches: Vec<BatchRecord>,
+    pub faults: Faults,
+    pub stats: Stats,
+    pub timeline: Timeline,
+    pub seed: u64,
+    live: HashMap<String, u64>,
+    ids: StdRng,
+}
+
+impl Shared {
+    pub fn new(api_key: Option<String>, complete_after: Duration, seed: u64, faults: Faults) -> Self {
+        let timeline = Timeline::new(complete_after);
+        Self {
+            api_key,
+            seed,
+            timeline,
+            request_ids: AtomicU64::new(0),
+            inner: Mutex::new(Inner {
+                files: HashMap::new(),
+                batches: Vec::new(),
+                faults,
+                stats: Stats::default(),
+                timeline,
+                seed,
+                live: HashMap::new(),
+                ids: StdRng::seed_from_u64(seed),
+            }),
+        }
+    }
+
+    /// A panic elsewhere cannot leave this state half-updated in a way that matters to a
+    /// simulator, so a poisoned lock is used as is rather than failing every request.
+    pub fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn next_request_id(&self) -> String {
+        let n = self.request_ids.fetch_add(1, Ordering::Relaxed);
+        format!("req_{:016x}{:016x}", mix(self.seed), mix(self.seed ^ n))
+    }
+}
+
+impl Inner {
+    pub fn new_id(&mut self, prefix: &str, len: usize) -> String {
+        let suffix: String = (&mut self.ids).sample_iter(Alphanumeric).take(len).map(char::from).collect();
+        format!("{prefix}{suffix}")
+    }
+
+    pub fn insert_file(
+        &mut self,
+        purpose: &str,
+        filename: String,
+        created_at: i64,
+        expires_at: Option<i64>,
+        content: Bytes,
+        input: Option<Arc<Input>>,
+    ) -> OpenAiFile {
+        let meta = OpenAiFile {
+            id: self.new_id("file-", 22),
+            object: "file".to_string(),
+            bytes: u64::try_from(content.len()).unwrap_or(u64::MAX),
+            created_at,
+            expires_at,
+            filename,
+            purpose: purpose.to_string(),
+            status: "processed".to_string(),
+        };
+        self.files.insert(meta.id.clone(), StoredFile { meta: meta.clone(), content, input });
+        meta
+    }
+
+    /// Brings every batch up to `now`, so that liveness counts are exact before a create.
+    pub fn advance_all(&mut self, now: Instant) {
+        let mut batches = std::mem::take(&mut self.batches);
+        for batch in &mut batches {
+            batch.advance(now, self);
+        }
+        self.batches = batches;
+    }
+
+    /// Advances one batch by index and returns a copy of its wire view.
+    pub fn advance_one(&mut self, index: usize, now: Instant) -> Option<super::wire::Batch> {
+        let mut batches = std::mem::take(&mut self.batches);
+        let view = batches.get_mut(index).map(|batch| {
+            batch.advance(now, self);
+            batch.view.clone()
+        });
+        self.batches = batches;
+        view
+    }
+
+    pub fn find_batch(&self, id: &str) -> Option<usize> {
+        self.batches.iter().position(|b| b.view.id == id)
+    }
+
+    pub fn batch_went_live(&mut self, custom_ids: &[String]) {
+        for id in custom_ids {
+            *self.stats.submissions_per_custom_id.entry(id.clone()).or_default() += 1;
+            let live = self.live.entry(id.clone()).or_default();
+            *live += 1;
+            self.stats.max_live_batches_per_custom_id = self.stats.max_live_batches_per_custom_id.max(*live);
+        }
+    }
+
+    pub fn batch_went_terminal(&mut self, custom_ids: &[String]) {
+        for id in custom_ids {
+            if let Some(live) = self.live.get_mut(id) {
+                *live = live.saturating_sub(1);
+                if *live == 0 {
+                    self.live.remove(id);
+                }
+            }
+        }
+    }
+}
+
+pub fn unix_now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)).unwrap_or(0)
+}
+
+/// splitmix64: spreads a counter into an id-looking value, deterministic for a seed.
+pub fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
