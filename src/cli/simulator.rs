@@ -1,0 +1,52 @@
+//! `commitpoint simulator`: run the built-in SIMULATED OpenAI Batch provider on its own, for
+//! trying an adapter or a script against it. It is a rule-based stand-in, not a model.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::simulator::{Faults, Simulator, SimulatorConfig};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Loopback address to listen on; port 0 picks a free port (printed on stdout).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Name of an environment variable holding the API key clients must send as
+    /// `Authorization: Bearer <key>`. Without it, any key (or none) is accepted.
+    #[arg(long, value_name = "NAME")]
+    pub api_key_env: Option<String>,
+    /// Time from batch creation to `completed`.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "300ms")]
+    pub complete_after: Duration,
+    /// Fault knobs as JSON, e.g. '{"rate_limit_next":2,"expire_batches":true}'.
+    #[arg(long, value_name = "JSON")]
+    pub faults: Option<String>,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let api_key = match &args.api_key_env {
+        None => None,
+        Some(name) => {
+            Some(std::env::var(name).with_context(|| format!("--api-key-env {name}: the variable is not set"))?)
+        }
+    };
+    let faults = match &args.faults {
+        None => Faults::default(),
+        Some(json) => serde_json::from_str(json).context("--faults is not a valid fault JSON object")?,
+    };
+    let config = SimulatorConfig { faults, api_key, complete_after: args.complete_after, ..SimulatorConfig::default() };
+    let simulator = Simulator::start(args.listen, config)
+        .await
+        .with_context(|| format!("cannot listen on {}: is another process using it?", args.listen))?;
+    // Scripts that pass port 0 read the real address from this line.
+    println!(
+        "commitpoint simulator listening on http://{}/v1 (SIMULATED provider, not a real model)",
+        simulator.addr()
+    );
+    super::shutdown_signal().await;
+    simulator.stop().await;
+    Ok(ExitCode::SUCCESS)
+}
