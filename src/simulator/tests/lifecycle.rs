@@ -1,94 +1,12 @@
-//! End-to-end tests over real HTTP on loopback with a plain reqwest client, the way a
-//! provider adapter would talk to the real API.
+//! The happy path and the lifecycle faults: full cycle, dropped create, expiry, cancel.
 
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use reqwest::multipart::{Form, Part};
-use reqwest::{Client, StatusCode};
+use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use super::{Faults, Simulator, SimulatorConfig};
-
-fn request_line(custom_id: &str, source_id: &str, content: &str) -> String {
-    json!({
-        "custom_id": custom_id,
-        "method": "POST",
-        "url": "/v1/chat/completions",
-        "body": {
-            "model": "sim-reviewer",
-            "messages": [
-                {"role": "system", "content": "Review the code."},
-                {"role": "user", "content": format!("source_id: {source_id}\n\n{content}")}
-            ],
-            "response_format": {"type": "json_schema", "json_schema": {"name": "code_review", "schema": {}, "strict": true}}
-        }
-    })
-    .to_string()
-}
-
-fn input_file(n: usize) -> String {
-    (0..n)
-        .map(|i| request_line(&format!("c{i}"), &format!("src/f{i}.rs"), "fn f() {\n    x.unwrap();\n}\n"))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-async fn start(config: SimulatorConfig) -> (Simulator, Client, String) {
-    let sim = Simulator::start(([127, 0, 0, 1], 0).into(), config).await.unwrap();
-    let base = sim.base_url();
-    (sim, Client::new(), base)
-}
-
-async fn upload(client: &Client, base: &str, text: String) -> Value {
-    let form =
-        Form::new().text("purpose", "batch").part("file", Part::bytes(text.into_bytes()).file_name("input.jsonl"));
-    let response = client.post(format!("{base}/files")).multipart(form).send().await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    response.json().await.unwrap()
-}
-
-async fn create(client: &Client, base: &str, file_id: &str) -> reqwest::Result<reqwest::Response> {
-    let body = json!({
-        "input_file_id": file_id,
-        "endpoint": "/v1/chat/completions",
-        "completion_window": "24h",
-        "metadata": {"commitpoint_key": format!("key-{file_id}")},
-    });
-    client.post(format!("{base}/batches")).json(&body).send().await
-}
-
-async fn get_json(client: &Client, url: String) -> Value {
-    let response = client.get(url).send().await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    response.json().await.unwrap()
-}
-
-async fn poll_until_terminal(client: &Client, base: &str, id: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let batch = get_json(client, format!("{base}/batches/{id}")).await;
-        let status = batch["status"].as_str().unwrap().to_string();
-        if ["completed", "failed", "expired", "cancelled"].contains(&status.as_str()) {
-            return batch;
-        }
-        assert!(Instant::now() < deadline, "batch stuck in {status}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Downloads a result file and joins its lines on custom_id.
-async fn download(client: &Client, base: &str, file_id: &Value) -> BTreeMap<String, Value> {
-    let response = client.get(format!("{base}/files/{}/content", file_id.as_str().unwrap())).send().await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let text = response.text().await.unwrap();
-    text.lines()
-        .map(|l| {
-            let line: Value = serde_json::from_str(l).unwrap();
-            (line["custom_id"].as_str().unwrap().to_string(), line)
-        })
-        .collect()
-}
+use super::{create, download, get_json, input_file, poll_until_terminal, start, upload};
+use crate::simulator::{Faults, SimulatorConfig, Stats};
 
 #[tokio::test]
 async fn full_cycle_upload_create_poll_download_parse() {
@@ -148,8 +66,7 @@ async fn full_cycle_upload_create_poll_download_parse() {
     assert!(stats.polls >= 1);
     assert_eq!(stats.submissions_per_custom_id.values().copied().collect::<Vec<_>>(), [1; 5]);
     assert_eq!(stats.max_live_batches_per_custom_id, 1);
-    let over_http: super::Stats =
-        serde_json::from_value(get_json(&client, base.replace("/v1", "/_sim/stats")).await).unwrap();
+    let over_http: Stats = serde_json::from_value(get_json(&client, base.replace("/v1", "/_sim/stats")).await).unwrap();
     assert_eq!(over_http, sim.stats());
     sim.stop().await;
 }
@@ -204,5 +121,42 @@ async fn expired_batch_returns_partial_output() {
     let all: Vec<&String> = output.keys().chain(errors.keys()).collect();
     assert_eq!(all.len(), 4);
     assert_eq!((sim.stats().lines_completed, sim.stats().lines_failed), (2, 2));
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn cancel_goes_through_cancelling_and_keeps_the_done_part() {
+    let config = SimulatorConfig { complete_after: Duration::from_secs(4), ..SimulatorConfig::default() };
+    let (sim, client, base) = start(config).await;
+    let file = upload(&client, &base, input_file(10)).await;
+    let batch: Value = create(&client, &base, file["id"].as_str().unwrap()).await.unwrap().json().await.unwrap();
+    let id = batch["id"].as_str().unwrap();
+    // Early in in_progress (0.4 s → 3.2 s): some lines are done, and a slow machine has
+    // two seconds of slack before all of them are.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let response = client.post(format!("{base}/batches/{id}/cancel")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let cancelling: Value = response.json().await.unwrap();
+    assert_eq!(cancelling["status"], "cancelling");
+    assert!(cancelling["cancelling_at"].as_i64().is_some());
+
+    let done = poll_until_terminal(&client, &base, id).await;
+    assert_eq!(done["status"], "cancelled");
+    assert!(done["cancelled_at"].as_i64().is_some());
+    let counts = &done["request_counts"];
+    let completed = counts["completed"].as_u64().unwrap();
+    assert!(completed > 0 && completed < 10, "{counts}");
+    assert_eq!(counts["total"], 10);
+    assert_eq!(counts["failed"].as_u64().unwrap(), 10 - completed);
+    let output = download(&client, &base, &done["output_file_id"]).await;
+    let errors = download(&client, &base, &done["error_file_id"]).await;
+    assert_eq!(output.len() as u64, completed);
+    assert!(errors.values().all(|e| e["error"]["code"] == "batch_cancelled"));
+    assert_eq!(output.len() + errors.len(), 10);
+
+    let again = client.post(format!("{base}/batches/{id}/cancel")).send().await.unwrap();
+    let error = super::expect_error(again, StatusCode::BAD_REQUEST).await;
+    assert_eq!(error["type"], "invalid_request_error");
+    assert_eq!(sim.stats().max_live_batches_per_custom_id, 1);
     sim.stop().await;
 }
