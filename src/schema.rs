@@ -152,16 +152,33 @@ impl Schema {
     }
 
     /// Canonical JSON of the identifying fields, as an array in declared order.
-    /// serde_json sorts object keys, so nested objects are canonical too.
+    /// serde_json sorts object keys, and numbers are normalised, so the same value always
+    /// has the same text: `10`, `10.0` and `1e1` are one line number.
     fn finding_identity(&self, finding: &Value) -> Result<String, String> {
         let mut values = Vec::with_capacity(self.identity_pointers.len());
         for pointer in &self.identity_pointers {
             match finding.pointer(pointer) {
-                Some(v) => values.push(v.clone()),
+                Some(v) => values.push(canonical(v)),
                 None => return Err(pointer.clone()),
             }
         }
         Ok(Value::Array(values).to_string())
+    }
+}
+
+/// Integral floats become integers (JSON Schema treats `10.0` as the integer 10); other
+/// values are kept, recursively.
+fn canonical(value: &Value) -> Value {
+    match value {
+        Value::Number(n) if !n.is_i64() && !n.is_u64() => {
+            let integral = n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15);
+            // Exact for |f| < 2^53, so the cast below loses nothing.
+            #[allow(clippy::cast_possible_truncation)]
+            integral.map_or_else(|| value.clone(), |f| Value::from(f as i64))
+        }
+        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
+        Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), canonical(v))).collect()),
+        other => other.clone(),
     }
 }
 
@@ -304,6 +321,23 @@ mod tests {
         assert!(schema.validate(&json!({"findings": [wrong_enum]})).is_err());
         assert!(schema.validate(&json!({"items": []})).is_err());
         assert!(schema.validate(&json!("text")).is_err());
+    }
+
+    #[test]
+    fn number_spellings_share_an_identity() {
+        let schema = Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap();
+        let ids: Vec<String> = ["10", "10.0", "1e1"]
+            .iter()
+            .map(|line| {
+                let output: Value = serde_json::from_str(&format!(
+                    r#"{{"findings":[{{"rule":"R","severity":"low","file":"f","line":{line},"summary":"s"}}]}}"#
+                ))
+                .unwrap();
+                schema.validate(&output).unwrap()[0].canonical_identity.clone()
+            })
+            .collect();
+        assert_eq!(ids, vec![r#"["R","f",10]"#; 3]);
+        assert_eq!(canonical(&json!(2.5)), json!(2.5));
     }
 
     #[test]

@@ -22,6 +22,9 @@ use crate::service::Service;
 use crate::simulator::{Simulator, SimulatorConfig};
 use crate::store::{self, Store, WriterGuard};
 
+/// How long shutdown waits for in-flight HTTP requests (kept well under systemd's
+/// default stop timeout).
+const HTTP_DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 /// How long shutdown waits for the scheduler to finish its current step.
 const SCHEDULER_STOP_DEADLINE: Duration = Duration::from_secs(10);
 /// The model name sent to the simulator when none is configured for it.
@@ -133,7 +136,17 @@ impl Server {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let served = self.task.await.map_err(|e| Error::Task(e.to_string()))?;
+        // A client that stalls mid-request must not hold the process (and the store) open
+        // past the deadline: after it, remaining connections are cut.
+        let abort = self.task.abort_handle();
+        let served = match tokio::time::timeout(HTTP_DRAIN_DEADLINE, &mut self.task).await {
+            Ok(joined) => joined.map_err(|e| Error::Task(e.to_string()))?,
+            Err(_) => {
+                tracing::warn!(deadline = ?HTTP_DRAIN_DEADLINE, "requests still open at the drain deadline; closing them");
+                abort.abort();
+                Ok(())
+            }
+        };
         if let Some(scheduler) = self.scheduler.take() {
             scheduler.stop(SCHEDULER_STOP_DEADLINE).await;
         }

@@ -6,6 +6,8 @@
 
 mod demo;
 mod serve;
+mod signals;
+mod simulator;
 mod submit;
 
 use std::path::PathBuf;
@@ -40,6 +42,8 @@ enum Command {
     },
     /// Check a database file offline: redb integrity and every commitpoint invariant.
     Verify { path: PathBuf },
+    /// Run the built-in SIMULATED OpenAI Batch API on its own (for tests and experiments).
+    Simulator(simulator::Args),
     /// Self-contained demonstration: server, duplicates, dying and late workers, summary.
     Demo(demo::Args),
 }
@@ -81,24 +85,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Get { id, server } => get(&id, &server).await,
         Command::Verify { path } => verify(path).await,
         Command::Demo(args) => demo::run(args).await,
-    }
-}
-
-pub(crate) async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
+        Command::Simulator(args) => simulator::run(args).await,
     }
 }
 

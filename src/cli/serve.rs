@@ -5,6 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::Context;
+
+use super::signals::Signals;
 use crate::config::{
     DEFAULT_DATA_DIR, DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, DEFAULT_MODEL, DEFAULT_OPENAI_BASE_URL,
     DEFAULT_OPENAI_KEY_ENV, KeySource, ProviderChoice, ProviderOptions, ServeOptions,
@@ -78,10 +81,11 @@ impl Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let signals = Signals::install().context("cannot install signal handlers")?;
     let server = Server::start(&args.into_options()).await?;
     // Scripts and tests that pass port 0 read the real address from this line.
     println!("commitpoint listening on http://{}", server.addr());
-    super::shutdown_signal().await;
+    signals.wait().await;
     tracing::info!("shutting down: draining requests, then closing the store");
     server.stop().await?;
     Ok(ExitCode::SUCCESS)

@@ -38,6 +38,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(json) => serde_json::from_str(json).context("--faults is not a valid fault JSON object")?,
     };
     let config = SimulatorConfig { faults, api_key, complete_after: args.complete_after, ..SimulatorConfig::default() };
+    let signals = super::signals::Signals::install().context("cannot install signal handlers")?;
     let simulator = Simulator::start(args.listen, config)
         .await
         .with_context(|| format!("cannot listen on {}: is another process using it?", args.listen))?;
@@ -46,7 +47,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         "commitpoint simulator listening on http://{}/v1 (SIMULATED provider, not a real model)",
         simulator.addr()
     );
-    super::shutdown_signal().await;
+    signals.wait().await;
     simulator.stop().await;
     Ok(ExitCode::SUCCESS)
 }

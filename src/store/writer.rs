@@ -122,7 +122,13 @@ where
 
 #[derive(Debug, Clone)]
 pub struct WriterHandle {
-    jobs: mpsc::Sender<Box<dyn Job>>,
+    jobs: mpsc::Sender<Message>,
+}
+
+/// What the writer's queue carries: work, or the order to finish and close.
+enum Message {
+    Job(Box<dyn Job>),
+    Close,
 }
 
 impl std::fmt::Debug for dyn Job {
@@ -141,20 +147,33 @@ impl WriterHandle {
         let (reply, answer) = oneshot::channel();
         let job = Box::new(TypedJob { work: Some(work), result: None, reply });
         let stopped = || Error::Unavailable { reason: "the writer thread has stopped".to_string() };
-        self.jobs.send(job).await.map_err(|_| stopped())?;
+        self.jobs.send(Message::Job(job)).await.map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
 }
 
-/// Owns the writer thread. Joining waits until every handle is dropped and the last
-/// batch is committed, so the database closes cleanly.
+/// Owns the writer thread. `join` commits what is queued, refuses later writes and waits
+/// for the thread, even while stray handles (a cut connection's task) still exist.
 #[derive(Debug)]
 pub struct WriterGuard {
     thread: Option<JoinHandle<()>>,
+    close: mpsc::Sender<Message>,
+}
+
+impl std::fmt::Debug for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Message::Job(_) => "Job",
+            Message::Close => "Close",
+        })
+    }
 }
 
 impl WriterGuard {
+    /// Blocking: call it from a blocking context.
     pub fn join(mut self) {
+        // The writer may already be gone (every handle dropped); that is fine.
+        let _ = self.close.blocking_send(Message::Close);
         if let Some(thread) = self.thread.take()
             && thread.join().is_err()
         {
@@ -198,37 +217,57 @@ pub fn spawn(db: Arc<Database>, next_seq: Sequences) -> Result<(WriterHandle, Wr
         .name("store-writer".to_string())
         .spawn(move || run(&db, queue, next_seq))
         .map_err(|e| Error::Unavailable { reason: format!("cannot start the writer thread: {e}") })?;
-    Ok((WriterHandle { jobs }, WriterGuard { thread: Some(thread) }))
+    Ok((WriterHandle { jobs: jobs.clone() }, WriterGuard { thread: Some(thread), close: jobs }))
 }
 
-fn run(db: &Database, mut queue: mpsc::Receiver<Box<dyn Job>>, mut next_seq: Sequences) {
+fn run(db: &Database, mut queue: mpsc::Receiver<Message>, mut next_seq: Sequences) {
     let mut halted: Option<String> = None;
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
+    let mut closing = false;
     while let Some(first) = queue.blocking_recv() {
-        batch.push(first);
-        while batch.len() < MAX_BATCH {
+        match first {
+            Message::Job(job) => batch.push(job),
+            Message::Close => closing = true,
+        }
+        while !closing && batch.len() < MAX_BATCH {
             match queue.try_recv() {
-                Ok(job) => batch.push(job),
+                Ok(Message::Job(job)) => batch.push(job),
+                Ok(Message::Close) => closing = true,
                 Err(_) => break,
             }
         }
         if let Some(reason) = &halted {
             let refusal = Error::Unavailable { reason: reason.clone() };
             batch.drain(..).for_each(|job| job.finish(Err(&refusal)));
-            continue;
-        }
-        match commit_batch(db, &mut batch, next_seq) {
-            Ok(advanced) => {
-                next_seq = advanced;
-                batch.drain(..).for_each(|job| job.finish(Ok(())));
-            }
-            Err(e) => {
-                tracing::error!(error = %format!("{e:#}"), jobs = batch.len(), "write batch aborted");
-                if e.is_fatal() {
-                    halted = Some(format!("a storage error stopped the writer ({e}); restart commitpoint"));
+        } else if !batch.is_empty() {
+            match commit_batch(db, &mut batch, next_seq) {
+                Ok(advanced) => {
+                    next_seq = advanced;
+                    batch.drain(..).for_each(|job| job.finish(Ok(())));
                 }
-                batch.drain(..).for_each(|job| job.finish(Err(&e)));
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), jobs = batch.len(), "write batch aborted");
+                    if e.is_fatal() {
+                        halted = Some(format!("a storage error stopped the writer ({e}); restart commitpoint"));
+                    }
+                    batch.drain(..).for_each(|job| job.finish(Err(&e)));
+                }
             }
+        }
+        if closing {
+            refuse_the_rest(&mut queue);
+            return;
+        }
+    }
+}
+
+/// After `Close`: nothing more is written; whoever still waits gets a clear answer.
+fn refuse_the_rest(queue: &mut mpsc::Receiver<Message>) {
+    queue.close();
+    let refusal = Error::Unavailable { reason: "commitpoint is shutting down".to_string() };
+    while let Some(message) = queue.blocking_recv() {
+        if let Message::Job(job) = message {
+            job.finish(Err(&refusal));
         }
     }
 }

@@ -1,0 +1,36 @@
+//! Shutdown signals for long-running commands. The handlers are installed before the
+//! process announces readiness, so a SIGTERM that follows the ready line at once still
+//! means a clean stop; a second signal during the drain exits immediately.
+
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+/// The exit status of a process that gave up draining on a second signal (128 + SIGINT).
+const EXIT_SECOND_SIGNAL: i32 = 130;
+
+#[derive(Debug)]
+pub struct Signals {
+    terminate: Signal,
+    interrupt: Signal,
+}
+
+impl Signals {
+    pub fn install() -> std::io::Result<Self> {
+        Ok(Self { terminate: signal(SignalKind::terminate())?, interrupt: signal(SignalKind::interrupt())? })
+    }
+
+    /// Waits for SIGTERM or SIGINT, then arms the second-signal escape hatch.
+    pub async fn wait(mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = self.terminate.recv() => {}
+                _ = self.interrupt.recv() => {}
+            }
+            eprintln!("commitpoint: second signal: exiting without finishing the drain");
+            std::process::exit(EXIT_SECOND_SIGNAL);
+        });
+    }
+}
