@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::rejection::QueryRejection;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{ConnectInfo, Path, Query, State};
 
 use super::error::ApiError;
@@ -29,8 +29,9 @@ const WINDOW_SECS: i64 = 24 * 3600;
 pub async fn create(
     State(shared): State<Arc<Shared>>,
     ConnectInfo(conn): ConnectInfo<ConnHandle>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Batch>, ApiError> {
+    let body = body.map_err(|e| ApiError::invalid(e.body_text()))?;
     let request: CreateBatchRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::invalid(format!("We could not parse the JSON body of your request: {e}")))?;
     check_request(&request)?;

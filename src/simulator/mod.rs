@@ -35,6 +35,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -257,7 +258,11 @@ async fn sim_get_faults(State(shared): State<Arc<Shared>>) -> Json<Faults> {
     Json(shared.lock().faults.clone())
 }
 
-async fn sim_set_faults(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Result<Json<Faults>, ApiError> {
+async fn sim_set_faults(
+    State(shared): State<Arc<Shared>>,
+    body: Result<axum::body::Bytes, BytesRejection>,
+) -> Result<Json<Faults>, ApiError> {
+    let body = body.map_err(|e| ApiError::invalid(e.body_text()))?;
     let faults: Faults =
         serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("Invalid faults JSON: {e}")))?;
     shared.lock().faults = faults.clone();
