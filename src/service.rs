@@ -131,6 +131,10 @@ impl Service {
         Ok(self.store.list(filter).await?)
     }
 
+    pub async fn counts_by_state(&self) -> Result<Vec<(crate::lifecycle::StateName, u64)>, Error> {
+        Ok(self.store.counts_by_state().await?)
+    }
+
     pub async fn findings(&self, id: ExtractionId) -> Result<Vec<FindingRecord>, Error> {
         self.store.findings(id).await?.ok_or(Error::NotFound(id))
     }

@@ -154,6 +154,13 @@ pub async fn retry(State(service): State<Service>, IdPath(id): IdPath) -> Reply 
     ok(views::extraction(&service.retry(id).await?))
 }
 
+pub async fn stats(State(service): State<Service>) -> Reply {
+    let counts: serde_json::Map<String, Value> =
+        service.counts_by_state().await?.into_iter().map(|(state, n)| (state.as_str().to_string(), json!(n))).collect();
+    let total: u64 = counts.values().filter_map(Value::as_u64).sum();
+    ok(json!({ "extractions": counts, "total": total, "providers": service.provider_health() }))
+}
+
 pub async fn healthz(State(service): State<Service>) -> Reply {
     let schemas: Vec<&str> = service.registry().names().collect();
     ok(json!({ "status": "ok", "schemas": schemas, "providers": service.provider_health() }))

@@ -22,6 +22,7 @@ pub fn router(service: Service, max_body_bytes: usize) -> Router {
         .route("/v1/extractions/{id}/result", post(handlers::post_result))
         .route("/v1/extractions/{id}/retry", post(handlers::retry))
         .route("/v1/claims", post(handlers::claim))
+        .route("/v1/stats", get(handlers::stats))
         .fallback(|| async { ApiError::not_found_route() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(DefaultBodyLimit::max(max_body_bytes))

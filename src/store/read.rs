@@ -58,6 +58,20 @@ impl Store {
         .await
     }
 
+    /// How many extractions are in each state, from the state index.
+    pub async fn counts_by_state(&self) -> Result<Vec<(StateName, u64)>, Error> {
+        self.read(|txn| {
+            let index = txn.open_table(tables::STATE_INDEX)?;
+            let mut counts = Vec::with_capacity(StateName::ALL.len());
+            for state in StateName::ALL {
+                let code = state.code();
+                counts.push((state, index.range((code, 0)..=(code, u64::MAX))?.count() as u64));
+            }
+            Ok(counts)
+        })
+        .await
+    }
+
     pub async fn list(&self, filter: ListFilter) -> Result<ListPage, Error> {
         self.read(move |txn| list(txn, &filter)).await
     }
