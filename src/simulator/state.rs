@@ -104,7 +104,9 @@ impl Shared {
 
     pub fn next_request_id(&self) -> String {
         let n = self.request_ids.fetch_add(1, Ordering::Relaxed);
-        format!("req_{:016x}{:016x}", mix(self.seed), mix(self.seed ^ n))
+        // Multiplying by an odd constant and `mix` are both bijections: ids never repeat.
+        let high = mix(self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        format!("req_{high:016x}{:016x}", mix(high ^ n))
     }
 }
 
