@@ -32,6 +32,9 @@ struct Cli {
 enum Command {
     /// Run the service: HTTP API on a loopback port, one redb file in the data directory.
     Serve(serve::Args),
+    /// Configuration tools.
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Submit files (or every file under a directory) as sources, concurrently.
     Submit(submit::Args),
     /// Print one extraction as JSON.
@@ -46,6 +49,13 @@ enum Command {
     Simulator(simulator::Args),
     /// Self-contained demonstration: server, duplicates, dying and late workers, summary.
     Demo(demo::Args),
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Validate the configuration (file, environment, flags, schemas, key) and print the
+    /// effective settings with secrets redacted. Exits 78 when something is wrong.
+    Check(serve::Args),
 }
 
 pub fn main() -> ExitCode {
@@ -81,6 +91,7 @@ fn init_tracing() {
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve(args) => serve::run(args).await,
+        Command::Config(ConfigCommand::Check(args)) => Ok(serve::check(args)),
         Command::Submit(args) => submit::run(args).await,
         Command::Get { id, server } => get(&id, &server).await,
         Command::Verify { path } => verify(path).await,

@@ -1,4 +1,5 @@
-//! `commitpoint serve` flags and their translation into `ServeOptions`.
+//! `commitpoint serve` and `commitpoint config check`: flags, their merge with the
+//! configuration file and the environment, and running the server.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -7,86 +8,117 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use super::EXIT_CONFIG;
 use super::signals::Signals;
-use crate::config::{
-    DEFAULT_DATA_DIR, DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, DEFAULT_MODEL, DEFAULT_OPENAI_BASE_URL,
-    DEFAULT_OPENAI_KEY_ENV, KeySource, ProviderChoice, ProviderOptions, ServeOptions,
-};
-use crate::scheduler;
+use crate::config::{DEFAULT_CONFIG_PATH, KeySource, Overrides, ProviderChoice, ServeOptions};
+use crate::schema::Registry;
 use crate::server::Server;
 
-#[derive(Debug, clap::Args)]
+/// Every flag is optional: unset ones come from the configuration file, then defaults.
+#[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    #[arg(long, env = "COMMITPOINT_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
-    data_dir: PathBuf,
-    #[arg(long, env = "COMMITPOINT_LISTEN", default_value = DEFAULT_LISTEN)]
-    listen: SocketAddr,
+    /// Configuration file (TOML). A missing default file means built-in defaults.
+    #[arg(long, env = "COMMITPOINT_CONFIG")]
+    config: Option<PathBuf>,
+    /// Directory holding commitpoint.redb [default: /var/lib/commitpoint].
+    #[arg(long, env = "COMMITPOINT_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// HTTP listen address [default: 127.0.0.1:7878].
+    #[arg(long, env = "COMMITPOINT_LISTEN")]
+    listen: Option<SocketAddr>,
     /// Directory of extra JSON Schemas, one `name@version.json` file each.
     #[arg(long)]
     schema_dir: Option<PathBuf>,
-    /// Largest accepted request body.
-    #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES)]
-    max_body_bytes: usize,
-    /// Built-in provider for pending work (`none`: external workers claim it).
-    #[arg(long, value_enum, default_value = "none")]
-    provider: ProviderChoice,
-    /// Base URL of the OpenAI-compatible Batch API.
-    #[arg(long, default_value = DEFAULT_OPENAI_BASE_URL)]
-    provider_base_url: String,
-    /// Environment variable holding the API key.
-    #[arg(long, default_value = DEFAULT_OPENAI_KEY_ENV, conflicts_with = "provider_key_file")]
-    provider_key_env: String,
+    /// Largest accepted request body [default: 8388608].
+    #[arg(long)]
+    max_body_bytes: Option<usize>,
+    /// Built-in provider for pending work [default: none, external workers claim it].
+    #[arg(long, value_enum)]
+    provider: Option<ProviderChoice>,
+    /// Base URL of the OpenAI-compatible Batch API [default: https://api.openai.com/v1].
+    #[arg(long)]
+    provider_base_url: Option<String>,
+    /// Environment variable holding the API key [default: OPENAI_API_KEY].
+    #[arg(long, conflicts_with = "provider_key_file")]
+    provider_key_env: Option<String>,
     /// File holding the API key (must not be readable by group or others).
     #[arg(long)]
     provider_key_file: Option<PathBuf>,
-    #[arg(long, default_value = DEFAULT_MODEL)]
-    model: String,
-    /// Most extractions in one provider batch.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=50_000))]
-    batch_max_size: u32,
-    /// Longest a pending extraction waits for its batch to fill (e.g. `2s`, `1m`).
-    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
-    batch_max_wait: Duration,
-    /// Time between polls of a running provider job.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-    poll_interval: Duration,
+    /// Model name sent to the provider [default: gpt-4o-mini].
+    #[arg(long)]
+    model: Option<String>,
+    /// Most extractions in one provider batch [default: 100].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50_000))]
+    batch_max_size: Option<u32>,
+    /// Longest a pending extraction waits for its batch to fill, e.g. `2s` [default: 2s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    batch_max_wait: Option<Duration>,
+    /// Time between polls of a running provider job, e.g. `5s` [default: 5s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    poll_interval: Option<Duration>,
 }
 
 impl Args {
-    pub fn into_options(self) -> ServeOptions {
-        let key = match self.provider_key_file {
-            Some(path) => KeySource::File(path),
-            None => KeySource::Env(self.provider_key_env),
+    pub fn resolve(self) -> Result<ServeOptions, crate::config::Error> {
+        let explicit = self.config.is_some();
+        let path = self.config.unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
+        let key = match (self.provider_key_file, self.provider_key_env) {
+            (Some(file), _) => Some(KeySource::File(file)),
+            (None, Some(env)) => Some(KeySource::Env(env)),
+            (None, None) => None,
         };
-        let scheduler = scheduler::Settings {
-            batch_max_size: self.batch_max_size as usize,
-            batch_max_wait: self.batch_max_wait,
-            poll_interval: self.poll_interval,
-            ..scheduler::Settings::default()
-        };
-        ServeOptions {
+        let overrides = Overrides {
             data_dir: self.data_dir,
             listen: self.listen,
             schema_dir: self.schema_dir,
             max_body_bytes: self.max_body_bytes,
-            provider: ProviderOptions {
-                choice: self.provider,
-                base_url: self.provider_base_url,
-                key,
-                model: self.model,
-                scheduler,
-            },
-        }
+            provider: self.provider,
+            base_url: self.provider_base_url,
+            key,
+            model: self.model,
+            batch_max_size: self.batch_max_size,
+            batch_max_wait: self.batch_max_wait,
+            poll_interval: self.poll_interval,
+        };
+        ServeOptions::load(&path, explicit, overrides)
     }
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let signals = Signals::install().context("cannot install signal handlers")?;
-    let server = Server::start(&args.into_options()).await?;
+    let options = match args.resolve() {
+        Ok(options) => options,
+        Err(e) => return Ok(config_error(&e)),
+    };
+    let server = Server::start(&options).await?;
     // Scripts and tests that pass port 0 read the real address from this line.
     println!("commitpoint listening on http://{}", server.addr());
     signals.wait().await;
     tracing::info!("shutting down: draining requests, then closing the store");
     server.stop().await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs every check `serve` would run before binding, and prints the effective config.
+pub fn check(args: Args) -> ExitCode {
+    let options = match args.resolve() {
+        Ok(options) => options,
+        Err(e) => return config_error(&e),
+    };
+    if let Err(e) = Registry::load(options.schema_dir.as_deref()) {
+        return config_error(&e);
+    }
+    if options.provider.choice == ProviderChoice::Openai
+        && let Err(e) = options.provider.key.load()
+    {
+        return config_error(&e);
+    }
+    print!("{}", options.describe());
+    eprintln!("config: ok");
+    ExitCode::SUCCESS
+}
+
+fn config_error(e: &dyn std::error::Error) -> ExitCode {
+    eprintln!("commitpoint: configuration error: {e}");
+    ExitCode::from(EXIT_CONFIG)
 }

@@ -21,10 +21,13 @@ use crate::store::{BatchMember, LineResult};
 #[derive(Debug, Default)]
 struct Seen {
     auth: Vec<String>,
-    upload_fields: Vec<(String, Option<String>, Option<String>, Vec<u8>)>,
+    upload_fields: Vec<UploadField>,
     create_body: Option<Value>,
     list_queries: usize,
 }
+
+/// One multipart field as received: (name, file name, content type, bytes).
+type UploadField = (String, Option<String>, Option<String>, Vec<u8>);
 
 type Shared = Arc<Mutex<Seen>>;
 

@@ -1,0 +1,168 @@
+//! The TOML configuration file, and how it merges with the environment and flags.
+//!
+//! Precedence, lowest first: built-in defaults → the file → environment variables →
+//! command-line flags. Unknown keys are errors (a typo must not silently fall back to a
+//! default), and secrets are never values in the file: only where to read them.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{Error, KeySource, ProviderChoice};
+
+/// Where `serve` looks when neither `--config` nor `COMMITPOINT_CONFIG` names a file.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/commitpoint/config.toml";
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub server: RawServer,
+    #[serde(default)]
+    pub provider: RawProvider,
+    #[serde(default)]
+    pub scheduler: RawScheduler,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub schema_dir: Option<PathBuf>,
+    pub max_body_bytes: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProvider {
+    pub kind: Option<ProviderKind>,
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    /// Name of an environment variable holding the key.
+    pub api_key_env: Option<String>,
+    /// A file holding the key (mode 0600 or stricter).
+    pub api_key_file: Option<PathBuf>,
+    /// A systemd credential (`LoadCredential=NAME:…`), read from `$CREDENTIALS_DIRECTORY/NAME`.
+    pub api_key_credential: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    None,
+    Openai,
+    Simulator,
+}
+
+impl From<ProviderKind> for ProviderChoice {
+    fn from(kind: ProviderKind) -> Self {
+        match kind {
+            ProviderKind::None => ProviderChoice::None,
+            ProviderKind::Openai => ProviderChoice::Openai,
+            ProviderKind::Simulator => ProviderChoice::Simulator,
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawScheduler {
+    pub batch_max_size: Option<u32>,
+    pub batch_max_wait: Option<String>,
+    pub poll_interval: Option<String>,
+    pub max_submit_failures: Option<u32>,
+}
+
+/// Reads the file. A missing file is fine only when nobody asked for it explicitly.
+pub fn load(path: &Path, explicit: bool) -> Result<RawConfig, Error> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => return Ok(RawConfig::default()),
+        Err(source) => return Err(Error::ConfigRead { path: path.to_path_buf(), source }),
+    };
+    toml::from_str(&text).map_err(|e| Error::ConfigParse { path: path.to_path_buf(), reason: e.to_string() })
+}
+
+pub fn parse_duration(key: &'static str, value: &str) -> Result<Duration, Error> {
+    humantime::parse_duration(value)
+        .map_err(|e| Error::Invalid { key, reason: format!("{value:?} is not a duration like \"30s\": {e}") })
+}
+
+impl RawProvider {
+    /// At most one key source may be named; the credential wins nothing silently.
+    pub fn key_source(&self) -> Result<Option<KeySource>, Error> {
+        let named = [self.api_key_env.is_some(), self.api_key_file.is_some(), self.api_key_credential.is_some()];
+        if named.iter().filter(|n| **n).count() > 1 {
+            return Err(Error::Invalid {
+                key: "provider.api_key_*",
+                reason: "name only one of api_key_env, api_key_file, api_key_credential".to_string(),
+            });
+        }
+        Ok(if let Some(name) = &self.api_key_env {
+            Some(KeySource::Env(name.clone()))
+        } else if let Some(path) = &self.api_key_file {
+            Some(KeySource::File(path.clone()))
+        } else {
+            self.api_key_credential.as_ref().map(|name| KeySource::Credential(name.clone()))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<RawConfig, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_full_file_parses() {
+        let raw = parse(
+            r#"
+            [server]
+            listen = "127.0.0.1:9000"
+            data_dir = "/srv/cp"
+            [provider]
+            kind = "openai"
+            model = "gpt-4o-mini"
+            api_key_credential = "openai-key"
+            [scheduler]
+            batch_max_wait = "3s"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(raw.server.listen.as_deref(), Some("127.0.0.1:9000"));
+        assert!(matches!(raw.provider.kind, Some(ProviderKind::Openai)));
+        assert_eq!(raw.provider.key_source().unwrap(), Some(KeySource::Credential("openai-key".into())));
+        assert_eq!(
+            parse_duration("x", raw.scheduler.batch_max_wait.as_deref().unwrap()).unwrap(),
+            Duration::from_secs(3)
+        );
+    }
+
+    #[test]
+    fn unknown_keys_and_secrets_in_the_file_are_refused() {
+        let err = parse("[server]\nlisten_addr = \"x\"").unwrap_err();
+        assert!(err.contains("listen_addr"), "{err}");
+        let err = parse("[provider]\napi_key = \"sk-live\"").unwrap_err();
+        assert!(err.contains("api_key"), "{err}");
+        assert!(parse("[provider]\nkind = \"gpt\"").is_err());
+        assert!(parse_duration("scheduler.poll_interval", "soon").is_err());
+    }
+
+    #[test]
+    fn a_missing_default_file_is_empty_but_a_named_one_is_an_error() {
+        let missing = Path::new("/nonexistent/commitpoint.toml");
+        assert!(load(missing, false).is_ok());
+        assert!(matches!(load(missing, true), Err(Error::ConfigRead { .. })));
+    }
+
+    #[test]
+    fn two_key_sources_are_ambiguous() {
+        let raw = parse("[provider]\napi_key_env = \"A\"\napi_key_file = \"/k\"").unwrap();
+        assert!(raw.provider.key_source().is_err());
+    }
+}

@@ -1,0 +1,297 @@
+//! Settings for `serve`. Defaults live here so every entry point agrees on them; the
+//! file format and the merge order are in `file`.
+
+mod file;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use std::time::Duration;
+
+pub use file::{DEFAULT_CONFIG_PATH, RawConfig};
+
+use crate::providers::openai::ApiKey;
+use crate::scheduler;
+
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/commitpoint";
+pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+pub const DEFAULT_OPENAI_KEY_ENV: &str = "OPENAI_API_KEY";
+pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
+
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    pub schema_dir: Option<PathBuf>,
+    pub max_body_bytes: usize,
+    pub provider: ProviderOptions,
+}
+
+/// Which built-in provider drives pending work. `None` leaves it to external workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProviderChoice {
+    None,
+    Openai,
+    /// The built-in OpenAI Batch API simulator on a loopback port: no key, no cost.
+    Simulator,
+}
+
+#[derive(Debug, Clone)]
+pub struct ProviderOptions {
+    pub choice: ProviderChoice,
+    pub base_url: String,
+    pub key: KeySource,
+    pub model: String,
+    pub scheduler: scheduler::Settings,
+}
+
+impl Default for ProviderOptions {
+    fn default() -> Self {
+        Self {
+            choice: ProviderChoice::None,
+            base_url: DEFAULT_OPENAI_BASE_URL.to_string(),
+            key: KeySource::Env(DEFAULT_OPENAI_KEY_ENV.to_string()),
+            model: DEFAULT_MODEL.to_string(),
+            scheduler: scheduler::Settings::default(),
+        }
+    }
+}
+
+/// Where an API key comes from. Never from a config value or a flag: those end up in
+/// shell history, process listings and logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    Env(String),
+    File(PathBuf),
+    /// A systemd credential: `$CREDENTIALS_DIRECTORY/<name>`.
+    Credential(String),
+}
+
+impl std::fmt::Display for KeySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeySource::Env(name) => write!(f, "environment variable {name}"),
+            KeySource::File(path) => write!(f, "file {}", path.display()),
+            KeySource::Credential(name) => write!(f, "systemd credential {name}"),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("the API key variable {0} is not set (or is empty); export it or use --provider-key-file")]
+    MissingKeyEnv(String),
+    #[error("{path}: cannot read the API key file")]
+    KeyFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}: the API key file is readable by group or others; run `chmod 600` on it")]
+    KeyFileTooOpen(PathBuf),
+    #[error("{0}: the API key file is empty")]
+    EmptyKeyFile(PathBuf),
+    #[error("the credential {0} is named but $CREDENTIALS_DIRECTORY is not set (is LoadCredential= in the unit?)")]
+    NoCredentialsDirectory(String),
+    #[error("{path}: cannot read the configuration file")]
+    ConfigRead {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {reason}")]
+    ConfigParse { path: PathBuf, reason: String },
+    #[error("{key}: {reason}")]
+    Invalid { key: &'static str, reason: String },
+}
+
+impl KeySource {
+    pub fn load(&self) -> Result<ApiKey, Error> {
+        match self {
+            KeySource::Env(name) => match std::env::var(name) {
+                Ok(key) if !key.trim().is_empty() => Ok(ApiKey::new(key.trim().to_string())),
+                _ => Err(Error::MissingKeyEnv(name.clone())),
+            },
+            KeySource::File(path) => load_key_file(path),
+            KeySource::Credential(name) => {
+                let dir = std::env::var_os("CREDENTIALS_DIRECTORY")
+                    .ok_or_else(|| Error::NoCredentialsDirectory(name.clone()))?;
+                load_key_file(&Path::new(&dir).join(name))
+            }
+        }
+    }
+}
+
+fn load_key_file(path: &Path) -> Result<ApiKey, Error> {
+    use std::os::unix::fs::PermissionsExt;
+    let read_error = |source| Error::KeyFile { path: path.to_path_buf(), source };
+    let mode = std::fs::metadata(path).map_err(read_error)?.permissions().mode();
+    if mode & 0o077 != 0 {
+        return Err(Error::KeyFileTooOpen(path.to_path_buf()));
+    }
+    let key = std::fs::read_to_string(path).map_err(read_error)?;
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(Error::EmptyKeyFile(path.to_path_buf()));
+    }
+    Ok(ApiKey::new(key.to_string()))
+}
+
+/// Values given on the command line or in the environment; they override the file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub data_dir: Option<PathBuf>,
+    pub listen: Option<SocketAddr>,
+    pub schema_dir: Option<PathBuf>,
+    pub max_body_bytes: Option<usize>,
+    pub provider: Option<ProviderChoice>,
+    pub base_url: Option<String>,
+    pub key: Option<KeySource>,
+    pub model: Option<String>,
+    pub batch_max_size: Option<u32>,
+    pub batch_max_wait: Option<Duration>,
+    pub poll_interval: Option<Duration>,
+}
+
+impl ServeOptions {
+    /// Reads the file (`explicit`: it was named, so it must exist) and applies overrides.
+    pub fn load(config_path: &Path, explicit: bool, overrides: Overrides) -> Result<Self, Error> {
+        let raw = file::load(config_path, explicit)?;
+        Self::resolve(raw, overrides)
+    }
+
+    fn resolve(raw: RawConfig, o: Overrides) -> Result<Self, Error> {
+        let listen = match (o.listen, raw.server.listen) {
+            (Some(addr), _) => addr,
+            (None, Some(text)) => text.parse().map_err(|e| Error::Invalid {
+                key: "server.listen",
+                reason: format!("{text:?} is not an address like 127.0.0.1:7878: {e}"),
+            })?,
+            (None, None) => default_listen(),
+        };
+        let mut scheduler = scheduler::Settings::default();
+        if let Some(size) = o.batch_max_size.or(raw.scheduler.batch_max_size) {
+            if !(1..=50_000).contains(&size) {
+                return Err(Error::Invalid { key: "scheduler.batch_max_size", reason: "must be 1..=50000".into() });
+            }
+            scheduler.batch_max_size = size as usize;
+        }
+        scheduler.batch_max_wait = match (o.batch_max_wait, &raw.scheduler.batch_max_wait) {
+            (Some(d), _) => d,
+            (None, Some(text)) => file::parse_duration("scheduler.batch_max_wait", text)?,
+            (None, None) => scheduler.batch_max_wait,
+        };
+        scheduler.poll_interval = match (o.poll_interval, &raw.scheduler.poll_interval) {
+            (Some(d), _) => d,
+            (None, Some(text)) => file::parse_duration("scheduler.poll_interval", text)?,
+            (None, None) => scheduler.poll_interval,
+        };
+        if scheduler.poll_interval.is_zero() {
+            return Err(Error::Invalid { key: "scheduler.poll_interval", reason: "must be more than 0s".into() });
+        }
+        if let Some(n) = raw.scheduler.max_submit_failures {
+            scheduler.max_submit_failures = n.max(1);
+        }
+        let defaults = ProviderOptions::default();
+        let file_key = raw.provider.key_source()?;
+        let provider = ProviderOptions {
+            choice: o.provider.or(raw.provider.kind.map(Into::into)).unwrap_or(defaults.choice),
+            base_url: o.base_url.or(raw.provider.base_url).unwrap_or(defaults.base_url),
+            key: match o.key {
+                Some(key) => key,
+                None => file_key.unwrap_or(defaults.key),
+            },
+            model: o.model.or(raw.provider.model).unwrap_or(defaults.model),
+            scheduler,
+        };
+        Ok(ServeOptions {
+            data_dir: o.data_dir.or(raw.server.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
+            listen,
+            schema_dir: o.schema_dir.or(raw.server.schema_dir),
+            max_body_bytes: o.max_body_bytes.or(raw.server.max_body_bytes).unwrap_or(DEFAULT_MAX_BODY_BYTES),
+            provider,
+        })
+    }
+
+    /// The effective configuration as TOML. Secrets never appear: only where they come from.
+    pub fn describe(&self) -> String {
+        let p = &self.provider;
+        let choice = match p.choice {
+            ProviderChoice::None => "none",
+            ProviderChoice::Openai => "openai",
+            ProviderChoice::Simulator => "simulator",
+        };
+        format!(
+            "[server]\nlisten = \"{}\"\ndata_dir = \"{}\"\n{}\nmax_body_bytes = {}\n\n\
+             [provider]\nkind = \"{choice}\"\nbase_url = \"{}\"\nmodel = \"{}\"\n# api key: {} (value redacted)\n\n\
+             [scheduler]\nbatch_max_size = {}\nbatch_max_wait = \"{}\"\npoll_interval = \"{}\"\nmax_submit_failures = {}\n",
+            self.listen,
+            self.data_dir.display(),
+            self.schema_dir.as_ref().map_or_else(
+                || "# schema_dir: none, built-in schemas only".to_string(),
+                |d| format!("schema_dir = \"{}\"", d.display())
+            ),
+            self.max_body_bytes,
+            p.base_url,
+            p.model,
+            p.key,
+            p.scheduler.batch_max_size,
+            humantime::format_duration(p.scheduler.batch_max_wait),
+            humantime::format_duration(p.scheduler.poll_interval),
+            p.scheduler.max_submit_failures,
+        )
+    }
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 7878))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn key_files_must_be_private_and_non_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("key");
+        std::fs::write(&path, "sk-test\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(matches!(KeySource::File(path.clone()).load(), Err(Error::KeyFileTooOpen(_))));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let key = KeySource::File(path.clone()).load().unwrap();
+        assert_eq!(format!("{key:?}"), "ApiKey(<redacted>)");
+        std::fs::write(&path, "  \n").unwrap();
+        assert!(matches!(KeySource::File(path).load(), Err(Error::EmptyKeyFile(_))));
+        assert!(matches!(KeySource::Env("COMMITPOINT_TEST_SURELY_UNSET".into()).load(), Err(Error::MissingKeyEnv(_))));
+    }
+
+    #[test]
+    fn flags_override_the_file_which_overrides_defaults() {
+        let raw: RawConfig = toml::from_str(
+            "[server]\nlisten = \"127.0.0.1:9000\"\ndata_dir = \"/srv/a\"\n[scheduler]\npoll_interval = \"7s\"",
+        )
+        .unwrap();
+        let overrides = Overrides { data_dir: Some("/srv/b".into()), ..Overrides::default() };
+        let options = ServeOptions::resolve(raw, overrides).unwrap();
+        assert_eq!(options.listen, "127.0.0.1:9000".parse().unwrap());
+        assert_eq!(options.data_dir, PathBuf::from("/srv/b"));
+        assert_eq!(options.provider.scheduler.poll_interval, Duration::from_secs(7));
+        assert_eq!(options.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
+        let described = options.describe();
+        assert!(described.contains("poll_interval = \"7s\""), "{described}");
+        assert!(described.contains("environment variable OPENAI_API_KEY"), "{described}");
+        let reparsed: RawConfig = toml::from_str(&described).unwrap();
+        assert_eq!(reparsed.server.data_dir, Some(PathBuf::from("/srv/b")), "check output is a valid config");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let raw: RawConfig = toml::from_str("[server]\nlisten = \"everywhere\"").unwrap();
+        let err = ServeOptions::resolve(raw, Overrides::default()).unwrap_err();
+        assert!(err.to_string().starts_with("server.listen"), "{err}");
+    }
+}
