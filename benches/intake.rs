@@ -1,1 +1,1103 @@
-fn main() {}
+//! Intake benchmark: durable acknowledgements per second through the real binary.
+//!
+//! `cargo bench --bench intake` builds the release binary, then for each concurrency level
+//! (1, 32 and 128 clients by default) starts a fresh `commitpoint serve` on a fresh data
+//! directory, drives `POST /v1/extractions` over keep-alive HTTP/1.1 (one connection per
+//! client, about 30% exact re-sends of sources already acknowledged), stops the server with
+//! SIGTERM and checks the file with `commitpoint verify`. Before that it measures the disk's
+//! own 4 KiB write + fdatasync rate in the same directory. It prints one table; it never
+//! asserts the targets, but exits 1 if any request failed or the file disagrees with the
+//! acknowledgements.
+//!
+//! Environment (all optional):
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `COMMITPOINT_BENCH_QUICK=1` | off | smoke run: 1 s per level, short warm-up and fsync probe |
+//! | `COMMITPOINT_BENCH_CLIENTS` | `1,32,128` | concurrency levels |
+//! | `COMMITPOINT_BENCH_SECS` | 10 (quick: 1) | measured seconds per level |
+//! | `COMMITPOINT_BENCH_WARMUP_SECS` | 1 (quick: 0.2) | unmeasured seconds before each level |
+//! | `COMMITPOINT_BENCH_REQUESTS` | unset | measure this many requests per level instead of a duration |
+//! | `COMMITPOINT_BENCH_DUP_PERCENT` | 30 | share of requests that re-send an acknowledged source |
+//! | `COMMITPOINT_BENCH_CONTENT_BYTES` | 1024 | size of each source's `content` |
+//! | `COMMITPOINT_BENCH_FSYNC_SECS` | 2 (quick: 0.5) | length of each fsync probe |
+//! | `COMMITPOINT_BENCH_CLIENT_THREADS` | 1 | tokio worker threads driving the clients |
+//! | `COMMITPOINT_BENCH_VERIFY` | 1 | set to 0 to skip `commitpoint verify` after each level |
+//! | `COMMITPOINT_BENCH_DIR` | `target/tmp` | parent of the data directories (avoid tmpfs) |
+
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1;
+use hyper::header::{CONTENT_TYPE, HOST};
+use hyper_util::rt::TokioIo;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Result<T, E = BoxError> = std::result::Result<T, E>;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_commitpoint");
+const READY_PREFIX: &str = "commitpoint listening on http://";
+const SCHEMA: &str = "code-review@1";
+const TENANT: &str = "bench";
+/// One request that takes longer than this is counted as an error and its connection
+/// replaced; the bench never waits forever.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(60);
+/// Error responses kept verbatim for the report.
+const MAX_SAMPLES: usize = 5;
+/// Linux reports process CPU time in USER_HZ ticks, fixed at 100 per second for userspace.
+const USER_HZ: f64 = 100.0;
+
+fn main() -> ExitCode {
+    let config = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("intake bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime =
+        match tokio::runtime::Builder::new_multi_thread().worker_threads(config.client_threads).enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("intake bench: cannot start the tokio runtime: {e}");
+                return ExitCode::from(2);
+            }
+        };
+    match runtime.block_on(run(&config)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("intake bench: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Config {
+    quick: bool,
+    levels: Vec<usize>,
+    measure: Duration,
+    warmup: Duration,
+    requests: Option<u64>,
+    dup_percent: u64,
+    content_bytes: usize,
+    fsync: Duration,
+    client_threads: usize,
+    verify: bool,
+    base_dir: PathBuf,
+}
+
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn env_parse<T: std::str::FromStr>(name: &str, default: T) -> Result<T> {
+    match env_var(name) {
+        None => Ok(default),
+        Some(raw) => raw.trim().parse().map_err(|_| format!("{name}={raw:?} is not a valid value").into()),
+    }
+}
+
+fn env_secs(name: &str, default: f64) -> Result<Duration> {
+    let secs: f64 = env_parse(name, default)?;
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("{name}: {secs} is not a duration").into())
+}
+
+impl Config {
+    fn from_env() -> Result<Self> {
+        let quick = env_var("COMMITPOINT_BENCH_QUICK").is_some_and(|v| v != "0");
+        let levels = match env_var("COMMITPOINT_BENCH_CLIENTS") {
+            None => vec![1, 32, 128],
+            Some(raw) => raw
+                .split(',')
+                .map(|s| s.trim().parse::<usize>().ok().filter(|&n| n > 0))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| format!("COMMITPOINT_BENCH_CLIENTS={raw:?}: want e.g. 1,32,128"))?,
+        };
+        let dup_percent = env_parse("COMMITPOINT_BENCH_DUP_PERCENT", 30u64)?;
+        if dup_percent > 100 {
+            return Err("COMMITPOINT_BENCH_DUP_PERCENT must be 0-100".into());
+        }
+        let requests = match env_var("COMMITPOINT_BENCH_REQUESTS") {
+            None => None,
+            Some(_) => Some(env_parse("COMMITPOINT_BENCH_REQUESTS", 0u64)?).filter(|&n| n > 0),
+        };
+        let client_threads = env_parse("COMMITPOINT_BENCH_CLIENT_THREADS", 1usize)?.max(1);
+        let base_dir = match env_var("COMMITPOINT_BENCH_DIR") {
+            Some(dir) => PathBuf::from(dir),
+            None => PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
+        };
+        Ok(Self {
+            quick,
+            levels,
+            measure: env_secs("COMMITPOINT_BENCH_SECS", if quick { 1.0 } else { 10.0 })?,
+            warmup: env_secs("COMMITPOINT_BENCH_WARMUP_SECS", if quick { 0.2 } else { 1.0 })?,
+            requests,
+            dup_percent,
+            content_bytes: env_parse("COMMITPOINT_BENCH_CONTENT_BYTES", 1024usize)?.max(16),
+            fsync: env_secs("COMMITPOINT_BENCH_FSYNC_SECS", if quick { 0.5 } else { 2.0 })?,
+            client_threads,
+            verify: env_var("COMMITPOINT_BENCH_VERIFY").is_none_or(|v| v != "0"),
+            base_dir,
+        })
+    }
+}
+
+async fn run(config: &Config) -> Result<bool> {
+    std::fs::create_dir_all(&config.base_dir)
+        .map_err(|e| format!("cannot create {}: {e}", config.base_dir.display()))?;
+    let base = std::fs::canonicalize(&config.base_dir)?;
+    let fs = filesystem_of(&base);
+    print_header(config, &base, fs.as_ref());
+
+    let probes = tokio::task::spawn_blocking({
+        let base = base.clone();
+        let duration = config.fsync;
+        move || fsync_probes(&base, duration)
+    })
+    .await??;
+    print_probes(config, &probes, "disk baseline");
+
+    let mut levels = Vec::new();
+    for &clients in &config.levels {
+        let result = run_level(config, &base, clients).await;
+        match result {
+            Ok(level) => levels.push(level),
+            Err(e) => {
+                println!("  {clients:>7}  level failed: {e}");
+                levels.push(LevelResult::failed(clients, e.to_string()));
+            }
+        }
+    }
+    // The disk is shared with whatever else runs on the machine: probe it again.
+    let after = tokio::task::spawn_blocking({
+        let base = base.clone();
+        let duration = config.fsync;
+        move || overwrite_probe(&base, duration, "overwrite, after")
+    })
+    .await??;
+    print_levels(&levels);
+    print_probes(config, std::slice::from_ref(&after), "disk again after the levels");
+    print_summary(&probes, &levels);
+    Ok(levels.iter().all(LevelResult::is_clean))
+}
+
+// ---------------------------------------------------------------------------------------
+// Environment description
+
+#[derive(Debug, Clone)]
+struct Filesystem {
+    mount_point: String,
+    fs_type: String,
+    device: String,
+}
+
+/// The mount that holds `path` (longest matching mount point in /proc/mounts).
+fn filesystem_of(path: &Path) -> Option<Filesystem> {
+    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    mounts
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let device = fields.next()?;
+            let mount_point = fields.next()?.replace("\\040", " ");
+            let fs_type = fields.next()?;
+            path.starts_with(&mount_point).then(|| Filesystem {
+                mount_point,
+                fs_type: fs_type.to_string(),
+                device: device.to_string(),
+            })
+        })
+        .max_by_key(|fs| fs.mount_point.len())
+}
+
+fn print_header(config: &Config, base: &Path, fs: Option<&Filesystem>) {
+    println!("commitpoint intake benchmark");
+    println!("  binary        {BINARY}");
+    let where_ = fs.map_or_else(
+        || "unknown filesystem".to_string(),
+        |fs| format!("{} on {} at {}", fs.fs_type, fs.device, fs.mount_point),
+    );
+    println!("  data dirs in  {} ({where_})", base.display());
+    if fs.is_some_and(|fs| matches!(fs.fs_type.as_str(), "tmpfs" | "ramfs")) {
+        println!("  WARNING       this is a RAM filesystem: fsync costs nothing, figures overstate a disk");
+    }
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    println!("  machine       {cores} cores, load average {} (1/5/15 min) at start", load.join(" "));
+    let amount = match config.requests {
+        Some(n) => format!("{n} measured requests"),
+        None => format!("{:.1} s measured", config.measure.as_secs_f64()),
+    };
+    println!(
+        "  per level     fresh server + data dir, {:.1} s warm-up, {amount}, {}% duplicates, {}-byte content{}",
+        config.warmup.as_secs_f64(),
+        config.dup_percent,
+        config.content_bytes,
+        if config.quick { " (QUICK mode)" } else { "" },
+    );
+    println!(
+        "  bench client  hyper http1, one keep-alive connection per client, {} tokio thread(s), same machine",
+        config.client_threads
+    );
+    println!();
+}
+
+// ---------------------------------------------------------------------------------------
+// The disk's own fsync rate
+
+#[derive(Debug)]
+struct Probe {
+    name: &'static str,
+    ops: u64,
+    elapsed: Duration,
+    latencies: Latencies,
+}
+
+impl Probe {
+    fn rate(&self) -> f64 {
+        rate(self.ops, self.elapsed)
+    }
+}
+
+const BLOCK: usize = 4096;
+/// Overwrite probe cycles over this many preallocated blocks (1 MiB).
+const PROBE_BLOCKS: u64 = 256;
+
+/// 4 KiB write + `File::sync_data` (fdatasync) in a loop, in the benchmark's directory:
+/// once overwriting preallocated blocks (pure data flush) and once appending (every
+/// flush also commits the file's new size to the journal).
+fn fsync_probes(base: &Path, duration: Duration) -> Result<Vec<Probe>> {
+    let overwrite = overwrite_probe(base, duration, "overwrite")?;
+    let dir = tempfile::Builder::new().prefix("fsync-probe-").tempdir_in(base)?;
+    let block = [0x5au8; BLOCK];
+    let mut file = std::fs::File::create(dir.path().join("append"))?;
+    file.sync_all()?;
+    let append = probe_loop("append", duration, |_| {
+        file.write_all(&block)?;
+        file.sync_data()
+    })?;
+    Ok(vec![overwrite, append])
+}
+
+fn overwrite_probe(base: &Path, duration: Duration, name: &'static str) -> Result<Probe> {
+    let dir = tempfile::Builder::new().prefix("fsync-probe-").tempdir_in(base)?;
+    let block = [0x5au8; BLOCK];
+    let file = std::fs::File::create(dir.path().join("overwrite"))?;
+    for i in 0..PROBE_BLOCKS {
+        file.write_all_at(&block, i * BLOCK as u64)?;
+    }
+    file.sync_all()?;
+    probe_loop(name, duration, |i| {
+        file.write_all_at(&block, (i % PROBE_BLOCKS) * BLOCK as u64)?;
+        file.sync_data()
+    })
+}
+
+fn probe_loop(name: &'static str, duration: Duration, mut op: impl FnMut(u64) -> std::io::Result<()>) -> Result<Probe> {
+    let mut latencies = Vec::new();
+    let start = Instant::now();
+    let mut i = 0u64;
+    while start.elapsed() < duration {
+        let t = Instant::now();
+        op(i).map_err(|e| format!("fsync probe ({name}): {e}"))?;
+        latencies.push(micros(t.elapsed()));
+        i += 1;
+    }
+    Ok(Probe { name, ops: i, elapsed: start.elapsed(), latencies: Latencies::from(latencies) })
+}
+
+fn print_probes(config: &Config, probes: &[Probe], title: &str) {
+    println!(
+        "{title}: 4 KiB write + fdatasync (File::sync_data), one stream, {:.1} s each",
+        config.fsync.as_secs_f64()
+    );
+    println!("  {:<17} {:>9} {:>9} {:>9} {:>9} {:>9}", "mode", "ops/s", "mean", "p50", "p99", "max");
+    for p in probes {
+        println!(
+            "  {:<17} {:>9.0} {:>9} {:>9} {:>9} {:>9}",
+            p.name,
+            p.rate(),
+            fmt_us(p.latencies.mean),
+            fmt_us(p.latencies.p50),
+            fmt_us(p.latencies.p99),
+            fmt_us(p.latencies.max),
+        );
+    }
+    println!();
+}
+
+// ---------------------------------------------------------------------------------------
+// The server process
+
+#[derive(Debug)]
+struct ServerProcess {
+    child: Child,
+    addr: SocketAddr,
+    log_path: PathBuf,
+    stopped: bool,
+}
+
+impl ServerProcess {
+    fn start(data_dir: &Path) -> Result<Self> {
+        let log_path = data_dir.join("server.log");
+        let log = std::fs::File::create(&log_path)?;
+        let mut child = Command::new(BINARY)
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(data_dir.join("data"))
+            .args(["--listen", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .map_err(|e| format!("cannot start {BINARY}: {e}"))?;
+        let stdout = child.stdout.take();
+        // From here on, dropping `server` kills the child.
+        let mut server = ServerProcess { child, addr: SocketAddr::from(([127, 0, 0, 1], 0)), log_path, stopped: false };
+        let Some(stdout) = stdout else {
+            return Err("the server's stdout was not captured".into());
+        };
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            let mut line = String::new();
+            let first = reader.read_line(&mut line).map(|_| line);
+            let _ = tx.send(first);
+            // Keep draining so a later print never blocks or kills the server.
+            let _ = std::io::copy(&mut reader, &mut std::io::sink());
+        });
+        let line = match rx.recv_timeout(STARTUP_TIMEOUT) {
+            Ok(Ok(line)) => line,
+            Ok(Err(e)) => return Err(format!("reading the server's stdout: {e}").into()),
+            Err(_) => {
+                return Err(format!(
+                    "the server printed no ready line within {STARTUP_TIMEOUT:?}; log tail:\n{}",
+                    server.log_tail()
+                )
+                .into());
+            }
+        };
+        let Some(addr) = line.trim().strip_prefix(READY_PREFIX) else {
+            return Err(format!(
+                "unexpected first stdout line {line:?} (did the server exit?); log tail:\n{}",
+                server.log_tail()
+            )
+            .into());
+        };
+        server.addr =
+            addr.trim_end_matches('/').parse().map_err(|e| format!("cannot parse the address in {line:?}: {e}"))?;
+        Ok(server)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn database(&self, data_dir: &Path) -> PathBuf {
+        data_dir.join("data").join("commitpoint.redb")
+    }
+
+    /// SIGTERM via `kill -TERM`, then wait for a graceful exit (killed after a timeout).
+    fn stop(&mut self) -> Result<(ExitStatus, Duration)> {
+        let start = Instant::now();
+        let sent = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status();
+        if !sent.is_ok_and(|s| s.success()) {
+            let _ = self.child.kill();
+        }
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                self.stopped = true;
+                return Ok((status, start.elapsed()));
+            }
+            if start.elapsed() > SHUTDOWN_TIMEOUT {
+                let _ = self.child.kill();
+                let status = self.child.wait()?;
+                self.stopped = true;
+                return Err(format!(
+                    "the server did not exit within {SHUTDOWN_TIMEOUT:?} of SIGTERM (killed: {status})"
+                )
+                .into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    fn log_problems(&self) -> Vec<String> {
+        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+        text.lines().filter(|l| l.contains("ERROR") || l.contains("WARN")).map(str::to_string).collect()
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if !self.stopped {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// User + system CPU seconds consumed so far by a process (all its threads).
+fn process_cpu_secs(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / USER_HZ)
+}
+
+/// (busy, total) jiffies of the whole machine, from the first line of /proc/stat.
+fn machine_jiffies() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?;
+    let values: Vec<u64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    let total: u64 = values.iter().take(8).sum();
+    let idle = values.get(3)? + values.get(4)?;
+    Some((total - idle, total))
+}
+
+#[derive(Debug, Clone, Copy)]
+struct CpuSnapshot {
+    server: Option<f64>,
+    bench: Option<f64>,
+    machine: Option<(u64, u64)>,
+}
+
+impl CpuSnapshot {
+    fn take(server_pid: u32) -> Self {
+        Self {
+            server: process_cpu_secs(&server_pid.to_string()),
+            bench: process_cpu_secs("self"),
+            machine: machine_jiffies(),
+        }
+    }
+}
+
+/// CPU use over a window, each as a share of one core (100% = one core busy).
+#[derive(Debug, Clone, Copy, Default)]
+struct CpuUse {
+    server: Option<f64>,
+    bench: Option<f64>,
+    /// Busy share of the whole machine (100% = every core busy).
+    machine: Option<f64>,
+}
+
+fn cpu_use(before: CpuSnapshot, after: CpuSnapshot, wall: Duration) -> CpuUse {
+    let wall = wall.as_secs_f64().max(1e-9);
+    let share = |a: Option<f64>, b: Option<f64>| Some((b? - a?) / wall * 100.0);
+    let machine = match (before.machine, after.machine) {
+        (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => Some((b1 - b0) as f64 / (t1 - t0) as f64 * 100.0),
+        _ => None,
+    };
+    CpuUse { server: share(before.server, after.server), bench: share(before.bench, after.bench), machine }
+}
+
+// ---------------------------------------------------------------------------------------
+// One concurrency level
+
+#[derive(Debug, Default)]
+struct LevelResult {
+    clients: usize,
+    /// Measured window: requests started after the warm-up.
+    requests: u64,
+    created: u64,
+    duplicates: u64,
+    elapsed: Duration,
+    latencies: Latencies,
+    errors: ErrorCounts,
+    cpu: CpuUse,
+    /// 201s over the whole level, warm-up included (what the file must hold).
+    created_total: u64,
+    verify: Option<VerifyOutcome>,
+    shutdown: Option<Duration>,
+    server_exit: Option<String>,
+    server_log_problems: Vec<String>,
+    failure: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+enum VerifyOutcome {
+    Ok { extractions: u64 },
+    Problem(String),
+}
+
+impl LevelResult {
+    fn failed(clients: usize, reason: String) -> Self {
+        Self { clients, failure: Some(reason), ..Self::default() }
+    }
+
+    fn acked(&self) -> u64 {
+        self.created + self.duplicates
+    }
+
+    fn rate(&self) -> f64 {
+        rate(self.acked(), self.elapsed)
+    }
+
+    fn is_clean(&self) -> bool {
+        self.failure.is_none()
+            && self.errors.total() == 0
+            && self.server_exit.is_none()
+            && !matches!(self.verify, Some(VerifyOutcome::Problem(_)))
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+struct ErrorCounts {
+    /// Non-2xx answers, by status.
+    status: Vec<(u16, u64)>,
+    /// 2xx whose `created` disagrees with what was sent (new source not created, or a
+    /// re-send created a second extraction).
+    mismatched: u64,
+    connection: u64,
+    timeouts: u64,
+    samples: Vec<String>,
+}
+
+impl ErrorCounts {
+    fn total(&self) -> u64 {
+        self.status.iter().map(|(_, n)| n).sum::<u64>() + self.mismatched + self.connection + self.timeouts
+    }
+
+    fn status(&mut self, code: u16) {
+        match self.status.iter_mut().find(|(c, _)| *c == code) {
+            Some((_, n)) => *n += 1,
+            None => self.status.push((code, 1)),
+        }
+    }
+
+    fn sample(&mut self, text: String) {
+        if self.samples.len() < MAX_SAMPLES {
+            self.samples.push(text);
+        }
+    }
+
+    fn merge(&mut self, other: ErrorCounts) {
+        for (code, n) in other.status {
+            match self.status.iter_mut().find(|(c, _)| *c == code) {
+                Some((_, m)) => *m += n,
+                None => self.status.push((code, n)),
+            }
+        }
+        self.mismatched += other.mismatched;
+        self.connection += other.connection;
+        self.timeouts += other.timeouts;
+        for s in other.samples {
+            self.sample(s);
+        }
+    }
+
+    fn describe(&self) -> String {
+        let mut parts: Vec<String> = self.status.iter().map(|(code, n)| format!("{n}× HTTP {code}")).collect();
+        if self.mismatched > 0 {
+            parts.push(format!("{} wrong `created`", self.mismatched));
+        }
+        if self.connection > 0 {
+            parts.push(format!("{} connection errors", self.connection));
+        }
+        if self.timeouts > 0 {
+            parts.push(format!("{} timeouts", self.timeouts));
+        }
+        parts.join(", ")
+    }
+}
+
+/// Shared schedule of one level.
+#[derive(Debug)]
+struct Plan {
+    addr: SocketAddr,
+    /// Requests started at or after this instant are measured.
+    measure_from: Instant,
+    /// No request starts after this instant.
+    stop_at: Instant,
+    /// With `COMMITPOINT_BENCH_REQUESTS`: measured requests still to start.
+    budget: Option<AtomicU64>,
+    dup_percent: u64,
+    content_bytes: usize,
+}
+
+impl Plan {
+    /// Whether a client may start another request, and whether it will be measured.
+    fn next(&self) -> Option<bool> {
+        let now = Instant::now();
+        if now >= self.stop_at {
+            return None;
+        }
+        let measured = now >= self.measure_from;
+        if measured && let Some(budget) = &self.budget {
+            budget.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).ok()?;
+        }
+        Some(measured)
+    }
+}
+
+async fn run_level(config: &Config, base: &Path, clients: usize) -> Result<LevelResult> {
+    let dir = tempfile::Builder::new().prefix(&format!("intake-{clients}c-")).tempdir_in(base)?;
+    let mut server = ServerProcess::start(dir.path())?;
+
+    let start = Instant::now();
+    let measure_from = start + config.warmup;
+    let stop_at = match config.requests {
+        // A count-bounded level still ends by itself: at most ten minutes.
+        Some(_) => measure_from + Duration::from_secs(600),
+        None => measure_from + config.measure,
+    };
+    let plan = Arc::new(Plan {
+        addr: server.addr,
+        measure_from,
+        stop_at,
+        budget: config.requests.map(AtomicU64::new),
+        dup_percent: config.dup_percent,
+        content_bytes: config.content_bytes,
+    });
+
+    let tasks: Vec<_> = (0..clients).map(|id| tokio::spawn(client(id, Arc::clone(&plan)))).collect();
+
+    tokio::time::sleep_until(measure_from.into()).await;
+    let cpu_before = CpuSnapshot::take(server.pid());
+
+    let mut result = LevelResult { clients, ..LevelResult::default() };
+    let mut latencies = Vec::new();
+    let mut last_finish = measure_from;
+    for task in tasks {
+        match task.await {
+            Ok(stats) => {
+                result.requests += stats.requests;
+                result.created += stats.created;
+                result.duplicates += stats.duplicates;
+                result.created_total += stats.created_total;
+                result.errors.merge(stats.errors);
+                latencies.extend(stats.latencies);
+                last_finish = last_finish.max(stats.finished);
+            }
+            Err(e) => {
+                result.errors.connection += 1;
+                result.errors.sample(format!("client task failed: {e}"));
+            }
+        }
+    }
+    let cpu_after = CpuSnapshot::take(server.pid());
+    result.elapsed = last_finish.saturating_duration_since(measure_from);
+    result.latencies = Latencies::from(latencies);
+    result.cpu = cpu_use(cpu_before, cpu_after, Instant::now() - measure_from);
+
+    match tokio::task::block_in_place(|| server.stop()) {
+        Ok((status, took)) => {
+            result.shutdown = Some(took);
+            if !status.success() {
+                result.server_exit = Some(format!("server exited with {status}"));
+            }
+        }
+        Err(e) => result.server_exit = Some(e.to_string()),
+    }
+    result.server_log_problems = server.log_problems();
+    if config.verify && result.server_exit.is_none() {
+        let db = server.database(dir.path());
+        let verified = tokio::task::spawn_blocking(move || verify(&db)).await?;
+        result.verify = Some(match verified {
+            VerifyOutcome::Ok { extractions } if extractions != result.created_total => {
+                VerifyOutcome::Problem(format!(
+                    "the file holds {extractions} extractions but {} intakes were acknowledged as created",
+                    result.created_total
+                ))
+            }
+            other => other,
+        });
+    }
+    Ok(result)
+}
+
+/// Runs `commitpoint verify` on the stopped server's file.
+fn verify(db: &Path) -> VerifyOutcome {
+    let output = match Command::new(BINARY).arg("verify").arg(db).output() {
+        Ok(o) => o,
+        Err(e) => return VerifyOutcome::Problem(format!("cannot run verify: {e}")),
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return VerifyOutcome::Problem(format!(
+            "verify exited with {}: {}{}",
+            output.status,
+            stdout.trim(),
+            stderr.trim()
+        ));
+    }
+    let extractions =
+        stdout.lines().find_map(|l| l.trim().strip_prefix("extractions:")).and_then(|n| n.trim().parse().ok());
+    match extractions {
+        Some(extractions) => VerifyOutcome::Ok { extractions },
+        None => VerifyOutcome::Problem(format!("cannot read verify's report: {stdout}")),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// One client: one keep-alive connection, requests back to back
+
+#[derive(Debug)]
+struct ClientStats {
+    requests: u64,
+    created: u64,
+    duplicates: u64,
+    created_total: u64,
+    latencies: Vec<u32>,
+    errors: ErrorCounts,
+    finished: Instant,
+}
+
+type Sender = http1::SendRequest<Full<Bytes>>;
+
+async fn connect(addr: SocketAddr) -> Result<(Sender, tokio::task::JoinHandle<()>)> {
+    let stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok((sender, driver))
+}
+
+/// splitmix64: a deterministic per-client choice of new vs duplicate.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+const FILLER: &str = "The change moves the retry loop out of the handler and into the queue consumer; \
+the reviewer asks whether the lease is still renewed when a batch is split, notes a missing test \
+for the empty-batch path, and flags an unchecked index in the parser. ";
+
+/// The request body for source `n` of client `client`; identical bytes every time.
+fn body(client: usize, n: u64, content_bytes: usize) -> Bytes {
+    let mut content = format!("PR c{client}-{n} revision 1. ");
+    while content.len() < content_bytes {
+        let take = (content_bytes - content.len()).min(FILLER.len());
+        content.push_str(&FILLER[..take]);
+    }
+    let body = serde_json::json!({
+        "tenant": TENANT,
+        "source_id": format!("bench/pr-{client}-{n}"),
+        "schema": SCHEMA,
+        "content": content,
+    });
+    Bytes::from(body.to_string())
+}
+
+enum Outcome {
+    Acked { created: bool },
+    Rejected { status: u16, text: String },
+    Mismatch { text: String },
+}
+
+async fn send(sender: &mut Sender, host: &str, body: Bytes, expect_created: bool) -> Result<Outcome> {
+    sender.ready().await?;
+    let request = hyper::Request::post("/v1/extractions")
+        .header(HOST, host)
+        .header(CONTENT_TYPE, "application/json")
+        .body(Full::new(body))?;
+    let response = sender.send_request(request).await?;
+    let status = response.status();
+    let bytes = response.into_body().collect().await?.to_bytes();
+    let text = || String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned();
+    if !status.is_success() {
+        return Ok(Outcome::Rejected { status: status.as_u16(), text: text() });
+    }
+    let created = if status.as_u16() == 201 && contains(&bytes, b"\"created\":true") {
+        true
+    } else if status.as_u16() == 200 && contains(&bytes, b"\"created\":false") {
+        false
+    } else {
+        return Ok(Outcome::Mismatch { text: format!("HTTP {status} {}", text()) });
+    };
+    if created != expect_created {
+        return Ok(Outcome::Mismatch {
+            text: format!(
+                "sent a {} source, got HTTP {status} {}",
+                if expect_created { "new" } else { "re-sent" },
+                text()
+            ),
+        });
+    }
+    Ok(Outcome::Acked { created })
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+async fn client(id: usize, plan: Arc<Plan>) -> ClientStats {
+    let mut stats = ClientStats {
+        requests: 0,
+        created: 0,
+        duplicates: 0,
+        created_total: 0,
+        latencies: Vec::new(),
+        errors: ErrorCounts::default(),
+        finished: Instant::now(),
+    };
+    let host = plan.addr.to_string();
+    let mut rng = Rng(0x00c0_ffee ^ (id as u64).wrapping_mul(0x1000_0000_01b3));
+    // Sources this client has had acknowledged as created; duplicates re-send one of them.
+    let mut acknowledged: Vec<u64> = Vec::new();
+    let mut next_new = 0u64;
+    let mut connection: Option<(Sender, tokio::task::JoinHandle<()>)> = None;
+
+    while let Some(measured) = plan.next() {
+        let (sender, _) = match &mut connection {
+            Some(c) => c,
+            None => match connect(plan.addr).await {
+                Ok(c) => connection.insert(c),
+                Err(e) => {
+                    stats.errors.connection += 1;
+                    stats.errors.sample(format!("connect: {e}"));
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let duplicate = !acknowledged.is_empty() && rng.below(100) < plan.dup_percent;
+        let n = if duplicate {
+            acknowledged[rng.below(acknowledged.len() as u64) as usize]
+        } else {
+            next_new += 1;
+            next_new
+        };
+        let body = body(id, n, plan.content_bytes);
+        let started = Instant::now();
+        let outcome = tokio::time::timeout(REQUEST_TIMEOUT, send(sender, &host, body, !duplicate)).await;
+        let latency = started.elapsed();
+        if measured {
+            stats.requests += 1;
+        }
+        match outcome {
+            Ok(Ok(Outcome::Acked { created })) => {
+                if created {
+                    stats.created_total += 1;
+                    acknowledged.push(n);
+                }
+                if measured {
+                    stats.latencies.push(micros(latency));
+                    if created {
+                        stats.created += 1;
+                    } else {
+                        stats.duplicates += 1;
+                    }
+                }
+            }
+            Ok(Ok(Outcome::Rejected { status, text })) => {
+                stats.errors.status(status);
+                stats.errors.sample(format!("HTTP {status}: {text}"));
+            }
+            Ok(Ok(Outcome::Mismatch { text })) => {
+                stats.errors.mismatched += 1;
+                stats.errors.sample(text);
+            }
+            Ok(Err(e)) => {
+                stats.errors.connection += 1;
+                stats.errors.sample(format!("request: {e}"));
+                connection = None;
+            }
+            Err(_) => {
+                stats.errors.timeouts += 1;
+                stats.errors.sample(format!("no answer within {REQUEST_TIMEOUT:?}"));
+                connection = None;
+            }
+        }
+    }
+    stats.finished = Instant::now();
+    // Close the connection so the server's graceful shutdown has nothing to wait for.
+    if let Some((sender, driver)) = connection {
+        drop(sender);
+        let _ = tokio::time::timeout(Duration::from_secs(5), driver).await;
+    }
+    stats
+}
+
+// ---------------------------------------------------------------------------------------
+// Statistics and printing
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Latencies {
+    mean: f64,
+    p50: f64,
+    p99: f64,
+    max: f64,
+}
+
+impl From<Vec<u32>> for Latencies {
+    fn from(mut v: Vec<u32>) -> Self {
+        if v.is_empty() {
+            return Self::default();
+        }
+        v.sort_unstable();
+        // Nearest-rank percentiles.
+        let rank = |p: f64| {
+            let idx = ((p / 100.0) * v.len() as f64).ceil() as usize;
+            f64::from(v[idx.clamp(1, v.len()) - 1])
+        };
+        Self {
+            mean: v.iter().map(|&x| f64::from(x)).sum::<f64>() / v.len() as f64,
+            p50: rank(50.0),
+            p99: rank(99.0),
+            max: f64::from(v[v.len() - 1]),
+        }
+    }
+}
+
+fn micros(d: Duration) -> u32 {
+    u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
+}
+
+fn rate(ops: u64, elapsed: Duration) -> f64 {
+    if elapsed.is_zero() { 0.0 } else { ops as f64 / elapsed.as_secs_f64() }
+}
+
+fn fmt_us(us: f64) -> String {
+    if us < 1000.0 {
+        format!("{us:.0} µs")
+    } else if us < 100_000.0 {
+        format!("{:.1} ms", us / 1000.0)
+    } else {
+        format!("{:.0} ms", us / 1000.0)
+    }
+}
+
+fn fmt_pct(v: Option<f64>) -> String {
+    v.map_or_else(|| "?".to_string(), |v| format!("{v:.0}%"))
+}
+
+fn print_levels(levels: &[LevelResult]) {
+    println!("intake: POST /v1/extractions, each 2xx acknowledged after a Durability::Immediate commit");
+    println!(
+        "  {:>7} {:>9} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7} {:>6} {:>7}",
+        "clients",
+        "acked/s",
+        "requests",
+        "201 new",
+        "200 dup",
+        "mean",
+        "p50",
+        "p99",
+        "max",
+        "errors",
+        "server",
+        "bench",
+        "machine"
+    );
+    for l in levels {
+        if let Some(reason) = &l.failure {
+            println!("  {:>7} FAILED: {reason}", l.clients);
+            continue;
+        }
+        println!(
+            "  {:>7} {:>9.0} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7} {:>6} {:>7}",
+            l.clients,
+            l.rate(),
+            l.requests,
+            l.created,
+            l.duplicates,
+            fmt_us(l.latencies.mean),
+            fmt_us(l.latencies.p50),
+            fmt_us(l.latencies.p99),
+            fmt_us(l.latencies.max),
+            l.errors.total(),
+            fmt_pct(l.cpu.server),
+            fmt_pct(l.cpu.bench),
+            fmt_pct(l.cpu.machine),
+        );
+    }
+    println!("  (server/bench: CPU as % of one core; machine: busy share of all cores, including other load)");
+    println!();
+    for l in levels.iter().filter(|l| l.failure.is_none()) {
+        let mut notes = String::new();
+        if l.errors.total() > 0 {
+            let _ = write!(notes, "\n    errors: {}", l.errors.describe());
+            for s in &l.errors.samples {
+                let _ = write!(notes, "\n      e.g. {s}");
+            }
+        }
+        if let Some(exit) = &l.server_exit {
+            let _ = write!(notes, "\n    server: {exit}");
+        }
+        for p in l.server_log_problems.iter().take(MAX_SAMPLES) {
+            let _ = write!(notes, "\n    server log: {p}");
+        }
+        let verify = match &l.verify {
+            None => "not run".to_string(),
+            Some(VerifyOutcome::Ok { extractions }) => {
+                format!("ok, {extractions} extractions = 201s acknowledged")
+            }
+            Some(VerifyOutcome::Problem(p)) => format!("PROBLEM: {p}"),
+        };
+        let shutdown = l.shutdown.map_or_else(|| "?".to_string(), |d| fmt_us(d.as_secs_f64() * 1e6));
+        println!(
+            "  {:>3} clients: {:.2} s measured, SIGTERM→exit {shutdown}, verify {verify}{notes}",
+            l.clients,
+            l.elapsed.as_secs_f64(),
+        );
+    }
+    println!();
+}
+
+fn print_summary(probes: &[Probe], levels: &[LevelResult]) {
+    let ok = |l: &&LevelResult| l.failure.is_none();
+    if let (Some(single), Some(disk)) = (levels.iter().filter(ok).find(|l| l.clients == 1), probes.first()) {
+        println!(
+            "single client {:.0} acks/s (mean {}) vs the disk's {:.0} fdatasync/s (mean {}): {:.2} acks per raw fsync",
+            single.rate(),
+            fmt_us(single.latencies.mean),
+            disk.rate(),
+            fmt_us(disk.latencies.mean),
+            single.rate() / disk.rate().max(1e-9),
+        );
+    }
+    if let Some(top) = levels.iter().filter(ok).find(|l| l.clients == 128) {
+        let rate_ok = top.rate() >= 12_000.0;
+        let p99_ok = top.latencies.p99 < 25_000.0;
+        println!(
+            "target (report only): >= 12,000 acks/s at 128 clients with p99 < 25 ms -> {:.0} acks/s ({}), p99 {} ({})",
+            top.rate(),
+            if rate_ok { "met" } else { "MISSED" },
+            fmt_us(top.latencies.p99),
+            if p99_ok { "met" } else { "MISSED" },
+        );
+    }
+    let errors: u64 = levels.iter().map(|l| l.errors.total()).sum();
+    let clean = levels.iter().all(LevelResult::is_clean);
+    println!("errors: {errors}{}", if clean { "" } else { " — NOT CLEAN (see above); exit status 1" });
+    let _ = std::io::stdout().flush();
+}
