@@ -26,3 +26,4 @@ pub mod server;
 pub mod service;
 pub mod simulator;
 pub mod store;
+pub mod systemd;

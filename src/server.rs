@@ -69,6 +69,7 @@ pub struct Server {
     task: JoinHandle<std::io::Result<()>>,
     scheduler: Option<SchedulerHandle>,
     simulator: Option<Simulator>,
+    watchdog: Option<JoinHandle<()>>,
     writer: WriterGuard,
 }
 
@@ -86,6 +87,7 @@ impl Server {
             .await
             .map_err(|e| Error::Task(e.to_string()))??;
         let (provider, simulator) = build_provider(&options.provider).await?;
+        let watchdog = crate::systemd::spawn_watchdog(store.clone());
         let mut service = Service::new(store.clone(), registry);
         let scheduler = provider.map(|provider| {
             let wake = Arc::new(Notify::new());
@@ -115,7 +117,16 @@ impl Server {
                 .await
         });
         tracing::info!(%addr, data_dir = %options.data_dir.display(), "commitpoint is serving");
-        Ok(Server { addr, data_dir: options.data_dir.clone(), stop: Some(stop), task, scheduler, simulator, writer })
+        Ok(Server {
+            addr,
+            data_dir: options.data_dir.clone(),
+            stop: Some(stop),
+            task,
+            scheduler,
+            simulator,
+            watchdog,
+            writer,
+        })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -133,6 +144,10 @@ impl Server {
 
     /// Stops accepting, waits for in-flight requests, then closes the store.
     pub async fn stop(mut self) -> Result<(), Error> {
+        crate::systemd::stopping();
+        if let Some(watchdog) = self.watchdog.take() {
+            watchdog.abort();
+        }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

@@ -93,6 +93,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let server = Server::start(&options).await?;
     // Scripts and tests that pass port 0 read the real address from this line.
     println!("commitpoint listening on http://{}", server.addr());
+    crate::systemd::ready(&format!("listening on {}", server.addr()));
     signals.wait().await;
     tracing::info!("shutting down: draining requests, then closing the store");
     server.stop().await?;

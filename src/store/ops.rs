@@ -87,6 +87,11 @@ impl Store {
         self.writer.write(move |t| post_result(t, post)).await
     }
 
+    /// Round-trips an empty job through the writer thread: proof that it still commits.
+    pub async fn ping_writer(&self) -> Result<(), Error> {
+        self.writer.write(|_| Ok(((), false))).await
+    }
+
     pub async fn retry(&self, id: ExtractionId) -> Result<RetryOutcome, Error> {
         self.writer.write(move |t| retry(t, &id)).await
     }
