@@ -35,11 +35,22 @@ impl Server {
     }
 
     pub fn start_with(data_dir: &Path, extra: &[&str]) -> Server {
-        let mut child = serve_command(data_dir, extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn commitpoint serve");
+        Self::spawn(serve_command(data_dir, extra), data_dir)
+    }
+
+    /// Like [`Server::start_with`], with extra environment variables. Crash points
+    /// (`COMMITPOINT_FAILPOINTS`) are armed only when `env` names them.
+    pub fn start_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut cmd = serve_command(data_dir, extra);
+        cmd.env_remove("COMMITPOINT_FAILPOINTS");
+        for (name, value) in env {
+            cmd.env(name, value);
+        }
+        Self::spawn(cmd, data_dir)
+    }
+
+    fn spawn(mut cmd: Command, data_dir: &Path) -> Server {
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn commitpoint serve");
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr = drain(child.stderr.take().expect("piped stderr"));
         let (tx, rx) = mpsc::channel();
@@ -98,6 +109,14 @@ impl Server {
             let _ = child.wait();
         }
         self.collect_stderr()
+    }
+
+    /// Waits for the process to exit by itself (a crash point killed it), reaps it and
+    /// returns its status and stderr; `None` if it is still running after `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<(ExitStatus, String)> {
+        let status = wait_timeout(self.child.as_mut()?, timeout)?;
+        self.child = None;
+        Some((status, self.collect_stderr()))
     }
 
     fn collect_stderr(&mut self) -> String {
