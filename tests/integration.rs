@@ -17,6 +17,12 @@ mod crash;
 mod intake;
 #[path = "it/leases.rs"]
 mod leases;
+#[path = "it/provider.rs"]
+mod provider;
+#[path = "it/provider_crash.rs"]
+mod provider_crash;
+#[path = "it/provider_faults.rs"]
+mod provider_faults;
 #[path = "it/results.rs"]
 mod results;
 #[path = "it/schemas.rs"]

@@ -1,0 +1,125 @@
+//! DESIGN §7 crash points with the built-in provider: the process SIGKILLs itself at a
+//! named point (`COMMITPOINT_FAILPOINTS`), is restarted on the same data directory without
+//! it, and every extraction still ends committed exactly once, against a simulator whose
+//! counters span both processes.
+
+use std::collections::BTreeSet;
+use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
+
+use commitpoint::simulator::Faults;
+use serde_json::json;
+
+use crate::provider::{
+    CORPUS, Rig, SETTLE, TENANT, assert_all_committed_with_model_findings, assert_report_counts, assert_submitted,
+    corpus_ids, counter, expected_id, finish, health, intake_corpus, settle,
+};
+use crate::util::{Server, assert_verifies, id_of};
+
+/// The whole corpus in one batch: formed the moment the last source arrives.
+const ONE_BATCH: &[&str] = &["--batch-max-size", "6", "--batch-max-wait", "2s"];
+
+/// Waits for the server to kill itself at `point`; asserts it died of SIGKILL there.
+fn expect_crash(server: &mut Server, point: &str) {
+    let (status, stderr) = server.wait_exit(SETTLE).unwrap_or_else(|| panic!("the server never reached {point}"));
+    assert_eq!(status.signal(), Some(9), "killed by SIGKILL at {point}: {status:?}\n{stderr}");
+    assert!(stderr.contains(&format!("failpoint {point} reached")), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_after_submit_before_job_id_recovers_the_batch_by_its_key() {
+    assert_eq!(CORPUS.len(), 6, "ONE_BATCH sizes the batch to the corpus");
+    let rig = Rig::start(Duration::from_millis(200), Faults::default()).await;
+    let mut server = rig.serve(ONE_BATCH, Some("after-submit-before-job-id"));
+    intake_corpus(&server.api()).await;
+    expect_crash(&mut server, "after-submit-before-job-id");
+
+    // The provider has the batch; the store has only the intent (no job id).
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 1, "{stats:#?}");
+    let report = assert_verifies(&rig.db());
+    assert_report_counts(&report, CORPUS.len(), &[&format!("submitted: {}", CORPUS.len())]);
+
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 1, "the batch was resubmitted instead of found: {stats:#?}");
+    assert!(stats.batches_listed >= 1, "the restart looked the batch key up: {stats:#?}");
+    assert_submitted(&stats, &corpus_ids(), 1);
+    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "{stats:#?}");
+    let health = health(&api).await;
+    assert!(counter(&health, "batches_recovered") >= 1, "{health:#}");
+    assert_eq!(counter(&health, "batches_submitted"), 0, "the restarted process submitted nothing: {health:#}");
+    assert_eq!(counter(&health, "batches_closed"), 1, "{health:#}");
+
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_after_staging_before_commit_commits_each_result_once_after_restart() {
+    let rig = Rig::start(Duration::from_millis(200), Faults::default()).await;
+    let mut server = rig.serve(ONE_BATCH, Some("after-stage-before-commit"));
+    intake_corpus(&server.api()).await;
+    expect_crash(&mut server, "after-stage-before-commit");
+
+    // Every answer is staged (Ready), none committed, and the file is consistent.
+    let report = assert_verifies(&rig.db());
+    assert_report_counts(&report, CORPUS.len(), &[&format!("ready: {}", CORPUS.len())]);
+    assert!(report.contains("findings: 0\n"), "{report}");
+    let before = rig.stats();
+    assert_eq!((before.batches_created, before.lines_completed), (1, CORPUS.len() as u64), "{before:#?}");
+
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    assert_all_committed_with_model_findings(&api).await;
+    let records = settle(&api, &corpus_ids()).await;
+    assert!(records.values().all(|r| r["attempts"] == json!(1)), "nothing was requeued: {records:#?}");
+
+    // The restarted process reads the result files again (to close the batch); the
+    // replayed lines change nothing and nothing more is bought from the provider.
+    let health = health(&api).await;
+    assert_eq!(counter(&health, "batches_closed"), 1, "{health:#}");
+    assert_eq!(counter(&health, "members_requeued"), 0, "{health:#}");
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 1, "{stats:#?}");
+    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "{stats:#?}");
+    assert!(stats.content_downloads > before.content_downloads, "the files were read again: {stats:#?}");
+    assert_submitted(&stats, &corpus_ids(), 1);
+
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+    let findings: usize = CORPUS.iter().map(|s| s.findings.len()).sum();
+    assert!(report.contains(&format!("findings: {findings}\n")), "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_after_intake_commit_before_ack_then_redelivery_finds_the_extraction() {
+    let rig = Rig::start(Duration::from_millis(200), Faults::default()).await;
+    let mut server = rig.serve(&[], Some("after-commit-before-ack"));
+    let source = &CORPUS[3];
+    let sent = server.api().try_intake(TENANT, source.id, source.content).await;
+    assert!(sent.is_err(), "the client must see a broken connection, got {sent:?}");
+    expect_crash(&mut server, "after-commit-before-ack");
+    let report = assert_verifies(&rig.db());
+    assert_report_counts(&report, 1, &["pending: 1"]);
+
+    let server = rig.serve(&[], None);
+    let api = server.api();
+    let again = api.intake(TENANT, source.id, source.content).await;
+    assert_eq!(again.status, 200, "the committed intake is found, not created again: {:#}", again.body);
+    assert_eq!(again.body["created"], json!(false));
+    let id = id_of(&again.body);
+    assert_eq!(id, expected_id(source));
+    assert_eq!(api.list_all("").await.len(), 1);
+
+    let ids = BTreeSet::from([id.clone()]);
+    let records = settle(&api, &ids).await;
+    assert_eq!(records[&id]["state"], json!("committed"), "{:#}", records[&id]);
+    crate::provider::assert_findings(&api, source, &id).await;
+    assert_submitted(&rig.stats(), &ids, 1);
+
+    let report = finish(server);
+    assert_report_counts(&report, 1, &["committed: 1"]);
+}
