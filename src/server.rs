@@ -88,7 +88,7 @@ impl Server {
             .map_err(|e| Error::Task(e.to_string()))??;
         let (provider, simulator) = build_provider(&options.provider).await?;
         let watchdog = crate::systemd::spawn_watchdog(store.clone());
-        let mut service = Service::new(store.clone(), registry);
+        let mut service = Service::new(store.clone(), registry).with_backup_dir(options.data_dir.join("backups"));
         let scheduler = provider.map(|provider| {
             let wake = Arc::new(Notify::new());
             let handle = Scheduler::spawn(

@@ -1,6 +1,7 @@
 //! The application service behind every entry point (HTTP today; webhooks and the CLI
 //! later): input checks, identity, schema validation, then one store operation.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -11,8 +12,8 @@ use crate::lifecycle::TransitionError;
 use crate::scheduler::{ProviderHealth, SharedHealth};
 use crate::schema::{self, Registry, ValidationIssue};
 use crate::store::{
-    self, Authority, ClaimRequest, ExtractionRecord, FindingRecord, Grant, IntakeOutcome, ListFilter, ListPage,
-    NewExtraction, PostOutcome, PostResult, ReadyItem, RetryOutcome, Store, Submission, Usage,
+    self, Authority, BackupReport, ClaimRequest, ExtractionRecord, FindingRecord, Grant, IntakeOutcome, ListFilter,
+    ListPage, NewExtraction, PostOutcome, PostResult, ReadyItem, RetryOutcome, Store, Submission, Usage,
 };
 
 pub const MAX_CLAIM_LIMIT: usize = 1000;
@@ -63,11 +64,42 @@ pub struct Service {
     /// Wakes the scheduler when new work arrives, so batches form without polling.
     wake: Option<Arc<Notify>>,
     providers: Vec<SharedHealth>,
+    backup_dir: Option<PathBuf>,
 }
 
 impl Service {
     pub fn new(store: Store, registry: Registry) -> Self {
-        Self { store, registry, wake: None, providers: Vec::new() }
+        Self { store, registry, wake: None, providers: Vec::new(), backup_dir: None }
+    }
+
+    /// Where online backups are written (inside the data directory, which is the one
+    /// place a sandboxed service may write).
+    pub fn with_backup_dir(mut self, dir: PathBuf) -> Self {
+        self.backup_dir = Some(dir);
+        self
+    }
+
+    /// Takes a consistent snapshot while serving; returns where it is.
+    pub async fn backup(&self) -> Result<BackupReport, Error> {
+        let dir = self.backup_dir.clone().ok_or(Error::InvalidInput {
+            field: "backup",
+            message: "this server has no backup directory".to_string(),
+        })?;
+        let stamp = crate::clock::format_ms(crate::clock::now_ms()).replace([':', '.'], "-");
+        Ok(self.store.backup(dir.join(format!("commitpoint-{stamp}.redb"))).await?)
+    }
+
+    /// The path of a finished backup by its file name, refusing anything that is not one.
+    pub fn backup_path(&self, name: &str) -> Result<PathBuf, Error> {
+        let valid = name.starts_with("commitpoint-")
+            && name.ends_with(".redb")
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.".contains(&b))
+            && !name.contains("..");
+        let dir = self.backup_dir.as_ref().filter(|_| valid).ok_or_else(|| Error::InvalidInput {
+            field: "name",
+            message: format!("{name:?} is not a backup name returned by POST /v1/admin/backup"),
+        })?;
+        Ok(dir.join(name))
     }
 
     /// Connects the service to a running scheduler.

@@ -4,6 +4,7 @@
 //! `verify` found violations); 2 usage errors (clap); 3 a runtime failure (server
 //! unreachable, file unreadable); 78 a configuration error that a restart will not fix.
 
+mod backup;
 mod demo;
 mod serve;
 mod signals;
@@ -37,6 +38,8 @@ enum Command {
     Config(ConfigCommand),
     /// Submit files (or every file under a directory) as sources, concurrently.
     Submit(submit::Args),
+    /// Take a consistent backup of a running server's database into one file.
+    Backup(backup::Args),
     /// Print one extraction as JSON.
     Get {
         id: String,
@@ -93,6 +96,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => serve::run(args).await,
         Command::Config(ConfigCommand::Check(args)) => Ok(serve::check(args)),
         Command::Submit(args) => submit::run(args).await,
+        Command::Backup(args) => backup::run(args).await,
         Command::Get { id, server } => get(&id, &server).await,
         Command::Verify { path } => verify(path).await,
         Command::Demo(args) => demo::run(args).await,

@@ -1,5 +1,6 @@
 //! The HTTP API (JSON everywhere; errors as `{"error":{"code","message"}}`).
 
+mod admin;
 mod error;
 mod extract;
 mod handlers;
@@ -23,6 +24,8 @@ pub fn router(service: Service, max_body_bytes: usize) -> Router {
         .route("/v1/extractions/{id}/retry", post(handlers::retry))
         .route("/v1/claims", post(handlers::claim))
         .route("/v1/stats", get(handlers::stats))
+        .route("/v1/admin/backup", post(admin::backup))
+        .route("/v1/admin/backups/{name}", get(admin::download).delete(admin::remove))
         .fallback(|| async { ApiError::not_found_route() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(DefaultBodyLimit::max(max_body_bytes))

@@ -5,6 +5,7 @@
 //! transaction, commits it with `Durability::Immediate`, and only then answers each
 //! caller. Reads run on the blocking pool. No redb call runs on a tokio worker.
 
+mod backup;
 mod batches;
 mod codec;
 mod ops;
@@ -19,6 +20,7 @@ use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase};
 
+pub use backup::BackupReport;
 pub use batches::{BatchMember, IntentOutcome, IntentRequest, Leftover, LineResult, ReadyItem, StageReport};
 pub use ops::{Authority, ClaimRequest, Grant, IntakeOutcome, PostOutcome, PostResult, RetryOutcome, Submission};
 pub use read::{ListFilter, ListPage};
