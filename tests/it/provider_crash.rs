@@ -5,9 +5,9 @@
 
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use commitpoint::simulator::Faults;
+use commitpoint::simulator::{Faults, Stats};
 use serde_json::json;
 
 use crate::provider::{
@@ -122,4 +122,59 @@ async fn kill_after_intake_commit_before_ack_then_redelivery_finds_the_extractio
 
     let report = finish(server);
     assert_report_counts(&report, 1, &["committed: 1"]);
+}
+
+/// The provider created the batch but the connection died before its answer: the submit
+/// failed as far as commitpoint knows. The job is found by its batch key, not created again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_whose_answer_was_lost_is_found_by_its_batch_key() {
+    let rig = Rig::start(Duration::from_millis(200), Faults { drop_after_create_next: 1, ..Faults::default() }).await;
+    let server = rig.serve(&[], None);
+    let api = server.api();
+    intake_corpus(&api).await;
+
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert_eq!(stats.dropped_connections, 1, "{stats:#?}");
+    assert_eq!(stats.batches_created, 1, "the lost create was repeated: {stats:#?}");
+    assert_submitted(&stats, &corpus_ids(), 1);
+    let health = health(&api).await;
+    assert_eq!(counter(&health, "batches_recovered"), 1, "{health:#}");
+
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+/// A Retry-After wait is persisted with the batch: a process killed during the wait and
+/// restarted at once still leaves the provider alone until the wait is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_wait_survives_kill_and_restart() {
+    const RETRY_AFTER_SECS: u32 = 3;
+    let faults = Faults { rate_limit_next: 1, retry_after_secs: RETRY_AFTER_SECS, ..Faults::default() };
+    let rig = Rig::start(Duration::from_millis(200), faults).await;
+    let mut server = rig.serve(&[], None);
+    intake_corpus(&server.api()).await;
+    let limited = rig.wait_stats("the 429", |s| s.rate_limited >= 1).await;
+    let limited_at = Instant::now();
+    // Time to persist the wait (one write), well inside the wait itself.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.kill9();
+    let calls = |s: &Stats| s.files_uploaded + s.batches_listed + s.batches_created + s.polls + s.rate_limited;
+    let before = calls(&limited);
+    assert_eq!(calls(&rig.stats()), before, "no call after the 429 before the kill");
+
+    let server = rig.serve(&[], None);
+    rig.wait_stats("a provider call after the restart", |s| calls(s) > before).await;
+    let waited = limited_at.elapsed();
+    let retry_after = Duration::from_secs(RETRY_AFTER_SECS.into());
+    assert!(waited + Duration::from_millis(100) >= retry_after, "called again after {waited:?} < {retry_after:?}");
+
+    let api = server.api();
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 1, "{stats:#?}");
+    assert_submitted(&stats, &corpus_ids(), 1);
+
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
 }
