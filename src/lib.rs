@@ -19,6 +19,7 @@ pub mod failpoint;
 pub mod http;
 pub mod identity;
 pub mod lifecycle;
+pub mod metrics;
 pub mod providers;
 pub mod scheduler;
 pub mod schema;

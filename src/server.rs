@@ -86,6 +86,7 @@ impl Server {
         let (store, writer) = tokio::task::spawn_blocking(move || Store::open(&data_dir))
             .await
             .map_err(|e| Error::Task(e.to_string()))??;
+        crate::metrics::init();
         let (provider, simulator) = build_provider(&options.provider).await?;
         let watchdog = crate::systemd::spawn_watchdog(store.clone());
         let mut service = Service::new(store.clone(), registry).with_backup_dir(options.data_dir.join("backups"));

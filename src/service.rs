@@ -13,7 +13,7 @@ use crate::scheduler::{ProviderHealth, SharedHealth};
 use crate::schema::{self, Registry, ValidationIssue};
 use crate::store::{
     self, Authority, BackupReport, ClaimRequest, ExtractionRecord, FindingRecord, Grant, IntakeOutcome, ListFilter,
-    ListPage, NewExtraction, PostOutcome, PostResult, ReadyItem, RetryOutcome, Store, Submission, Usage,
+    ListPage, NewExtraction, PostOutcome, PostResult, ReadyItem, RetryOutcome, StateCount, Store, Submission, Usage,
 };
 
 pub const MAX_CLAIM_LIMIT: usize = 1000;
@@ -86,7 +86,10 @@ impl Service {
             message: "this server has no backup directory".to_string(),
         })?;
         let stamp = crate::clock::format_ms(crate::clock::now_ms()).replace([':', '.'], "-");
-        Ok(self.store.backup(dir.join(format!("commitpoint-{stamp}.redb"))).await?)
+        let report = self.store.backup(dir.join(format!("commitpoint-{stamp}.redb"))).await?;
+        metrics::gauge!("commitpoint_last_backup_success_timestamp_seconds")
+            .set(crate::clock::now_ms() as f64 / 1000.0);
+        Ok(report)
     }
 
     /// The path of a finished backup by its file name, refusing anything that is not one.
@@ -141,6 +144,8 @@ impl Service {
             content: request.content,
         };
         let outcome = self.store.intake(new).await?;
+        let result = if outcome.created { "created" } else { "duplicate" };
+        metrics::counter!("commitpoint_intakes_total", "result" => result).increment(1);
         if outcome.created
             && let Some(wake) = &self.wake
         {
@@ -163,8 +168,12 @@ impl Service {
         Ok(self.store.list(filter).await?)
     }
 
-    pub async fn counts_by_state(&self) -> Result<Vec<(crate::lifecycle::StateName, u64)>, Error> {
+    pub async fn counts_by_state(&self) -> Result<Vec<StateCount>, Error> {
         Ok(self.store.counts_by_state().await?)
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
     pub async fn findings(&self, id: ExtractionId) -> Result<Vec<FindingRecord>, Error> {
@@ -196,7 +205,9 @@ impl Service {
             Err(issues) => (Submission::Invalid { reason: summarize(&issues) }, Some(issues)),
         };
         let post = PostResult { id, authority: Authority::Lease(request.lease_token), submission };
-        match self.store.post_result(post).await? {
+        let outcome = self.store.post_result(post).await?;
+        count_outcome(&outcome, "worker");
+        match outcome {
             PostOutcome::NotFound => Err(Error::NotFound(id)),
             PostOutcome::Rejected(e) => Err(Error::Transition(e)),
             PostOutcome::Failed { .. } => {
@@ -223,6 +234,7 @@ impl Service {
         };
         let outcome =
             self.store.post_result(PostResult { id, authority: Authority::Batch(batch_key), submission }).await?;
+        count_outcome(&outcome, "provider");
         if let Some(wake) = &self.wake
             && matches!(outcome, PostOutcome::Failed { .. })
         {
@@ -234,6 +246,7 @@ impl Service {
     pub async fn retry(&self, id: ExtractionId) -> Result<ExtractionRecord, Error> {
         match self.store.retry(id).await? {
             RetryOutcome::Retried(record) => {
+                metrics::counter!("commitpoint_retries_total").increment(1);
                 if let Some(wake) = &self.wake {
                     wake.notify_one();
                 }
@@ -242,6 +255,17 @@ impl Service {
             RetryOutcome::NotFound => Err(Error::NotFound(id)),
             RetryOutcome::Rejected(e) => Err(Error::Transition(e)),
         }
+    }
+}
+
+fn count_outcome(outcome: &PostOutcome, path: &'static str) {
+    match outcome {
+        PostOutcome::Committed { .. } => metrics::counter!("commitpoint_commits_total", "path" => path).increment(1),
+        PostOutcome::Replay { .. } => metrics::counter!("commitpoint_replays_total").increment(1),
+        PostOutcome::Failed { .. } => {
+            metrics::counter!("commitpoint_failures_total", "class" => "validation").increment(1);
+        }
+        PostOutcome::NotFound | PostOutcome::Rejected(_) => {}
     }
 }
 

@@ -156,9 +156,18 @@ pub async fn retry(State(service): State<Service>, IdPath(id): IdPath) -> Reply 
 
 pub async fn stats(State(service): State<Service>) -> Reply {
     let counts: serde_json::Map<String, Value> =
-        service.counts_by_state().await?.into_iter().map(|(state, n)| (state.as_str().to_string(), json!(n))).collect();
+        service.counts_by_state().await?.into_iter().map(|c| (c.state.as_str().to_string(), json!(c.count))).collect();
     let total: u64 = counts.values().filter_map(Value::as_u64).sum();
     ok(json!({ "extractions": counts, "total": total, "providers": service.provider_health() }))
+}
+
+pub async fn metrics(State(service): State<Service>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match crate::metrics::render(&service).await {
+        Some(text) => ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
+        None => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "metrics_unavailable", "metrics are not available")
+            .into_response(),
+    }
 }
 
 pub async fn healthz(State(service): State<Service>) -> Reply {

@@ -17,6 +17,7 @@ use crate::service::Service;
 pub fn router(service: Service, max_body_bytes: usize) -> Router {
     Router::new()
         .route("/healthz", get(handlers::healthz))
+        .route("/metrics", get(handlers::metrics))
         .route("/v1/extractions", post(handlers::intake).get(handlers::list))
         .route("/v1/extractions/{id}", get(handlers::get))
         .route("/v1/extractions/{id}/findings", get(handlers::findings))

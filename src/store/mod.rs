@@ -23,7 +23,7 @@ use redb::{Database, ReadableDatabase};
 pub use backup::BackupReport;
 pub use batches::{BatchMember, IntentOutcome, IntentRequest, Leftover, LineResult, ReadyItem, StageReport};
 pub use ops::{Authority, ClaimRequest, Grant, IntakeOutcome, PostOutcome, PostResult, RetryOutcome, Submission};
-pub use read::{ListFilter, ListPage};
+pub use read::{ListFilter, ListPage, StateCount};
 pub use records::{BatchRecord, BatchState, ExtractionRecord, FindingRecord, NewExtraction, ResultRecord, Usage};
 pub use verify::{Report, verify_file};
 pub use writer::WriterGuard;
@@ -87,6 +87,7 @@ storage_from!(
 pub struct Store {
     db: Arc<Database>,
     writer: writer::WriterHandle,
+    path: PathBuf,
 }
 
 impl Store {
@@ -100,7 +101,7 @@ impl Store {
         let db = Arc::new(db);
         let next_seq = writer::initialize(&db)?;
         let (writer, guard) = writer::spawn(Arc::clone(&db), next_seq)?;
-        Ok((Store { db, writer }, guard))
+        Ok((Store { db, writer, path }, guard))
     }
 
     /// Runs a read-only closure on the blocking pool against one consistent snapshot.

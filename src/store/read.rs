@@ -18,6 +18,13 @@ pub struct ListFilter {
     pub after: u64,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateCount {
+    pub state: StateName,
+    pub count: u64,
+    pub oldest_since_ms: Option<u64>,
+}
+
 #[derive(Debug, Clone)]
 pub struct ListPage {
     pub records: Vec<ExtractionRecord>,
@@ -58,18 +65,30 @@ impl Store {
         .await
     }
 
-    /// How many extractions are in each state, from the state index.
-    pub async fn counts_by_state(&self) -> Result<Vec<(StateName, u64)>, Error> {
+    /// How many extractions are in each state, and when the longest-waiting one entered it.
+    pub async fn counts_by_state(&self) -> Result<Vec<StateCount>, Error> {
         self.read(|txn| {
             let index = txn.open_table(tables::STATE_INDEX)?;
             let mut counts = Vec::with_capacity(StateName::ALL.len());
             for state in StateName::ALL {
                 let code = state.code();
-                counts.push((state, index.range((code, 0)..=(code, u64::MAX))?.count() as u64));
+                let count = index.range((code, 0)..=(code, u64::MAX))?.count() as u64;
+                // Intake order approximates waiting order: the first entry is the oldest.
+                let first = index.range((code, 0)..=(code, u64::MAX))?.next().transpose()?;
+                let oldest_since_ms = match first {
+                    Some((key, _)) => Some(by_seq(txn, key.value().1)?.updated_at_ms),
+                    None => None,
+                };
+                counts.push(StateCount { state, count, oldest_since_ms });
             }
             Ok(counts)
         })
         .await
+    }
+
+    /// Size of the database file on disk.
+    pub fn file_size(&self) -> Option<u64> {
+        std::fs::metadata(&self.path).ok().map(|m| m.len())
     }
 
     pub async fn list(&self, filter: ListFilter) -> Result<ListPage, Error> {
