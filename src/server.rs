@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use crate::access::AccessPolicy;
 use crate::config::{self, ProviderChoice, ProviderOptions, ServeOptions};
 use crate::providers::openai::{ApiKey, OpenAiBatches, OpenAiConfig};
 use crate::providers::{BatchProvider, ProviderError};
@@ -75,6 +76,9 @@ pub struct Server {
 
 impl Server {
     pub async fn start(options: &ServeOptions) -> Result<Server, Error> {
+        // Secrets first: a bad token file is a configuration error, before anything binds.
+        let access =
+            AccessPolicy::load(options.access.admin_token.as_ref(), options.access.tenant_tokens_file.as_deref())?;
         let listener =
             TcpListener::bind(options.listen).await.map_err(|source| Error::Bind { addr: options.listen, source })?;
         let addr = listener.local_addr().map_err(Error::Serve)?;
@@ -102,7 +106,7 @@ impl Server {
             service = service.clone().with_scheduler(wake, handle.health());
             handle
         });
-        let router = crate::http::router(service, options.max_body_bytes);
+        let router = crate::http::router(service, options.max_body_bytes, Arc::new(access));
         let (stop, stopped) = oneshot::channel::<()>();
         // Responses are small and latency-bound: never let Nagle hold an acknowledgement back.
         let listener = axum::serve::ListenerExt::tap_io(listener, |stream: &mut tokio::net::TcpStream| {

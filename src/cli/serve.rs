@@ -10,6 +10,7 @@ use anyhow::Context;
 
 use super::EXIT_CONFIG;
 use super::signals::Signals;
+use crate::access::AccessPolicy;
 use crate::config::{DEFAULT_CONFIG_PATH, KeySource, Overrides, ProviderChoice, ServeOptions};
 use crate::schema::Registry;
 use crate::server::Server;
@@ -107,6 +108,11 @@ pub fn check(args: Args) -> ExitCode {
         Err(e) => return config_error(&e),
     };
     if let Err(e) = Registry::load(options.schema_dir.as_deref()) {
+        return config_error(&e);
+    }
+    if let Err(e) =
+        AccessPolicy::load(options.access.admin_token.as_ref(), options.access.tenant_tokens_file.as_deref())
+    {
         return config_error(&e);
     }
     if options.provider.choice == ProviderChoice::Openai

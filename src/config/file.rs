@@ -23,6 +23,38 @@ pub struct RawConfig {
     pub provider: RawProvider,
     #[serde(default)]
     pub scheduler: RawScheduler,
+    #[serde(default)]
+    pub access: RawAccess,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAccess {
+    pub admin_token_env: Option<String>,
+    pub admin_token_file: Option<PathBuf>,
+    pub admin_token_credential: Option<String>,
+    /// `tenant token` per line, mode 0600.
+    pub tenant_tokens_file: Option<PathBuf>,
+}
+
+impl RawAccess {
+    pub fn admin_source(&self) -> Result<Option<KeySource>, Error> {
+        let named =
+            [self.admin_token_env.is_some(), self.admin_token_file.is_some(), self.admin_token_credential.is_some()];
+        if named.iter().filter(|n| **n).count() > 1 {
+            return Err(Error::Invalid {
+                key: "access.admin_token_*",
+                reason: "name only one of admin_token_env, admin_token_file, admin_token_credential".to_string(),
+            });
+        }
+        Ok(if let Some(name) = &self.admin_token_env {
+            Some(KeySource::Env(name.clone()))
+        } else if let Some(path) = &self.admin_token_file {
+            Some(KeySource::File(path.clone()))
+        } else {
+            self.admin_token_credential.as_ref().map(|name| KeySource::Credential(name.clone()))
+        })
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

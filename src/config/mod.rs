@@ -26,6 +26,14 @@ pub struct ServeOptions {
     pub schema_dir: Option<PathBuf>,
     pub max_body_bytes: usize,
     pub provider: ProviderOptions,
+    pub access: AccessOptions,
+}
+
+/// Where the API tokens come from. None configured: the API is open, loopback only.
+#[derive(Debug, Clone, Default)]
+pub struct AccessOptions {
+    pub admin_token: Option<KeySource>,
+    pub tenant_tokens_file: Option<PathBuf>,
 }
 
 /// Which built-in provider drives pending work. `None` leaves it to external workers.
@@ -80,17 +88,17 @@ impl std::fmt::Display for KeySource {
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("the API key variable {0} is not set (or is empty); export it or use --provider-key-file")]
+    #[error("the secret variable {0} is not set (or is empty); export it or name a file instead")]
     MissingKeyEnv(String),
-    #[error("{path}: cannot read the API key file")]
+    #[error("{path}: cannot read the secret file")]
     KeyFile {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("{0}: the API key file is readable by group or others; run `chmod 600` on it")]
+    #[error("{0}: the secret file is readable by group or others; run `chmod 600` on it")]
     KeyFileTooOpen(PathBuf),
-    #[error("{0}: the API key file is empty")]
+    #[error("{0}: the secret file is empty")]
     EmptyKeyFile(PathBuf),
     #[error("the credential {0} is named but $CREDENTIALS_DIRECTORY is not set (is LoadCredential= in the unit?)")]
     NoCredentialsDirectory(String),
@@ -108,9 +116,14 @@ pub enum Error {
 
 impl KeySource {
     pub fn load(&self) -> Result<ApiKey, Error> {
+        self.load_secret().map(ApiKey::new)
+    }
+
+    /// The secret's text, trimmed. Files must not be readable by group or others.
+    pub fn load_secret(&self) -> Result<String, Error> {
         match self {
             KeySource::Env(name) => match std::env::var(name) {
-                Ok(key) if !key.trim().is_empty() => Ok(ApiKey::new(key.trim().to_string())),
+                Ok(key) if !key.trim().is_empty() => Ok(key.trim().to_string()),
                 _ => Err(Error::MissingKeyEnv(name.clone())),
             },
             KeySource::File(path) => load_key_file(path),
@@ -123,7 +136,7 @@ impl KeySource {
     }
 }
 
-fn load_key_file(path: &Path) -> Result<ApiKey, Error> {
+fn load_key_file(path: &Path) -> Result<String, Error> {
     use std::os::unix::fs::PermissionsExt;
     let read_error = |source| Error::KeyFile { path: path.to_path_buf(), source };
     let mode = std::fs::metadata(path).map_err(read_error)?.permissions().mode();
@@ -135,7 +148,7 @@ fn load_key_file(path: &Path) -> Result<ApiKey, Error> {
     if key.is_empty() {
         return Err(Error::EmptyKeyFile(path.to_path_buf()));
     }
-    Ok(ApiKey::new(key.to_string()))
+    Ok(key.to_string())
 }
 
 /// Values given on the command line or in the environment; they override the file.
@@ -205,7 +218,21 @@ impl ServeOptions {
             model: o.model.or(raw.provider.model).unwrap_or(defaults.model),
             scheduler,
         };
+        let access = AccessOptions {
+            admin_token: raw.access.admin_source()?,
+            tenant_tokens_file: raw.access.tenant_tokens_file,
+        };
+        if !listen.ip().is_loopback() && access.admin_token.is_none() {
+            return Err(Error::Invalid {
+                key: "server.listen",
+                reason: format!(
+                    "refusing to listen on {listen} without an admin token: the API would be open to the network \
+                     (set access.admin_token_* or listen on 127.0.0.1)"
+                ),
+            });
+        }
         Ok(ServeOptions {
+            access,
             data_dir: o.data_dir.or(raw.server.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
             listen,
             schema_dir: o.schema_dir.or(raw.server.schema_dir),
@@ -225,7 +252,8 @@ impl ServeOptions {
         format!(
             "[server]\nlisten = \"{}\"\ndata_dir = \"{}\"\n{}\nmax_body_bytes = {}\n\n\
              [provider]\nkind = \"{choice}\"\nbase_url = \"{}\"\nmodel = \"{}\"\n# api key: {} (value redacted)\n\n\
-             [scheduler]\nbatch_max_size = {}\nbatch_max_wait = \"{}\"\npoll_interval = \"{}\"\nmax_submit_failures = {}\n",
+             [scheduler]\nbatch_max_size = {}\nbatch_max_wait = \"{}\"\npoll_interval = \"{}\"\nmax_submit_failures = {}\n\n\
+             [access]\n# admin token: {}\n# tenant tokens: {}\n",
             self.listen,
             self.data_dir.display(),
             self.schema_dir.as_ref().map_or_else(
@@ -240,6 +268,14 @@ impl ServeOptions {
             humantime::format_duration(p.scheduler.batch_max_wait),
             humantime::format_duration(p.scheduler.poll_interval),
             p.scheduler.max_submit_failures,
+            self.access
+                .admin_token
+                .as_ref()
+                .map_or_else(|| "none (open API, loopback only)".to_string(), |k| format!("{k} (value redacted)")),
+            self.access
+                .tenant_tokens_file
+                .as_ref()
+                .map_or_else(|| "none".to_string(), |f| format!("{} (values redacted)", f.display())),
         )
     }
 }

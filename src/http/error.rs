@@ -15,11 +15,17 @@ pub struct ApiError {
     code: &'static str,
     message: String,
     details: Option<Value>,
+    challenge: bool,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), details: None }
+        Self { status, code, message: message.into(), details: None, challenge: false }
+    }
+
+    /// 401 with the `WWW-Authenticate: Bearer` challenge.
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        Self { challenge: true, ..Self::new(StatusCode::UNAUTHORIZED, "unauthenticated", message) }
     }
 
     fn with_details(mut self, details: Value) -> Self {
@@ -46,7 +52,13 @@ impl IntoResponse for ApiError {
         if let Some(details) = self.details {
             error["details"] = details;
         }
-        (self.status, Json(json!({ "error": error }))).into_response()
+        let mut response = (self.status, Json(json!({ "error": error }))).into_response();
+        if self.challenge {
+            response
+                .headers_mut()
+                .insert(axum::http::header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
+        }
+        response
     }
 }
 

@@ -1,11 +1,12 @@
 //! Route handlers: decode the request, call the service, shape the response.
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::auth::CallerExt;
 use super::error::ApiError;
 use super::extract::{IdPath, JsonBody, QueryParams};
 use super::views;
@@ -30,7 +31,12 @@ pub struct IntakeBody {
     metadata: Option<Value>,
 }
 
-pub async fn intake(State(service): State<Service>, JsonBody(body): JsonBody<IntakeBody>) -> Reply {
+pub async fn intake(
+    State(service): State<Service>,
+    Extension(caller): CallerExt,
+    JsonBody(body): JsonBody<IntakeBody>,
+) -> Reply {
+    caller.may_reach(&body.tenant)?;
     let request = IntakeRequest {
         tenant: body.tenant,
         source_id: body.source_id,
@@ -49,8 +55,10 @@ pub async fn intake(State(service): State<Service>, JsonBody(body): JsonBody<Int
     Ok((status, Json(body)))
 }
 
-pub async fn get(State(service): State<Service>, IdPath(id): IdPath) -> Reply {
-    ok(views::extraction(&service.get(id).await?))
+pub async fn get(State(service): State<Service>, Extension(caller): CallerExt, IdPath(id): IdPath) -> Reply {
+    let record = service.get(id).await?;
+    caller.may_reach(&record.tenant)?;
+    ok(views::extraction(&record))
 }
 
 #[derive(Debug, Deserialize)]
@@ -62,7 +70,17 @@ pub struct ListQuery {
     after: Option<String>,
 }
 
-pub async fn list(State(service): State<Service>, QueryParams(q): QueryParams<ListQuery>) -> Reply {
+pub async fn list(
+    State(service): State<Service>,
+    Extension(caller): CallerExt,
+    QueryParams(mut q): QueryParams<ListQuery>,
+) -> Reply {
+    if let Some(own) = caller.tenant_scope() {
+        if let Some(asked) = &q.tenant {
+            caller.may_reach(asked)?;
+        }
+        q.tenant = Some(own.to_string());
+    }
     let state = match q.state.as_deref() {
         None => None,
         Some(s) => Some(StateName::parse(s).ok_or_else(|| {
@@ -84,7 +102,8 @@ pub async fn list(State(service): State<Service>, QueryParams(q): QueryParams<Li
     ok(json!({ "extractions": items, "next": page.next.map(|n| n.to_string()) }))
 }
 
-pub async fn findings(State(service): State<Service>, IdPath(id): IdPath) -> Reply {
+pub async fn findings(State(service): State<Service>, Extension(caller): CallerExt, IdPath(id): IdPath) -> Reply {
+    caller.may_reach(&service.get(id).await?.tenant)?;
     let findings = service.findings(id).await?;
     let items: Vec<Value> = findings.iter().map(views::finding).collect();
     ok(json!({ "findings": items }))

@@ -1,10 +1,13 @@
 //! The HTTP API (JSON everywhere; errors as `{"error":{"code","message"}}`).
 
 mod admin;
+mod auth;
 mod error;
 mod extract;
 mod handlers;
 mod views;
+
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -12,9 +15,10 @@ use axum::routing::{get, post};
 
 pub use error::ApiError;
 
+use crate::access::AccessPolicy;
 use crate::service::Service;
 
-pub fn router(service: Service, max_body_bytes: usize) -> Router {
+pub fn router(service: Service, max_body_bytes: usize, access: Arc<AccessPolicy>) -> Router {
     Router::new()
         .route("/healthz", get(handlers::healthz))
         .route("/metrics", get(handlers::metrics))
@@ -29,6 +33,7 @@ pub fn router(service: Service, max_body_bytes: usize) -> Router {
         .route("/v1/admin/backups/{name}", get(admin::download).delete(admin::remove))
         .fallback(|| async { ApiError::not_found_route() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .layer(axum::middleware::from_fn_with_state(access, auth::authenticate))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(service)
 }

@@ -17,7 +17,7 @@ use anyhow::Context;
 use super::EXIT_PROBLEMS;
 use std::time::Duration;
 
-use crate::config::{DEFAULT_MAX_BODY_BYTES, ProviderChoice, ProviderOptions, ServeOptions};
+use crate::config::{AccessOptions, DEFAULT_MAX_BODY_BYTES, ProviderChoice, ProviderOptions, ServeOptions};
 use crate::scheduler;
 use crate::server::Server;
 
@@ -78,6 +78,7 @@ fn serve_options(data_dir: PathBuf, provider: ProviderOptions) -> ServeOptions {
         schema_dir: None,
         max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         provider,
+        access: AccessOptions::default(),
     }
 }
 

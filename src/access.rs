@@ -1,0 +1,201 @@
+//! Who may call what. With no tokens configured the API is open (and must then listen
+//! on loopback only); once an admin token exists, every call but `/healthz` and
+//! `/metrics` needs a bearer token: the admin token for everything, or a tenant token
+//! that sees and submits only its own tenant's extractions.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use subtle::ConstantTimeEq;
+
+use crate::config::{self, KeySource};
+
+/// A bearer token; compared in constant time and never printed.
+#[derive(Clone)]
+pub struct Token(Vec<u8>);
+
+impl Token {
+    fn new(text: &str) -> Self {
+        Self(text.trim().as_bytes().to_vec())
+    }
+
+    fn matches(&self, presented: &[u8]) -> bool {
+        // Unequal lengths leak only the length, and tokens are fixed-length in practice.
+        bool::from(self.0.as_slice().ct_eq(presented))
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AccessPolicy {
+    admin: Option<Token>,
+    tenants: Vec<(String, Token)>,
+}
+
+/// The caller a request was authenticated as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// No tokens are configured: every caller is trusted (loopback only).
+    Open,
+    Admin,
+    Tenant(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Denied {
+    #[error("a bearer token is required (Authorization: Bearer <token>)")]
+    Unauthenticated,
+    #[error("this call needs the admin token")]
+    AdminOnly,
+    #[error("this token may only reach tenant {0:?}")]
+    OtherTenant(String),
+}
+
+impl AccessPolicy {
+    /// Reads the configured tokens. Files must be private (mode 0600 or stricter).
+    pub fn load(admin: Option<&KeySource>, tenant_tokens_file: Option<&Path>) -> Result<Self, config::Error> {
+        let admin = admin.map(|source| source.load_secret().map(|text| Token::new(&text))).transpose()?;
+        let tenants = match tenant_tokens_file {
+            Some(path) => parse_tenant_tokens(path)?,
+            None => Vec::new(),
+        };
+        if admin.is_none() && !tenants.is_empty() {
+            return Err(config::Error::Invalid {
+                key: "access.tenant_tokens_file",
+                reason: "tenant tokens need an admin token too (access.admin_token_*)".to_string(),
+            });
+        }
+        Ok(Self { admin, tenants })
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.admin.is_none()
+    }
+
+    /// Authenticates an `Authorization` header value.
+    pub fn identify(&self, authorization: Option<&str>) -> Result<Caller, Denied> {
+        let Some(admin) = &self.admin else {
+            return Ok(Caller::Open);
+        };
+        let presented = authorization
+            .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or(Denied::Unauthenticated)?
+            .as_bytes();
+        if admin.matches(presented) {
+            return Ok(Caller::Admin);
+        }
+        // Every token is compared, so timing does not tell which tenant (if any) matched.
+        let mut found = None;
+        for (tenant, token) in &self.tenants {
+            if token.matches(presented) && found.is_none() {
+                found = Some(tenant.clone());
+            }
+        }
+        found.map(Caller::Tenant).ok_or(Denied::Unauthenticated)
+    }
+}
+
+impl Caller {
+    pub fn require_admin(&self) -> Result<(), Denied> {
+        match self {
+            Caller::Open | Caller::Admin => Ok(()),
+            Caller::Tenant(_) => Err(Denied::AdminOnly),
+        }
+    }
+
+    pub fn may_reach(&self, tenant: &str) -> Result<(), Denied> {
+        match self {
+            Caller::Tenant(own) if own != tenant => Err(Denied::OtherTenant(own.clone())),
+            _ => Ok(()),
+        }
+    }
+
+    /// The tenant a listing must be restricted to, if any.
+    pub fn tenant_scope(&self) -> Option<&str> {
+        match self {
+            Caller::Tenant(own) => Some(own),
+            _ => None,
+        }
+    }
+}
+
+/// `tenant token` per line; blank lines and `#` comments ignored.
+fn parse_tenant_tokens(path: &Path) -> Result<Vec<(String, Token)>, config::Error> {
+    let text = KeySource::File(path.to_path_buf()).load_secret()?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut parts = line.split_whitespace();
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(tenant), Some(token), None) => out.push((tenant.to_string(), Token::new(token))),
+            _ => {
+                return Err(config::Error::ConfigParse {
+                    path: PathBuf::from(path),
+                    reason: format!("line {}: expected `<tenant> <token>`", n + 1),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn policy() -> AccessPolicy {
+        AccessPolicy {
+            admin: Some(Token::new("admin-secret")),
+            tenants: vec![("acme".into(), Token::new("acme-secret")), ("globex".into(), Token::new("globex-secret"))],
+        }
+    }
+
+    #[test]
+    fn tokens_identify_callers() {
+        let p = policy();
+        assert_eq!(p.identify(Some("Bearer admin-secret")), Ok(Caller::Admin));
+        assert_eq!(p.identify(Some("Bearer acme-secret")), Ok(Caller::Tenant("acme".into())));
+        assert_eq!(p.identify(Some("Bearer wrong")), Err(Denied::Unauthenticated));
+        assert_eq!(p.identify(Some("Basic YWRtaW4=")), Err(Denied::Unauthenticated));
+        assert_eq!(p.identify(None), Err(Denied::Unauthenticated));
+        assert_eq!(AccessPolicy::default().identify(None), Ok(Caller::Open));
+    }
+
+    #[test]
+    fn tenants_reach_only_their_own() {
+        let acme = Caller::Tenant("acme".into());
+        assert!(acme.may_reach("acme").is_ok());
+        assert_eq!(acme.may_reach("globex"), Err(Denied::OtherTenant("acme".into())));
+        assert_eq!(acme.require_admin(), Err(Denied::AdminOnly));
+        assert!(Caller::Admin.may_reach("globex").is_ok());
+    }
+
+    #[test]
+    fn token_files_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tenants");
+        std::fs::write(&path, "# tenants\nacme t1\n\nglobex t2\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let admin = dir.path().join("admin");
+        std::fs::write(&admin, "adm\n").unwrap();
+        std::fs::set_permissions(&admin, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let p = AccessPolicy::load(Some(&KeySource::File(admin)), Some(&path)).unwrap();
+        assert_eq!(p.identify(Some("Bearer t2")), Ok(Caller::Tenant("globex".into())));
+        assert_eq!(p.identify(Some("Bearer adm")), Ok(Caller::Admin));
+        assert!(!format!("{p:?}").contains("t1"), "tokens never show in Debug output");
+        std::fs::write(&path, "acme\n").unwrap();
+        assert!(AccessPolicy::load(None, Some(&path)).is_err());
+    }
+}
