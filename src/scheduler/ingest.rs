@@ -23,7 +23,7 @@ impl Scheduler {
         };
         if !status.phase.is_terminal() {
             let next = clock::now_ms() + self.settings.poll_interval.as_millis() as u64;
-            self.store.reschedule_batch(batch.seq, next, None).await?;
+            self.store.reschedule_batch(batch.seq, next, None, false).await?;
             return Ok(Some(next));
         }
         let report = match self.ingest(&batch, &status).await {

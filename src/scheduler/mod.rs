@@ -11,7 +11,7 @@ mod health;
 mod ingest;
 mod submit;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 pub use health::{ProviderHealth, SharedHealth};
 
 use crate::clock;
+use crate::lifecycle::FailureClass;
 use crate::providers::{BatchProvider, ErrorClass, ProviderError, backoff_delay};
 use crate::service::Service;
 use crate::store::{self, BatchRecord, BatchState, IntentOutcome, IntentRequest, Leftover, Store};
@@ -96,10 +97,13 @@ pub struct Scheduler {
     settings: Settings,
     wake: Arc<Notify>,
     health: SharedHealth,
-    /// Intents this process has sent (or tried to send) to the provider. Anything else —
-    /// an intent found on start, or one whose submit failed — may already exist at the
-    /// provider and is looked up by its batch key first.
-    attempted: HashSet<u64>,
+    /// Intents formed by this process and not yet sent. Anything else — an intent found on
+    /// start, or one whose submit failed — may already exist at the provider and is looked
+    /// up by its batch key first.
+    formed_here: HashSet<u64>,
+    /// Consecutive rate limits per batch: they set the backoff when the provider gives no
+    /// delay, but never use up the attempts reserved for transient failures.
+    rate_limits: HashMap<u64, u32>,
 }
 
 impl Scheduler {
@@ -112,8 +116,16 @@ impl Scheduler {
     ) -> SchedulerHandle {
         let health = SharedHealth::new(provider.name());
         let (stop, stopped) = watch::channel(false);
-        let scheduler =
-            Scheduler { store, service, provider, settings, wake, health: health.clone(), attempted: HashSet::new() };
+        let scheduler = Scheduler {
+            store,
+            service,
+            provider,
+            settings,
+            wake,
+            health: health.clone(),
+            formed_here: HashSet::new(),
+            rate_limits: HashMap::new(),
+        };
         let task = tokio::spawn(scheduler.run(stopped));
         SchedulerHandle { stop, task, health }
     }
@@ -204,6 +216,7 @@ impl Scheduler {
                     IntentOutcome::Created(batch) => {
                         tracing::info!(batch_key = %batch.batch_key, members = batch.members.len(), %schema, "batch formed");
                         self.health.update(|h| h.batches_formed += 1);
+                        self.formed_here.insert(batch.seq);
                         if let Some(at) = self.submit(batch).await? {
                             next = Some(next.map_or(at, |n: u64| n.min(at)));
                         }
@@ -251,7 +264,7 @@ impl Scheduler {
 
     /// Decides what a failed provider call means for the batch, persisting the decision.
     async fn on_error(
-        &self,
+        &mut self,
         batch: &BatchRecord,
         error: &ProviderError,
         submitting: bool,
@@ -260,25 +273,35 @@ impl Scheduler {
         self.health.update(|h| h.last_error = Some(error.to_string()));
         tracing::warn!(batch_key = %batch.batch_key, class = ?error.class, error = %error, "provider call failed");
         let retry_at = |delay: Duration| now + delay.as_millis() as u64;
+        if error.class == ErrorClass::RateLimited {
+            self.health.update(|h| h.rate_limited += 1);
+            let streak = self.rate_limits.entry(batch.seq).or_default();
+            *streak += 1;
+            let delay = error.retry_after.unwrap_or_else(|| backoff_delay(*streak, BACKOFF_CAP));
+            let at = retry_at(delay);
+            self.store.reschedule_batch(batch.seq, at, Some(error.to_string()), false).await?;
+            return Ok(Some(at));
+        }
+        self.rate_limits.remove(&batch.seq);
         let backoff = || error.retry_after.unwrap_or_else(|| backoff_delay(batch.failures, BACKOFF_CAP));
         match error.class {
-            ErrorClass::RateLimited => {
-                self.health.update(|h| h.rate_limited += 1);
-                let at = retry_at(backoff());
-                self.store.reschedule_batch(batch.seq, at, Some(error.to_string())).await?;
-                Ok(Some(at))
-            }
-            ErrorClass::Auth | ErrorClass::Budget => {
-                let (pause, submissions_only) =
-                    if error.class == ErrorClass::Auth { (AUTH_PAUSE, false) } else { (BUDGET_PAUSE, true) };
-                let until = retry_at(pause);
-                self.health.pause(until, submissions_only, error.to_string());
-                self.store.reschedule_batch(batch.seq, until, Some(error.to_string())).await?;
+            ErrorClass::Auth => {
+                let until = retry_at(AUTH_PAUSE);
+                self.health.pause(until, false, error.to_string());
+                self.store.reschedule_batch(batch.seq, until, Some(error.to_string()), false).await?;
                 Ok(Some(until))
             }
+            // Quota exhaustion stops new submissions; a live job is still polled (and its
+            // results ingested) on the normal backoff.
+            ErrorClass::Budget => {
+                let until = retry_at(BUDGET_PAUSE);
+                self.health.pause(until, true, error.to_string());
+                let at = if submitting { until } else { retry_at(backoff()) };
+                self.store.reschedule_batch(batch.seq, at, Some(error.to_string()), false).await?;
+                Ok(Some(at))
+            }
             ErrorClass::InvalidRequest if submitting => {
-                let leftover =
-                    Leftover::Fail { class: crate::lifecycle::FailureClass::InvalidRequest, reason: error.to_string() };
+                let leftover = Leftover::Fail { class: FailureClass::InvalidRequest, reason: error.to_string() };
                 self.store.close_batch(batch.seq, "rejected by the provider".to_string(), leftover).await?;
                 Ok(None)
             }
@@ -290,13 +313,13 @@ impl Scheduler {
             }
             _ if submitting && batch.failures + 1 >= self.settings.max_submit_failures => {
                 let reason = format!("gave up submitting after {} attempts: {error}", batch.failures + 1);
-                let leftover = Leftover::Fail { class: crate::lifecycle::FailureClass::Transient, reason };
+                let leftover = Leftover::Fail { class: FailureClass::Transient, reason };
                 self.store.close_batch(batch.seq, "submit attempts exhausted".to_string(), leftover).await?;
                 Ok(None)
             }
             _ => {
                 let at = retry_at(backoff());
-                self.store.reschedule_batch(batch.seq, at, Some(error.to_string())).await?;
+                self.store.reschedule_batch(batch.seq, at, Some(error.to_string()), true).await?;
                 Ok(Some(at))
             }
         }

@@ -12,7 +12,8 @@ impl Scheduler {
         // An intent found on start, or one whose earlier submit failed, may have reached
         // the provider (a timeout after the server acted, a crash after it answered).
         // Look for it by batch key before sending anything.
-        if !self.attempted.contains(&batch.seq) || batch.failures > 0 {
+        let fresh = self.formed_here.remove(&batch.seq) && batch.failures == 0;
+        if !fresh {
             match self.provider.find_by_batch_key(&batch.batch_key, batch.created_at_ms).await {
                 Ok(Some(job_id)) => {
                     tracing::info!(batch_key = %batch.batch_key, %job_id, "found the job of an unresolved intent; polling it instead of resubmitting");
@@ -31,11 +32,11 @@ impl Scheduler {
         };
         let members = self.store.batch_members(batch.seq).await?;
         let spec = BatchSpec { batch_key: &batch.batch_key, schema: &schema, members: &members };
-        self.attempted.insert(batch.seq);
         match self.provider.submit(&spec).await {
             Ok(job_id) => {
                 failpoint::hit("after-submit-before-job-id");
                 self.health.update(|h| h.batches_submitted += 1);
+                self.rate_limits.remove(&batch.seq);
                 tracing::info!(batch_key = %batch.batch_key, %job_id, members = members.len(), "batch submitted");
                 self.accept(&batch, job_id).await
             }

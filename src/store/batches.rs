@@ -82,20 +82,25 @@ impl Store {
         self.writer.write(move |t| record_job(t, batch, &job_id, next_poll_at_ms)).await
     }
 
-    /// Persists when the scheduler should look at the batch again, and why.
+    /// Persists when the scheduler should look at the batch again, and why. A `note` with
+    /// `count_failure` set is one more consecutive failure (the bounded-attempt count);
+    /// without it (rate limits, pauses) it is only recorded as the last error.
     pub async fn reschedule_batch(
         &self,
         batch: u64,
         next_action_at_ms: u64,
-        failure: Option<String>,
+        note: Option<String>,
+        count_failure: bool,
     ) -> Result<(), Error> {
         self.writer
             .write(move |t| {
                 let mut record = load_batch(t, batch)?;
                 record.next_action_at_ms = next_action_at_ms;
-                match failure {
+                match note {
                     Some(reason) => {
-                        record.failures += 1;
+                        if count_failure {
+                            record.failures += 1;
+                        }
                         record.last_error = Some(reason);
                     }
                     None => record.failures = 0,
