@@ -1040,7 +1040,10 @@ fn print_levels(levels: &[LevelResult]) {
             fmt_pct(l.cpu.machine),
         );
     }
-    println!("  (server/bench: CPU as % of one core; machine: busy share of all cores, including other load)");
+    println!(
+        "  (requests and latencies: measured window; errors: whole level, warm-up included;\n   \
+         server/bench: CPU as % of one core; machine: busy share of all cores, including other load)"
+    );
     println!();
     for l in levels.iter().filter(|l| l.failure.is_none()) {
         let mut notes = String::new();
