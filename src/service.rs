@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -65,11 +66,20 @@ pub struct Service {
     wake: Option<Arc<Notify>>,
     providers: Vec<SharedHealth>,
     backup_dir: Option<PathBuf>,
+    /// Unix ms of the last successful backup since start (0: none).
+    last_backup_ms: Arc<AtomicU64>,
 }
 
 impl Service {
     pub fn new(store: Store, registry: Registry) -> Self {
-        Self { store, registry, wake: None, providers: Vec::new(), backup_dir: None }
+        Self {
+            store,
+            registry,
+            wake: None,
+            providers: Vec::new(),
+            backup_dir: None,
+            last_backup_ms: Arc::new(AtomicU64::new(0)),
+        }
     }
 
     /// Where online backups are written (inside the data directory, which is the one
@@ -87,9 +97,14 @@ impl Service {
         })?;
         let stamp = crate::clock::format_ms(crate::clock::now_ms()).replace([':', '.'], "-");
         let report = self.store.backup(dir.join(format!("commitpoint-{stamp}.redb"))).await?;
-        metrics::gauge!("commitpoint_last_backup_success_timestamp_seconds")
-            .set(crate::clock::now_ms() as f64 / 1000.0);
+        let now = crate::clock::now_ms();
+        self.last_backup_ms.store(now, Ordering::Relaxed);
+        metrics::gauge!("commitpoint_last_backup_success_timestamp_seconds").set(now as f64 / 1000.0);
         Ok(report)
+    }
+
+    pub fn last_backup_ms(&self) -> Option<u64> {
+        Some(self.last_backup_ms.load(Ordering::Relaxed)).filter(|ms| *ms > 0)
     }
 
     /// The path of a finished backup by its file name, refusing anything that is not one.

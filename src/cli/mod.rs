@@ -1,10 +1,13 @@
 //! The `commitpoint` command line. The only module besides `main` that uses `anyhow`.
 //!
-//! Exit codes: 0 success; 1 the command ran and found a problem (failed submits,
-//! `verify` found violations); 2 usage errors (clap); 3 a runtime failure (server
-//! unreachable, file unreadable); 78 a configuration error that a restart will not fix.
+//! Exit codes (sysexits where one fits): 0 success; 1 the command ran and found a
+//! problem (failed submits, `verify` found violations); 64 usage error; 69 the server
+//! could not be reached; 70 an internal failure; 74 a file could not be opened or read
+//! (missing, or locked by a running server); 78 a configuration error that a restart
+//! will not fix.
 
 mod backup;
+mod ctl;
 mod demo;
 mod serve;
 mod signals;
@@ -18,7 +21,10 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 pub const EXIT_PROBLEMS: u8 = 1;
-pub const EXIT_FAILURE: u8 = 3;
+pub const EXIT_USAGE: u8 = 64;
+pub const EXIT_UNAVAILABLE: u8 = 69;
+pub const EXIT_SOFTWARE: u8 = 70;
+pub const EXIT_IO: u8 = 74;
 pub const EXIT_CONFIG: u8 = 78;
 const DEFAULT_SERVER: &str = "http://127.0.0.1:7878";
 
@@ -38,6 +44,9 @@ enum Command {
     Config(ConfigCommand),
     /// Submit files (or every file under a directory) as sources, concurrently.
     Submit(submit::Args),
+    /// Operate a running server: status.
+    #[command(subcommand)]
+    Ctl(ctl::Command),
     /// Take a consistent backup of a running server's database into one file.
     Backup(backup::Args),
     /// Print one extraction as JSON.
@@ -62,23 +71,55 @@ enum ConfigCommand {
 }
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version are not errors.
+            let code = if e.use_stderr() { EXIT_USAGE } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
     init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("commitpoint: cannot start the async runtime: {e}");
-            return ExitCode::from(EXIT_FAILURE);
+            return ExitCode::from(EXIT_SOFTWARE);
         }
     };
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("commitpoint: {e:#}");
-            let config = e.downcast_ref::<crate::server::Error>().is_some_and(|s| s.is_config());
-            ExitCode::from(if config { EXIT_CONFIG } else { EXIT_FAILURE })
+            ExitCode::from(exit_code_for(&e))
         }
     }
+}
+
+/// Maps a failure to its sysexits code by what actually went wrong.
+fn exit_code_for(e: &anyhow::Error) -> u8 {
+    for cause in e.chain() {
+        if let Some(server) = cause.downcast_ref::<crate::server::Error>()
+            && server.is_config()
+        {
+            return EXIT_CONFIG;
+        }
+        if cause.downcast_ref::<crate::config::Error>().is_some() {
+            return EXIT_CONFIG;
+        }
+        if let Some(http) = cause.downcast_ref::<reqwest::Error>()
+            && (http.is_connect() || http.is_timeout())
+        {
+            return EXIT_UNAVAILABLE;
+        }
+        if matches!(cause.downcast_ref::<crate::store::Error>(), Some(crate::store::Error::Open { .. }))
+            || cause.downcast_ref::<std::io::Error>().is_some()
+        {
+            return EXIT_IO;
+        }
+    }
+    EXIT_SOFTWARE
 }
 
 fn init_tracing() {
@@ -97,6 +138,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Config(ConfigCommand::Check(args)) => Ok(serve::check(args)),
         Command::Submit(args) => submit::run(args).await,
         Command::Backup(args) => backup::run(args).await,
+        Command::Ctl(command) => ctl::run(command).await,
         Command::Get { id, server } => get(&id, &server).await,
         Command::Verify { path } => verify(path).await,
         Command::Demo(args) => demo::run(args).await,
@@ -115,6 +157,10 @@ async fn get(id: &str, server: &str) -> anyhow::Result<ExitCode> {
 
 async fn verify(path: PathBuf) -> anyhow::Result<ExitCode> {
     let shown = path.display().to_string();
+    if !path.exists() {
+        let missing = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        return Err(anyhow::Error::new(missing).context(shown));
+    }
     let report = tokio::task::spawn_blocking(move || crate::store::verify_file(&path))
         .await?
         .with_context(|| format!("{shown}: cannot verify (is a server still running on it?)"))?;

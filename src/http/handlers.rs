@@ -174,10 +174,22 @@ pub async fn retry(State(service): State<Service>, IdPath(id): IdPath) -> Reply 
 }
 
 pub async fn stats(State(service): State<Service>) -> Reply {
-    let counts: serde_json::Map<String, Value> =
-        service.counts_by_state().await?.into_iter().map(|c| (c.state.as_str().to_string(), json!(c.count))).collect();
-    let total: u64 = counts.values().filter_map(Value::as_u64).sum();
-    ok(json!({ "extractions": counts, "total": total, "providers": service.provider_health() }))
+    let now = crate::clock::now_ms();
+    let counts = service.counts_by_state().await?;
+    let by_state: serde_json::Map<String, Value> =
+        counts.iter().map(|c| (c.state.as_str().to_string(), json!(c.count))).collect();
+    let oldest: serde_json::Map<String, Value> = counts
+        .iter()
+        .filter_map(|c| Some((c.state.as_str().to_string(), json!(now.saturating_sub(c.oldest_since_ms?) / 1000))))
+        .collect();
+    let total: u64 = counts.iter().map(|c| c.count).sum();
+    ok(json!({
+        "extractions": by_state,
+        "total": total,
+        "oldest_age_seconds": oldest,
+        "providers": service.provider_health(),
+        "last_backup_at": service.last_backup_ms().map(crate::clock::format_ms),
+    }))
 }
 
 pub async fn metrics(State(service): State<Service>) -> axum::response::Response {

@@ -78,7 +78,7 @@ async fn submit_counts_failures_and_exits_one() {
 fn verify_reports_an_unreadable_file() {
     let dir = temp_dir();
     let missing = verify(&dir.path().join("commitpoint.redb"));
-    assert_eq!(missing.status.code(), Some(3), "{}", stderr(&missing));
+    assert_eq!(missing.status.code(), Some(74), "{}", stderr(&missing));
 
     let garbage = dir.path().join("garbage.redb");
     std::fs::write(&garbage, b"this is not a redb file").expect("write");

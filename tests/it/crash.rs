@@ -167,7 +167,7 @@ async fn acknowledged_intakes_survive_sigkill() {
     // A running server holds the file locked; verify must refuse, not report success.
     let locked = verify(&server.db_path());
     assert_ne!(locked.status.code(), Some(0), "verify on a live file must fail\n{}", stdout(&locked));
-    assert_eq!(locked.status.code(), Some(3), "{}", stderr(&locked));
+    assert_eq!(locked.status.code(), Some(74), "{}", stderr(&locked));
     assert!(stderr(&locked).contains("cannot verify"), "{}", stderr(&locked));
 
     let report = stop_and_verify(server);

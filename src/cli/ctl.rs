@@ -1,0 +1,80 @@
+//! `commitpoint ctl`: talk to a running server's admin API.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+use super::DEFAULT_SERVER;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Counts by state, work waiting longest, providers and their pauses, last backup.
+    Status {
+        #[arg(long, env = "COMMITPOINT_URL", default_value = DEFAULT_SERVER)]
+        server: String,
+        /// Print the raw JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Bearer token, if the server requires one.
+        #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
+}
+
+pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
+    let Command::Status { server, json, token } = command;
+    let base = server.trim_end_matches('/');
+    let mut request = reqwest::Client::new().get(format!("{base}/v1/stats"));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.with_context(|| format!("cannot reach the server at {base}"))?;
+    let status = response.status();
+    let body: Value = response.json().await.context("the server sent a non-JSON answer")?;
+    if !status.is_success() {
+        bail!("{status}: {}", body["error"]["message"].as_str().unwrap_or("no message"));
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&body)?);
+    } else {
+        print!("{}", describe(&body));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn describe(stats: &Value) -> String {
+    let mut out = format!("extractions: {}\n", stats["total"]);
+    if let Some(states) = stats["extractions"].as_object() {
+        for (state, n) in states {
+            let age = stats["oldest_age_seconds"][state].as_f64().filter(|a| *a > 0.0);
+            let waiting = age.map_or(String::new(), |a| format!("  (oldest waiting {})", human_age(a)));
+            out += &format!("  {state:<10} {n}{waiting}\n");
+        }
+    }
+    let providers = stats["providers"].as_array().cloned().unwrap_or_default();
+    if providers.is_empty() {
+        out += "providers: none (external workers claim the work)\n";
+    }
+    for p in providers {
+        let paused = if p["paused_until_ms"].is_u64() {
+            format!("PAUSED ({})", p["pause_reason"].as_str().unwrap_or("?"))
+        } else {
+            "active".to_string()
+        };
+        out += &format!(
+            "provider {}: {paused}; batches {} submitted, {} recovered, {} closed; last error: {}\n",
+            p["name"].as_str().unwrap_or("?"),
+            p["batches_submitted"],
+            p["batches_recovered"],
+            p["batches_closed"],
+            p["last_error"].as_str().unwrap_or("none"),
+        );
+    }
+    out += &format!("last backup: {}\n", stats["last_backup_at"].as_str().unwrap_or("none since start"));
+    out
+}
+
+fn human_age(seconds: f64) -> String {
+    humantime::format_duration(std::time::Duration::from_secs(seconds.round() as u64)).to_string()
+}
