@@ -156,7 +156,11 @@ pub async fn intake_corpus(api: &Api) -> BTreeSet<String> {
 /// Polls (every 100 ms, bounded) until every extraction in `ids` is committed or failed;
 /// returns the records by id.
 pub async fn settle(api: &Api, ids: &BTreeSet<String>) -> BTreeMap<String, Value> {
-    let deadline = Instant::now() + SETTLE;
+    settle_within(api, ids, SETTLE).await
+}
+
+pub async fn settle_within(api: &Api, ids: &BTreeSet<String>, limit: Duration) -> BTreeMap<String, Value> {
+    let deadline = Instant::now() + limit;
     loop {
         let records: BTreeMap<String, Value> =
             api.list_all("").await.into_iter().map(|r| (id_of(&r), r)).filter(|(id, _)| ids.contains(id)).collect();
@@ -166,7 +170,7 @@ pub async fn settle(api: &Api, ids: &BTreeSet<String>) -> BTreeMap<String, Value
             return records;
         }
         let states: Vec<_> = records.values().map(|r| r["state"].clone()).collect();
-        assert!(Instant::now() < deadline, "not settled within {SETTLE:?}: {states:?}");
+        assert!(Instant::now() < deadline, "not settled within {limit:?}: {states:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -312,4 +316,25 @@ async fn resubmitting_a_source_while_its_batch_is_live_does_not_resubmit_it() {
 
     let report = finish(server);
     assert_report_counts(&report, 1, &["committed: 1"]);
+}
+
+/// Only an intent this process did not just create (found at start-up, or after a failed
+/// submit) is looked up by batch key before submitting (PROVIDERS.md, "Reconcile"). A batch
+/// formed and submitted in one go costs no `GET /v1/batches` listing: on a busy account a
+/// lookup pages through every batch of the last ten minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_this_process_just_formed_is_submitted_without_a_lookup() {
+    let rig = Rig::start(Duration::from_millis(200), Faults::default()).await;
+    let server = rig.serve(&[], None);
+    let api = server.api();
+    intake_corpus(&api).await;
+
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert_submitted(&stats, &corpus_ids(), 1);
+    assert_eq!(stats.batches_listed, 0, "a fresh batch was looked up before its first submit: {stats:#?}");
+    assert_eq!(counter(&health(&api).await, "batches_recovered"), 0);
+
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
 }

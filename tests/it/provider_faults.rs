@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::provider::{
     CORPUS, Rig, SETTLE, TENANT, assert_all_committed_with_model_findings, assert_findings, assert_report_counts,
-    assert_submitted, corpus_ids, counter, expected_id, finish, health, intake_corpus, settle,
+    assert_submitted, corpus_ids, counter, expected_id, finish, health, intake_corpus, settle, settle_within,
 };
 use crate::util::id_of;
 
@@ -205,6 +205,52 @@ async fn schema_violating_answers_fail_validation_and_retry_commits_them() {
     for source in CORPUS {
         assert_findings(&api, source, &expected_id(source)).await;
     }
+
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+/// Rate limits never give up (PROVIDERS.md), and a submit gives up only after 8
+/// *transient* failures in a row. Seven 429s followed by one 503 is one transient failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_do_not_use_up_the_retries_of_transient_errors() {
+    let faults = Faults { rate_limit_next: 7, retry_after_secs: 1, server_error_next: 1, ..Faults::default() };
+    let rig = Rig::start(Duration::from_millis(200), faults).await;
+    let server = rig.serve(&[], None);
+    let api = server.api();
+    intake_corpus(&api).await;
+
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert_eq!((stats.rate_limited, stats.server_errors), (7, 1), "{stats:#?}");
+    assert_eq!(stats.batches_created, 1, "{stats:#?}");
+    assert_submitted(&stats, &corpus_ids(), 1);
+    let health = health(&api).await;
+    assert_eq!(counter(&health, "rate_limited"), 7, "{health:#}");
+
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+/// Quota exhaustion pauses new submissions only: "polls go on" (PROVIDERS.md). A quota
+/// error answering the poll of a live job must not hold that job's results for 15 minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_error_on_a_poll_does_not_hold_the_job_for_the_pause() {
+    let rig = Rig::start(Duration::from_millis(1000), Faults::default()).await;
+    let server = rig.serve(&[], None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    rig.wait_stats("the batch", |s| s.batches_created >= 1).await;
+    // The next API request is a poll of the live job.
+    rig.sim.set_faults(Faults { insufficient_quota_next: 1, ..Faults::default() });
+    rig.wait_stats("the quota error", |s| s.rate_limited >= 1).await;
+
+    let health = health(&api).await;
+    assert_eq!(health["pause_submissions_only"], json!(true), "{health:#}");
+    let records = settle_within(&api, &ids, Duration::from_secs(8)).await;
+    assert!(records.values().all(|r| r["state"] == json!("committed")), "{records:#?}");
+    assert_all_committed_with_model_findings(&api).await;
+    assert_eq!(rig.stats().batches_created, 1);
 
     let report = finish(server);
     assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
