@@ -17,6 +17,8 @@ mod crash;
 mod intake;
 #[path = "it/leases.rs"]
 mod leases;
+#[path = "it/ops.rs"]
+mod ops;
 #[path = "it/provider.rs"]
 mod provider;
 #[path = "it/provider_crash.rs"]
