@@ -12,6 +12,7 @@
 //!
 //! See docs/ARCHITECTURE.md for the data flow.
 
+pub mod access;
 pub mod cli;
 pub mod clock;
 pub mod config;

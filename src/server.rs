@@ -94,18 +94,15 @@ impl Server {
         let (provider, simulator) = build_provider(&options.provider).await?;
         let watchdog = crate::systemd::spawn_watchdog(store.clone());
         let mut service = Service::new(store.clone(), registry).with_backup_dir(options.data_dir.join("backups"));
-        let scheduler = provider.map(|provider| {
+        let mut scheduler = None;
+        if let Some(provider) = provider {
+            let paused = store.provider_paused(provider.name()).await?;
             let wake = Arc::new(Notify::new());
-            let handle = Scheduler::spawn(
-                store,
-                service.clone(),
-                provider,
-                options.provider.scheduler.clone(),
-                Arc::clone(&wake),
-            );
+            let settings = options.provider.scheduler.clone();
+            let handle = Scheduler::spawn(store, service.clone(), provider, settings, Arc::clone(&wake), paused);
             service = service.clone().with_scheduler(wake, handle.health());
-            handle
-        });
+            scheduler = Some(handle);
+        }
         let router = crate::http::router(service, options.max_body_bytes, Arc::new(access));
         let (stop, stopped) = oneshot::channel::<()>();
         // Responses are small and latency-bound: never let Nagle hold an acknowledgement back.

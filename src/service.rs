@@ -34,8 +34,18 @@ pub enum Error {
     Transition(TransitionError),
     #[error("the output does not satisfy schema {schema}; the extraction is now failed (class validation)")]
     ValidationFailed { schema: String, issues: Vec<ValidationIssue> },
+    #[error("no provider named {0:?} is configured (see GET /v1/admin/providers)")]
+    UnknownProvider(String),
     #[error(transparent)]
     Store(#[from] store::Error),
+}
+
+/// A provider as operators see it: its health plus the jobs it still has in flight.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProviderView {
+    #[serde(flatten)]
+    pub health: ProviderHealth,
+    pub open_batches: u64,
 }
 
 fn invalid(field: &'static str, message: impl Into<String>) -> Error {
@@ -125,6 +135,41 @@ impl Service {
         self.wake = Some(wake);
         self.providers.push(health);
         self
+    }
+
+    /// Pauses (or resumes) new submissions to a provider; its known jobs are still polled
+    /// to completion. Persisted, so a restart keeps the pause.
+    pub async fn set_provider_paused(&self, name: &str, paused: bool) -> Result<ProviderView, Error> {
+        let health = self
+            .providers
+            .iter()
+            .find(|h| h.snapshot().name == name)
+            .ok_or_else(|| Error::UnknownProvider(name.to_string()))?;
+        self.store.set_provider_paused(name.to_string(), paused).await?;
+        health.set_operator_pause(paused);
+        if let Some(wake) = &self.wake {
+            wake.notify_one();
+        }
+        tracing::info!(provider = name, paused, "operator changed the provider's pause");
+        Ok(self
+            .providers()
+            .await?
+            .into_iter()
+            .find(|p| p.health.name == name)
+            .unwrap_or(ProviderView { health: health.snapshot(), open_batches: 0 }))
+    }
+
+    pub async fn providers(&self) -> Result<Vec<ProviderView>, Error> {
+        let open = self.store.open_batches().await?;
+        Ok(self
+            .providers
+            .iter()
+            .map(|h| {
+                let health = h.snapshot();
+                let open_batches = open.iter().filter(|b| b.provider == health.name).count() as u64;
+                ProviderView { health, open_batches }
+            })
+            .collect())
     }
 
     pub fn provider_health(&self) -> Vec<ProviderHealth> {

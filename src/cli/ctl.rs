@@ -2,43 +2,78 @@
 
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use serde_json::Value;
 
-use super::DEFAULT_SERVER;
+use super::{DEFAULT_SERVER, EXIT_PROBLEMS};
+
+/// How to reach the admin API.
+#[derive(Debug, clap::Args)]
+pub struct Target {
+    #[arg(long, env = "COMMITPOINT_URL", default_value = DEFAULT_SERVER)]
+    server: String,
+    /// Bearer token (the admin token), if the server requires one.
+    #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Print the raw JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
     /// Counts by state, work waiting longest, providers and their pauses, last backup.
-    Status {
-        #[arg(long, env = "COMMITPOINT_URL", default_value = DEFAULT_SERVER)]
-        server: String,
-        /// Print the raw JSON instead of text.
-        #[arg(long)]
-        json: bool,
-        /// Bearer token, if the server requires one.
-        #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
-        token: Option<String>,
+    Status(Target),
+    /// Stop new submissions to a provider; its known jobs are still polled to completion.
+    PauseProvider {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Let a paused provider take new submissions again.
+    ResumeProvider {
+        name: String,
+        #[command(flatten)]
+        target: Target,
     },
 }
 
 pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
-    let Command::Status { server, json, token } = command;
-    let base = server.trim_end_matches('/');
-    let mut request = reqwest::Client::new().get(format!("{base}/v1/stats"));
-    if let Some(token) = token {
+    let (target, method, path) = match command {
+        Command::Status(target) => (target, reqwest::Method::GET, "/v1/stats".to_string()),
+        Command::PauseProvider { name, target } => {
+            (target, reqwest::Method::POST, format!("/v1/admin/providers/{name}/pause"))
+        }
+        Command::ResumeProvider { name, target } => {
+            (target, reqwest::Method::POST, format!("/v1/admin/providers/{name}/resume"))
+        }
+    };
+    let base = target.server.trim_end_matches('/');
+    let mut request = reqwest::Client::new().request(method, format!("{base}{path}"));
+    if let Some(token) = &target.token {
         request = request.bearer_auth(token);
     }
     let response = request.send().await.with_context(|| format!("cannot reach the server at {base}"))?;
     let status = response.status();
     let body: Value = response.json().await.context("the server sent a non-JSON answer")?;
     if !status.is_success() {
-        bail!("{status}: {}", body["error"]["message"].as_str().unwrap_or("no message"));
+        eprintln!(
+            "commitpoint: the server refused: {status}: {}",
+            body["error"]["message"].as_str().unwrap_or("no message")
+        );
+        return Ok(ExitCode::from(EXIT_PROBLEMS));
     }
-    if json {
+    if target.json {
         println!("{}", serde_json::to_string_pretty(&body)?);
-    } else {
+    } else if path == "/v1/stats" {
         print!("{}", describe(&body));
+    } else {
+        let state = if body["operator_paused"] == true { "paused (known jobs still polled)" } else { "active" };
+        println!(
+            "provider {}: {state}; {} batches in flight",
+            body["name"].as_str().unwrap_or("?"),
+            body["open_batches"]
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -57,7 +92,9 @@ fn describe(stats: &Value) -> String {
         out += "providers: none (external workers claim the work)\n";
     }
     for p in providers {
-        let paused = if p["paused_until_ms"].is_u64() {
+        let paused = if p["operator_paused"] == true {
+            "PAUSED by an operator (known jobs still polled)".to_string()
+        } else if p["paused_until_ms"].is_u64() {
             format!("PAUSED ({})", p["pause_reason"].as_str().unwrap_or("?"))
         } else {
             "active".to_string()

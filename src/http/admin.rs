@@ -42,3 +42,21 @@ pub async fn remove(State(service): State<Service>, Path(name): Path<String>) ->
 fn not_found(name: &str) -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no backup named {name:?}"))
 }
+
+pub async fn providers(State(service): State<Service>) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(json!({ "providers": service.providers().await? })))
+}
+
+pub async fn pause(
+    State(service): State<Service>,
+    Path(name): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(json!(service.set_provider_paused(&name, true).await?)))
+}
+
+pub async fn resume(
+    State(service): State<Service>,
+    Path(name): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(json!(service.set_provider_paused(&name, false).await?)))
+}

@@ -180,6 +180,7 @@ pub async fn stats(State(service): State<Service>) -> Reply {
         counts.iter().map(|c| (c.state.as_str().to_string(), json!(c.count))).collect();
     let oldest: serde_json::Map<String, Value> = counts
         .iter()
+        .filter(|c| !matches!(c.state, StateName::Committed | StateName::Failed))
         .filter_map(|c| Some((c.state.as_str().to_string(), json!(now.saturating_sub(c.oldest_since_ms?) / 1000))))
         .collect();
     let total: u64 = counts.iter().map(|c| c.count).sum();

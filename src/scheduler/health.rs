@@ -12,6 +12,8 @@ pub struct ProviderHealth {
     pub paused_until_ms: Option<u64>,
     pub pause_submissions_only: bool,
     pub pause_reason: Option<String>,
+    /// Set by an operator (persisted): no new submissions; known jobs are still polled.
+    pub operator_paused: bool,
     pub last_error: Option<String>,
     pub batches_formed: u64,
     pub batches_submitted: u64,
@@ -53,9 +55,17 @@ impl SharedHealth {
         });
     }
 
-    /// When the pause that applies to this kind of call ends, if one is in force.
+    pub fn set_operator_pause(&self, paused: bool) {
+        self.update(|h| h.operator_paused = paused);
+    }
+
+    /// When the pause that applies to this kind of call ends, if one is in force. An
+    /// operator's pause of submissions has no end time (`u64::MAX`): resuming wakes the loop.
     pub fn paused_until(&self, now_ms: u64, submitting: bool) -> Option<u64> {
         let h = self.lock();
+        if submitting && h.operator_paused {
+            return Some(u64::MAX);
+        }
         let until = h.paused_until_ms.filter(|until| *until > now_ms)?;
         (submitting || !h.pause_submissions_only).then_some(until)
     }
@@ -74,5 +84,15 @@ mod tests {
         assert_eq!(health.paused_until(1_000, true), None, "the pause ends on time");
         health.pause(2_000, false, "401".into());
         assert_eq!(health.paused_until(500, false), Some(2_000));
+    }
+
+    #[test]
+    fn an_operator_pause_holds_submissions_until_resumed() {
+        let health = SharedHealth::new("p");
+        health.set_operator_pause(true);
+        assert_eq!(health.paused_until(0, true), Some(u64::MAX));
+        assert_eq!(health.paused_until(0, false), None, "known jobs are still polled");
+        health.set_operator_pause(false);
+        assert_eq!(health.paused_until(0, true), None);
     }
 }

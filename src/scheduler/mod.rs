@@ -61,6 +61,8 @@ const BACKOFF_CAP: Duration = Duration::from_secs(300);
 /// Lines handed to one store write: big enough to share an fsync, small enough to
 /// keep memory flat whatever the result file's size.
 const STAGE_CHUNK: usize = 512;
+/// The loop re-checks at least this often, whatever the deadlines say.
+const MAX_SLEEP: Duration = Duration::from_secs(3600);
 /// Staged answers validated and committed at once (they share group commits).
 const COMMIT_CONCURRENCY: usize = 64;
 /// After an unexpected error in a step, the loop waits this long before trying again.
@@ -113,8 +115,10 @@ impl Scheduler {
         provider: Arc<dyn BatchProvider>,
         settings: Settings,
         wake: Arc<Notify>,
+        operator_paused: bool,
     ) -> SchedulerHandle {
         let health = SharedHealth::new(provider.name());
+        health.set_operator_pause(operator_paused);
         let (stop, stopped) = watch::channel(false);
         let scheduler = Scheduler {
             store,
@@ -143,7 +147,8 @@ impl Scheduler {
             let sleep = async {
                 match next {
                     Some(at_ms) => {
-                        tokio::time::sleep(Duration::from_millis(at_ms.saturating_sub(clock::now_ms()))).await
+                        let wait = Duration::from_millis(at_ms.saturating_sub(clock::now_ms())).min(MAX_SLEEP);
+                        tokio::time::sleep(wait).await;
                     }
                     None => std::future::pending::<()>().await,
                 }

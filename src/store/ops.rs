@@ -87,6 +87,16 @@ impl Store {
         self.writer.write(move |t| post_result(t, post)).await
     }
 
+    /// Persists an operator's pause (or resume) of submissions to a provider.
+    pub async fn set_provider_paused(&self, provider: String, paused: bool) -> Result<(), Error> {
+        self.writer
+            .write(move |t| {
+                t.meta.insert(format!("{}{provider}", super::tables::META_PAUSE_PREFIX).as_str(), u64::from(paused))?;
+                Ok(((), true))
+            })
+            .await
+    }
+
     /// Round-trips an empty job through the writer thread: proof that it still commits.
     pub async fn ping_writer(&self) -> Result<(), Error> {
         self.writer.write(|_| Ok(((), false))).await

@@ -86,6 +86,16 @@ impl Store {
         .await
     }
 
+    /// Whether an operator paused submissions to this provider (survives restarts).
+    pub async fn provider_paused(&self, provider: &str) -> Result<bool, Error> {
+        let key = format!("{}{provider}", tables::META_PAUSE_PREFIX);
+        self.read(move |txn| {
+            let meta = txn.open_table(tables::META)?;
+            Ok(meta.get(key.as_str())?.is_some_and(|v| v.value() == 1))
+        })
+        .await
+    }
+
     /// Size of the database file on disk.
     pub fn file_size(&self) -> Option<u64> {
         std::fs::metadata(&self.path).ok().map(|m| m.len())

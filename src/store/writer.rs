@@ -24,6 +24,7 @@ const QUEUE_DEPTH: usize = 8192;
 
 /// The tables a write job may touch, opened once per batch.
 pub struct WriteTables<'txn> {
+    pub meta: Table<'txn, &'static str, u64>,
     pub identity: Table<'txn, &'static [u8; 32], u64>,
     pub extractions: Table<'txn, u64, &'static [u8]>,
     pub contents: Table<'txn, u64, &'static [u8]>,
@@ -50,6 +51,7 @@ pub struct Sequences {
 impl<'txn> WriteTables<'txn> {
     fn open(txn: &'txn WriteTransaction, now_ms: u64, next: Sequences) -> Result<Self, Error> {
         Ok(Self {
+            meta: txn.open_table(tables::META)?,
             identity: txn.open_table(tables::IDENTITY)?,
             extractions: txn.open_table(tables::EXTRACTIONS)?,
             contents: txn.open_table(tables::CONTENTS)?,
@@ -187,7 +189,9 @@ pub fn initialize(db: &Database) -> Result<Sequences, Error> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
     let next_seq = {
-        let mut meta = txn.open_table(tables::META)?;
+        // Creating every table up front lets readers open them without special cases.
+        let mut tables = WriteTables::open(&txn, 0, Sequences { extraction: 0, batch: 0 })?;
+        let meta = &mut tables.meta;
         let layout = meta.get(META_LAYOUT)?.map(|v| v.value());
         match layout {
             None => {
@@ -201,8 +205,6 @@ pub fn initialize(db: &Database) -> Result<Sequences, Error> {
                 });
             }
         }
-        // Creating every table up front lets readers open them without special cases.
-        let tables = WriteTables::open(&txn, 0, Sequences { extraction: 0, batch: 0 })?;
         let last = tables.extractions.last()?.map(|(k, _)| k.value());
         let last_batch = tables.batches.last()?.map(|(k, _)| k.value());
         Sequences { extraction: last.map_or(1, |seq| seq + 1), batch: last_batch.map_or(1, |seq| seq + 1) }
