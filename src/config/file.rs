@@ -39,72 +39,8 @@ pub struct RawAccess {
 
 impl RawAccess {
     pub fn admin_source(&self) -> Result<Option<KeySource>, Error> {
-        let named =
-            [self.admin_token_env.is_some(), self.admin_token_file.is_some(), self.admin_token_credential.is_some()];
-        if named.iter().filter(|n| **n).count() > 1 {
-            return Err(Error::Invalid {
-                key: "access.admin_token_*",
-                reason: "name only one of admin_token_env, admin_token_file, admin_token_credential".to_string(),
-            });
-        }
-        Ok(if let Some(name) = &self.admin_token_env {
-            Some(KeySource::Env(name.clone()))
-        } else if let Some(path) = &self.admin_token_file {
-            Some(KeySource::File(path.clone()))
-        } else {
-            self.admin_token_credential.as_ref().map(|name| KeySource::Credential(name.clone()))
-        })
+        one_source("access.admin_token_*", &self.admin_token_env, &self.admin_token_file, &self.admin_token_credential)
     }
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawServer {
-    pub listen: Option<String>,
-    pub data_dir: Option<PathBuf>,
-    pub schema_dir: Option<PathBuf>,
-    pub max_body_bytes: Option<usize>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawProvider {
-    pub kind: Option<ProviderKind>,
-    pub base_url: Option<String>,
-    pub model: Option<String>,
-    /// Name of an environment variable holding the key.
-    pub api_key_env: Option<String>,
-    /// A file holding the key (mode 0600 or stricter).
-    pub api_key_file: Option<PathBuf>,
-    /// A systemd credential (`LoadCredential=NAME:…`), read from `$CREDENTIALS_DIRECTORY/NAME`.
-    pub api_key_credential: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderKind {
-    None,
-    Openai,
-    Simulator,
-}
-
-impl From<ProviderKind> for ProviderChoice {
-    fn from(kind: ProviderKind) -> Self {
-        match kind {
-            ProviderKind::None => ProviderChoice::None,
-            ProviderKind::Openai => ProviderChoice::Openai,
-            ProviderKind::Simulator => ProviderChoice::Simulator,
-        }
-    }
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawScheduler {
-    pub batch_max_size: Option<u32>,
-    pub batch_max_wait: Option<String>,
-    pub poll_interval: Option<String>,
-    pub max_submit_failures: Option<u32>,
 }
 
 /// Reads the file. A missing file is fine only when nobody asked for it explicitly.
@@ -123,22 +59,24 @@ pub fn parse_duration(key: &'static str, value: &str) -> Result<Duration, Error>
 }
 
 impl RawProvider {
-    /// At most one key source may be named; the credential wins nothing silently.
     pub fn key_source(&self) -> Result<Option<KeySource>, Error> {
-        let named = [self.api_key_env.is_some(), self.api_key_file.is_some(), self.api_key_credential.is_some()];
-        if named.iter().filter(|n| **n).count() > 1 {
-            return Err(Error::Invalid {
-                key: "provider.api_key_*",
-                reason: "name only one of api_key_env, api_key_file, api_key_credential".to_string(),
-            });
-        }
-        Ok(if let Some(name) = &self.api_key_env {
-            Some(KeySource::Env(name.clone()))
-        } else if let Some(path) = &self.api_key_file {
-            Some(KeySource::File(path.clone()))
-        } else {
-            self.api_key_credential.as_ref().map(|name| KeySource::Credential(name.clone()))
-        })
+        one_source("provider.api_key_*", &self.api_key_env, &self.api_key_file, &self.api_key_credential)
+    }
+}
+
+/// At most one place may be named for a secret: two would leave the winner ambiguous.
+fn one_source(
+    key: &'static str,
+    env: &Option<String>,
+    file: &Option<PathBuf>,
+    credential: &Option<String>,
+) -> Result<Option<KeySource>, Error> {
+    match (env, file, credential) {
+        (None, None, None) => Ok(None),
+        (Some(name), None, None) => Ok(Some(KeySource::Env(name.clone()))),
+        (None, Some(path), None) => Ok(Some(KeySource::File(path.clone()))),
+        (None, None, Some(name)) => Ok(Some(KeySource::Credential(name.clone()))),
+        _ => Err(Error::Invalid { key, reason: "name only one of the _env, _file and _credential keys".to_string() }),
     }
 }
 

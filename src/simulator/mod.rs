@@ -47,6 +47,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use faults::Faults;
+/// The simulator's rule-based stand-in for a model, shared with the demo's workers.
+pub use model::{broken_review, review};
 pub use state::Stats;
 
 use error::ApiError;

@@ -1,7 +1,5 @@
-//! The demo's sources and its stand-in "model": a deterministic rule-based reviewer that
-//! produces `code-review@1` output, so the demo needs no provider key.
-
-use serde_json::{Value, json};
+//! The demo's sources. Its workers answer with the simulator's rule-based reviewer
+//! (`simulator::review`), so the demo needs no provider key.
 
 pub struct Source {
     pub tenant: &'static str,
@@ -50,36 +48,3 @@ pub const REVISION: Source = Source {
     source_id: "payments#101",
     content: "fn charge(card: &str) -> Result<u64, Error> {\n    let amount = parse(card)?;\n    Ok(amount)\n}\n",
 };
-
-/// (pattern, rule, severity, summary) — what the stand-in model "notices".
-const RULES: &[(&str, &str, &str, &str)] = &[
-    ("unwrap()", "no-unwrap", "medium", "unwrap() panics on bad input; return the error instead"),
-    ("TODO", "todo-left", "low", "unfinished work left in the change"),
-    ("PASSWORD", "hardcoded-secret", "critical", "credential committed in source"),
-    ("secret =", "hardcoded-secret", "critical", "credential committed in source"),
-    ("unsafe fn", "unsafe-code", "high", "unsafe function without a safety comment"),
-];
-
-/// Reviews one source the way a model would answer under Structured Outputs.
-pub fn review(source_id: &str, content: &str) -> Value {
-    let mut findings = Vec::new();
-    for (index, line) in content.lines().enumerate() {
-        for (pattern, rule, severity, summary) in RULES {
-            if line.contains(pattern) {
-                findings.push(json!({
-                    "rule": rule,
-                    "severity": severity,
-                    "file": source_id,
-                    "line": index + 1,
-                    "summary": summary,
-                }));
-            }
-        }
-    }
-    json!({ "findings": findings })
-}
-
-/// What a confused model sends: a finding on line 0 and an unknown severity.
-pub fn broken_review(source_id: &str) -> Value {
-    json!({ "findings": [{"rule": "no-unwrap", "severity": "urgent", "file": source_id, "line": 0, "summary": "?"}] })
-}

@@ -7,7 +7,8 @@ use anyhow::bail;
 use serde_json::{Value, json};
 
 use super::api::Api;
-use super::corpus::{self, REVISION, SOURCES};
+use super::corpus::{REVISION, SOURCES};
+use crate::simulator;
 
 const COPIES_PER_SOURCE: usize = 4;
 const SHORT_LEASE_SECONDS: u64 = 1;
@@ -109,7 +110,9 @@ async fn healthy_workers(api: &Api, summary: &mut Summary) -> anyhow::Result<()>
     for claim in &claims {
         let source_id = claim["source_id"].as_str().unwrap_or_default();
         if source_id == CONFUSED_SOURCE {
-            let (status, body) = api.post_result(claim, corpus::broken_review(source_id)).await?;
+            let (status, body) = api
+                .post_result(claim, simulator::broken_review(source_id, claim["content"].as_str().unwrap_or_default()))
+                .await?;
             println!("  {source_id}: the model's answer fails the schema → {status} {}", body["error"]["code"]);
             summary
                 .check("schema-violating output is rejected with 422 and marks the extraction failed", status == 422);
@@ -120,7 +123,7 @@ async fn healthy_workers(api: &Api, summary: &mut Summary) -> anyhow::Result<()>
                 .check("retry moves a failed extraction back to pending", status == 200 && body["state"] == "pending");
             continue;
         }
-        let output = corpus::review(source_id, claim["content"].as_str().unwrap_or_default());
+        let output = simulator::review(source_id, claim["content"].as_str().unwrap_or_default());
         let (status, body) = api.post_result(claim, output.clone()).await?;
         println!("  {source_id}: committed {} findings (replay: {})", body["findings"], body["replay"]);
         if source_id == "payments#102" {
@@ -147,7 +150,7 @@ async fn takeover_after_expiry(api: &Api, lost: &[Value], summary: &mut Summary)
     summary.check("expired leases are handed to another worker with a new token", lost_ids.is_subset(&taken));
     for claim in &claims {
         let source_id = claim["source_id"].as_str().unwrap_or_default();
-        let output = corpus::review(source_id, claim["content"].as_str().unwrap_or_default());
+        let output = simulator::review(source_id, claim["content"].as_str().unwrap_or_default());
         let (status, body) = api.post_result(claim, output).await?;
         println!("  worker-b: {source_id} → {status}, {} findings", body["findings"]);
     }
@@ -248,7 +251,7 @@ async fn redeliver_everything(api: &Api) -> anyhow::Result<bool> {
 }
 
 fn distinct_findings(source_id: &str, content: &str) -> usize {
-    let review = corpus::review(source_id, content);
+    let review = simulator::review(source_id, content);
     let keys: BTreeSet<String> = review["findings"]
         .as_array()
         .map(|f| f.iter().map(|f| format!("{}|{}|{}", f["rule"], f["file"], f["line"])).collect())
