@@ -43,6 +43,56 @@ impl RawAccess {
     }
 }
 
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub schema_dir: Option<PathBuf>,
+    pub max_body_bytes: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProvider {
+    pub kind: Option<ProviderKind>,
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    /// Name of an environment variable holding the key.
+    pub api_key_env: Option<String>,
+    /// A file holding the key (mode 0600 or stricter).
+    pub api_key_file: Option<PathBuf>,
+    /// A systemd credential (`LoadCredential=NAME:…`), read from `$CREDENTIALS_DIRECTORY/NAME`.
+    pub api_key_credential: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    None,
+    Openai,
+    Simulator,
+}
+
+impl From<ProviderKind> for ProviderChoice {
+    fn from(kind: ProviderKind) -> Self {
+        match kind {
+            ProviderKind::None => ProviderChoice::None,
+            ProviderKind::Openai => ProviderChoice::Openai,
+            ProviderKind::Simulator => ProviderChoice::Simulator,
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawScheduler {
+    pub batch_max_size: Option<u32>,
+    pub batch_max_wait: Option<String>,
+    pub poll_interval: Option<String>,
+    pub max_submit_failures: Option<u32>,
+}
+
 /// Reads the file. A missing file is fine only when nobody asked for it explicitly.
 pub fn load(path: &Path, explicit: bool) -> Result<RawConfig, Error> {
     let text = match std::fs::read_to_string(path) {
