@@ -15,8 +15,8 @@ use crate::util::*;
 const EXIT_CONFIG: i32 = 78;
 
 fn write_private(path: &Path, text: &str, mode: u32) {
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    std::fs::write(path, text).expect("write a secret file");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod a secret file");
 }
 
 #[test]
@@ -165,7 +165,7 @@ async fn call(url: &str, token: Option<&str>, method: reqwest::Method, body: Opt
     if let Some(body) = body {
         request = request.json(&body);
     }
-    let response = request.send().await.unwrap();
+    let response = request.send().await.expect("reach the server");
     let status = response.status().as_u16();
     (status, response.json().await.unwrap_or(Value::Null))
 }
