@@ -23,14 +23,14 @@ pub async fn run(server: &Server, summary: &mut Summary) -> anyhow::Result<()> {
     let api = Api { base: format!("http://{}", server.addr()), http: reqwest::Client::new() };
     println!("== 7. the built-in provider: commitpoint drives a SIMULATED OpenAI Batch API with faults on ==");
     println!("  faults: the first batch create is answered by a dropped connection; the next 2 calls get 429 +");
-    println!("  Retry-After; batches expire half done; every 3rd result line is duplicated, every 5th is garbage");
+    println!("  Retry-After; batches expire half done; every 3rd result line is duplicated, every 2nd is garbage");
     simulator.set_faults(Faults {
         drop_after_create_next: 1,
         rate_limit_next: 2,
         retry_after_secs: 1,
         expire_batches: true,
         duplicate_line_every: 3,
-        malformed_line_every: 5,
+        malformed_line_every: 2,
         ..Faults::default()
     });
     let mut requests = tokio::task::JoinSet::new();
@@ -53,7 +53,7 @@ pub async fn run(server: &Server, summary: &mut Summary) -> anyhow::Result<()> {
     let started = Instant::now();
     wait_for(&api, started, |h| h["batches_closed"].as_u64().unwrap_or(0) >= 1).await?;
     println!("  the first batch expired half done; expiry is switched off from here on");
-    simulator.set_faults(Faults { duplicate_line_every: 3, malformed_line_every: 5, ..Faults::default() });
+    simulator.set_faults(Faults { duplicate_line_every: 3, malformed_line_every: 2, ..Faults::default() });
     let states = settle(&api, &ids, started).await?;
     let health = provider_health(&api).await?;
     let stats = simulator.stats();
@@ -77,6 +77,10 @@ pub async fn run(server: &Server, summary: &mut Summary) -> anyhow::Result<()> {
     );
     summary.check("no member was ever in two live batches", stats.max_live_batches_per_custom_id == 1);
     summary.check("429s were waited out, not fatal", health["rate_limited"].as_u64() >= Some(1));
+    summary.check(
+        "garbage result lines were skipped and their members answered by a later batch",
+        health["malformed_lines"].as_u64() >= Some(1),
+    );
     Ok(())
 }
 
