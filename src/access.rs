@@ -4,7 +4,7 @@
 //! that sees and submits only its own tenant's extractions.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use subtle::ConstantTimeEq;
 
@@ -58,10 +58,10 @@ pub enum Denied {
 
 impl AccessPolicy {
     /// Reads the configured tokens. Files must be private (mode 0600 or stricter).
-    pub fn load(admin: Option<&KeySource>, tenant_tokens_file: Option<&Path>) -> Result<Self, config::Error> {
+    pub fn load(admin: Option<&KeySource>, tenant_tokens: Option<&KeySource>) -> Result<Self, config::Error> {
         let admin = admin.map(|source| source.load_secret().map(|text| Token::new(&text))).transpose()?;
-        let tenants = match tenant_tokens_file {
-            Some(path) => parse_tenant_tokens(path)?,
+        let tenants = match tenant_tokens {
+            Some(source) => parse_tenant_tokens(source)?,
             None => Vec::new(),
         };
         if admin.is_none() && !tenants.is_empty() {
@@ -127,8 +127,8 @@ impl Caller {
 }
 
 /// `tenant token` per line; blank lines and `#` comments ignored.
-fn parse_tenant_tokens(path: &Path) -> Result<Vec<(String, Token)>, config::Error> {
-    let text = KeySource::File(path.to_path_buf()).load_secret()?;
+fn parse_tenant_tokens(source: &KeySource) -> Result<Vec<(String, Token)>, config::Error> {
+    let text = source.load_secret()?;
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -140,7 +140,7 @@ fn parse_tenant_tokens(path: &Path) -> Result<Vec<(String, Token)>, config::Erro
             (Some(tenant), Some(token), None) => out.push((tenant.to_string(), Token::new(token))),
             _ => {
                 return Err(config::Error::ConfigParse {
-                    path: PathBuf::from(path),
+                    path: PathBuf::from(source.to_string()),
                     reason: format!("line {}: expected `<tenant> <token>`", n + 1),
                 });
             }
@@ -191,11 +191,12 @@ mod tests {
         let admin = dir.path().join("admin");
         std::fs::write(&admin, "adm\n").unwrap();
         std::fs::set_permissions(&admin, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let p = AccessPolicy::load(Some(&KeySource::File(admin)), Some(&path)).unwrap();
+        let tenants = KeySource::File(path.clone());
+        let p = AccessPolicy::load(Some(&KeySource::File(admin)), Some(&tenants)).unwrap();
         assert_eq!(p.identify(Some("Bearer t2")), Ok(Caller::Tenant("globex".into())));
         assert_eq!(p.identify(Some("Bearer adm")), Ok(Caller::Admin));
         assert!(!format!("{p:?}").contains("t1"), "tokens never show in Debug output");
         std::fs::write(&path, "acme\n").unwrap();
-        assert!(AccessPolicy::load(None, Some(&path)).is_err());
+        assert!(AccessPolicy::load(None, Some(&tenants)).is_err());
     }
 }

@@ -77,8 +77,7 @@ pub struct Server {
 impl Server {
     pub async fn start(options: &ServeOptions) -> Result<Server, Error> {
         // Secrets first: a bad token file is a configuration error, before anything binds.
-        let access =
-            AccessPolicy::load(options.access.admin_token.as_ref(), options.access.tenant_tokens_file.as_deref())?;
+        let access = AccessPolicy::load(options.access.admin_token.as_ref(), options.access.tenant_tokens.as_ref())?;
         let listener =
             TcpListener::bind(options.listen).await.map_err(|source| Error::Bind { addr: options.listen, source })?;
         let addr = listener.local_addr().map_err(Error::Serve)?;

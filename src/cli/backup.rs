@@ -19,6 +19,9 @@ pub struct Args {
     out: PathBuf,
     #[arg(long, env = "COMMITPOINT_URL", default_value = DEFAULT_SERVER)]
     server: String,
+    /// Bearer token, when the server has access tokens configured (the admin token for backups).
+    #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     /// Leave the server's copy in its data directory (by default it is removed once downloaded).
     #[arg(long)]
     keep_on_server: bool,
@@ -29,7 +32,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         bail!("{}: already exists; choose a new file name", args.out.display());
     }
     let base = args.server.trim_end_matches('/');
-    let client = reqwest::Client::new();
+    let client = super::http_client(args.token.as_deref())?;
     let response =
         client.post(format!("{base}/v1/admin/backup")).send().await.with_context(|| format!("cannot reach {base}"))?;
     let status = response.status();

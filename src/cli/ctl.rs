@@ -49,10 +49,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
     };
     let base = target.server.trim_end_matches('/');
-    let mut request = reqwest::Client::new().request(method, format!("{base}{path}"));
-    if let Some(token) = &target.token {
-        request = request.bearer_auth(token);
-    }
+    let request = super::http_client(target.token.as_deref())?.request(method, format!("{base}{path}"));
     let response = request.send().await.with_context(|| format!("cannot reach the server at {base}"))?;
     let status = response.status();
     let body: Value = response.json().await.context("the server sent a non-JSON answer")?;

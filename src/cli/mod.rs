@@ -54,6 +54,9 @@ enum Command {
         id: String,
         #[arg(long, env = "COMMITPOINT_URL", default_value = DEFAULT_SERVER)]
         server: String,
+        /// Bearer token, when the server has access tokens configured.
+        #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
     /// Check a database file offline: redb integrity and every commitpoint invariant.
     Verify { path: PathBuf },
@@ -139,16 +142,29 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Submit(args) => submit::run(args).await,
         Command::Backup(args) => backup::run(args).await,
         Command::Ctl(command) => ctl::run(command).await,
-        Command::Get { id, server } => get(&id, &server).await,
+        Command::Get { id, server, token } => get(&id, &server, token.as_deref()).await,
         Command::Verify { path } => verify(path).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Simulator(args) => simulator::run(args).await,
     }
 }
 
-async fn get(id: &str, server: &str) -> anyhow::Result<ExitCode> {
+/// An HTTP client for the server's API that sends the bearer token, if any, on every
+/// request (marked sensitive so it never shows in debug output).
+pub(crate) fn http_client(token: Option<&str>) -> anyhow::Result<reqwest::Client> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(token) = token {
+        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+            .context("the token contains characters an HTTP header cannot carry")?;
+        value.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    reqwest::Client::builder().default_headers(headers).build().context("cannot build the HTTP client")
+}
+
+async fn get(id: &str, server: &str, token: Option<&str>) -> anyhow::Result<ExitCode> {
     let url = format!("{}/v1/extractions/{id}", server.trim_end_matches('/'));
-    let response = reqwest::get(&url).await.with_context(|| format!("cannot reach {server}"))?;
+    let response = http_client(token)?.get(&url).send().await.with_context(|| format!("cannot reach {server}"))?;
     let status = response.status();
     let body: serde_json::Value = response.json().await.context("the server sent a non-JSON answer")?;
     println!("{}", serde_json::to_string_pretty(&body)?);

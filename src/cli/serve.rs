@@ -110,9 +110,7 @@ pub fn check(args: Args) -> ExitCode {
     if let Err(e) = Registry::load(options.schema_dir.as_deref()) {
         return config_error(&e);
     }
-    if let Err(e) =
-        AccessPolicy::load(options.access.admin_token.as_ref(), options.access.tenant_tokens_file.as_deref())
-    {
+    if let Err(e) = AccessPolicy::load(options.access.admin_token.as_ref(), options.access.tenant_tokens.as_ref()) {
         return config_error(&e);
     }
     if options.provider.choice == ProviderChoice::Openai

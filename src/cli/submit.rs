@@ -25,6 +25,9 @@ pub struct Args {
     concurrency: usize,
     #[arg(long, env = "COMMITPOINT_URL", default_value = DEFAULT_SERVER)]
     server: String,
+    /// Bearer token, when the server has access tokens configured (the admin token for backups).
+    #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
 }
 
 /// One file to send; `source_id` is its path relative to the argument it came from.
@@ -42,7 +45,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let client = reqwest::Client::new();
+    let client = super::http_client(args.token.as_deref())?;
     let url = format!("{}/v1/extractions", args.server.trim_end_matches('/'));
     let gate = Arc::new(Semaphore::new(args.concurrency));
     let mut tasks = tokio::task::JoinSet::new();

@@ -35,11 +35,18 @@ pub struct RawAccess {
     pub admin_token_credential: Option<String>,
     /// `tenant token` per line, mode 0600.
     pub tenant_tokens_file: Option<PathBuf>,
+    /// The same file as a systemd credential (`$CREDENTIALS_DIRECTORY/NAME`).
+    pub tenant_tokens_credential: Option<String>,
 }
 
 impl RawAccess {
     pub fn admin_source(&self) -> Result<Option<KeySource>, Error> {
         one_source("access.admin_token_*", &self.admin_token_env, &self.admin_token_file, &self.admin_token_credential)
+    }
+
+    /// Where the tenant tokens file is: a path, or a systemd credential.
+    pub fn tenant_tokens_source(&self) -> Result<Option<KeySource>, Error> {
+        one_source("access.tenant_tokens_*", &None, &self.tenant_tokens_file, &self.tenant_tokens_credential)
     }
 }
 

@@ -33,7 +33,8 @@ pub struct ServeOptions {
 #[derive(Debug, Clone, Default)]
 pub struct AccessOptions {
     pub admin_token: Option<KeySource>,
-    pub tenant_tokens_file: Option<PathBuf>,
+    /// A file (or systemd credential) with `tenant token` per line.
+    pub tenant_tokens: Option<KeySource>,
 }
 
 /// Which built-in provider drives pending work. `None` leaves it to external workers.
@@ -220,7 +221,7 @@ impl ServeOptions {
         };
         let access = AccessOptions {
             admin_token: raw.access.admin_source()?,
-            tenant_tokens_file: raw.access.tenant_tokens_file,
+            tenant_tokens: raw.access.tenant_tokens_source()?,
         };
         if !listen.ip().is_loopback() && access.admin_token.is_none() {
             return Err(Error::Invalid {
@@ -272,10 +273,7 @@ impl ServeOptions {
                 .admin_token
                 .as_ref()
                 .map_or_else(|| "none (open API, loopback only)".to_string(), |k| format!("{k} (value redacted)")),
-            self.access
-                .tenant_tokens_file
-                .as_ref()
-                .map_or_else(|| "none".to_string(), |f| format!("{} (values redacted)", f.display())),
+            self.access.tenant_tokens.as_ref().map_or_else(|| "none".to_string(), |f| format!("{f} (values redacted)")),
         )
     }
 }
