@@ -75,8 +75,17 @@ pub enum RetryOutcome {
 
 impl Store {
     /// Creates the extraction unless its identity exists. Durable before it returns.
-    pub async fn intake(&self, new: NewExtraction) -> Result<IntakeOutcome, Error> {
-        self.writer.write(move |t| intake(t, new)).await
+    /// The single writer is the throughput limit, so everything that can happen before
+    /// it does: a redelivery of a known identity is answered from a read snapshot (a commit
+    /// is visible to readers only once it is durable), and the content is encoded on the
+    /// caller's task. The writer still re-checks, for two first deliveries racing.
+    pub async fn intake(&self, mut new: NewExtraction) -> Result<IntakeOutcome, Error> {
+        if let Some(record) = self.get(new.id).await? {
+            return Ok(IntakeOutcome { created: false, record });
+        }
+        let content_len = new.content.len() as u64;
+        let content = encode(&StoredContent { text: std::mem::take(&mut new.content) })?;
+        self.writer.write(move |t| intake(t, new, content_len, content)).await
     }
 
     pub async fn claim(&self, request: ClaimRequest) -> Result<Vec<Grant>, Error> {
@@ -107,7 +116,12 @@ impl Store {
     }
 }
 
-fn intake(t: &mut WriteTables<'_>, new: NewExtraction) -> Result<(IntakeOutcome, bool), Error> {
+fn intake(
+    t: &mut WriteTables<'_>,
+    new: NewExtraction,
+    content_len: u64,
+    content: Vec<u8>,
+) -> Result<(IntakeOutcome, bool), Error> {
     if let Some(seq) = t.identity.get(new.id.as_bytes())?.map(|v| v.value()) {
         let record = load(t, seq)?;
         return Ok((IntakeOutcome { created: false, record }, false));
@@ -124,15 +138,14 @@ fn intake(t: &mut WriteTables<'_>, new: NewExtraction) -> Result<(IntakeOutcome,
         state: State::Pending,
         attempt: 1,
         claims: 0,
-        content_bytes: new.content.len() as u64,
+        content_bytes: content_len,
         created_at_ms: t.now_ms,
         updated_at_ms: t.now_ms,
     };
     let record_bytes = encode(&record)?;
-    let content_bytes = encode(&StoredContent { text: new.content })?;
     t.identity.insert(record.id.as_bytes(), seq)?;
     t.extractions.insert(seq, record_bytes.as_slice())?;
-    t.contents.insert(seq, content_bytes.as_slice())?;
+    t.contents.insert(seq, content.as_slice())?;
     t.state_index.insert((record.state.name().code(), seq), ())?;
     t.tenant_index.insert((record.tenant.as_str(), seq), ())?;
     Ok((IntakeOutcome { created: true, record }, true))
