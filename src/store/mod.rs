@@ -9,6 +9,8 @@ mod backup;
 mod batches;
 mod codec;
 mod ops;
+#[cfg(test)]
+mod power_loss;
 mod read;
 mod records;
 mod tables;
@@ -98,6 +100,11 @@ impl Store {
             .map_err(|source| Error::CreateDir { path: data_dir.to_path_buf(), source })?;
         let path = data_dir.join(FILE_NAME);
         let db = Database::create(&path).map_err(|source| Error::Open { path: path.clone(), source })?;
+        Self::start(db, path)
+    }
+
+    /// Starts the writer over an already opened database (tests use simulated disks).
+    pub(crate) fn start(db: Database, path: PathBuf) -> Result<(Store, WriterGuard), Error> {
         let db = Arc::new(db);
         let next_seq = writer::initialize(&db)?;
         let (writer, guard) = writer::spawn(Arc::clone(&db), next_seq)?;

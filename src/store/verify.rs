@@ -66,6 +66,11 @@ impl fmt::Display for Report {
 /// Opens the file exclusively (a running server holds it locked) and checks it.
 pub fn verify_file(path: &Path) -> Result<Report, Error> {
     let mut db = Database::open(path).map_err(|source| Error::Open { path: path.to_path_buf(), source })?;
+    verify_database(&mut db)
+}
+
+/// The same checks on an open database (the power-loss tests reopen simulated disks).
+pub(crate) fn verify_database(db: &mut Database) -> Result<Report, Error> {
     let mut report = Report::default();
     match db.check_integrity() {
         Ok(true) => {}
