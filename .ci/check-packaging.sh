@@ -115,8 +115,10 @@ fi
 grep -q 'chmod 0700 /etc/commitpoint/credentials' "$work/control/postinst" || fail "postinst lost our own part"
 
 step "the built binary against the unit and the shipped config"
-binary=target/release/commitpoint
-sed "s|/usr/bin/commitpoint|$PWD/$binary|g" "$UNIT" >"$work/commitpoint.service"
+target_dir=${CARGO_TARGET_DIR:-target}
+case "$target_dir" in /*) ;; *) target_dir="$PWD/$target_dir" ;; esac
+binary="$target_dir/release/commitpoint"
+sed "s|/usr/bin/commitpoint|$binary|g" "$UNIT" >"$work/commitpoint.service"
 left=$(verify_unit "$work/commitpoint.service" "")
 [ -z "$left" ] || fail "verify with the built binary printed:"$'\n'"$left"
 echo "verify with $binary: empty output"
