@@ -86,7 +86,8 @@ impl Server {
             .await
             .map_err(|e| Error::Task(e.to_string()))??;
         let data_dir = options.data_dir.clone();
-        let (store, writer) = tokio::task::spawn_blocking(move || Store::open(&data_dir))
+        let cache_bytes = options.cache_bytes;
+        let (store, writer) = tokio::task::spawn_blocking(move || Store::open(&data_dir, cache_bytes))
             .await
             .map_err(|e| Error::Task(e.to_string()))??;
         crate::metrics::init();

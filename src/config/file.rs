@@ -57,6 +57,8 @@ pub struct RawServer {
     pub data_dir: Option<PathBuf>,
     pub schema_dir: Option<PathBuf>,
     pub max_body_bytes: Option<usize>,
+    /// Cap of the database page cache, in bytes.
+    pub cache_bytes: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -15,6 +15,9 @@ use crate::scheduler;
 
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/commitpoint";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+/// redb page cache: enough for the hot B-tree levels; bounded so memory stays flat however
+/// large a batch's result file is.
+pub const DEFAULT_CACHE_BYTES: usize = 16 * 1024 * 1024;
 pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 pub const DEFAULT_OPENAI_KEY_ENV: &str = "OPENAI_API_KEY";
 pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
@@ -25,6 +28,8 @@ pub struct ServeOptions {
     pub listen: SocketAddr,
     pub schema_dir: Option<PathBuf>,
     pub max_body_bytes: usize,
+    /// Cap of the database's page cache.
+    pub cache_bytes: usize,
     pub provider: ProviderOptions,
     pub access: AccessOptions,
 }
@@ -238,6 +243,7 @@ impl ServeOptions {
             listen,
             schema_dir: o.schema_dir.or(raw.server.schema_dir),
             max_body_bytes: o.max_body_bytes.or(raw.server.max_body_bytes).unwrap_or(DEFAULT_MAX_BODY_BYTES),
+            cache_bytes: raw.server.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES),
             provider,
         })
     }
@@ -251,7 +257,7 @@ impl ServeOptions {
             ProviderChoice::Simulator => "simulator",
         };
         format!(
-            "[server]\nlisten = \"{}\"\ndata_dir = \"{}\"\n{}\nmax_body_bytes = {}\n\n\
+            "[server]\nlisten = \"{}\"\ndata_dir = \"{}\"\n{}\nmax_body_bytes = {}\ncache_bytes = {}\n\n\
              [provider]\nkind = \"{choice}\"\nbase_url = \"{}\"\nmodel = \"{}\"\n# api key: {} (value redacted)\n\n\
              [scheduler]\nbatch_max_size = {}\nbatch_max_wait = \"{}\"\npoll_interval = \"{}\"\nmax_submit_failures = {}\n\n\
              [access]\n# admin token: {}\n# tenant tokens: {}\n",
@@ -262,6 +268,7 @@ impl ServeOptions {
                 |d| format!("schema_dir = \"{}\"", d.display())
             ),
             self.max_body_bytes,
+            self.cache_bytes,
             p.base_url,
             p.model,
             p.key,

@@ -95,11 +95,16 @@ pub struct Store {
 impl Store {
     /// Opens (or creates) `DIR/commitpoint.redb` and starts the writer thread. The guard
     /// must outlive every handle; `WriterGuard::join` waits for the last write to land.
-    pub fn open(data_dir: &Path) -> Result<(Store, WriterGuard), Error> {
+    /// `cache_bytes` caps redb's page cache (its default, 1 GiB, lets memory grow with
+    /// every page a large ingestion touches).
+    pub fn open(data_dir: &Path, cache_bytes: usize) -> Result<(Store, WriterGuard), Error> {
         std::fs::create_dir_all(data_dir)
             .map_err(|source| Error::CreateDir { path: data_dir.to_path_buf(), source })?;
         let path = data_dir.join(FILE_NAME);
-        let db = Database::create(&path).map_err(|source| Error::Open { path: path.clone(), source })?;
+        let db = Database::builder()
+            .set_cache_size(cache_bytes)
+            .create(&path)
+            .map_err(|source| Error::Open { path: path.clone(), source })?;
         Self::start(db, path)
     }
 

@@ -17,7 +17,9 @@ use anyhow::Context;
 use super::EXIT_PROBLEMS;
 use std::time::Duration;
 
-use crate::config::{AccessOptions, DEFAULT_MAX_BODY_BYTES, ProviderChoice, ProviderOptions, ServeOptions};
+use crate::config::{
+    AccessOptions, DEFAULT_CACHE_BYTES, DEFAULT_MAX_BODY_BYTES, ProviderChoice, ProviderOptions, ServeOptions,
+};
 use crate::scheduler;
 use crate::server::Server;
 
@@ -77,6 +79,7 @@ fn serve_options(data_dir: PathBuf, provider: ProviderOptions) -> ServeOptions {
         listen: ([127, 0, 0, 1], 0).into(),
         schema_dir: None,
         max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+        cache_bytes: DEFAULT_CACHE_BYTES,
         provider,
         access: AccessOptions::default(),
     }
