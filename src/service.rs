@@ -78,6 +78,9 @@ pub struct Service {
     backup_dir: Option<PathBuf>,
     /// Unix ms of the last successful backup since start (0: none).
     last_backup_ms: Arc<AtomicU64>,
+    /// Extractions that became pending since start (new intakes and retries): lets the
+    /// scheduler skip looking for a batch while too little new work has arrived to fill one.
+    arrivals: Arc<AtomicU64>,
 }
 
 impl Service {
@@ -89,6 +92,7 @@ impl Service {
             providers: Vec::new(),
             backup_dir: None,
             last_backup_ms: Arc::new(AtomicU64::new(0)),
+            arrivals: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -111,6 +115,11 @@ impl Service {
         self.last_backup_ms.store(now, Ordering::Relaxed);
         metrics::gauge!("commitpoint_last_backup_success_timestamp_seconds").set(now as f64 / 1000.0);
         Ok(report)
+    }
+
+    /// How many extractions became pending since start.
+    pub fn arrivals(&self) -> u64 {
+        self.arrivals.load(Ordering::Relaxed)
     }
 
     pub fn last_backup_ms(&self) -> Option<u64> {
@@ -206,10 +215,11 @@ impl Service {
         let outcome = self.store.intake(new).await?;
         let result = if outcome.created { "created" } else { "duplicate" };
         metrics::counter!("commitpoint_intakes_total", "result" => result).increment(1);
-        if outcome.created
-            && let Some(wake) = &self.wake
-        {
-            wake.notify_one();
+        if outcome.created {
+            self.arrivals.fetch_add(1, Ordering::Relaxed);
+            if let Some(wake) = &self.wake {
+                wake.notify_one();
+            }
         }
         Ok(outcome)
     }
@@ -307,6 +317,7 @@ impl Service {
         match self.store.retry(id).await? {
             RetryOutcome::Retried(record) => {
                 metrics::counter!("commitpoint_retries_total").increment(1);
+                self.arrivals.fetch_add(1, Ordering::Relaxed);
                 if let Some(wake) = &self.wake {
                     wake.notify_one();
                 }

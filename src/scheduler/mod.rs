@@ -106,6 +106,17 @@ pub struct Scheduler {
     /// Consecutive rate limits per batch: they set the backoff when the provider gives no
     /// delay, but never use up the attempts reserved for transient failures.
     rate_limits: HashMap<u64, u32>,
+    /// Per schema: the last look for a batch found too little work. Looking scans pending
+    /// records in the writer, so it is not repeated on every intake until enough new work
+    /// could have arrived to fill a batch, or the wait is over.
+    waiting: HashMap<String, WaitingWork>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct WaitingWork {
+    due_at_ms: u64,
+    members: usize,
+    arrivals_seen: u64,
 }
 
 impl Scheduler {
@@ -129,6 +140,7 @@ impl Scheduler {
             health: health.clone(),
             formed_here: HashSet::new(),
             rate_limits: HashMap::new(),
+            waiting: HashMap::new(),
         };
         let task = tokio::spawn(scheduler.run(stopped));
         SchedulerHandle { stop, task, health }
@@ -209,7 +221,12 @@ impl Scheduler {
         let mut next = None;
         let schemas: Vec<String> = self.service.registry().names().map(str::to_string).collect();
         for schema in schemas {
+            if let Some(due) = self.still_waiting(&schema) {
+                next = Some(next.map_or(due, |n: u64| n.min(due)));
+                continue;
+            }
             loop {
+                let arrivals_seen = self.service.arrivals();
                 let request = IntentRequest {
                     provider: self.provider.name().to_string(),
                     schema: schema.clone(),
@@ -219,6 +236,7 @@ impl Scheduler {
                 };
                 match self.store.create_intent(request).await? {
                     IntentOutcome::Created(batch) => {
+                        self.waiting.remove(&schema);
                         tracing::info!(batch_key = %batch.batch_key, members = batch.members.len(), %schema, "batch formed");
                         self.health.update(|h| h.batches_formed += 1);
                         self.formed_here.insert(batch.seq);
@@ -226,15 +244,28 @@ impl Scheduler {
                             next = Some(next.map_or(at, |n: u64| n.min(at)));
                         }
                     }
-                    IntentOutcome::Waiting { due_at_ms } => {
+                    IntentOutcome::Waiting { due_at_ms, members } => {
+                        self.waiting.insert(schema.clone(), WaitingWork { due_at_ms, members, arrivals_seen });
                         next = Some(next.map_or(due_at_ms, |n: u64| n.min(due_at_ms)));
                         break;
                     }
-                    IntentOutcome::Nothing => break,
+                    IntentOutcome::Nothing => {
+                        self.waiting.remove(&schema);
+                        break;
+                    }
                 }
             }
         }
         Ok(next)
+    }
+
+    /// When the last look found too little work for `schema` and not enough has arrived
+    /// since to fill a batch, the time it falls due; `None` when it is worth looking now.
+    fn still_waiting(&self, schema: &str) -> Option<u64> {
+        let waiting = self.waiting.get(schema)?;
+        let arrived = self.service.arrivals().saturating_sub(waiting.arrivals_seen);
+        let could_fill = waiting.members as u64 + arrived >= self.settings.batch_max_size as u64;
+        (clock::now_ms() < waiting.due_at_ms && !could_fill).then_some(waiting.due_at_ms)
     }
 
     /// Validates and commits every staged answer. Commits run concurrently so the

@@ -194,6 +194,8 @@ pub enum IntentOutcome {
     /// Some work is waiting; a batch is due at this time unless it fills up first.
     Waiting {
         due_at_ms: u64,
+        /// How many extractions of this schema are waiting now.
+        members: usize,
     },
     Nothing,
 }
@@ -232,7 +234,9 @@ fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(In
     match oldest {
         None => return Ok((IntentOutcome::Nothing, false)),
         Some(at) if !due => {
-            return Ok((IntentOutcome::Waiting { due_at_ms: at.saturating_add(request.max_wait_ms) }, false));
+            let waiting =
+                IntentOutcome::Waiting { due_at_ms: at.saturating_add(request.max_wait_ms), members: members.len() };
+            return Ok((waiting, false));
         }
         Some(_) => {}
     }
