@@ -94,6 +94,9 @@ impl Server {
         let (provider, simulator) = build_provider(&options.provider).await?;
         let watchdog = crate::systemd::spawn_watchdog(store.clone());
         let mut service = Service::new(store.clone(), registry).with_backup_dir(options.data_dir.join("backups"));
+        if let Err(e) = service.load_last_backup().await {
+            tracing::warn!(error = %e, "cannot read the last backup time");
+        }
         let mut scheduler = None;
         if let Some(provider) = provider {
             let paused = store.provider_paused(provider.name()).await?;

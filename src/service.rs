@@ -96,6 +96,15 @@ impl Service {
         }
     }
 
+    /// Remembers the last backup recorded in the store (call once at start).
+    pub async fn load_last_backup(&self) -> Result<(), Error> {
+        if let Some(ms) = self.store.last_backup_ms().await? {
+            self.last_backup_ms.store(ms, Ordering::Relaxed);
+            metrics::gauge!("commitpoint_last_backup_success_timestamp_seconds").set(ms as f64 / 1000.0);
+        }
+        Ok(())
+    }
+
     /// Where online backups are written (inside the data directory, which is the one
     /// place a sandboxed service may write).
     pub fn with_backup_dir(mut self, dir: PathBuf) -> Self {

@@ -105,7 +105,7 @@ fn describe(stats: &Value) -> String {
             p["last_error"].as_str().unwrap_or("none"),
         );
     }
-    out += &format!("last backup: {}\n", stats["last_backup_at"].as_str().unwrap_or("none since start"));
+    out += &format!("last backup: {}\n", stats["last_backup_at"].as_str().unwrap_or("none recorded"));
     out
 }
 

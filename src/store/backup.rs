@@ -22,7 +22,16 @@ pub struct BackupReport {
 impl Store {
     /// Writes a snapshot to `dest` (which must not exist). Blocking work runs off the runtime.
     pub async fn backup(&self, dest: PathBuf) -> Result<BackupReport, Error> {
-        self.read(move |txn| write_snapshot(txn, &dest)).await
+        let report = self.read(move |txn| write_snapshot(txn, &dest)).await?;
+        // Recorded after the snapshot (which therefore never contains its own timestamp),
+        // so operators and alerts see the last good backup across restarts.
+        self.writer
+            .write(|t| {
+                t.meta.insert(tables::META_LAST_BACKUP, t.now_ms)?;
+                Ok(((), true))
+            })
+            .await?;
+        Ok(report)
     }
 }
 

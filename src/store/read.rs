@@ -86,6 +86,15 @@ impl Store {
         .await
     }
 
+    /// Unix ms of the last successful online backup, if any was ever taken.
+    pub async fn last_backup_ms(&self) -> Result<Option<u64>, Error> {
+        self.read(|txn| {
+            let meta = txn.open_table(tables::META)?;
+            Ok(meta.get(tables::META_LAST_BACKUP)?.map(|v| v.value()))
+        })
+        .await
+    }
+
     /// Whether an operator paused submissions to this provider (survives restarts).
     pub async fn provider_paused(&self, provider: &str) -> Result<bool, Error> {
         let key = format!("{}{provider}", tables::META_PAUSE_PREFIX);

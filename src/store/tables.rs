@@ -37,5 +37,7 @@ pub const STAGED: TableDefinition<u64, &[u8]> = TableDefinition::new("staged_res
 /// `META` key holding the layout generation of the file.
 pub const META_LAYOUT: &str = "layout";
 pub const LAYOUT_V1: u64 = 1;
+/// `META` key: Unix ms of the last successful online backup.
+pub const META_LAST_BACKUP: &str = "last_backup_ms";
 /// `META` key prefix: `pause:<provider>` = 1 while an operator has paused submissions.
 pub const META_PAUSE_PREFIX: &str = "pause:";

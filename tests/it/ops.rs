@@ -102,6 +102,10 @@ async fn a_backup_under_load_holds_a_prefix_of_the_acknowledged_intakes_and_rest
     assert!(all.len() > before.len(), "the load went on during the backup");
     assert_verifies(&backup);
     stop_and_verify(server);
+    let reopened = Server::start(dir.path());
+    let stats = reopened.api().get("/v1/stats").await.body;
+    assert!(stats["last_backup_at"].is_string(), "the last backup time survives a restart: {stats}");
+    stop_and_verify(reopened);
 
     let restored_dir = temp_dir();
     std::fs::copy(&backup, restored_dir.path().join("commitpoint.redb")).unwrap();
