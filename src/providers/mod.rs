@@ -46,12 +46,6 @@ pub struct ProviderError {
     pub retry_after: Option<Duration>,
 }
 
-impl ProviderError {
-    pub fn is_retryable(&self) -> bool {
-        matches!(self.class, ErrorClass::RateLimited | ErrorClass::Transient | ErrorClass::Protocol)
-    }
-}
-
 /// One batch as the adapter must send it.
 #[derive(Debug)]
 pub struct BatchSpec<'a> {

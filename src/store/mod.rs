@@ -130,8 +130,4 @@ impl Store {
         .await
         .map_err(|e| Error::Unavailable { reason: format!("read task failed: {e}") })?
     }
-
-    pub fn path_hint() -> &'static str {
-        FILE_NAME
-    }
 }
