@@ -137,6 +137,15 @@ pub struct UsageBody {
     model: String,
     input_tokens: u64,
     output_tokens: u64,
+    #[serde(default)]
+    cached_input_tokens: u64,
+    #[serde(default)]
+    reasoning_tokens: u64,
+    /// What the worker's provider said the call cost, in micro-dollars.
+    #[serde(default)]
+    cost_micros: Option<u64>,
+    #[serde(default)]
+    request_id: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -153,8 +162,16 @@ pub async fn post_result(
     IdPath(id): IdPath,
     JsonBody(body): JsonBody<ResultBody>,
 ) -> Reply {
-    let usage =
-        body.usage.map(|u| Usage { model: u.model, input_tokens: u.input_tokens, output_tokens: u.output_tokens });
+    let usage = body.usage.map(|u| Usage {
+        model: u.model,
+        input_tokens: u.input_tokens,
+        output_tokens: u.output_tokens,
+        cached_input_tokens: u.cached_input_tokens,
+        reasoning_tokens: u.reasoning_tokens,
+        provider_cost_micros: u.cost_micros,
+        request_id: u.request_id,
+        ..Usage::default()
+    });
     let request = ResultRequest { lease_token: body.lease_token, output: body.output, usage };
     let outcome = service.post_result(id, request).await?;
     crate::failpoint::hit("after-commit-before-ack");

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 
 pub use retry::{backoff_delay, classify_status, parse_retry_after};
 
+use crate::identity::ExtractionId;
 use crate::schema::Schema;
 use crate::store::{BatchMember, LineResult};
 
@@ -52,6 +53,30 @@ pub struct BatchSpec<'a> {
     pub batch_key: &'a str,
     pub schema: &'a Schema,
     pub members: &'a [BatchMember],
+}
+
+/// A submit intent the provider may or may not have acted on (a crash or a timeout
+/// after the call), as an adapter needs it to look the job up.
+#[derive(Debug)]
+pub struct IntentRef<'a> {
+    pub batch_key: &'a str,
+    /// When the intent was committed: no job created before it can be ours.
+    pub created_at_ms: u64,
+    pub members: &'a [ExtractionId],
+}
+
+/// What a lookup of an intent's job found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    Found(String),
+    /// The provider has no job for the intent: submitting is safe.
+    Absent,
+    /// A job that might be ours cannot be told apart yet (a provider without batch
+    /// metadata, whose candidate is still running): ask again later, never resubmit now.
+    Undecided {
+        recheck_after: Duration,
+        reason: String,
+    },
 }
 
 /// Where a provider job stands.
@@ -96,12 +121,12 @@ pub trait BatchProvider: Send + Sync + fmt::Debug {
     /// The name stored with each batch and shown to operators.
     fn name(&self) -> &str;
 
-    /// Creates the job. Not idempotent at the provider: callers look the batch key up
-    /// with [`BatchProvider::find_by_batch_key`] before calling this again.
+    /// Creates the job. Not idempotent at every provider: callers look the intent up with
+    /// [`BatchProvider::find_job`] before calling this again.
     async fn submit(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError>;
 
-    /// Finds a job created for this batch key at or after `created_after_ms`.
-    async fn find_by_batch_key(&self, batch_key: &str, created_after_ms: u64) -> Result<Option<String>, ProviderError>;
+    /// Finds the job an earlier submit of this intent created, if any.
+    async fn find_job(&self, intent: &IntentRef<'_>) -> Result<Lookup, ProviderError>;
 
     async fn poll(&self, job_id: &str) -> Result<JobStatus, ProviderError>;
 

@@ -4,7 +4,7 @@
 use super::Scheduler;
 use crate::clock;
 use crate::failpoint;
-use crate::providers::BatchSpec;
+use crate::providers::{BatchSpec, IntentRef, Lookup};
 use crate::store::{self, BatchRecord, Leftover};
 
 impl Scheduler {
@@ -13,14 +13,23 @@ impl Scheduler {
         // the provider (a timeout after the server acted, a crash after it answered).
         // Look for it by batch key before sending anything.
         let fresh = self.formed_here.remove(&batch.seq) && batch.failures == 0;
+        let members = self.store.batch_members(batch.seq).await?;
         if !fresh {
-            match self.provider.find_by_batch_key(&batch.batch_key, batch.created_at_ms).await {
-                Ok(Some(job_id)) => {
+            let ids: Vec<_> = members.iter().map(|m| m.id).collect();
+            let intent = IntentRef { batch_key: &batch.batch_key, created_at_ms: batch.created_at_ms, members: &ids };
+            match self.provider.find_job(&intent).await {
+                Ok(Lookup::Found(job_id)) => {
                     tracing::info!(batch_key = %batch.batch_key, %job_id, "found the job of an unresolved intent; polling it instead of resubmitting");
                     self.health.update(|h| h.batches_recovered += 1);
                     return self.accept(&batch, job_id).await;
                 }
-                Ok(None) => {}
+                Ok(Lookup::Absent) => {}
+                Ok(Lookup::Undecided { recheck_after, reason }) => {
+                    tracing::info!(batch_key = %batch.batch_key, %reason, "cannot tell yet whether the provider has this intent's job; not resubmitting");
+                    let at = clock::now_ms() + recheck_after.as_millis() as u64;
+                    self.store.reschedule_batch(batch.seq, at, Some(reason), false).await?;
+                    return Ok(Some(at));
+                }
                 Err(e) => return self.on_error(&batch, &e, true).await,
             }
         }
@@ -30,7 +39,6 @@ impl Scheduler {
             self.store.close_batch(batch.seq, "schema missing".to_string(), leftover).await?;
             return Ok(None);
         };
-        let members = self.store.batch_members(batch.seq).await?;
         let spec = BatchSpec { batch_key: &batch.batch_key, schema: &schema, members: &members };
         match self.provider.submit(&spec).await {
             Ok(job_id) => {

@@ -13,6 +13,13 @@ use super::Error;
 pub trait Versioned: Serialize + DeserializeOwned {
     const KIND: &'static str;
     const VERSION: u8;
+
+    /// Reads a value written by an older format version of this type. `None` means this
+    /// build never wrote that version. Implementations decode the old shape with
+    /// [`decode_body`] and convert it.
+    fn upgrade(_version: u8, _body: &[u8]) -> Option<Result<Self, String>> {
+        None
+    }
 }
 
 fn config() -> bincode::config::Configuration {
@@ -30,14 +37,22 @@ pub fn decode<T: Versioned>(bytes: &[u8]) -> Result<T, Error> {
     let corrupt = |reason: String| Error::Corrupt { kind: T::KIND, reason };
     let (&version, body) = bytes.split_first().ok_or_else(|| corrupt("empty value".to_string()))?;
     if version != T::VERSION {
+        if let Some(upgraded) = T::upgrade(version, body) {
+            return upgraded.map_err(corrupt);
+        }
         return Err(corrupt(format!(
             "format version {version} is not supported by this build (expected {}); was the file written by a newer commitpoint?",
             T::VERSION
         )));
     }
-    let (value, used) = bincode::serde::decode_from_slice(body, config()).map_err(|e| corrupt(e.to_string()))?;
+    decode_body(body).map_err(corrupt)
+}
+
+/// Decodes one value's body (after the version byte); the whole body must be used.
+pub fn decode_body<U: DeserializeOwned>(body: &[u8]) -> Result<U, String> {
+    let (value, used) = bincode::serde::decode_from_slice(body, config()).map_err(|e| e.to_string())?;
     if used != body.len() {
-        return Err(corrupt(format!("{} trailing bytes", body.len() - used)));
+        return Err(format!("{} trailing bytes", body.len() - used));
     }
     Ok(value)
 }

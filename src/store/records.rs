@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::codec::Versioned;
+use super::codec::{Versioned, decode_body};
 use crate::identity::{ExtractionId, FindingKey, SourceHash};
 use crate::lifecycle::State;
 
@@ -56,11 +56,24 @@ impl Versioned for FindingRecord {
     const VERSION: u8 = 1;
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// What one paid model call used, as the provider reported it. Raw token counts are
+/// kept so that costs can be recomputed when a price table changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub model: String,
+    /// All prompt tokens, cached ones included.
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// The part of `input_tokens` served from the provider's prompt cache.
+    pub cached_input_tokens: u64,
+    /// Tokens written into the prompt cache (Anthropic bills them apart).
+    pub cache_write_tokens: u64,
+    /// The part of `output_tokens` spent on reasoning, where the provider says.
+    pub reasoning_tokens: u64,
+    /// The cost the provider itself reported for the call, in micro-dollars.
+    pub provider_cost_micros: Option<u64>,
+    /// The provider's id for the request, to match the ledger against its invoice.
+    pub request_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,7 +87,49 @@ pub struct ResultRecord {
 
 impl Versioned for ResultRecord {
     const KIND: &'static str = "result";
-    const VERSION: u8 = 1;
+    const VERSION: u8 = 2;
+
+    fn upgrade(version: u8, body: &[u8]) -> Option<Result<Self, String>> {
+        (version == 1).then(|| decode_body::<legacy::ResultRecordV1>(body).map(Into::into))
+    }
+}
+
+/// Shapes earlier format versions wrote, kept only to read old files.
+mod legacy {
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize)]
+    pub struct UsageV1 {
+        model: String,
+        input_tokens: u64,
+        output_tokens: u64,
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub struct ResultRecordV1 {
+        output_json: String,
+        worker: String,
+        lease_token: String,
+        usage: Option<UsageV1>,
+        received_at_ms: u64,
+    }
+
+    impl From<ResultRecordV1> for super::ResultRecord {
+        fn from(v1: ResultRecordV1) -> Self {
+            Self {
+                output_json: v1.output_json,
+                worker: v1.worker,
+                lease_token: v1.lease_token,
+                usage: v1.usage.map(|u| super::Usage {
+                    model: u.model,
+                    input_tokens: u.input_tokens,
+                    output_tokens: u.output_tokens,
+                    ..Default::default()
+                }),
+                received_at_ms: v1.received_at_ms,
+            }
+        }
+    }
 }
 
 /// Where a provider batch stands. Its members' states say the same thing per extraction;
@@ -203,16 +258,36 @@ mod tests {
             },
         );
         check_golden(
-            "v1_result.bin",
+            "v2_result.bin",
             &ResultRecord {
                 output_json: r#"{"findings":[]}"#.into(),
                 worker: "w".into(),
                 lease_token: "t".into(),
-                usage: Some(Usage { model: "m".into(), input_tokens: 10, output_tokens: 20 }),
+                usage: Some(Usage {
+                    model: "m".into(),
+                    input_tokens: 10,
+                    output_tokens: 20,
+                    cached_input_tokens: 4,
+                    cache_write_tokens: 1,
+                    reasoning_tokens: 2,
+                    provider_cost_micros: Some(77),
+                    request_id: Some("req_1".into()),
+                }),
                 received_at_ms: 6,
             },
         );
         check_golden("v1_content.bin", &StoredContent { text: "fn main() {}".into() });
+    }
+
+    /// Files written before usage grew cache and cost fields still read, with those at zero.
+    #[test]
+    fn version_1_results_are_upgraded_on_read() {
+        let golden = std::fs::read(fixture("v1_result.bin")).unwrap();
+        let record = decode::<ResultRecord>(&golden).unwrap();
+        let usage = record.usage.unwrap();
+        assert_eq!((usage.model.as_str(), usage.input_tokens, usage.output_tokens), ("m", 10, 20));
+        assert_eq!((usage.cached_input_tokens, usage.provider_cost_micros), (0, None));
+        assert_eq!((record.worker.as_str(), record.received_at_ms), ("w", 6));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! OpenAI offers no idempotency key for batch creation, so the batch key in `metadata` is
 //! how a job created just before a crash (or before a dropped connection) is found again:
-//! the scheduler calls `find_by_batch_key` before any resubmission.
+//! the scheduler calls `find_job` before any resubmission.
 
 mod wire;
 
@@ -17,8 +17,8 @@ use reqwest::multipart::{Form, Part};
 use tokio::sync::mpsc;
 
 use super::{
-    BatchProvider, BatchSpec, ErrorClass, JobPhase, JobStatus, ProviderError, ResultLine, StreamCounts,
-    classify_status, parse_retry_after,
+    BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, ProviderError, ResultLine,
+    StreamCounts, classify_status, parse_retry_after,
 };
 
 const PROVIDER: &str = "openai";
@@ -130,27 +130,13 @@ impl OpenAiBatches {
         let uploaded: wire::FileObject = self.json(self.http.post(self.url("/files")).multipart(form)).await?;
         Ok(uploaded.id)
     }
-}
 
-#[async_trait]
-impl BatchProvider for OpenAiBatches {
-    fn name(&self) -> &str {
-        &self.config.name
-    }
-
-    async fn submit(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError> {
-        let file_id = self.upload(spec).await?;
-        let body = wire::CreateBatch {
-            input_file_id: &file_id,
-            endpoint: wire::ENDPOINT,
-            completion_window: "24h",
-            metadata: BTreeMap::from([(wire::BATCH_KEY_METADATA, spec.batch_key)]),
-        };
-        let batch: wire::Batch = self.json(self.http.post(self.url("/batches")).json(&body)).await?;
-        Ok(batch.id)
-    }
-
-    async fn find_by_batch_key(&self, batch_key: &str, created_after_ms: u64) -> Result<Option<String>, ProviderError> {
+    /// Finds a job whose metadata carries this batch key, created at or after the intent.
+    pub async fn find_by_batch_key(
+        &self,
+        batch_key: &str,
+        created_after_ms: u64,
+    ) -> Result<Option<String>, ProviderError> {
         let oldest_secs = created_after_ms.saturating_sub(CREATED_AT_SLACK.as_millis() as u64) / 1000;
         let mut after: Option<String> = None;
         for _ in 0..MAX_LIST_PAGES {
@@ -173,6 +159,29 @@ impl BatchProvider for OpenAiBatches {
             after = page.last_id.or_else(|| page.data.last().map(|b| b.id.clone()));
         }
         Ok(None)
+    }
+}
+
+#[async_trait]
+impl BatchProvider for OpenAiBatches {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    async fn submit(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError> {
+        let file_id = self.upload(spec).await?;
+        let body = wire::CreateBatch {
+            input_file_id: &file_id,
+            endpoint: wire::ENDPOINT,
+            completion_window: "24h",
+            metadata: BTreeMap::from([(wire::BATCH_KEY_METADATA, spec.batch_key)]),
+        };
+        let batch: wire::Batch = self.json(self.http.post(self.url("/batches")).json(&body)).await?;
+        Ok(batch.id)
+    }
+
+    async fn find_job(&self, intent: &IntentRef<'_>) -> Result<Lookup, ProviderError> {
+        Ok(self.find_by_batch_key(intent.batch_key, intent.created_at_ms).await?.map_or(Lookup::Absent, Lookup::Found))
     }
 
     async fn poll(&self, job_id: &str) -> Result<JobStatus, ProviderError> {

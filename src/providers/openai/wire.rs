@@ -118,6 +118,8 @@ struct OutputLine {
 struct LineResponse {
     status_code: u16,
     #[serde(default)]
+    request_id: Option<String>,
+    #[serde(default)]
     body: Value,
 }
 
@@ -133,7 +135,7 @@ struct LineError {
 pub fn parse_line(line: &str) -> Result<(String, LineResult), String> {
     let parsed: OutputLine = serde_json::from_str(line).map_err(|e| format!("unreadable result line: {e}"))?;
     let result = match (parsed.response, parsed.error) {
-        (Some(response), _) if response.status_code == 200 => answer(&response.body)?,
+        (Some(response), _) if response.status_code == 200 => answer(&response.body, response.request_id)?,
         (Some(response), _) => http_failure(response.status_code, &response.body),
         (None, Some(error)) => line_error(&error),
         (None, None) => return Err(format!("line for {} has neither response nor error", parsed.custom_id)),
@@ -141,7 +143,7 @@ pub fn parse_line(line: &str) -> Result<(String, LineResult), String> {
     Ok((parsed.custom_id, result))
 }
 
-fn answer(body: &Value) -> Result<LineResult, String> {
+fn answer(body: &Value, request_id: Option<String>) -> Result<LineResult, String> {
     let message = &body["choices"][0]["message"];
     // A refusal or an empty answer is still the model's answer: validation will fail it,
     // which is the right class (and it was paid for).
@@ -154,6 +156,10 @@ fn answer(body: &Value) -> Result<LineResult, String> {
         model: body["model"].as_str().unwrap_or_default().to_string(),
         input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
         output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
+        cached_input_tokens: u["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0),
+        reasoning_tokens: u["completion_tokens_details"]["reasoning_tokens"].as_u64().unwrap_or(0),
+        request_id,
+        ..Usage::default()
     });
     Ok(LineResult::Answer { output, usage })
 }
