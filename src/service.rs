@@ -13,8 +13,9 @@ use crate::lifecycle::TransitionError;
 use crate::scheduler::{ProviderHealth, SharedHealth};
 use crate::schema::{self, Registry, ValidationIssue};
 use crate::store::{
-    self, Authority, BackupReport, ClaimRequest, ExtractionRecord, FindingRecord, Grant, IntakeOutcome, ListFilter,
-    ListPage, NewExtraction, PostOutcome, PostResult, ReadyItem, RetryOutcome, StateCount, Store, Submission, Usage,
+    self, Authority, BackupReport, Charge, ClaimRequest, ExtractionRecord, FindingRecord, Grant, IntakeOutcome,
+    ListFilter, ListPage, NewExtraction, PostOutcome, PostResult, ReadyItem, RetryOutcome, StateCount, Store,
+    Submission, Usage,
 };
 
 pub const MAX_CLAIM_LIMIT: usize = 1000;
@@ -65,7 +66,17 @@ pub struct IntakeRequest {
 pub struct ResultRequest {
     pub lease_token: String,
     pub output: Value,
-    pub usage: Option<Usage>,
+    /// What the worker's model call used, for the ledger.
+    pub usage: Option<WorkerUsage>,
+}
+
+/// Usage an external worker reports with its result.
+#[derive(Debug, Clone)]
+pub struct WorkerUsage {
+    /// The provider the worker called (`external` when it does not say).
+    pub provider: String,
+    pub usage: Usage,
+    pub latency_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -280,10 +291,17 @@ impl Service {
         let record = self.get(id).await?;
         let schema = self.registry.get(&record.schema)?;
         let (submission, issues) = match schema.validate(&request.output) {
-            Ok(findings) => (Submission::Valid { findings, output: request.output, usage: request.usage }, None),
+            Ok(findings) => (Submission::Valid { findings, output: request.output }, None),
             Err(issues) => (Submission::Invalid { reason: summarize(&issues) }, Some(issues)),
         };
-        let post = PostResult { id, authority: Authority::Lease(request.lease_token), submission };
+        let charge = request.usage.map(|u| Charge {
+            provider: u.provider,
+            job_id: None,
+            usage: u.usage,
+            latency_ms: u.latency_ms,
+            batch: false,
+        });
+        let post = PostResult { id, authority: Authority::Lease(request.lease_token), submission, charge };
         let outcome = self.store.post_result(post).await?;
         count_outcome(&outcome, "worker");
         match outcome {
@@ -304,15 +322,25 @@ impl Service {
             return Err(Error::Transition(TransitionError::StaleBatch));
         };
         let schema = self.registry.get(&item.record.schema)?;
+        // The staged answer names its provider (`worker`) and job (`lease_token`).
+        let charge = item.staged.usage.clone().map(|usage| Charge {
+            provider: item.staged.worker.clone(),
+            job_id: Some(item.staged.lease_token.clone()).filter(|j| !j.is_empty()),
+            usage,
+            latency_ms: item.staged.latency_ms,
+            batch: true,
+        });
         let submission = match serde_json::from_str::<Value>(&item.staged.output_json) {
             Ok(output) => match schema.validate(&output) {
-                Ok(findings) => Submission::Valid { findings, output, usage: item.staged.usage },
+                Ok(findings) => Submission::Valid { findings, output },
                 Err(issues) => Submission::Invalid { reason: summarize(&issues) },
             },
             Err(e) => Submission::Invalid { reason: format!("the model's answer is not JSON: {e}") },
         };
-        let outcome =
-            self.store.post_result(PostResult { id, authority: Authority::Batch(batch_key), submission }).await?;
+        let outcome = self
+            .store
+            .post_result(PostResult { id, authority: Authority::Batch(batch_key), submission, charge })
+            .await?;
         count_outcome(&outcome, "provider");
         if let Some(wake) = &self.wake
             && matches!(outcome, PostOutcome::Failed { .. })

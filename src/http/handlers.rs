@@ -11,7 +11,7 @@ use super::error::ApiError;
 use super::extract::{IdPath, JsonBody, QueryParams};
 use super::views;
 use crate::lifecycle::StateName;
-use crate::service::{IntakeRequest, ResultRequest, Service};
+use crate::service::{IntakeRequest, ResultRequest, Service, WorkerUsage};
 use crate::store::{ClaimRequest, ListFilter, PostOutcome, Usage};
 
 type Reply = Result<(StatusCode, Json<Value>), ApiError>;
@@ -146,6 +146,11 @@ pub struct UsageBody {
     cost_micros: Option<u64>,
     #[serde(default)]
     request_id: Option<String>,
+    /// The provider the worker called; `external` when absent.
+    #[serde(default)]
+    provider: Option<String>,
+    #[serde(default)]
+    latency_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -162,15 +167,19 @@ pub async fn post_result(
     IdPath(id): IdPath,
     JsonBody(body): JsonBody<ResultBody>,
 ) -> Reply {
-    let usage = body.usage.map(|u| Usage {
-        model: u.model,
-        input_tokens: u.input_tokens,
-        output_tokens: u.output_tokens,
-        cached_input_tokens: u.cached_input_tokens,
-        reasoning_tokens: u.reasoning_tokens,
-        provider_cost_micros: u.cost_micros,
-        request_id: u.request_id,
-        ..Usage::default()
+    let usage = body.usage.map(|u| WorkerUsage {
+        provider: u.provider.unwrap_or_else(|| "external".to_string()),
+        latency_ms: u.latency_ms,
+        usage: Usage {
+            model: u.model,
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cached_input_tokens: u.cached_input_tokens,
+            reasoning_tokens: u.reasoning_tokens,
+            provider_cost_micros: u.cost_micros,
+            request_id: u.request_id,
+            ..Usage::default()
+        },
     });
     let request = ResultRequest { lease_token: body.lease_token, output: body.output, usage };
     let outcome = service.post_result(id, request).await?;

@@ -8,8 +8,9 @@
 use redb::ReadableTable;
 
 use super::codec::{decode, encode};
+use super::ledger::{Charge, record_charge};
 use super::ops::{load, required, transition};
-use super::records::{BatchRecord, BatchState, ResultRecord, StoredContent, Usage};
+use super::records::{BatchRecord, BatchState, ChargeKind, ResultRecord, StoredContent, Usage};
 use super::tables;
 use super::writer::WriteTables;
 use super::{Error, ExtractionRecord, Store};
@@ -306,6 +307,7 @@ fn stage_results(
         _ => String::new(),
     };
     let mut report = StageReport::default();
+    let mut replay_charged = false;
     for (id, line) in lines {
         let Some(seq) = t.identity.get(id.as_bytes())?.map(|v| v.value()) else {
             report.strangers += 1;
@@ -324,6 +326,18 @@ fn stage_results(
             Ok(Outcome::Changed(next)) => next,
             Ok(Outcome::Replay) => {
                 report.replays += 1;
+                // A re-fetched result file: the call is counted again, never charged again.
+                if let LineResult::Answer { usage: Some(usage), .. } = line {
+                    let charge = Charge {
+                        provider: record.provider.clone(),
+                        job_id: Some(job_id.clone()).filter(|j| !j.is_empty()),
+                        usage,
+                        latency_ms: None,
+                        batch: true,
+                    };
+                    record_charge(t, &member, &charge, ChargeKind::Replay)?;
+                    replay_charged = true;
+                }
                 continue;
             }
             Err(_) => {
@@ -338,6 +352,7 @@ fn stage_results(
                     worker: record.provider.clone(),
                     lease_token: job_id.clone(),
                     usage,
+                    latency_ms: Some(t.now_ms.saturating_sub(record.created_at_ms)),
                     received_at_ms: t.now_ms,
                 };
                 t.staged.insert(seq, encode(&staged)?.as_slice())?;
@@ -351,7 +366,7 @@ fn stage_results(
         }
         transition(t, &mut member, next)?;
     }
-    let wrote = report.staged + report.refused + report.requeued > 0;
+    let wrote = replay_charged || report.staged + report.refused + report.requeued > 0;
     Ok((report, wrote))
 }
 

@@ -8,7 +8,9 @@
 mod backup;
 mod batches;
 mod codec;
+mod ledger;
 mod ops;
+mod outbox;
 #[cfg(test)]
 mod power_loss;
 mod read;
@@ -24,9 +26,16 @@ use redb::{Database, ReadableDatabase};
 
 pub use backup::BackupReport;
 pub use batches::{BatchMember, IntentOutcome, IntentRequest, Leftover, LineResult, ReadyItem, StageReport};
-pub use ops::{Authority, ClaimRequest, Grant, IntakeOutcome, PostOutcome, PostResult, RetryOutcome, Submission};
+pub use ledger::{Charge, Policies, Pricing};
+pub use ops::{
+    Authority, ClaimRequest, DeliveryOutcome, Grant, IntakeOutcome, PostOutcome, PostResult, RetryOutcome, Submission,
+};
+pub use outbox::{DeliveryReport, OutboxFilter};
 pub use read::{ListFilter, ListPage, StateCount};
-pub use records::{BatchRecord, BatchState, ExtractionRecord, FindingRecord, NewExtraction, ResultRecord, Usage};
+pub use records::{
+    BatchRecord, BatchState, ChargeKind, CostSource, DeliveryState, ExtractionRecord, FindingRecord, LedgerRecord,
+    NewExtraction, OutboxKind, OutboxRecord, ResultRecord, Usage,
+};
 pub use verify::{Report, verify_file};
 pub use writer::WriterGuard;
 
@@ -90,6 +99,7 @@ pub struct Store {
     db: Arc<Database>,
     writer: writer::WriterHandle,
     path: PathBuf,
+    policies: writer::PolicyCell,
 }
 
 impl Store {
@@ -112,8 +122,19 @@ impl Store {
     pub(crate) fn start(db: Database, path: PathBuf) -> Result<(Store, WriterGuard), Error> {
         let db = Arc::new(db);
         let next_seq = writer::initialize(&db)?;
-        let (writer, guard) = writer::spawn(Arc::clone(&db), next_seq)?;
-        Ok((Store { db, writer, path }, guard))
+        let policies: writer::PolicyCell = Arc::default();
+        let (writer, guard) = writer::spawn(Arc::clone(&db), next_seq, Arc::clone(&policies))?;
+        Ok((Store { db, writer, path, policies }, guard))
+    }
+
+    /// Sets the outbox sinks and the pricing used from the next write on. Events already
+    /// queued keep their sinks; entries already written keep their costs.
+    pub fn set_policies(&self, policies: Policies) {
+        let next = Arc::new(policies);
+        match self.policies.write() {
+            Ok(mut current) => *current = next,
+            Err(poisoned) => *poisoned.into_inner() = next,
+        }
     }
 
     /// Runs a read-only closure on the blocking pool against one consistent snapshot.

@@ -6,7 +6,8 @@ use redb::ReadableTable;
 use serde_json::Value;
 
 use super::codec::{decode, encode};
-use super::records::{ExtractionRecord, FindingRecord, NewExtraction, ResultRecord, StoredContent, Usage};
+use super::ledger::{Charge, record_charge};
+use super::records::{ChargeKind, ExtractionRecord, FindingRecord, NewExtraction, ResultRecord, StoredContent};
 use super::writer::WriteTables;
 use super::{Error, Store};
 use crate::identity::{ExtractionId, FindingKey};
@@ -17,6 +18,14 @@ use crate::schema::ValidatedFinding;
 pub struct IntakeOutcome {
     pub created: bool,
     pub record: ExtractionRecord,
+}
+
+#[derive(Debug, Clone)]
+pub enum DeliveryOutcome {
+    /// The first delivery of this id: an intake (which may itself be a duplicate identity).
+    First(IntakeOutcome),
+    /// This delivery id was seen before; here is what it created.
+    Redelivery(ExtractionRecord),
 }
 
 #[derive(Debug, Clone)]
@@ -38,7 +47,7 @@ pub struct Grant {
 /// A worker's output, already checked against the extraction's schema.
 #[derive(Debug, Clone)]
 pub enum Submission {
-    Valid { findings: Vec<ValidatedFinding>, output: Value, usage: Option<Usage> },
+    Valid { findings: Vec<ValidatedFinding>, output: Value },
     Invalid { reason: String },
 }
 
@@ -55,6 +64,9 @@ pub struct PostResult {
     pub id: ExtractionId,
     pub authority: Authority,
     pub submission: Submission,
+    /// The model call that produced the answer, when its usage is known: the ledger
+    /// entry is written in the same transaction as the outcome.
+    pub charge: Option<Charge>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +98,34 @@ impl Store {
         let content_len = new.content.len() as u64;
         let content = encode(&StoredContent { text: std::mem::take(&mut new.content) })?;
         self.writer.write(move |t| intake(t, new, content_len, content)).await
+    }
+
+    /// Intake on behalf of a signed webhook delivery. The delivery id is recorded in the
+    /// same transaction, so a redelivery (even one whose content changed) is answered with
+    /// the extraction the first delivery created and writes nothing.
+    pub async fn intake_delivery(
+        &self,
+        endpoint: String,
+        delivery_id: String,
+        mut new: NewExtraction,
+    ) -> Result<DeliveryOutcome, Error> {
+        if let Some(record) = self.delivered(endpoint.clone(), delivery_id.clone()).await? {
+            return Ok(DeliveryOutcome::Redelivery(record));
+        }
+        let content_len = new.content.len() as u64;
+        let content = encode(&StoredContent { text: std::mem::take(&mut new.content) })?;
+        self.writer
+            .write(move |t| {
+                if let Some(seq) =
+                    t.webhook_deliveries.get((endpoint.as_str(), delivery_id.as_str()))?.map(|v| v.value())
+                {
+                    return Ok((DeliveryOutcome::Redelivery(load(t, seq)?), false));
+                }
+                let (outcome, _) = intake(t, new, content_len, content)?;
+                t.webhook_deliveries.insert((endpoint.as_str(), delivery_id.as_str()), outcome.record.seq)?;
+                Ok((DeliveryOutcome::First(outcome), true))
+            })
+            .await
     }
 
     pub async fn claim(&self, request: ClaimRequest) -> Result<Vec<Grant>, Error> {
@@ -225,17 +265,32 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
         Ok(Outcome::Changed(next)) => next,
         Ok(Outcome::Replay) => {
             let findings = count_findings(t, seq)?;
-            return Ok((PostOutcome::Replay { findings }, false));
+            // The same answer again: counted, never charged.
+            if let Some(charge) = &post.charge {
+                record_charge(t, &record, charge, ChargeKind::Replay)?;
+            }
+            return Ok((PostOutcome::Replay { findings }, post.charge.is_some()));
         }
-        Err(e) => return Ok((PostOutcome::Rejected(e), false)),
+        Err(e) => {
+            // A stale reporter's call was still paid for; its answer is just not used.
+            if let Some(charge) = &post.charge {
+                record_charge(t, &record, charge, ChargeKind::Fresh)?;
+            }
+            return Ok((PostOutcome::Rejected(e), post.charge.is_some()));
+        }
     };
+    if let Some(charge) = &post.charge {
+        let kind = if matches!(next, State::Failed { .. }) { ChargeKind::FailedValidation } else { ChargeKind::Fresh };
+        record_charge(t, &record, charge, kind)?;
+    }
     let outcome = match (&next, post.submission) {
-        (State::Committed { .. }, Submission::Valid { findings, output, usage }) => {
+        (State::Committed { .. }, Submission::Valid { findings, output }) => {
             let result = ResultRecord {
                 output_json: output.to_string(),
                 worker: producer,
                 lease_token: fence,
-                usage,
+                usage: post.charge.as_ref().map(|c| c.usage.clone()),
+                latency_ms: post.charge.as_ref().and_then(|c| c.latency_ms),
                 received_at_ms: t.now_ms,
             };
             let written = write_findings(t, &record, &findings)?;
@@ -302,6 +357,7 @@ pub(super) fn transition(t: &mut WriteTables<'_>, record: &mut ExtractionRecord,
         t.lease_index.insert((expires_at_ms, seq), ())?;
     }
     t.state_index.insert((next.name().code(), seq), ())?;
+    super::outbox::enqueue_events(t, record, &next)?;
     record.state = next;
     record.updated_at_ms = t.now_ms;
     t.extractions.insert(seq, encode(&*record)?.as_slice())?;

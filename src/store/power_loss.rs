@@ -136,7 +136,8 @@ async fn workload(store: &Store) -> Acknowledged {
         let post = PostResult {
             id: grant.record.id,
             authority: Authority::Lease(grant.lease_token),
-            submission: Submission::Valid { findings, output, usage: None },
+            submission: Submission::Valid { findings, output },
+            charge: None,
         };
         match store.post_result(post).await {
             Ok(PostOutcome::Committed { .. }) => {

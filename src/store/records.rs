@@ -82,6 +82,8 @@ pub struct ResultRecord {
     pub worker: String,
     pub lease_token: String,
     pub usage: Option<Usage>,
+    /// From the call (or batch submission) to the answer, where known.
+    pub latency_ms: Option<u64>,
     pub received_at_ms: u64,
 }
 
@@ -126,6 +128,7 @@ mod legacy {
                     output_tokens: u.output_tokens,
                     ..Default::default()
                 }),
+                latency_ms: None,
                 received_at_ms: v1.received_at_ms,
             }
         }
@@ -167,6 +170,91 @@ pub struct BatchRecord {
 
 impl Versioned for BatchRecord {
     const KIND: &'static str = "batch";
+    const VERSION: u8 = 1;
+}
+
+/// How a ledger entry counts. Replays are counted but never charged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ChargeKind {
+    /// A paid attempt whose answer was committed (or refused as stale).
+    Fresh,
+    /// The same answer seen again: a re-posted result, a re-fetched result file.
+    Replay,
+    /// A paid attempt whose answer failed schema validation.
+    FailedValidation,
+}
+
+/// Where an entry's cost came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CostSource {
+    /// Computed from the configured price table.
+    PriceTable,
+    /// Reported by the provider with the answer.
+    Provider,
+    /// No price known for this provider and model: tokens are kept, cost is zero.
+    Unpriced,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerRecord {
+    pub seq: u64,
+    pub tenant: String,
+    pub extraction_id: ExtractionId,
+    pub extraction_seq: u64,
+    /// The extraction's attempt number the call belonged to.
+    pub attempt: u32,
+    pub kind: ChargeKind,
+    pub provider: String,
+    pub job_id: Option<String>,
+    pub usage: Usage,
+    pub latency_ms: Option<u64>,
+    /// Charged micro-dollars: zero for replays.
+    pub cost_micros: u64,
+    /// What the call cost (or would have cost, for a replay) before the replay rule.
+    pub list_cost_micros: u64,
+    pub cost_source: CostSource,
+    pub at_ms: u64,
+}
+
+impl Versioned for LedgerRecord {
+    const KIND: &'static str = "ledger";
+    const VERSION: u8 = 1;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OutboxKind {
+    Committed,
+    Failed { class: crate::lifecycle::FailureClass, reason: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeliveryState {
+    Pending,
+    Delivered { at_ms: u64, status: u16 },
+    Dead { reason: String },
+}
+
+/// One event for one sink. `event_id` is the same for every sink and every attempt: it
+/// is the `webhook-id` receivers deduplicate on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutboxRecord {
+    pub seq: u64,
+    pub event_id: String,
+    pub sink: String,
+    pub kind: OutboxKind,
+    pub extraction_seq: u64,
+    pub extraction_id: ExtractionId,
+    pub tenant: String,
+    pub attempt: u32,
+    pub state: DeliveryState,
+    pub deliveries: u32,
+    pub next_attempt_at_ms: u64,
+    pub last_error: Option<String>,
+    pub created_at_ms: u64,
+}
+
+impl Versioned for OutboxRecord {
+    const KIND: &'static str = "outbox";
     const VERSION: u8 = 1;
 }
 
@@ -273,10 +361,52 @@ mod tests {
                     provider_cost_micros: Some(77),
                     request_id: Some("req_1".into()),
                 }),
+                latency_ms: Some(1500),
                 received_at_ms: 6,
             },
         );
         check_golden("v1_content.bin", &StoredContent { text: "fn main() {}".into() });
+    }
+
+    #[test]
+    fn golden_ledger_and_outbox() {
+        check_golden(
+            "v1_ledger.bin",
+            &LedgerRecord {
+                seq: 3,
+                tenant: "acme".into(),
+                extraction_id: ExtractionId([7; 32]),
+                extraction_seq: 42,
+                attempt: 1,
+                kind: ChargeKind::FailedValidation,
+                provider: "openai".into(),
+                job_id: Some("batch_1".into()),
+                usage: Usage { model: "gpt".into(), input_tokens: 100, output_tokens: 50, ..Usage::default() },
+                latency_ms: Some(900),
+                cost_micros: 125,
+                list_cost_micros: 125,
+                cost_source: CostSource::PriceTable,
+                at_ms: 7,
+            },
+        );
+        check_golden(
+            "v1_outbox.bin",
+            &OutboxRecord {
+                seq: 9,
+                event_id: "msg_abc".into(),
+                sink: "downstream".into(),
+                kind: OutboxKind::Failed { class: FailureClass::Validation, reason: "no".into() },
+                extraction_seq: 42,
+                extraction_id: ExtractionId([7; 32]),
+                tenant: "acme".into(),
+                attempt: 2,
+                state: DeliveryState::Delivered { at_ms: 11, status: 204 },
+                deliveries: 3,
+                next_attempt_at_ms: 10,
+                last_error: Some("HTTP 500".into()),
+                created_at_ms: 8,
+            },
+        );
     }
 
     /// Files written before usage grew cache and cost fields still read, with those at zero.

@@ -34,6 +34,26 @@ pub const OPEN_BATCHES: TableDefinition<u64, ()> = TableDefinition::new("open_ba
 /// validation and commit.
 pub const STAGED: TableDefinition<u64, &[u8]> = TableDefinition::new("staged_results");
 
+/// ledger sequence → `LedgerRecord`: one entry per paid (or replayed) model attempt.
+pub const LEDGER: TableDefinition<u64, &[u8]> = TableDefinition::new("ledger");
+/// (tenant, at ms, ledger sequence) → (): a tenant's entries over a time range.
+pub const LEDGER_BY_TENANT: TableDefinition<(&str, u64, u64), ()> = TableDefinition::new("ledger_by_tenant");
+/// (extraction sequence, ledger sequence) → (): the attempts of one extraction.
+pub const LEDGER_BY_EXTRACTION: TableDefinition<(u64, u64), ()> = TableDefinition::new("ledger_by_extraction");
+/// (tenant, UTC day number) → micro-dollars charged that day: budget checks without scans.
+pub const SPEND: TableDefinition<(&str, u64), u64> = TableDefinition::new("spend");
+
+/// outbox sequence → `OutboxRecord`: one event for one sink, from commit to delivery.
+pub const OUTBOX: TableDefinition<u64, &[u8]> = TableDefinition::new("outbox");
+/// (next attempt ms, outbox sequence) → (): deliveries still to make, in due order.
+pub const OUTBOX_DUE: TableDefinition<(u64, u64), ()> = TableDefinition::new("outbox_due");
+/// outbox sequence → (): deliveries given up on, for operators to inspect and redeliver.
+pub const OUTBOX_DEAD: TableDefinition<u64, ()> = TableDefinition::new("outbox_dead");
+
+/// (endpoint, delivery id) → extraction sequence: a redelivered webhook is answered with
+/// the extraction its first delivery created.
+pub const WEBHOOK_DELIVERIES: TableDefinition<(&str, &str), u64> = TableDefinition::new("webhook_deliveries");
+
 /// `META` key holding the layout generation of the file.
 pub const META_LAYOUT: &str = "layout";
 pub const LAYOUT_V1: u64 = 1;
@@ -41,3 +61,5 @@ pub const LAYOUT_V1: u64 = 1;
 pub const META_LAST_BACKUP: &str = "last_backup_ms";
 /// `META` key prefix: `pause:<provider>` = 1 while an operator has paused submissions.
 pub const META_PAUSE_PREFIX: &str = "pause:";
+/// `META` key prefix: `sink-disabled:<sink>` = Unix ms when a receiver answered 410 Gone.
+pub const META_SINK_DISABLED_PREFIX: &str = "sink-disabled:";

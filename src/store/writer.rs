@@ -7,13 +7,14 @@
 //! capped at the disk's fsync rate. A batch that wrote nothing is aborted, not
 //! committed: an empty commit still costs an fsync.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 
 use redb::{Database, Durability, ReadableTable, Table, WriteTransaction};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Error;
+use super::ledger::Policies;
 use super::tables::{self, LAYOUT_V1, META_LAYOUT};
 use crate::clock;
 
@@ -36,6 +37,16 @@ pub struct WriteTables<'txn> {
     pub batches: Table<'txn, u64, &'static [u8]>,
     pub open_batches: Table<'txn, u64, ()>,
     pub staged: Table<'txn, u64, &'static [u8]>,
+    pub ledger: Table<'txn, u64, &'static [u8]>,
+    pub ledger_by_tenant: Table<'txn, (&'static str, u64, u64), ()>,
+    pub ledger_by_extraction: Table<'txn, (u64, u64), ()>,
+    pub spend: Table<'txn, (&'static str, u64), u64>,
+    pub outbox: Table<'txn, u64, &'static [u8]>,
+    pub outbox_due: Table<'txn, (u64, u64), ()>,
+    pub outbox_dead: Table<'txn, u64, ()>,
+    pub webhook_deliveries: Table<'txn, (&'static str, &'static str), u64>,
+    /// Outbox sinks and the price table, as configured when this batch began.
+    pub policies: Arc<Policies>,
     /// Wall-clock time of this batch, the same for every job in it.
     pub now_ms: u64,
     next: Sequences,
@@ -46,10 +57,16 @@ pub struct WriteTables<'txn> {
 pub struct Sequences {
     extraction: u64,
     batch: u64,
+    ledger: u64,
+    outbox: u64,
+}
+
+impl Sequences {
+    const ZERO: Sequences = Sequences { extraction: 0, batch: 0, ledger: 0, outbox: 0 };
 }
 
 impl<'txn> WriteTables<'txn> {
-    fn open(txn: &'txn WriteTransaction, now_ms: u64, next: Sequences) -> Result<Self, Error> {
+    fn open(txn: &'txn WriteTransaction, now_ms: u64, next: Sequences, policies: Arc<Policies>) -> Result<Self, Error> {
         Ok(Self {
             meta: txn.open_table(tables::META)?,
             identity: txn.open_table(tables::IDENTITY)?,
@@ -63,6 +80,15 @@ impl<'txn> WriteTables<'txn> {
             batches: txn.open_table(tables::BATCHES)?,
             open_batches: txn.open_table(tables::OPEN_BATCHES)?,
             staged: txn.open_table(tables::STAGED)?,
+            ledger: txn.open_table(tables::LEDGER)?,
+            ledger_by_tenant: txn.open_table(tables::LEDGER_BY_TENANT)?,
+            ledger_by_extraction: txn.open_table(tables::LEDGER_BY_EXTRACTION)?,
+            spend: txn.open_table(tables::SPEND)?,
+            outbox: txn.open_table(tables::OUTBOX)?,
+            outbox_due: txn.open_table(tables::OUTBOX_DUE)?,
+            outbox_dead: txn.open_table(tables::OUTBOX_DEAD)?,
+            webhook_deliveries: txn.open_table(tables::WEBHOOK_DELIVERIES)?,
+            policies,
             now_ms,
             next,
         })
@@ -77,6 +103,18 @@ impl<'txn> WriteTables<'txn> {
     pub fn allocate_batch_seq(&mut self) -> u64 {
         let seq = self.next.batch;
         self.next.batch += 1;
+        seq
+    }
+
+    pub fn allocate_ledger_seq(&mut self) -> u64 {
+        let seq = self.next.ledger;
+        self.next.ledger += 1;
+        seq
+    }
+
+    pub fn allocate_outbox_seq(&mut self) -> u64 {
+        let seq = self.next.outbox;
+        self.next.outbox += 1;
         seq
     }
 }
@@ -190,7 +228,7 @@ pub fn initialize(db: &Database) -> Result<Sequences, Error> {
     txn.set_durability(Durability::Immediate)?;
     let next_seq = {
         // Creating every table up front lets readers open them without special cases.
-        let mut tables = WriteTables::open(&txn, 0, Sequences { extraction: 0, batch: 0 })?;
+        let mut tables = WriteTables::open(&txn, 0, Sequences::ZERO, Arc::default())?;
         let meta = &mut tables.meta;
         let layout = meta.get(META_LAYOUT)?.map(|v| v.value());
         match layout {
@@ -205,24 +243,35 @@ pub fn initialize(db: &Database) -> Result<Sequences, Error> {
                 });
             }
         }
-        let last = tables.extractions.last()?.map(|(k, _)| k.value());
-        let last_batch = tables.batches.last()?.map(|(k, _)| k.value());
-        Sequences { extraction: last.map_or(1, |seq| seq + 1), batch: last_batch.map_or(1, |seq| seq + 1) }
+        let next = |last: Option<u64>| last.map_or(1, |seq| seq + 1);
+        Sequences {
+            extraction: next(tables.extractions.last()?.map(|(k, _)| k.value())),
+            batch: next(tables.batches.last()?.map(|(k, _)| k.value())),
+            ledger: next(tables.ledger.last()?.map(|(k, _)| k.value())),
+            outbox: next(tables.outbox.last()?.map(|(k, _)| k.value())),
+        }
     };
     txn.commit()?;
     Ok(next_seq)
 }
 
-pub fn spawn(db: Arc<Database>, next_seq: Sequences) -> Result<(WriterHandle, WriterGuard), Error> {
+/// The policies, set at start (and on reload) and read by every write batch.
+pub type PolicyCell = Arc<RwLock<Arc<Policies>>>;
+
+pub fn spawn(
+    db: Arc<Database>,
+    next_seq: Sequences,
+    policies: PolicyCell,
+) -> Result<(WriterHandle, WriterGuard), Error> {
     let (jobs, queue) = mpsc::channel(QUEUE_DEPTH);
     let thread = std::thread::Builder::new()
         .name("store-writer".to_string())
-        .spawn(move || run(&db, queue, next_seq))
+        .spawn(move || run(&db, queue, next_seq, &policies))
         .map_err(|e| Error::Unavailable { reason: format!("cannot start the writer thread: {e}") })?;
     Ok((WriterHandle { jobs: jobs.clone() }, WriterGuard { thread: Some(thread), close: jobs }))
 }
 
-fn run(db: &Database, mut queue: mpsc::Receiver<Message>, mut next_seq: Sequences) {
+fn run(db: &Database, mut queue: mpsc::Receiver<Message>, mut next_seq: Sequences, policies: &PolicyCell) {
     let mut halted: Option<String> = None;
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
     let mut closing = false;
@@ -242,7 +291,11 @@ fn run(db: &Database, mut queue: mpsc::Receiver<Message>, mut next_seq: Sequence
             let refusal = Error::Unavailable { reason: reason.clone() };
             batch.drain(..).for_each(|job| job.finish(Err(&refusal)));
         } else if !batch.is_empty() {
-            match commit_batch(db, &mut batch, next_seq) {
+            let policies = match policies.read() {
+                Ok(current) => Arc::clone(&current),
+                Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+            };
+            match commit_batch(db, &mut batch, next_seq, policies) {
                 Ok(advanced) => {
                     next_seq = advanced;
                     batch.drain(..).for_each(|job| job.finish(Ok(())));
@@ -275,10 +328,15 @@ fn refuse_the_rest(queue: &mut mpsc::Receiver<Message>) {
 }
 
 /// Applies every job in one transaction. Returns the next free sequence numbers.
-fn commit_batch(db: &Database, batch: &mut [Box<dyn Job>], next_seq: Sequences) -> Result<Sequences, Error> {
+fn commit_batch(
+    db: &Database,
+    batch: &mut [Box<dyn Job>],
+    next_seq: Sequences,
+    policies: Arc<Policies>,
+) -> Result<Sequences, Error> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
-    let mut tables = WriteTables::open(&txn, clock::now_ms(), next_seq)?;
+    let mut tables = WriteTables::open(&txn, clock::now_ms(), next_seq, policies)?;
     let mut wrote = false;
     for job in batch.iter_mut() {
         wrote |= job.apply(&mut tables)?;

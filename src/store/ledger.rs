@@ -1,0 +1,170 @@
+//! Ledger entries in the store. An entry is written by the same job, and so in the same
+//! transaction, as the state change its model call paid for: a crash leaves either both
+//! or neither. Pricing is a policy handed in from outside; the store only applies it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use redb::{ReadableTable, ReadableTableMetadata};
+
+use super::codec::{decode, encode};
+use super::ops::required;
+use super::records::{ChargeKind, CostSource, ExtractionRecord, LedgerRecord, Usage};
+use super::tables;
+use super::writer::WriteTables;
+use super::{Error, Store};
+use crate::identity::ExtractionId;
+
+pub const DAY_MS: u64 = 86_400_000;
+
+/// Turns one call's usage into micro-dollars.
+pub trait Pricing: Send + Sync + fmt::Debug {
+    /// `batch` is true for calls made through a provider's batch API (discounted).
+    fn price(&self, provider: &str, usage: &Usage, batch: bool) -> (u64, CostSource);
+}
+
+/// Without a price table only costs the provider reports are known.
+#[derive(Debug, Default)]
+pub struct ProviderReportedOnly;
+
+impl Pricing for ProviderReportedOnly {
+    fn price(&self, _provider: &str, usage: &Usage, _batch: bool) -> (u64, CostSource) {
+        usage.provider_cost_micros.map_or((0, CostSource::Unpriced), |micros| (micros, CostSource::Provider))
+    }
+}
+
+/// What the writer consults besides the data: where events go, what calls cost.
+#[derive(Debug, Clone)]
+pub struct Policies {
+    pub sinks: Vec<String>,
+    pub pricing: Arc<dyn Pricing>,
+}
+
+impl Default for Policies {
+    fn default() -> Self {
+        Self { sinks: Vec::new(), pricing: Arc::new(ProviderReportedOnly) }
+    }
+}
+
+/// One paid model call as its reporter describes it; the store prices and labels it.
+#[derive(Debug, Clone)]
+pub struct Charge {
+    pub provider: String,
+    pub job_id: Option<String>,
+    pub usage: Usage,
+    pub latency_ms: Option<u64>,
+    pub batch: bool,
+}
+
+pub(super) fn record_charge(
+    t: &mut WriteTables<'_>,
+    record: &ExtractionRecord,
+    charge: &Charge,
+    kind: ChargeKind,
+) -> Result<(), Error> {
+    let (list_cost, source) = t.policies.pricing.price(&charge.provider, &charge.usage, charge.batch);
+    let cost_micros = if kind == ChargeKind::Replay { 0 } else { list_cost };
+    let seq = t.allocate_ledger_seq();
+    let entry = LedgerRecord {
+        seq,
+        tenant: record.tenant.clone(),
+        extraction_id: record.id,
+        extraction_seq: record.seq,
+        attempt: record.attempt,
+        kind,
+        provider: charge.provider.clone(),
+        job_id: charge.job_id.clone(),
+        usage: charge.usage.clone(),
+        latency_ms: charge.latency_ms,
+        cost_micros,
+        list_cost_micros: list_cost,
+        cost_source: source,
+        at_ms: t.now_ms,
+    };
+    t.ledger.insert(seq, encode(&entry)?.as_slice())?;
+    t.ledger_by_tenant.insert((record.tenant.as_str(), t.now_ms, seq), ())?;
+    t.ledger_by_extraction.insert((record.seq, seq), ())?;
+    if cost_micros > 0 {
+        let day = t.now_ms / DAY_MS;
+        let spent = t.spend.get((record.tenant.as_str(), day))?.map_or(0, |v| v.value());
+        t.spend.insert((record.tenant.as_str(), day), spent.saturating_add(cost_micros))?;
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Folds a tenant's entries with `from_ms <= at < to_ms`, in time order, on the
+    /// blocking pool, so a long range never sits in memory at once.
+    pub async fn fold_ledger<A, F>(
+        &self,
+        tenant: String,
+        from_ms: u64,
+        to_ms: u64,
+        init: A,
+        mut f: F,
+    ) -> Result<A, Error>
+    where
+        A: Send + 'static,
+        F: FnMut(&mut A, LedgerRecord) + Send + 'static,
+    {
+        self.read(move |txn| {
+            let index = txn.open_table(tables::LEDGER_BY_TENANT)?;
+            let ledger = txn.open_table(tables::LEDGER)?;
+            let mut acc = init;
+            if from_ms >= to_ms {
+                return Ok(acc);
+            }
+            for entry in index.range((tenant.as_str(), from_ms, 0)..(tenant.as_str(), to_ms, 0))? {
+                let seq = entry?.0.value().2;
+                f(&mut acc, decode(&required(ledger.get(seq)?, "ledger", seq)?)?);
+            }
+            Ok(acc)
+        })
+        .await
+    }
+
+    /// Every ledger entry of one extraction, oldest first; `None` if the id is unknown.
+    pub async fn extraction_ledger(&self, id: ExtractionId) -> Result<Option<Vec<LedgerRecord>>, Error> {
+        self.read(move |txn| {
+            let identity = txn.open_table(tables::IDENTITY)?;
+            let Some(seq) = identity.get(id.as_bytes())?.map(|v| v.value()) else {
+                return Ok(None);
+            };
+            let index = txn.open_table(tables::LEDGER_BY_EXTRACTION)?;
+            let ledger = txn.open_table(tables::LEDGER)?;
+            let mut entries = Vec::new();
+            for entry in index.range((seq, 0)..=(seq, u64::MAX))? {
+                let ledger_seq = entry?.0.value().1;
+                entries.push(decode(&required(ledger.get(ledger_seq)?, "ledger", ledger_seq)?)?);
+            }
+            Ok(Some(entries))
+        })
+        .await
+    }
+
+    /// Micro-dollars charged per tenant on UTC days `from_day` and later.
+    pub async fn spend_since(&self, from_day: u64) -> Result<Vec<(String, u64)>, Error> {
+        self.read(move |txn| {
+            let spend = txn.open_table(tables::SPEND)?;
+            let mut totals: Vec<(String, u64)> = Vec::new();
+            for entry in spend.iter()? {
+                let (key, micros) = entry?;
+                let (tenant, day) = key.value();
+                if day < from_day {
+                    continue;
+                }
+                match totals.last_mut() {
+                    Some((last, sum)) if last == tenant => *sum = sum.saturating_add(micros.value()),
+                    _ => totals.push((tenant.to_string(), micros.value())),
+                }
+            }
+            Ok(totals)
+        })
+        .await
+    }
+
+    /// How many ledger entries exist (verification and tests).
+    pub async fn ledger_len(&self) -> Result<u64, Error> {
+        self.read(|txn| Ok(txn.open_table(tables::LEDGER)?.len()?)).await
+    }
+}
