@@ -29,3 +29,4 @@ pub mod service;
 pub mod simulator;
 pub mod store;
 pub mod systemd;
+pub mod webhook;
