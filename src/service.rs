@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 
 use crate::identity::{ExtractionId, SourceHash};
 use crate::lifecycle::TransitionError;
+use crate::routing::Router;
 use crate::scheduler::{ProviderHealth, SharedHealth};
 use crate::schema::{self, Registry, ValidationIssue};
 use crate::store::{
@@ -92,6 +93,7 @@ pub struct Service {
     /// Extractions that became pending since start (new intakes and retries): lets the
     /// scheduler skip looking for a batch while too little new work has arrived to fill one.
     arrivals: Arc<AtomicU64>,
+    router: Arc<Router>,
 }
 
 impl Service {
@@ -104,7 +106,18 @@ impl Service {
             backup_dir: None,
             last_backup_ms: Arc::new(AtomicU64::new(0)),
             arrivals: Arc::new(AtomicU64::new(0)),
+            router: Arc::new(Router::default()),
         }
+    }
+
+    /// Routes new work to providers and holds tenants over budget.
+    pub fn with_router(mut self, router: Arc<Router>) -> Self {
+        self.router = router;
+        self
+    }
+
+    pub fn router(&self) -> &Arc<Router> {
+        &self.router
     }
 
     /// Remembers the last backup recorded in the store (call once at start).
@@ -176,6 +189,7 @@ impl Service {
             .ok_or_else(|| Error::UnknownProvider(name.to_string()))?;
         self.store.set_provider_paused(name.to_string(), paused).await?;
         health.set_operator_pause(paused);
+        self.router.set_paused(name, paused);
         if let Some(wake) = &self.wake {
             wake.notify_one();
         }

@@ -218,6 +218,9 @@ impl Scheduler {
         if self.health.paused_until(clock::now_ms(), true).is_some() {
             return Ok(None);
         }
+        let router = self.service.router();
+        router.refresh_holds(&self.store, clock::now_ms()).await?;
+        let accept = router.filter_for(self.provider.name());
         let mut next = None;
         let schemas: Vec<String> = self.service.registry().names().map(str::to_string).collect();
         for schema in schemas {
@@ -230,6 +233,7 @@ impl Scheduler {
                 let request = IntentRequest {
                     provider: self.provider.name().to_string(),
                     schema: schema.clone(),
+                    accept: accept.clone(),
                     max_size: self.settings.batch_max_size,
                     max_content_bytes: self.settings.batch_max_content_bytes,
                     max_wait_ms: self.settings.batch_max_wait.as_millis() as u64,

@@ -5,6 +5,8 @@
 //! before the provider is called; the job id is committed before anything else happens
 //! to the members; results are staged (`Ready`) before they are validated and committed.
 
+use std::sync::Arc;
+
 use redb::ReadableTable;
 
 use super::codec::{decode, encode};
@@ -17,10 +19,31 @@ use super::{Error, ExtractionRecord, Store};
 use crate::identity::{ExtractionId, batch_key};
 use crate::lifecycle::{self, Event, FailureClass, Outcome, State, StateName};
 
+/// Decides, by (tenant, schema), whether pending work may join a batch for this provider:
+/// routing and budget holds, decided outside the store.
+#[derive(Clone)]
+pub struct WorkFilter(pub Arc<AcceptFn>);
+
+/// `(tenant, schema) -> may this provider take it`.
+pub type AcceptFn = dyn Fn(&str, &str) -> bool + Send + Sync;
+
+impl WorkFilter {
+    pub fn any() -> Self {
+        Self(Arc::new(|_, _| true))
+    }
+}
+
+impl std::fmt::Debug for WorkFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WorkFilter")
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct IntentRequest {
     pub provider: String,
     pub schema: String,
+    pub accept: WorkFilter,
     pub max_size: usize,
     /// Most content bytes in one batch (providers cap the input file's size).
     pub max_content_bytes: u64,
@@ -215,7 +238,7 @@ fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(In
     let mut full = false;
     for entry in t.state_index.range((pending, 0)..=(pending, u64::MAX))? {
         let record = load(t, entry?.0.value().1)?;
-        if record.schema != request.schema {
+        if record.schema != request.schema || !(request.accept.0)(&record.tenant, &record.schema) {
             continue;
         }
         // One oversized source still goes alone: a batch always makes progress.

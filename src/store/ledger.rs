@@ -17,6 +17,11 @@ use crate::identity::ExtractionId;
 
 pub const DAY_MS: u64 = 86_400_000;
 
+/// Spend is kept per UTC day of this many milliseconds.
+pub fn store_day_ms() -> u64 {
+    DAY_MS
+}
+
 /// Turns one call's usage into micro-dollars.
 pub trait Pricing: Send + Sync + fmt::Debug {
     /// `batch` is true for calls made through a provider's batch API (discounted).
@@ -142,21 +147,17 @@ impl Store {
         .await
     }
 
-    /// Micro-dollars charged per tenant on UTC days `from_day` and later.
-    pub async fn spend_since(&self, from_day: u64) -> Result<Vec<(String, u64)>, Error> {
+    /// Micro-dollars charged to each of `tenants` on UTC days `from_day` and later.
+    pub async fn spend_since(&self, tenants: Vec<String>, from_day: u64) -> Result<Vec<(String, u64)>, Error> {
         self.read(move |txn| {
             let spend = txn.open_table(tables::SPEND)?;
-            let mut totals: Vec<(String, u64)> = Vec::new();
-            for entry in spend.iter()? {
-                let (key, micros) = entry?;
-                let (tenant, day) = key.value();
-                if day < from_day {
-                    continue;
+            let mut totals = Vec::with_capacity(tenants.len());
+            for tenant in tenants {
+                let mut sum = 0u64;
+                for entry in spend.range((tenant.as_str(), from_day)..=(tenant.as_str(), u64::MAX))? {
+                    sum = sum.saturating_add(entry?.1.value());
                 }
-                match totals.last_mut() {
-                    Some((last, sum)) if last == tenant => *sum = sum.saturating_add(micros.value()),
-                    _ => totals.push((tenant.to_string(), micros.value())),
-                }
+                totals.push((tenant, sum));
             }
             Ok(totals)
         })

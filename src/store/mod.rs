@@ -25,8 +25,10 @@ use std::sync::Arc;
 use redb::{Database, ReadableDatabase};
 
 pub use backup::BackupReport;
-pub use batches::{BatchMember, IntentOutcome, IntentRequest, Leftover, LineResult, ReadyItem, StageReport};
-pub use ledger::{Charge, Policies, Pricing};
+pub use batches::{
+    BatchMember, IntentOutcome, IntentRequest, Leftover, LineResult, ReadyItem, StageReport, WorkFilter,
+};
+pub use ledger::{Charge, Policies, Pricing, store_day_ms};
 pub use ops::{
     Authority, ClaimRequest, DeliveryOutcome, Grant, IntakeOutcome, PostOutcome, PostResult, RetryOutcome, Submission,
 };

@@ -40,7 +40,7 @@ impl Store {
                 return Ok(None);
             };
             let extractions = txn.open_table(tables::EXTRACTIONS)?;
-            Ok(extractions.get(seq)?.map(|v| decode(v.value())).transpose()?)
+            extractions.get(seq)?.map(|v| decode(v.value())).transpose()
         })
         .await
     }
