@@ -2,6 +2,7 @@
 //! each adapter; what crosses this boundary is our own vocabulary: job ids, phases,
 //! per-member line results, and errors already sorted into DESIGN §3 classes.
 
+pub mod chat;
 pub mod openai;
 mod retry;
 
