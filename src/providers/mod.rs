@@ -3,6 +3,8 @@
 //! per-member line results, and errors already sorted into DESIGN §3 classes.
 
 pub mod anthropic;
+pub mod chat;
+pub mod generic;
 pub mod openai;
 mod retry;
 
