@@ -22,6 +22,7 @@ pub mod identity;
 pub mod ledger;
 pub mod lifecycle;
 pub mod metrics;
+pub mod outbox;
 pub mod providers;
 pub mod routing;
 pub mod scheduler;

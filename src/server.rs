@@ -15,13 +15,18 @@ use tokio::sync::Notify;
 
 use crate::access::AccessPolicy;
 use crate::config::{self, ProviderChoice, ProviderOptions, ServeOptions};
+use crate::outbox::Sink;
+use crate::providers::anthropic::{AnthropicBatches, AnthropicConfig};
 use crate::providers::openai::{ApiKey, OpenAiBatches, OpenAiConfig};
 use crate::providers::{BatchProvider, ProviderError};
+use crate::routing::Router;
 use crate::scheduler::{Scheduler, SchedulerHandle};
 use crate::schema::{self, Registry};
 use crate::service::Service;
 use crate::simulator::{Simulator, SimulatorConfig};
+use crate::store::Policies;
 use crate::store::{self, Store, WriterGuard};
+use crate::webhook::{Endpoint, WebhookSecret};
 
 /// How long shutdown waits for in-flight HTTP requests (kept well under systemd's
 /// default stop timeout).
@@ -53,12 +58,24 @@ pub enum Error {
     Serve(#[source] std::io::Error),
     #[error("startup task failed: {0}")]
     Task(String),
+    #[error("{0}")]
+    Setup(String),
+    #[error(transparent)]
+    Webhook(#[from] crate::webhook::EndpointError),
 }
 
 impl Error {
     /// Configuration mistakes an operator must fix; restarting will not help.
     pub fn is_config(&self) -> bool {
-        matches!(self, Error::Bind { .. } | Error::Schema(_) | Error::Config(_) | Error::Provider(_))
+        matches!(
+            self,
+            Error::Bind { .. }
+                | Error::Schema(_)
+                | Error::Config(_)
+                | Error::Provider(_)
+                | Error::Setup(_)
+                | Error::Webhook(_)
+        )
     }
 }
 
@@ -68,7 +85,8 @@ pub struct Server {
     data_dir: PathBuf,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
-    scheduler: Option<SchedulerHandle>,
+    schedulers: Vec<SchedulerHandle>,
+    deliverer: Option<crate::outbox::DelivererHandle>,
     simulator: Option<Simulator>,
     watchdog: Option<JoinHandle<()>>,
     writer: WriterGuard,
@@ -92,20 +110,51 @@ impl Server {
             .map_err(|e| Error::Task(e.to_string()))??;
         crate::metrics::init();
         let (provider, simulator) = build_provider(&options.provider).await?;
+        let mut providers: Vec<Arc<dyn BatchProvider>> = provider.into_iter().collect();
+        if let Some(anthropic) = &options.anthropic {
+            providers.push(build_anthropic(anthropic)?);
+        }
+        let sinks = load_sinks(&options.sinks)?;
+        let webhooks = options.webhooks.iter().map(Endpoint::load).collect::<Result<Vec<_>, _>>()?;
+        store.set_policies(Policies {
+            sinks: sinks.iter().map(|s| s.name.clone()).collect(),
+            pricing: Arc::new(options.prices.clone()),
+        });
         let watchdog = crate::systemd::spawn_watchdog(store.clone());
-        let mut service = Service::new(store.clone(), registry).with_backup_dir(options.data_dir.join("backups"));
+        let router = Arc::new(Router::new(options.routes.clone(), options.budgets.clone()));
+        let outbox_wake = Arc::new(Notify::new());
+        let mut service = Service::new(store.clone(), registry)
+            .with_backup_dir(options.data_dir.join("backups"))
+            .with_router(Arc::clone(&router))
+            .with_webhooks(webhooks)
+            .with_outbox_wake(Arc::clone(&outbox_wake));
         if let Err(e) = service.load_last_backup().await {
             tracing::warn!(error = %e, "cannot read the last backup time");
         }
-        let mut scheduler = None;
-        if let Some(provider) = provider {
+        let mut schedulers = Vec::new();
+        let mut wakes = Vec::new();
+        for provider in &providers {
             let paused = store.provider_paused(provider.name()).await?;
-            let wake = Arc::new(Notify::new());
-            let settings = options.provider.scheduler.clone();
-            let handle = Scheduler::spawn(store, service.clone(), provider, settings, Arc::clone(&wake), paused);
-            service = service.clone().with_scheduler(wake, handle.health());
-            scheduler = Some(handle);
+            router.set_paused(provider.name(), paused);
+            wakes.push((Arc::new(Notify::new()), paused));
         }
+        // Every scheduler gets a service that can wake all of them (and knows every provider).
+        let mut healths = Vec::new();
+        for (provider, (wake, paused)) in providers.iter().zip(&wakes) {
+            let health = crate::scheduler::SharedHealth::new(provider.name());
+            health.set_operator_pause(*paused);
+            healths.push(health.clone());
+            service = service.with_scheduler(Arc::clone(wake), health);
+        }
+        for ((provider, (wake, _)), health) in providers.into_iter().zip(wakes).zip(healths) {
+            let settings = options.provider.scheduler.clone();
+            schedulers.push(Scheduler::spawn(store.clone(), service.clone(), provider, settings, wake, health));
+        }
+        let deliverer = if sinks.is_empty() {
+            None
+        } else {
+            Some(crate::outbox::spawn(store.clone(), sinks, outbox_wake).map_err(|e| Error::Task(e.to_string()))?)
+        };
         let router = crate::http::router(service, options.max_body_bytes, Arc::new(access));
         let (stop, stopped) = oneshot::channel::<()>();
         // Responses are small and latency-bound: never let Nagle hold an acknowledgement back.
@@ -127,7 +176,8 @@ impl Server {
             data_dir: options.data_dir.clone(),
             stop: Some(stop),
             task,
-            scheduler,
+            schedulers,
+            deliverer,
             simulator,
             watchdog,
             writer,
@@ -167,8 +217,11 @@ impl Server {
                 Ok(())
             }
         };
-        if let Some(scheduler) = self.scheduler.take() {
+        for scheduler in self.schedulers.drain(..) {
             scheduler.stop(SCHEDULER_STOP_DEADLINE).await;
+        }
+        if let Some(deliverer) = self.deliverer.take() {
+            deliverer.stop(SCHEDULER_STOP_DEADLINE).await;
         }
         if let Some(simulator) = self.simulator.take() {
             simulator.stop().await;
@@ -177,6 +230,38 @@ impl Server {
         tokio::task::spawn_blocking(move || writer.join()).await.map_err(|e| Error::Task(e.to_string()))?;
         served.map_err(Error::Serve)
     }
+}
+
+fn build_anthropic(options: &config::AnthropicOptions) -> Result<Arc<dyn BatchProvider>, Error> {
+    let key = crate::providers::anthropic::ApiKey::new(options.key.load_secret()?);
+    let mut config = AnthropicConfig::new(key, options.model.clone());
+    if let Some(base) = &options.base_url {
+        config.base_url = base.clone();
+    }
+    if let Some(max_tokens) = options.max_tokens {
+        config.max_tokens = max_tokens;
+    }
+    let adapter = AnthropicBatches::new(config).map_err(|e| Error::Setup(e.to_string()))?;
+    Ok(Arc::new(adapter))
+}
+
+fn load_sinks(options: &[config::SinkOptions]) -> Result<Vec<Sink>, Error> {
+    options
+        .iter()
+        .map(|s| {
+            let text = s.secret.load_secret()?;
+            let secret = WebhookSecret::standard(&text)
+                .map_err(|e| Error::Setup(format!("outbox sink {}: the secret is unusable: {e}", s.name)))?;
+            Ok(Sink {
+                name: s.name.clone(),
+                url: s.url.clone(),
+                secret,
+                max_attempts: s.max_attempts,
+                max_age: s.max_age,
+                timeout: s.timeout,
+            })
+        })
+        .collect()
 }
 
 /// The provider adapter for new work, and the embedded simulator when that is the choice.

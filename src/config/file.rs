@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::extras::{RawBudgets, RawOutbox, RawPrice, RawProviders, RawRouting, RawWebhook};
 use super::{Error, KeySource, ProviderChoice};
 
 /// Where `serve` looks when neither `--config` nor `COMMITPOINT_CONFIG` names a file.
@@ -25,6 +26,18 @@ pub struct RawConfig {
     pub scheduler: RawScheduler,
     #[serde(default)]
     pub access: RawAccess,
+    #[serde(default)]
+    pub providers: RawProviders,
+    #[serde(default)]
+    pub routing: RawRouting,
+    #[serde(default)]
+    pub prices: Vec<RawPrice>,
+    #[serde(default)]
+    pub budgets: RawBudgets,
+    #[serde(default)]
+    pub outbox: RawOutbox,
+    #[serde(default)]
+    pub webhooks: Vec<RawWebhook>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -124,7 +137,7 @@ impl RawProvider {
 }
 
 /// At most one place may be named for a secret: two would leave the winner ambiguous.
-fn one_source(
+pub(super) fn one_source(
     key: &'static str,
     env: &Option<String>,
     file: &Option<PathBuf>,

@@ -1,6 +1,7 @@
 //! Settings for `serve`. Defaults live here so every entry point agrees on them; the
 //! file format and the merge order are in `file`.
 
+mod extras;
 mod file;
 
 use std::net::SocketAddr;
@@ -8,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use std::time::Duration;
 
+pub use extras::{AnthropicOptions, Field, SinkOptions, WebhookOptions};
 pub use file::{DEFAULT_CONFIG_PATH, RawConfig};
 
 use crate::providers::openai::ApiKey;
@@ -32,6 +34,13 @@ pub struct ServeOptions {
     pub cache_bytes: usize,
     pub provider: ProviderOptions,
     pub access: AccessOptions,
+    /// A second provider, run beside the primary one when configured.
+    pub anthropic: Option<AnthropicOptions>,
+    pub routes: crate::routing::Routes,
+    pub prices: crate::ledger::PriceTable,
+    pub budgets: crate::ledger::Budgets,
+    pub sinks: Vec<SinkOptions>,
+    pub webhooks: Vec<WebhookOptions>,
 }
 
 /// Where the API tokens come from. None configured: the API is open, loopback only.
@@ -237,7 +246,24 @@ impl ServeOptions {
                 ),
             });
         }
+        let anthropic = raw.providers.anthropic.map(extras::RawAnthropic::resolve).transpose()?;
+        let primary = match provider.choice {
+            ProviderChoice::None => None,
+            ProviderChoice::Openai => Some("openai"),
+            ProviderChoice::Simulator => Some("simulator"),
+        };
+        let mut known: Vec<&str> = primary.into_iter().collect();
+        if anthropic.is_some() {
+            known.push("anthropic");
+        }
+        let routes = raw.routing.resolve(primary.or(anthropic.as_ref().map(|_| "anthropic")), &known)?;
         Ok(ServeOptions {
+            anthropic,
+            routes,
+            prices: extras::resolve_prices(raw.prices)?,
+            budgets: raw.budgets.resolve()?,
+            sinks: extras::resolve_sinks(raw.outbox)?,
+            webhooks: extras::resolve_webhooks(raw.webhooks)?,
             access,
             data_dir: o.data_dir.or(raw.server.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
             listen,

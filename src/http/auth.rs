@@ -12,15 +12,16 @@ use super::error::ApiError;
 use crate::access::{AccessPolicy, Caller, Denied};
 
 /// Liveness and metrics stay readable without a token (they expose no tenant data), so
-/// probes and scrapers on the host need no secret.
+/// probes and scrapers on the host need no secret. Webhooks authenticate by signature.
 fn is_public(path: &str) -> bool {
-    path == "/healthz" || path == "/metrics"
+    path == "/healthz" || path == "/metrics" || path.starts_with("/v1/webhooks/")
 }
 
 /// Work distribution, results, operator actions and whole-store views are admin-only.
 fn is_admin_only(method: &Method, path: &str) -> bool {
     path.starts_with("/v1/claims")
         || path.starts_with("/v1/admin/")
+        || path.starts_with("/v1/outbox")
         || path == "/v1/stats"
         || (method == Method::POST && (path.ends_with("/result") || path.ends_with("/retry")))
 }

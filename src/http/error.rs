@@ -75,6 +75,8 @@ impl From<service::Error> for ApiError {
             E::Schema(_) => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "schema_unavailable", message),
             E::NotFound(_) => Self::new(StatusCode::NOT_FOUND, "not_found", message),
             E::UnknownProvider(_) => Self::new(StatusCode::NOT_FOUND, "unknown_provider", message),
+            E::UnknownWebhook(_) => Self::new(StatusCode::NOT_FOUND, "unknown_webhook", message),
+            E::UnknownEvent(_) => Self::new(StatusCode::NOT_FOUND, "unknown_event", message),
             E::Transition(t) => transition(&t, message),
             E::ValidationFailed { issues, .. } => {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", message)

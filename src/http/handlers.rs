@@ -14,9 +14,9 @@ use crate::lifecycle::StateName;
 use crate::service::{IntakeRequest, ResultRequest, Service, WorkerUsage};
 use crate::store::{ClaimRequest, ListFilter, PostOutcome, Usage};
 
-type Reply = Result<(StatusCode, Json<Value>), ApiError>;
+pub type Reply = Result<(StatusCode, Json<Value>), ApiError>;
 
-fn ok(body: Value) -> Reply {
+pub fn ok(body: Value) -> Reply {
     Ok((StatusCode::OK, Json(body)))
 }
 

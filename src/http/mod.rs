@@ -2,9 +2,11 @@
 
 mod admin;
 mod auth;
+mod delivery;
 mod error;
 mod extract;
 mod handlers;
+mod money;
 mod views;
 
 use std::sync::Arc;
@@ -28,6 +30,12 @@ pub fn router(service: Service, max_body_bytes: usize, access: Arc<AccessPolicy>
         .route("/v1/extractions/{id}/result", post(handlers::post_result))
         .route("/v1/extractions/{id}/retry", post(handlers::retry))
         .route("/v1/claims", post(handlers::claim))
+        .route("/v1/extractions/{id}/costs", get(money::extraction_costs))
+        .route("/v1/tenants/{tenant}/costs", get(money::tenant_costs))
+        .route("/v1/webhooks/{name}", post(delivery::receive))
+        .route("/v1/outbox", get(delivery::list))
+        .route("/v1/outbox/{id}/redeliver", post(delivery::redeliver))
+        .route("/v1/admin/sinks/{name}/enable", post(delivery::enable_sink))
         .route("/v1/stats", get(handlers::stats))
         .route("/v1/admin/backup", post(admin::backup))
         .route("/v1/admin/providers", get(admin::providers))

@@ -126,10 +126,8 @@ impl Scheduler {
         provider: Arc<dyn BatchProvider>,
         settings: Settings,
         wake: Arc<Notify>,
-        operator_paused: bool,
+        health: SharedHealth,
     ) -> SchedulerHandle {
-        let health = SharedHealth::new(provider.name());
-        health.set_operator_pause(operator_paused);
         let (stop, stopped) = watch::channel(false);
         let scheduler = Scheduler {
             store,
@@ -181,6 +179,9 @@ impl Scheduler {
         let mut next: Option<u64> = None;
         let mut earliest = |at: u64| next = Some(next.map_or(at, |n: u64| n.min(at)));
         for batch in self.store.open_batches().await? {
+            if batch.provider != self.provider.name() {
+                continue;
+            }
             let now = clock::now_ms();
             if let Some(paused_until) = self.health.paused_until(now, matches!(batch.state, BatchState::Intent)) {
                 earliest(paused_until.max(batch.next_action_at_ms));
@@ -276,7 +277,7 @@ impl Scheduler {
     /// writer's group commit shares one fsync among many of them.
     async fn commit_ready(&self) -> Result<(), store::Error> {
         loop {
-            let items = self.store.ready_items(STAGE_CHUNK).await?;
+            let items = self.store.ready_items(self.provider.name().to_string(), STAGE_CHUNK).await?;
             if items.is_empty() {
                 return Ok(());
             }

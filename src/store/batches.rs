@@ -191,18 +191,26 @@ impl Store {
         .await
     }
 
-    /// Up to `limit` extractions whose provider answer is staged and awaits commit.
-    pub async fn ready_items(&self, limit: usize) -> Result<Vec<ReadyItem>, Error> {
+    /// Up to `limit` extractions whose answer from `provider` is staged and awaits commit.
+    /// Each provider's scheduler commits only its own, so no answer is validated twice.
+    pub async fn ready_items(&self, provider: String, limit: usize) -> Result<Vec<ReadyItem>, Error> {
         self.read(move |txn| {
             let index = txn.open_table(tables::STATE_INDEX)?;
             let extractions = txn.open_table(tables::EXTRACTIONS)?;
             let staged = txn.open_table(tables::STAGED)?;
             let code = StateName::Ready.code();
             let mut out = Vec::new();
-            for entry in index.range((code, 0)..=(code, u64::MAX))?.take(limit) {
+            for entry in index.range((code, 0)..=(code, u64::MAX))? {
+                if out.len() >= limit {
+                    break;
+                }
                 let seq = entry?.0.value().1;
                 let missing = |kind| Error::Corrupt { kind, reason: format!("ready extraction #{seq} has no {kind}") };
-                let record = decode(extractions.get(seq)?.ok_or_else(|| missing("extraction"))?.value())?;
+                let record: ExtractionRecord =
+                    decode(extractions.get(seq)?.ok_or_else(|| missing("extraction"))?.value())?;
+                if !matches!(&record.state, State::Ready { provider: p, .. } if *p == provider) {
+                    continue;
+                }
                 let staged = decode(staged.get(seq)?.ok_or_else(|| missing("staged result"))?.value())?;
                 out.push(ReadyItem { record, staged });
             }

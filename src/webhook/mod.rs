@@ -12,12 +12,14 @@
 //! the HTTP layer and clock stay outside. Deduplication on [`Delivery::id`] is the
 //! caller's job.
 
+mod intake;
 mod signature;
 #[cfg(test)]
 mod tests;
 
 use std::time::Duration;
 
+pub use intake::{Endpoint, EndpointError, MapError};
 pub use signature::{SecretError, WebhookSecret, sign_github, sign_standard, verify_github, verify_standard};
 
 /// The Standard Webhooks header names, lowercase.

@@ -82,7 +82,27 @@ fn serve_options(data_dir: PathBuf, provider: ProviderOptions) -> ServeOptions {
         cache_bytes: DEFAULT_CACHE_BYTES,
         provider,
         access: AccessOptions::default(),
+        anthropic: None,
+        routes: crate::routing::Routes::default(),
+        prices: demo_prices(),
+        budgets: crate::ledger::Budgets::default(),
+        sinks: Vec::new(),
+        webhooks: Vec::new(),
     }
+}
+
+/// The demo's ledger prices the simulated reviewer at gpt-4o-mini's published list price.
+fn demo_prices() -> crate::ledger::PriceTable {
+    let mut table = crate::ledger::PriceTable::default();
+    let price = crate::ledger::Price {
+        input: 150_000,
+        cached_input: 75_000,
+        cache_write: 150_000,
+        output: 600_000,
+        batch_percent: 50,
+    };
+    table.insert("simulator", "simulated-reviewer", price);
+    table
 }
 
 async fn verify(database: &std::path::Path) -> anyhow::Result<bool> {

@@ -1,6 +1,7 @@
 //! The application service behind every entry point (HTTP today; webhooks and the CLI
 //! later): input checks, identity, schema validation, then one store operation.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,10 +15,14 @@ use crate::routing::Router;
 use crate::scheduler::{ProviderHealth, SharedHealth};
 use crate::schema::{self, Registry, ValidationIssue};
 use crate::store::{
-    self, Authority, BackupReport, Charge, ClaimRequest, ExtractionRecord, FindingRecord, Grant, IntakeOutcome,
-    ListFilter, ListPage, NewExtraction, PostOutcome, PostResult, ReadyItem, RetryOutcome, StateCount, Store,
-    Submission, Usage,
+    self, Authority, BackupReport, Charge, ClaimRequest, DeliveryOutcome, ExtractionRecord, FindingRecord, Grant,
+    IntakeOutcome, ListFilter, ListPage, NewExtraction, PostOutcome, PostResult, ReadyItem, RetryOutcome, StateCount,
+    Store, Submission, Usage,
 };
+use crate::webhook::Endpoint;
+
+mod money;
+mod outbox;
 
 pub const MAX_CLAIM_LIMIT: usize = 1000;
 pub const MAX_LIST_LIMIT: usize = 1000;
@@ -38,6 +43,10 @@ pub enum Error {
     ValidationFailed { schema: String, issues: Vec<ValidationIssue> },
     #[error("no provider named {0:?} is configured (see GET /v1/admin/providers)")]
     UnknownProvider(String),
+    #[error("no webhook endpoint named {0:?} is configured")]
+    UnknownWebhook(String),
+    #[error("no outbox event {0}")]
+    UnknownEvent(u64),
     #[error(transparent)]
     Store(#[from] store::Error),
 }
@@ -85,7 +94,7 @@ pub struct Service {
     store: Store,
     registry: Registry,
     /// Wakes the scheduler when new work arrives, so batches form without polling.
-    wake: Option<Arc<Notify>>,
+    wake: Vec<Arc<Notify>>,
     providers: Vec<SharedHealth>,
     backup_dir: Option<PathBuf>,
     /// Unix ms of the last successful backup since start (0: none).
@@ -94,6 +103,10 @@ pub struct Service {
     /// scheduler skip looking for a batch while too little new work has arrived to fill one.
     arrivals: Arc<AtomicU64>,
     router: Arc<Router>,
+    /// Configured webhook endpoints by name.
+    webhooks: Arc<HashMap<String, Endpoint>>,
+    /// Wakes outbox delivery (an operator redelivered an event).
+    outbox_wake: Option<Arc<Notify>>,
 }
 
 impl Service {
@@ -101,13 +114,30 @@ impl Service {
         Self {
             store,
             registry,
-            wake: None,
+            wake: Vec::new(),
             providers: Vec::new(),
             backup_dir: None,
             last_backup_ms: Arc::new(AtomicU64::new(0)),
             arrivals: Arc::new(AtomicU64::new(0)),
             router: Arc::new(Router::default()),
+            webhooks: Arc::new(HashMap::new()),
+            outbox_wake: None,
         }
+    }
+
+    pub fn with_webhooks(mut self, endpoints: Vec<Endpoint>) -> Self {
+        self.webhooks = Arc::new(endpoints.into_iter().map(|e| (e.name.clone(), e)).collect());
+        self
+    }
+
+    pub fn with_outbox_wake(mut self, wake: Arc<Notify>) -> Self {
+        self.outbox_wake = Some(wake);
+        self
+    }
+
+    /// Every provider's scheduler looks for work again (each keeps one wake-up permit).
+    fn wake_schedulers(&self) {
+        self.wake.iter().for_each(|w| w.notify_one());
     }
 
     /// Routes new work to providers and holds tenants over budget.
@@ -174,7 +204,7 @@ impl Service {
 
     /// Connects the service to a running scheduler.
     pub fn with_scheduler(mut self, wake: Arc<Notify>, health: SharedHealth) -> Self {
-        self.wake = Some(wake);
+        self.wake.push(wake);
         self.providers.push(health);
         self
     }
@@ -190,9 +220,7 @@ impl Service {
         self.store.set_provider_paused(name.to_string(), paused).await?;
         health.set_operator_pause(paused);
         self.router.set_paused(name, paused);
-        if let Some(wake) = &self.wake {
-            wake.notify_one();
-        }
+        self.wake_schedulers();
         tracing::info!(provider = name, paused, "operator changed the provider's pause");
         Ok(self
             .providers()
@@ -224,6 +252,49 @@ impl Service {
     }
 
     pub async fn intake(&self, request: IntakeRequest) -> Result<IntakeOutcome, Error> {
+        let new = self.prepare_intake(request)?;
+        let outcome = self.store.intake(new).await?;
+        self.count_intake(&outcome);
+        Ok(outcome)
+    }
+
+    /// Intake for a verified webhook delivery: the delivery id is stored in the same
+    /// transaction, and a redelivery returns what the first delivery created.
+    pub async fn intake_delivery(
+        &self,
+        endpoint: &str,
+        delivery_id: &str,
+        request: IntakeRequest,
+    ) -> Result<(IntakeOutcome, bool), Error> {
+        // A redelivery is answered before the payload is even checked: it may be a
+        // retry of a request whose content we accepted under an older schema set.
+        if let Some(record) = self.store.delivered(endpoint.to_string(), delivery_id.to_string()).await? {
+            metrics::counter!("commitpoint_webhook_redeliveries_total").increment(1);
+            return Ok((IntakeOutcome { created: false, record }, true));
+        }
+        let new = self.prepare_intake(request)?;
+        match self.store.intake_delivery(endpoint.to_string(), delivery_id.to_string(), new).await? {
+            DeliveryOutcome::First(outcome) => {
+                self.count_intake(&outcome);
+                Ok((outcome, false))
+            }
+            DeliveryOutcome::Redelivery(record) => {
+                metrics::counter!("commitpoint_webhook_redeliveries_total").increment(1);
+                Ok((IntakeOutcome { created: false, record }, true))
+            }
+        }
+    }
+
+    fn count_intake(&self, outcome: &IntakeOutcome) {
+        let result = if outcome.created { "created" } else { "duplicate" };
+        metrics::counter!("commitpoint_intakes_total", "result" => result).increment(1);
+        if outcome.created {
+            self.arrivals.fetch_add(1, Ordering::Relaxed);
+            self.wake_schedulers();
+        }
+    }
+
+    fn prepare_intake(&self, request: IntakeRequest) -> Result<NewExtraction, Error> {
         check_tenant(&request.tenant)?;
         check_text("source_id", &request.source_id, 1024)?;
         if request.content.is_empty() {
@@ -237,7 +308,7 @@ impl Service {
         let schema = self.registry.get(&request.schema)?;
         let source_hash = SourceHash::compute(request.content.as_bytes(), schema.name());
         let id = ExtractionId::compute(&request.tenant, &request.source_id, &source_hash, schema.name());
-        let new = NewExtraction {
+        Ok(NewExtraction {
             id,
             tenant: request.tenant,
             source_id: request.source_id,
@@ -245,17 +316,7 @@ impl Service {
             schema: request.schema,
             metadata_json,
             content: request.content,
-        };
-        let outcome = self.store.intake(new).await?;
-        let result = if outcome.created { "created" } else { "duplicate" };
-        metrics::counter!("commitpoint_intakes_total", "result" => result).increment(1);
-        if outcome.created {
-            self.arrivals.fetch_add(1, Ordering::Relaxed);
-            if let Some(wake) = &self.wake {
-                wake.notify_one();
-            }
-        }
-        Ok(outcome)
+        })
     }
 
     pub async fn get(&self, id: ExtractionId) -> Result<ExtractionRecord, Error> {
@@ -356,10 +417,8 @@ impl Service {
             .post_result(PostResult { id, authority: Authority::Batch(batch_key), submission, charge })
             .await?;
         count_outcome(&outcome, "provider");
-        if let Some(wake) = &self.wake
-            && matches!(outcome, PostOutcome::Failed { .. })
-        {
-            wake.notify_one();
+        if matches!(outcome, PostOutcome::Failed { .. }) {
+            self.wake_schedulers();
         }
         Ok(outcome)
     }
@@ -369,9 +428,7 @@ impl Service {
             RetryOutcome::Retried(record) => {
                 metrics::counter!("commitpoint_retries_total").increment(1);
                 self.arrivals.fetch_add(1, Ordering::Relaxed);
-                if let Some(wake) = &self.wake {
-                    wake.notify_one();
-                }
+                self.wake_schedulers();
                 Ok(*record)
             }
             RetryOutcome::NotFound => Err(Error::NotFound(id)),
