@@ -13,10 +13,14 @@ mod bad_input;
 mod cli;
 #[path = "it/crash.rs"]
 mod crash;
+#[path = "it/delivery.rs"]
+mod delivery;
 #[path = "it/intake.rs"]
 mod intake;
 #[path = "it/leases.rs"]
 mod leases;
+#[path = "it/money.rs"]
+mod money;
 #[path = "it/ops.rs"]
 mod ops;
 #[path = "it/provider.rs"]

@@ -78,8 +78,16 @@ async fn kill_after_staging_before_commit_commits_each_result_once_after_restart
     assert!(records.values().all(|r| r["attempts"] == json!(1)), "nothing was requeued: {records:#?}");
 
     // The restarted process reads the result files again (to close the batch); the
-    // replayed lines change nothing and nothing more is bought from the provider.
-    let health = health(&api).await;
+    // replayed lines change nothing and nothing more is bought from the provider. The
+    // commits may land before the batch is closed, so wait for the close.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let health = loop {
+        let health = health(&api).await;
+        if counter(&health, "batches_closed") >= 1 || std::time::Instant::now() > deadline {
+            break health;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(counter(&health, "batches_closed"), 1, "{health:#}");
     assert_eq!(counter(&health, "members_requeued"), 0, "{health:#}");
     let stats = rig.stats();

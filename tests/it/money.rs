@@ -1,0 +1,118 @@
+//! The cost ledger against the simulator's own count of billed lines: retries, replayed
+//! (duplicated) lines and validation failures included; and budgets that hold work.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use commitpoint::simulator::Faults;
+use serde_json::{Value, json};
+
+use crate::provider::{CORPUS, Rig, TENANT, intake_corpus, settle};
+use crate::util::Api;
+
+/// gpt-4o-mini list prices, half through the batch API.
+const PRICES: &str = r#"
+[[prices]]
+provider = "openai"
+model = "gpt-4o-mini"
+input_per_mtok = 0.15
+output_per_mtok = 0.60
+"#;
+
+fn write_config(rig: &Rig, extra: &str) -> String {
+    let path = rig.dir.path().join("config.toml");
+    std::fs::write(&path, format!("{PRICES}\n{extra}")).expect("write config");
+    path.display().to_string()
+}
+
+async fn costs(api: &Api, tenant: &str) -> Value {
+    let reply = api.get(&format!("/v1/tenants/{tenant}/costs?from=2000-01-01&to=2100-01-01")).await;
+    assert_eq!(reply.status, 200, "{:#}", reply.body);
+    reply.body
+}
+
+#[tokio::test]
+async fn the_ledger_adds_up_to_the_paid_attempts() {
+    let faults = Faults {
+        server_error_next: 1,
+        rate_limit_next: 1,
+        duplicate_line_every: 3,
+        invalid_output_every: 4,
+        ..Faults::default()
+    };
+    let rig = Rig::start(Duration::from_millis(300), faults).await;
+    let config = write_config(&rig, "");
+    let server = rig.serve(&["--config", &config], None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    let records = settle(&api, &ids).await;
+    let failed = records.values().filter(|r| r["state"] == json!("failed")).count() as u64;
+    assert!(failed > 0, "the fault plan makes some answers fail validation");
+    let stats = rig.stats();
+
+    let report = costs(&api, TENANT).await;
+    let attempts = |kind: &str| report[kind]["attempts"].as_u64().expect("attempts");
+    // Every billed line is exactly one charged entry; duplicates are counted, not charged.
+    assert_eq!(attempts("fresh") + attempts("failed_validation"), stats.lines_completed, "{report:#}");
+    assert_eq!(attempts("failed_validation"), failed, "{report:#}");
+    assert!(attempts("replay") > 0, "duplicated result lines are counted as replays: {report:#}");
+    assert_eq!(report["replay"]["cost_micros"], json!(0), "{report:#}");
+    let charged = report["charged_micros"].as_u64().expect("charged");
+    assert!(charged > 0, "{report:#}");
+
+    // The tenant's totals are the sum of its entries.
+    let mut sum = 0;
+    let mut entries = 0;
+    for id in &ids {
+        let reply = api.get(&format!("/v1/extractions/{id}/costs")).await;
+        assert_eq!(reply.status, 200, "{:#}", reply.body);
+        for attempt in reply.body["attempts"].as_array().expect("attempts") {
+            assert_eq!(attempt["provider"], json!("openai"));
+            assert_eq!(attempt["cost_source"], json!("price_table"), "{attempt:#}");
+            sum += attempt["cost_micros"].as_u64().expect("cost");
+            entries += 1;
+        }
+    }
+    assert_eq!(sum, charged);
+    assert_eq!(entries, attempts("fresh") + attempts("failed_validation") + attempts("replay"));
+    assert_eq!(ids.len(), CORPUS.len());
+
+    // Grouping splits the same totals; another tenant has nothing.
+    let grouped = api.get(&format!("/v1/tenants/{TENANT}/costs?from=2000-01-01&to=2100-01-01&group_by=model")).await;
+    assert_eq!(grouped.body["groups"]["gpt-4o-mini"]["fresh"], report["fresh"], "{:#}", grouped.body);
+    assert_eq!(costs(&api, "nobody").await["charged_micros"], json!(0));
+    let bad = api.get(&format!("/v1/tenants/{TENANT}/costs?from=yesterday")).await;
+    bad.assert_error(400, "invalid_query");
+    crate::util::stop_and_verify(server);
+}
+
+#[tokio::test]
+async fn a_tenant_over_budget_is_held_until_the_budget_is_raised() {
+    let rig = Rig::start(Duration::from_millis(100), Faults::default()).await;
+    // One extraction costs far more than a micro-dollar... of a budget of one micro-dollar.
+    let tight = write_config(&rig, &format!("[budgets]\nperiod = \"day\"\n[budgets.tenants]\n{TENANT} = 0.000001\n"));
+    let mut server = rig.serve(&["--config", &tight], None);
+    let api = server.api();
+    let first = api.create(TENANT, "first.rs", CORPUS[0].content).await;
+    settle(&api, &BTreeSet::from([first])).await;
+    assert!(costs(&api, TENANT).await["charged_micros"].as_u64().expect("charged") >= 1);
+
+    let held = api.create(TENANT, "held.rs", CORPUS[1].content).await;
+    let other = api.create("other-tenant", "free.rs", CORPUS[1].content).await;
+    settle(&api, &BTreeSet::from([other])).await;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        assert_eq!(api.record(&held).await["state"], json!("pending"), "held work must not be submitted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    server.kill9();
+    drop(server);
+
+    let raised = write_config(&rig, &format!("[budgets]\nperiod = \"day\"\n[budgets.tenants]\n{TENANT} = 100.0\n"));
+    let server = rig.serve(&["--config", &raised], None);
+    let api = server.api();
+    let records = settle(&api, &BTreeSet::from([held.clone()])).await;
+    assert_eq!(records[&held]["state"], json!("committed"), "nothing was lost while held");
+    assert_eq!(api.list_all("").await.len(), 3);
+    crate::util::stop_and_verify(server);
+}
