@@ -329,6 +329,7 @@ async fn run_size(config: &Config, base: &Path, lines: usize) -> Result<SizeResu
         api_key: None,
         complete_after: config.complete_after,
         seed: 0x1_9e57,
+        ..SimulatorConfig::default()
     };
     let sim = Simulator::start(SocketAddr::from(([127, 0, 0, 1], 0)), sim_config).await?;
     let http =

@@ -1,5 +1,6 @@
-//! `commitpoint simulator`: run the built-in SIMULATED OpenAI Batch provider on its own, for
-//! trying an adapter or a script against it. It is a rule-based stand-in, not a model.
+//! `commitpoint simulator`: run the built-in SIMULATED batch provider (OpenAI Batch API or
+//! Anthropic Message Batches) on its own, for trying an adapter or a script against it.
+//! It is a rule-based stand-in, not a model.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -7,15 +8,19 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::simulator::{Faults, Simulator, SimulatorConfig};
+use crate::simulator::{Dialect, Faults, Simulator, SimulatorConfig};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Loopback address to listen on; port 0 picks a free port (printed on stdout).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
-    /// Name of an environment variable holding the API key clients must send as
-    /// `Authorization: Bearer <key>`. Without it, any key (or none) is accepted.
+    /// Which provider's wire protocol to speak.
+    #[arg(long, value_enum, default_value = "openai")]
+    pub dialect: DialectArg,
+    /// Name of an environment variable holding the API key clients must send
+    /// (`Authorization: Bearer <key>`, or `x-api-key` for anthropic). Without it, any key
+    /// (or none) is accepted.
     #[arg(long, value_name = "NAME")]
     pub api_key_env: Option<String>,
     /// Time from batch creation to `completed`.
@@ -24,6 +29,12 @@ pub struct Args {
     /// Fault knobs as JSON, e.g. '{"rate_limit_next":2,"expire_batches":true}'.
     #[arg(long, value_name = "JSON")]
     pub faults: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum DialectArg {
+    Openai,
+    Anthropic,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -37,16 +48,27 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => Faults::default(),
         Some(json) => serde_json::from_str(json).context("--faults is not a valid fault JSON object")?,
     };
-    let config = SimulatorConfig { faults, api_key, complete_after: args.complete_after, ..SimulatorConfig::default() };
+    let dialect = match args.dialect {
+        DialectArg::Openai => Dialect::OpenAi,
+        DialectArg::Anthropic => Dialect::Anthropic,
+    };
+    let config =
+        SimulatorConfig { dialect, faults, api_key, complete_after: args.complete_after, ..SimulatorConfig::default() };
     let signals = super::signals::Signals::install().context("cannot install signal handlers")?;
     let simulator = Simulator::start(args.listen, config)
         .await
         .with_context(|| format!("cannot listen on {}: is another process using it?", args.listen))?;
     // Scripts that pass port 0 read the real address from this line.
-    println!(
-        "commitpoint simulator listening on http://{}/v1 (SIMULATED provider, not a real model)",
-        simulator.addr()
-    );
+    match dialect {
+        Dialect::OpenAi => println!(
+            "commitpoint simulator listening on http://{}/v1 (SIMULATED provider, not a real model)",
+            simulator.addr()
+        ),
+        Dialect::Anthropic => println!(
+            "commitpoint simulator listening on {} (SIMULATED Anthropic Message Batches provider, not a real model)",
+            simulator.base_url()
+        ),
+    }
     signals.wait().await;
     simulator.stop().await;
     Ok(ExitCode::SUCCESS)

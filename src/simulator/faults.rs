@@ -21,6 +21,9 @@ pub struct Faults {
     pub retry_after_secs: u32,
     /// The next N API requests get 429 `insufficient_quota` (no `retry-after`: not retryable).
     pub insufficient_quota_next: u32,
+    /// The next N API requests get an overload answer with `retry-after` (Anthropic: 529
+    /// `overloaded_error`; OpenAI, which has no 529: 503 `server_error`).
+    pub overloaded_next: u32,
     /// The next N API requests get a `server_error`, alternating 503 and 500.
     pub server_error_next: u32,
     /// The next N API requests get 401 `invalid_api_key`.
@@ -50,6 +53,7 @@ impl Default for Faults {
             rate_limit_next: 0,
             retry_after_secs: 1,
             insufficient_quota_next: 0,
+            overloaded_next: 0,
             server_error_next: 0,
             unauthorized_next: 0,
             slow_ms: 0,
@@ -70,6 +74,7 @@ pub enum Injected {
     Unauthorized,
     InsufficientQuota,
     RateLimited { retry_after_secs: u32 },
+    Overloaded { retry_after_secs: u32 },
     ServerError { unavailable: bool },
 }
 
@@ -89,6 +94,9 @@ impl Faults {
         }
         if take(&mut self.rate_limit_next) {
             return Some(Injected::RateLimited { retry_after_secs: self.retry_after_secs.max(1) });
+        }
+        if take(&mut self.overloaded_next) {
+            return Some(Injected::Overloaded { retry_after_secs: self.retry_after_secs.max(1) });
         }
         if take(&mut self.server_error_next) {
             return Some(Injected::ServerError { unavailable: served_server_errors.is_multiple_of(2) });
@@ -147,6 +155,12 @@ impl Injected {
             .header("x-ratelimit-limit-tokens", "150000".to_string())
             .header("x-ratelimit-remaining-tokens", "0".to_string())
             .header("x-ratelimit-reset-tokens", format!("{retry_after_secs}s")),
+            Injected::Overloaded { retry_after_secs } => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "The engine is currently overloaded, please try again later. (SIMULATED fault: overloaded_next)",
+            )
+            .header("retry-after", retry_after_secs.to_string()),
             Injected::ServerError { unavailable } => {
                 let status =
                     if unavailable { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::INTERNAL_SERVER_ERROR };

@@ -36,6 +36,16 @@ impl Timeline {
             cancel_delay: (complete_after / 4).min(MAX_CANCEL_DELAY),
         }
     }
+
+    /// Time from create to the terminal state when nothing interferes.
+    pub fn complete_after(&self) -> Duration {
+        self.finish
+    }
+
+    /// Time from a cancel request to the terminal state.
+    pub fn cancel_delay(&self) -> Duration {
+        self.cancel_delay
+    }
 }
 
 #[derive(Clone, Debug)]

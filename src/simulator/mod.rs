@@ -1,5 +1,5 @@
-//! A **simulated** LLM batch provider: it speaks the OpenAI Batch API wire protocol over
-//! real HTTP on loopback, but the "model" behind it is a deterministic rule-based code
+//! A **simulated** LLM batch provider: it speaks the OpenAI Batch API or the Anthropic
+//! Message Batches wire protocol (one per instance, see [`Dialect`]) over real HTTP on loopback, but the "model" behind it is a deterministic rule-based code
 //! reviewer, not a language model. It lets the demo and the tests drive the whole
 //! lifecycle (upload → create → poll → download → commit) with no API key, and inject the
 //! failures a real provider produces (429s, 5xx, dropped connections, expired batches,
@@ -11,11 +11,14 @@
 //! - `files` / `batches`: the `/v1` handlers; `lifecycle`: status from elapsed time;
 //!   `output`: the output and error JSONL; `input`: input-file checks.
 //! - `model`: the deterministic reviewer.
+//! - `anthropic`: the Message Batches dialect (its own routes, lifecycle and error shape,
+//!   sharing the model, the faults, the statistics and the listener).
 //! - `faults`: the fault knobs ([`Faults`]).
 //! - `state`: shared memory and [`Stats`]; `net`: a listener that can drop a connection.
 //!
-//! Non-OpenAI endpoints live under `/_sim`: `GET /_sim/stats`, `GET|POST /_sim/faults`.
+//! Simulator-only endpoints (both dialects) live under `/_sim`: `GET /_sim/stats`, `GET|POST /_sim/faults`.
 
+mod anthropic;
 mod batches;
 mod error;
 mod faults;
@@ -59,10 +62,22 @@ use state::Shared;
 const STOP_GRACE: Duration = Duration::from_secs(5);
 const SIM_PREFIX: &str = "/_sim";
 
+/// Which provider's wire protocol the simulator speaks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Dialect {
+    /// OpenAI Batch API: `/v1/files` + `/v1/batches`, base URL ends in `/v1`.
+    #[default]
+    OpenAi,
+    /// Anthropic Message Batches: `/v1/messages/batches`, base URL is the bare origin.
+    Anthropic,
+}
+
 #[derive(Clone, Debug)]
 pub struct SimulatorConfig {
+    pub dialect: Dialect,
     pub faults: Faults,
-    /// When set, API requests need `Authorization: Bearer <key>` (401 otherwise).
+    /// When set, API requests need the key (401 otherwise): `Authorization: Bearer <key>`
+    /// for OpenAI, `x-api-key: <key>` for Anthropic.
     pub api_key: Option<String>,
     /// Time from create to `completed`.
     pub complete_after: Duration,
@@ -72,13 +87,20 @@ pub struct SimulatorConfig {
 
 impl Default for SimulatorConfig {
     fn default() -> Self {
-        Self { faults: Faults::default(), api_key: None, complete_after: Duration::from_millis(300), seed: 0 }
+        Self {
+            dialect: Dialect::OpenAi,
+            faults: Faults::default(),
+            api_key: None,
+            complete_after: Duration::from_millis(300),
+            seed: 0,
+        }
     }
 }
 
 #[derive(Debug)]
 pub struct Simulator {
     addr: SocketAddr,
+    dialect: Dialect,
     shared: Arc<Shared>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
@@ -88,8 +110,13 @@ impl Simulator {
     pub async fn start(listen: SocketAddr, config: SimulatorConfig) -> std::io::Result<Simulator> {
         let listener = TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared::new(config.api_key, config.complete_after, config.seed, config.faults));
-        let app = router(Arc::clone(&shared)).into_make_service_with_connect_info::<ConnHandle>();
+        let origin = origin(addr);
+        let shared = Arc::new(Shared::new(config.api_key, config.complete_after, config.seed, config.faults, origin));
+        let app = match config.dialect {
+            Dialect::OpenAi => router(Arc::clone(&shared)),
+            Dialect::Anthropic => anthropic::router(Arc::clone(&shared)),
+        };
+        let app = app.into_make_service_with_connect_info::<ConnHandle>();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             axum::serve(SimListener::new(listener), app)
@@ -98,21 +125,25 @@ impl Simulator {
                 })
                 .await
         });
-        tracing::info!(%addr, "SIMULATED OpenAI batch provider listening (not a real model)");
-        Ok(Simulator { addr, shared, stop: Some(stop), task: Some(task) })
+        tracing::info!(%addr, dialect = ?config.dialect, "SIMULATED batch provider listening (not a real model)");
+        Ok(Simulator { addr, dialect: config.dialect, shared, stop: Some(stop), task: Some(task) })
     }
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    /// The OpenAI-style base URL, e.g. `http://127.0.0.1:PORT/v1`.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// The base URL the dialect's adapter expects: `http://127.0.0.1:PORT/v1` for OpenAI,
+    /// the bare origin `http://127.0.0.1:PORT` for Anthropic (its adapter adds `/v1/...`).
     pub fn base_url(&self) -> String {
-        let mut addr = self.addr;
-        if addr.ip().is_unspecified() {
-            addr.set_ip(Ipv4Addr::LOCALHOST.into());
+        match self.dialect {
+            Dialect::OpenAi => format!("{}/v1", origin(self.addr)),
+            Dialect::Anthropic => origin(self.addr),
         }
-        format!("http://{addr}/v1")
     }
 
     pub fn stats(&self) -> Stats {
@@ -152,6 +183,14 @@ impl Drop for Simulator {
             let _ = stop.send(());
         }
     }
+}
+
+/// `http://ip:port`, with a wildcard listen address replaced by loopback so clients can use it.
+fn origin(mut addr: SocketAddr) -> String {
+    if addr.ip().is_unspecified() {
+        addr.set_ip(Ipv4Addr::LOCALHOST.into());
+    }
+    format!("http://{addr}")
 }
 
 fn router(shared: Arc<Shared>) -> Router {
@@ -235,21 +274,28 @@ fn admit(shared: &Shared, request: &Request) -> Result<(), ApiError> {
             Some(_) => {}
         }
     }
+    match take_request_fault(shared, request.uri().path()) {
+        Some(fault) => Err(fault.into_error()),
+        None => Ok(()),
+    }
+}
+
+/// Consumes at most one request-level fault and counts it; both dialects call this.
+fn take_request_fault(shared: &Shared, path: &str) -> Option<faults::Injected> {
     let mut inner = shared.lock();
     let served = inner.stats.server_errors;
-    let Some(fault) = inner.faults.take_request_fault(served) else {
-        return Ok(());
-    };
+    let fault = inner.faults.take_request_fault(served)?;
     match fault {
         faults::Injected::RateLimited { .. } | faults::Injected::InsufficientQuota => {
             inner.stats.rate_limited += 1;
         }
+        faults::Injected::Overloaded { .. } => inner.stats.overloaded += 1,
         faults::Injected::ServerError { .. } => inner.stats.server_errors += 1,
         faults::Injected::Unauthorized => {}
     }
     drop(inner);
-    tracing::info!(?fault, path = %request.uri().path(), "SIMULATED fault injected");
-    Err(fault.into_error())
+    tracing::info!(?fault, %path, "SIMULATED fault injected");
+    Some(fault)
 }
 
 async fn sim_stats(State(shared): State<Arc<Shared>>) -> Json<Stats> {

@@ -95,12 +95,12 @@ pub fn respond(body: &Value, broken: bool) -> Reply {
 }
 
 /// Roughly four bytes per token, never zero: good enough for a cost ledger to be exercised.
-fn tokens(bytes: usize) -> u64 {
+pub fn tokens(bytes: usize) -> u64 {
     u64::try_from(bytes / 4).unwrap_or(u64::MAX).max(1)
 }
 
 /// A message's text: a plain string or the concatenated `text` parts.
-fn message_text(message: &Value) -> String {
+pub fn message_text(message: &Value) -> String {
     match message.get("content") {
         Some(Value::String(text)) => text.clone(),
         Some(Value::Array(parts)) => {

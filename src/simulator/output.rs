@@ -165,21 +165,21 @@ fn add_usage(usage: &mut BatchUsage, reply: &model::Reply) {
 }
 
 /// Cuts a line in half (on a character boundary): what a torn write looks like.
-fn truncate(line: &str) -> &str {
+pub fn truncate(line: &str) -> &str {
     &line[..line.floor_char_boundary(line.len() / 2)]
 }
 
-fn push_line(file: &mut Vec<u8>, line: &str) {
+pub fn push_line(file: &mut Vec<u8>, line: &str) {
     file.extend_from_slice(line.as_bytes());
     file.push(b'\n');
 }
 
-fn random_id(rng: &mut StdRng, prefix: &str, len: usize) -> String {
+pub fn random_id(rng: &mut StdRng, prefix: &str, len: usize) -> String {
     let suffix: String = rng.sample_iter(Alphanumeric).take(len).map(char::from).collect();
     format!("{prefix}{suffix}")
 }
 
-fn batch_salt(batch_id: &str) -> u64 {
+pub fn batch_salt(batch_id: &str) -> u64 {
     let hash = blake3::hash(batch_id.as_bytes());
     let mut first = [0u8; 8];
     first.copy_from_slice(&hash.as_bytes()[..8]);

@@ -34,6 +34,9 @@ pub struct Stats {
     /// 429s served, `rate_limit_exceeded` and `insufficient_quota` alike.
     pub rate_limited: u64,
     pub server_errors: u64,
+    /// Overload answers served (`overloaded_next`).
+    #[serde(default)]
+    pub overloaded: u64,
     pub dropped_connections: u64,
     /// custom_id → number of batches whose input contained it.
     pub submissions_per_custom_id: BTreeMap<String, u64>,
@@ -58,6 +61,8 @@ pub struct Shared {
     pub api_key: Option<String>,
     pub seed: u64,
     pub timeline: Timeline,
+    /// `http://host:port` as clients reach it, for absolute URLs such as `results_url`.
+    pub origin: String,
     request_ids: AtomicU64,
     inner: Mutex<Inner>,
 }
@@ -67,6 +72,8 @@ pub struct Inner {
     pub files: HashMap<String, StoredFile>,
     /// Creation order; listing walks it backwards.
     pub batches: Vec<BatchRecord>,
+    /// Anthropic Message Batches, creation order (Anthropic dialect only).
+    pub message_batches: Vec<super::anthropic::Record>,
     pub faults: Faults,
     pub stats: Stats,
     pub timeline: Timeline,
@@ -76,16 +83,18 @@ pub struct Inner {
 }
 
 impl Shared {
-    pub fn new(api_key: Option<String>, complete_after: Duration, seed: u64, faults: Faults) -> Self {
+    pub fn new(api_key: Option<String>, complete_after: Duration, seed: u64, faults: Faults, origin: String) -> Self {
         let timeline = Timeline::new(complete_after);
         Self {
             api_key,
             seed,
             timeline,
+            origin,
             request_ids: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 files: HashMap::new(),
                 batches: Vec::new(),
+                message_batches: Vec::new(),
                 faults,
                 stats: Stats::default(),
                 timeline,
