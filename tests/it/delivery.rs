@@ -201,7 +201,7 @@ const HOOK_SECRET: &str = "gh-hook-secret";
 
 fn config_with_webhooks(dir: &std::path::Path) -> String {
     let path = dir.join("config.toml");
-    let text = format!(
+    let text = concat!(
         "[[webhooks]]\nname = \"github\"\nscheme = \"github\"\nsecret_env = \"HOOK_SECRET\"\n\
          tenant_pointer = \"/repository/owner/login\"\nsource_id_pointer = \"/pull_request/html_url\"\n\
          content_pointer = \"/pull_request/body\"\nschema = \"code-review@1\"\n\n\
@@ -227,10 +227,10 @@ async fn signed_webhooks_are_taken_once_per_delivery_and_forgeries_store_nothing
     let dir = temp_dir();
     let server = serve(dir.path(), &config_with_webhooks(dir.path()));
     let api = server.api();
-    let body = br#"{"repository":{"owner":{"login":"acme"}},"pull_request":{"html_url":"https://x/pr/1","body":"fn a() {}"}}"#;
+    let body =
+        br#"{"repository":{"owner":{"login":"acme"}},"pull_request":{"html_url":"https://x/pr/1","body":"fn a() {}"}}"#;
     let signature = sign_github(&WebhookSecret::github(HOOK_SECRET).expect("secret"), body);
-    let headers =
-        [("x-hub-signature-256", signature.clone()), ("x-github-delivery", "d-1".to_string())];
+    let headers = [("x-hub-signature-256", signature.clone()), ("x-github-delivery", "d-1".to_string())];
     let (status, first) = post_raw(&server.url, "/v1/webhooks/github", &headers, body).await;
     assert_eq!(status, 201, "{first:#}");
     assert_eq!(first["redelivery"], json!(false));
@@ -243,7 +243,8 @@ async fn signed_webhooks_are_taken_once_per_delivery_and_forgeries_store_nothing
     let forged = [("x-hub-signature-256", format!("sha256={}", "0".repeat(64))), ("x-github-delivery", "d-2".into())];
     let (status, err) = post_raw(&server.url, "/v1/webhooks/github", &forged, body).await;
     assert_eq!((status, err["error"]["code"].clone()), (401, json!("bad_signature")), "{err:#}");
-    let tampered = br#"{"repository":{"owner":{"login":"evil"}},"pull_request":{"html_url":"https://x/pr/1","body":"x"}}"#;
+    let tampered =
+        br#"{"repository":{"owner":{"login":"evil"}},"pull_request":{"html_url":"https://x/pr/1","body":"x"}}"#;
     let (status, _) = post_raw(&server.url, "/v1/webhooks/github", &headers, tampered).await;
     assert_eq!(status, 401);
     let (status, _) = post_raw(&server.url, "/v1/webhooks/github", &headers[..1], body).await;
