@@ -201,13 +201,11 @@ const HOOK_SECRET: &str = "gh-hook-secret";
 
 fn config_with_webhooks(dir: &std::path::Path) -> String {
     let path = dir.join("config.toml");
-    let text = concat!(
-        "[[webhooks]]\nname = \"github\"\nscheme = \"github\"\nsecret_env = \"HOOK_SECRET\"\n\
+    let text = "[[webhooks]]\nname = \"github\"\nscheme = \"github\"\nsecret_env = \"HOOK_SECRET\"\n\
          tenant_pointer = \"/repository/owner/login\"\nsource_id_pointer = \"/pull_request/html_url\"\n\
          content_pointer = \"/pull_request/body\"\nschema = \"code-review@1\"\n\n\
          [[webhooks]]\nname = \"std\"\nscheme = \"standard\"\nsecret_env = \"SINK_SECRET\"\ntenant = \"acme\"\n\
-         source_id_pointer = \"/id\"\ncontent_pointer = \"/text\"\nschema = \"code-review@1\"\n"
-    );
+         source_id_pointer = \"/id\"\ncontent_pointer = \"/text\"\nschema = \"code-review@1\"\n";
     std::fs::write(&path, text).expect("config");
     path.display().to_string()
 }
