@@ -17,10 +17,12 @@ use crate::access::AccessPolicy;
 use crate::config::{self, ProviderChoice, ProviderOptions, ServeOptions};
 use crate::outbox::Sink;
 use crate::providers::anthropic::{AnthropicBatches, AnthropicConfig};
+use crate::providers::chat::{ChatCompletions, ChatConfig};
+use crate::providers::generic::{GenericBatches, GenericConfig};
 use crate::providers::openai::{ApiKey, OpenAiBatches, OpenAiConfig};
 use crate::providers::{BatchProvider, ProviderError};
 use crate::routing::Router;
-use crate::scheduler::{Scheduler, SchedulerHandle};
+use crate::scheduler::{self, Scheduler, SchedulerHandle};
 use crate::schema::{self, Registry};
 use crate::service::Service;
 use crate::simulator::{Simulator, SimulatorConfig};
@@ -114,6 +116,12 @@ impl Server {
         if let Some(anthropic) = &options.anthropic {
             providers.push(build_anthropic(anthropic)?);
         }
+        if let Some(generic) = &options.generic {
+            providers.push(build_generic(generic)?);
+        }
+        if let Some(chat) = &options.chat {
+            providers.push(build_chat(chat)?);
+        }
         let sinks = load_sinks(&options.sinks)?;
         let webhooks = options.webhooks.iter().map(Endpoint::load).collect::<Result<Vec<_>, _>>()?;
         store.set_policies(Policies {
@@ -147,7 +155,7 @@ impl Server {
             service = service.with_scheduler(Arc::clone(wake), health);
         }
         for ((provider, (wake, _)), health) in providers.into_iter().zip(wakes).zip(healths) {
-            let settings = options.provider.scheduler.clone();
+            let settings = settings_for(provider.name(), &options.provider.scheduler);
             schedulers.push(Scheduler::spawn(store.clone(), service.clone(), provider, settings, wake, health));
         }
         let deliverer = if sinks.is_empty() {
@@ -232,6 +240,17 @@ impl Server {
     }
 }
 
+/// A synchronous provider has its answers when `submit` returns: small batches keep each
+/// submit short, and its "poll" can follow at once.
+fn settings_for(provider: &str, base: &scheduler::Settings) -> scheduler::Settings {
+    let mut settings = base.clone();
+    if provider == crate::providers::chat::PROVIDER {
+        settings.batch_max_size = settings.batch_max_size.min(32);
+        settings.poll_interval = Duration::from_millis(20);
+    }
+    settings
+}
+
 fn build_anthropic(options: &config::AnthropicOptions) -> Result<Arc<dyn BatchProvider>, Error> {
     let key = crate::providers::anthropic::ApiKey::new(options.key.load_secret()?);
     let mut config = AnthropicConfig::new(key, options.model.clone());
@@ -243,6 +262,28 @@ fn build_anthropic(options: &config::AnthropicOptions) -> Result<Arc<dyn BatchPr
     }
     let adapter = AnthropicBatches::new(config).map_err(|e| Error::Setup(e.to_string()))?;
     Ok(Arc::new(adapter))
+}
+
+fn build_generic(options: &config::GenericOptions) -> Result<Arc<dyn BatchProvider>, Error> {
+    let key = crate::providers::chat::ApiKey::new(options.key.load_secret()?);
+    let mut config = GenericConfig::new(options.base_url.clone(), key, options.model.clone());
+    if let Some(capability) = &options.capability {
+        config.capability = capability.clone();
+    }
+    config.max_tokens = options.max_tokens;
+    Ok(Arc::new(GenericBatches::new(config).map_err(Error::Provider)?))
+}
+
+fn build_chat(options: &config::ChatOptions) -> Result<Arc<dyn BatchProvider>, Error> {
+    let mut config = ChatConfig::new(options.base_url.clone(), options.model.clone());
+    if let Some(key) = &options.key {
+        config.api_key = Some(crate::providers::chat::ApiKey::new(key.load_secret()?));
+    }
+    if let Some(concurrency) = options.concurrency {
+        config.concurrency = concurrency;
+    }
+    config.max_tokens = options.max_tokens;
+    Ok(Arc::new(ChatCompletions::new(config).map_err(Error::Provider)?))
 }
 
 fn load_sinks(options: &[config::SinkOptions]) -> Result<Vec<Sink>, Error> {

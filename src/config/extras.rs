@@ -18,6 +18,88 @@ use crate::webhook::Scheme;
 #[serde(deny_unknown_fields)]
 pub struct RawProviders {
     pub anthropic: Option<RawAnthropic>,
+    pub generic: Option<RawGeneric>,
+    pub chat: Option<RawChat>,
+}
+
+/// A platform speaking the generic REST batch contract (PROVIDERS.md §4).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGeneric {
+    pub base_url: String,
+    pub model: String,
+    pub capability: Option<String>,
+    pub max_tokens: Option<u32>,
+    pub api_key_env: Option<String>,
+    pub api_key_file: Option<PathBuf>,
+    pub api_key_credential: Option<String>,
+}
+
+/// An OpenAI-compatible chat server called synchronously (vLLM, llama.cpp, Ollama).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawChat {
+    pub base_url: String,
+    pub model: String,
+    pub concurrency: Option<usize>,
+    pub max_tokens: Option<u32>,
+    /// Optional: local servers often take no key.
+    pub api_key_env: Option<String>,
+    pub api_key_file: Option<PathBuf>,
+    pub api_key_credential: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenericOptions {
+    pub base_url: String,
+    pub model: String,
+    pub capability: Option<String>,
+    pub max_tokens: Option<u32>,
+    pub key: KeySource,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatOptions {
+    pub base_url: String,
+    pub model: String,
+    pub concurrency: Option<usize>,
+    pub max_tokens: Option<u32>,
+    pub key: Option<KeySource>,
+}
+
+impl RawGeneric {
+    pub fn resolve(self) -> Result<GenericOptions, Error> {
+        let key = required_secret(
+            "providers.generic.api_key_*",
+            &self.api_key_env,
+            &self.api_key_file,
+            &self.api_key_credential,
+        )?;
+        Ok(GenericOptions {
+            base_url: self.base_url,
+            model: self.model,
+            capability: self.capability,
+            max_tokens: self.max_tokens,
+            key,
+        })
+    }
+}
+
+impl RawChat {
+    pub fn resolve(self) -> Result<ChatOptions, Error> {
+        let key =
+            one_source("providers.chat.api_key_*", &self.api_key_env, &self.api_key_file, &self.api_key_credential)?;
+        if self.concurrency == Some(0) {
+            return Err(Error::Invalid { key: "providers.chat.concurrency", reason: "must be at least 1".into() });
+        }
+        Ok(ChatOptions {
+            base_url: self.base_url,
+            model: self.model,
+            concurrency: self.concurrency,
+            max_tokens: self.max_tokens,
+            key,
+        })
+    }
 }
 
 #[derive(Debug, Deserialize)]

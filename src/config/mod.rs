@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use std::time::Duration;
 
-pub use extras::{AnthropicOptions, Field, SinkOptions, WebhookOptions};
+pub use extras::{AnthropicOptions, ChatOptions, Field, GenericOptions, SinkOptions, WebhookOptions};
 pub use file::{DEFAULT_CONFIG_PATH, RawConfig};
 
 use crate::providers::openai::ApiKey;
@@ -36,6 +36,8 @@ pub struct ServeOptions {
     pub access: AccessOptions,
     /// A second provider, run beside the primary one when configured.
     pub anthropic: Option<AnthropicOptions>,
+    pub generic: Option<GenericOptions>,
+    pub chat: Option<ChatOptions>,
     pub routes: crate::routing::Routes,
     pub prices: crate::ledger::PriceTable,
     pub budgets: crate::ledger::Budgets,
@@ -247,18 +249,26 @@ impl ServeOptions {
             });
         }
         let anthropic = raw.providers.anthropic.map(extras::RawAnthropic::resolve).transpose()?;
+        let generic = raw.providers.generic.map(extras::RawGeneric::resolve).transpose()?;
+        let chat = raw.providers.chat.map(extras::RawChat::resolve).transpose()?;
         let primary = match provider.choice {
             ProviderChoice::None => None,
             ProviderChoice::Openai => Some("openai"),
             ProviderChoice::Simulator => Some("simulator"),
         };
         let mut known: Vec<&str> = primary.into_iter().collect();
-        if anthropic.is_some() {
-            known.push("anthropic");
+        for (present, name) in
+            [(anthropic.is_some(), "anthropic"), (generic.is_some(), "generic"), (chat.is_some(), "chat")]
+        {
+            if present {
+                known.push(name);
+            }
         }
-        let routes = raw.routing.resolve(primary.or(anthropic.as_ref().map(|_| "anthropic")), &known)?;
+        let routes = raw.routing.resolve(primary.or(known.first().copied()), &known)?;
         Ok(ServeOptions {
             anthropic,
+            generic,
+            chat,
             routes,
             prices: extras::resolve_prices(raw.prices)?,
             budgets: raw.budgets.resolve()?,
@@ -276,6 +286,46 @@ impl ServeOptions {
 
     /// The effective configuration as TOML. Secrets never appear: only where they come from.
     pub fn describe(&self) -> String {
+        let mut text = self.describe_core();
+        let mut extra = Vec::new();
+        if let Some(a) = &self.anthropic {
+            extra
+                .push(format!("[providers.anthropic]\nmodel = \"{}\"\n# api key: {} (value redacted)", a.model, a.key));
+        }
+        if let Some(g) = &self.generic {
+            extra.push(format!(
+                "[providers.generic]\nbase_url = \"{}\"\nmodel = \"{}\"\n# api key: {} (value redacted)",
+                g.base_url, g.model, g.key
+            ));
+        }
+        if let Some(c) = &self.chat {
+            extra.push(format!("[providers.chat]\nbase_url = \"{}\"\nmodel = \"{}\"", c.base_url, c.model));
+        }
+        extra.push(format!(
+            "[routing]\n# default: {}; {} rule(s); reroute_when_paused = {}",
+            self.routes.default.as_deref().unwrap_or("none"),
+            self.routes.rules.len(),
+            self.routes.reroute_when_paused
+        ));
+        extra.push(format!(
+            "# prices: {} model(s); budgets: {} tenant(s) per {:?}",
+            self.prices.len(),
+            self.budgets.limits.len(),
+            self.budgets.period
+        ));
+        let names = |list: Vec<&str>| if list.is_empty() { "none".to_string() } else { list.join(", ") };
+        extra.push(format!(
+            "# outbox sinks: {} (secrets redacted)\n# webhook endpoints: {} (secrets redacted)",
+            names(self.sinks.iter().map(|s| s.name.as_str()).collect()),
+            names(self.webhooks.iter().map(|w| w.name.as_str()).collect())
+        ));
+        text.push('\n');
+        text.push_str(&extra.join("\n\n"));
+        text.push('\n');
+        text
+    }
+
+    fn describe_core(&self) -> String {
         let p = &self.provider;
         let choice = match p.choice {
             ProviderChoice::None => "none",

@@ -83,6 +83,8 @@ fn serve_options(data_dir: PathBuf, provider: ProviderOptions) -> ServeOptions {
         provider,
         access: AccessOptions::default(),
         anthropic: None,
+        generic: None,
+        chat: None,
         routes: crate::routing::Routes::default(),
         prices: demo_prices(),
         budgets: crate::ledger::Budgets::default(),

@@ -43,7 +43,7 @@ use super::{
 use crate::schema::Schema;
 use crate::store::{BatchMember, LineResult};
 
-const PROVIDER: &str = "chat";
+pub const PROVIDER: &str = "chat";
 const DEFAULT_CONCURRENCY: usize = 4;
 /// Local models on modest hardware can take minutes for one long answer.
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
