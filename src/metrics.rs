@@ -1,7 +1,8 @@
 //! Prometheus metrics. Counters are bumped where things happen (through the `metrics`
 //! facade); state gauges, file size and provider health are refreshed at scrape time
 //! from the store, so they are always true rather than tracked. Label values come from
-//! small fixed sets only (states, classes, provider names): never ids or tenants.
+//! small fixed sets only (states, classes, provider names, tenants named in the budget
+//! config): never ids or arbitrary tenants.
 
 use std::sync::OnceLock;
 
@@ -65,6 +66,25 @@ fn describe() {
     describe_counter!("commitpoint_provider_result_lines_total", "Result lines read from providers.");
     describe_counter!("commitpoint_provider_malformed_lines_total", "Result lines that could not be parsed.");
     describe_counter!("commitpoint_provider_members_requeued_total", "Batch members requeued as a new attempt.");
+    describe_counter!(
+        "commitpoint_provider_errors_total",
+        "Failed provider calls, by provider and class (rate_limited, transient, auth, budget, ...)."
+    );
+    describe_gauge!("commitpoint_provider_open_batches", "Batches a provider still has to drive (intent or live job).");
+    describe_gauge!("commitpoint_outbox_pending", "Outbox events waiting for delivery.");
+    describe_gauge!("commitpoint_outbox_dead", "Outbox events given up on (dead-letter list).");
+    describe_gauge!("commitpoint_outbox_oldest_pending_age_seconds", "Age of the oldest undelivered outbox event.");
+    describe_counter!("commitpoint_outbox_deliveries_total", "Outbox delivery attempts, by outcome.");
+    describe_gauge!(
+        "commitpoint_tenant_spend_micros",
+        "Charged micro-dollars this budget period, for tenants with a budget (bounded by config)."
+    );
+    describe_gauge!("commitpoint_tenant_budget_micros", "Configured budget per period, per budgeted tenant.");
+    describe_gauge!("commitpoint_tenant_held", "1 while a tenant's new work is held for its budget.");
+    describe_counter!(
+        "commitpoint_webhook_redeliveries_total",
+        "Webhook deliveries seen before: answered, nothing written."
+    );
     for result in ["created", "duplicate"] {
         counter!("commitpoint_intakes_total", "result" => result).absolute(0);
     }
@@ -88,6 +108,25 @@ pub async fn render(service: &Service) -> Option<String> {
     }
     if let Some(size) = service.store().file_size() {
         gauge!("commitpoint_db_file_size_bytes").set(size as f64);
+    }
+    if let Ok((pending, dead, oldest)) = service.outbox_counts().await {
+        gauge!("commitpoint_outbox_pending").set(pending as f64);
+        gauge!("commitpoint_outbox_dead").set(dead as f64);
+        let age = oldest.map_or(0.0, |since| now.saturating_sub(since) as f64 / 1000.0);
+        gauge!("commitpoint_outbox_oldest_pending_age_seconds").set(age);
+    }
+    if let Ok(rows) = service.budget_status().await {
+        for (tenant, spent, budget, held) in rows {
+            gauge!("commitpoint_tenant_spend_micros", "tenant" => tenant.clone()).set(spent as f64);
+            gauge!("commitpoint_tenant_budget_micros", "tenant" => tenant.clone()).set(budget as f64);
+            gauge!("commitpoint_tenant_held", "tenant" => tenant).set(if held { 1.0 } else { 0.0 });
+        }
+    }
+    if let Ok(views) = service.providers().await {
+        for view in views {
+            gauge!("commitpoint_provider_open_batches", "provider" => view.health.name.clone())
+                .set(view.open_batches as f64);
+        }
     }
     for p in service.provider_health() {
         let name = p.name.clone();

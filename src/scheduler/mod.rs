@@ -312,6 +312,9 @@ impl Scheduler {
     ) -> Result<Option<u64>, store::Error> {
         let now = clock::now_ms();
         self.health.update(|h| h.last_error = Some(error.to_string()));
+        let class = format!("{:?}", error.class).to_lowercase();
+        metrics::counter!("commitpoint_provider_errors_total", "provider" => self.provider.name().to_string(), "class" => class)
+            .increment(1);
         tracing::warn!(batch_key = %batch.batch_key, class = ?error.class, error = %error, "provider call failed");
         let retry_at = |delay: Duration| now + delay.as_millis() as u64;
         if error.class == ErrorClass::RateLimited {
