@@ -88,6 +88,11 @@ pub struct Server {
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
     schedulers: Vec<SchedulerHandle>,
+    /// What a reload can change: routing and budgets, and the prices the writer applies.
+    router: Arc<Router>,
+    store: Store,
+    sink_names: Vec<String>,
+    service: Service,
     deliverer: Option<crate::outbox::DelivererHandle>,
     simulator: Option<Simulator>,
     watchdog: Option<JoinHandle<()>>,
@@ -158,12 +163,15 @@ impl Server {
             let settings = settings_for(provider.name(), &options.provider.scheduler);
             schedulers.push(Scheduler::spawn(store.clone(), service.clone(), provider, settings, wake, health));
         }
+        let reload_store = store.clone();
+        let sink_names: Vec<String> = sinks.iter().map(|s| s.name.clone()).collect();
         let deliverer = if sinks.is_empty() {
             None
         } else {
             Some(crate::outbox::spawn(store.clone(), sinks, outbox_wake).map_err(|e| Error::Task(e.to_string()))?)
         };
-        let router = crate::http::router(service, options.max_body_bytes, Arc::new(access));
+        let reload_service = service.clone();
+        let app = crate::http::router(service, options.max_body_bytes, Arc::new(access));
         let (stop, stopped) = oneshot::channel::<()>();
         // Responses are small and latency-bound: never let Nagle hold an acknowledgement back.
         let listener = axum::serve::ListenerExt::tap_io(listener, |stream: &mut tokio::net::TcpStream| {
@@ -172,7 +180,7 @@ impl Server {
             }
         });
         let task = tokio::spawn(async move {
-            axum::serve(listener, router)
+            axum::serve(listener, app)
                 .with_graceful_shutdown(async move {
                     let _ = stopped.await;
                 })
@@ -185,11 +193,30 @@ impl Server {
             stop: Some(stop),
             task,
             schedulers,
+            router,
+            store: reload_store,
+            sink_names,
+            service: reload_service,
             deliverer,
             simulator,
             watchdog,
             writer,
         })
+    }
+
+    /// Applies a re-read configuration's routing, budgets and prices (SIGHUP). Everything
+    /// else (listen address, providers, sinks, webhooks, tokens) takes a restart.
+    pub fn reload(&self, options: &ServeOptions) {
+        self.router.configure(options.routes.clone(), options.budgets.clone());
+        self.store.set_policies(Policies { sinks: self.sink_names.clone(), pricing: Arc::new(options.prices.clone()) });
+        // Work held or routed elsewhere until now may be free to go.
+        self.service.wake_schedulers();
+        tracing::info!(
+            rules = options.routes.rules.len(),
+            budgets = options.budgets.limits.len(),
+            prices = options.prices.len(),
+            "configuration reloaded: routing, budgets and prices apply now; other settings take effect at the next restart"
+        );
     }
 
     pub fn addr(&self) -> SocketAddr {

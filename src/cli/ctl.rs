@@ -36,10 +36,33 @@ pub enum Command {
         #[command(flatten)]
         target: Target,
     },
+    /// Check the configuration as `config check` does, then tell the server (SIGHUP) to
+    /// apply its routing, budgets and prices. A bad configuration exits 78 and the server
+    /// keeps running with its settings. This is the unit's ExecReload.
+    Reload {
+        /// The server's process id (`$MAINPID` under systemd).
+        #[arg(long)]
+        pid: i32,
+        #[command(flatten)]
+        args: super::serve::Args,
+    },
+}
+
+fn reload(pid: i32, args: super::serve::Args) -> anyhow::Result<ExitCode> {
+    let checked = super::serve::check(args);
+    if checked != ExitCode::SUCCESS {
+        return Ok(checked);
+    }
+    let target = nix::unistd::Pid::from_raw(pid);
+    nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGHUP)
+        .with_context(|| format!("cannot signal process {pid}"))?;
+    eprintln!("commitpoint: asked process {pid} to reload");
+    Ok(ExitCode::SUCCESS)
 }
 
 pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
     let (target, method, path) = match command {
+        Command::Reload { pid, args } => return reload(pid, args),
         Command::Status(target) => (target, reqwest::Method::GET, "/v1/stats".to_string()),
         Command::PauseProvider { name, target } => {
             (target, reqwest::Method::POST, format!("/v1/admin/providers/{name}/pause"))

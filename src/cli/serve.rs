@@ -87,7 +87,7 @@ impl Args {
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let signals = Signals::install().context("cannot install signal handlers")?;
-    let options = match args.resolve() {
+    let options = match args.clone().resolve() {
         Ok(options) => options,
         Err(e) => return Ok(config_error(&e)),
     };
@@ -95,7 +95,12 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Scripts and tests that pass port 0 read the real address from this line.
     println!("commitpoint listening on http://{}", server.addr());
     crate::systemd::ready(&format!("listening on {}", server.addr()));
-    signals.wait().await;
+    signals
+        .wait(|| match args.clone().resolve() {
+            Ok(options) => server.reload(&options),
+            Err(e) => tracing::error!(error = %e, "reload refused: the configuration is invalid; keeping the running settings"),
+        })
+        .await;
     tracing::info!("shutting down: draining requests, then closing the store");
     server.stop().await?;
     Ok(ExitCode::SUCCESS)

@@ -11,18 +11,27 @@ const EXIT_SECOND_SIGNAL: i32 = 130;
 pub struct Signals {
     terminate: Signal,
     interrupt: Signal,
+    hangup: Signal,
 }
 
 impl Signals {
     pub fn install() -> std::io::Result<Self> {
-        Ok(Self { terminate: signal(SignalKind::terminate())?, interrupt: signal(SignalKind::interrupt())? })
+        Ok(Self {
+            terminate: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+            hangup: signal(SignalKind::hangup())?,
+        })
     }
 
-    /// Waits for SIGTERM or SIGINT, then arms the second-signal escape hatch.
-    pub async fn wait(mut self) {
-        tokio::select! {
-            _ = self.terminate.recv() => {}
-            _ = self.interrupt.recv() => {}
+    /// Waits for SIGTERM or SIGINT, calling `reload` on every SIGHUP meanwhile; then arms
+    /// the second-signal escape hatch.
+    pub async fn wait(mut self, mut reload: impl FnMut()) {
+        loop {
+            tokio::select! {
+                _ = self.terminate.recv() => break,
+                _ = self.interrupt.recv() => break,
+                _ = self.hangup.recv() => reload(),
+            }
         }
         tokio::spawn(async move {
             tokio::select! {

@@ -69,7 +69,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             simulator.base_url()
         ),
     }
-    signals.wait().await;
+    signals.wait(|| tracing::info!("SIGHUP: the simulator has nothing to reload")).await;
     simulator.stop().await;
     Ok(ExitCode::SUCCESS)
 }

@@ -136,7 +136,7 @@ impl Service {
     }
 
     /// Every provider's scheduler looks for work again (each keeps one wake-up permit).
-    fn wake_schedulers(&self) {
+    pub fn wake_schedulers(&self) {
         self.wake.iter().for_each(|w| w.notify_one());
     }
 

@@ -93,7 +93,7 @@ fn check(txn: &ReadTransaction, report: &mut Report) -> Result<(), Error> {
 
 /// Staged answers belong to `Ready` extractions only; every extraction in a batch state
 /// belongs to exactly one open batch whose job id agrees with it (invariant 4: no member
-/// of a live job is in a second one).
+/// of a live job is in a second one). A batch may still list members it has released.
 fn check_batches(
     txn: &ReadTransaction,
     records: &BTreeMap<u64, ExtractionRecord>,
@@ -136,6 +136,13 @@ fn check_batches(
             report.problem(format!("batch {} is live but not scheduled: it would never be polled", batch.batch_key));
         }
         for member in &batch.members {
+            // A member whose line said "try again" is requeued while its batch is still
+            // open (closed after the whole file is read); from then on the old batch only
+            // lists it. Only members whose state names this batch are bound to it.
+            let bound = records.get(member).and_then(|r| r.state.batch_key()) == Some(batch.batch_key.as_str());
+            if !bound {
+                continue;
+            }
             if owner.insert(*member, (batch.batch_key.clone(), job.clone())).is_some() {
                 report.problem(format!("extraction #{member} is a member of two live batches (invariant 4)"));
             }

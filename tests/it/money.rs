@@ -116,3 +116,30 @@ async fn a_tenant_over_budget_is_held_until_the_budget_is_raised() {
     assert_eq!(api.list_all("").await.len(), 3);
     crate::util::stop_and_verify(server);
 }
+
+#[tokio::test]
+async fn ctl_reload_applies_a_raised_budget_without_a_restart() {
+    let rig = Rig::start(Duration::from_millis(100), Faults::default()).await;
+    let budget = |dollars: &str| format!("[budgets]\nperiod = \"day\"\n[budgets.tenants]\n{TENANT} = {dollars}\n");
+    let config = write_config(&rig, &budget("0.000001"));
+    let server = rig.serve(&["--config", &config], None);
+    let api = server.api();
+    let first = api.create(TENANT, "first.rs", CORPUS[0].content).await;
+    settle(&api, &BTreeSet::from([first])).await;
+    let held = api.create(TENANT, "held.rs", CORPUS[1].content).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(api.record(&held).await["state"], json!("pending"));
+
+    let data_dir = rig.dir.path().display().to_string();
+    let pid = server.pid().to_string();
+    // A broken file is refused (78) and changes nothing.
+    std::fs::write(&config, "[budgets]\nperiod = \"fortnight\"\n").expect("write config");
+    let refused = crate::util::cli(&["ctl", "reload", "--pid", &pid, "--config", &config, "--data-dir", &data_dir]);
+    assert_eq!(refused.status.code(), Some(78), "{}", crate::util::stderr(&refused));
+    write_config(&rig, &budget("100.0"));
+    let reloaded = crate::util::cli(&["ctl", "reload", "--pid", &pid, "--config", &config, "--data-dir", &data_dir]);
+    assert!(reloaded.status.success(), "{}", crate::util::stderr(&reloaded));
+    let records = settle(&api, &BTreeSet::from([held.clone()])).await;
+    assert_eq!(records[&held]["state"], json!("committed"));
+    crate::util::stop_and_verify(server);
+}

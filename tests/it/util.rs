@@ -85,7 +85,8 @@ impl Server {
         self.data_dir.join("commitpoint.redb")
     }
 
-    fn pid(&self) -> u32 {
+    /// The server's process id (signals sent by tests and by the CLI under test).
+    pub fn pid(&self) -> u32 {
         self.child.as_ref().map(Child::id).expect("server still owned")
     }
 
