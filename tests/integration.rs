@@ -29,6 +29,10 @@ mod provider;
 mod provider_crash;
 #[path = "it/provider_faults.rs"]
 mod provider_faults;
+#[path = "it/providers_e2e.rs"]
+mod providers_e2e;
+#[path = "it/providers_e2e_anthropic.rs"]
+mod providers_e2e_anthropic;
 #[path = "it/results.rs"]
 mod results;
 #[path = "it/schemas.rs"]
