@@ -33,6 +33,8 @@ mod provider_faults;
 mod providers_e2e;
 #[path = "it/providers_e2e_anthropic.rs"]
 mod providers_e2e_anthropic;
+#[path = "it/providers_e2e_chat.rs"]
+mod providers_e2e_chat;
 #[path = "it/providers_e2e_generic.rs"]
 mod providers_e2e_generic;
 #[path = "it/providers_e2e_pause.rs"]
