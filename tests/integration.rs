@@ -29,6 +29,16 @@ mod provider;
 mod provider_crash;
 #[path = "it/provider_faults.rs"]
 mod provider_faults;
+#[path = "it/providers_e2e.rs"]
+mod providers_e2e;
+#[path = "it/providers_e2e_anthropic.rs"]
+mod providers_e2e_anthropic;
+#[path = "it/providers_e2e_chat.rs"]
+mod providers_e2e_chat;
+#[path = "it/providers_e2e_generic.rs"]
+mod providers_e2e_generic;
+#[path = "it/providers_e2e_pause.rs"]
+mod providers_e2e_pause;
 #[path = "it/results.rs"]
 mod results;
 #[path = "it/schemas.rs"]
