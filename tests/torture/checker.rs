@@ -144,7 +144,7 @@ fn ledger_matches_paid_attempts(_world: &World, _sim: &Stats) {}
 fn outbox_delivers_each_commit_once(_world: &World) {}
 
 // TODO(webhooks): once webhooks land, run a receiver in this process that fails some
-// deliveries and is unreachable while the server is down; assert every outbox event is
-// delivered until acknowledged, redeliveries carry the same event id, and the receiver
-// never sees an event id acknowledged before being delivered again after a restart.
+// deliveries and is unreachable while the server is down; assert every outbox event
+// reaches it until acknowledged, every redelivery (after a failure or a restart) carries
+// the same event id and payload, and count redeliveries per event for the summary.
 fn webhooks_redeliver_until_acknowledged(_world: &World) {}

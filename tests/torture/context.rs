@@ -8,6 +8,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 pub const SEED_VAR: &str = "COMMITPOINT_TORTURE_SEED";
 pub const ROUNDS_VAR: &str = "COMMITPOINT_TORTURE_ROUNDS";
+/// Set to 1 to go on after a failed `verify` between rounds, and fail at the end with all
+/// of them (a long run then still exercises everything else).
+pub const KEEP_GOING_VAR: &str = "COMMITPOINT_TORTURE_KEEP_GOING";
 const DEFAULT_ROUNDS: u32 = 20;
 
 /// -1 before the first round; `rounds` during the final drain and the checks.
@@ -18,6 +21,7 @@ static RUN: OnceLock<(u64, u32)> = OnceLock::new();
 pub struct Params {
     pub seed: u64,
     pub rounds: u32,
+    pub keep_going: bool,
 }
 
 impl Params {
@@ -31,7 +35,8 @@ impl Params {
             Ok(text) => text.trim().parse().unwrap_or_else(|e| panic!("{ROUNDS_VAR}={text:?} is not a u32: {e}")),
             Err(_) => DEFAULT_ROUNDS,
         };
-        Params { seed, rounds }
+        let keep_going = std::env::var(KEEP_GOING_VAR).is_ok_and(|v| v == "1");
+        Params { seed, rounds, keep_going }
     }
 
     pub fn reproduce(&self) -> String {

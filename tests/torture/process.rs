@@ -37,7 +37,7 @@ impl Serve {
             .args(["--provider-key-env", "TORTURE_SIM_KEY", "--batch-max-size", "8", "--batch-max-wait", "200ms"])
             .args(["--poll-interval", "100ms"])
             .env("TORTURE_SIM_KEY", SIM_KEY)
-            .env("COMMITPOINT_LOG", "warn")
+            .env("COMMITPOINT_LOG", "info")
             .env_remove("COMMITPOINT_FAILPOINTS")
             .env_remove("COMMITPOINT_CONFIG")
             .stdin(Stdio::null())
@@ -119,7 +119,14 @@ pub fn db_path(data_dir: &Path) -> PathBuf {
 }
 
 /// `commitpoint verify FILE` must exit 0 and say every invariant holds; returns its report.
-pub fn assert_verifies(db: &Path, when: &str) -> String {
+pub fn assert_verifies(db: &Path, when: &str, log: &str) -> String {
+    verify(db, when, log).unwrap_or_else(|failure| panic!("{failure}"))
+}
+
+/// Runs `commitpoint verify FILE`: `Ok(report)` when it exits 0 and says every invariant
+/// holds. Otherwise the file and `log` (every server's stderr so far) are kept under the
+/// target directory and `Err` describes the failure, with the log's tail.
+pub fn verify(db: &Path, when: &str, log: &str) -> Result<String, String> {
     let mut child = Command::new(BIN)
         .arg("verify")
         .arg(db)
@@ -137,9 +144,34 @@ pub fn assert_verifies(db: &Path, when: &str) -> String {
     }
     let (out, err) = (stdout.join().unwrap_or_default(), stderr.join().unwrap_or_default());
     let status = status.unwrap_or_else(|| panic!("verify {when} did not finish within {VERIFY_TIMEOUT:?}"));
-    assert_eq!(status.code(), Some(0), "verify {when} failed\nstdout:\n{out}\nstderr:\n{err}");
-    assert!(out.contains("ok: every invariant holds"), "verify {when}:\n{out}");
-    out
+    if status.code() != Some(0) || !out.contains("ok: every invariant holds") {
+        let kept = keep(db, log);
+        return Err(format!(
+            "verify {when} failed ({status:?}); kept {kept}\nstdout:\n{out}\nstderr:\n{err}\n\
+             server log (tail):\n{}",
+            tail(log, 60)
+        ));
+    }
+    Ok(out)
+}
+
+/// Copies a database that failed verification, and the logs, to where they outlive the
+/// temp directory; returns where.
+fn keep(db: &Path, log: &str) -> String {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("torture-failures");
+    let stem = dir.join(format!("{}-round{}", std::process::id(), crate::context::round()));
+    let (file, logs) = (stem.with_extension("redb"), stem.with_extension("log"));
+    let kept =
+        std::fs::create_dir_all(&dir).and_then(|()| std::fs::copy(db, &file)).and_then(|_| std::fs::write(&logs, log));
+    match kept {
+        Ok(()) => format!("{} and {}", file.display(), logs.display()),
+        Err(e) => format!("nothing (cannot copy: {e})"),
+    }
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// The number on the report line `name: N` (e.g. `extractions: 12`, `  committed: 3`).
