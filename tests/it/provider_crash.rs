@@ -186,3 +186,29 @@ async fn a_retry_after_wait_survives_kill_and_restart() {
     let report = finish(server);
     assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
 }
+
+/// Torture finding 1: members a finished batch asked to retry are requeued while the batch
+/// is still open; a crash before the close, and a restart that re-forms them into a new
+/// batch before the old one is closed, must leave a file that verifies (the old batch only
+/// lists members it released) and end with every source committed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retried_members_reformed_before_their_old_batch_closes_still_verify() {
+    let rig = Rig::start(Duration::from_millis(300), Faults { expire_batches: true, ..Faults::default() }).await;
+    let mut server = rig.serve(ONE_BATCH, Some("after-stage-before-commit"));
+    intake_corpus(&server.api()).await;
+    expect_crash(&mut server, "after-stage-before-commit");
+    assert_verifies(&rig.db());
+
+    // The restart's first poll of the old batch fails, so the requeued members form a new
+    // batch while the old one is still open.
+    rig.sim.set_faults(Faults { server_error_next: 1, ..Faults::default() });
+    let server = rig.serve(&["--batch-max-size", "6", "--batch-max-wait", "100ms"], None);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    finish(server);
+
+    let server = rig.serve(&[], None);
+    assert_all_committed_with_model_findings(&server.api()).await;
+    let stats = rig.stats();
+    assert_eq!(stats.max_live_batches_per_custom_id, 1, "{stats:#?}");
+    finish(server);
+}
