@@ -7,6 +7,7 @@
 //! will not fix.
 
 mod backup;
+mod costs;
 mod ctl;
 mod demo;
 mod serve;
@@ -49,6 +50,8 @@ enum Command {
     Ctl(ctl::Command),
     /// Take a consistent backup of a running server's database into one file.
     Backup(backup::Args),
+    /// A tenant's spend: fresh work, replays and validation failures, optionally grouped.
+    Costs(costs::Args),
     /// Print one extraction as JSON.
     Get {
         id: String,
@@ -141,6 +144,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Config(ConfigCommand::Check(args)) => Ok(serve::check(args)),
         Command::Submit(args) => submit::run(args).await,
         Command::Backup(args) => backup::run(args).await,
+        Command::Costs(args) => costs::run(args).await,
         Command::Ctl(command) => ctl::run(command).await,
         Command::Get { id, server, token } => get(&id, &server, token.as_deref()).await,
         Command::Verify { path } => verify(path).await,

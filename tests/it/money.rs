@@ -83,6 +83,20 @@ async fn the_ledger_adds_up_to_the_paid_attempts() {
     assert_eq!(costs(&api, "nobody").await["charged_micros"], json!(0));
     let bad = api.get(&format!("/v1/tenants/{TENANT}/costs?from=yesterday")).await;
     bad.assert_error(400, "invalid_query");
+
+    // The CLI prints the same totals.
+    let args = ["costs", "--tenant", TENANT, "--from", "2000-01-01", "--to", "2100-01-01", "--csv", "--server"];
+    let out = crate::util::cli(&[&args[..], &[server.url.as_str()]].concat());
+    assert!(out.status.success(), "{}", crate::util::stderr(&out));
+    let csv = crate::util::stdout(&out);
+    let fresh = format!(
+        "\"total\",fresh,{},{},{},{}",
+        attempts("fresh"),
+        report["fresh"]["input_tokens"],
+        report["fresh"]["output_tokens"],
+        report["fresh"]["cost_micros"]
+    );
+    assert!(csv.lines().any(|l| l == fresh), "{fresh} not in\n{csv}");
     crate::util::stop_and_verify(server);
 }
 

@@ -1,0 +1,146 @@
+//! `commitpoint costs`: a tenant's spend from a running server, as text or CSV.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use serde_json::Value;
+
+use super::{DEFAULT_SERVER, EXIT_PROBLEMS};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[arg(long)]
+    tenant: String,
+    /// Start (a date like 2026-11-01, or RFC 3339); default: the start of this UTC month.
+    #[arg(long)]
+    from: Option<String>,
+    /// End, exclusive; default: now.
+    #[arg(long)]
+    to: Option<String>,
+    /// Split the totals by day, model or provider.
+    #[arg(long, value_parser = ["day", "model", "provider"])]
+    group_by: Option<String>,
+    /// CSV (one row per group and kind) instead of text.
+    #[arg(long)]
+    csv: bool,
+    #[arg(long, env = "COMMITPOINT_URL", default_value = DEFAULT_SERVER)]
+    server: String,
+    /// Bearer token (admin, or the tenant's own), if the server requires one.
+    #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+const KINDS: [&str; 3] = ["fresh", "replay", "failed_validation"];
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let base = args.server.trim_end_matches('/');
+    let mut query: Vec<(&str, &str)> = Vec::new();
+    for (key, value) in [("from", &args.from), ("to", &args.to), ("group_by", &args.group_by)] {
+        if let Some(v) = value {
+            query.push((key, v));
+        }
+    }
+    let url = format!("{base}/v1/tenants/{}/costs", args.tenant);
+    let response = super::http_client(args.token.as_deref())?
+        .get(&url)
+        .query(&query)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach the server at {base}"))?;
+    let status = response.status();
+    let body: Value = response.json().await.context("the server sent a non-JSON answer")?;
+    if !status.is_success() {
+        eprintln!("commitpoint: the server refused: {status}: {}", body["error"]["message"].as_str().unwrap_or("?"));
+        return Ok(ExitCode::from(EXIT_PROBLEMS));
+    }
+    print!("{}", if args.csv { csv(&body) } else { text(&body) });
+    Ok(ExitCode::SUCCESS)
+}
+
+fn rows(body: &Value) -> Vec<(String, &Value)> {
+    let mut rows = vec![("total".to_string(), body)];
+    if let Some(groups) = body["groups"].as_object() {
+        rows.extend(groups.iter().map(|(k, v)| (k.clone(), v)));
+    }
+    rows
+}
+
+fn dollars(micros: u64) -> String {
+    format!("${}.{:06}", micros / 1_000_000, micros % 1_000_000)
+}
+
+fn text(body: &Value) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "tenant {}  from {}  to {}",
+        body["tenant"].as_str().unwrap_or("?"),
+        body["from"].as_str().unwrap_or("?"),
+        body["to"].as_str().unwrap_or("?")
+    );
+    let _ = writeln!(out, "charged: {}", dollars(body["charged_micros"].as_u64().unwrap_or(0)));
+    let _ = writeln!(
+        out,
+        "{:<24} {:<18} {:>9} {:>13} {:>13} {:>14}",
+        "group", "kind", "attempts", "input", "output", "cost"
+    );
+    for (group, split) in rows(body) {
+        for kind in KINDS {
+            let b = &split[kind];
+            let _ = writeln!(
+                out,
+                "{:<24} {:<18} {:>9} {:>13} {:>13} {:>14}",
+                group,
+                kind,
+                b["attempts"].as_u64().unwrap_or(0),
+                b["input_tokens"].as_u64().unwrap_or(0),
+                b["output_tokens"].as_u64().unwrap_or(0),
+                dollars(b["cost_micros"].as_u64().unwrap_or(0))
+            );
+        }
+    }
+    out
+}
+
+fn csv(body: &Value) -> String {
+    let mut out = String::from("group,kind,attempts,input_tokens,output_tokens,cost_micros\n");
+    for (group, split) in rows(body) {
+        for kind in KINDS {
+            let b = &split[kind];
+            // Group keys are days, model or provider names: quote them in case of commas.
+            let _ = writeln!(
+                out,
+                "\"{}\",{kind},{},{},{},{}",
+                group.replace('"', "\"\""),
+                b["attempts"].as_u64().unwrap_or(0),
+                b["input_tokens"].as_u64().unwrap_or(0),
+                b["output_tokens"].as_u64().unwrap_or(0),
+                b["cost_micros"].as_u64().unwrap_or(0)
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn csv_has_a_row_per_group_and_kind() {
+        let bucket = |a: u64, c: u64| json!({"attempts": a, "input_tokens": 10, "output_tokens": 5, "cost_micros": c});
+        let split = json!({"fresh": bucket(2, 300), "replay": bucket(1, 0), "failed_validation": bucket(0, 0)});
+        let mut body = split.clone();
+        body["charged_micros"] = json!(300);
+        body["groups"] = json!({ "gpt-4o-mini": split });
+        let text = csv(&body);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 7, "{text}");
+        assert_eq!(lines[1], "\"total\",fresh,2,10,5,300");
+        assert_eq!(lines[4], "\"gpt-4o-mini\",fresh,2,10,5,300");
+        assert_eq!(dollars(1_234_567), "$1.234567");
+    }
+}
