@@ -35,6 +35,8 @@ use crate::webhook::{Endpoint, WebhookSecret};
 const HTTP_DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 /// How long shutdown waits for the scheduler to finish its current step.
 const SCHEDULER_STOP_DEADLINE: Duration = Duration::from_secs(10);
+/// How long shutdown waits for stray reads to let go of the database file.
+const FILE_CLOSE_DEADLINE: Duration = Duration::from_secs(5);
 /// The model name sent to the simulator when none is configured for it.
 const SIMULATOR_MODEL: &str = "simulated-reviewer";
 
@@ -263,6 +265,12 @@ impl Server {
         }
         let writer = self.writer;
         tokio::task::spawn_blocking(move || writer.join()).await.map_err(|e| Error::Task(e.to_string()))?;
+        // A read started by a request that was cut off may still hold the file for a
+        // moment; the file is closed (its lock released) only when the last handle goes.
+        drop(self.service);
+        if !self.store.wait_until_last_handle(FILE_CLOSE_DEADLINE).await {
+            tracing::warn!("the database file is still referenced at exit; the OS releases it with the process");
+        }
         served.map_err(Error::Serve)
     }
 }

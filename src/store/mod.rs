@@ -139,6 +139,19 @@ impl Store {
         }
     }
 
+    /// Waits until this is the only handle on the database, so that dropping it closes the
+    /// file. `false` if other handles remain after `deadline`.
+    pub async fn wait_until_last_handle(self, deadline: std::time::Duration) -> bool {
+        let until = tokio::time::Instant::now() + deadline;
+        while Arc::strong_count(&self.db) > 1 {
+            if tokio::time::Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        true
+    }
+
     /// Runs a read-only closure on the blocking pool against one consistent snapshot.
     async fn read<R, F>(&self, f: F) -> Result<R, Error>
     where

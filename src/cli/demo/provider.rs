@@ -81,6 +81,36 @@ pub async fn run(server: &Server, summary: &mut Summary) -> anyhow::Result<()> {
         "garbage result lines were skipped and their members answered by a later batch",
         health["malformed_lines"].as_u64() >= Some(1),
     );
+    let unreadable = health["malformed_lines"].as_u64().unwrap_or(0);
+    ledger(&api, stats.lines_completed, unreadable, summary).await
+}
+
+/// The cost ledger, per tenant, against what the simulator billed. A garbage result line
+/// was billed by the provider but names no request we can read, so it cannot be charged
+/// to a tenant: it is counted apart (the malformed-lines counter), not hidden.
+async fn ledger(api: &Api, billed_lines: u64, unreadable: u64, summary: &mut Summary) -> anyhow::Result<()> {
+    let tenants: BTreeSet<&str> = SOURCES.iter().map(|s| s.tenant).collect();
+    println!("  cost ledger (simulated reviewer priced like gpt-4o-mini, batch discount):");
+    let mut charged_attempts = 0;
+    let mut replays = 0;
+    for tenant in tenants {
+        let costs = api.get(&format!("/v1/tenants/{tenant}/costs?from=2000-01-01&to=2100-01-01")).await?;
+        let count = |kind: &str| costs[kind]["attempts"].as_u64().unwrap_or(0);
+        charged_attempts += count("fresh") + count("failed_validation");
+        replays += count("replay");
+        println!(
+            "    {tenant}: {} fresh, {} replayed (not charged), {} failed validation; charged {} micro-dollars",
+            count("fresh"),
+            count("replay"),
+            count("failed_validation"),
+            costs["charged_micros"]
+        );
+    }
+    println!("    plus {unreadable} billed result lines that were garbage: paid, but attributable to no tenant");
+    summary.check(
+        "ledger charges + unreadable lines = lines the provider billed; replays counted, not charged",
+        charged_attempts + unreadable == billed_lines && replays >= 1,
+    );
     Ok(())
 }
 
