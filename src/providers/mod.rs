@@ -66,6 +66,9 @@ pub struct IntentRef<'a> {
     /// When the intent was committed: no job created before it can be ours.
     pub created_at_ms: u64,
     pub members: &'a [ExtractionId],
+    /// Job ids already recorded for other batches since about then: never this intent's.
+    /// Lets a provider without batch metadata rule candidates out without waiting.
+    pub known_jobs: &'a [String],
 }
 
 /// What a lookup of an intent's job found.

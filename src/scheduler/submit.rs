@@ -7,6 +7,10 @@ use crate::failpoint;
 use crate::providers::{BatchSpec, IntentRef, Lookup};
 use crate::store::{self, BatchRecord, Leftover};
 
+/// How far before an intent the jobs of other batches are listed for the lookup: wider
+/// than any adapter's clock slack.
+const KNOWN_JOBS_WINDOW: std::time::Duration = std::time::Duration::from_secs(600);
+
 impl Scheduler {
     pub(super) async fn submit(&mut self, batch: BatchRecord) -> Result<Option<u64>, store::Error> {
         // An intent found on start, or one whose earlier submit failed, may have reached
@@ -16,7 +20,14 @@ impl Scheduler {
         let members = self.store.batch_members(batch.seq).await?;
         if !fresh {
             let ids: Vec<_> = members.iter().map(|m| m.id).collect();
-            let intent = IntentRef { batch_key: &batch.batch_key, created_at_ms: batch.created_at_ms, members: &ids };
+            let since = batch.created_at_ms.saturating_sub(KNOWN_JOBS_WINDOW.as_millis() as u64);
+            let known_jobs = self.store.recorded_jobs_since(self.provider.name().to_string(), since).await?;
+            let intent = IntentRef {
+                batch_key: &batch.batch_key,
+                created_at_ms: batch.created_at_ms,
+                members: &ids,
+                known_jobs: &known_jobs,
+            };
             match self.provider.find_job(&intent).await {
                 Ok(Lookup::Found(job_id)) => {
                     tracing::info!(batch_key = %batch.batch_key, %job_id, "found the job of an unresolved intent; polling it instead of resubmitting");

@@ -169,6 +169,30 @@ impl Store {
         .await
     }
 
+    /// Job ids of `provider`'s batches created at or after `since_ms`, newest first.
+    pub async fn recorded_jobs_since(&self, provider: String, since_ms: u64) -> Result<Vec<String>, Error> {
+        self.read(move |txn| {
+            let batches = txn.open_table(tables::BATCHES)?;
+            let mut jobs = Vec::new();
+            // Batch sequences grow with time: walk back until the window is passed.
+            for entry in batches.iter()?.rev() {
+                let record: BatchRecord = decode(entry?.1.value())?;
+                if record.created_at_ms < since_ms {
+                    break;
+                }
+                let job = match record.state {
+                    BatchState::Submitted { job_id } | BatchState::Closed { job_id: Some(job_id), .. } => job_id,
+                    _ => continue,
+                };
+                if record.provider == provider {
+                    jobs.push(job);
+                }
+            }
+            Ok(jobs)
+        })
+        .await
+    }
+
     pub async fn batch_members(&self, batch: u64) -> Result<Vec<BatchMember>, Error> {
         self.read(move |txn| {
             let batches = txn.open_table(tables::BATCHES)?;

@@ -337,7 +337,7 @@ impl BatchProvider for AnthropicBatches {
                     reached_older = true;
                     continue;
                 }
-                if batch.request_counts.total() != members.len() as u64 {
+                if batch.request_counts.total() != members.len() as u64 || intent.known_jobs.contains(&batch.id) {
                     continue;
                 }
                 if batch.processing_status == "ended" {

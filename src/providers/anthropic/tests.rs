@@ -540,7 +540,7 @@ fn intent_at_ms() -> u64 {
 }
 
 async fn find(base: String, ours: &[ExtractionId]) -> Lookup {
-    let intent = IntentRef { batch_key: "cpb-lost", created_at_ms: intent_at_ms(), members: ours };
+    let intent = IntentRef { batch_key: "cpb-lost", created_at_ms: intent_at_ms(), members: ours, known_jobs: &[] };
     adapter(base).find_job(&intent).await.unwrap()
 }
 
@@ -582,6 +582,19 @@ async fn find_job_is_undecided_while_a_same_size_batch_runs() {
     assert!(matches!(find(base.clone(), &ours).await, Lookup::Undecided { .. }));
     finish(&fake, "msgbatch_running", hex.iter().map(|id| bare(id, "expired")).collect());
     assert_eq!(find(base, &ours).await, Lookup::Found("msgbatch_running".into()));
+}
+
+/// A running same-size batch whose id the store already recorded for another batch is
+/// not a candidate: the lookup need not wait for it to end.
+#[tokio::test]
+async fn find_job_skips_running_batches_the_store_knows_are_others() {
+    let (base, fake) = start().await;
+    let (ours, hex) = ids_of(&members(3));
+    place(&fake, "msgbatch_someone_elses", "2026-01-01T00:10:01Z", "in_progress", &hex);
+    let known = vec!["msgbatch_someone_elses".to_string()];
+    let intent = IntentRef { batch_key: "cpb-lost", created_at_ms: intent_at_ms(), members: &ours, known_jobs: &known };
+    assert_eq!(adapter(base.clone()).find_job(&intent).await.unwrap(), Lookup::Absent);
+    assert!(matches!(find(base, &ours).await, Lookup::Undecided { .. }), "without the hint it must wait");
 }
 
 #[tokio::test]

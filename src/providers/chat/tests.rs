@@ -292,6 +292,6 @@ async fn unknown_and_cancelled_jobs_are_gone() {
     let job_id = submit(&provider, &[member("a.rs", "one")]).await.unwrap();
     provider.cancel(&job_id).await.unwrap();
     assert_eq!(provider.poll(&job_id).await.unwrap_err().class, ErrorClass::Gone);
-    let intent = IntentRef { batch_key: "cpb-7", created_at_ms: 0, members: &[] };
+    let intent = IntentRef { batch_key: "cpb-7", created_at_ms: 0, members: &[], known_jobs: &[] };
     assert_eq!(provider.find_job(&intent).await.unwrap(), Lookup::Absent);
 }

@@ -270,7 +270,7 @@ async fn every_retry_of_one_submit_sends_the_same_key_and_body() {
         assert_eq!(serde_json::from_slice::<Value>(raw).unwrap()["idempotency_key"], "cpb-42");
         assert_eq!(raw, &submits[0].1, "byte-identical bodies, as identical retries must be");
     }
-    let intent = IntentRef { batch_key: "cpb-42", created_at_ms: 0, members: &[] };
+    let intent = IntentRef { batch_key: "cpb-42", created_at_ms: 0, members: &[], known_jobs: &[] };
     assert_eq!(provider.find_job(&intent).await.unwrap(), Lookup::Absent);
 }
 

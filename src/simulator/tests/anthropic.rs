@@ -183,7 +183,7 @@ async fn a_dropped_create_is_found_by_listing_once_it_ends_and_never_resubmitted
     let (sim, adapter) = start(Duration::from_millis(1500), faults).await;
     let members = members("d", 3);
     let ids: Vec<ExtractionId> = members.iter().map(|m| m.id).collect();
-    let intent = IntentRef { batch_key: "cpb-sim", created_at_ms: now_ms(), members: &ids };
+    let intent = IntentRef { batch_key: "cpb-sim", created_at_ms: now_ms(), members: &ids, known_jobs: &[] };
     let error = submit(&adapter, &members).await.unwrap_err();
     assert_eq!(error.class, ErrorClass::Transient, "{error}");
     assert_eq!(sim.stats().dropped_connections, 1);
@@ -191,7 +191,7 @@ async fn a_dropped_create_is_found_by_listing_once_it_ends_and_never_resubmitted
     let lookup = adapter.find_job(&intent).await.unwrap();
     assert!(matches!(lookup, Lookup::Undecided { .. }), "still in progress: {lookup:?}");
     let others = members_ids(&self::members("x", 3));
-    let stranger = IntentRef { batch_key: "other", created_at_ms: now_ms(), members: &others };
+    let stranger = IntentRef { batch_key: "other", created_at_ms: now_ms(), members: &others, known_jobs: &[] };
 
     let deadline = Instant::now() + Duration::from_secs(10);
     let job = loop {
