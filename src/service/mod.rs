@@ -9,20 +9,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use crate::identity::{ExtractionId, SourceHash};
+use crate::identity::ExtractionId;
 use crate::lifecycle::TransitionError;
 use crate::routing::Router;
 use crate::scheduler::{ProviderHealth, SharedHealth};
 use crate::schema::{self, Registry, ValidationIssue};
 use crate::store::{
-    self, Authority, BackupReport, Charge, ClaimRequest, DeliveryOutcome, ExtractionRecord, FindingRecord, Grant,
-    IntakeOutcome, ListFilter, ListPage, NewExtraction, PostOutcome, PostResult, ReadyItem, RetryOutcome, StateCount,
-    Store, Submission, Usage,
+    self, BackupReport, ExtractionRecord, FindingRecord, ListFilter, ListPage, StateCount, Store, Usage,
 };
 use crate::webhook::Endpoint;
 
+mod intake;
 mod money;
 mod outbox;
+mod results;
+
+use intake::{check_tenant, check_text};
 
 pub const MAX_CLAIM_LIMIT: usize = 1000;
 pub const MAX_LIST_LIMIT: usize = 1000;
@@ -251,74 +253,6 @@ impl Service {
         &self.registry
     }
 
-    pub async fn intake(&self, request: IntakeRequest) -> Result<IntakeOutcome, Error> {
-        let new = self.prepare_intake(request)?;
-        let outcome = self.store.intake(new).await?;
-        self.count_intake(&outcome);
-        Ok(outcome)
-    }
-
-    /// Intake for a verified webhook delivery: the delivery id is stored in the same
-    /// transaction, and a redelivery returns what the first delivery created.
-    pub async fn intake_delivery(
-        &self,
-        endpoint: &str,
-        delivery_id: &str,
-        request: IntakeRequest,
-    ) -> Result<(IntakeOutcome, bool), Error> {
-        // A redelivery is answered before the payload is even checked: it may be a
-        // retry of a request whose content we accepted under an older schema set.
-        if let Some(record) = self.store.delivered(endpoint.to_string(), delivery_id.to_string()).await? {
-            metrics::counter!("commitpoint_webhook_redeliveries_total").increment(1);
-            return Ok((IntakeOutcome { created: false, record }, true));
-        }
-        let new = self.prepare_intake(request)?;
-        match self.store.intake_delivery(endpoint.to_string(), delivery_id.to_string(), new).await? {
-            DeliveryOutcome::First(outcome) => {
-                self.count_intake(&outcome);
-                Ok((outcome, false))
-            }
-            DeliveryOutcome::Redelivery(record) => {
-                metrics::counter!("commitpoint_webhook_redeliveries_total").increment(1);
-                Ok((IntakeOutcome { created: false, record }, true))
-            }
-        }
-    }
-
-    fn count_intake(&self, outcome: &IntakeOutcome) {
-        let result = if outcome.created { "created" } else { "duplicate" };
-        metrics::counter!("commitpoint_intakes_total", "result" => result).increment(1);
-        if outcome.created {
-            self.arrivals.fetch_add(1, Ordering::Relaxed);
-            self.wake_schedulers();
-        }
-    }
-
-    fn prepare_intake(&self, request: IntakeRequest) -> Result<NewExtraction, Error> {
-        check_tenant(&request.tenant)?;
-        check_text("source_id", &request.source_id, 1024)?;
-        if request.content.is_empty() {
-            return Err(invalid("content", "must not be empty"));
-        }
-        let metadata_json = match request.metadata {
-            None | Some(Value::Null) => None,
-            Some(v @ Value::Object(_)) => Some(v.to_string()),
-            Some(_) => return Err(invalid("metadata", "must be a JSON object")),
-        };
-        let schema = self.registry.get(&request.schema)?;
-        let source_hash = SourceHash::compute(request.content.as_bytes(), schema.name());
-        let id = ExtractionId::compute(&request.tenant, &request.source_id, &source_hash, schema.name());
-        Ok(NewExtraction {
-            id,
-            tenant: request.tenant,
-            source_id: request.source_id,
-            source_hash,
-            schema: request.schema,
-            metadata_json,
-            content: request.content,
-        })
-    }
-
     pub async fn get(&self, id: ExtractionId) -> Result<ExtractionRecord, Error> {
         self.store.get(id).await?.ok_or(Error::NotFound(id))
     }
@@ -344,139 +278,4 @@ impl Service {
     pub async fn findings(&self, id: ExtractionId) -> Result<Vec<FindingRecord>, Error> {
         self.store.findings(id).await?.ok_or(Error::NotFound(id))
     }
-
-    pub async fn claim(&self, request: ClaimRequest) -> Result<Vec<Grant>, Error> {
-        check_text("worker", &request.worker, 256)?;
-        if request.limit == 0 || request.limit > MAX_CLAIM_LIMIT {
-            return Err(invalid("limit", format!("must be between 1 and {MAX_CLAIM_LIMIT}")));
-        }
-        if request.lease_ms == 0 || request.lease_ms > MAX_LEASE_SECONDS * 1000 {
-            return Err(invalid("lease_seconds", format!("must be between 1 and {MAX_LEASE_SECONDS}")));
-        }
-        if let Some(schema) = &request.schema {
-            self.registry.get(schema)?;
-        }
-        Ok(self.store.claim(request).await?)
-    }
-
-    /// Validates the output against the extraction's schema outside the writer, then
-    /// commits (or fails) it in one transaction that re-checks the lease.
-    pub async fn post_result(&self, id: ExtractionId, request: ResultRequest) -> Result<PostOutcome, Error> {
-        check_text("lease_token", &request.lease_token, 256)?;
-        let record = self.get(id).await?;
-        let schema = self.registry.get(&record.schema)?;
-        let (submission, issues) = match schema.validate(&request.output) {
-            Ok(findings) => (Submission::Valid { findings, output: request.output }, None),
-            Err(issues) => (Submission::Invalid { reason: summarize(&issues) }, Some(issues)),
-        };
-        let charge = request.usage.map(|u| Charge {
-            provider: u.provider,
-            job_id: None,
-            usage: u.usage,
-            latency_ms: u.latency_ms,
-            batch: false,
-        });
-        let post = PostResult { id, authority: Authority::Lease(request.lease_token), submission, charge };
-        let outcome = self.store.post_result(post).await?;
-        count_outcome(&outcome, "worker");
-        match outcome {
-            PostOutcome::NotFound => Err(Error::NotFound(id)),
-            PostOutcome::Rejected(e) => Err(Error::Transition(e)),
-            PostOutcome::Failed { .. } => {
-                Err(Error::ValidationFailed { schema: record.schema, issues: issues.unwrap_or_default() })
-            }
-            outcome => Ok(outcome),
-        }
-    }
-
-    /// Validates a provider's staged answer and commits it (or fails it) under the
-    /// authority of the batch it came from.
-    pub async fn commit_ready(&self, item: ReadyItem) -> Result<PostOutcome, Error> {
-        let id = item.record.id;
-        let Some(batch_key) = item.record.state.batch_key().map(str::to_string) else {
-            return Err(Error::Transition(TransitionError::StaleBatch));
-        };
-        let schema = self.registry.get(&item.record.schema)?;
-        // The staged answer names its provider (`worker`) and job (`lease_token`).
-        let charge = item.staged.usage.clone().map(|usage| Charge {
-            provider: item.staged.worker.clone(),
-            job_id: Some(item.staged.lease_token.clone()).filter(|j| !j.is_empty()),
-            usage,
-            latency_ms: item.staged.latency_ms,
-            batch: true,
-        });
-        let submission = match serde_json::from_str::<Value>(&item.staged.output_json) {
-            Ok(output) => match schema.validate(&output) {
-                Ok(findings) => Submission::Valid { findings, output },
-                Err(issues) => Submission::Invalid { reason: summarize(&issues) },
-            },
-            Err(e) => Submission::Invalid { reason: format!("the model's answer is not JSON: {e}") },
-        };
-        let outcome = self
-            .store
-            .post_result(PostResult { id, authority: Authority::Batch(batch_key), submission, charge })
-            .await?;
-        count_outcome(&outcome, "provider");
-        if matches!(outcome, PostOutcome::Failed { .. }) {
-            self.wake_schedulers();
-        }
-        Ok(outcome)
-    }
-
-    pub async fn retry(&self, id: ExtractionId) -> Result<ExtractionRecord, Error> {
-        match self.store.retry(id).await? {
-            RetryOutcome::Retried(record) => {
-                metrics::counter!("commitpoint_retries_total").increment(1);
-                self.arrivals.fetch_add(1, Ordering::Relaxed);
-                self.wake_schedulers();
-                Ok(*record)
-            }
-            RetryOutcome::NotFound => Err(Error::NotFound(id)),
-            RetryOutcome::Rejected(e) => Err(Error::Transition(e)),
-        }
-    }
-}
-
-fn count_outcome(outcome: &PostOutcome, path: &'static str) {
-    match outcome {
-        PostOutcome::Committed { .. } => metrics::counter!("commitpoint_commits_total", "path" => path).increment(1),
-        PostOutcome::Replay { .. } => metrics::counter!("commitpoint_replays_total").increment(1),
-        PostOutcome::Failed { .. } => {
-            metrics::counter!("commitpoint_failures_total", "class" => "validation").increment(1);
-        }
-        PostOutcome::NotFound | PostOutcome::Rejected(_) => {}
-    }
-}
-
-fn summarize(issues: &[ValidationIssue]) -> String {
-    let mut text = issues
-        .iter()
-        .map(|i| format!("{}: {}", if i.path.is_empty() { "/" } else { &i.path }, i.message))
-        .collect::<Vec<_>>()
-        .join("; ");
-    if text.chars().count() > MAX_REASON_CHARS {
-        text = text.chars().take(MAX_REASON_CHARS).collect::<String>() + "…";
-    }
-    text
-}
-
-/// Tenants appear in URLs and metrics labels, so they are kept to a safe alphabet.
-fn check_tenant(tenant: &str) -> Result<(), Error> {
-    let ok = !tenant.is_empty()
-        && tenant.len() <= 128
-        && tenant.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    if ok { Ok(()) } else { Err(invalid("tenant", "must be 1-128 characters of [A-Za-z0-9._-]")) }
-}
-
-fn check_text(field: &'static str, value: &str, max_bytes: usize) -> Result<(), Error> {
-    if value.is_empty() {
-        return Err(invalid(field, "must not be empty"));
-    }
-    if value.len() > max_bytes {
-        return Err(invalid(field, format!("must be at most {max_bytes} bytes")));
-    }
-    if value.chars().any(char::is_control) {
-        return Err(invalid(field, "must not contain control characters"));
-    }
-    Ok(())
 }
