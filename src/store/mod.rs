@@ -17,6 +17,7 @@ mod read;
 mod records;
 mod tables;
 mod verify;
+mod verify_ledger;
 mod writer;
 
 use std::path::{Path, PathBuf};

@@ -13,7 +13,9 @@ use redb::{Database, StorageBackend};
 use serde_json::json;
 
 use super::verify::verify_database;
-use super::{Authority, ClaimRequest, NewExtraction, PostOutcome, PostResult, Store, Submission};
+use super::{
+    Authority, Charge, ClaimRequest, NewExtraction, Policies, PostOutcome, PostResult, Store, Submission, Usage,
+};
 use crate::identity::{ExtractionId, SourceHash};
 use crate::schema::{BUILTIN_CODE_REVIEW, Registry};
 
@@ -137,7 +139,19 @@ async fn workload(store: &Store) -> Acknowledged {
             id: grant.record.id,
             authority: Authority::Lease(grant.lease_token),
             submission: Submission::Valid { findings, output },
-            charge: None,
+            charge: Some(Charge {
+                provider: "worker".into(),
+                job_id: None,
+                usage: Usage {
+                    model: "m".into(),
+                    input_tokens: 10,
+                    output_tokens: 5,
+                    provider_cost_micros: Some(7),
+                    ..Usage::default()
+                },
+                latency_ms: None,
+                batch: false,
+            }),
         };
         match store.post_result(post).await {
             Ok(PostOutcome::Committed { .. }) => {
@@ -159,6 +173,8 @@ fn run_until_power_loss(crash_at: u64) -> (Vec<u8>, Acknowledged, bool) {
         Ok(db) => match Store::start(db, PathBuf::from("simulated")) {
             Err(_) => Acknowledged::default(),
             Ok((store, guard)) => {
+                // Outbox events and ledger entries ride in the same commits.
+                store.set_policies(Policies { sinks: vec!["downstream".into()], ..Policies::default() });
                 let acked = runtime.block_on(workload(&store));
                 drop(store);
                 guard.join();
@@ -204,6 +220,9 @@ fn every_acknowledgement_survives_power_loss_at_every_sync() {
                 let record = store.get(*id).await.unwrap().unwrap();
                 assert_eq!(record.state.name().as_str(), "committed", "crash {crash_at}: acknowledged commit lost");
                 assert_eq!(store.findings(*id).await.unwrap().unwrap().len(), 1);
+                let ledger = store.extraction_ledger(*id).await.unwrap().unwrap();
+                assert_eq!(ledger.len(), 1, "crash {crash_at}: one ledger entry per acknowledged commit");
+                assert_eq!(ledger[0].cost_micros, 7);
             }
         });
         drop(store);
@@ -212,6 +231,7 @@ fn every_acknowledgement_survives_power_loss_at_every_sync() {
         let (mut db, _) = reopen(image).unwrap();
         let report = verify_database(&mut db).unwrap();
         assert!(report.is_ok(), "crash at sync {crash_at}:\n{report}");
+        assert!(report.outbox_events >= acked.commits.len() as u64, "crash at sync {crash_at}: an event per commit");
     }
     assert!(crash_points >= 5, "only {crash_points} crash points were exercised");
 }

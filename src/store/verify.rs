@@ -23,6 +23,8 @@ pub struct Report {
     pub by_state: BTreeMap<&'static str, u64>,
     pub findings: u64,
     pub results: u64,
+    pub ledger_entries: u64,
+    pub outbox_events: u64,
     pub problems: Vec<String>,
     pub unlisted_problems: u64,
 }
@@ -32,7 +34,7 @@ impl Report {
         self.problems.is_empty()
     }
 
-    fn problem(&mut self, text: String) {
+    pub(super) fn problem(&mut self, text: String) {
         if self.problems.len() < MAX_LISTED {
             self.problems.push(text);
         } else {
@@ -49,6 +51,8 @@ impl fmt::Display for Report {
         }
         writeln!(f, "findings: {}", self.findings)?;
         writeln!(f, "raw results: {}", self.results)?;
+        writeln!(f, "ledger entries: {}", self.ledger_entries)?;
+        writeln!(f, "outbox events: {}", self.outbox_events)?;
         if self.is_ok() {
             return writeln!(f, "ok: every invariant holds");
         }
@@ -88,6 +92,8 @@ fn check(txn: &ReadTransaction, report: &mut Report) -> Result<(), Error> {
     check_findings(txn, &records, report)?;
     check_results(txn, &records, report)?;
     check_batches(txn, &records, report)?;
+    super::verify_ledger::check_ledger(txn, &records, report)?;
+    super::verify_ledger::check_outbox(txn, &records, report)?;
     Ok(())
 }
 
