@@ -37,8 +37,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# An admin token (so the bearer security the document declares is enforced) and one
-# signed webhook endpoint (so its 401 path is reachable).
+# An admin token (so the bearer security the document declares is enforced), one signed
+# webhook endpoint (so its 401 path is reachable) and one outbox sink that nothing
+# listens on, so events go dead at once and the outbox endpoints have data.
 token="st-admin-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')"
 umask 077
 printf '%s\n' "$token" >"$work/admin-token"
@@ -54,6 +55,12 @@ tenant = "acme"
 source_id_pointer = "/id"
 content_pointer = "/text"
 schema = "code-review@1"
+
+[[outbox.sinks]]
+name = "nowhere"
+url = "http://127.0.0.1:1/events"
+secret_env = "ST_WEBHOOK_SECRET"
+max_attempts = 1
 EOF
 
 echo "== starting commitpoint serve"
@@ -79,12 +86,14 @@ echo "   listening on $url"
 
 echo "== schemathesis run $url/openapi.json (max $max_examples examples per operation, seed $seed)"
 status=0
+# One worker: with two, this schemathesis version sometimes fails inside hypothesis
+# ("AST constructor recursion depth mismatch"), an error of the tool, not of the API.
 "$venv/bin/schemathesis" --config-file .ci/schemathesis.toml run "$url/openapi.json" \
     --checks all \
     --header "Authorization: Bearer $token" \
     --max-examples "$max_examples" \
     --seed "$seed" \
-    --workers 2 \
+    --workers 1 \
     --generation-database none \
     --request-timeout 10 \
     --no-color \

@@ -116,7 +116,9 @@ pub struct OutboxPage {
 #[utoipa::path(get, path = "/v1/outbox", tag = "outbox", params(OutboxQuery),
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "A page of events", body = OutboxPage),
+        (status = 200, description = "A page of events", body = OutboxPage, links(
+            ("redeliver" = (operation_id = "redeliver", parameters(("id" = "$response.body#/events/0/id"))))
+        )),
         (status = 400, response = BadRequest),
         (status = 401, response = Unauthenticated),
         (status = 403, response = Forbidden),

@@ -193,7 +193,8 @@ pub async fn extraction_costs(
     ok(ExtractionCosts {
         extraction_id: id.to_hex(),
         tenant,
-        charged_micros: entries.iter().map(|e| e.cost_micros).sum(),
+        // Worker-reported costs are any u64: saturate like every other ledger total.
+        charged_micros: entries.iter().fold(0u64, |sum, e| sum.saturating_add(e.cost_micros)),
         attempts: entries.iter().map(entry).collect(),
     })
 }

@@ -86,6 +86,7 @@ impl Modify for BearerScheme {
 pub fn finish(mut doc: Document, schema_names: &[String]) -> Value {
     doc.info.version = env!("CARGO_PKG_VERSION").to_string();
     let mut value = serde_json::to_value(&doc).unwrap_or(Value::Null);
+    respell_unsigned_formats(&mut value);
     if let Some(schemas) = value.pointer_mut("/components/schemas") {
         for pointer in ["/IntakeBody/properties/schema", "/ClaimBody/properties/schema"] {
             if let Some(field) = schemas.pointer_mut(pointer) {
@@ -100,6 +101,24 @@ pub fn finish(mut doc: Document, schema_names: &[String]) -> Value {
         }
     }
     value
+}
+
+/// utoipa 6 spells the unsigned formats `u-int64` and so on (juhaku/utoipa#1527, open);
+/// tools know them as `uint64`. Without these formats a `u64` would be `int64`, whose
+/// range schemathesis enforces: a valid cursor past 2^63 would count as invalid.
+fn respell_unsigned_formats(node: &mut Value) {
+    match node {
+        Value::Object(map) => {
+            if let Some(Value::String(format)) = map.get_mut("format")
+                && let Some(bits) = format.strip_prefix("u-int")
+            {
+                *format = format!("uint{bits}");
+            }
+            map.values_mut().for_each(respell_unsigned_formats);
+        }
+        Value::Array(items) => items.iter_mut().for_each(respell_unsigned_formats),
+        _ => {}
+    }
 }
 
 /// The serialized document, shared by every request.
