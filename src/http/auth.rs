@@ -13,7 +13,7 @@ use crate::access::{AccessPolicy, Caller, Denied};
 
 /// Liveness, metrics and the API description stay readable without a token (they expose no tenant data), so
 /// probes and scrapers on the host need no secret. Webhooks authenticate by signature.
-fn is_public(path: &str) -> bool {
+pub(super) fn is_public(path: &str) -> bool {
     path == "/healthz" || path == "/metrics" || path == "/openapi.json" || path.starts_with("/v1/webhooks/")
 }
 

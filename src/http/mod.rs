@@ -14,6 +14,7 @@ mod openapi_tests;
 mod time;
 mod views;
 mod whole;
+mod workers;
 
 use std::sync::Arc;
 
@@ -51,9 +52,9 @@ fn documented_routes() -> OpenApiRouter<Service> {
         .routes(routes!(handlers::intake, handlers::list))
         .routes(routes!(handlers::get))
         .routes(routes!(handlers::findings))
-        .routes(routes!(handlers::post_result))
+        .routes(routes!(workers::post_result))
         .routes(routes!(handlers::retry))
-        .routes(routes!(handlers::claim))
+        .routes(routes!(workers::claim))
         .routes(routes!(money::extraction_costs))
         .routes(routes!(money::tenant_costs))
         .routes(routes!(delivery::receive))

@@ -2,9 +2,8 @@
 //! handlers' own `#[utoipa::path]` annotations by the same `routes!` calls that build the
 //! router (see `mod.rs`), so a route cannot exist without its description.
 
-use std::sync::Arc;
-
 use axum::Extension;
+use axum::body::Bytes;
 use axum::http::header;
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
@@ -123,11 +122,11 @@ fn respell_unsigned_formats(node: &mut Value) {
 
 /// The serialized document, shared by every request.
 #[derive(Debug, Clone)]
-pub struct Served(pub Arc<str>);
+pub struct Served(pub Bytes);
 
 /// This document.
 #[utoipa::path(get, path = "/openapi.json", tag = "operations",
     responses((status = 200, description = "The OpenAPI 3.1 description of this API", body = Object)))]
 pub async fn document(Extension(Served(json)): Extension<Served>) -> axum::response::Response {
-    ([(header::CONTENT_TYPE, "application/json")], json.to_string()).into_response()
+    ([(header::CONTENT_TYPE, "application/json")], json).into_response()
 }
