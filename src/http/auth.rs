@@ -11,10 +11,10 @@ use axum::response::{IntoResponse, Response};
 use super::error::ApiError;
 use crate::access::{AccessPolicy, Caller, Denied};
 
-/// Liveness and metrics stay readable without a token (they expose no tenant data), so
+/// Liveness, metrics and the API description stay readable without a token (they expose no tenant data), so
 /// probes and scrapers on the host need no secret. Webhooks authenticate by signature.
-fn is_public(path: &str) -> bool {
-    path == "/healthz" || path == "/metrics" || path.starts_with("/v1/webhooks/")
+pub(super) fn is_public(path: &str) -> bool {
+    path == "/healthz" || path == "/metrics" || path == "/openapi.json" || path.starts_with("/v1/webhooks/")
 }
 
 /// Work distribution, results, operator actions and whole-store views are admin-only.

@@ -1,28 +1,66 @@
 //! Signed webhook intake and the outbox's dead-letter endpoints.
 
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
-use super::error::ApiError;
-use super::extract::QueryParams;
+use super::error::{ApiError, ErrorBody};
+use super::extract::{NamePath, QueryParams, RawBody, SeqPath};
 use super::handlers::{Reply, ok};
+use super::openapi::{BadRequest, Forbidden, PayloadTooLarge, ServerError, StoreUnavailable, Unauthenticated};
+use super::views::StateView;
 use crate::service::Service;
 use crate::store::{DeliveryState, OutboxFilter, OutboxKind, OutboxRecord};
 
 const MAX_OUTBOX_PAGE: usize = 1000;
 
-/// The signature is the authentication here: checked over the raw bytes before the body
-/// is parsed, and nothing is stored unless it holds.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WebhookReceipt {
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    extraction_id: String,
+    state: StateView,
+    created: bool,
+    /// True when this delivery id was taken before: nothing was written.
+    redelivery: bool,
+    delivery_id: String,
+}
+
+/// A signed delivery from a configured webhook endpoint (no bearer token: the
+/// signature is the authentication).
+///
+/// `standard` endpoints check `webhook-id`, `webhook-timestamp` and `webhook-signature`
+/// (Standard Webhooks); `github` endpoints check `X-Hub-Signature-256` and
+/// `X-GitHub-Delivery`. The signature is checked over the raw bytes before the body is
+/// parsed, and nothing is stored unless it holds.
+#[utoipa::path(post, path = "/v1/webhooks/{name}", tag = "webhooks",
+    params(
+        ("name" = String, Path, description = "The configured endpoint name"),
+        ("webhook-id" = Option<String>, Header, description = "`standard`: the delivery id"),
+        ("webhook-timestamp" = Option<String>, Header, description = "`standard`: Unix seconds of the attempt"),
+        ("webhook-signature" = Option<String>, Header, description = "`standard`: space-separated `v1,<base64>`"),
+        ("x-hub-signature-256" = Option<String>, Header, description = "`github`: `sha256=<hex>`"),
+        ("x-github-delivery" = Option<String>, Header, description = "`github`: the delivery id"),
+    ),
+    request_body(content = Object, description = "The sender's JSON payload, mapped by the endpoint's JSON Pointers"),
+    responses(
+        (status = 201, description = "First delivery; a new identity", body = WebhookReceipt),
+        (status = 200, description = "A redelivery, or the identity existed", body = WebhookReceipt),
+        (status = 400, response = BadRequest),
+        (status = 401, description = "`bad_signature`: missing or bad signature, or a stale timestamp", body = ErrorBody),
+        (status = 404, description = "`unknown_webhook`: no endpoint with that name", body = ErrorBody),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, description = "`invalid_payload` (the pointers find nothing usable), `invalid_input` or `unknown_schema`", body = ErrorBody),
+        (status = 500, response = ServerError),
+        (status = 503, response = StoreUnavailable),
+    ))]
 pub async fn receive(
     State(service): State<Service>,
-    Path(name): Path<String>,
+    NamePath(name): NamePath,
     headers: HeaderMap,
-    body: Bytes,
-) -> Reply {
+    RawBody(body): RawBody,
+) -> Reply<WebhookReceipt> {
     let endpoint = service.webhook(&name)?;
     let lookup = |header: &str| headers.get(header).and_then(|v| v.to_str().ok());
     let now_secs = crate::clock::now_ms() / 1000;
@@ -35,68 +73,179 @@ pub async fn receive(
         .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_payload", e.to_string()))?;
     let (outcome, redelivery) = service.webhook_intake(endpoint, &delivery.id, request).await?;
     let status = if outcome.created { StatusCode::CREATED } else { StatusCode::OK };
-    let body = json!({
-        "extraction_id": outcome.record.id.to_hex(),
-        "state": outcome.record.state.name().as_str(),
-        "created": outcome.created,
-        "redelivery": redelivery,
-        "delivery_id": delivery.id,
-    });
+    let body = WebhookReceipt {
+        extraction_id: outcome.record.id.to_hex(),
+        state: StateView::of(&outcome.record.state),
+        created: outcome.created,
+        redelivery,
+        delivery_id: delivery.id,
+    };
     Ok((status, Json(body)))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OutboxState {
+    Pending,
+    Dead,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct OutboxQuery {
-    state: Option<String>,
+    /// Which events: still to deliver (default), or given up on.
+    #[param(inline)]
+    state: Option<OutboxState>,
+    /// The `next` of the previous page.
+    #[param(maximum = 18446744073709551615_u64)]
     after: Option<u64>,
+    /// Page size; clamped to 1–1000 (default 100).
+    #[param(maximum = 18446744073709551615_u64)]
     limit: Option<usize>,
 }
 
-pub async fn list(State(service): State<Service>, QueryParams(q): QueryParams<OutboxQuery>) -> Reply {
-    let filter = match q.state.as_deref() {
-        None | Some("pending") => OutboxFilter::Pending,
-        Some("dead") => OutboxFilter::Dead,
-        Some(other) => {
-            return Err(ApiError::bad_request("invalid_query", format!("state: {other:?} is not pending or dead")));
-        }
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OutboxPage {
+    events: Vec<OutboxEvent>,
+    /// Pass as `after` for the following page; null on the last page.
+    next: Option<u64>,
+}
+
+/// Outbox events waiting for delivery, or dead.
+#[utoipa::path(get, path = "/v1/outbox", tag = "outbox", params(OutboxQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "A page of events", body = OutboxPage, links(
+            ("redeliver" = (operation_id = "redeliver", parameters(("id" = "$response.body#/events/0/id"))))
+        )),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
+        (status = 500, response = ServerError),
+        (status = 503, response = StoreUnavailable),
+    ))]
+pub async fn list(State(service): State<Service>, QueryParams(q): QueryParams<OutboxQuery>) -> Reply<OutboxPage> {
+    let filter = match q.state {
+        None | Some(OutboxState::Pending) => OutboxFilter::Pending,
+        Some(OutboxState::Dead) => OutboxFilter::Dead,
     };
     let limit = q.limit.unwrap_or(100).clamp(1, MAX_OUTBOX_PAGE);
     let events = service.outbox(filter, q.after.unwrap_or(0), limit).await?;
     let next = (events.len() == limit).then(|| events.last().map(|e| e.seq)).flatten();
-    ok(json!({ "events": events.iter().map(event).collect::<Vec<_>>(), "next": next }))
+    ok(OutboxPage { events: events.iter().map(event).collect(), next })
 }
 
-pub async fn redeliver(State(service): State<Service>, Path(seq): Path<u64>) -> Reply {
+/// Puts a dead event back to pending.
+#[utoipa::path(post, path = "/v1/outbox/{id}/redeliver", tag = "outbox",
+    params(("id" = u64, Path, maximum = 18446744073709551615_u64, description = "The event's `id`")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The event, pending again", body = OutboxEvent),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
+        (status = 404, description = "`unknown_event`: no event with that id", body = ErrorBody),
+        (status = 500, response = ServerError),
+        (status = 503, response = StoreUnavailable),
+    ))]
+pub async fn redeliver(State(service): State<Service>, SeqPath(seq): SeqPath) -> Reply<OutboxEvent> {
     let record = service.redeliver(seq).await?;
     ok(event(&record))
 }
 
-pub async fn enable_sink(State(service): State<Service>, Path(name): Path<String>) -> Reply {
-    service.enable_sink(&name).await?;
-    ok(json!({ "sink": name, "enabled": true }))
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SinkEnabled {
+    sink: String,
+    enabled: bool,
 }
 
-fn event(e: &OutboxRecord) -> Value {
+/// Re-enables a sink that a receiver disabled with 410 Gone.
+#[utoipa::path(post, path = "/v1/admin/sinks/{name}/enable", tag = "outbox",
+    params(("name" = String, Path, description = "The sink's configured name")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The sink takes deliveries again", body = SinkEnabled),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
+        (status = 500, response = ServerError),
+        (status = 503, response = StoreUnavailable),
+    ))]
+pub async fn enable_sink(State(service): State<Service>, NamePath(name): NamePath) -> Reply<SinkEnabled> {
+    service.enable_sink(&name).await?;
+    ok(SinkEnabled { sink: name, enabled: true })
+}
+
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub enum EventType {
+    #[serde(rename = "extraction.committed")]
+    Committed,
+    #[serde(rename = "extraction.failed")]
+    Failed,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryStateView {
+    Pending,
+    Delivered,
+    Dead,
+}
+
+/// When delivered: `{"at", "status"}`; when dead: `{"reason"}`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum DeliveryDetail {
+    Delivered { at: String, status: u16 },
+    Dead { reason: String },
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OutboxEvent {
+    id: u64,
+    /// The `webhook-id` receivers deduplicate on: the same for every sink and attempt.
+    event_id: String,
+    #[serde(rename = "type")]
+    kind: EventType,
+    sink: String,
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    extraction_id: String,
+    tenant: String,
+    state: DeliveryStateView,
+    detail: Option<DeliveryDetail>,
+    deliveries: u32,
+    next_attempt_at: String,
+    last_error: Option<String>,
+    created_at: String,
+}
+
+fn event(e: &OutboxRecord) -> OutboxEvent {
     let (state, detail) = match &e.state {
-        DeliveryState::Pending => ("pending", Value::Null),
-        DeliveryState::Delivered { at_ms, status } => {
-            ("delivered", json!({ "at": crate::clock::format_ms(*at_ms), "status": status }))
+        DeliveryState::Pending => (DeliveryStateView::Pending, None),
+        DeliveryState::Delivered { at_ms, status } => (
+            DeliveryStateView::Delivered,
+            Some(DeliveryDetail::Delivered { at: crate::clock::format_ms(*at_ms), status: *status }),
+        ),
+        DeliveryState::Dead { reason } => {
+            (DeliveryStateView::Dead, Some(DeliveryDetail::Dead { reason: reason.clone() }))
         }
-        DeliveryState::Dead { reason } => ("dead", json!({ "reason": reason })),
     };
-    json!({
-        "id": e.seq,
-        "event_id": e.event_id,
-        "type": match e.kind { OutboxKind::Committed => "extraction.committed", OutboxKind::Failed { .. } => "extraction.failed" },
-        "sink": e.sink,
-        "extraction_id": e.extraction_id.to_hex(),
-        "tenant": e.tenant,
-        "state": state,
-        "detail": detail,
-        "deliveries": e.deliveries,
-        "next_attempt_at": crate::clock::format_ms(e.next_attempt_at_ms),
-        "last_error": e.last_error,
-        "created_at": crate::clock::format_ms(e.created_at_ms),
-    })
+    OutboxEvent {
+        id: e.seq,
+        event_id: e.event_id.clone(),
+        kind: match e.kind {
+            OutboxKind::Committed => EventType::Committed,
+            OutboxKind::Failed { .. } => EventType::Failed,
+        },
+        sink: e.sink.clone(),
+        extraction_id: e.extraction_id.to_hex(),
+        tenant: e.tenant.clone(),
+        state,
+        detail,
+        deliveries: e.deliveries,
+        next_attempt_at: crate::clock::format_ms(e.next_attempt_at_ms),
+        last_error: e.last_error.clone(),
+        created_at: crate::clock::format_ms(e.created_at_ms),
+    }
 }

@@ -4,7 +4,9 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use serde::Serialize;
 use serde_json::{Value, json};
+use utoipa::ToSchema;
 
 use crate::lifecycle::TransitionError;
 use crate::{schema, service, store};
@@ -46,13 +48,29 @@ impl ApiError {
     }
 }
 
+/// The body of every error response.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"error": {"code": "not_found", "message": "no extraction with id 3f…"}}))]
+pub struct ErrorBody {
+    error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// A stable, machine-readable code such as `invalid_input` or `stale_lease`.
+    code: &'static str,
+    /// What went wrong and what to do about it.
+    message: String,
+    /// More about some errors: `field` for `invalid_input`, `issues` for `validation_failed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object, required = false)]
+    details: Option<Value>,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut error = json!({"code": self.code, "message": self.message});
-        if let Some(details) = self.details {
-            error["details"] = details;
-        }
-        let mut response = (self.status, Json(json!({ "error": error }))).into_response();
+        let body = ErrorBody { error: ErrorDetail { code: self.code, message: self.message, details: self.details } };
+        let mut response = (self.status, Json(body)).into_response();
         if self.challenge {
             response
                 .headers_mut()

@@ -18,7 +18,26 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+        let RawBody(bytes) = RawBody::from_request(req, state).await?;
+        serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
+            if e.is_data() {
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", e.to_string())
+            } else {
+                ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}"))
+            }
+        })
+    }
+}
+
+/// The raw body bytes (webhooks verify signatures over them), with JSON rejections.
+#[derive(Debug)]
+pub struct RawBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RawBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        Bytes::from_request(req, state).await.map(RawBody).map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::new(
                     StatusCode::PAYLOAD_TOO_LARGE,
@@ -27,13 +46,6 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                 )
             } else {
                 ApiError::bad_request("unreadable_body", rejection.body_text())
-            }
-        })?;
-        serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
-            if e.is_data() {
-                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", e.to_string())
-            } else {
-                ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}"))
             }
         })
     }
@@ -66,5 +78,37 @@ impl<S: Send + Sync> FromRequestParts<S> for IdPath {
             .await
             .map_err(|e| ApiError::bad_request("invalid_id", e.body_text()))?;
         raw.parse().map(IdPath).map_err(|e| ApiError::bad_request("invalid_id", format!("{raw:?}: {e}")))
+    }
+}
+
+/// A name from the path (tenant, provider, sink, webhook, backup), with a JSON rejection.
+#[derive(Debug)]
+pub struct NamePath(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for NamePath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Path::<String>::from_request_parts(parts, state)
+            .await
+            .map(|Path(name)| NamePath(name))
+            .map_err(|e| ApiError::bad_request("invalid_path", e.body_text()))
+    }
+}
+
+/// An outbox event id from the path: a decimal number.
+#[derive(Debug)]
+pub struct SeqPath(pub u64);
+
+impl<S: Send + Sync> FromRequestParts<S> for SeqPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Path(raw) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::bad_request("invalid_id", e.body_text()))?;
+        raw.parse().ok().filter(|_| raw.bytes().all(|b| b.is_ascii_digit())).map(SeqPath).ok_or_else(|| {
+            ApiError::bad_request("invalid_id", format!("{raw:?} is not an event id (a decimal number)"))
+        })
     }
 }

@@ -1,41 +1,92 @@
-//! Route handlers: decode the request, call the service, shape the response.
+//! Route handlers: decode the request, call the service, shape the response. Each one
+//! carries its OpenAPI description (`GET /openapi.json`), checked against the router.
+
+use std::collections::BTreeMap;
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 
+use super::admin::ProviderStatus;
 use super::auth::CallerExt;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::extract::{IdPath, JsonBody, QueryParams};
-use super::views;
+use super::openapi::{
+    BadRequest, Forbidden, InvalidInput, PayloadTooLarge, ServerError, StoreUnavailable, Unauthenticated,
+};
+use super::views::{self, Extraction, Finding, StateView};
 use crate::lifecycle::StateName;
-use crate::service::{IntakeRequest, ResultRequest, Service, WorkerUsage};
-use crate::store::{ClaimRequest, ListFilter, PostOutcome, Usage};
+use crate::service::{IntakeRequest, Service};
+use crate::store::ListFilter;
 
-pub type Reply = Result<(StatusCode, Json<Value>), ApiError>;
+pub type Reply<T> = Result<(StatusCode, Json<T>), ApiError>;
 
-pub fn ok(body: Value) -> Reply {
+pub fn ok<T>(body: T) -> Reply<T> {
     Ok((StatusCode::OK, Json(body)))
 }
 
-#[derive(Debug, Deserialize)]
+/// A new source to extract from. Its identity is (tenant, source_id, content, schema).
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"tenant": "acme", "source_id": "PR-17", "schema": "code-review@1",
+    "content": "fn main() {}", "metadata": {"repo": "x"}}))]
 pub struct IntakeBody {
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,128}$")]
     tenant: String,
+    /// 1–1024 bytes of UTF-8, no control characters.
+    #[schema(min_length = 1, max_length = 1024, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
     source_id: String,
+    /// A registered schema name (see `GET /healthz`).
     schema: String,
+    #[schema(min_length = 1)]
     content: String,
+    /// Returned with the record and with claims.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     metadata: Option<Value>,
 }
 
+#[derive(Debug, Serialize, ToSchema)]
+pub struct IntakeReply {
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    extraction_id: String,
+    state: StateView,
+    /// False when the identity already existed (nothing was written).
+    created: bool,
+}
+
+impl IntakeReply {
+    pub fn new(outcome: &crate::store::IntakeOutcome) -> Self {
+        Self {
+            extraction_id: outcome.record.id.to_hex(),
+            state: StateView::of(&outcome.record.state),
+            created: outcome.created,
+        }
+    }
+}
+
+/// Takes a source in exactly once.
+#[utoipa::path(post, path = "/v1/extractions", tag = "extractions", request_body = IntakeBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 201, description = "A new identity, durable", body = IntakeReply),
+        (status = 200, description = "The identity exists; nothing was written", body = IntakeReply),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, description = "`invalid_input` (`details.field` names it) or `unknown_schema`", body = ErrorBody),
+        (status = 500, response = ServerError),
+        (status = 503, response = StoreUnavailable),
+    ))]
 pub async fn intake(
     State(service): State<Service>,
     Extension(caller): CallerExt,
     JsonBody(body): JsonBody<IntakeBody>,
-) -> Reply {
+) -> Reply<IntakeReply> {
     caller.may_reach(&body.tenant)?;
     let request = IntakeRequest {
         tenant: body.tenant,
@@ -47,34 +98,73 @@ pub async fn intake(
     let outcome = service.intake(request).await?;
     crate::failpoint::hit("after-commit-before-ack");
     let status = if outcome.created { StatusCode::CREATED } else { StatusCode::OK };
-    let body = json!({
-        "extraction_id": outcome.record.id.to_hex(),
-        "state": outcome.record.state.name().as_str(),
-        "created": outcome.created,
-    });
-    Ok((status, Json(body)))
+    Ok((status, Json(IntakeReply::new(&outcome))))
 }
 
-pub async fn get(State(service): State<Service>, Extension(caller): CallerExt, IdPath(id): IdPath) -> Reply {
+/// One extraction.
+#[utoipa::path(get, path = "/v1/extractions/{id}", tag = "extractions",
+    params(("id" = String, Path, pattern = "^[0-9a-f]{64}$", description = "The extraction id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The record", body = Extraction),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
+        (status = 404, description = "`not_found`: no extraction with that id", body = ErrorBody),
+        (status = 500, response = ServerError),
+        (status = 503, response = StoreUnavailable),
+    ))]
+pub async fn get(
+    State(service): State<Service>,
+    Extension(caller): CallerExt,
+    IdPath(id): IdPath,
+) -> Reply<Extraction> {
     let record = service.get(id).await?;
     caller.may_reach(&record.tenant)?;
     ok(views::extraction(&record))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// Only this tenant's extractions (a tenant token always sees only its own).
+    #[param(pattern = "^[A-Za-z0-9._-]{1,128}$")]
     tenant: Option<String>,
+    #[param(inline, value_type = StateView, required = false)]
     state: Option<String>,
+    /// Page size, 1–1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
+    /// The `next` cursor of the previous page.
+    #[param(pattern = "^[0-9]{0,20}$")]
     after: Option<String>,
 }
 
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExtractionPage {
+    extractions: Vec<Extraction>,
+    /// Pass as `after` for the following page; null on the last page.
+    next: Option<String>,
+}
+
+/// Extractions in intake order, a page at a time.
+#[utoipa::path(get, path = "/v1/extractions", tag = "extractions", params(ListQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "A page of records", body = ExtractionPage),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
+        (status = 422, response = InvalidInput),
+        (status = 500, response = ServerError),
+        (status = 503, response = StoreUnavailable),
+    ))]
 pub async fn list(
     State(service): State<Service>,
     Extension(caller): CallerExt,
     QueryParams(mut q): QueryParams<ListQuery>,
-) -> Reply {
+) -> Reply<ExtractionPage> {
     if let Some(own) = caller.tenant_scope() {
         if let Some(asked) = &q.tenant {
             caller.may_reach(asked)?;
@@ -86,139 +176,121 @@ pub async fn list(
         Some(s) => Some(StateName::parse(s).ok_or_else(|| {
             ApiError::bad_request(
                 "invalid_query",
-                format!("state {s:?} is not one of pending, claimed, committed, failed"),
+                format!("state {s:?} is not one of pending, claimed, committed, failed, submitted, ready"),
             )
         })?),
     };
-    let after = match q.after.as_deref() {
-        None | Some("") => 0,
-        Some(c) => c.parse().map_err(|_| {
-            ApiError::bad_request("invalid_query", format!("after {c:?} is not a cursor returned as `next`"))
-        })?,
-    };
+    let after = parse_cursor(q.after.as_deref())?;
     let filter = ListFilter { tenant: q.tenant, state, limit: q.limit.unwrap_or(100), after };
     let page = service.list(filter).await?;
-    let items: Vec<Value> = page.records.iter().map(views::extraction).collect();
-    ok(json!({ "extractions": items, "next": page.next.map(|n| n.to_string()) }))
+    let extractions = page.records.iter().map(views::extraction).collect();
+    ok(ExtractionPage { extractions, next: page.next.map(|n| n.to_string()) })
 }
 
-pub async fn findings(State(service): State<Service>, Extension(caller): CallerExt, IdPath(id): IdPath) -> Reply {
+/// A cursor is the decimal sequence number of the last record seen; one past every
+/// possible number simply ends the listing.
+fn parse_cursor(cursor: Option<&str>) -> Result<u64, ApiError> {
+    match cursor {
+        None | Some("") => Ok(0),
+        Some(c) if c.len() <= 20 && c.bytes().all(|b| b.is_ascii_digit()) => Ok(c.parse().unwrap_or(u64::MAX)),
+        Some(c) => {
+            Err(ApiError::bad_request("invalid_query", format!("after {c:?} is not a cursor returned as `next`")))
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FindingsPage {
+    findings: Vec<Finding>,
+}
+
+/// The committed findings of one extraction (empty until it commits).
+#[utoipa::path(get, path = "/v1/extractions/{id}/findings", tag = "extractions",
+    params(("id" = String, Path, pattern = "^[0-9a-f]{64}$", description = "The extraction id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Each finding with its key", body = FindingsPage),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
+        (status = 404, description = "`not_found`: no extraction with that id", body = ErrorBody),
+        (status = 500, response = ServerError),
+        (status = 503, response = StoreUnavailable),
+    ))]
+pub async fn findings(
+    State(service): State<Service>,
+    Extension(caller): CallerExt,
+    IdPath(id): IdPath,
+) -> Reply<FindingsPage> {
     caller.may_reach(&service.get(id).await?.tenant)?;
     let findings = service.findings(id).await?;
-    let items: Vec<Value> = findings.iter().map(views::finding).collect();
-    ok(json!({ "findings": items }))
+    ok(FindingsPage { findings: findings.iter().map(views::finding).collect() })
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClaimBody {
-    worker: String,
-    limit: usize,
-    lease_seconds: u64,
-    #[serde(default)]
-    schema: Option<String>,
-}
-
-pub async fn claim(State(service): State<Service>, JsonBody(body): JsonBody<ClaimBody>) -> Reply {
-    let request = ClaimRequest {
-        worker: body.worker,
-        limit: body.limit,
-        lease_ms: body.lease_seconds.saturating_mul(1000),
-        schema: body.schema,
-    };
-    let grants = service.claim(request).await?;
-    let items: Vec<Value> = grants.iter().map(views::grant).collect();
-    ok(json!({ "claims": items }))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct UsageBody {
-    model: String,
-    input_tokens: u64,
-    output_tokens: u64,
-    #[serde(default)]
-    cached_input_tokens: u64,
-    #[serde(default)]
-    reasoning_tokens: u64,
-    /// What the worker's provider said the call cost, in micro-dollars.
-    #[serde(default)]
-    cost_micros: Option<u64>,
-    #[serde(default)]
-    request_id: Option<String>,
-    /// The provider the worker called; `external` when absent.
-    #[serde(default)]
-    provider: Option<String>,
-    #[serde(default)]
-    latency_ms: Option<u64>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ResultBody {
-    lease_token: String,
-    output: Value,
-    #[serde(default)]
-    usage: Option<UsageBody>,
-}
-
-pub async fn post_result(
-    State(service): State<Service>,
-    IdPath(id): IdPath,
-    JsonBody(body): JsonBody<ResultBody>,
-) -> Reply {
-    let usage = body.usage.map(|u| WorkerUsage {
-        provider: u.provider.unwrap_or_else(|| "external".to_string()),
-        latency_ms: u.latency_ms,
-        usage: Usage {
-            model: u.model,
-            input_tokens: u.input_tokens,
-            output_tokens: u.output_tokens,
-            cached_input_tokens: u.cached_input_tokens,
-            reasoning_tokens: u.reasoning_tokens,
-            provider_cost_micros: u.cost_micros,
-            request_id: u.request_id,
-            ..Usage::default()
-        },
-    });
-    let request = ResultRequest { lease_token: body.lease_token, output: body.output, usage };
-    let outcome = service.post_result(id, request).await?;
-    crate::failpoint::hit("after-commit-before-ack");
-    let (findings, replay) = match outcome {
-        PostOutcome::Committed { findings } => (findings, false),
-        PostOutcome::Replay { findings } => (findings, true),
-        other => {
-            tracing::error!(?other, "post_result returned an outcome the service should have mapped");
-            return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "unexpected outcome"));
-        }
-    };
-    ok(json!({ "state": "committed", "findings": findings, "replay": replay }))
-}
-
-pub async fn retry(State(service): State<Service>, IdPath(id): IdPath) -> Reply {
+/// Moves a failed extraction back to pending (`attempts` + 1).
+#[utoipa::path(post, path = "/v1/extractions/{id}/retry", tag = "extractions",
+    params(("id" = String, Path, pattern = "^[0-9a-f]{64}$", description = "The extraction id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The record, pending again", body = Extraction),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
+        (status = 404, description = "`not_found`: no extraction with that id", body = ErrorBody),
+        (status = 409, description = "`illegal_transition`: the extraction is not failed", body = ErrorBody),
+        (status = 500, response = ServerError),
+        (status = 503, response = StoreUnavailable),
+    ))]
+pub async fn retry(State(service): State<Service>, IdPath(id): IdPath) -> Reply<Extraction> {
     ok(views::extraction(&service.retry(id).await?))
 }
 
-pub async fn stats(State(service): State<Service>) -> Reply {
-    let now = crate::clock::now_ms();
-    let counts = service.counts_by_state().await?;
-    let by_state: serde_json::Map<String, Value> =
-        counts.iter().map(|c| (c.state.as_str().to_string(), json!(c.count))).collect();
-    let oldest: serde_json::Map<String, Value> = counts
-        .iter()
-        .filter(|c| !matches!(c.state, StateName::Committed | StateName::Failed))
-        .filter_map(|c| Some((c.state.as_str().to_string(), json!(now.saturating_sub(c.oldest_since_ms?) / 1000))))
-        .collect();
-    let total: u64 = counts.iter().map(|c| c.count).sum();
-    ok(json!({
-        "extractions": by_state,
-        "total": total,
-        "oldest_age_seconds": oldest,
-        "providers": service.provider_health(),
-        "last_backup_at": service.last_backup_ms().map(crate::clock::format_ms),
-    }))
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Stats {
+    /// Count of extractions by state name.
+    extractions: BTreeMap<String, u64>,
+    total: u64,
+    /// Age of the oldest extraction in each unfinished state, in seconds.
+    oldest_age_seconds: BTreeMap<String, u64>,
+    providers: Vec<ProviderStatus>,
+    /// The last successful backup since the store was created.
+    last_backup_at: Option<String>,
 }
 
+/// Counts by state, the oldest unfinished work, and the providers' health.
+#[utoipa::path(get, path = "/v1/stats", tag = "operations",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Counts from the state index", body = Stats),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
+        (status = 500, response = ServerError),
+        (status = 503, response = StoreUnavailable),
+    ))]
+pub async fn stats(State(service): State<Service>) -> Reply<Stats> {
+    let now = crate::clock::now_ms();
+    let counts = service.counts_by_state().await?;
+    let extractions = counts.iter().map(|c| (c.state.as_str().to_string(), c.count)).collect();
+    let oldest_age_seconds = counts
+        .iter()
+        .filter(|c| !matches!(c.state, StateName::Committed | StateName::Failed))
+        .filter_map(|c| Some((c.state.as_str().to_string(), now.saturating_sub(c.oldest_since_ms?) / 1000)))
+        .collect();
+    ok(Stats {
+        extractions,
+        total: counts.iter().map(|c| c.count).sum(),
+        oldest_age_seconds,
+        providers: service.provider_health().iter().map(ProviderStatus::from).collect(),
+        last_backup_at: service.last_backup_ms().map(crate::clock::format_ms),
+    })
+}
+
+/// Prometheus text exposition (no token needed).
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses(
+        (status = 200, description = "Prometheus text format 0.0.4", body = String, content_type = "text/plain"),
+        (status = 503, description = "`metrics_unavailable`: the exporter is not installed", body = ErrorBody),
+    ))]
 pub async fn metrics(State(service): State<Service>) -> axum::response::Response {
     use axum::response::IntoResponse;
     match crate::metrics::render(&service).await {
@@ -228,7 +300,27 @@ pub async fn metrics(State(service): State<Service>) -> axum::response::Response
     }
 }
 
-pub async fn healthz(State(service): State<Service>) -> Reply {
-    let schemas: Vec<&str> = service.registry().names().collect();
-    ok(json!({ "status": "ok", "schemas": schemas, "providers": service.provider_health() }))
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthStatus {
+    Ok,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    status: HealthStatus,
+    /// The registered schema names.
+    schemas: Vec<String>,
+    providers: Vec<ProviderStatus>,
+}
+
+/// Liveness, the registered schemas and the providers' health (no token needed).
+#[utoipa::path(get, path = "/healthz", tag = "operations",
+    responses((status = 200, description = "The server is up", body = Health)))]
+pub async fn healthz(State(service): State<Service>) -> Reply<Health> {
+    ok(Health {
+        status: HealthStatus::Ok,
+        schemas: service.registry().names().map(str::to_string).collect(),
+        providers: service.provider_health().iter().map(ProviderStatus::from).collect(),
+    })
 }

@@ -1,4 +1,5 @@
-//! The HTTP API (JSON everywhere; errors as `{"error":{"code","message"}}`).
+//! The HTTP API (JSON everywhere; errors as `{"error":{"code","message"}}`), described by
+//! the OpenAPI document it serves at `/openapi.json`.
 
 mod admin;
 mod auth;
@@ -7,13 +8,21 @@ mod error;
 mod extract;
 mod handlers;
 mod money;
+mod openapi;
+#[cfg(test)]
+mod openapi_tests;
+mod time;
 mod views;
+mod whole;
+mod workers;
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::{Extension, Router};
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 pub use error::ApiError;
 
@@ -21,30 +30,41 @@ use crate::access::AccessPolicy;
 use crate::service::Service;
 
 pub fn router(service: Service, max_body_bytes: usize, access: Arc<AccessPolicy>) -> Router {
-    Router::new()
-        .route("/healthz", get(handlers::healthz))
-        .route("/metrics", get(handlers::metrics))
-        .route("/v1/extractions", post(handlers::intake).get(handlers::list))
-        .route("/v1/extractions/{id}", get(handlers::get))
-        .route("/v1/extractions/{id}/findings", get(handlers::findings))
-        .route("/v1/extractions/{id}/result", post(handlers::post_result))
-        .route("/v1/extractions/{id}/retry", post(handlers::retry))
-        .route("/v1/claims", post(handlers::claim))
-        .route("/v1/extractions/{id}/costs", get(money::extraction_costs))
-        .route("/v1/tenants/{tenant}/costs", get(money::tenant_costs))
-        .route("/v1/webhooks/{name}", post(delivery::receive))
-        .route("/v1/outbox", get(delivery::list))
-        .route("/v1/outbox/{id}/redeliver", post(delivery::redeliver))
-        .route("/v1/admin/sinks/{name}/enable", post(delivery::enable_sink))
-        .route("/v1/stats", get(handlers::stats))
-        .route("/v1/admin/backup", post(admin::backup))
-        .route("/v1/admin/providers", get(admin::providers))
-        .route("/v1/admin/providers/{name}/pause", post(admin::pause))
-        .route("/v1/admin/providers/{name}/resume", post(admin::resume))
-        .route("/v1/admin/backups/{name}", get(admin::download).delete(admin::remove))
+    let (routes, doc) = documented_routes().split_for_parts();
+    let schema_names: Vec<String> = service.registry().names().map(str::to_string).collect();
+    let document = openapi::Served(openapi::finish(doc, &schema_names).to_string().into());
+    routes
         .fallback(|| async { ApiError::not_found_route() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .layer(Extension(document))
         .layer(axum::middleware::from_fn_with_state(access, auth::authenticate))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(service)
+}
+
+/// Every route, each registered with its OpenAPI description. One `routes!` per path:
+/// the macro serves all the handlers it is given on every path among them.
+fn documented_routes() -> OpenApiRouter<Service> {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(openapi::document))
+        .routes(routes!(handlers::healthz))
+        .routes(routes!(handlers::metrics))
+        .routes(routes!(handlers::intake, handlers::list))
+        .routes(routes!(handlers::get))
+        .routes(routes!(handlers::findings))
+        .routes(routes!(workers::post_result))
+        .routes(routes!(handlers::retry))
+        .routes(routes!(workers::claim))
+        .routes(routes!(money::extraction_costs))
+        .routes(routes!(money::tenant_costs))
+        .routes(routes!(delivery::receive))
+        .routes(routes!(delivery::list))
+        .routes(routes!(delivery::redeliver))
+        .routes(routes!(delivery::enable_sink))
+        .routes(routes!(handlers::stats))
+        .routes(routes!(admin::backup))
+        .routes(routes!(admin::providers))
+        .routes(routes!(admin::pause))
+        .routes(routes!(admin::resume))
+        .routes(routes!(admin::download, admin::remove))
 }

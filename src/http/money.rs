@@ -1,47 +1,151 @@
 //! Cost endpoints: a tenant's totals over a range, and one extraction's attempts.
 
+use std::collections::BTreeMap;
+
 use axum::Extension;
-use axum::extract::{Path, State};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use axum::extract::State;
+use serde::{Deserialize, Serialize};
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{AnyOfBuilder, KnownFormat, ObjectBuilder, Schema, SchemaFormat, Type};
+use utoipa::{IntoParams, ToSchema};
 
 use super::auth::CallerExt;
-use super::error::ApiError;
-use super::extract::{IdPath, QueryParams};
+use super::error::ErrorBody;
+use super::extract::{IdPath, NamePath, QueryParams};
 use super::handlers::{Reply, ok};
-use crate::ledger::{CostQuery, GroupBy};
+use super::openapi::{BadRequest, Forbidden, ServerError, StoreUnavailable, Unauthenticated};
+use super::time::parse_time;
+use crate::ledger::{Bucket, CostQuery, CostReport, GroupBy};
 use crate::service::Service;
 use crate::store::{ChargeKind, CostSource, LedgerRecord};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct CostsQuery {
+    /// Start of the range: a UTC date (`2026-11-01`) or an RFC 3339 time; default: the
+    /// start of the current UTC month.
+    #[param(inline, value_type = DateOrTime, required = false)]
     from: Option<String>,
+    /// End of the range (exclusive); default: now.
+    #[param(inline, value_type = DateOrTime, required = false)]
     to: Option<String>,
+    #[param(inline, value_type = GroupByView, required = false)]
     group_by: Option<GroupBy>,
 }
 
-/// RFC 3339 (`2026-11-01T00:00:00Z`) or a plain UTC date (`2026-11-01`).
-pub fn parse_time(field: &'static str, text: &str) -> Result<u64, ApiError> {
-    let full = if text.len() == 10 { format!("{text}T00:00:00Z") } else { text.to_string() };
-    humantime::parse_rfc3339_weak(&full)
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| d.as_millis() as u64)
-        .ok_or_else(|| {
-            ApiError::bad_request(
-                "invalid_query",
-                format!("{field}: {text:?} is not a date like 2026-11-01 or an RFC 3339 time"),
-            )
-        })
+/// A date (`2026-11-01`, UTC midnight) or an RFC 3339 date-time: either format, which
+/// the derive cannot say of one string.
+#[derive(Debug)]
+pub struct DateOrTime;
+
+impl utoipa::PartialSchema for DateOrTime {
+    fn schema() -> RefOr<Schema> {
+        let string =
+            |format| ObjectBuilder::new().schema_type(Type::String).format(Some(SchemaFormat::KnownFormat(format)));
+        AnyOfBuilder::new().item(string(KnownFormat::Date)).item(string(KnownFormat::DateTime)).into()
+    }
 }
 
+impl ToSchema for DateOrTime {}
+
+/// How `groups` is keyed.
+#[derive(Debug, ToSchema)]
+#[schema(as = GroupBy)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code, reason = "describes a query string; never built")]
+pub enum GroupByView {
+    Day,
+    Model,
+    Provider,
+}
+
+/// Attempts, tokens and cost of one kind of ledger entry.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CostBucket {
+    attempts: u64,
+    input_tokens: u64,
+    output_tokens: u64,
+    cost_micros: u64,
+}
+
+impl From<&Bucket> for CostBucket {
+    fn from(b: &Bucket) -> Self {
+        let Bucket { attempts, input_tokens, output_tokens, cost_micros } = *b;
+        Self { attempts, input_tokens, output_tokens, cost_micros }
+    }
+}
+
+/// Fresh work, replays (cost 0) and validation failures.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CostSplit {
+    fresh: CostBucket,
+    replay: CostBucket,
+    failed_validation: CostBucket,
+}
+
+impl CostSplit {
+    fn of(fresh: &Bucket, replay: &Bucket, failed_validation: &Bucket) -> Self {
+        Self { fresh: fresh.into(), replay: replay.into(), failed_validation: failed_validation.into() }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TenantCosts {
+    tenant: String,
+    from: String,
+    to: String,
+    from_ms: u64,
+    to_ms: u64,
+    #[serde(flatten)]
+    totals: CostSplit,
+    /// Fresh plus failed-validation cost: what the tenant is charged.
+    charged_micros: u64,
+    /// With `group_by`: the split per day, model or provider.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    groups: Option<BTreeMap<String, CostSplit>>,
+}
+
+impl TenantCosts {
+    fn new(report: &CostReport) -> Self {
+        Self {
+            tenant: report.tenant.clone(),
+            from: crate::clock::format_ms(report.from_ms),
+            to: crate::clock::format_ms(report.to_ms),
+            from_ms: report.from_ms,
+            to_ms: report.to_ms,
+            totals: CostSplit::of(&report.totals.fresh, &report.totals.replay, &report.totals.failed_validation),
+            charged_micros: report.charged_micros,
+            groups: report.groups.as_ref().map(|groups| {
+                groups
+                    .iter()
+                    .map(|(key, s)| (key.clone(), CostSplit::of(&s.fresh, &s.replay, &s.failed_validation)))
+                    .collect()
+            }),
+        }
+    }
+}
+
+/// A tenant's costs over a range (a tenant token reads its own tenant only).
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/costs", tag = "costs",
+    params(("tenant" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$"), CostsQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Totals, optionally grouped", body = TenantCosts),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
+        (status = 422, description = "`invalid_input`: a bad tenant, or `from` not before `to`", body = ErrorBody),
+        (status = 500, response = ServerError),
+        (status = 503, response = StoreUnavailable),
+    ))]
 pub async fn tenant_costs(
     State(service): State<Service>,
     Extension(caller): CallerExt,
-    Path(tenant): Path<String>,
+    NamePath(tenant): NamePath,
     QueryParams(q): QueryParams<CostsQuery>,
-) -> Reply {
+) -> Reply<TenantCosts> {
     caller.may_reach(&tenant)?;
     let now = crate::clock::now_ms();
     // Without a range: the current UTC month so far.
@@ -54,53 +158,109 @@ pub async fn tenant_costs(
         None => now + 1,
     };
     let report = service.costs(CostQuery { tenant, from_ms, to_ms, group_by: q.group_by }).await?;
-    let mut body = serde_json::to_value(&report).unwrap_or(Value::Null);
-    body["from"] = json!(crate::clock::format_ms(from_ms));
-    body["to"] = json!(crate::clock::format_ms(to_ms));
-    ok(body)
+    ok(TenantCosts::new(&report))
 }
 
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExtractionCosts {
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    extraction_id: String,
+    tenant: String,
+    charged_micros: u64,
+    attempts: Vec<LedgerEntry>,
+}
+
+/// One extraction's ledger entries.
+#[utoipa::path(get, path = "/v1/extractions/{id}/costs", tag = "costs",
+    params(("id" = String, Path, pattern = "^[0-9a-f]{64}$", description = "The extraction id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Every ledger entry of the extraction", body = ExtractionCosts),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
+        (status = 404, description = "`not_found`: no extraction with that id", body = ErrorBody),
+        (status = 500, response = ServerError),
+        (status = 503, response = StoreUnavailable),
+    ))]
 pub async fn extraction_costs(
     State(service): State<Service>,
     Extension(caller): CallerExt,
     IdPath(id): IdPath,
-) -> Reply {
+) -> Reply<ExtractionCosts> {
     let (tenant, entries) = service.extraction_costs(id).await?;
     caller.may_reach(&tenant)?;
-    let charged: u64 = entries.iter().map(|e| e.cost_micros).sum();
-    ok(json!({
-        "extraction_id": id.to_hex(),
-        "tenant": tenant,
-        "charged_micros": charged,
-        "attempts": entries.iter().map(entry).collect::<Vec<_>>(),
-    }))
+    ok(ExtractionCosts {
+        extraction_id: id.to_hex(),
+        tenant,
+        // Worker-reported costs are any u64: saturate like every other ledger total.
+        charged_micros: entries.iter().fold(0u64, |sum, e| sum.saturating_add(e.cost_micros)),
+        attempts: entries.iter().map(entry).collect(),
+    })
 }
 
-pub fn entry(e: &LedgerRecord) -> Value {
-    json!({
-        "kind": match e.kind {
-            ChargeKind::Fresh => "fresh",
-            ChargeKind::Replay => "replay",
-            ChargeKind::FailedValidation => "failed_validation",
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChargeKindView {
+    Fresh,
+    /// A re-posted result or a re-fetched result line: tokens counted, cost 0.
+    Replay,
+    FailedValidation,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CostSourceView {
+    PriceTable,
+    Provider,
+    Unpriced,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LedgerEntry {
+    kind: ChargeKindView,
+    attempt: u32,
+    provider: String,
+    model: String,
+    job_id: Option<String>,
+    request_id: Option<String>,
+    input_tokens: u64,
+    cached_input_tokens: u64,
+    cache_write_tokens: u64,
+    output_tokens: u64,
+    reasoning_tokens: u64,
+    latency_ms: Option<u64>,
+    cost_micros: u64,
+    list_cost_micros: u64,
+    cost_source: CostSourceView,
+    at: String,
+}
+
+pub fn entry(e: &LedgerRecord) -> LedgerEntry {
+    LedgerEntry {
+        kind: match e.kind {
+            ChargeKind::Fresh => ChargeKindView::Fresh,
+            ChargeKind::Replay => ChargeKindView::Replay,
+            ChargeKind::FailedValidation => ChargeKindView::FailedValidation,
         },
-        "attempt": e.attempt,
-        "provider": e.provider,
-        "model": e.usage.model,
-        "job_id": e.job_id,
-        "request_id": e.usage.request_id,
-        "input_tokens": e.usage.input_tokens,
-        "cached_input_tokens": e.usage.cached_input_tokens,
-        "cache_write_tokens": e.usage.cache_write_tokens,
-        "output_tokens": e.usage.output_tokens,
-        "reasoning_tokens": e.usage.reasoning_tokens,
-        "latency_ms": e.latency_ms,
-        "cost_micros": e.cost_micros,
-        "list_cost_micros": e.list_cost_micros,
-        "cost_source": match e.cost_source {
-            CostSource::PriceTable => "price_table",
-            CostSource::Provider => "provider",
-            CostSource::Unpriced => "unpriced",
+        attempt: e.attempt,
+        provider: e.provider.clone(),
+        model: e.usage.model.clone(),
+        job_id: e.job_id.clone(),
+        request_id: e.usage.request_id.clone(),
+        input_tokens: e.usage.input_tokens,
+        cached_input_tokens: e.usage.cached_input_tokens,
+        cache_write_tokens: e.usage.cache_write_tokens,
+        output_tokens: e.usage.output_tokens,
+        reasoning_tokens: e.usage.reasoning_tokens,
+        latency_ms: e.latency_ms,
+        cost_micros: e.cost_micros,
+        list_cost_micros: e.list_cost_micros,
+        cost_source: match e.cost_source {
+            CostSource::PriceTable => CostSourceView::PriceTable,
+            CostSource::Provider => CostSourceView::Provider,
+            CostSource::Unpriced => CostSourceView::Unpriced,
         },
-        "at": crate::clock::format_ms(e.at_ms),
-    })
+        at: crate::clock::format_ms(e.at_ms),
+    }
 }

@@ -1,73 +1,154 @@
 //! How stored records look in JSON. States are lowercase words; timestamps RFC 3339.
+//! Each view is a type, so the OpenAPI document describes exactly what is sent.
 
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
 
 use crate::clock::format_ms;
 use crate::lifecycle::State;
 use crate::store::{ExtractionRecord, FindingRecord, Grant};
 
-pub fn extraction(r: &ExtractionRecord) -> Value {
-    let (failure_class, failure_reason) = match &r.state {
-        State::Failed { class, reason } => (json!(class.as_str()), json!(reason)),
-        _ => (Value::Null, Value::Null),
-    };
-    let (worker, lease_expires_at) = match &r.state {
-        State::Claimed { worker, expires_at_ms, .. } => (json!(worker), json!(format_ms(*expires_at_ms))),
-        _ => (Value::Null, Value::Null),
-    };
-    let committed_at = match r.state {
-        State::Committed { at_ms } => json!(format_ms(at_ms)),
-        _ => Value::Null,
-    };
-    json!({
-        "extraction_id": r.id.to_hex(),
-        "tenant": r.tenant,
-        "source_id": r.source_id,
-        "source_hash": r.source_hash.to_hex(),
-        "schema": r.schema,
-        "state": r.state.name().as_str(),
-        "failure_class": failure_class,
-        "failure_reason": failure_reason,
-        "worker": worker,
-        "lease_expires_at": lease_expires_at,
-        "attempts": r.attempt,
-        "claims": r.claims,
-        "content_bytes": r.content_bytes,
-        "metadata": metadata(r),
-        "created_at": format_ms(r.created_at_ms),
-        "updated_at": format_ms(r.updated_at_ms),
-        "committed_at": committed_at,
-    })
+/// Every state an extraction can be in.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StateView {
+    Pending,
+    Claimed,
+    Committed,
+    Failed,
+    /// Part of a batch submitted to a provider.
+    Submitted,
+    /// The provider answered; the answer waits to be validated and committed.
+    Ready,
 }
 
-pub fn grant(g: &Grant) -> Value {
-    json!({
-        "extraction_id": g.record.id.to_hex(),
-        "lease_token": g.lease_token,
-        "lease_expires_at": format_ms(g.lease_expires_at_ms),
-        "tenant": g.record.tenant,
-        "source_id": g.record.source_id,
-        "schema": g.record.schema,
-        "attempt": g.record.attempt,
-        "metadata": metadata(&g.record),
-        "content": g.content,
-    })
-}
-
-/// The stored finding with its key added; non-object findings are wrapped under `value`.
-pub fn finding(f: &FindingRecord) -> Value {
-    let body: Value = serde_json::from_str(&f.body_json).unwrap_or(Value::Null);
-    let mut out = Map::new();
-    out.insert("finding_key".into(), json!(f.key.to_hex()));
-    match body {
-        Value::Object(fields) => out.extend(fields.into_iter().filter(|(k, _)| k != "finding_key")),
-        other => {
-            out.insert("value".into(), other);
+impl StateView {
+    pub fn of(state: &State) -> Self {
+        use crate::lifecycle::StateName as N;
+        match state.name() {
+            N::Pending => Self::Pending,
+            N::Claimed => Self::Claimed,
+            N::Committed => Self::Committed,
+            N::Failed => Self::Failed,
+            N::Submitted => Self::Submitted,
+            N::Ready => Self::Ready,
         }
     }
-    Value::Object(out)
 }
 
-fn metadata(r: &ExtractionRecord) -> Value {
-    r.metadata_json.as_deref().and_then(|m| serde_json::from_str(m).ok()).unwrap_or(Value::Null)
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Extraction {
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    extraction_id: String,
+    tenant: String,
+    source_id: String,
+    source_hash: String,
+    schema: String,
+    state: StateView,
+    /// Set while failed: `rate_limited`, `transient`, `auth`, `invalid_request`, `validation` or `gone`.
+    failure_class: Option<&'static str>,
+    failure_reason: Option<String>,
+    /// Set while claimed.
+    worker: Option<String>,
+    lease_expires_at: Option<String>,
+    /// 1 at intake; grows with each retry.
+    attempts: u32,
+    /// Leases handed out so far.
+    claims: u32,
+    content_bytes: u64,
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<Value>,
+    created_at: String,
+    updated_at: String,
+    committed_at: Option<String>,
+}
+
+pub fn extraction(r: &ExtractionRecord) -> Extraction {
+    let (failure_class, failure_reason) = match &r.state {
+        State::Failed { class, reason } => (Some(class.as_str()), Some(reason.clone())),
+        _ => (None, None),
+    };
+    let (worker, lease_expires_at) = match &r.state {
+        State::Claimed { worker, expires_at_ms, .. } => (Some(worker.clone()), Some(format_ms(*expires_at_ms))),
+        _ => (None, None),
+    };
+    let committed_at = match r.state {
+        State::Committed { at_ms } => Some(format_ms(at_ms)),
+        _ => None,
+    };
+    Extraction {
+        extraction_id: r.id.to_hex(),
+        tenant: r.tenant.clone(),
+        source_id: r.source_id.clone(),
+        source_hash: r.source_hash.to_hex(),
+        schema: r.schema.clone(),
+        state: StateView::of(&r.state),
+        failure_class,
+        failure_reason,
+        worker,
+        lease_expires_at,
+        attempts: r.attempt,
+        claims: r.claims,
+        content_bytes: r.content_bytes,
+        metadata: metadata(r),
+        created_at: format_ms(r.created_at_ms),
+        updated_at: format_ms(r.updated_at_ms),
+        committed_at,
+    }
+}
+
+/// One unit of work handed to a worker, with the content to extract from.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClaimGrant {
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    extraction_id: String,
+    /// The fencing token to post the result with.
+    lease_token: String,
+    lease_expires_at: String,
+    tenant: String,
+    source_id: String,
+    schema: String,
+    attempt: u32,
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<Value>,
+    content: String,
+}
+
+pub fn grant(g: &Grant) -> ClaimGrant {
+    ClaimGrant {
+        extraction_id: g.record.id.to_hex(),
+        lease_token: g.lease_token.clone(),
+        lease_expires_at: format_ms(g.lease_expires_at_ms),
+        tenant: g.record.tenant.clone(),
+        source_id: g.record.source_id.clone(),
+        schema: g.record.schema.clone(),
+        attempt: g.record.attempt,
+        metadata: metadata(&g.record),
+        content: g.content.clone(),
+    }
+}
+
+/// A stored finding: its own fields (as the schema defines them) plus its key;
+/// non-object findings are wrapped under `value`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Finding {
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    finding_key: String,
+    #[serde(flatten)]
+    #[schema(ignore)]
+    fields: Map<String, Value>,
+}
+
+pub fn finding(f: &FindingRecord) -> Finding {
+    let body: Value = serde_json::from_str(&f.body_json).unwrap_or(Value::Null);
+    let fields = match body {
+        Value::Object(fields) => fields.into_iter().filter(|(k, _)| k != "finding_key").collect(),
+        other => Map::from_iter([("value".to_string(), other)]),
+    };
+    Finding { finding_key: f.key.to_hex(), fields }
+}
+
+fn metadata(r: &ExtractionRecord) -> Option<Value> {
+    r.metadata_json.as_deref().and_then(|m| serde_json::from_str(m).ok())
 }

@@ -1,0 +1,280 @@
+//! The served OpenAPI document against the router it describes: the same routes, each
+//! documented method answered by its handler (never the 404/405 fallbacks), other
+//! methods refused with 405, and real answers matching the documented schemas.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::access::AccessPolicy;
+use crate::schema::Registry;
+use crate::service::Service;
+use crate::store::{Store, WriterGuard};
+
+/// Every route the API has. A route added to the router without a `#[utoipa::path]`
+/// cannot be registered (see `documented_routes`), and one dropped from it fails here.
+const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/healthz"),
+    ("GET", "/metrics"),
+    ("GET", "/openapi.json"),
+    ("POST", "/v1/extractions"),
+    ("GET", "/v1/extractions"),
+    ("GET", "/v1/extractions/{id}"),
+    ("GET", "/v1/extractions/{id}/findings"),
+    ("POST", "/v1/extractions/{id}/result"),
+    ("POST", "/v1/extractions/{id}/retry"),
+    ("GET", "/v1/extractions/{id}/costs"),
+    ("POST", "/v1/claims"),
+    ("GET", "/v1/stats"),
+    ("GET", "/v1/tenants/{tenant}/costs"),
+    ("POST", "/v1/webhooks/{name}"),
+    ("GET", "/v1/outbox"),
+    ("POST", "/v1/outbox/{id}/redeliver"),
+    ("POST", "/v1/admin/sinks/{name}/enable"),
+    ("POST", "/v1/admin/backup"),
+    ("GET", "/v1/admin/providers"),
+    ("POST", "/v1/admin/providers/{name}/pause"),
+    ("POST", "/v1/admin/providers/{name}/resume"),
+    ("GET", "/v1/admin/backups/{name}"),
+    ("DELETE", "/v1/admin/backups/{name}"),
+];
+
+const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
+
+fn served_document() -> Value {
+    let (_, doc) = super::documented_routes().split_for_parts();
+    super::openapi::finish(doc, &["code-review@1".to_string()])
+}
+
+fn operations(doc: &Value) -> BTreeSet<(String, String)> {
+    let mut found = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for method in item.as_object().expect("path item").keys() {
+            found.insert((method.to_uppercase(), path.clone()));
+        }
+    }
+    found
+}
+
+/// Every `$ref` in the document points at something in it.
+fn dangling_refs(doc: &Value, node: &Value, out: &mut Vec<String>) {
+    match node {
+        Value::Object(map) => {
+            if let Some(Value::String(target)) = map.get("$ref") {
+                let pointer = target.strip_prefix('#').unwrap_or(target);
+                if doc.pointer(pointer).is_none() {
+                    out.push(target.clone());
+                }
+            }
+            map.values().for_each(|v| dangling_refs(doc, v, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| dangling_refs(doc, v, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn the_document_is_openapi_3_1_and_every_reference_resolves() {
+    let doc = served_document();
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert_eq!(doc["info"]["version"], env!("CARGO_PKG_VERSION"));
+    let mut dangling = Vec::new();
+    dangling_refs(&doc, &doc, &mut dangling);
+    assert!(dangling.is_empty(), "unresolved references: {dangling:?}");
+    assert_eq!(doc["components"]["securitySchemes"]["bearer"], json!({"type": "http", "scheme": "bearer"}));
+    assert_eq!(doc["components"]["schemas"]["IntakeBody"]["properties"]["schema"]["enum"], json!(["code-review@1"]));
+    assert!(!doc.to_string().contains("u-int"), "unsigned formats are spelled uint64");
+    for (method, path) in operations(&doc) {
+        let operation = &doc["paths"][&path][method.to_lowercase()];
+        assert!(operation["operationId"].is_string() && operation["tags"][0].is_string(), "{method} {path}");
+        let responses = operation["responses"].as_object().expect("responses");
+        assert!(responses.keys().any(|s| s.starts_with('2')), "{method} {path} documents no success");
+        // The path's `{params}` and the declared path parameters are the same names.
+        let in_template: BTreeSet<&str> =
+            path.split('/').filter_map(|s| s.strip_prefix('{')?.strip_suffix('}')).collect();
+        let declared: BTreeSet<&str> = operation["parameters"]
+            .as_array()
+            .map(|ps| ps.iter().filter(|p| p["in"] == "path").filter_map(|p| p["name"].as_str()).collect())
+            .unwrap_or_default();
+        assert_eq!(in_template, declared, "{method} {path}");
+    }
+}
+
+#[test]
+fn the_document_lists_exactly_the_routes_of_the_router() {
+    let documented = operations(&served_document());
+    let expected: BTreeSet<(String, String)> =
+        ROUTES.iter().map(|(method, path)| (method.to_string(), path.to_string())).collect();
+    assert_eq!(documented, expected);
+}
+
+#[test]
+fn bearer_security_is_declared_exactly_where_the_middleware_demands_a_token() {
+    let doc = served_document();
+    for (method, path) in operations(&doc) {
+        let operation = &doc["paths"][&path][method.to_lowercase()];
+        let secured = operation["security"] == json!([{"bearer": []}]);
+        let public = super::auth::is_public(&concrete(&path));
+        assert_eq!(secured, !public, "{method} {path}");
+        if secured {
+            assert!(operation["responses"]["401"].is_object(), "{method} {path} documents no 401");
+        }
+    }
+}
+
+struct Live {
+    base: String,
+    client: reqwest::Client,
+    doc: Value,
+    _dir: tempfile::TempDir,
+    _writer: WriterGuard,
+}
+
+async fn live() -> Live {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (store, writer) = Store::open(dir.path(), 16 << 20).expect("open store");
+    let service = Service::new(store, Registry::builtin()).with_backup_dir(dir.path().join("backups"));
+    let router = super::router(service, 1 << 20, Arc::new(AccessPolicy::default()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("address"));
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let client = reqwest::Client::new();
+    let doc: Value =
+        client.get(format!("{base}/openapi.json")).send().await.expect("get doc").json().await.expect("doc");
+    Live { base, client, doc, _dir: dir, _writer: writer }
+}
+
+impl Live {
+    async fn send(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Option<String>, Value) {
+        let method = Method::from_bytes(method.as_bytes()).expect("method");
+        let mut request = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("send");
+        let status = response.status().as_u16();
+        let allow = response.headers().get("allow").and_then(|v| v.to_str().ok()).map(str::to_string);
+        let text = response.text().await.expect("body");
+        (status, allow, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    /// Sends a request and checks the answer against the document.
+    async fn call(&self, method: &str, template: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let (status, _, answer) = self.send(method, path, body).await;
+        self.check(method, template, status, &answer);
+        (status, answer)
+    }
+
+    /// A documented status, and a body valid under that status's schema.
+    fn check(&self, method: &str, template: &str, status: u16, answer: &Value) {
+        let operation = &self.doc["paths"][template][method.to_lowercase()];
+        let mut response = &operation["responses"][status.to_string()];
+        assert!(response.is_object(), "{method} {template}: {status} is not documented: {answer}");
+        if let Some(target) = response["$ref"].as_str() {
+            response = self.doc.pointer(target.trim_start_matches('#')).expect("response reference");
+        }
+        if let Some(schema) = response.pointer("/content/application~1json/schema") {
+            let mut rooted = schema.clone();
+            rooted["components"] = self.doc["components"].clone();
+            if let Err(e) = jsonschema::validate(&rooted, answer) {
+                panic!("{method} {template} → {status}: the body breaks its schema: {e}\n{answer:#}");
+            }
+        }
+    }
+}
+
+fn concrete(template: &str) -> String {
+    let id = if template.starts_with("/v1/outbox") { "7".to_string() } else { "0".repeat(64) };
+    template
+        .replace("{id}", &id)
+        .replace("{tenant}", "acme")
+        .replace("/backups/{name}", "/backups/commitpoint-none.redb")
+        .replace("{name}", "nobody")
+}
+
+#[tokio::test]
+async fn documented_methods_reach_their_handlers_and_the_others_get_405_with_allow() {
+    let live = live().await;
+    for (path, item) in live.doc["paths"].as_object().expect("paths") {
+        let url = concrete(path);
+        let documented: Vec<String> = item.as_object().expect("item").keys().map(|m| m.to_uppercase()).collect();
+        for method in METHODS {
+            let body = (method == "POST").then(|| json!({}));
+            let (status, allow, answer) = live.send(method, &url, body).await;
+            if documented.iter().any(|m| m == method) {
+                let fallback = status == 405
+                    || answer["error"]["message"].as_str().is_some_and(|m| m.contains("no such endpoint"));
+                assert!(!fallback, "{method} {url} is documented but the router does not serve it: {status} {answer}");
+                live.check(method, path, status, &answer);
+            } else {
+                assert_eq!(status, 405, "{method} {url} is not documented but got {status}: {answer}");
+                let allow = allow.unwrap_or_default();
+                for m in &documented {
+                    assert!(allow.contains(m.as_str()), "{method} {url}: Allow {allow:?} lacks {m}");
+                }
+                assert_eq!(answer["error"]["code"], "method_not_allowed");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn real_answers_match_their_documented_schemas() {
+    let live = live().await;
+    let intake = json!({"tenant": "acme", "source_id": "PR-1", "schema": "code-review@1", "content": "fn a() {}",
+        "metadata": {"repo": "x"}});
+    let (status, created) = live.call("POST", "/v1/extractions", "/v1/extractions", Some(intake.clone())).await;
+    assert_eq!(status, 201);
+    assert_eq!(live.call("POST", "/v1/extractions", "/v1/extractions", Some(intake)).await.0, 200);
+    let id = created["extraction_id"].as_str().expect("id").to_string();
+    let result_path = format!("/v1/extractions/{id}/result");
+    let claim = json!({"worker": "w", "limit": 5.0, "lease_seconds": 60});
+    let expensive = json!({"model": "m", "input_tokens": 10, "output_tokens": 2, "cost_micros": u64::MAX});
+
+    // A first answer that fails the schema: 422, the extraction fails, and it is charged.
+    let (_, claims) = live.call("POST", "/v1/claims", "/v1/claims", Some(claim.clone())).await;
+    let token = claims["claims"][0]["lease_token"].clone();
+    let (_, claimed) = live.call("GET", "/v1/extractions/{id}", &format!("/v1/extractions/{id}"), None).await;
+    assert_eq!(claimed["state"], "claimed");
+    let bad = json!({"lease_token": token, "output": {"findings": "none"}, "usage": expensive});
+    let (status, refused) = live.call("POST", "/v1/extractions/{id}/result", &result_path, Some(bad)).await;
+    assert_eq!((status, &refused["error"]["code"]), (422, &json!("validation_failed")));
+    let (status, retried) =
+        live.call("POST", "/v1/extractions/{id}/retry", &format!("/v1/extractions/{id}/retry"), None).await;
+    assert_eq!((status, &retried["attempts"]), (200, &json!(2)));
+
+    // The second attempt commits, and a repeat of it is a replay.
+    let (_, claims) = live.call("POST", "/v1/claims", "/v1/claims", Some(claim)).await;
+    let finding = json!({"rule": "r1", "severity": "high", "file": "a.rs", "line": 1, "summary": "s"});
+    let good = json!({"lease_token": claims["claims"][0]["lease_token"], "output": {"findings": [finding]}, "usage": expensive});
+    let (status, posted) = live.call("POST", "/v1/extractions/{id}/result", &result_path, Some(good.clone())).await;
+    assert_eq!((status, &posted["replay"]), (200, &json!(false)));
+    assert_eq!(live.call("POST", "/v1/extractions/{id}/result", &result_path, Some(good)).await.1["replay"], true);
+    let (_, findings) =
+        live.call("GET", "/v1/extractions/{id}/findings", &format!("/v1/extractions/{id}/findings"), None).await;
+    assert_eq!(findings["findings"][0]["rule"], "r1");
+    // Two charges of u64::MAX: the total saturates instead of overflowing (which panicked).
+    let (_, costs) = live.call("GET", "/v1/extractions/{id}/costs", &format!("/v1/extractions/{id}/costs"), None).await;
+    assert_eq!(costs["attempts"].as_array().map(Vec::len), Some(3));
+    assert_eq!(costs["charged_micros"], json!(u64::MAX));
+    let (status, _) =
+        live.call("POST", "/v1/extractions/{id}/retry", &format!("/v1/extractions/{id}/retry"), None).await;
+    assert_eq!(status, 409, "a committed extraction cannot be retried");
+    let (_, page) = live.call("GET", "/v1/extractions", "/v1/extractions?state=committed&limit=1&after=", None).await;
+    assert!(page["extractions"][0]["committed_at"].is_string(), "{page:#}");
+    let costs = "/v1/tenants/acme/costs?from=1970-01-01&to=2999-01-01T00:00:00%2B02:00&group_by=model";
+    let (_, report) = live.call("GET", "/v1/tenants/{tenant}/costs", costs, None).await;
+    assert_eq!(report["groups"]["m"]["fresh"]["attempts"], 1);
+    live.call("GET", "/v1/stats", "/v1/stats", None).await;
+    live.call("GET", "/healthz", "/healthz", None).await;
+    live.call("GET", "/v1/admin/providers", "/v1/admin/providers", None).await;
+    live.call("GET", "/v1/outbox", "/v1/outbox?state=dead&limit=0", None).await;
+    let (status, backup) = live.call("POST", "/v1/admin/backup", "/v1/admin/backup", None).await;
+    assert_eq!(status, 201);
+    let download = backup["download"].as_str().expect("download").to_string();
+    assert_eq!(live.call("DELETE", "/v1/admin/backups/{name}", &download, None).await.0, 204);
+    let (status, _) = live.call("POST", "/v1/outbox/{id}/redeliver", "/v1/outbox/+7/redeliver", None).await;
+    assert_eq!(status, 400, "event ids are plain decimal numbers");
+}

@@ -1,0 +1,174 @@
+//! The external workers' side: claiming leases and posting results under them.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ErrorBody};
+use super::extract::{IdPath, JsonBody};
+use super::handlers::{Reply, ok};
+use super::openapi::{BadRequest, Forbidden, PayloadTooLarge, ServerError, StoreUnavailable, Unauthenticated};
+use super::views::{self, ClaimGrant};
+use super::whole;
+use crate::service::{ResultRequest, Service, WorkerUsage};
+use crate::store::{ClaimRequest, PostOutcome, Usage};
+
+/// Asks for work: leases on expired claims first, then pending extractions.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"worker": "w-1", "limit": 10, "lease_seconds": 300, "schema": "code-review@1"}))]
+pub struct ClaimBody {
+    /// 1–256 bytes, no control characters.
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
+    worker: String,
+    #[serde(deserialize_with = "whole::usize")]
+    #[schema(minimum = 1, maximum = 1000)]
+    limit: usize,
+    #[serde(deserialize_with = "whole::u64")]
+    #[schema(minimum = 1, maximum = 86400)]
+    lease_seconds: u64,
+    /// Only extractions of this registered schema.
+    #[serde(default)]
+    schema: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClaimsPage {
+    /// Empty when there is no work.
+    claims: Vec<ClaimGrant>,
+}
+
+/// Hands out leases; a live lease is never handed out twice.
+#[utoipa::path(post, path = "/v1/claims", tag = "workers", request_body = ClaimBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The leases granted", body = ClaimsPage),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, description = "`invalid_input` (`details.field` names it) or `unknown_schema`", body = ErrorBody),
+        (status = 500, response = ServerError),
+        (status = 503, response = StoreUnavailable),
+    ))]
+pub async fn claim(State(service): State<Service>, JsonBody(body): JsonBody<ClaimBody>) -> Reply<ClaimsPage> {
+    let request = ClaimRequest {
+        worker: body.worker,
+        limit: body.limit,
+        lease_ms: body.lease_seconds.saturating_mul(1000),
+        schema: body.schema,
+    };
+    let grants = service.claim(request).await?;
+    ok(ClaimsPage { claims: grants.iter().map(views::grant).collect() })
+}
+
+/// What the worker's model call used, for the cost ledger.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UsageBody {
+    model: String,
+    #[serde(deserialize_with = "whole::u64")]
+    #[schema(maximum = 18446744073709551615_u64)]
+    input_tokens: u64,
+    #[serde(deserialize_with = "whole::u64")]
+    #[schema(maximum = 18446744073709551615_u64)]
+    output_tokens: u64,
+    #[serde(default, deserialize_with = "whole::u64")]
+    #[schema(maximum = 18446744073709551615_u64)]
+    cached_input_tokens: u64,
+    #[serde(default, deserialize_with = "whole::u64")]
+    #[schema(maximum = 18446744073709551615_u64)]
+    reasoning_tokens: u64,
+    /// What the worker's provider said the call cost, in micro-dollars.
+    #[serde(default, deserialize_with = "whole::option_u64")]
+    #[schema(maximum = 18446744073709551615_u64)]
+    cost_micros: Option<u64>,
+    #[serde(default)]
+    request_id: Option<String>,
+    /// The provider the worker called; `external` when absent.
+    #[serde(default)]
+    provider: Option<String>,
+    #[serde(default, deserialize_with = "whole::option_u64")]
+    #[schema(maximum = 18446744073709551615_u64)]
+    latency_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"lease_token": "lt-1-…", "output": {"findings": []},
+    "usage": {"model": "gpt-4.1-mini", "input_tokens": 812, "output_tokens": 95}}))]
+pub struct ResultBody {
+    /// The lease token from the claim: 1–256 bytes, no control characters.
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
+    lease_token: String,
+    /// The model's output, validated against the extraction's schema.
+    output: Value,
+    #[serde(default)]
+    usage: Option<UsageBody>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CommittedState {
+    Committed,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ResultReply {
+    state: CommittedState,
+    /// How many findings the output holds.
+    findings: u64,
+    /// True when the extraction was already committed: nothing was written.
+    replay: bool,
+}
+
+/// Commits a worker's output under its lease (the fencing token decides, not the clock).
+#[utoipa::path(post, path = "/v1/extractions/{id}/result", tag = "workers", request_body = ResultBody,
+    params(("id" = String, Path, pattern = "^[0-9a-f]{64}$", description = "The extraction id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Committed now, or already (`replay`)", body = ResultReply),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
+        (status = 404, description = "`not_found`: no extraction with that id", body = ErrorBody),
+        (status = 409, description = "`stale_lease` (not the current lease) or `illegal_transition` (failed: retry it first)", body = ErrorBody),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, description = "`invalid_input`, or `validation_failed`: the output fails the schema (`details.issues`); the extraction is now failed", body = ErrorBody),
+        (status = 500, response = ServerError),
+        (status = 503, response = StoreUnavailable),
+    ))]
+pub async fn post_result(
+    State(service): State<Service>,
+    IdPath(id): IdPath,
+    JsonBody(body): JsonBody<ResultBody>,
+) -> Reply<ResultReply> {
+    let usage = body.usage.map(|u| WorkerUsage {
+        provider: u.provider.unwrap_or_else(|| "external".to_string()),
+        latency_ms: u.latency_ms,
+        usage: Usage {
+            model: u.model,
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cached_input_tokens: u.cached_input_tokens,
+            reasoning_tokens: u.reasoning_tokens,
+            provider_cost_micros: u.cost_micros,
+            request_id: u.request_id,
+            ..Usage::default()
+        },
+    });
+    let request = ResultRequest { lease_token: body.lease_token, output: body.output, usage };
+    let outcome = service.post_result(id, request).await?;
+    crate::failpoint::hit("after-commit-before-ack");
+    let (findings, replay) = match outcome {
+        PostOutcome::Committed { findings } => (findings, false),
+        PostOutcome::Replay { findings } => (findings, true),
+        other => {
+            tracing::error!(?other, "post_result returned an outcome the service should have mapped");
+            return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "unexpected outcome"));
+        }
+    };
+    ok(ResultReply { state: CommittedState::Committed, findings, replay })
+}
