@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use redb::{Database, Durability, Key, ReadTransaction, ReadableTable, TableDefinition, Value};
+use redb::{Database, Durability, Key, ReadTransaction, ReadableTable, TableDefinition, TableHandle, Value};
 
 use super::{Error, Store, tables};
 
@@ -75,6 +75,23 @@ fn copy_all(snapshot: &ReadTransaction, temp: &Path) -> Result<u64, Error> {
     entries += copy(snapshot, &txn, tables::BATCHES)?;
     entries += copy(snapshot, &txn, tables::OPEN_BATCHES)?;
     entries += copy(snapshot, &txn, tables::STAGED)?;
+    entries += copy(snapshot, &txn, tables::LEDGER)?;
+    entries += copy(snapshot, &txn, tables::LEDGER_BY_TENANT)?;
+    entries += copy(snapshot, &txn, tables::LEDGER_BY_EXTRACTION)?;
+    entries += copy(snapshot, &txn, tables::SPEND)?;
+    entries += copy(snapshot, &txn, tables::OUTBOX)?;
+    entries += copy(snapshot, &txn, tables::OUTBOX_DUE)?;
+    entries += copy(snapshot, &txn, tables::OUTBOX_DEAD)?;
+    entries += copy(snapshot, &txn, tables::WEBHOOK_DELIVERIES)?;
+    // A table added to the store but not to this list would silently be missing from
+    // every backup: refuse to finish one instead.
+    let copied: std::collections::BTreeSet<String> = txn.list_tables()?.map(|t| t.name().to_string()).collect();
+    if let Some(missing) = snapshot.list_tables()?.map(|t| t.name().to_string()).find(|name| !copied.contains(name)) {
+        return Err(Error::Corrupt {
+            kind: "backup",
+            reason: format!("table {missing:?} is not copied by this build's backup; refusing an incomplete backup"),
+        });
+    }
     // Durable before it is renamed into place: a crash leaves only the `.partial` file.
     txn.commit()?;
     drop(target);
