@@ -128,6 +128,23 @@ fn describe(stats: &Value) -> String {
             p["last_error"].as_str().unwrap_or("none"),
         );
     }
+    let outbox = &stats["outbox"];
+    out += &format!(
+        "outbox: {} pending{}, {} dead\n",
+        outbox["pending"],
+        outbox["oldest_pending_at"].as_str().map_or(String::new(), |at| format!(" (oldest from {at})")),
+        outbox["dead"]
+    );
+    for b in stats["budgets"].as_array().cloned().unwrap_or_default() {
+        let micros = |v: &Value| v.as_u64().unwrap_or(0) as f64 / 1e6;
+        out += &format!(
+            "budget {}: ${:.2} of ${:.2}{}\n",
+            b["tenant"].as_str().unwrap_or("?"),
+            micros(&b["spent_micros"]),
+            micros(&b["budget_micros"]),
+            if b["held"] == true { " — REACHED: new work is held" } else { "" }
+        );
+    }
     out += &format!("last backup: {}\n", stats["last_backup_at"].as_str().unwrap_or("none recorded"));
     out
 }

@@ -255,6 +255,25 @@ pub struct Stats {
     providers: Vec<ProviderStatus>,
     /// The last successful backup since the store was created.
     last_backup_at: Option<String>,
+    outbox: OutboxStatus,
+    /// Tenants with a budget: spend this period, the budget, and whether work is held.
+    budgets: Vec<BudgetStatus>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OutboxStatus {
+    pending: u64,
+    dead: u64,
+    /// When the oldest undelivered event was created.
+    oldest_pending_at: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BudgetStatus {
+    tenant: String,
+    spent_micros: u64,
+    budget_micros: u64,
+    held: bool,
 }
 
 /// Counts by state, the oldest unfinished work, and the providers' health.
@@ -282,6 +301,21 @@ pub async fn stats(State(service): State<Service>) -> Reply<Stats> {
         oldest_age_seconds,
         providers: service.provider_health().iter().map(ProviderStatus::from).collect(),
         last_backup_at: service.last_backup_ms().map(crate::clock::format_ms),
+        outbox: {
+            let (pending, dead, oldest) = service.outbox_counts().await?;
+            OutboxStatus { pending, dead, oldest_pending_at: oldest.map(crate::clock::format_ms) }
+        },
+        budgets: service
+            .budget_status()
+            .await?
+            .into_iter()
+            .map(|(tenant, spent_micros, budget_micros, held)| BudgetStatus {
+                tenant,
+                spent_micros,
+                budget_micros,
+                held,
+            })
+            .collect(),
     })
 }
 

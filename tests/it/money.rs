@@ -119,6 +119,17 @@ async fn a_tenant_over_budget_is_held_until_the_budget_is_raised() {
         assert_eq!(api.record(&held).await["state"], json!("pending"), "held work must not be submitted");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Operators see the hold: `ctl status` in text and JSON.
+    let text = crate::util::cli(&["ctl", "status", "--server", &server.url]);
+    assert!(text.status.success(), "{}", crate::util::stderr(&text));
+    let text = crate::util::stdout(&text);
+    assert!(text.contains(&format!("budget {TENANT}:")) && text.contains("REACHED"), "{text}");
+    assert!(text.contains("outbox: 0 pending"), "{text}");
+    let json = crate::util::cli(&["ctl", "status", "--json", "--server", &server.url]);
+    let status: Value = serde_json::from_str(&crate::util::stdout(&json)).expect("status JSON");
+    assert_eq!(status["budgets"][0]["tenant"], json!(TENANT), "{status:#}");
+    assert_eq!(status["budgets"][0]["held"], json!(true), "{status:#}");
+    assert_eq!(status["extractions"]["pending"], json!(1), "{status:#}");
     server.kill9();
     drop(server);
 
