@@ -7,6 +7,7 @@ pub mod chat;
 pub mod generic;
 pub mod openai;
 mod retry;
+mod transport;
 
 use std::fmt;
 use std::time::Duration;
@@ -15,6 +16,8 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 pub use retry::{backoff_delay, classify_status, parse_retry_after};
+pub use transport::ApiKey;
+pub(crate) use transport::{describe_transport, truncate};
 
 use crate::identity::ExtractionId;
 use crate::schema::Schema;

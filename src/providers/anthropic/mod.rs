@@ -28,7 +28,6 @@
 mod wire;
 
 use std::collections::HashSet;
-use std::fmt;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
@@ -41,7 +40,7 @@ use tokio::sync::mpsc;
 
 use super::{
     BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, ProviderError, ResultLine,
-    StreamCounts, classify_status, parse_retry_after,
+    StreamCounts, classify_status, describe_transport, parse_retry_after, truncate,
 };
 
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -56,21 +55,7 @@ const MAX_LIST_PAGES: usize = 50;
 /// A results line longer than this is skipped as malformed rather than buffered.
 const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
-/// An API key that never shows up in `Debug` output or logs.
-#[derive(Clone)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    pub fn new(key: String) -> Self {
-        Self(key)
-    }
-}
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ApiKey(<redacted>)")
-    }
-}
+pub use super::ApiKey;
 
 #[derive(Debug, Clone)]
 pub struct AnthropicConfig {
@@ -138,7 +123,7 @@ impl AnthropicBatches {
         if base.path().trim_end_matches('/').ends_with("/v1") {
             return Err(ConfigError::BaseUrlWithVersion(config.base_url.clone()));
         }
-        if config.api_key.0.trim().is_empty() {
+        if config.api_key.expose().trim().is_empty() {
             return Err(ConfigError::EmptyKey);
         }
         if config.model.trim().is_empty() {
@@ -150,7 +135,7 @@ impl AnthropicBatches {
         if config.connect_timeout.is_zero() || config.request_timeout.is_zero() {
             return Err(ConfigError::Timeout);
         }
-        let mut key = HeaderValue::from_str(&config.api_key.0).map_err(|_| ConfigError::KeyNotHeaderSafe)?;
+        let mut key = HeaderValue::from_str(config.api_key.expose()).map_err(|_| ConfigError::KeyNotHeaderSafe)?;
         key.set_sensitive(true);
         let mut headers = HeaderMap::new();
         headers.insert("x-api-key", key);
@@ -194,11 +179,10 @@ impl AnthropicBatches {
 
     /// Sends with auth, turning transport failures and non-2xx answers into classified errors.
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response, ProviderError> {
-        let response = request
-            .headers(self.headers.clone())
-            .send()
-            .await
-            .map_err(|e| error(ErrorClass::Transient, None, format!("request failed: {}", transport(&e))))?;
+        let response =
+            request.headers(self.headers.clone()).send().await.map_err(|e| {
+                error(ErrorClass::Transient, None, format!("request failed: {}", describe_transport(&e)))
+            })?;
         if response.status().is_success() {
             return Ok(response);
         }
@@ -230,7 +214,7 @@ impl AnthropicBatches {
         response
             .json()
             .await
-            .map_err(|e| error(ErrorClass::Protocol, None, format!("unexpected answer: {}", transport(&e))))
+            .map_err(|e| error(ErrorClass::Protocol, None, format!("unexpected answer: {}", describe_transport(&e))))
     }
 
     /// The create body, checked against the documented limits before anything is sent.
@@ -482,7 +466,11 @@ impl Lines {
             match self.body.next().await {
                 Some(Ok(chunk)) => self.pending.extend_from_slice(&chunk),
                 Some(Err(e)) => {
-                    return Err(error(ErrorClass::Transient, None, format!("download broke: {}", transport(&e))));
+                    return Err(error(
+                        ErrorClass::Transient,
+                        None,
+                        format!("download broke: {}", describe_transport(&e)),
+                    ));
                 }
                 None => self.ended = true,
             }
@@ -497,25 +485,6 @@ impl Lines {
 
 fn error(class: ErrorClass, status: Option<u16>, message: String) -> ProviderError {
     ProviderError { provider: PROVIDER, class, status, message, retry_after: None }
-}
-
-/// A short description of a reqwest failure: its kind and its immediate cause.
-fn transport(e: &reqwest::Error) -> String {
-    let kind = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "could not connect"
-    } else if e.is_decode() {
-        "could not decode"
-    } else {
-        "transport error"
-    };
-    let detail = std::error::Error::source(e).map_or_else(|| kind.to_string(), ToString::to_string);
-    format!("{kind} ({detail})")
-}
-
-fn truncate(body: &str) -> String {
-    body.chars().take(300).collect()
 }
 
 #[cfg(test)]

@@ -27,7 +27,6 @@
 pub(super) mod wire;
 
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -38,7 +37,7 @@ use tokio::sync::mpsc;
 
 use super::{
     BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, ProviderError, ResultLine,
-    StreamCounts, classify_status, parse_retry_after,
+    StreamCounts, classify_status, describe_transport, parse_retry_after,
 };
 use crate::schema::Schema;
 use crate::store::{BatchMember, LineResult};
@@ -48,25 +47,7 @@ const DEFAULT_CONCURRENCY: usize = 4;
 /// Local models on modest hardware can take minutes for one long answer.
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// An API key that never shows up in `Debug` output or logs.
-#[derive(Clone)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    pub fn new(key: String) -> Self {
-        Self(key)
-    }
-
-    pub(super) fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ApiKey(<redacted>)")
-    }
-}
+pub use super::ApiKey;
 
 #[derive(Debug, Clone)]
 pub struct ChatConfig {
@@ -319,21 +300,6 @@ fn gone(job_id: &str) -> ProviderError {
 
 fn error(class: ErrorClass, status: Option<u16>, message: String) -> ProviderError {
     ProviderError { provider: PROVIDER, class, status, message, retry_after: None }
-}
-
-/// A short description of a reqwest failure: its kind and its immediate cause.
-pub(super) fn describe_transport(e: &reqwest::Error) -> String {
-    let kind = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "could not connect"
-    } else if e.is_decode() {
-        "could not decode"
-    } else {
-        "transport error"
-    };
-    let detail = std::error::Error::source(e).map_or_else(|| kind.to_string(), ToString::to_string);
-    format!("{kind} ({detail})")
 }
 
 #[cfg(test)]

@@ -40,7 +40,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderValue};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::chat::{ApiKey, describe_transport};
+use super::{ApiKey, describe_transport};
 use super::{
     BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, ProviderError, ResultLine,
     StreamCounts, parse_retry_after,

@@ -8,7 +8,6 @@
 mod wire;
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -18,7 +17,7 @@ use tokio::sync::mpsc;
 
 use super::{
     BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, ProviderError, ResultLine,
-    StreamCounts, classify_status, parse_retry_after,
+    StreamCounts, classify_status, describe_transport, parse_retry_after, truncate,
 };
 
 const PROVIDER: &str = "openai";
@@ -30,21 +29,7 @@ const MAX_INPUT_FILE_BYTES: usize = 200 * 1000 * 1000;
 /// Clock skew tolerated between our intent timestamp and the provider's `created_at`.
 const CREATED_AT_SLACK: Duration = Duration::from_secs(600);
 
-/// An API key that never shows up in `Debug` output or logs.
-#[derive(Clone)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    pub fn new(key: String) -> Self {
-        Self(key)
-    }
-}
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ApiKey(<redacted>)")
-    }
-}
+pub use super::ApiKey;
 
 #[derive(Debug, Clone)]
 pub struct OpenAiConfig {
@@ -79,11 +64,10 @@ impl OpenAiBatches {
 
     /// Sends with auth, turning transport failures and non-2xx answers into classified errors.
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response, ProviderError> {
-        let response = request
-            .bearer_auth(&self.config.api_key.0)
-            .send()
-            .await
-            .map_err(|e| error(ErrorClass::Transient, None, format!("request failed: {}", transport(&e))))?;
+        let response =
+            request.bearer_auth(self.config.api_key.expose()).send().await.map_err(|e| {
+                error(ErrorClass::Transient, None, format!("request failed: {}", describe_transport(&e)))
+            })?;
         if response.status().is_success() {
             return Ok(response);
         }
@@ -104,7 +88,7 @@ impl OpenAiBatches {
         response
             .json()
             .await
-            .map_err(|e| error(ErrorClass::Protocol, None, format!("unexpected answer: {}", transport(&e))))
+            .map_err(|e| error(ErrorClass::Protocol, None, format!("unexpected answer: {}", describe_transport(&e))))
     }
 
     async fn upload(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError> {
@@ -209,8 +193,9 @@ impl BatchProvider for OpenAiBatches {
             let mut body = response.bytes_stream();
             let mut pending: Vec<u8> = Vec::new();
             while let Some(chunk) = body.next().await {
-                let chunk = chunk
-                    .map_err(|e| error(ErrorClass::Transient, None, format!("download broke: {}", transport(&e))))?;
+                let chunk = chunk.map_err(|e| {
+                    error(ErrorClass::Transient, None, format!("download broke: {}", describe_transport(&e)))
+                })?;
                 pending.extend_from_slice(&chunk);
                 while let Some(end) = pending.iter().position(|b| *b == b'\n') {
                     let line: Vec<u8> = pending.drain(..=end).collect();
@@ -265,24 +250,5 @@ fn error(class: ErrorClass, status: Option<u16>, message: String) -> ProviderErr
     ProviderError { provider: PROVIDER, class, status, message, retry_after: None }
 }
 
-/// A short description of a reqwest failure: its kind and its immediate cause.
-fn transport(e: &reqwest::Error) -> String {
-    let kind = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "could not connect"
-    } else if e.is_decode() {
-        "could not decode"
-    } else {
-        "transport error"
-    };
-    let detail = std::error::Error::source(e).map_or_else(|| kind.to_string(), ToString::to_string);
-    format!("{kind} ({detail})")
-}
-
 #[cfg(test)]
 mod tests;
-
-fn truncate(body: &str) -> String {
-    body.chars().take(300).collect()
-}

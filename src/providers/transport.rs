@@ -1,0 +1,45 @@
+//! What every adapter's HTTP layer shares: the key type that never prints, and short,
+//! key-free descriptions of transport failures and error bodies.
+
+use std::fmt;
+
+/// A provider API key. Its Debug form is redacted, and only adapters can read it.
+#[derive(Clone)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    pub fn new(key: String) -> Self {
+        Self(key)
+    }
+
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+/// A short description of a reqwest failure: its kind and its immediate cause (never the
+/// URL, which may carry a query string).
+pub(crate) fn describe_transport(e: &reqwest::Error) -> String {
+    let kind = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "could not connect"
+    } else if e.is_decode() {
+        "could not decode"
+    } else {
+        "transport error"
+    };
+    let detail = std::error::Error::source(e).map_or_else(|| kind.to_string(), ToString::to_string);
+    format!("{kind} ({detail})")
+}
+
+/// The start of an error body, enough to recognise it in a log.
+pub(crate) fn truncate(body: &str) -> String {
+    body.chars().take(300).collect()
+}
