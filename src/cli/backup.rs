@@ -10,15 +10,15 @@ use futures_util::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 
-use super::{DEFAULT_SERVER, EXIT_PROBLEMS};
+use super::EXIT_PROBLEMS;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Where to write the backup (must not exist).
     #[arg(long)]
     out: PathBuf,
-    #[arg(long, env = "COMMITPOINT_URL", default_value = DEFAULT_SERVER)]
-    server: String,
+    #[command(flatten)]
+    admin: super::AdminUrl,
     /// Bearer token, when the server has access tokens configured (the admin token for backups).
     #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -31,7 +31,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.out.exists() {
         bail!("{}: already exists; choose a new file name", args.out.display());
     }
-    let base = args.server.trim_end_matches('/');
+    let base = args.admin.resolve();
     let client = super::http_client(args.token.as_deref())?;
     let response =
         client.post(format!("{base}/v1/admin/backup")).send().await.with_context(|| format!("cannot reach {base}"))?;

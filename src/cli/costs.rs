@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use serde_json::Value;
 
-use super::{DEFAULT_SERVER, EXIT_PROBLEMS};
+use super::EXIT_PROBLEMS;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -24,8 +24,8 @@ pub struct Args {
     /// CSV (one row per group and kind) instead of text.
     #[arg(long)]
     csv: bool,
-    #[arg(long, env = "COMMITPOINT_URL", default_value = DEFAULT_SERVER)]
-    server: String,
+    #[command(flatten)]
+    admin: super::AdminUrl,
     /// Bearer token (admin, or the tenant's own), if the server requires one.
     #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -34,7 +34,7 @@ pub struct Args {
 const KINDS: [&str; 3] = ["fresh", "replay", "failed_validation"];
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let base = args.server.trim_end_matches('/');
+    let base = args.admin.resolve();
     let mut query: Vec<(&str, &str)> = Vec::new();
     for (key, value) in [("from", &args.from), ("to", &args.to), ("group_by", &args.group_by)] {
         if let Some(v) = value {

@@ -5,13 +5,13 @@ use std::process::ExitCode;
 use anyhow::Context;
 use serde_json::Value;
 
-use super::{DEFAULT_SERVER, EXIT_PROBLEMS};
+use super::EXIT_PROBLEMS;
 
 /// How to reach the admin API.
 #[derive(Debug, clap::Args)]
 pub struct Target {
-    #[arg(long, env = "COMMITPOINT_URL", default_value = DEFAULT_SERVER)]
-    server: String,
+    #[command(flatten)]
+    admin: super::AdminUrl,
     /// Bearer token (the admin token), if the server requires one.
     #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -71,7 +71,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
             (target, reqwest::Method::POST, format!("/v1/admin/providers/{name}/resume"))
         }
     };
-    let base = target.server.trim_end_matches('/');
+    let base = target.admin.resolve();
     let request = super::http_client(target.token.as_deref())?.request(method, format!("{base}{path}"));
     let response = request.send().await.with_context(|| format!("cannot reach the server at {base}"))?;
     let status = response.status();

@@ -29,6 +29,33 @@ pub const EXIT_IO: u8 = 74;
 pub const EXIT_CONFIG: u8 = 78;
 const DEFAULT_SERVER: &str = "http://127.0.0.1:7878";
 
+/// Where a client subcommand finds the server's API.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AdminUrl {
+    /// The server's API. Default: $COMMITPOINT_ADMIN, else the listen address in the config
+    /// file ($COMMITPOINT_CONFIG or /etc/commitpoint/config.toml), else http://127.0.0.1:7878.
+    #[arg(long = "admin", visible_alias = "server", env = "COMMITPOINT_ADMIN")]
+    admin: Option<String>,
+}
+
+impl AdminUrl {
+    pub fn resolve(&self) -> String {
+        if let Some(url) = &self.admin {
+            return url.trim_end_matches('/').to_string();
+        }
+        let path = std::env::var_os("COMMITPOINT_CONFIG")
+            .map_or_else(|| PathBuf::from(crate::config::DEFAULT_CONFIG_PATH), PathBuf::from);
+        crate::config::listen_in_file(&path)
+            .map(|addr| {
+                // A server bound to every interface is reached on loopback.
+                let host = if addr.ip().is_unspecified() { "127.0.0.1".to_string() } else { addr.ip().to_string() };
+                let host = if host.contains(':') { format!("[{host}]") } else { host };
+                format!("http://{host}:{}", addr.port())
+            })
+            .unwrap_or_else(|| DEFAULT_SERVER.to_string())
+    }
+}
+
 #[derive(Debug, Parser)]
 #[command(name = "commitpoint", version, about = "Exactly-once LLM structured extraction at the commit point")]
 struct Cli {
@@ -55,8 +82,8 @@ enum Command {
     /// Print one extraction as JSON.
     Get {
         id: String,
-        #[arg(long, env = "COMMITPOINT_URL", default_value = DEFAULT_SERVER)]
-        server: String,
+        #[command(flatten)]
+        admin: AdminUrl,
         /// Bearer token, when the server has access tokens configured.
         #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
         token: Option<String>,
@@ -146,7 +173,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Backup(args) => backup::run(args).await,
         Command::Costs(args) => costs::run(args).await,
         Command::Ctl(command) => ctl::run(command).await,
-        Command::Get { id, server, token } => get(&id, &server, token.as_deref()).await,
+        Command::Get { id, admin, token } => get(&id, &admin.resolve(), token.as_deref()).await,
         Command::Verify { path } => verify(path).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Simulator(args) => simulator::run(args).await,

@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-use super::{DEFAULT_SERVER, EXIT_PROBLEMS};
+use super::EXIT_PROBLEMS;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -23,8 +23,8 @@ pub struct Args {
     /// Requests in flight at once.
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
-    #[arg(long, env = "COMMITPOINT_URL", default_value = DEFAULT_SERVER)]
-    server: String,
+    #[command(flatten)]
+    admin: super::AdminUrl,
     /// Bearer token, when the server has access tokens configured (the admin token for backups).
     #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -46,7 +46,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let client = super::http_client(args.token.as_deref())?;
-    let url = format!("{}/v1/extractions", args.server.trim_end_matches('/'));
+    let url = format!("{}/v1/extractions", args.admin.resolve());
     let gate = Arc::new(Semaphore::new(args.concurrency));
     let mut tasks = tokio::task::JoinSet::new();
     for source in sources {

@@ -361,6 +361,12 @@ impl ServeOptions {
     }
 }
 
+/// The `[server] listen` address a config file names, if it can be read (client commands
+/// use it to find the server).
+pub fn listen_in_file(path: &Path) -> Option<SocketAddr> {
+    file::load(path, false).ok()?.server.listen?.parse().ok()
+}
+
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 7878))
 }

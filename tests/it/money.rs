@@ -125,7 +125,17 @@ async fn a_tenant_over_budget_is_held_until_the_budget_is_raised() {
     let text = crate::util::stdout(&text);
     assert!(text.contains(&format!("budget {TENANT}:")) && text.contains("REACHED"), "{text}");
     assert!(text.contains("outbox: 0 pending"), "{text}");
-    let json = crate::util::cli(&["ctl", "status", "--json", "--server", &server.url]);
+    // Without --admin the CLI finds the server through $COMMITPOINT_ADMIN, or through the
+    // listen address of the config file $COMMITPOINT_CONFIG names.
+    let via_env = crate::util::cli_with_env(&["ctl", "status"], &[("COMMITPOINT_ADMIN", &server.url)]);
+    assert!(via_env.status.success(), "{}", crate::util::stderr(&via_env));
+    let client_config = rig.dir.path().join("client.toml");
+    let addr = server.url.trim_start_matches("http://");
+    std::fs::write(&client_config, format!("[server]\nlisten = \"{addr}\"\n")).expect("write client config");
+    let via_config = client_config.display().to_string();
+    let via_config = crate::util::cli_with_env(&["ctl", "status"], &[("COMMITPOINT_CONFIG", &via_config)]);
+    assert!(via_config.status.success(), "{}", crate::util::stderr(&via_config));
+    let json = crate::util::cli(&["ctl", "status", "--json", "--admin", &server.url]);
     let status: Value = serde_json::from_str(&crate::util::stdout(&json)).expect("status JSON");
     assert_eq!(status["budgets"][0]["tenant"], json!(TENANT), "{status:#}");
     assert_eq!(status["budgets"][0]["held"], json!(true), "{status:#}");

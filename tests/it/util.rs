@@ -189,8 +189,16 @@ pub fn run_to_end(mut cmd: Command) -> Output {
 
 /// `commitpoint ARGS…` with captured output.
 pub fn cli(args: &[&str]) -> Output {
+    cli_with_env(args, &[])
+}
+
+/// A CLI run with extra environment (`COMMITPOINT_ADMIN`, `COMMITPOINT_CONFIG`, …).
+pub fn cli_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(BIN);
-    cmd.args(args).env_remove("COMMITPOINT_URL");
+    cmd.args(args).env_remove("COMMITPOINT_ADMIN").env("COMMITPOINT_CONFIG", "/nonexistent/commitpoint.toml");
+    for (name, value) in env {
+        cmd.env(name, value);
+    }
     run_to_end(cmd)
 }
 
