@@ -31,20 +31,25 @@ pub struct IntakeBody {
     metadata: Option<Value>,
 }
 
+impl From<IntakeBody> for IntakeRequest {
+    fn from(body: IntakeBody) -> Self {
+        Self {
+            tenant: body.tenant,
+            source_id: body.source_id,
+            schema: body.schema,
+            content: body.content,
+            metadata: body.metadata,
+        }
+    }
+}
+
 pub async fn intake(
     State(service): State<Service>,
     Extension(caller): CallerExt,
     JsonBody(body): JsonBody<IntakeBody>,
 ) -> Reply {
     caller.may_reach(&body.tenant)?;
-    let request = IntakeRequest {
-        tenant: body.tenant,
-        source_id: body.source_id,
-        schema: body.schema,
-        content: body.content,
-        metadata: body.metadata,
-    };
-    let outcome = service.intake(request).await?;
+    let outcome = service.intake(body.into()).await?;
     crate::failpoint::hit("after-commit-before-ack");
     let status = if outcome.created { StatusCode::CREATED } else { StatusCode::OK };
     let body = json!({

@@ -5,7 +5,7 @@ mod auth;
 mod delivery;
 mod error;
 mod extract;
-mod handlers;
+pub(crate) mod handlers;
 mod money;
 mod views;
 

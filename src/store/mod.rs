@@ -7,7 +7,7 @@
 
 mod backup;
 mod batches;
-mod codec;
+pub(crate) mod codec;
 mod ledger;
 mod ops;
 mod outbox;
@@ -34,6 +34,7 @@ pub use ops::{
 };
 pub use outbox::{DeliveryReport, OutboxFilter};
 pub use read::{ListFilter, ListPage, StateCount};
+pub(crate) use records::StoredContent;
 pub use records::{
     BatchRecord, BatchState, ChargeKind, CostSource, DeliveryState, ExtractionRecord, FindingRecord, LedgerRecord,
     NewExtraction, OutboxKind, OutboxRecord, ResultRecord, Usage,
