@@ -81,20 +81,24 @@ pub fn chat_completion(body: &[u8]) -> Result<LineResult, String> {
 
 /// The delay every adapter reads from a `Retry-After` (seconds or HTTP date) or
 /// `retry-after-ms` value, at a fixed clock of 2023-11-14T22:13:20Z.
-pub fn retry_after(name: &'static str, value: &[u8]) -> Option<Duration> {
+pub fn retry_after(name: &str, value: &[u8]) -> Option<Duration> {
     let mut headers = HeaderMap::new();
-    headers.insert(HeaderName::from_static(name), HeaderValue::from_bytes(value).ok()?);
+    headers.insert(HeaderName::from_bytes(name.as_bytes()).ok()?, HeaderValue::from_bytes(value).ok()?);
     parse_retry_after(&headers, SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000))
 }
 
 /// An intake body through the handler's deserialization and the service's checks: the
-/// extraction id it would get, or why not (`json:` as the API's 400/422 from serde,
-/// `input:` as its 422 from the checks).
+/// extraction id it would get, or why not, prefixed with the API's error code for it
+/// (`malformed_json` 400 and `invalid_input` 422 split as `http::extract::JsonBody` does;
+/// `service:` for the checks, whose codes the HTTP layer picks).
 pub fn intake(data: &[u8]) -> Result<ExtractionId, String> {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     let registry = REGISTRY.get_or_init(Registry::builtin);
-    let body = serde_json::from_slice::<IntakeBody>(data).map_err(|e| format!("json: {e}"))?;
-    let new = Service::prepare_intake(registry, body.into()).map_err(|e| format!("input: {e}"))?;
+    let body = serde_json::from_slice::<IntakeBody>(data).map_err(|e| {
+        let code = if e.is_data() { "invalid_input" } else { "malformed_json" };
+        format!("{code}: {e}")
+    })?;
+    let new = Service::prepare_intake(registry, body.into()).map_err(|e| format!("service: {e}"))?;
     let tenant_ok = |b: u8| b.is_ascii_alphanumeric() || b"._-".contains(&b);
     assert!((1..=128).contains(&new.tenant.len()) && new.tenant.bytes().all(tenant_ok), "{:?}", new.tenant);
     assert!((1..=1024).contains(&new.source_id.len()) && !new.source_id.chars().any(char::is_control));

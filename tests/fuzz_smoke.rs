@@ -177,7 +177,7 @@ fn deep_nesting_is_refused_not_a_stack_overflow() {
         deep(100_000)
     );
     let refused = fuzzing::intake(intake.as_bytes()).expect_err("too deep");
-    assert!(refused.starts_with("json:") && refused.contains("recursion limit"), "{refused}");
+    assert!(refused.starts_with("malformed_json:") && refused.contains("recursion limit"), "{refused}");
     let shallow = intake.replace(&deep(100_000), &deep(100));
     assert!(fuzzing::intake(shallow.as_bytes()).is_ok(), "nesting under the limit is fine");
 
@@ -209,7 +209,7 @@ fn invalid_utf8_in_a_result_line_is_replaced_not_fatal() {
     assert_eq!((id.as_str(), output.as_str()), ("a", "ok \u{fffd}\u{fffd}"));
     let refused =
         fuzzing::intake(b"{\"tenant\":\"a\xff\",\"source_id\":\"s\",\"schema\":\"code-review@1\",\"content\":\"x\"}");
-    assert!(refused.is_err_and(|e| e.starts_with("json:")), "invalid UTF-8 in an intake body is malformed JSON");
+    assert!(refused.is_err_and(|e| e.starts_with("malformed_json:")), "invalid UTF-8 in an intake body is a 400");
 }
 
 /// A result file cut off mid-line (a dropped download, a crash while the provider wrote
