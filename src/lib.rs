@@ -17,6 +17,8 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod failpoint;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod identity;
 pub mod ledger;

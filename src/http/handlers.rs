@@ -68,6 +68,18 @@ impl IntakeReply {
     }
 }
 
+impl From<IntakeBody> for IntakeRequest {
+    fn from(body: IntakeBody) -> Self {
+        Self {
+            tenant: body.tenant,
+            source_id: body.source_id,
+            schema: body.schema,
+            content: body.content,
+            metadata: body.metadata,
+        }
+    }
+}
+
 /// Takes a source in exactly once.
 #[utoipa::path(post, path = "/v1/extractions", tag = "extractions", request_body = IntakeBody,
     security(("bearer" = [])),
@@ -88,14 +100,7 @@ pub async fn intake(
     JsonBody(body): JsonBody<IntakeBody>,
 ) -> Reply<IntakeReply> {
     caller.may_reach(&body.tenant)?;
-    let request = IntakeRequest {
-        tenant: body.tenant,
-        source_id: body.source_id,
-        schema: body.schema,
-        content: body.content,
-        metadata: body.metadata,
-    };
-    let outcome = service.intake(request).await?;
+    let outcome = service.intake(body.into()).await?;
     crate::failpoint::hit("after-commit-before-ack");
     let status = if outcome.created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(IntakeReply::new(&outcome))))

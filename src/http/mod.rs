@@ -6,7 +6,7 @@ mod auth;
 mod delivery;
 mod error;
 mod extract;
-mod handlers;
+pub(crate) mod handlers;
 mod money;
 mod openapi;
 #[cfg(test)]

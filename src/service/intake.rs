@@ -7,11 +7,12 @@ use serde_json::Value;
 
 use super::{Error, IntakeRequest, Service, invalid};
 use crate::identity::{ExtractionId, SourceHash};
+use crate::schema::Registry;
 use crate::store::{DeliveryOutcome, IntakeOutcome, NewExtraction};
 
 impl Service {
     pub async fn intake(&self, request: IntakeRequest) -> Result<IntakeOutcome, Error> {
-        let new = self.prepare_intake(request)?;
+        let new = Self::prepare_intake(&self.registry, request)?;
         let outcome = self.store.intake(new).await?;
         self.count_intake(&outcome);
         Ok(outcome)
@@ -31,7 +32,7 @@ impl Service {
             metrics::counter!("commitpoint_webhook_redeliveries_total").increment(1);
             return Ok((IntakeOutcome { created: false, record }, true));
         }
-        let new = self.prepare_intake(request)?;
+        let new = Self::prepare_intake(&self.registry, request)?;
         match self.store.intake_delivery(endpoint.to_string(), delivery_id.to_string(), new).await? {
             DeliveryOutcome::First(outcome) => {
                 self.count_intake(&outcome);
@@ -53,7 +54,8 @@ impl Service {
         }
     }
 
-    fn prepare_intake(&self, request: IntakeRequest) -> Result<NewExtraction, Error> {
+    /// The input checks and identity of an intake, without the store (also run by the fuzzers).
+    pub(crate) fn prepare_intake(registry: &Registry, request: IntakeRequest) -> Result<NewExtraction, Error> {
         check_tenant(&request.tenant)?;
         check_text("source_id", &request.source_id, 1024)?;
         if request.content.is_empty() {
@@ -64,7 +66,7 @@ impl Service {
             Some(v @ Value::Object(_)) => Some(v.to_string()),
             Some(_) => return Err(invalid("metadata", "must be a JSON object")),
         };
-        let schema = self.registry.get(&request.schema)?;
+        let schema = registry.get(&request.schema)?;
         let source_hash = SourceHash::compute(request.content.as_bytes(), schema.name());
         let id = ExtractionId::compute(&request.tenant, &request.source_id, &source_hash, schema.name());
         Ok(NewExtraction {

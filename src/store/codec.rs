@@ -4,6 +4,7 @@
 //! config, serde). bincode has no schema, so a changed struct must get a new version
 //! and a migration here; the golden-bytes tests fail if an encoding moves silently.
 
+use bincode::config::{Configuration, Limit, LittleEndian, Varint};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -22,8 +23,14 @@ pub trait Versioned: Serialize + DeserializeOwned {
     }
 }
 
-fn config() -> bincode::config::Configuration {
-    bincode::config::standard()
+/// redb's own ceiling on one value (3 GiB). bincode sizes a string's buffer from its
+/// length prefix before reading it, so without a limit a corrupt prefix aborts the
+/// process on a failed allocation; with one it is `Corrupt`. Never rejects a value redb
+/// could hold, and only bounds decoding: the bytes written are unchanged.
+const MAX_VALUE_BYTES: usize = 3 << 30;
+
+fn config() -> Configuration<LittleEndian, Varint, Limit<MAX_VALUE_BYTES>> {
+    bincode::config::standard().with_limit::<MAX_VALUE_BYTES>()
 }
 
 pub fn encode<T: Versioned>(value: &T) -> Result<Vec<u8>, Error> {

@@ -7,7 +7,7 @@
 
 mod backup;
 mod batches;
-mod codec;
+pub(crate) mod codec;
 mod ledger;
 mod ops;
 mod outbox;
@@ -35,6 +35,7 @@ pub use ops::{
 };
 pub use outbox::{DeliveryReport, OutboxFilter};
 pub use read::{ListFilter, ListPage, StateCount};
+pub(crate) use records::StoredContent;
 pub use records::{
     BatchRecord, BatchState, ChargeKind, CostSource, DeliveryState, ExtractionRecord, FindingRecord, LedgerRecord,
     NewExtraction, OutboxKind, OutboxRecord, ResultRecord, Usage,

@@ -25,7 +25,7 @@
 //! batch, never a second commit; wrongly answering `Found` would strand the real job, which
 //! is why overlap alone never counts.
 
-mod wire;
+pub(crate) mod wire;
 
 use std::collections::HashSet;
 use std::pin::Pin;

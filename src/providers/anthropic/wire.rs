@@ -85,7 +85,10 @@ pub struct RequestCounts {
 
 impl RequestCounts {
     pub fn total(&self) -> u64 {
-        self.processing + self.succeeded + self.errored + self.canceled + self.expired
+        // Saturating: the counts are the provider's numbers, not ours to trust.
+        [self.succeeded, self.errored, self.canceled, self.expired]
+            .into_iter()
+            .fold(self.processing, u64::saturating_add)
     }
 }
 
@@ -209,7 +212,7 @@ fn answer(message: Message) -> LineResult {
             model: message.model.clone().unwrap_or_default(),
             // Anthropic's `input_tokens` excludes cache reads and writes; ours counts every
             // prompt token, with the cached and cache-written parts also kept apart.
-            input_tokens: u.input_tokens + cached + written,
+            input_tokens: u.input_tokens.saturating_add(cached).saturating_add(written),
             output_tokens: u.output_tokens,
             cached_input_tokens: cached,
             cache_write_tokens: written,

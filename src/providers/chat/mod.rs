@@ -24,7 +24,7 @@
 //! answer at all (the server is down or shedding load), submit fails `Transient` or
 //! `RateLimited`, so the scheduler backs off instead of requeueing the whole batch at once.
 
-pub(super) mod wire;
+pub(crate) mod wire;
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};

@@ -29,7 +29,7 @@
 //! results (default `results`) are read from the status answer, whose size is capped by
 //! [`GenericConfig::max_status_bytes`]. Either way memory stays bounded.
 
-mod wire;
+pub(crate) mod wire;
 
 use std::time::{Duration, SystemTime};
 

@@ -5,7 +5,7 @@
 //! how a job created just before a crash (or before a dropped connection) is found again:
 //! the scheduler calls `find_job` before any resubmission.
 
-mod wire;
+pub(crate) mod wire;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
