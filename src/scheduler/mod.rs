@@ -56,6 +56,8 @@ impl Default for Settings {
 const AUTH_PAUSE: Duration = Duration::from_secs(300);
 /// After quota exhaustion, how long new submissions wait before probing again.
 const BUDGET_PAUSE: Duration = Duration::from_secs(900);
+/// The longest wait a provider's `Retry-After` is honoured for.
+const MAX_PROVIDER_DELAY: Duration = Duration::from_secs(24 * 3600);
 /// Polls and submits back off at most this long between transient failures.
 const BACKOFF_CAP: Duration = Duration::from_secs(300);
 /// Lines handed to one store write: big enough to share an fsync, small enough to
@@ -316,7 +318,8 @@ impl Scheduler {
         metrics::counter!("commitpoint_provider_errors_total", "provider" => self.provider.name().to_string(), "class" => class)
             .increment(1);
         tracing::warn!(batch_key = %batch.batch_key, class = ?error.class, error = %error, "provider call failed");
-        let retry_at = |delay: Duration| now + delay.as_millis() as u64;
+        // A provider may ask for any delay; none is honoured past a day (and none overflows).
+        let retry_at = |delay: Duration| now.saturating_add(delay.min(MAX_PROVIDER_DELAY).as_millis() as u64);
         if error.class == ErrorClass::RateLimited {
             self.health.update(|h| h.rate_limited += 1);
             let streak = self.rate_limits.entry(batch.seq).or_default();

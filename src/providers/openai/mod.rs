@@ -21,6 +21,8 @@ use super::{
 };
 
 const PROVIDER: &str = "openai";
+/// No result line is this long (a request is capped at well under it); longer is garbage.
+const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 /// How far back (pages of 100) a lost job is looked for: far more than one scheduler
 /// creates between a crash and its restart.
 const MAX_LIST_PAGES: usize = 20;
@@ -192,6 +194,9 @@ impl BatchProvider for OpenAiBatches {
             let response = self.send(self.http.get(self.url(&format!("/files/{file_id}/content")))).await?;
             let mut body = response.bytes_stream();
             let mut pending: Vec<u8> = Vec::new();
+            // Memory stays bounded even for a file without newlines: a line longer than
+            // any real answer is dropped (counted malformed) up to its end.
+            let mut oversized = false;
             while let Some(chunk) = body.next().await {
                 let chunk = chunk.map_err(|e| {
                     error(ErrorClass::Transient, None, format!("download broke: {}", describe_transport(&e)))
@@ -199,10 +204,22 @@ impl BatchProvider for OpenAiBatches {
                 pending.extend_from_slice(&chunk);
                 while let Some(end) = pending.iter().position(|b| *b == b'\n') {
                     let line: Vec<u8> = pending.drain(..=end).collect();
+                    if std::mem::take(&mut oversized) {
+                        counts.lines += 1;
+                        counts.malformed += 1;
+                        continue;
+                    }
                     deliver(&line, &mut counts, out).await?;
                 }
+                if pending.len() > MAX_LINE_BYTES {
+                    pending.clear();
+                    oversized = true;
+                }
             }
-            if !pending.is_empty() {
+            if oversized {
+                counts.lines += 1;
+                counts.malformed += 1;
+            } else if !pending.is_empty() {
                 deliver(&pending, &mut counts, out).await?;
             }
         }

@@ -76,6 +76,8 @@ async fn content(Path(id): Path<String>) -> impl IntoResponse {
                  "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}}, "error": null});
     match id.as_str() {
         "file-out" => format!("{ok}\n{{\"custom_id\": truncated\n"),
+        // A line past the limit, then a good one: the first is skipped, memory stays flat.
+        "file-huge" => format!("{{\"custom_id\": \"{}\"}}\n{ok}\n", "x".repeat(17 * 1024 * 1024)),
         _ => format!(
             "{}\n",
             json!({"id": "r2", "custom_id": "b".repeat(64), "response": null, "error": {"code": "batch_expired", "message": "x"}})
@@ -206,6 +208,20 @@ async fn find_poll_and_stream_join_on_custom_id() {
         matches!(&lines[0], (id, LineResult::Answer { usage: Some(u), .. }) if *id == "a".repeat(64) && u.input_tokens == 5)
     );
     assert!(matches!(&lines[1], (id, LineResult::Retry { .. }) if *id == "b".repeat(64)));
+}
+
+#[tokio::test]
+async fn an_oversized_line_is_counted_malformed_and_the_rest_still_read() {
+    let (base, _seen) = start_capture().await;
+    let provider = adapter(base);
+    let job = JobStatus { job_id: "b".into(), phase: JobPhase::Completed, result_files: vec!["file-huge".into()] };
+    let (tx, mut rx) = mpsc::channel(16);
+    let counts = provider.stream_results(&job, &tx).await.unwrap();
+    drop(tx);
+    assert_eq!(counts, StreamCounts { lines: 2, malformed: 1 });
+    let line = rx.recv().await.unwrap();
+    assert_eq!(line.0, "a".repeat(64));
+    assert!(rx.recv().await.is_none());
 }
 
 #[tokio::test]
