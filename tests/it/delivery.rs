@@ -232,10 +232,12 @@ async fn signed_webhooks_are_taken_once_per_delivery_and_forgeries_store_nothing
     let (status, first) = post_raw(&server.url, "/v1/webhooks/github", &headers, body).await;
     assert_eq!(status, 201, "{first:#}");
     assert_eq!(first["redelivery"], json!(false));
-    let (status, again) = post_raw(&server.url, "/v1/webhooks/github", &headers, body).await;
-    assert_eq!(status, 200, "{again:#}");
-    assert_eq!(again["redelivery"], json!(true));
-    assert_eq!(again["extraction_id"], first["extraction_id"]);
+    for _ in 0..2 {
+        let (status, again) = post_raw(&server.url, "/v1/webhooks/github", &headers, body).await;
+        assert_eq!(status, 200, "{again:#}");
+        assert_eq!(again["redelivery"], json!(true));
+        assert_eq!(again["extraction_id"], first["extraction_id"]);
+    }
 
     // A forged signature, a tampered body, a missing delivery id: 401, nothing stored.
     let forged = [("x-hub-signature-256", format!("sha256={}", "0".repeat(64))), ("x-github-delivery", "d-2".into())];

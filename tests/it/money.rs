@@ -33,21 +33,20 @@ async fn costs(api: &Api, tenant: &str) -> Value {
 
 #[tokio::test]
 async fn the_ledger_adds_up_to_the_paid_attempts() {
-    let faults = Faults {
-        server_error_next: 1,
-        rate_limit_next: 1,
-        duplicate_line_every: 3,
-        invalid_output_every: 4,
-        ..Faults::default()
-    };
-    let rig = Rig::start(Duration::from_millis(300), faults).await;
+    let steady = Faults { duplicate_line_every: 2, invalid_output_every: 2, ..Faults::default() };
+    // The first batch also meets a 5xx and a 429, and expires half done.
+    let first = Faults { server_error_next: 1, rate_limit_next: 1, expire_batches: true, ..steady.clone() };
+    let rig = Rig::start(Duration::from_millis(300), first).await;
     let config = write_config(&rig, "");
     let server = rig.serve(&["--config", &config], None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
+    rig.wait_stats("an expired batch", |s| s.lines_failed > 0).await;
+    rig.sim.set_faults(steady);
     let records = settle(&api, &ids).await;
     let failed = records.values().filter(|r| r["state"] == json!("failed")).count() as u64;
     assert!(failed > 0, "the fault plan makes some answers fail validation");
+    assert!(records.values().any(|r| r["attempts"].as_u64() >= Some(2)), "the expired batch requeued members");
     let stats = rig.stats();
 
     let report = costs(&api, TENANT).await;
