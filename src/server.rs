@@ -306,6 +306,7 @@ fn build_generic(options: &config::GenericOptions) -> Result<Arc<dyn BatchProvid
         config.capability = capability.clone();
     }
     config.max_tokens = options.max_tokens;
+    options.fields.apply(&mut config.fields)?;
     Ok(Arc::new(GenericBatches::new(config).map_err(Error::Provider)?))
 }
 

@@ -33,6 +33,69 @@ pub struct RawGeneric {
     pub api_key_env: Option<String>,
     pub api_key_file: Option<PathBuf>,
     pub api_key_credential: Option<String>,
+    /// Field names the contract leaves unconfirmed; each defaults as documented in
+    /// docs/PROVIDERS.md.
+    #[serde(default)]
+    pub fields: GenericFieldOverrides,
+}
+
+/// Overrides of the generic contract's unconfirmed field names (JSON Pointers, except
+/// `item_id`, a plain key) and batch state names.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenericFieldOverrides {
+    pub item_id: Option<String>,
+    pub state: Option<String>,
+    pub results: Option<String>,
+    pub results_url: Option<String>,
+    pub item_response: Option<String>,
+    pub item_error: Option<String>,
+    pub item_cost_usd: Option<String>,
+    pub item_request_id: Option<String>,
+    pub running_states: Option<Vec<String>>,
+    pub completed_states: Option<Vec<String>>,
+    pub failed_states: Option<Vec<String>>,
+    pub cancelled_states: Option<Vec<String>>,
+    pub expired_states: Option<Vec<String>>,
+}
+
+impl GenericFieldOverrides {
+    /// Applies the overrides onto the adapter's defaults, checking pointers are pointers.
+    pub fn apply(&self, fields: &mut crate::providers::generic::GenericFields) -> Result<(), Error> {
+        let set = |target: &mut String, value: &Option<String>, pointer: bool| -> Result<(), Error> {
+            if let Some(v) = value {
+                if pointer && !v.is_empty() && !v.starts_with('/') {
+                    return Err(Error::Invalid {
+                        key: "providers.generic.fields",
+                        reason: format!("{v:?} is not a JSON Pointer (it must start with '/')"),
+                    });
+                }
+                *target = v.clone();
+            }
+            Ok(())
+        };
+        set(&mut fields.item_id, &self.item_id, false)?;
+        set(&mut fields.state, &self.state, true)?;
+        set(&mut fields.results, &self.results, true)?;
+        set(&mut fields.results_url, &self.results_url, true)?;
+        set(&mut fields.item_response, &self.item_response, true)?;
+        set(&mut fields.item_error, &self.item_error, true)?;
+        set(&mut fields.item_cost_usd, &self.item_cost_usd, true)?;
+        set(&mut fields.item_request_id, &self.item_request_id, true)?;
+        let states = &mut fields.states;
+        for (target, value) in [
+            (&mut states.running, &self.running_states),
+            (&mut states.completed, &self.completed_states),
+            (&mut states.failed, &self.failed_states),
+            (&mut states.cancelled, &self.cancelled_states),
+            (&mut states.expired, &self.expired_states),
+        ] {
+            if let Some(names) = value {
+                target.clone_from(names);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// An OpenAI-compatible chat server called synchronously (vLLM, llama.cpp, Ollama).
@@ -56,6 +119,7 @@ pub struct GenericOptions {
     pub capability: Option<String>,
     pub max_tokens: Option<u32>,
     pub key: KeySource,
+    pub fields: GenericFieldOverrides,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -81,6 +145,7 @@ impl RawGeneric {
             capability: self.capability,
             max_tokens: self.max_tokens,
             key,
+            fields: self.fields,
         })
     }
 }
@@ -398,4 +463,29 @@ pub fn resolve_webhooks(raw: Vec<RawWebhook>) -> Result<Vec<WebhookOptions>, Err
         });
     }
     Ok(hooks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::generic::GenericFields;
+
+    #[test]
+    fn generic_field_names_can_be_overridden_and_are_checked() {
+        let raw: RawGeneric = toml::from_str(
+            "base_url = \"https://b\"\nmodel = \"m\"\napi_key_env = \"K\"\n\
+             [fields]\nitem_id = \"id\"\nstate = \"/status\"\ncompleted_states = [\"done\"]\n",
+        )
+        .unwrap();
+        let options = raw.resolve().unwrap();
+        let mut fields = GenericFields::default();
+        options.fields.apply(&mut fields).unwrap();
+        assert_eq!((fields.item_id.as_str(), fields.state.as_str()), ("id", "/status"));
+        assert_eq!(fields.states.completed, vec!["done".to_string()]);
+        assert_eq!(fields.results, GenericFields::default().results, "unnamed fields keep their defaults");
+
+        let bad = GenericFieldOverrides { results: Some("results".into()), ..GenericFieldOverrides::default() };
+        assert!(bad.apply(&mut GenericFields::default()).is_err());
+        assert!(toml::from_str::<RawGeneric>("base_url = \"b\"\nmodel = \"m\"\n[fields]\nstatus = \"/x\"\n").is_err());
+    }
 }
