@@ -1,8 +1,10 @@
 //! Crash-loop torture: the real `commitpoint serve` against the SIMULATED OpenAI Batch API
-//! with faults on, under concurrent intake with duplicates and an external worker, is
-//! SIGKILLed at a random moment every round and restarted on the same data directory.
-//! After the last round everything drains and an outside checker compares what clients
-//! were told, what the simulator counted and what the API answers (docs/RELIABILITY.md).
+//! with faults on, under concurrent intake with duplicates, signed webhooks and an
+//! external worker, delivering its outbox to a receiver that often refuses, is SIGKILLed
+//! at a random moment every round and restarted on the same data directory. After the
+//! last round everything drains and an outside checker compares what clients were told,
+//! what the simulator billed, what the receiver got and what the API answers (the cost
+//! ledger included): docs/RELIABILITY.md.
 //!
 //! `COMMITPOINT_TORTURE_SEED` (u64, random by default) and `COMMITPOINT_TORTURE_ROUNDS`
 //! (default 20) parameterise it; the seed is always printed, and every failure names the
@@ -19,16 +21,30 @@
 mod api;
 #[path = "torture/checker.rs"]
 mod checker;
+#[path = "torture/config.rs"]
+mod config;
 #[path = "torture/context.rs"]
 mod context;
+#[path = "torture/costs.rs"]
+mod costs;
+#[path = "torture/events.rs"]
+mod events;
 #[path = "torture/faults.rs"]
 mod faults;
 #[path = "torture/health.rs"]
 mod health;
+#[path = "torture/hooks.rs"]
+mod hooks;
 #[path = "torture/kills.rs"]
 mod kills;
+#[path = "torture/observed.rs"]
+mod observed;
 #[path = "torture/process.rs"]
 mod process;
+#[path = "torture/receiver.rs"]
+mod receiver;
+#[path = "torture/simfiles.rs"]
+mod simfiles;
 #[path = "torture/summary.rs"]
 mod summary;
 #[path = "torture/worker.rs"]
@@ -52,7 +68,9 @@ use tokio::task::JoinHandle;
 use crate::api::Api;
 use crate::context::{Params, say};
 use crate::kills::KillAt;
+use crate::observed::Kind;
 use crate::process::{Serve, assert_verifies, db_path, report_count};
+use crate::receiver::Receiver;
 use crate::workload::World;
 
 const INTAKE_CLIENTS: usize = 3;
@@ -80,9 +98,12 @@ fn crash_loop_torture() {
     let dir = tempfile::Builder::new().prefix("commitpoint-torture-").tempdir().expect("temp dir");
     let db = db_path(dir.path());
     let world = Arc::new(World::default());
+    let receiver = rt.block_on(Receiver::start(rng.random()));
+    let config = config::write(dir.path(), &receiver.url);
 
     let mut clients: Vec<JoinHandle<()>> =
         (0..INTAKE_CLIENTS).map(|c| rt.spawn(workload::run_client(Arc::clone(&world), c, rng.random()))).collect();
+    clients.push(rt.spawn(hooks::run(Arc::clone(&world), rng.random())));
     let sampler = Arc::new(health::Sampler::default());
     let mut background = vec![
         rt.spawn(worker::run(Arc::clone(&world), rng.random())),
@@ -98,7 +119,7 @@ fn crash_loop_torture() {
         let faults = faults::for_round(&mut rng);
         let kill_at = KillAt::draw(&mut rng);
         sim.set_faults(faults.clone());
-        let mut server = Serve::start(dir.path(), &sim.base_url());
+        let mut server = Serve::start(dir.path(), &sim.base_url(), &config);
         world.endpoint.set(Some(Api::new(&server.url)));
         // Every intake acknowledged before this restart must be there (DESIGN §6.5).
         checked_acks = rt.block_on(acks_survived(&world, checked_acks, round));
@@ -136,7 +157,8 @@ fn crash_loop_torture() {
     world.calm.store(true, Ordering::SeqCst);
     world.stop_intake.store(true, Ordering::SeqCst);
     sim.set_faults(Faults::default());
-    let server = Serve::start(dir.path(), &sim.base_url());
+    receiver.calm();
+    let server = Serve::start(dir.path(), &sim.base_url(), &config);
     world.endpoint.set(Some(Api::new(&server.url)));
     for client in clients {
         rt.block_on(client).expect("intake client");
@@ -147,9 +169,11 @@ fn crash_loop_torture() {
     for task in background {
         rt.block_on(task).expect("worker or sampler");
     }
+    rt.block_on(drain_outbox(&world));
 
     let stats = sim.stats();
-    let seen = rt.block_on(checker::check(&world, &stats));
+    let files = rt.block_on(simfiles::read(&sim.base_url()));
+    let seen = rt.block_on(checker::check(&world, &stats, &files, &receiver));
     world.endpoint.set(None);
     sampler.process_ended(&server.url);
     let (status, stderr) = server.terminate();
@@ -170,6 +194,14 @@ fn crash_loop_torture() {
     assert!(stats.batches_created > 0 && stats.lines_completed > 0, "the provider did no work: {stats:#?}");
     assert!(world.worker.commits.load(Ordering::Relaxed) > 0, "the worker committed nothing");
     assert!(seen.duplicate_acks > 0, "no duplicate intake was answered");
+    let entries = |provider: &str, kind| seen.costs.by_kind.get(&(provider.to_string(), kind)).copied().unwrap_or(0);
+    assert!(
+        entries("openai", Kind::Fresh) > 0 && entries(config::WORKER_PROVIDER, Kind::Fresh) > 0,
+        "{:?}",
+        seen.costs
+    );
+    assert!(seen.events.committed > 0 && seen.hooks.redeliveries > 0, "{:?} {:?}", seen.events, seen.hooks);
+    assert!(params.rounds < 20 || seen.events.refused > 0, "the receiver never refused: {:?}", seen.events);
     let lost = world.ledger().lost;
     assert!(params.rounds < 20 || lost > 0, "no request was cut by a kill in {} rounds", params.rounds);
     rt.block_on(sim.stop());
@@ -221,7 +253,9 @@ async fn drain(world: &World) -> Duration {
             return started.elapsed();
         }
         if busy == 0 {
-            for record in world.endpoint.list_all("state=failed&").await {
+            let failed = world.endpoint.list_all("state=failed&").await;
+            world.observed.failed_listing(&failed);
+            for record in failed {
                 let id = record["extraction_id"].as_str().unwrap_or_default();
                 let (reply, _) =
                     world.endpoint.send(Method::POST, &format!("/v1/extractions/{id}/retry"), Some(&json!({}))).await;
@@ -230,6 +264,19 @@ async fn drain(world: &World) -> Duration {
             }
         }
         assert!(started.elapsed() < DRAIN_TIMEOUT, "not drained within {DRAIN_TIMEOUT:?}: {stats:#}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until the outbox has nothing pending (the receiver takes everything now).
+async fn drain_outbox(world: &World) {
+    let started = Instant::now();
+    loop {
+        let pending = world.endpoint.get("/v1/outbox?state=pending").await.body;
+        if pending["events"].as_array().is_some_and(Vec::is_empty) {
+            return;
+        }
+        assert!(started.elapsed() < DRAIN_TIMEOUT, "outbox not drained within {DRAIN_TIMEOUT:?}: {pending:#}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

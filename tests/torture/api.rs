@@ -48,6 +48,24 @@ impl Api {
         if let Some(body) = body {
             request = request.header("content-type", "application/json").body(body.to_string());
         }
+        Self::reply(path, request).await
+    }
+
+    /// A POST of exact bytes with extra headers (a signed webhook delivery).
+    pub async fn try_post_raw(
+        &self,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Vec<u8>,
+    ) -> Result<Reply, reqwest::Error> {
+        let mut request = self.http.post(format!("{}{path}", self.base)).header("content-type", "application/json");
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        Self::reply(path, request.body(body)).await
+    }
+
+    async fn reply(path: &str, request: reqwest::RequestBuilder) -> Result<Reply, reqwest::Error> {
         let response = request.send().await?;
         let status = response.status().as_u16();
         let bytes = response.bytes().await?;

@@ -1,11 +1,18 @@
 //! The outside checker, run once everything has drained: it trusts only what the clients
-//! were told (the ledger), what the simulator counted, and what the API now answers.
+//! were told (the ledger), what the simulator counted and served, what the downstream
+//! receiver got, and what the API now answers.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use commitpoint::simulator::{Stats, review};
 use serde_json::{Value, json};
 
+use crate::config::WEBHOOK_TENANT;
+use crate::costs::CostSeen;
+use crate::events::EventSeen;
+use crate::hooks::HookSeen;
+use crate::receiver::Receiver;
+use crate::simfiles::ProviderFiles;
 use crate::workload::{SCHEMA, TENANTS, World};
 
 /// What the checker saw, for the summary and the cross-check with `verify`.
@@ -19,13 +26,16 @@ pub struct Seen {
     pub created_answers: usize,
     pub unacked_sent: usize,
     pub resubmitted_members: usize,
+    pub costs: CostSeen,
+    pub events: EventSeen,
+    pub hooks: HookSeen,
 }
 
 fn text<'a>(record: &'a Value, key: &str) -> &'a str {
     record[key].as_str().unwrap_or_else(|| panic!("no {key} in {record:#}"))
 }
 
-pub async fn check(world: &World, sim: &Stats) -> Seen {
+pub async fn check(world: &World, sim: &Stats, files: &ProviderFiles, receiver: &Receiver) -> Seen {
     let mut seen = Seen::default();
     let listed = world.endpoint.list_all("").await;
     seen.extractions = listed.len();
@@ -53,7 +63,8 @@ pub async fn check(world: &World, sim: &Stats) -> Seen {
     }
 
     // Listing by tenant shows each tenant's extractions once, and only those.
-    for tenant in TENANTS {
+    let tenants: Vec<&str> = TENANTS.iter().copied().chain([WEBHOOK_TENANT]).collect();
+    for tenant in &tenants {
         let mut listed_ids = BTreeSet::new();
         for record in world.endpoint.list_all(&format!("tenant={tenant}&")).await {
             assert_eq!(text(&record, "tenant"), *tenant, "{record:#}");
@@ -87,11 +98,13 @@ pub async fn check(world: &World, sim: &Stats) -> Seen {
     // After the drain and the retries, everything is committed with exactly the findings
     // of the simulated reviewer, each stored once.
     let mut finding_keys = HashSet::new();
+    let mut stored_findings: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     for (id, record) in &by_id {
         assert_eq!(record["state"], json!("committed"), "not committed after the drain: {record:#}");
         let source = &sent[id];
         let reply = world.endpoint.get(&format!("/v1/extractions/{id}/findings")).await;
         let findings = reply.body["findings"].as_array().expect("findings array");
+        stored_findings.insert(id.clone(), findings.clone());
         let mut got: Vec<Value> = Vec::new();
         for finding in findings {
             let key = text(finding, "finding_key").to_string();
@@ -125,26 +138,24 @@ pub async fn check(world: &World, sim: &Stats) -> Seen {
         }
     }
 
-    ledger_matches_paid_attempts(world, sim);
-    outbox_delivers_each_commit_once(world);
-    webhooks_redeliver_until_acknowledged(world);
+    // The ledger against what the provider billed and what the worker sent.
+    let (costs, entries) = crate::costs::check(world, &by_id, &tenants, files, sim).await;
+    seen.costs = costs;
+
+    // The outbox has delivered everything, and the receiver saw each event as it should.
+    for state in ["pending", "dead"] {
+        let reply = world.endpoint.get(&format!("/v1/outbox?state={state}")).await;
+        assert_eq!(reply.body["events"], json!([]), "{state} outbox events after the drain: {:#}", reply.body);
+    }
+    let failures = world.observed.failures().clone();
+    let expected = crate::events::Expected {
+        records: &by_id,
+        findings: &stored_findings,
+        ledger: &entries,
+        failures: &failures,
+        files,
+    };
+    seen.events = crate::events::check(&receiver.deliveries(), &expected);
+    seen.hooks = crate::hooks::check(world);
     seen
 }
-
-// TODO(ledger): once the cost ledger lands, read it (API or `verify` report) and assert
-// one entry per paid attempt: per extraction, ledger entries == the number of batches the
-// simulator billed it in (`sim.submissions_per_custom_id`, answered lines only) plus the
-// worker results committed with `usage`; and the sum of entries == `sim.lines_completed`
-// plus the worker's commits.
-fn ledger_matches_paid_attempts(_world: &World, _sim: &Stats) {}
-
-// TODO(outbox): once the outbox lands, assert exactly one outbox event per committed
-// extraction, each with a stable event id that survives every restart of the run, and
-// none for an extraction that is not committed.
-fn outbox_delivers_each_commit_once(_world: &World) {}
-
-// TODO(webhooks): once webhooks land, run a receiver in this process that fails some
-// deliveries and is unreachable while the server is down; assert every outbox event
-// reaches it until acknowledged, every redelivery (after a failure or a restart) carries
-// the same event id and payload, and count redeliveries per event for the summary.
-fn webhooks_redeliver_until_acknowledged(_world: &World) {}

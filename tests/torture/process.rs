@@ -27,16 +27,20 @@ pub struct Serve {
 impl Serve {
     /// `serve --provider openai` against the simulator at `sim_base_url`, batches of at most
     /// 8 members formed within 200 ms and jobs polled every 100 ms, so that a round of about
-    /// a second sees batches formed, submitted, polled and ingested.
-    pub fn start(data_dir: &Path, sim_base_url: &str) -> Serve {
+    /// a second sees batches formed, submitted, polled and ingested; `config` adds prices,
+    /// the outbox sink and the webhook endpoint.
+    pub fn start(data_dir: &Path, sim_base_url: &str, config: &Path) -> Serve {
         let mut cmd = Command::new(BIN);
         cmd.arg("serve")
             .arg("--data-dir")
             .arg(data_dir)
+            .arg("--config")
+            .arg(config)
             .args(["--listen", "127.0.0.1:0", "--provider", "openai", "--provider-base-url", sim_base_url])
             .args(["--provider-key-env", "TORTURE_SIM_KEY", "--batch-max-size", "8", "--batch-max-wait", "200ms"])
             .args(["--poll-interval", "100ms"])
             .env("TORTURE_SIM_KEY", SIM_KEY)
+            .env(crate::config::SINK_SECRET_ENV, crate::config::SINK_SECRET)
             .env("COMMITPOINT_LOG", "info")
             .env_remove("COMMITPOINT_FAILPOINTS")
             .env_remove("COMMITPOINT_CONFIG")

@@ -29,7 +29,10 @@ pub fn print(run: &Run<'_>, world: &World, sampler: &Sampler) {
          store: {} extractions all committed, {} findings\n  \
          provider: {} batches, {} lines completed, {} lines failed, {} 429s, {} 5xx, {} dropped creates, {} members in more than one batch, max live batches per member {}\n  \
          server counters summed over processes (lower bounds): {:?}\n  \
-         worker: {} claims, {} commits, {} replays, {} invalid, {} abandoned, late posts {} accepted / {} refused, {} retries",
+         worker: {} claims, {} commits, {} replays, {} invalid, {} abandoned, late posts {} accepted ({} as replays) / {} refused, {} retries\n  \
+         ledger: {} entries {:?}, {} micro-dollars charged; provider lines {} billed readable + {} torn (no entry); {} worker calls charged twice\n  \
+         outbox: {} events ({} committed, {} failed attempts) in {} deliveries, {} refused by the receiver, {} acknowledged more than once\n  \
+         webhooks: {} delivery ids, {} sends, {} answers ({} redeliveries), {} lost to kills, {} never answered",
         run.params.seed,
         run.params.rounds,
         run.took,
@@ -58,7 +61,29 @@ pub fn print(run: &Run<'_>, world: &World, sampler: &Sampler) {
         w.invalid.load(Ordering::Relaxed),
         w.abandoned.load(Ordering::Relaxed),
         w.late_accepted.load(Ordering::Relaxed),
+        w.late_replayed.load(Ordering::Relaxed),
         w.late_refused.load(Ordering::Relaxed),
         w.retries.load(Ordering::Relaxed),
+        run.seen.costs.entries,
+        run.seen.costs.by_kind,
+        run.seen.costs.charged_micros,
+        run.seen.costs.billed_lines,
+        run.seen.costs.torn_lines,
+        run.seen.costs.double_charged_calls.len(),
+        run.seen.events.events,
+        run.seen.events.committed,
+        run.seen.events.failed,
+        run.seen.events.deliveries,
+        run.seen.events.refused,
+        run.seen.events.acknowledged_again,
+        run.seen.hooks.deliveries,
+        run.seen.hooks.sends,
+        run.seen.hooks.answers,
+        run.seen.hooks.redeliveries,
+        run.seen.hooks.lost,
+        run.seen.hooks.never_answered,
     ));
+    for call in &run.seen.costs.double_charged_calls {
+        say(&format!("  charged twice: {call}"));
+    }
 }

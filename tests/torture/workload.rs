@@ -21,7 +21,7 @@ pub const SCHEMA: &str = "code-review@1";
 pub const TENANTS: &[&str] = &["acme", "globex", "initech"];
 
 /// Lines for generated sources: one per reviewer rule, one with two rules, and clean ones.
-const LINES: &[&str] = &[
+pub const LINES: &[&str] = &[
     "let v = input.parse::<u32>().unwrap();",
     "// TODO: handle the error path",
     "unsafe { ptr.read() }",
@@ -87,6 +87,8 @@ pub struct WorkerCounts {
     pub invalid: AtomicU64,
     pub abandoned: AtomicU64,
     pub late_accepted: AtomicU64,
+    /// Late posts answered as replays: someone else committed first (no charge).
+    pub late_replayed: AtomicU64,
     pub late_refused: AtomicU64,
     pub retries: AtomicU64,
 }
@@ -103,6 +105,7 @@ pub struct World {
     /// The final phase: no more invalid or abandoned results from the worker.
     pub calm: AtomicBool,
     pub worker: WorkerCounts,
+    pub observed: crate::observed::Observed,
 }
 
 impl World {
