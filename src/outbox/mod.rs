@@ -101,35 +101,37 @@ impl Deliverer {
         tracing::info!("outbox delivery stopped");
     }
 
+    /// Each outcome is recorded as soon as its attempt ends, so a crash redelivers only
+    /// the events whose attempts were still open.
     async fn deliver_due(&self) -> Result<(), crate::store::Error> {
         let due = self.store.due_events(clock::now_ms(), DUE_BATCH).await?;
-        let reports = futures_util::stream::iter(due)
+        let results = futures_util::stream::iter(due)
             .map(|event| async move {
-                let report = self.attempt(&event).await;
-                (event, report)
+                let report = self.attempt(&event).await?;
+                self.note(&event, &report);
+                self.store.record_delivery(event.seq, report).await.map(|_| ())
             })
             .buffer_unordered(DELIVERIES_AT_ONCE)
             .collect::<Vec<_>>()
             .await;
-        for (event, report) in reports {
-            let report = report?;
-            match &report {
-                DeliveryReport::Delivered { status } => {
-                    metrics::counter!("commitpoint_outbox_deliveries_total", "outcome" => "delivered").increment(1);
-                    tracing::debug!(event = %event.event_id, sink = %event.sink, status, "event delivered");
-                }
-                DeliveryReport::Retry { error, .. } => {
-                    metrics::counter!("commitpoint_outbox_deliveries_total", "outcome" => "retry").increment(1);
-                    tracing::info!(event = %event.event_id, sink = %event.sink, %error, "delivery failed; will retry");
-                }
-                DeliveryReport::Dead { reason } => {
-                    metrics::counter!("commitpoint_outbox_deliveries_total", "outcome" => "dead").increment(1);
-                    tracing::warn!(event = %event.event_id, sink = %event.sink, %reason, "event moved to the dead-letter list");
-                }
+        results.into_iter().collect()
+    }
+
+    fn note(&self, event: &OutboxRecord, report: &DeliveryReport) {
+        match report {
+            DeliveryReport::Delivered { status } => {
+                metrics::counter!("commitpoint_outbox_deliveries_total", "outcome" => "delivered").increment(1);
+                tracing::debug!(event = %event.event_id, sink = %event.sink, status, "event delivered");
             }
-            self.store.record_delivery(event.seq, report).await?;
+            DeliveryReport::Retry { error, .. } => {
+                metrics::counter!("commitpoint_outbox_deliveries_total", "outcome" => "retry").increment(1);
+                tracing::info!(event = %event.event_id, sink = %event.sink, %error, "delivery failed; will retry");
+            }
+            DeliveryReport::Dead { reason } => {
+                metrics::counter!("commitpoint_outbox_deliveries_total", "outcome" => "dead").increment(1);
+                tracing::warn!(event = %event.event_id, sink = %event.sink, %reason, "event moved to the dead-letter list");
+            }
         }
-        Ok(())
     }
 
     async fn attempt(&self, event: &OutboxRecord) -> Result<DeliveryReport, crate::store::Error> {

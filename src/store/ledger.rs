@@ -67,6 +67,10 @@ pub(super) fn record_charge(
     charge: &Charge,
     kind: ChargeKind,
 ) -> Result<(), Error> {
+    // A reporter that resends (its answer was lost, or it was refused) reports the same
+    // call again: one provider request id is charged once per extraction.
+    let kind =
+        if kind != ChargeKind::Replay && already_charged(t, record.seq, charge)? { ChargeKind::Replay } else { kind };
     let (list_cost, source) = t.policies.pricing.price(&charge.provider, &charge.usage, charge.batch);
     let cost_micros = if kind == ChargeKind::Replay { 0 } else { list_cost };
     let seq = t.allocate_ledger_seq();
@@ -95,6 +99,23 @@ pub(super) fn record_charge(
         t.spend.insert((record.tenant.as_str(), day), spent.saturating_add(cost_micros))?;
     }
     Ok(())
+}
+
+fn already_charged(t: &WriteTables<'_>, extraction_seq: u64, charge: &Charge) -> Result<bool, Error> {
+    let Some(request_id) = charge.usage.request_id.as_deref() else {
+        return Ok(false);
+    };
+    for entry in t.ledger_by_extraction.range((extraction_seq, 0)..=(extraction_seq, u64::MAX))? {
+        let ledger_seq = entry?.0.value().1;
+        let earlier: LedgerRecord = decode(&required(t.ledger.get(ledger_seq)?, "ledger", ledger_seq)?)?;
+        if earlier.kind != ChargeKind::Replay
+            && earlier.provider == charge.provider
+            && earlier.usage.request_id.as_deref() == Some(request_id)
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 impl Store {

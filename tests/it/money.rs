@@ -177,3 +177,30 @@ async fn ctl_reload_applies_a_raised_budget_without_a_restart() {
     assert_eq!(records[&held]["state"], json!("committed"));
     crate::util::stop_and_verify(server);
 }
+
+/// A worker that resends the same answer (its first reply was lost, or it was refused)
+/// reports the same provider request id: that call is charged once, the resends are
+/// replays. Here an invalid answer is posted twice: failed validation, then a refusal.
+#[tokio::test]
+async fn one_provider_request_is_charged_once_however_often_it_is_posted() {
+    let dir = crate::util::temp_dir();
+    let server = crate::util::Server::start(dir.path());
+    let api = server.api();
+    let id = api.create(TENANT, "twice.rs", "fn main() {}").await;
+    let (_, token) = api.claim_one("w1", 60).await;
+    let body = json!({
+        "lease_token": token,
+        "output": {"findings": "not an array"},
+        "usage": {"model": "m", "input_tokens": 1000, "output_tokens": 10, "cost_micros": 2000, "request_id": "req-1"},
+    });
+    let first = api.post(&format!("/v1/extractions/{id}/result"), &body).await;
+    assert_eq!(first.status, 422, "{:#}", first.body);
+    let again = api.post(&format!("/v1/extractions/{id}/result"), &body).await;
+    assert_eq!(again.status, 409, "{:#}", again.body);
+    let costs = api.get(&format!("/v1/extractions/{id}/costs")).await;
+    assert_eq!(costs.body["charged_micros"], json!(2000), "{:#}", costs.body);
+    let kinds: Vec<&str> =
+        costs.body["attempts"].as_array().expect("attempts").iter().filter_map(|a| a["kind"].as_str()).collect();
+    assert_eq!(kinds, ["failed_validation", "replay"]);
+    crate::util::stop_and_verify(server);
+}
