@@ -71,7 +71,7 @@ pub async fn receive(
     let request = endpoint
         .map(&body)
         .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_payload", e.to_string()))?;
-    let (outcome, redelivery) = service.webhook_intake(endpoint, &delivery.id, request).await?;
+    let (outcome, redelivery) = service.intake_delivery(&endpoint.name, &delivery.id, request).await?;
     let status = if outcome.created { StatusCode::CREATED } else { StatusCode::OK };
     let body = WebhookReceipt {
         extraction_id: outcome.record.id.to_hex(),

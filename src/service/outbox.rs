@@ -1,22 +1,12 @@
-//! Webhook intake and the outbox's operator actions.
+//! Webhook endpoints and the outbox's operator actions.
 
-use super::{Error, IntakeRequest, Service};
-use crate::store::{IntakeOutcome, OutboxFilter, OutboxRecord};
+use super::{Error, Service};
+use crate::store::{OutboxFilter, OutboxRecord};
 use crate::webhook::Endpoint;
 
 impl Service {
     pub fn webhook(&self, name: &str) -> Result<&Endpoint, Error> {
         self.webhooks.get(name).ok_or_else(|| Error::UnknownWebhook(name.to_string()))
-    }
-
-    /// Maps a verified delivery's payload and takes it in exactly once per delivery id.
-    pub async fn webhook_intake(
-        &self,
-        endpoint: &Endpoint,
-        delivery_id: &str,
-        request: IntakeRequest,
-    ) -> Result<(IntakeOutcome, bool), Error> {
-        self.intake_delivery(&endpoint.name, delivery_id, request).await
     }
 
     pub async fn outbox(&self, filter: OutboxFilter, after: u64, limit: usize) -> Result<Vec<OutboxRecord>, Error> {

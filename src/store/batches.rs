@@ -27,12 +27,6 @@ pub struct WorkFilter(pub Arc<AcceptFn>);
 /// `(tenant, schema) -> may this provider take it`.
 pub type AcceptFn = dyn Fn(&str, &str) -> bool + Send + Sync;
 
-impl WorkFilter {
-    pub fn any() -> Self {
-        Self(Arc::new(|_, _| true))
-    }
-}
-
 impl std::fmt::Debug for WorkFilter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("WorkFilter")

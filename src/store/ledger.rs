@@ -5,7 +5,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use redb::{ReadableTable, ReadableTableMetadata};
+use redb::ReadableTable;
 
 use super::codec::{decode, encode};
 use super::ops::required;
@@ -183,10 +183,5 @@ impl Store {
             Ok(totals)
         })
         .await
-    }
-
-    /// How many ledger entries exist (verification and tests).
-    pub async fn ledger_len(&self) -> Result<u64, Error> {
-        self.read(|txn| Ok(txn.open_table(tables::LEDGER)?.len()?)).await
     }
 }
