@@ -13,6 +13,10 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::Value;
 
+mod view;
+
+pub use view::{Dialect, Inexpressible, View};
+
 pub const BUILTIN_CODE_REVIEW: &str = "code-review@1";
 const IDENTITY_KEY: &str = "x-commitpoint-identity";
 const FINDINGS_KEY: &str = "x-commitpoint-findings";
@@ -35,6 +39,15 @@ pub enum Error {
     },
     #[error("{path}: {reason}")]
     Invalid { path: PathBuf, reason: String },
+    #[error("{path}: schema {schema} cannot be sent to provider {provider} ({dialect}) {source}")]
+    Inexpressible {
+        path: PathBuf,
+        schema: String,
+        provider: String,
+        dialect: &'static str,
+        #[source]
+        source: Inexpressible,
+    },
 }
 
 /// One reason an output does not satisfy its schema.
@@ -54,7 +67,11 @@ pub struct ValidatedFinding {
 
 pub struct Schema {
     name: String,
+    /// Where the document came from, for error messages naming the file.
+    origin: PathBuf,
     document: Value,
+    /// Per provider dialect: the view sent, or why none can be.
+    views: BTreeMap<Dialect, Result<View, Inexpressible>>,
     validator: jsonschema::Validator,
     identity_pointers: Vec<String>,
     findings_pointer: String,
@@ -88,22 +105,56 @@ impl Schema {
         };
         let validator = jsonschema::draft202012::new(document)
             .map_err(|e| invalid(format!("not a valid JSON Schema 2020-12 document: {e}")))?;
-        Ok(Self { name: name.to_string(), document: document.clone(), validator, identity_pointers, findings_pointer })
+        let views = Dialect::ALL.into_iter().map(|d| (d, view::derive(document, d))).collect();
+        Ok(Self {
+            name: name.to_string(),
+            origin: origin.to_path_buf(),
+            document: document.clone(),
+            views,
+            validator,
+            identity_pointers,
+            findings_pointer,
+        })
     }
 
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// The schema as a provider's structured-output feature should see it: our own
-    /// `x-commitpoint-*` keywords and `$schema` removed, since strict modes reject
-    /// keywords they do not know.
-    pub fn provider_schema(&self) -> Value {
-        let mut doc = self.document.clone();
-        if let Value::Object(map) = &mut doc {
-            map.retain(|k, _| !k.starts_with("x-commitpoint-") && k != "$schema" && k != INSTRUCTIONS_KEY);
+    /// The schema as a provider of `dialect` is sent it, or why it cannot be (see
+    /// `view`). The registered document stays the authority for validation.
+    pub fn view(&self, dialect: Dialect) -> Result<&View, Error> {
+        match self.views.get(&dialect) {
+            Some(Ok(view)) => Ok(view),
+            Some(Err(why)) => Err(self.inexpressible(dialect, dialect.as_str(), why.clone())),
+            None => Err(Error::Invalid { path: self.origin.clone(), reason: "no view derived".to_string() }),
         }
-        doc
+    }
+
+    /// The view's document. Adapters check [`Schema::view`] before building requests, and
+    /// start-up refuses a schema a configured provider cannot take, so the registered
+    /// document returned for an inexpressible view is never sent.
+    pub fn provider_schema(&self, dialect: Dialect) -> &Value {
+        match self.views.get(&dialect) {
+            Some(Ok(view)) => &view.document,
+            _ => &self.document,
+        }
+    }
+
+    /// Reads a provider's answer as the registered schema means it: the `null`s strict
+    /// mode forced in place of optional properties are removed.
+    pub fn normalize_provider_answer(&self, answer: &mut Value) {
+        view::strip_optional_nulls(&self.document, answer);
+    }
+
+    fn inexpressible(&self, dialect: Dialect, provider: &str, source: Inexpressible) -> Error {
+        Error::Inexpressible {
+            path: self.origin.clone(),
+            schema: self.name.clone(),
+            provider: provider.to_string(),
+            dialect: dialect.as_str(),
+            source,
+        }
     }
 
     /// What the model is asked to do, from `x-commitpoint-instructions` or a default.
@@ -231,6 +282,37 @@ impl Registry {
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.schemas.keys().map(String::as_str)
+    }
+
+    /// Refuses the first schema a configured provider could not be sent, naming the file,
+    /// the JSON Pointer and the keyword. `providers` are (name, dialect) pairs.
+    pub fn check_providers(&self, providers: &[(String, Dialect)]) -> Result<(), Error> {
+        for schema in self.schemas.values() {
+            for (provider, dialect) in providers {
+                if let Some(Err(why)) = schema.views.get(dialect) {
+                    return Err(schema.inexpressible(*dialect, provider, why.clone()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Per schema and provider, whether the schema is sent as registered or how it was
+    /// adapted (what `config check` prints).
+    pub fn describe_views(&self, providers: &[(String, Dialect)]) -> String {
+        let mut text = String::new();
+        for schema in self.schemas.values() {
+            for (provider, dialect) in providers {
+                let line = match schema.views.get(dialect) {
+                    Some(Ok(view)) if view.adaptations.is_empty() => "used as is".to_string(),
+                    Some(Ok(view)) => format!("adapted:\n#     {}", view.adaptations.join("\n#     ")),
+                    Some(Err(why)) => format!("REFUSED: {why}"),
+                    None => "no view".to_string(),
+                };
+                text.push_str(&format!("# schema {} -> {provider} ({}): {line}\n", schema.name, dialect.as_str()));
+            }
+        }
+        text
     }
 }
 

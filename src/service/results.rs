@@ -76,7 +76,10 @@ impl Service {
             batch: true,
         });
         let submission = match serde_json::from_str::<Value>(&item.staged.output_json) {
-            Ok(output) => match schema.validate(&output) {
+            Ok(mut output) => match {
+                schema.normalize_provider_answer(&mut output);
+                schema.validate(&output)
+            } {
                 Ok(findings) => Submission::Valid { findings, output },
                 Err(issues) => Submission::Invalid { reason: summarize(&issues) },
             },

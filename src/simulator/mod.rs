@@ -29,6 +29,7 @@ mod model;
 mod net;
 mod output;
 mod state;
+pub mod strict;
 mod wire;
 
 #[cfg(test)]

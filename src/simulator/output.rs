@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use super::faults::{Faults, every};
 use super::input::InputRequest;
 use super::model;
+use super::strict::{self, Rejection};
 use super::wire::{BatchUsage, RequestCounts};
 
 /// What to write for one batch at its terminal moment.
@@ -48,6 +49,10 @@ pub fn generate(plan: &Plan<'_>) -> Generated {
         let position = index + 1;
         if index >= plan.done {
             failures.push(unfinished_line(&mut rng, request, plan.unfinished_code));
+        } else if let Err(rejection) = strict::check_body(&request.body) {
+            // The real API checks a line's body only when it runs it: a refused schema is
+            // a 400 in the error file, unbilled, never a failed batch.
+            failures.push(rejected_line(&mut rng, request, &rejection));
         } else if every(plan.faults.failed_line_every, position) {
             let http_shape = failures.len() % 2 == 0;
             failures.push(failed_line(&mut rng, request, http_shape));
@@ -142,6 +147,24 @@ fn failed_line(rng: &mut StdRng, request: &InputRequest, http_shape: bool) -> Va
             },
         })
     }
+}
+
+fn rejected_line(rng: &mut StdRng, request: &InputRequest, rejection: &Rejection) -> Value {
+    json!({
+        "id": random_id(rng, "batch_req_", 24),
+        "custom_id": request.custom_id,
+        "response": {
+            "status_code": 400,
+            "request_id": random_id(rng, "req_", 32),
+            "body": {"error": {
+                "message": rejection.message,
+                "type": "invalid_request_error",
+                "param": rejection.param,
+                "code": rejection.code,
+            }},
+        },
+        "error": null,
+    })
 }
 
 fn unfinished_line(rng: &mut StdRng, request: &InputRequest, code: &str) -> Value {

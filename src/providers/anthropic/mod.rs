@@ -38,6 +38,8 @@ use reqwest::Url;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use tokio::sync::mpsc;
 
+use crate::schema::Dialect;
+
 use super::{
     BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, ProviderError, ResultLine,
     StreamCounts, classify_status, describe_transport, parse_retry_after, truncate,
@@ -224,10 +226,7 @@ impl AnthropicBatches {
         if count == 0 || count > wire::MAX_REQUESTS {
             return Err(invalid(format!("a batch holds 1 to {} requests, not {count}", wire::MAX_REQUESTS)));
         }
-        let input_schema = spec.schema.provider_schema();
-        if input_schema["type"] != "object" {
-            return Err(invalid(format!("schema {} is not an object schema; tool inputs must be", spec.schema.name())));
-        }
+        let input_schema = &spec.schema.view(Dialect::AnthropicTool).map_err(|e| invalid(e.to_string()))?.document;
         let mut seen = HashSet::with_capacity(count);
         let mut body = Vec::with_capacity(count * 1024);
         body.extend_from_slice(b"{\"requests\":[");
@@ -239,7 +238,7 @@ impl AnthropicBatches {
             if index > 0 {
                 body.push(b',');
             }
-            let request = wire::request(member, spec.schema, &input_schema, &self.config.model, self.config.max_tokens);
+            let request = wire::request(member, spec.schema, input_schema, &self.config.model, self.config.max_tokens);
             serde_json::to_writer(&mut body, &request).map_err(|e| invalid(format!("cannot encode a request: {e}")))?;
             if body.len() > max_bytes {
                 return Err(invalid(format!("the batch is over the {max_bytes} byte limit")));

@@ -39,7 +39,7 @@ use super::{
     BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, ProviderError, ResultLine,
     StreamCounts, classify_status, describe_transport, parse_retry_after,
 };
-use crate::schema::Schema;
+use crate::schema::{Dialect, Schema};
 use crate::store::{BatchMember, LineResult};
 
 pub const PROVIDER: &str = "chat";
@@ -198,6 +198,7 @@ impl BatchProvider for ChatCompletions {
     }
 
     async fn submit(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError> {
+        spec.schema.view(Dialect::OpenAiStrict).map_err(|e| error(ErrorClass::InvalidRequest, None, e.to_string()))?;
         let mut calls = self.calls(spec.members, spec.schema);
         let mut kept = KeptJob::default();
         let mut answered_or_refused = false;

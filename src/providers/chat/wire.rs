@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::lifecycle::FailureClass;
-use crate::schema::Schema;
+use crate::schema::{Dialect, Schema};
 use crate::store::{BatchMember, LineResult, Usage};
 
 /// The body of one chat completion asking for `member` to be extracted under `schema`.
@@ -20,7 +20,7 @@ pub fn request_body(member: &BatchMember, schema: &Schema, model: &str, max_toke
             "type": "json_schema",
             "json_schema": {
                 "name": response_format_name(schema.name()),
-                "schema": schema.provider_schema(),
+                "schema": schema.provider_schema(Dialect::OpenAiStrict),
                 "strict": true,
             },
         },

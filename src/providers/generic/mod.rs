@@ -40,6 +40,8 @@ use reqwest::header::{CONTENT_TYPE, HeaderValue};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use crate::schema::Dialect;
+
 use super::{ApiKey, describe_transport};
 use super::{
     BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, ProviderError, ResultLine,
@@ -380,6 +382,7 @@ impl BatchProvider for GenericBatches {
     }
 
     async fn submit(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError> {
+        spec.schema.view(Dialect::OpenAiStrict).map_err(|e| error(ErrorClass::InvalidRequest, None, e.to_string()))?;
         let key = HeaderValue::from_str(spec.batch_key)
             .map_err(|_| error(ErrorClass::InvalidRequest, None, "the batch key is not a header value".into()))?;
         let body = wire::canonical(&wire::submit_body(spec.batch_key, spec.members, spec.schema, &self.config));

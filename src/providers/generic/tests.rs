@@ -244,7 +244,10 @@ async fn submit_request_matches_the_contract_field_by_field() {
         assert_eq!(chat["messages"][1]["content"], format!("source_id: {}\n\n{}", member.source_id, member.content));
         assert_eq!(chat["response_format"]["type"], "json_schema");
         assert_eq!(chat["response_format"]["json_schema"]["strict"], true);
-        assert_eq!(chat["response_format"]["json_schema"]["schema"], schema.provider_schema());
+        assert_eq!(
+            chat["response_format"]["json_schema"]["schema"],
+            *schema.provider_schema(crate::schema::Dialect::OpenAiStrict)
+        );
     }
 }
 

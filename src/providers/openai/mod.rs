@@ -15,6 +15,8 @@ use futures_util::StreamExt;
 use reqwest::multipart::{Form, Part};
 use tokio::sync::mpsc;
 
+use crate::schema::Dialect;
+
 use super::{
     BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, ProviderError, ResultLine,
     StreamCounts, classify_status, describe_transport, parse_retry_after, truncate,
@@ -94,6 +96,7 @@ impl OpenAiBatches {
     }
 
     async fn upload(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError> {
+        spec.schema.view(Dialect::OpenAiStrict).map_err(|e| error(ErrorClass::InvalidRequest, None, e.to_string()))?;
         let mut jsonl = Vec::with_capacity(spec.members.len() * 1024);
         for member in spec.members {
             let line = wire::input_line(member, spec.schema, &self.config.model);

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::lifecycle::FailureClass;
-use crate::schema::Schema;
+use crate::schema::{Dialect, Schema};
 use crate::store::{BatchMember, LineResult, Usage};
 
 pub const ENDPOINT: &str = "/v1/chat/completions";
@@ -26,7 +26,7 @@ pub fn input_line(member: &BatchMember, schema: &Schema, model: &str) -> Value {
                 "type": "json_schema",
                 "json_schema": {
                     "name": response_format_name(schema.name()),
-                    "schema": schema.provider_schema(),
+                    "schema": schema.provider_schema(Dialect::OpenAiStrict),
                     "strict": true,
                 },
             },
