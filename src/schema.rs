@@ -46,7 +46,7 @@ pub enum Error {
         provider: String,
         dialect: &'static str,
         #[source]
-        source: Inexpressible,
+        source: Box<Inexpressible>,
     },
 }
 
@@ -148,6 +148,7 @@ impl Schema {
     }
 
     fn inexpressible(&self, dialect: Dialect, provider: &str, source: Inexpressible) -> Error {
+        let source = Box::new(source);
         Error::Inexpressible {
             path: self.origin.clone(),
             schema: self.name.clone(),

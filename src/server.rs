@@ -112,6 +112,7 @@ impl Server {
         let registry = tokio::task::spawn_blocking(move || Registry::load(schema_dir.as_deref()))
             .await
             .map_err(|e| Error::Task(e.to_string()))??;
+        registry.check_providers(&options.schema_targets())?;
         let data_dir = options.data_dir.clone();
         let cache_bytes = options.cache_bytes;
         let (store, writer) = tokio::task::spawn_blocking(move || Store::open(&data_dir, cache_bytes))

@@ -29,6 +29,8 @@ mod provider;
 mod provider_crash;
 #[path = "it/provider_faults.rs"]
 mod provider_faults;
+#[path = "it/provider_fidelity.rs"]
+mod provider_fidelity;
 #[path = "it/providers_e2e.rs"]
 mod providers_e2e;
 #[path = "it/providers_e2e_anthropic.rs"]

@@ -112,7 +112,13 @@ pub fn check(args: Args) -> ExitCode {
         Ok(options) => options,
         Err(e) => return config_error(&e),
     };
-    if let Err(e) = Registry::load(options.schema_dir.as_deref()) {
+    let registry = match Registry::load(options.schema_dir.as_deref()) {
+        Ok(registry) => registry,
+        Err(e) => return config_error(&e),
+    };
+    let targets = options.schema_targets();
+    if let Err(e) = registry.check_providers(&targets) {
+        eprint!("{}", registry.describe_views(&targets));
         return config_error(&e);
     }
     if let Err(e) = AccessPolicy::load(options.access.admin_token.as_ref(), options.access.tenant_tokens.as_ref()) {
@@ -124,6 +130,7 @@ pub fn check(args: Args) -> ExitCode {
         return config_error(&e);
     }
     print!("{}", options.describe());
+    print!("\n{}", registry.describe_views(&targets));
     eprintln!("config: ok");
     ExitCode::SUCCESS
 }

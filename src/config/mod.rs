@@ -284,6 +284,29 @@ impl ServeOptions {
         })
     }
 
+    /// Every configured provider with the structured-output dialect its adapter sends:
+    /// each registered schema must have a view in it, or start-up refuses.
+    pub fn schema_targets(&self) -> Vec<(String, crate::schema::Dialect)> {
+        use crate::schema::Dialect;
+        let mut targets = Vec::new();
+        match self.provider.choice {
+            ProviderChoice::None => {}
+            ProviderChoice::Openai => targets.push(("openai".to_string(), Dialect::OpenAiStrict)),
+            ProviderChoice::Simulator => targets.push(("simulator".to_string(), Dialect::OpenAiStrict)),
+        }
+        if self.anthropic.is_some() {
+            targets.push(("anthropic".to_string(), Dialect::AnthropicTool));
+        }
+        // The generic contract's items and the chat adapter both carry a strict chat body.
+        if self.generic.is_some() {
+            targets.push(("generic".to_string(), Dialect::OpenAiStrict));
+        }
+        if self.chat.is_some() {
+            targets.push(("chat".to_string(), Dialect::OpenAiStrict));
+        }
+        targets
+    }
+
     /// The effective configuration as TOML. Secrets never appear: only where they come from.
     pub fn describe(&self) -> String {
         let mut text = self.describe_core();

@@ -76,13 +76,13 @@ impl Service {
             batch: true,
         });
         let submission = match serde_json::from_str::<Value>(&item.staged.output_json) {
-            Ok(mut output) => match {
+            Ok(mut output) => {
                 schema.normalize_provider_answer(&mut output);
-                schema.validate(&output)
-            } {
-                Ok(findings) => Submission::Valid { findings, output },
-                Err(issues) => Submission::Invalid { reason: summarize(&issues) },
-            },
+                match schema.validate(&output) {
+                    Ok(findings) => Submission::Valid { findings, output },
+                    Err(issues) => Submission::Invalid { reason: summarize(&issues) },
+                }
+            }
             Err(e) => Submission::Invalid { reason: format!("the model's answer is not JSON: {e}") },
         };
         let outcome = self

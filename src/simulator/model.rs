@@ -86,12 +86,49 @@ pub fn respond(body: &Value, broken: bool) -> Reply {
         .map(message_text)
         .unwrap_or_default();
     let (source_id, content) = split_prompt(&last_user);
-    let output = if broken { broken_review(source_id, content) } else { review(source_id, content) };
+    let mut output = if broken { broken_review(source_id, content) } else { review(source_id, content) };
     let structured = body.pointer("/response_format/type").and_then(Value::as_str) == Some("json_schema");
+    if let Some(schema) = body.pointer("/response_format/json_schema/schema")
+        && body.pointer("/response_format/json_schema/strict") == Some(&Value::Bool(true))
+        && !broken
+    {
+        conform(&mut output, schema);
+    }
     // Without Structured Outputs a chat model wraps JSON in prose; clients that forget
     // `response_format` should see that, not a lucky clean answer.
     let content = if structured { output.to_string() } else { format!("Here is my review.\n```json\n{output}\n```") };
     Reply { prompt_tokens: tokens(prompt_bytes), completion_tokens: tokens(content.len()), content }
+}
+
+/// Constrained decoding: a strict-mode model always sends every required key, so a
+/// property it has nothing for arrives as `null` where the schema admits one.
+fn conform(answer: &mut Value, schema: &Value) {
+    match answer {
+        Value::Object(fields) => {
+            let Some(Value::Object(properties)) = schema.get("properties") else { return };
+            for key in schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str)
+            {
+                let admits_null = properties
+                    .get(key)
+                    .and_then(|p| p.get("type"))
+                    .is_some_and(|t| t == "null" || t.as_array().is_some_and(|l| l.iter().any(|k| k == "null")));
+                if admits_null && !fields.contains_key(key) {
+                    fields.insert(key.to_string(), Value::Null);
+                }
+            }
+            for (key, field) in fields.iter_mut() {
+                if let Some(sub) = properties.get(key) {
+                    conform(field, sub);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                items.iter_mut().for_each(|item| conform(item, item_schema));
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Roughly four bytes per token, never zero: good enough for a cost ledger to be exercised.
