@@ -119,17 +119,7 @@ impl Server {
             .await
             .map_err(|e| Error::Task(e.to_string()))??;
         crate::metrics::init();
-        let (provider, simulator) = build_provider(&options.provider).await?;
-        let mut providers: Vec<Arc<dyn BatchProvider>> = provider.into_iter().collect();
-        if let Some(anthropic) = &options.anthropic {
-            providers.push(build_anthropic(anthropic)?);
-        }
-        if let Some(generic) = &options.generic {
-            providers.push(build_generic(generic)?);
-        }
-        if let Some(chat) = &options.chat {
-            providers.push(build_chat(chat)?);
-        }
+        let (providers, simulator) = build_providers(options).await?;
         let sinks = load_sinks(&options.sinks)?;
         let webhooks = options.webhooks.iter().map(Endpoint::load).collect::<Result<Vec<_>, _>>()?;
         store.set_policies(Policies {
@@ -340,6 +330,25 @@ fn load_sinks(options: &[config::SinkOptions]) -> Result<Vec<Sink>, Error> {
             })
         })
         .collect()
+}
+
+/// Every configured provider's adapter, and the embedded simulator when it is one of them
+/// (it lives as long as the returned handle).
+pub async fn build_providers(
+    options: &ServeOptions,
+) -> Result<(Vec<Arc<dyn BatchProvider>>, Option<Simulator>), Error> {
+    let (provider, simulator) = build_provider(&options.provider).await?;
+    let mut providers: Vec<Arc<dyn BatchProvider>> = provider.into_iter().collect();
+    if let Some(anthropic) = &options.anthropic {
+        providers.push(build_anthropic(anthropic)?);
+    }
+    if let Some(generic) = &options.generic {
+        providers.push(build_generic(generic)?);
+    }
+    if let Some(chat) = &options.chat {
+        providers.push(build_chat(chat)?);
+    }
+    Ok((providers, simulator))
 }
 
 /// The provider adapter for new work, and the embedded simulator when that is the choice.

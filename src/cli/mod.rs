@@ -10,6 +10,7 @@ mod backup;
 mod costs;
 mod ctl;
 mod demo;
+mod provider;
 mod serve;
 mod signals;
 mod simulator;
@@ -90,6 +91,10 @@ enum Command {
     },
     /// Check a database file offline: redb integrity and every commitpoint invariant.
     Verify { path: PathBuf },
+    /// Provider tools: `provider check` asks each configured provider, with one tiny billed
+    /// request per schema, whether it accepts the key, the model and the schema.
+    #[command(subcommand)]
+    Provider(provider::Command),
     /// Run the built-in SIMULATED OpenAI Batch API on its own (for tests and experiments).
     Simulator(simulator::Args),
     /// Self-contained demonstration: server, duplicates, dying and late workers, summary.
@@ -177,6 +182,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Verify { path } => verify(path).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Simulator(args) => simulator::run(args).await,
+        Command::Provider(command) => Ok(provider::run(command).await),
     }
 }
 

@@ -125,6 +125,31 @@ pub struct StreamCounts {
     pub malformed: u64,
 }
 
+/// What one tiny synchronous request said about a provider's key, model and schema.
+#[derive(Debug)]
+pub enum Probe {
+    Accepted,
+    /// The provider (or the way to it) answered with an error: its status and words.
+    Refused(ProviderError),
+    /// This kind has no synchronous call to probe with; the reason says what to do instead.
+    Unsupported(&'static str),
+}
+
+/// Tokens a probe may spend on its answer: enough to show the model started answering
+/// in the schema, few enough that the call costs well under a cent.
+pub const PROBE_MAX_OUTPUT_TOKENS: u32 = 16;
+
+/// The member a probe asks about: a one-line source with one obvious finding.
+pub fn probe_member() -> BatchMember {
+    let content = "let n = input.parse::<u32>().unwrap();\n".to_string();
+    let hash = crate::identity::SourceHash::compute(content.as_bytes(), "probe");
+    BatchMember {
+        id: ExtractionId::compute("commitpoint-provider-check", "probe.rs", &hash, "probe"),
+        source_id: "probe.rs".to_string(),
+        content,
+    }
+}
+
 #[async_trait]
 pub trait BatchProvider: Send + Sync + fmt::Debug {
     /// The name stored with each batch and shown to operators.
@@ -148,4 +173,11 @@ pub trait BatchProvider: Send + Sync + fmt::Debug {
     ) -> Result<StreamCounts, ProviderError>;
 
     async fn cancel(&self, job_id: &str) -> Result<(), ProviderError>;
+
+    /// Sends one tiny synchronous request for `schema`'s structured output (billed, a cent
+    /// or less) to learn whether the key, the model and the schema are accepted.
+    async fn probe(&self, schema: &Schema) -> Probe {
+        let _ = schema;
+        Probe::Unsupported("this provider kind has no synchronous call to check with")
+    }
 }

@@ -45,6 +45,9 @@ pub struct Faults {
     pub invalid_output_every: u32,
     /// Batches fail validation (`failed`, with `errors.data`).
     pub fail_batch_validation: bool,
+    /// Models the simulated account cannot use: a synchronous call naming one gets 404
+    /// `model_not_found` (OpenAI) or `not_found_error` (Anthropic).
+    pub missing_models: Vec<String>,
 }
 
 impl Default for Faults {
@@ -64,6 +67,7 @@ impl Default for Faults {
             duplicate_line_every: 0,
             invalid_output_every: 0,
             fail_batch_validation: false,
+            missing_models: Vec::new(),
         }
     }
 }

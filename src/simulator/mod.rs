@@ -20,6 +20,7 @@
 
 mod anthropic;
 mod batches;
+mod chat;
 mod error;
 mod faults;
 mod files;
@@ -206,6 +207,7 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/batches", post(batches::create).get(batches::list))
         .route("/v1/batches/{id}", get(batches::retrieve))
         .route("/v1/batches/{id}/cancel", post(batches::cancel))
+        .route("/v1/chat/completions", post(chat::complete))
         .route("/_sim/stats", get(sim_stats))
         .route("/_sim/faults", get(sim_get_faults).post(sim_set_faults))
         .fallback(|request: Request| async move {

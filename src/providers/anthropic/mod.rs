@@ -38,11 +38,12 @@ use reqwest::Url;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use tokio::sync::mpsc;
 
-use crate::schema::Dialect;
+use crate::schema::{Dialect, Schema};
 
 use super::{
-    BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, ProviderError, ResultLine,
-    StreamCounts, classify_status, describe_transport, parse_retry_after, truncate,
+    BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, PROBE_MAX_OUTPUT_TOKENS, Probe,
+    ProviderError, ResultLine, StreamCounts, classify_status, describe_transport, parse_retry_after, probe_member,
+    truncate,
 };
 
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -369,6 +370,28 @@ impl BatchProvider for AnthropicBatches {
             }
         }
         Ok(counts)
+    }
+
+    async fn probe(&self, schema: &Schema) -> Probe {
+        let input_schema = match schema.view(Dialect::AnthropicTool) {
+            Ok(view) => &view.document,
+            Err(e) => return Probe::Refused(error(ErrorClass::InvalidRequest, None, e.to_string())),
+        };
+        let request = wire::request(&probe_member(), schema, input_schema, &self.config.model, PROBE_MAX_OUTPUT_TOKENS);
+        let mut url = self.base.clone();
+        match url.path_segments_mut() {
+            Ok(mut segments) => {
+                segments.pop_if_empty().extend(["v1", "messages"]);
+            }
+            Err(()) => {
+                return Probe::Refused(error(ErrorClass::Protocol, None, "the base URL cannot take a path".into()));
+            }
+        }
+        let call = self.http.post(url).timeout(self.config.request_timeout).json(&request["params"]);
+        match self.send(call).await {
+            Ok(_) => Probe::Accepted,
+            Err(e) => Probe::Refused(e),
+        }
     }
 
     async fn cancel(&self, job_id: &str) -> Result<(), ProviderError> {

@@ -36,8 +36,8 @@ use reqwest::header::HeaderMap;
 use tokio::sync::mpsc;
 
 use super::{
-    BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, ProviderError, ResultLine,
-    StreamCounts, classify_status, describe_transport, parse_retry_after,
+    BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, PROBE_MAX_OUTPUT_TOKENS, Probe,
+    ProviderError, ResultLine, StreamCounts, classify_status, describe_transport, parse_retry_after, probe_member,
 };
 use crate::schema::{Dialect, Schema};
 use crate::store::{BatchMember, LineResult};
@@ -260,6 +260,33 @@ impl BatchProvider for ChatCompletions {
             }
         }
         Ok(StreamCounts { lines: kept.lines.len() as u64 + kept.malformed, malformed: kept.malformed })
+    }
+
+    async fn probe(&self, schema: &Schema) -> Probe {
+        if let Err(e) = schema.view(Dialect::OpenAiStrict) {
+            return Probe::Refused(error(ErrorClass::InvalidRequest, None, e.to_string()));
+        }
+        let url = format!("{}/chat/completions", self.config.base_url.trim_end_matches('/'));
+        let body = wire::request_body(&probe_member(), schema, &self.config.model, Some(PROBE_MAX_OUTPUT_TOKENS));
+        let mut request = self.http.post(url).timeout(self.config.request_timeout).json(&body);
+        if let Some(key) = &self.config.api_key {
+            request = request.bearer_auth(key.expose());
+        }
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(e) => {
+                let message = format!("request failed: {}", describe_transport(&e));
+                return Probe::Refused(error(ErrorClass::Transient, None, message));
+            }
+        };
+        let status = response.status().as_u16();
+        if response.status().is_success() {
+            return Probe::Accepted;
+        }
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap_or_default();
+        let class = classify_status(status, &headers, None);
+        Probe::Refused(error(class, Some(status), format!("{status}: {}", super::truncate(&text))))
     }
 
     async fn cancel(&self, job_id: &str) -> Result<(), ProviderError> {

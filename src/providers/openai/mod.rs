@@ -15,11 +15,13 @@ use futures_util::StreamExt;
 use reqwest::multipart::{Form, Part};
 use tokio::sync::mpsc;
 
-use crate::schema::Dialect;
+use crate::schema::{Dialect, Schema};
 
+use super::chat::wire as chat_wire;
 use super::{
-    BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, ProviderError, ResultLine,
-    StreamCounts, classify_status, describe_transport, parse_retry_after, truncate,
+    BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, PROBE_MAX_OUTPUT_TOKENS, Probe,
+    ProviderError, ResultLine, StreamCounts, classify_status, describe_transport, parse_retry_after, probe_member,
+    truncate,
 };
 
 const PROVIDER: &str = "openai";
@@ -227,6 +229,19 @@ impl BatchProvider for OpenAiBatches {
             }
         }
         Ok(counts)
+    }
+
+    async fn probe(&self, schema: &Schema) -> Probe {
+        if let Err(e) = schema.view(Dialect::OpenAiStrict) {
+            return Probe::Refused(error(ErrorClass::InvalidRequest, None, e.to_string()));
+        }
+        let mut body = chat_wire::request_body(&probe_member(), schema, &self.config.model, None);
+        body["max_completion_tokens"] = PROBE_MAX_OUTPUT_TOKENS.into();
+        let request = self.http.post(self.url("/chat/completions")).timeout(self.config.request_timeout).json(&body);
+        match self.send(request).await {
+            Ok(_) => Probe::Accepted,
+            Err(e) => Probe::Refused(e),
+        }
     }
 
     async fn cancel(&self, job_id: &str) -> Result<(), ProviderError> {

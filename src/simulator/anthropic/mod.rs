@@ -13,6 +13,7 @@
 mod error;
 mod handlers;
 mod lifecycle;
+mod messages;
 mod model;
 mod results;
 mod wire;
@@ -45,6 +46,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/messages/batches/{id}", get(handlers::retrieve).delete(handlers::delete))
         .route("/v1/messages/batches/{id}/cancel", post(handlers::cancel))
         .route("/v1/messages/batches/{id}/results", get(handlers::results))
+        .route("/v1/messages", post(messages::create))
         .route("/_sim/stats", get(super::sim_stats))
         .route("/_sim/faults", get(super::sim_get_faults).post(super::sim_set_faults))
         .fallback(|request: Request| async move {

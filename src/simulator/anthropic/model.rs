@@ -24,6 +24,7 @@ pub fn respond(params: &Value, broken: bool, rng: &mut StdRng) -> Result<Answer,
     let messages = params.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let system = system_text(params.get("system"));
     let tools = params.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    check_tools(tools)?;
     let forced = forced_tool(params.get("tool_choice"), tools)?;
     let last_user = messages
         .iter()
@@ -53,6 +54,25 @@ pub fn respond(params: &Value, broken: bool, rng: &mut StdRng) -> Result<Answer,
         }
     };
     Ok(Answer { content, stop_reason, input_tokens, output_tokens: tokens(output_bytes) })
+}
+
+/// Anthropic refuses a tool whose `input_schema` is not an object schema or has a
+/// combinator at its root ("input_schema does not support oneOf, allOf, or anyOf at the
+/// top level", as quoted in many public tool repositories); in a batch that surfaces as an
+/// `errored` result for the request.
+fn check_tools(tools: &[Value]) -> Result<(), String> {
+    for (index, tool) in tools.iter().enumerate() {
+        let schema = tool.get("input_schema").unwrap_or(&Value::Null);
+        if ["oneOf", "allOf", "anyOf"].iter().any(|k| schema.get(*k).is_some()) {
+            return Err(format!(
+                "tools.{index}.custom.input_schema: input_schema does not support oneOf, allOf, or anyOf at the top level"
+            ));
+        }
+        if schema.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(format!("tools.{index}.custom.input_schema.type: Input should be 'object'"));
+        }
+    }
+    Ok(())
 }
 
 /// The tool the model must call, if `tool_choice` forces one.
@@ -102,6 +122,23 @@ mod tests {
 
     fn tool() -> Value {
         json!({"name": "code-review_1", "input_schema": {"type": "object"}})
+    }
+
+    #[test]
+    fn a_tool_schema_with_a_root_combinator_is_refused_in_anthropic_words() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let tools = json!([{"name": "t", "input_schema": {"anyOf": [{"type": "object"}]}}]);
+        let refused = respond(&params(json!({"tools": tools})), false, &mut rng).unwrap_err();
+        assert_eq!(
+            refused,
+            "tools.0.custom.input_schema: input_schema does not support oneOf, allOf, or anyOf at the top level"
+        );
+        let tools = json!([{"name": "t", "input_schema": {"type": "array"}}]);
+        assert!(
+            respond(&params(json!({"tools": tools})), false, &mut rng)
+                .unwrap_err()
+                .contains("Input should be 'object'")
+        );
     }
 
     #[test]
