@@ -226,7 +226,7 @@ mod tests {
                 model: "sim".to_string(),
                 body: json!({"model": "sim", "messages": [
                     {"role": "user", "content": format!("source_id: s{i}\n\nline\nx.unwrap()")}
-                ], "response_format": {"type": "json_schema"}}),
+                ], "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": {}}}}),
             })
             .collect()
     }

@@ -26,7 +26,9 @@ fn request_line(custom_id: &str, source_id: &str, content: &str) -> String {
                 {"role": "system", "content": "Review the code."},
                 {"role": "user", "content": format!("source_id: {source_id}\n\n{content}")}
             ],
-            "response_format": {"type": "json_schema", "json_schema": {"name": "code_review", "schema": {}, "strict": true}}
+            "response_format": {"type": "json_schema", "json_schema": {"name": "code_review", "strict": true,
+                "schema": {"type": "object", "additionalProperties": false, "required": ["findings"],
+                    "properties": {"findings": {"type": "array", "items": {"type": "object", "additionalProperties": false, "properties": {}}}}}}}
         }
     })
     .to_string()
