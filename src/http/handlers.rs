@@ -36,7 +36,8 @@ pub fn ok<T>(body: T) -> Reply<T> {
 pub struct IntakeBody {
     #[schema(pattern = "^[A-Za-z0-9._-]{1,128}$")]
     tenant: String,
-    /// 1–1024 bytes of UTF-8, no control characters.
+    /// 1–1024 bytes of UTF-8, no control characters. `maxLength` counts characters, so a
+    /// value within it can still be over in bytes (refused with 422).
     #[schema(min_length = 1, max_length = 1024, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
     source_id: String,
     /// A registered schema name (see `GET /healthz`).

@@ -20,7 +20,7 @@ use crate::store::{ClaimRequest, PostOutcome, Usage};
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"worker": "w-1", "limit": 10, "lease_seconds": 300, "schema": "code-review@1"}))]
 pub struct ClaimBody {
-    /// 1–256 bytes, no control characters.
+    /// 1–256 bytes of UTF-8, no control characters (`maxLength` counts characters).
     #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
     worker: String,
     #[serde(deserialize_with = "whole::usize")]
