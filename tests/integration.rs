@@ -15,6 +15,8 @@ mod cli;
 mod crash;
 #[path = "it/delivery.rs"]
 mod delivery;
+#[path = "it/hostile_net.rs"]
+mod hostile_net;
 #[path = "it/intake.rs"]
 mod intake;
 #[path = "it/leases.rs"]
@@ -39,6 +41,8 @@ mod providers_e2e_chat;
 mod providers_e2e_generic;
 #[path = "it/providers_e2e_pause.rs"]
 mod providers_e2e_pause;
+#[path = "it/raw.rs"]
+mod raw;
 #[path = "it/results.rs"]
 mod results;
 #[path = "it/schemas.rs"]

@@ -7,6 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -33,7 +36,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let regular = Arc::new(Semaphore::new(limits.max_connections));
     let reserve = Arc::new(Semaphore::new(HEALTH_RESERVE));
-    let health_only = Router::new().route_service("/healthz", app.clone()).fallback(|| async { ApiError::overloaded() });
+    let health_only = app.clone().layer(axum::middleware::from_fn(only_healthz));
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
     // A reserve connection serves one request and closes, so it is soon free again.
@@ -82,6 +85,10 @@ pub async fn serve(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+async fn only_healthz(request: Request, next: Next) -> Response {
+    if request.uri().path() == "/healthz" { next.run(request).await } else { ApiError::overloaded().into_response() }
 }
 
 fn io(stream: TcpStream) -> TokioIo<TcpStream> {
