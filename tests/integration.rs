@@ -15,6 +15,8 @@ mod cli;
 mod crash;
 #[path = "it/delivery.rs"]
 mod delivery;
+#[path = "it/early_refusal.rs"]
+mod early_refusal;
 #[path = "it/hostile_net.rs"]
 mod hostile_net;
 #[path = "it/intake.rs"]
