@@ -173,10 +173,8 @@ impl Server {
             Some(crate::outbox::spawn(store.clone(), sinks, outbox_wake).map_err(|e| Error::Task(e.to_string()))?)
         };
         let reload_service = service.clone();
-        let body = crate::http::BodyLimits {
-            max_bytes: options.max_body_bytes,
-            deadline: options.limits.body_read_timeout,
-        };
+        let body =
+            crate::http::BodyLimits { max_bytes: options.max_body_bytes, deadline: options.limits.body_read_timeout };
         let app = crate::http::router(service, body, Arc::new(access));
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(crate::http::serve(listener, app, options.limits, async move {

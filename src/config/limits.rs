@@ -85,10 +85,8 @@ mod tests {
     #[test]
     fn limits_default_to_seconds_and_can_be_set() {
         assert_eq!(resolve("").unwrap(), ServerLimits::default());
-        let set = resolve(
-            "[server]\nheader_read_timeout = \"2s\"\nbody_read_timeout = \"500ms\"\nmax_connections = 3",
-        )
-        .unwrap();
+        let set = resolve("[server]\nheader_read_timeout = \"2s\"\nbody_read_timeout = \"500ms\"\nmax_connections = 3")
+            .unwrap();
         assert_eq!(set.header_read_timeout, Duration::from_secs(2));
         assert_eq!(set.body_read_timeout, Duration::from_millis(500));
         assert_eq!(set.max_connections, 3);

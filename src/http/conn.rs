@@ -70,7 +70,10 @@ pub async fn serve(
                 drop(permit);
             });
         } else if let Ok(permit) = Arc::clone(&reserve).try_acquire_owned() {
-            tracing::debug!(max_connections = limits.max_connections, "connection cap reached; answering /healthz only");
+            tracing::debug!(
+                max_connections = limits.max_connections,
+                "connection cap reached; answering /healthz only"
+            );
             let conn = reserve_builder.serve_connection(io(stream), TowerToHyperService::new(health_only.clone()));
             let conn = graceful.watch(conn);
             connections.spawn(async move {

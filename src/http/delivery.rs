@@ -6,11 +6,11 @@ use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::error::{ApiError, ErrorBody};
 use super::body::{self, BodyLimits};
+use super::error::{ApiError, ErrorBody};
 use super::extract::{NamePath, QueryParams, SeqPath};
-use super::log_limit::LogLimit;
 use super::handlers::{Reply, ok};
+use super::log_limit::LogLimit;
 use super::openapi::{BadRequest, Forbidden, PayloadTooLarge, ServerError, StoreUnavailable, Unauthenticated};
 use super::views::StateView;
 use crate::service::Service;

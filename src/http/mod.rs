@@ -8,8 +8,8 @@ mod conn;
 mod delivery;
 mod error;
 mod extract;
-mod log_limit;
 pub(crate) mod handlers;
+mod log_limit;
 mod money;
 mod openapi;
 #[cfg(test)]

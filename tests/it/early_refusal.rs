@@ -170,7 +170,8 @@ fn the_bearer_scheme_is_case_insensitive() {
         assert_eq!(status(&answer), 200, "{scheme}: {answer}");
     }
     for wrong in ["Basic adm-case-test-5c1d9e", "Bearer", "adm-case-test-5c1d9e"] {
-        let request = format!("GET /v1/stats HTTP/1.1\r\nhost: x\r\nauthorization: {wrong}\r\nconnection: close\r\n\r\n");
+        let request =
+            format!("GET /v1/stats HTTP/1.1\r\nhost: x\r\nauthorization: {wrong}\r\nconnection: close\r\n\r\n");
         assert_eq!(status(&exchange(&addr, request.as_bytes())), 401, "{wrong}");
     }
     assert_eq!(status(&exchange(&addr, &get("/v1/stats", None))), 401);

@@ -78,7 +78,9 @@ fn stalled_connections_are_closed_within_the_timeouts_while_others_are_served() 
     let dir = temp_dir();
     let config = config(
         dir.path(),
-        &format!("[server]\nheader_read_timeout = \"{HEADER_TIMEOUT_SECS}s\"\nbody_read_timeout = \"{BODY_TIMEOUT_SECS}s\"\n"),
+        &format!(
+            "[server]\nheader_read_timeout = \"{HEADER_TIMEOUT_SECS}s\"\nbody_read_timeout = \"{BODY_TIMEOUT_SECS}s\"\n"
+        ),
     );
     let server = Server::start_with(&dir.path().join("data"), &["--config", &config]);
     let addr = addr(&server);
