@@ -11,7 +11,10 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{NamePath, QueryParams, SeqPath};
 use super::handlers::{Reply, ok};
 use super::log_limit::LogLimit;
-use super::openapi::{BadRequest, Forbidden, PayloadTooLarge, ServerError, StoreUnavailable, Unauthenticated};
+use super::openapi::{
+    BadRequest, BodyTimeout, Forbidden, PayloadTooLarge, ServerError, StoreUnavailable, Unauthenticated,
+    UnsupportedEncoding,
+};
 use super::views::StateView;
 use crate::service::Service;
 use crate::store::{DeliveryState, OutboxFilter, OutboxKind, OutboxRecord};
@@ -56,7 +59,9 @@ pub struct WebhookReceipt {
         (status = 400, response = BadRequest),
         (status = 401, description = "`bad_signature`: missing or bad signature, or a stale timestamp", body = ErrorBody),
         (status = 404, description = "`unknown_webhook`: no endpoint with that name", body = ErrorBody),
+        (status = 408, response = BodyTimeout),
         (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedEncoding),
         (status = 422, description = "`invalid_payload` (the pointers find nothing usable), `invalid_input` or `unknown_schema`", body = ErrorBody),
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),

@@ -15,7 +15,8 @@ use super::auth::CallerExt;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{IdPath, JsonBody, QueryParams};
 use super::openapi::{
-    BadRequest, Forbidden, InvalidInput, PayloadTooLarge, ServerError, StoreUnavailable, Unauthenticated,
+    BadRequest, BodyTimeout, Forbidden, InvalidInput, PayloadTooLarge, ServerError, StoreUnavailable, Unauthenticated,
+    UnsupportedEncoding,
 };
 use super::views::{self, Extraction, Finding, StateView};
 use crate::lifecycle::StateName;
@@ -90,7 +91,9 @@ impl From<IntakeBody> for IntakeRequest {
         (status = 400, response = BadRequest),
         (status = 401, response = Unauthenticated),
         (status = 403, response = Forbidden),
+        (status = 408, response = BodyTimeout),
         (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedEncoding),
         (status = 422, description = "`invalid_input` (`details.field` names it) or `unknown_schema`", body = ErrorBody),
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
