@@ -83,7 +83,7 @@ impl AccessPolicy {
             return Ok(Caller::Open);
         };
         let presented = authorization
-            .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
+            .and_then(bearer_token)
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or(Denied::Unauthenticated)?
@@ -100,6 +100,13 @@ impl AccessPolicy {
         }
         found.map(Caller::Tenant).ok_or(Denied::Unauthenticated)
     }
+}
+
+/// The credentials of a `Bearer` authorization; the scheme name is case-insensitive
+/// (RFC 9110 §11.1), so `BEARER x` is as good as `Bearer x`.
+fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, token) = header.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token)
 }
 
 impl Caller {

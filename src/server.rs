@@ -164,21 +164,13 @@ impl Server {
             Some(crate::outbox::spawn(store.clone(), sinks, outbox_wake).map_err(|e| Error::Task(e.to_string()))?)
         };
         let reload_service = service.clone();
-        let app = crate::http::router(service, options.max_body_bytes, Arc::new(access));
+        let body =
+            crate::http::BodyLimits { max_bytes: options.max_body_bytes, deadline: options.limits.body_read_timeout };
+        let app = crate::http::router(service, body, Arc::new(access));
         let (stop, stopped) = oneshot::channel::<()>();
-        // Responses are small and latency-bound: never let Nagle hold an acknowledgement back.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |stream: &mut tokio::net::TcpStream| {
-            if let Err(e) = stream.set_nodelay(true) {
-                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-            }
-        });
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                })
-                .await
-        });
+        let task = tokio::spawn(crate::http::serve(listener, app, options.limits, async move {
+            let _ = stopped.await;
+        }));
         tracing::info!(%addr, data_dir = %options.data_dir.display(), "commitpoint is serving");
         Ok(Server {
             addr,

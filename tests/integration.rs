@@ -15,6 +15,10 @@ mod cli;
 mod crash;
 #[path = "it/delivery.rs"]
 mod delivery;
+#[path = "it/early_refusal.rs"]
+mod early_refusal;
+#[path = "it/hostile_net.rs"]
+mod hostile_net;
 #[path = "it/intake.rs"]
 mod intake;
 #[path = "it/leases.rs"]
@@ -43,6 +47,8 @@ mod providers_e2e_chat;
 mod providers_e2e_generic;
 #[path = "it/providers_e2e_pause.rs"]
 mod providers_e2e_pause;
+#[path = "it/raw.rs"]
+mod raw;
 #[path = "it/results.rs"]
 mod results;
 #[path = "it/schemas.rs"]

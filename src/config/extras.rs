@@ -257,6 +257,8 @@ pub struct RawWebhook {
     pub schema_pointer: Option<String>,
     /// Allowed clock difference for Standard Webhooks timestamps; 5 minutes when absent.
     pub tolerance: Option<String>,
+    /// Largest accepted delivery body, in bytes; 1 MiB when absent.
+    pub max_body_bytes: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -294,6 +296,7 @@ pub struct WebhookOptions {
     pub content: Field,
     pub schema: Field,
     pub tolerance: Duration,
+    pub max_body_bytes: usize,
 }
 
 fn name_ok(key: &'static str, name: &str) -> Result<(), Error> {
@@ -459,6 +462,13 @@ pub fn resolve_webhooks(raw: Vec<RawWebhook>) -> Result<Vec<WebhookOptions>, Err
                 .map(|t| parse_duration("webhooks.tolerance", &t))
                 .transpose()?
                 .unwrap_or(crate::webhook::DEFAULT_TOLERANCE),
+            max_body_bytes: match w.max_body_bytes {
+                Some(0) => {
+                    return Err(Error::Invalid { key: "webhooks.max_body_bytes", reason: "must be at least 1".into() });
+                }
+                Some(n) => n,
+                None => crate::webhook::DEFAULT_MAX_BODY_BYTES,
+            },
             name: w.name,
         });
     }

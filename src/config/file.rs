@@ -72,6 +72,9 @@ pub struct RawServer {
     pub max_body_bytes: Option<usize>,
     /// Cap of the database page cache, in bytes.
     pub cache_bytes: Option<usize>,
+    pub header_read_timeout: Option<String>,
+    pub body_read_timeout: Option<String>,
+    pub max_connections: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]

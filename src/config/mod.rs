@@ -3,6 +3,7 @@
 
 mod extras;
 mod file;
+mod limits;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 pub use extras::{AnthropicOptions, ChatOptions, Field, GenericOptions, SinkOptions, WebhookOptions};
 pub use file::{DEFAULT_CONFIG_PATH, RawConfig};
+pub use limits::{HEALTH_RESERVE, ServerLimits};
 
 use crate::providers::openai::ApiKey;
 use crate::scheduler;
@@ -32,6 +34,8 @@ pub struct ServeOptions {
     pub max_body_bytes: usize,
     /// Cap of the database's page cache.
     pub cache_bytes: usize,
+    /// Timeouts and the connection cap.
+    pub limits: ServerLimits,
     pub provider: ProviderOptions,
     pub access: AccessOptions,
     /// A second provider, run beside the primary one when configured.
@@ -192,6 +196,7 @@ impl ServeOptions {
     }
 
     fn resolve(raw: RawConfig, o: Overrides) -> Result<Self, Error> {
+        let limits = ServerLimits::resolve(&raw.server)?;
         let listen = match (o.listen, raw.server.listen) {
             (Some(addr), _) => addr,
             (None, Some(text)) => text.parse().map_err(|e| Error::Invalid {
@@ -280,6 +285,7 @@ impl ServeOptions {
             schema_dir: o.schema_dir.or(raw.server.schema_dir),
             max_body_bytes: o.max_body_bytes.or(raw.server.max_body_bytes).unwrap_or(DEFAULT_MAX_BODY_BYTES),
             cache_bytes: raw.server.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES),
+            limits,
             provider,
         })
     }
@@ -356,7 +362,7 @@ impl ServeOptions {
             ProviderChoice::Simulator => "simulator",
         };
         format!(
-            "[server]\nlisten = \"{}\"\ndata_dir = \"{}\"\n{}\nmax_body_bytes = {}\ncache_bytes = {}\n\n\
+            "[server]\nlisten = \"{}\"\ndata_dir = \"{}\"\n{}\nmax_body_bytes = {}\ncache_bytes = {}\n{}\n\n\
              [provider]\nkind = \"{choice}\"\nbase_url = \"{}\"\nmodel = \"{}\"\n# api key: {} (value redacted)\n\n\
              [scheduler]\nbatch_max_size = {}\nbatch_max_wait = \"{}\"\npoll_interval = \"{}\"\nmax_submit_failures = {}\n\n\
              [access]\n# admin token: {}\n# tenant tokens: {}\n",
@@ -368,6 +374,7 @@ impl ServeOptions {
             ),
             self.max_body_bytes,
             self.cache_bytes,
+            self.limits.describe(),
             p.base_url,
             p.model,
             p.key,

@@ -1,20 +1,29 @@
 //! Signed webhook intake and the outbox's dead-letter endpoints.
 
-use axum::Json;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::body::{self, BodyLimits};
 use super::error::{ApiError, ErrorBody};
-use super::extract::{NamePath, QueryParams, RawBody, SeqPath};
+use super::extract::{NamePath, QueryParams, SeqPath};
 use super::handlers::{Reply, ok};
-use super::openapi::{BadRequest, Forbidden, PayloadTooLarge, ServerError, StoreUnavailable, Unauthenticated};
+use super::log_limit::LogLimit;
+use super::openapi::{
+    BadRequest, BodyTimeout, Forbidden, PayloadTooLarge, ServerError, StoreUnavailable, Unauthenticated,
+    UnsupportedEncoding,
+};
 use super::views::StateView;
 use crate::service::Service;
 use crate::store::{DeliveryState, OutboxFilter, OutboxKind, OutboxRecord};
 
 const MAX_OUTBOX_PAGE: usize = 1000;
+
+/// Forged deliveries cost the sender nothing; one log line each would let anyone fill the
+/// disk, so rejections are logged at most once per interval with a count of the rest.
+static REJECTIONS: LogLimit = LogLimit::new(std::time::Duration::from_secs(10));
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct WebhookReceipt {
@@ -50,7 +59,9 @@ pub struct WebhookReceipt {
         (status = 400, response = BadRequest),
         (status = 401, description = "`bad_signature`: missing or bad signature, or a stale timestamp", body = ErrorBody),
         (status = 404, description = "`unknown_webhook`: no endpoint with that name", body = ErrorBody),
+        (status = 408, response = BodyTimeout),
         (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedEncoding),
         (status = 422, description = "`invalid_payload` (the pointers find nothing usable), `invalid_input` or `unknown_schema`", body = ErrorBody),
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
@@ -58,14 +69,22 @@ pub struct WebhookReceipt {
 pub async fn receive(
     State(service): State<Service>,
     NamePath(name): NamePath,
-    headers: HeaderMap,
-    RawBody(body): RawBody,
+    limits: Option<Extension<BodyLimits>>,
+    request: Request,
 ) -> Reply<WebhookReceipt> {
+    // Nobody is authenticated yet: find the endpoint and check the declared size before
+    // reading a byte, so an unknown name or a huge body costs no memory.
     let endpoint = service.webhook(&name)?;
+    let deadline = limits.map_or_else(|| BodyLimits::default().deadline, |Extension(l)| l.deadline);
+    let (parts, body) = request.into_parts();
+    let headers = parts.headers;
+    let body = body::read(&headers, body, endpoint.max_body_bytes, deadline, "webhooks.max_body_bytes").await?;
     let lookup = |header: &str| headers.get(header).and_then(|v| v.to_str().ok());
     let now_secs = crate::clock::now_ms() / 1000;
     let delivery = endpoint.verify(&lookup, &body, now_secs).map_err(|e| {
-        tracing::warn!(webhook = %name, error = %e, "rejected a webhook delivery");
+        REJECTIONS.warn(|suppressed| {
+            tracing::warn!(webhook = %name, error = %e, suppressed, "rejected a webhook delivery");
+        });
         ApiError::new(StatusCode::UNAUTHORIZED, "bad_signature", e.to_string())
     })?;
     let request = endpoint

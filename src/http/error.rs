@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
+use super::body::BodyError;
 use crate::lifecycle::TransitionError;
 use crate::{schema, service, store};
 
@@ -45,6 +46,30 @@ impl ApiError {
 
     pub fn method_not_allowed() -> Self {
         Self::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this endpoint does not accept that method")
+    }
+
+    /// Past the connection cap: only `/healthz` is answered.
+    pub fn overloaded() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            "the server is at its connection limit (server.max_connections); retry shortly",
+        )
+    }
+}
+
+impl From<BodyError> for ApiError {
+    fn from(e: BodyError) -> Self {
+        let message = e.to_string();
+        match e {
+            BodyError::TooLarge { .. } => Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message),
+            BodyError::TimedOut(_) => Self::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", message),
+            BodyError::UnsupportedEncoding(_) => {
+                Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_encoding", message)
+            }
+            BodyError::BadGzip(_) => Self::bad_request("malformed_encoding", message),
+            BodyError::Unreadable(_) => Self::bad_request("unreadable_body", message),
+        }
     }
 }
 

@@ -6,6 +6,7 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
+use super::body::{self, BodyLimits};
 use super::error::ApiError;
 use crate::identity::ExtractionId;
 
@@ -29,25 +30,18 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     }
 }
 
-/// The raw body bytes (webhooks verify signatures over them), with JSON rejections.
+/// The body bytes, decoded, within the route's [`BodyLimits`], with JSON rejections.
 #[derive(Debug)]
 pub struct RawBody(pub Bytes);
 
 impl<S: Send + Sync> FromRequest<S> for RawBody {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        Bytes::from_request(req, state).await.map(RawBody).map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "payload_too_large",
-                    "the request body exceeds the configured limit (--max-body-bytes)",
-                )
-            } else {
-                ApiError::bad_request("unreadable_body", rejection.body_text())
-            }
-        })
+    async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
+        let limits = req.extensions().get::<BodyLimits>().copied().unwrap_or_default();
+        let (parts, body) = req.into_parts();
+        let bytes = body::read(&parts.headers, body, limits.max_bytes, limits.deadline, "--max-body-bytes").await?;
+        Ok(RawBody(bytes))
     }
 }
 

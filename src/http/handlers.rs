@@ -15,7 +15,8 @@ use super::auth::CallerExt;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{IdPath, JsonBody, QueryParams};
 use super::openapi::{
-    BadRequest, Forbidden, InvalidInput, PayloadTooLarge, ServerError, StoreUnavailable, Unauthenticated,
+    BadRequest, BodyTimeout, Forbidden, InvalidInput, PayloadTooLarge, ServerError, StoreUnavailable, Unauthenticated,
+    UnsupportedEncoding,
 };
 use super::views::{self, Extraction, Finding, StateView};
 use crate::lifecycle::StateName;
@@ -36,7 +37,8 @@ pub fn ok<T>(body: T) -> Reply<T> {
 pub struct IntakeBody {
     #[schema(pattern = "^[A-Za-z0-9._-]{1,128}$")]
     tenant: String,
-    /// 1–1024 bytes of UTF-8, no control characters.
+    /// 1–1024 bytes of UTF-8, no control characters. `maxLength` counts characters, so a
+    /// value within it can still be over in bytes (refused with 422).
     #[schema(min_length = 1, max_length = 1024, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
     source_id: String,
     /// A registered schema name (see `GET /healthz`).
@@ -89,7 +91,9 @@ impl From<IntakeBody> for IntakeRequest {
         (status = 400, response = BadRequest),
         (status = 401, response = Unauthenticated),
         (status = 403, response = Forbidden),
+        (status = 408, response = BodyTimeout),
         (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedEncoding),
         (status = 422, description = "`invalid_input` (`details.field` names it) or `unknown_schema`", body = ErrorBody),
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),

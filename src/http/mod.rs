@@ -3,10 +3,13 @@
 
 mod admin;
 mod auth;
+mod body;
+mod conn;
 mod delivery;
 mod error;
 mod extract;
 pub(crate) mod handlers;
+mod log_limit;
 mod money;
 mod openapi;
 #[cfg(test)]
@@ -18,18 +21,19 @@ mod workers;
 
 use std::sync::Arc;
 
-use axum::extract::DefaultBodyLimit;
 use axum::{Extension, Router};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+pub use body::BodyLimits;
+pub use conn::serve;
 pub use error::ApiError;
 
 use crate::access::AccessPolicy;
 use crate::service::Service;
 
-pub fn router(service: Service, max_body_bytes: usize, access: Arc<AccessPolicy>) -> Router {
+pub fn router(service: Service, body: BodyLimits, access: Arc<AccessPolicy>) -> Router {
     let (routes, doc) = documented_routes().split_for_parts();
     let schema_names: Vec<String> = service.registry().names().map(str::to_string).collect();
     let document = openapi::Served(openapi::finish(doc, &schema_names).to_string().into());
@@ -38,7 +42,7 @@ pub fn router(service: Service, max_body_bytes: usize, access: Arc<AccessPolicy>
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(Extension(document))
         .layer(axum::middleware::from_fn_with_state(access, auth::authenticate))
-        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(Extension(body))
         .with_state(service)
 }
 

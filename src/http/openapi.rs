@@ -28,12 +28,16 @@ macro_rules! error_responses {
 }
 
 error_responses! {
-    BadRequest => "`malformed_json` or `unreadable_body` (the body is not JSON), `invalid_id` or `invalid_path` \
+    BadRequest => "`malformed_json`, `unreadable_body` or `malformed_encoding` (the body is not JSON, or not \
+        gzip as its `Content-Encoding` says), `invalid_id` or `invalid_path` \
         (a path parameter is malformed), or `invalid_query` (a query parameter has the wrong type or value)",
     Unauthenticated => "`unauthenticated`: no valid `Authorization: Bearer` token (only when access tokens are \
         configured); carries `WWW-Authenticate: Bearer`",
     Forbidden => "`forbidden`: the call needs the admin token, or the token may not reach this tenant",
-    PayloadTooLarge => "`payload_too_large`: the body is over `--max-body-bytes`",
+    PayloadTooLarge => "`payload_too_large`: the body (after gzip decoding) is over `--max-body-bytes`, or a \
+        webhook endpoint's `max_body_bytes`; a larger `Content-Length` is refused before the body is read",
+    BodyTimeout => "`body_timeout`: the body did not arrive in full within `server.body_read_timeout`",
+    UnsupportedEncoding => "`unsupported_encoding`: a `Content-Encoding` other than `gzip` or `identity`",
     InvalidInput => "`invalid_input`: a value is out of range (`details.field` names it)",
     ServerError => "`store_corrupt`, `schema_unavailable` or `internal`: see the server log",
     StoreUnavailable => "`store_unavailable`: the writer stopped after a storage error; restart the service",
@@ -54,7 +58,17 @@ fn error_response(description: &str) -> RefOr<utoipa::openapi::Response> {
     ),
     components(
         schemas(super::error::ErrorBody),
-        responses(BadRequest, Unauthenticated, Forbidden, PayloadTooLarge, InvalidInput, ServerError, StoreUnavailable),
+        responses(
+            BadRequest,
+            Unauthenticated,
+            Forbidden,
+            PayloadTooLarge,
+            BodyTimeout,
+            UnsupportedEncoding,
+            InvalidInput,
+            ServerError,
+            StoreUnavailable
+        ),
     ),
     modifiers(&BearerScheme),
     tags(

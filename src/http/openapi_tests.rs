@@ -136,7 +136,11 @@ async fn live() -> Live {
     let dir = tempfile::tempdir().expect("temp dir");
     let (store, writer) = Store::open(dir.path(), 16 << 20).expect("open store");
     let service = Service::new(store, Registry::builtin()).with_backup_dir(dir.path().join("backups"));
-    let router = super::router(service, 1 << 20, Arc::new(AccessPolicy::default()));
+    let router = super::router(
+        service,
+        super::BodyLimits { max_bytes: 1 << 20, ..Default::default() },
+        Arc::new(AccessPolicy::default()),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("address"));
     tokio::spawn(async move { axum::serve(listener, router).await });

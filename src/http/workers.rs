@@ -9,7 +9,10 @@ use utoipa::ToSchema;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{IdPath, JsonBody};
 use super::handlers::{Reply, ok};
-use super::openapi::{BadRequest, Forbidden, PayloadTooLarge, ServerError, StoreUnavailable, Unauthenticated};
+use super::openapi::{
+    BadRequest, BodyTimeout, Forbidden, PayloadTooLarge, ServerError, StoreUnavailable, Unauthenticated,
+    UnsupportedEncoding,
+};
 use super::views::{self, ClaimGrant};
 use super::whole;
 use crate::service::{ResultRequest, Service, WorkerUsage};
@@ -20,7 +23,7 @@ use crate::store::{ClaimRequest, PostOutcome, Usage};
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"worker": "w-1", "limit": 10, "lease_seconds": 300, "schema": "code-review@1"}))]
 pub struct ClaimBody {
-    /// 1–256 bytes, no control characters.
+    /// 1–256 bytes of UTF-8, no control characters (`maxLength` counts characters).
     #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
     worker: String,
     #[serde(deserialize_with = "whole::usize")]
@@ -48,7 +51,9 @@ pub struct ClaimsPage {
         (status = 400, response = BadRequest),
         (status = 401, response = Unauthenticated),
         (status = 403, response = Forbidden),
+        (status = 408, response = BodyTimeout),
         (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedEncoding),
         (status = 422, description = "`invalid_input` (`details.field` names it) or `unknown_schema`", body = ErrorBody),
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
@@ -135,7 +140,9 @@ pub struct ResultReply {
         (status = 403, response = Forbidden),
         (status = 404, description = "`not_found`: no extraction with that id", body = ErrorBody),
         (status = 409, description = "`stale_lease` (not the current lease) or `illegal_transition` (failed: retry it first)", body = ErrorBody),
+        (status = 408, response = BodyTimeout),
         (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedEncoding),
         (status = 422, description = "`invalid_input`, or `validation_failed`: the output fails the schema (`details.issues`); the extraction is now failed", body = ErrorBody),
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),

@@ -89,13 +89,15 @@ pub(super) fn check_tenant(tenant: &str) -> Result<(), Error> {
     if ok { Ok(()) } else { Err(invalid("tenant", "must be 1-128 characters of [A-Za-z0-9._-]")) }
 }
 
-/// Limits count characters, as JSON Schema's `maxLength` (and the OpenAPI document) does.
-pub(super) fn check_text(field: &'static str, value: &str, max_chars: usize) -> Result<(), Error> {
+/// Limits count bytes of UTF-8, as the API documents: they bound what the store keeps.
+/// (The OpenAPI `maxLength`, which counts characters, is the same number, so it is an
+/// upper bound; a value within it may still be over in bytes.)
+pub(super) fn check_text(field: &'static str, value: &str, max_bytes: usize) -> Result<(), Error> {
     if value.is_empty() {
         return Err(invalid(field, "must not be empty"));
     }
-    if value.chars().count() > max_chars {
-        return Err(invalid(field, format!("must be at most {max_chars} characters")));
+    if value.len() > max_bytes {
+        return Err(invalid(field, format!("must be at most {max_bytes} bytes of UTF-8")));
     }
     if value.chars().any(char::is_control) {
         return Err(invalid(field, "must not contain control characters"));

@@ -18,6 +18,8 @@ pub struct Endpoint {
     content: Field,
     schema: Field,
     tolerance: Duration,
+    /// Bodies past this are refused before they are read.
+    pub max_body_bytes: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +69,7 @@ impl Endpoint {
             content: options.content.clone(),
             schema: options.schema.clone(),
             tolerance: options.tolerance,
+            max_body_bytes: options.max_body_bytes,
         })
     }
 
@@ -123,6 +126,7 @@ mod tests {
             content: Field::Pointer("/pull_request/body".into()),
             schema: Field::Fixed("code-review@1".into()),
             tolerance: Duration::from_secs(300),
+            max_body_bytes: 1024,
         };
         let endpoint = Endpoint::load(&options).unwrap();
         assert_eq!(endpoint.secrets.len(), 2);

@@ -34,6 +34,10 @@ pub const GITHUB_DELIVERY: &str = "x-github-delivery";
 /// the Standard Webhooks reference libraries hard-code.
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5 * 60);
 
+/// Senders' payloads are small; a webhook route is unauthenticated until the signature is
+/// checked, so it gets a far smaller body limit than the token-protected API.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+
 /// Delivery ids become dedupe keys in the store; real ones are a few dozen bytes.
 pub const MAX_DELIVERY_ID_LEN: usize = 256;
 

@@ -80,6 +80,7 @@ fn serve_options(data_dir: PathBuf, provider: ProviderOptions) -> ServeOptions {
         schema_dir: None,
         max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         cache_bytes: DEFAULT_CACHE_BYTES,
+        limits: crate::config::ServerLimits::default(),
         provider,
         access: AccessOptions::default(),
         anthropic: None,

@@ -1,0 +1,108 @@
+//! The accept loop: hyper's HTTP/1 server with a timer (so the header-read timeout, which
+//! also bounds idle keep-alive, applies), a cap on concurrent connections, and a small
+//! reserve past the cap that answers `/healthz` and refuses everything else with 503.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use super::error::ApiError;
+use crate::config::{HEALTH_RESERVE, ServerLimits};
+
+/// After an accept error that is not about one connection (out of file descriptors, say),
+/// pause so the loop does not spin while the cause persists.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// Serves `app` until `stop` resolves, then lets open requests finish (idle connections
+/// close at once). Dropping the returned future cuts every connection: they live in a
+/// `JoinSet` it owns.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: ServerLimits,
+    stop: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let regular = Arc::new(Semaphore::new(limits.max_connections));
+    let reserve = Arc::new(Semaphore::new(HEALTH_RESERVE));
+    let health_only = app.clone().layer(axum::middleware::from_fn(only_healthz));
+    let mut builder = http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+    // A reserve connection serves one request and closes, so it is soon free again.
+    let mut reserve_builder = builder.clone();
+    reserve_builder.keep_alive(false);
+    let graceful = GracefulShutdown::new();
+    let mut connections = JoinSet::new();
+    tokio::pin!(stop);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    accept_failed(&e).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        // Reap finished connections so the set holds only live ones.
+        while connections.try_join_next().is_some() {}
+        // Responses are small and latency-bound: never let Nagle hold an acknowledgement back.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+        if let Ok(permit) = Arc::clone(&regular).try_acquire_owned() {
+            let conn = builder.serve_connection(io(stream), TowerToHyperService::new(app.clone()));
+            let conn = graceful.watch(conn);
+            connections.spawn(async move {
+                let _ = conn.await;
+                drop(permit);
+            });
+        } else if let Ok(permit) = Arc::clone(&reserve).try_acquire_owned() {
+            tracing::debug!(
+                max_connections = limits.max_connections,
+                "connection cap reached; answering /healthz only"
+            );
+            let conn = reserve_builder.serve_connection(io(stream), TowerToHyperService::new(health_only.clone()));
+            let conn = graceful.watch(conn);
+            connections.spawn(async move {
+                let _ = conn.await;
+                drop(permit);
+            });
+        } else {
+            // Closing at once costs nothing; answering would need a connection we do not have.
+            drop(stream);
+        }
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+async fn only_healthz(request: Request, next: Next) -> Response {
+    if request.uri().path() == "/healthz" { next.run(request).await } else { ApiError::overloaded().into_response() }
+}
+
+fn io(stream: TcpStream) -> TokioIo<TcpStream> {
+    TokioIo::new(stream)
+}
+
+async fn accept_failed(e: &std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(e.kind(), ConnectionAborted | ConnectionRefused | ConnectionReset) {
+        return;
+    }
+    tracing::warn!(error = %e, "accept failed");
+    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+}
