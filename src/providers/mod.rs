@@ -96,10 +96,25 @@ pub enum JobPhase {
     /// Ended before every request ran; what ran is in the result files and is billed.
     Expired,
     Cancelled,
-    /// The whole batch was rejected (e.g. input validation).
+    /// The whole batch was rejected (e.g. input validation, or the provider's capacity).
     Failed {
         reason: String,
+        cause: FailureCause,
     },
+}
+
+/// Whose fault a failed batch is, which decides what happens to its members.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailureCause {
+    /// The provider had no room for it (OpenAI's enqueued-token limit): nobody's fault.
+    /// The members go back as the same attempt and new submissions wait.
+    Capacity,
+    /// Validation failed without naming a line: nothing says a member is at fault, so the
+    /// members are treated as for `Capacity`.
+    Unattributed,
+    /// Validation named these input lines (1-based, in submit order): those members are
+    /// refused, the others go back as the same attempt.
+    Lines(Vec<u64>),
 }
 
 impl JobPhase {

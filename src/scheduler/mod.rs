@@ -38,6 +38,11 @@ pub struct Settings {
     /// Consecutive transient failures after which a submit intent's members are failed
     /// (class `transient`) for an operator to retry, instead of being retried forever.
     pub max_submit_failures: u32,
+    /// How long polls of a job we created must keep answering 404 before it is declared
+    /// gone and its members requeued. Providers answer 404 for live jobs now and then.
+    pub job_gone_after: Duration,
+    /// Delete uploaded and result files at the provider once a batch is ingested.
+    pub delete_provider_files: bool,
 }
 
 impl Default for Settings {
@@ -48,6 +53,8 @@ impl Default for Settings {
             batch_max_wait: Duration::from_secs(2),
             poll_interval: Duration::from_secs(5),
             max_submit_failures: 8,
+            job_gone_after: Duration::from_secs(600),
+            delete_provider_files: true,
         }
     }
 }
@@ -60,6 +67,10 @@ const BUDGET_PAUSE: Duration = Duration::from_secs(900);
 const MAX_PROVIDER_DELAY: Duration = Duration::from_secs(24 * 3600);
 /// Polls and submits back off at most this long between transient failures.
 const BACKOFF_CAP: Duration = Duration::from_secs(300);
+/// The first hold of submissions after a batch failed for want of room at the provider;
+/// it doubles with each failure in a row, up to `HOLD_CAP`, unless a job ends first.
+const HOLD_BASE: Duration = Duration::from_secs(60);
+const HOLD_CAP: Duration = Duration::from_secs(1800);
 /// Lines handed to one store write: big enough to share an fsync, small enough to
 /// keep memory flat whatever the result file's size.
 const STAGE_CHUNK: usize = 512;
@@ -112,6 +123,8 @@ pub struct Scheduler {
     /// records in the writer, so it is not repeated on every intake until enough new work
     /// could have arrived to fill a batch, or the wait is over.
     waiting: HashMap<String, WaitingWork>,
+    /// Failed batches in a row returned for want of room: sets the next hold's length.
+    holds_in_a_row: u32,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -141,6 +154,7 @@ impl Scheduler {
             formed_here: HashSet::new(),
             rate_limits: HashMap::new(),
             waiting: HashMap::new(),
+            holds_in_a_row: 0,
         };
         let task = tokio::spawn(scheduler.run(stopped));
         SchedulerHandle { stop, task, health }
@@ -305,6 +319,31 @@ impl Scheduler {
         }
     }
 
+    /// After a batch failed without blaming a member (OpenAI's enqueued-token limit, or a
+    /// validation naming no line): new submissions wait until one of this provider's jobs
+    /// ends or the hold is over. Nothing else is counted against the members.
+    fn hold_submissions(&mut self, batch: &BatchRecord, reason: String, returned: u64) {
+        let delay = HOLD_BASE.saturating_mul(1u32.checked_shl(self.holds_in_a_row.min(16)).unwrap_or(u32::MAX));
+        let delay = delay.min(HOLD_CAP);
+        self.holds_in_a_row = self.holds_in_a_row.saturating_add(1);
+        let until = clock::now_ms().saturating_add(delay.as_millis() as u64);
+        tracing::warn!(
+            batch_key = %batch.batch_key, %reason, returned, hold_secs = delay.as_secs(),
+            "the provider failed a batch without blaming its members; they go back as the same attempt and new submissions wait"
+        );
+        self.health.hold(until, reason);
+        self.health.update(|h| h.batches_returned += 1);
+    }
+
+    /// A job of this provider ended: whatever room it held is free again.
+    fn job_ended(&mut self) {
+        self.holds_in_a_row = 0;
+        if self.health.release_hold() {
+            tracing::info!("a job ended: submissions held for room at the provider resume");
+            self.wake.notify_one();
+        }
+    }
+
     /// Decides what a failed provider call means for the batch, persisting the decision.
     async fn on_error(
         &mut self,
@@ -352,10 +391,22 @@ impl Scheduler {
                 self.store.close_batch(batch.seq, "rejected by the provider".to_string(), leftover).await?;
                 Ok(None)
             }
+            // One 404 does not prove a job gone (providers answer it for live jobs now and
+            // then); requeueing would pay for work that may still be running. Only 404s
+            // that go on for the whole window do.
             ErrorClass::Gone if !submitting => {
-                self.store
-                    .close_batch(batch.seq, "the provider no longer knows the job".to_string(), Leftover::Requeue)
-                    .await?;
+                let since = batch.not_found_since_ms.unwrap_or(now);
+                let window = self.settings.job_gone_after.as_millis() as u64;
+                if now.saturating_sub(since) < window {
+                    self.health.update(|h| h.polls_not_found += 1);
+                    let at = retry_at(self.settings.poll_interval).min(since.saturating_add(window));
+                    self.store.note_not_found(batch.seq, since, at.max(now + 1), error.to_string()).await?;
+                    return Ok(Some(at.max(now + 1)));
+                }
+                let outcome =
+                    format!("the provider answered 404 for the job for {}s", now.saturating_sub(since) / 1000);
+                self.store.close_batch(batch.seq, outcome, Leftover::Requeue).await?;
+                self.job_ended();
                 Ok(None)
             }
             _ if submitting && batch.failures + 1 >= self.settings.max_submit_failures => {

@@ -45,6 +45,18 @@ pub struct Faults {
     pub invalid_output_every: u32,
     /// Batches fail validation (`failed`, with `errors.data`).
     pub fail_batch_validation: bool,
+    /// The organisation's enqueued-token limit (0: none). A batch whose input tokens plus
+    /// those of the batches still running exceed it is created, then ends `failed` with
+    /// `token_limit_exceeded`, as OpenAI does.
+    pub enqueued_token_limit: u64,
+    /// The next N batch retrievals answer 404 in the provider's words, although the batch
+    /// exists (the intermittent 404s users of both APIs report).
+    pub poll_not_found_next: u32,
+    /// Injected error answers carry `x-should-retry: false`.
+    pub should_retry_false: bool,
+    /// Listing batches shows this many other batches, newer than any real one, first
+    /// (another client of the same organisation, busy).
+    pub foreign_batches: u32,
 }
 
 impl Default for Faults {
@@ -64,6 +76,10 @@ impl Default for Faults {
             duplicate_line_every: 0,
             invalid_output_every: 0,
             fail_batch_validation: false,
+            enqueued_token_limit: 0,
+            poll_not_found_next: 0,
+            should_retry_false: false,
+            foreign_batches: 0,
         }
     }
 }
@@ -106,6 +122,10 @@ impl Faults {
 
     pub fn take_drop_after_create(&mut self) -> bool {
         take(&mut self.drop_after_create_next)
+    }
+
+    pub fn take_poll_not_found(&mut self) -> bool {
+        take(&mut self.poll_not_found_next)
     }
 }
 

@@ -16,8 +16,8 @@ use reqwest::multipart::{Form, Part};
 use tokio::sync::mpsc;
 
 use super::{
-    BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, ProviderError, ResultLine,
-    StreamCounts, classify_status, describe_transport, parse_retry_after, truncate,
+    BatchProvider, BatchSpec, ErrorClass, FailureCause, IntentRef, JobPhase, JobStatus, Lookup, ProviderError,
+    ResultLine, StreamCounts, classify_status, describe_transport, parse_retry_after, truncate,
 };
 
 const PROVIDER: &str = "openai";
@@ -26,8 +26,12 @@ const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 /// How far back (pages of 100) a lost job is looked for: far more than one scheduler
 /// creates between a crash and its restart.
 const MAX_LIST_PAGES: usize = 20;
+/// An undecided lookup is tried again after this long (the scheduler may shorten it).
+const LOOKUP_RECHECK_AFTER: Duration = Duration::from_secs(60);
 /// The Batch API accepts input files up to 200 MB.
 const MAX_INPUT_FILE_BYTES: usize = 200 * 1000 * 1000;
+/// `errors.data[].code` of a batch failed by the organisation's enqueued-token limit.
+const TOKEN_LIMIT_CODE: &str = "token_limit_exceeded";
 /// Clock skew tolerated between our intent timestamp and the provider's `created_at`.
 const CREATED_AT_SLACK: Duration = Duration::from_secs(600);
 
@@ -117,12 +121,11 @@ impl OpenAiBatches {
         Ok(uploaded.id)
     }
 
-    /// Finds a job whose metadata carries this batch key, created at or after the intent.
-    pub async fn find_by_batch_key(
-        &self,
-        batch_key: &str,
-        created_after_ms: u64,
-    ) -> Result<Option<String>, ProviderError> {
+    /// Finds the job whose metadata carries this batch key, created at or after the intent.
+    /// Only a walk that reached the end of the list, or batches older than the intent, may
+    /// say `Absent`: one that ran out of pages has not ruled the job out, and resubmitting
+    /// then could pay twice for the same work.
+    pub async fn find_by_batch_key(&self, batch_key: &str, created_after_ms: u64) -> Result<Lookup, ProviderError> {
         let oldest_secs = created_after_ms.saturating_sub(CREATED_AT_SLACK.as_millis() as u64) / 1000;
         let mut after: Option<String> = None;
         for _ in 0..MAX_LIST_PAGES {
@@ -134,18 +137,25 @@ impl OpenAiBatches {
             for batch in &page.data {
                 let key = batch.metadata.as_ref().and_then(|m| m.get(wire::BATCH_KEY_METADATA));
                 if key.is_some_and(|k| k == batch_key) {
-                    return Ok(Some(batch.id.clone()));
+                    return Ok(Lookup::Found(batch.id.clone()));
                 }
             }
             // Newest first: once a page reaches past the intent's time, nothing older can match.
             let reached_older = page.data.iter().any(|b| b.created_at.is_some_and(|c| c < oldest_secs));
             if !page.has_more || reached_older {
-                return Ok(None);
+                return Ok(Lookup::Absent);
             }
             after = page.last_id.or_else(|| page.data.last().map(|b| b.id.clone()));
+            if after.is_none() {
+                return Ok(undecided("the batch list says it has more but gives no cursor".to_string()));
+            }
         }
-        Ok(None)
+        Ok(undecided(format!("more than {MAX_LIST_PAGES} pages of batches since the intent; cannot rule one out")))
     }
+}
+
+fn undecided(reason: String) -> Lookup {
+    Lookup::Undecided { recheck_after: LOOKUP_RECHECK_AFTER, reason }
 }
 
 #[async_trait]
@@ -167,7 +177,7 @@ impl BatchProvider for OpenAiBatches {
     }
 
     async fn find_job(&self, intent: &IntentRef<'_>) -> Result<Lookup, ProviderError> {
-        Ok(self.find_by_batch_key(intent.batch_key, intent.created_at_ms).await?.map_or(Lookup::Absent, Lookup::Found))
+        self.find_by_batch_key(intent.batch_key, intent.created_at_ms).await
     }
 
     async fn poll(&self, job_id: &str) -> Result<JobStatus, ProviderError> {
@@ -177,7 +187,10 @@ impl BatchProvider for OpenAiBatches {
             "completed" => JobPhase::Completed,
             "expired" => JobPhase::Expired,
             "cancelled" => JobPhase::Cancelled,
-            "failed" => JobPhase::Failed { reason: batch_failure(&batch) },
+            "failed" => {
+                let (reason, cause) = batch_failure(&batch);
+                JobPhase::Failed { reason, cause }
+            }
             other => return Err(error(ErrorClass::Protocol, None, format!("unknown batch status {other:?}"))),
         };
         let result_files = [batch.output_file_id, batch.error_file_id].into_iter().flatten().collect();
@@ -253,14 +266,31 @@ async fn deliver(line: &[u8], counts: &mut StreamCounts, out: &mpsc::Sender<Resu
     }
 }
 
-fn batch_failure(batch: &wire::Batch) -> String {
-    let details: Vec<String> = batch
-        .errors
+/// Why a batch failed, and whose fault it is. The enqueued-token limit is OpenAI's
+/// capacity, not the content's (openai-python #2084, #1643); an error naming a line is
+/// that line's; one naming nothing accuses no member.
+fn batch_failure(batch: &wire::Batch) -> (String, FailureCause) {
+    let errors: Vec<&wire::BatchError> = batch.errors.iter().flat_map(|e| &e.data).collect();
+    let details: Vec<String> = errors
         .iter()
-        .flat_map(|e| &e.data)
-        .map(|e| format!("{}: {}", e.code.as_deref().unwrap_or("error"), e.message.as_deref().unwrap_or("")))
+        .map(|e| {
+            let line = e.line.map(|l| format!(" (line {l})")).unwrap_or_default();
+            format!("{}{line}: {}", e.code.as_deref().unwrap_or("error"), e.message.as_deref().unwrap_or(""))
+        })
         .collect();
-    if details.is_empty() { "the provider failed the batch".to_string() } else { details.join("; ") }
+    let reason = if details.is_empty() { "the provider failed the batch".to_string() } else { details.join("; ") };
+    let capacity = errors.iter().any(|e| e.code.as_deref() == Some(TOKEN_LIMIT_CODE));
+    let mut lines: Vec<u64> = errors.iter().filter_map(|e| e.line).collect();
+    lines.sort_unstable();
+    lines.dedup();
+    let cause = if capacity {
+        FailureCause::Capacity
+    } else if lines.is_empty() {
+        FailureCause::Unattributed
+    } else {
+        FailureCause::Lines(lines)
+    };
+    (reason, cause)
 }
 
 fn error(class: ErrorClass, status: Option<u16>, message: String) -> ProviderError {

@@ -80,6 +80,9 @@ pub struct BatchError {
     pub code: Option<String>,
     #[serde(default)]
     pub message: Option<String>,
+    /// The input line at fault (1-based), when the error is about one line.
+    #[serde(default)]
+    pub line: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
