@@ -25,6 +25,8 @@ mod money;
 mod ops;
 #[path = "it/provider.rs"]
 mod provider;
+#[path = "it/provider_batchlevel.rs"]
+mod provider_batchlevel;
 #[path = "it/provider_crash.rs"]
 mod provider_crash;
 #[path = "it/provider_faults.rs"]

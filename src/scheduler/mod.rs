@@ -232,8 +232,9 @@ impl Scheduler {
 
     /// Turns waiting work into submit intents and submits them right away.
     async fn form_batches(&mut self) -> Result<Option<u64>, store::Error> {
-        if self.health.paused_until(clock::now_ms(), true).is_some() {
-            return Ok(None);
+        // Wake when a timed pause or hold ends (an operator's pause has no end: resuming wakes).
+        if let Some(until) = self.health.paused_until(clock::now_ms(), true) {
+            return Ok((until != u64::MAX).then_some(until));
         }
         let router = self.service.router();
         router.refresh_holds(&self.store, clock::now_ms()).await?;
