@@ -40,6 +40,9 @@ pub enum ErrorClass {
     Gone,
     /// The provider answered something we cannot understand.
     Protocol,
+    /// The batch is more than the provider takes in one job (input file size, request
+    /// count): it is split, never failed, unless a single member is itself too large.
+    TooLarge,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]

@@ -387,7 +387,18 @@ impl Scheduler {
                 self.store.reschedule_batch(batch.seq, at, Some(error.to_string()), false).await?;
                 Ok(Some(at))
             }
-            ErrorClass::InvalidRequest if submitting => {
+            // Over the provider's size limits: split, since no member is at fault. Only a
+            // single member too large for a job of its own is refused.
+            ErrorClass::TooLarge if submitting && batch.members.len() > 1 => {
+                let keep = batch.members.len().div_ceil(2);
+                let returned = self.store.shrink_intent(batch.seq, keep).await?;
+                tracing::info!(batch_key = %batch.batch_key, keep, returned, error = %error, "batch too large for the provider; split");
+                // The refusal came before any job existed: the shrunk intent goes as fresh.
+                self.formed_here.insert(batch.seq);
+                self.health.update(|h| h.members_requeued += returned);
+                Ok(Some(now))
+            }
+            ErrorClass::InvalidRequest | ErrorClass::TooLarge if submitting => {
                 let leftover = Leftover::Fail { class: FailureClass::InvalidRequest, reason: error.to_string() };
                 self.store.close_batch(batch.seq, "rejected by the provider".to_string(), leftover).await?;
                 Ok(None)

@@ -57,6 +57,8 @@ pub struct Faults {
     /// Listing batches shows this many other batches, newer than any real one, first
     /// (another client of the same organisation, busy).
     pub foreign_batches: u32,
+    /// Batch input files over this many bytes are refused at upload (0: the real 200 MB).
+    pub max_input_file_bytes: u64,
 }
 
 impl Default for Faults {
@@ -80,6 +82,7 @@ impl Default for Faults {
             poll_not_found_next: 0,
             should_retry_false: false,
             foreign_batches: 0,
+            max_input_file_bytes: 0,
         }
     }
 }

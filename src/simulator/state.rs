@@ -55,6 +55,12 @@ pub struct Stats {
     /// Files deleted by clients (`DELETE /v1/files/{id}`), and batches (Anthropic).
     #[serde(default)]
     pub files_deleted: u64,
+    /// Batch input uploads refused for their size (`max_input_file_bytes`).
+    #[serde(default)]
+    pub uploads_refused: u64,
+    /// Size of the last batch input file accepted.
+    #[serde(default)]
+    pub last_upload_bytes: u64,
 }
 
 /// Batch input and output files expire after 30 days unless told otherwise.

@@ -495,11 +495,11 @@ fn close_batch(
     Ok((unanswered, true))
 }
 
-fn load_batch(t: &WriteTables<'_>, batch: u64) -> Result<BatchRecord, Error> {
+pub(super) fn load_batch(t: &WriteTables<'_>, batch: u64) -> Result<BatchRecord, Error> {
     decode(&required(t.batches.get(batch)?, "batch", batch)?)
 }
 
-fn save_batch(t: &mut WriteTables<'_>, record: &BatchRecord) -> Result<(), Error> {
+pub(super) fn save_batch(t: &mut WriteTables<'_>, record: &BatchRecord) -> Result<(), Error> {
     t.batches.insert(record.seq, encode(record)?.as_slice())?;
     Ok(())
 }

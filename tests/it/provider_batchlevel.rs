@@ -67,8 +67,7 @@ async fn an_enqueued_token_limit_returns_the_members_and_holds_submissions_until
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_validation_naming_a_line_refuses_that_member_alone() {
-    let rig = Rig::start(Duration::from_millis(300), Faults { fail_batch_validation: true, ..Faults::default() })
-        .await;
+    let rig = Rig::start(Duration::from_millis(300), Faults { fail_batch_validation: true, ..Faults::default() }).await;
     // One source per batch would blame every member; three share the failed batch.
     let server = rig.serve(&["--batch-max-size", "3"], None);
     let api = server.api();
@@ -186,5 +185,27 @@ async fn a_lookup_that_runs_out_of_pages_never_resubmits() {
     let stats = rig.stats();
     assert_eq!(stats.batches_created, 1, "{stats:#?}");
     assert_eq!(counter(&health(&api).await, "batches_recovered"), 1);
+    finish(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_over_the_input_file_limit_is_split_not_failed() {
+    let rig = Rig::start(Duration::from_millis(300), Faults::default()).await;
+    let server = rig.serve(&["--batch-max-size", "6"], None);
+    let api = server.api();
+    let (first, rest) = CORPUS.split_at(1);
+    let mut ids = intake(&api, first).await;
+    let stats = rig.wait_stats("a one-request batch", |s| s.batches_created >= 1).await;
+    // Room for about two requests per input file; the other five come as one batch.
+    let limit = stats.last_upload_bytes * 5 / 2;
+    rig.sim.set_faults(Faults { max_input_file_bytes: limit, ..Faults::default() });
+    ids.extend(intake(&api, rest).await);
+
+    assert_attempts(&api, &ids, 1).await;
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert!(stats.uploads_refused >= 2, "the five-request file and a three-request half: {stats:#?}");
+    assert!(stats.batches_created >= 4, "{stats:#?}");
+    assert_eq!(stats.max_live_batches_per_custom_id, 1, "{stats:#?}");
     finish(server);
 }

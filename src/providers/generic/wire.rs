@@ -288,7 +288,7 @@ fn item_failure(error: &ErrorObject) -> LineResult {
         ErrorClass::RateLimited | ErrorClass::Transient | ErrorClass::Gone | ErrorClass::Auth | ErrorClass::Budget => {
             LineResult::Retry { reason }
         }
-        ErrorClass::InvalidRequest | ErrorClass::Protocol => {
+        ErrorClass::InvalidRequest | ErrorClass::Protocol | ErrorClass::TooLarge => {
             LineResult::Refused { class: FailureClass::InvalidRequest, reason }
         }
     }

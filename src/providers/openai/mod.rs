@@ -28,8 +28,9 @@ const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 const MAX_LIST_PAGES: usize = 20;
 /// An undecided lookup is tried again after this long (the scheduler may shorten it).
 const LOOKUP_RECHECK_AFTER: Duration = Duration::from_secs(60);
-/// The Batch API accepts input files up to 200 MB.
+/// The Batch API accepts input files up to 200 MB and 50,000 requests.
 const MAX_INPUT_FILE_BYTES: usize = 200 * 1000 * 1000;
+const MAX_INPUT_LINES: usize = 50_000;
 /// `errors.data[].code` of a batch failed by the organisation's enqueued-token limit.
 const TOKEN_LIMIT_CODE: &str = "token_limit_exceeded";
 /// Clock skew tolerated between our intent timestamp and the provider's `created_at`.
@@ -105,11 +106,15 @@ impl OpenAiBatches {
                 .map_err(|e| error(ErrorClass::InvalidRequest, None, format!("cannot encode a request: {e}")))?;
             jsonl.push(b'\n');
         }
-        if jsonl.len() > MAX_INPUT_FILE_BYTES {
+        if jsonl.len() > MAX_INPUT_FILE_BYTES || spec.members.len() > MAX_INPUT_LINES {
             return Err(error(
-                ErrorClass::InvalidRequest,
+                ErrorClass::TooLarge,
                 None,
-                format!("the batch input is {} bytes, over the Batch API's 200 MB limit", jsonl.len()),
+                format!(
+                    "the batch input is {} bytes in {} requests, over the Batch API's 200 MB / {MAX_INPUT_LINES} requests",
+                    jsonl.len(),
+                    spec.members.len()
+                ),
             ));
         }
         let file = Part::bytes(jsonl)
@@ -117,7 +122,16 @@ impl OpenAiBatches {
             .mime_str("application/jsonl")
             .map_err(|e| error(ErrorClass::InvalidRequest, None, e.to_string()))?;
         let form = Form::new().text("purpose", "batch").part("file", file);
-        let uploaded: wire::FileObject = self.json(self.http.post(self.url("/files")).multipart(form)).await?;
+        // Whatever the limit in force (it has changed over time), a 400 on the upload of a
+        // file we built is about the file: splitting the batch either gets under the limit
+        // or narrows the refusal down to the one member it is about.
+        let uploaded: wire::FileObject =
+            self.json(self.http.post(self.url("/files")).multipart(form)).await.map_err(|mut e| {
+                if e.status == Some(400) {
+                    e.class = ErrorClass::TooLarge;
+                }
+                e
+            })?;
         Ok(uploaded.id)
     }
 
