@@ -166,4 +166,11 @@ pub trait BatchProvider: Send + Sync + fmt::Debug {
     ) -> Result<StreamCounts, ProviderError>;
 
     async fn cancel(&self, job_id: &str) -> Result<(), ProviderError>;
+
+    /// Deletes what a finished job left stored at the provider (input, output and error
+    /// files), once its results are ingested. Returns how many were deleted; a provider
+    /// that keeps nothing worth deleting does nothing.
+    async fn delete_files(&self, _job: &JobStatus) -> Result<u64, ProviderError> {
+        Ok(0)
+    }
 }

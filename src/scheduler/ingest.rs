@@ -54,6 +54,10 @@ impl Scheduler {
             h.batches_closed += 1;
             h.members_requeued += requeued + report.requeued;
         });
+        // A failed batch's input file is as useless now as a finished one's.
+        if self.settings.delete_provider_files {
+            self.delete_files_later(status.clone());
+        }
         match hold {
             Some(reason) => self.hold_submissions(&batch, reason, requeued),
             // A failed batch never ran, so it frees no room.

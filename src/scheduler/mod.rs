@@ -7,6 +7,7 @@
 //! staged results are committed. Idle means waiting on a wake-up (new intake) or on the
 //! next persisted deadline; there is no busy loop.
 
+mod cleanup;
 mod health;
 mod ingest;
 mod submit;

@@ -209,3 +209,35 @@ async fn a_batch_over_the_input_file_limit_is_split_not_failed() {
     assert_eq!(stats.max_live_batches_per_custom_id, 1, "{stats:#?}");
     finish(server);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_files_are_deleted_after_ingestion_unless_configured_off() {
+    let rig = Rig::start(Duration::from_millis(300), Faults::default()).await;
+    let server = rig.serve(&[], None);
+    let api = server.api();
+    let ids = intake(&api, CORPUS).await;
+    assert_attempts(&api, &ids, 1).await;
+    // Input, output and error file of the one batch.
+    let stats = rig.wait_stats("the files to be deleted", |s| s.files_deleted >= 3).await;
+    assert_eq!((stats.files_uploaded, stats.files_deleted), (1, 3), "{stats:#?}");
+    let deleted = async {
+        loop {
+            if counter(&health(&api).await, "files_deleted") == 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), deleted).await.expect("health counts the deletions");
+    finish(server);
+
+    let rig = Rig::start(Duration::from_millis(300), Faults::default()).await;
+    let config = scheduler_config(&rig, "delete_provider_files = false");
+    let server = rig.serve(&["--config", &config], None);
+    let api = server.api();
+    let ids = intake(&api, CORPUS).await;
+    assert_attempts(&api, &ids, 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(rig.stats().files_deleted, 0, "deletion is configurable");
+    finish(server);
+}

@@ -257,6 +257,22 @@ impl BatchProvider for OpenAiBatches {
         let _: wire::Batch = self.json(self.http.post(self.url(&format!("/batches/{job_id}/cancel")))).await?;
         Ok(())
     }
+
+    /// Files count against the organisation's storage until deleted (DELETE /v1/files/{id}).
+    /// One already gone (404) counts as done, so a retry after a partial run converges.
+    async fn delete_files(&self, job: &JobStatus) -> Result<u64, ProviderError> {
+        let batch: wire::Batch = self.json(self.http.get(self.url(&format!("/batches/{}", job.job_id)))).await?;
+        let files = [batch.input_file_id, batch.output_file_id, batch.error_file_id];
+        let mut deleted = 0;
+        for file_id in files.into_iter().flatten() {
+            match self.send(self.http.delete(self.url(&format!("/files/{file_id}")))).await {
+                Ok(_) => deleted += 1,
+                Err(e) if e.class == ErrorClass::Gone => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(deleted)
+    }
 }
 
 async fn deliver(line: &[u8], counts: &mut StreamCounts, out: &mpsc::Sender<ResultLine>) -> Result<(), ProviderError> {

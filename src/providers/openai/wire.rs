@@ -57,6 +57,8 @@ pub struct Batch {
     pub id: String,
     pub status: String,
     #[serde(default)]
+    pub input_file_id: Option<String>,
+    #[serde(default)]
     pub output_file_id: Option<String>,
     #[serde(default)]
     pub error_file_id: Option<String>,
