@@ -263,7 +263,7 @@ impl Scheduler {
                         tracing::info!(batch_key = %batch.batch_key, members = batch.members.len(), %schema, "batch formed");
                         self.health.update(|h| h.batches_formed += 1);
                         self.formed_here.insert(batch.seq);
-                        if let Some(at) = self.submit(batch).await? {
+                        if let Some(at) = self.submit(*batch).await? {
                             next = Some(next.map_or(at, |n: u64| n.min(at)));
                         }
                     }

@@ -265,7 +265,7 @@ impl Store {
 
 #[derive(Debug, Clone)]
 pub enum IntentOutcome {
-    Created(BatchRecord),
+    Created(Box<BatchRecord>),
     /// Some work is waiting; a batch is due at this time unless it fills up first.
     Waiting {
         due_at_ms: u64,
@@ -347,7 +347,7 @@ fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(In
     }
     save_batch(t, &batch)?;
     t.open_batches.insert(seq, ())?;
-    Ok((IntentOutcome::Created(batch), true))
+    Ok((IntentOutcome::Created(Box::new(batch)), true))
 }
 
 fn record_job(
