@@ -29,6 +29,8 @@ mod money;
 mod ops;
 #[path = "it/provider.rs"]
 mod provider;
+#[path = "it/provider_batchlevel.rs"]
+mod provider_batchlevel;
 #[path = "it/provider_check.rs"]
 mod provider_check;
 #[path = "it/provider_crash.rs"]

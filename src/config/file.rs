@@ -116,6 +116,8 @@ pub struct RawScheduler {
     pub batch_max_wait: Option<String>,
     pub poll_interval: Option<String>,
     pub max_submit_failures: Option<u32>,
+    pub job_gone_after: Option<String>,
+    pub delete_provider_files: Option<bool>,
 }
 
 /// Reads the file. A missing file is fine only when nobody asked for it explicitly.

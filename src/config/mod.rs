@@ -228,6 +228,12 @@ impl ServeOptions {
         if let Some(n) = raw.scheduler.max_submit_failures {
             scheduler.max_submit_failures = n.max(1);
         }
+        if let Some(text) = &raw.scheduler.job_gone_after {
+            scheduler.job_gone_after = file::parse_duration("scheduler.job_gone_after", text)?;
+        }
+        if let Some(delete) = raw.scheduler.delete_provider_files {
+            scheduler.delete_provider_files = delete;
+        }
         let defaults = ProviderOptions::default();
         let file_key = raw.provider.key_source()?;
         let provider = ProviderOptions {
@@ -364,7 +370,8 @@ impl ServeOptions {
         format!(
             "[server]\nlisten = \"{}\"\ndata_dir = \"{}\"\n{}\nmax_body_bytes = {}\ncache_bytes = {}\n{}\n\n\
              [provider]\nkind = \"{choice}\"\nbase_url = \"{}\"\nmodel = \"{}\"\n# api key: {} (value redacted)\n\n\
-             [scheduler]\nbatch_max_size = {}\nbatch_max_wait = \"{}\"\npoll_interval = \"{}\"\nmax_submit_failures = {}\n\n\
+             [scheduler]\nbatch_max_size = {}\nbatch_max_wait = \"{}\"\npoll_interval = \"{}\"\nmax_submit_failures = {}\n\
+             job_gone_after = \"{}\"\ndelete_provider_files = {}\n\n\
              [access]\n# admin token: {}\n# tenant tokens: {}\n",
             self.listen,
             self.data_dir.display(),
@@ -382,6 +389,8 @@ impl ServeOptions {
             humantime::format_duration(p.scheduler.batch_max_wait),
             humantime::format_duration(p.scheduler.poll_interval),
             p.scheduler.max_submit_failures,
+            humantime::format_duration(p.scheduler.job_gone_after),
+            p.scheduler.delete_provider_files,
             self.access
                 .admin_token
                 .as_ref()
@@ -425,7 +434,8 @@ mod tests {
     #[test]
     fn flags_override_the_file_which_overrides_defaults() {
         let raw: RawConfig = toml::from_str(
-            "[server]\nlisten = \"127.0.0.1:9000\"\ndata_dir = \"/srv/a\"\n[scheduler]\npoll_interval = \"7s\"",
+            "[server]\nlisten = \"127.0.0.1:9000\"\ndata_dir = \"/srv/a\"\n[scheduler]\npoll_interval = \"7s\"\n\
+             job_gone_after = \"3m\"\ndelete_provider_files = false",
         )
         .unwrap();
         let overrides = Overrides { data_dir: Some("/srv/b".into()), ..Overrides::default() };
@@ -436,6 +446,9 @@ mod tests {
         assert_eq!(options.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
         let described = options.describe();
         assert!(described.contains("poll_interval = \"7s\""), "{described}");
+        assert_eq!(options.provider.scheduler.job_gone_after, Duration::from_secs(180));
+        assert!(!options.provider.scheduler.delete_provider_files);
+        assert!(described.contains("job_gone_after = \"3m\"\ndelete_provider_files = false"), "{described}");
         assert!(described.contains("environment variable OPENAI_API_KEY"), "{described}");
         let reparsed: RawConfig = toml::from_str(&described).unwrap();
         assert_eq!(reparsed.server.data_dir, Some(PathBuf::from("/srv/b")), "check output is a valid config");

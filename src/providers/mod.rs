@@ -40,6 +40,9 @@ pub enum ErrorClass {
     Gone,
     /// The provider answered something we cannot understand.
     Protocol,
+    /// The batch is more than the provider takes in one job (input file size, request
+    /// count): it is split, never failed, unless a single member is itself too large.
+    TooLarge,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -96,10 +99,25 @@ pub enum JobPhase {
     /// Ended before every request ran; what ran is in the result files and is billed.
     Expired,
     Cancelled,
-    /// The whole batch was rejected (e.g. input validation).
+    /// The whole batch was rejected (e.g. input validation, or the provider's capacity).
     Failed {
         reason: String,
+        cause: FailureCause,
     },
+}
+
+/// Whose fault a failed batch is, which decides what happens to its members.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailureCause {
+    /// The provider had no room for it (OpenAI's enqueued-token limit): nobody's fault.
+    /// The members go back as the same attempt and new submissions wait.
+    Capacity,
+    /// Validation failed without naming a line: nothing says a member is at fault, so the
+    /// members are treated as for `Capacity`.
+    Unattributed,
+    /// Validation named these input lines (1-based, in submit order): those members are
+    /// refused, the others go back as the same attempt.
+    Lines(Vec<u64>),
 }
 
 impl JobPhase {
@@ -179,5 +197,12 @@ pub trait BatchProvider: Send + Sync + fmt::Debug {
     async fn probe(&self, schema: &Schema) -> Probe {
         let _ = schema;
         Probe::Unsupported("this provider kind has no synchronous call to check with")
+    }
+
+    /// Deletes what a finished job left stored at the provider (input, output and error
+    /// files), once its results are ingested. Returns how many were deleted; a provider
+    /// that keeps nothing worth deleting does nothing.
+    async fn delete_files(&self, _job: &JobStatus) -> Result<u64, ProviderError> {
+        Ok(0)
     }
 }

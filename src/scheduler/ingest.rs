@@ -12,7 +12,7 @@ use crate::clock;
 use crate::failpoint;
 use crate::identity::ExtractionId;
 use crate::lifecycle::FailureClass;
-use crate::providers::{JobPhase, JobStatus, ResultLine};
+use crate::providers::{FailureCause, JobPhase, JobStatus, ResultLine};
 use crate::store::{self, BatchRecord, Leftover, LineResult, StageReport};
 
 impl Scheduler {
@@ -33,11 +33,20 @@ impl Scheduler {
         };
         failpoint::hit("after-stage-before-commit");
         self.commit_ready().await?;
+        let mut hold = None;
         let (outcome, leftover) = match &status.phase {
-            JobPhase::Failed { reason } => (
-                format!("failed: {reason}"),
-                Leftover::Fail { class: FailureClass::InvalidRequest, reason: reason.clone() },
-            ),
+            // The provider ran none of it: the members go back as the same attempt, and
+            // whatever it refused by line is refused alone.
+            JobPhase::Failed { reason, cause } => {
+                let blamed = match cause {
+                    FailureCause::Lines(lines) => self.refuse_lines(&batch, lines, reason).await?,
+                    FailureCause::Capacity | FailureCause::Unattributed => 0,
+                };
+                if blamed == 0 {
+                    hold = Some(reason.clone());
+                }
+                (format!("failed: {reason}"), Leftover::Return)
+            }
             phase => (format!("{phase:?}").to_lowercase(), Leftover::Requeue),
         };
         let requeued = self.store.close_batch(batch.seq, outcome.clone(), leftover).await?;
@@ -45,11 +54,39 @@ impl Scheduler {
             h.batches_closed += 1;
             h.members_requeued += requeued + report.requeued;
         });
+        // A failed batch's input file is as useless now as a finished one's.
+        if self.settings.delete_provider_files {
+            self.delete_files_later(status.clone());
+        }
+        match hold {
+            Some(reason) => self.hold_submissions(&batch, reason, requeued),
+            // A failed batch never ran, so it frees no room.
+            None if !matches!(status.phase, JobPhase::Failed { .. }) => self.job_ended(),
+            None => {}
+        }
         tracing::info!(
             batch_key = %batch.batch_key, %outcome, staged = report.staged, refused = report.refused,
             replays = report.replays, unanswered = requeued + report.requeued, "batch closed"
         );
         Ok(None)
+    }
+
+    /// Refuses the members on the lines a failed batch names (1-based, in submit order);
+    /// returns how many. Lines that name no member are ignored.
+    async fn refuse_lines(&self, batch: &BatchRecord, lines: &[u64], reason: &str) -> Result<u64, store::Error> {
+        let members = self.store.batch_members(batch.seq).await?;
+        let blamed: Vec<(ExtractionId, LineResult)> = lines
+            .iter()
+            .filter_map(|line| members.get(usize::try_from(line.checked_sub(1)?).ok()?))
+            .map(|m| {
+                let refusal = LineResult::Refused { class: FailureClass::InvalidRequest, reason: reason.to_string() };
+                (m.id, refusal)
+            })
+            .collect();
+        if blamed.is_empty() {
+            return Ok(0);
+        }
+        Ok(self.store.stage_results(batch.seq, blamed).await?.refused)
     }
 
     async fn ingest(&self, batch: &BatchRecord, status: &JobStatus) -> Result<StageReport, IngestError> {

@@ -48,6 +48,20 @@ pub struct Faults {
     /// Models the simulated account cannot use: a synchronous call naming one gets 404
     /// `model_not_found` (OpenAI) or `not_found_error` (Anthropic).
     pub missing_models: Vec<String>,
+    /// The organisation's enqueued-token limit (0: none). A batch whose input tokens plus
+    /// those of the batches still running exceed it is created, then ends `failed` with
+    /// `token_limit_exceeded`, as OpenAI does.
+    pub enqueued_token_limit: u64,
+    /// The next N batch retrievals answer 404 in the provider's words, although the batch
+    /// exists (the intermittent 404s users of both APIs report).
+    pub poll_not_found_next: u32,
+    /// Injected error answers carry `x-should-retry: false`.
+    pub should_retry_false: bool,
+    /// Listing batches shows this many other batches, newer than any real one, first
+    /// (another client of the same organisation, busy).
+    pub foreign_batches: u32,
+    /// Batch input files over this many bytes are refused at upload (0: the real 200 MB).
+    pub max_input_file_bytes: u64,
 }
 
 impl Default for Faults {
@@ -68,6 +82,11 @@ impl Default for Faults {
             invalid_output_every: 0,
             fail_batch_validation: false,
             missing_models: Vec::new(),
+            enqueued_token_limit: 0,
+            poll_not_found_next: 0,
+            should_retry_false: false,
+            foreign_batches: 0,
+            max_input_file_bytes: 0,
         }
     }
 }
@@ -110,6 +129,10 @@ impl Faults {
 
     pub fn take_drop_after_create(&mut self) -> bool {
         take(&mut self.drop_after_create_next)
+    }
+
+    pub fn take_poll_not_found(&mut self) -> bool {
+        take(&mut self.poll_not_found_next)
     }
 }
 

@@ -278,7 +278,13 @@ fn admit(shared: &Shared, request: &Request) -> Result<(), ApiError> {
         }
     }
     match take_request_fault(shared, request.uri().path()) {
-        Some(fault) => Err(fault.into_error()),
+        Some(fault) => {
+            let error = fault.into_error();
+            if shared.lock().faults.should_retry_false {
+                return Err(error.header("x-should-retry", "false".to_string()));
+            }
+            Err(error)
+        }
         None => Ok(()),
     }
 }

@@ -43,6 +43,24 @@ pub struct Stats {
     /// Max over custom_ids of how many non-terminal batches contained it at the same time:
     /// stays 1 unless a client resubmits work that is still live.
     pub max_live_batches_per_custom_id: u64,
+    /// Batches failed with `token_limit_exceeded` (`enqueued_token_limit`).
+    #[serde(default)]
+    pub token_limit_failures: u64,
+    /// Input tokens of the most recently created batch, as the enqueued-token limit counts them.
+    #[serde(default)]
+    pub last_batch_tokens: u64,
+    /// 404s served to retrievals of batches that exist (`poll_not_found_next`).
+    #[serde(default)]
+    pub polls_not_found: u64,
+    /// Files deleted by clients (`DELETE /v1/files/{id}`), and batches (Anthropic).
+    #[serde(default)]
+    pub files_deleted: u64,
+    /// Batch input uploads refused for their size (`max_input_file_bytes`).
+    #[serde(default)]
+    pub uploads_refused: u64,
+    /// Size of the last batch input file accepted.
+    #[serde(default)]
+    pub last_upload_bytes: u64,
 }
 
 /// Batch input and output files expire after 30 days unless told otherwise.

@@ -121,8 +121,33 @@ impl Store {
                         }
                         record.last_error = Some(reason);
                     }
-                    None => record.failures = 0,
+                    None => {
+                        record.failures = 0;
+                        record.not_found_since_ms = None;
+                    }
                 }
+                record.updated_at_ms = t.now_ms;
+                save_batch(t, &record)?;
+                Ok(((), true))
+            })
+            .await
+    }
+
+    /// Records one more 404 for the batch's job without counting a failure: the window
+    /// opened at `since_ms` (kept if already open) decides when the job is declared gone.
+    pub async fn note_not_found(
+        &self,
+        batch: u64,
+        since_ms: u64,
+        next_action_at_ms: u64,
+        note: String,
+    ) -> Result<(), Error> {
+        self.writer
+            .write(move |t| {
+                let mut record = load_batch(t, batch)?;
+                record.not_found_since_ms = Some(record.not_found_since_ms.unwrap_or(since_ms));
+                record.next_action_at_ms = next_action_at_ms;
+                record.last_error = Some(note);
                 record.updated_at_ms = t.now_ms;
                 save_batch(t, &record)?;
                 Ok(((), true))
@@ -240,7 +265,7 @@ impl Store {
 
 #[derive(Debug, Clone)]
 pub enum IntentOutcome {
-    Created(BatchRecord),
+    Created(Box<BatchRecord>),
     /// Some work is waiting; a batch is due at this time unless it fills up first.
     Waiting {
         due_at_ms: u64,
@@ -253,8 +278,15 @@ pub enum IntentOutcome {
 /// What happens to members a closed batch never answered.
 #[derive(Debug, Clone)]
 pub enum Leftover {
+    /// Back to the queue as a new attempt: the provider tried and did not answer.
     Requeue,
-    Fail { class: FailureClass, reason: String },
+    /// Back to the queue as the same attempt: the provider never ran them (it had no room,
+    /// or failed the batch without blaming a member), so nothing was spent on them.
+    Return,
+    Fail {
+        class: FailureClass,
+        reason: String,
+    },
 }
 
 fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(IntentOutcome, bool), Error> {
@@ -291,8 +323,8 @@ fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(In
         Some(_) => {}
     }
     let identities: Vec<(ExtractionId, u32)> = members.iter().map(|m| (m.id, m.attempt)).collect();
-    let key = batch_key(&request.provider, &request.schema, &identities);
     let seq = t.allocate_batch_seq();
+    let key = batch_key(&request.provider, &request.schema, seq, &identities);
     let batch = BatchRecord {
         seq,
         batch_key: key.clone(),
@@ -305,6 +337,7 @@ fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(In
         last_error: None,
         created_at_ms: t.now_ms,
         updated_at_ms: t.now_ms,
+        not_found_since_ms: None,
     };
     for mut member in members {
         let event = Event::Enqueue { provider: request.provider.clone(), batch_key: key.clone() };
@@ -314,7 +347,7 @@ fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(In
     }
     save_batch(t, &batch)?;
     t.open_batches.insert(seq, ())?;
-    Ok((IntentOutcome::Created(batch), true))
+    Ok((IntentOutcome::Created(Box::new(batch)), true))
 }
 
 fn record_job(
@@ -339,6 +372,7 @@ fn record_job(
     record.state = BatchState::Submitted { job_id: job_id.to_string() };
     record.next_action_at_ms = next_poll_at_ms;
     record.failures = 0;
+    record.not_found_since_ms = None;
     record.last_error = None;
     record.updated_at_ms = t.now_ms;
     save_batch(t, &record)?;
@@ -437,7 +471,7 @@ fn close_batch(
         }
         let key = record.batch_key.clone();
         let event = match leftover {
-            Leftover::Requeue => Event::Requeue { batch_key: key },
+            Leftover::Requeue | Leftover::Return => Event::Requeue { batch_key: key },
             Leftover::Fail { class, reason } => {
                 Event::ProviderFailed { batch_key: key, class: *class, reason: reason.clone() }
             }
@@ -461,11 +495,11 @@ fn close_batch(
     Ok((unanswered, true))
 }
 
-fn load_batch(t: &WriteTables<'_>, batch: u64) -> Result<BatchRecord, Error> {
+pub(super) fn load_batch(t: &WriteTables<'_>, batch: u64) -> Result<BatchRecord, Error> {
     decode(&required(t.batches.get(batch)?, "batch", batch)?)
 }
 
-fn save_batch(t: &mut WriteTables<'_>, record: &BatchRecord) -> Result<(), Error> {
+pub(super) fn save_batch(t: &mut WriteTables<'_>, record: &BatchRecord) -> Result<(), Error> {
     t.batches.insert(record.seq, encode(record)?.as_slice())?;
     Ok(())
 }

@@ -15,6 +15,7 @@ mod outbox;
 mod power_loss;
 mod read;
 mod records;
+mod split;
 mod tables;
 mod verify;
 mod verify_ledger;

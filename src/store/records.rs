@@ -116,6 +116,41 @@ mod legacy {
         received_at_ms: u64,
     }
 
+    #[derive(Debug, Deserialize)]
+    #[cfg_attr(test, derive(serde::Serialize))]
+    pub struct BatchRecordV1 {
+        pub seq: u64,
+        pub batch_key: String,
+        pub provider: String,
+        pub schema: String,
+        pub members: Vec<u64>,
+        pub state: super::BatchState,
+        pub next_action_at_ms: u64,
+        pub failures: u32,
+        pub last_error: Option<String>,
+        pub created_at_ms: u64,
+        pub updated_at_ms: u64,
+    }
+
+    impl From<BatchRecordV1> for super::BatchRecord {
+        fn from(v1: BatchRecordV1) -> Self {
+            Self {
+                seq: v1.seq,
+                batch_key: v1.batch_key,
+                provider: v1.provider,
+                schema: v1.schema,
+                members: v1.members,
+                state: v1.state,
+                next_action_at_ms: v1.next_action_at_ms,
+                failures: v1.failures,
+                last_error: v1.last_error,
+                created_at_ms: v1.created_at_ms,
+                updated_at_ms: v1.updated_at_ms,
+                not_found_since_ms: None,
+            }
+        }
+    }
+
     impl From<ResultRecordV1> for super::ResultRecord {
         fn from(v1: ResultRecordV1) -> Self {
             Self {
@@ -150,7 +185,7 @@ pub enum BatchState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchRecord {
     pub seq: u64,
-    /// Deterministic over (provider, schema, members and their attempts): how the job is
+    /// Derived from (provider, schema, intent sequence, members and their attempts): how the job is
     /// found again at the provider after a crash.
     pub batch_key: String,
     pub provider: String,
@@ -166,11 +201,19 @@ pub struct BatchRecord {
     pub last_error: Option<String>,
     pub created_at_ms: u64,
     pub updated_at_ms: u64,
+    /// Since when polls of its job have answered 404 (cleared once a poll finds the job).
+    /// Persisted so that a restart neither resets the window after which the job is
+    /// declared gone nor forgets it (v2).
+    pub not_found_since_ms: Option<u64>,
 }
 
 impl Versioned for BatchRecord {
     const KIND: &'static str = "batch";
-    const VERSION: u8 = 1;
+    const VERSION: u8 = 2;
+
+    fn upgrade(version: u8, body: &[u8]) -> Option<Result<Self, String>> {
+        (version == 1).then(|| decode_body::<legacy::BatchRecordV1>(body).map(Into::into))
+    }
 }
 
 /// How a ledger entry counts. Replays are counted but never charged.
@@ -418,6 +461,33 @@ mod tests {
         assert_eq!((usage.model.as_str(), usage.input_tokens, usage.output_tokens), ("m", 10, 20));
         assert_eq!((usage.cached_input_tokens, usage.provider_cost_micros), (0, None));
         assert_eq!((record.worker.as_str(), record.received_at_ms), ("w", 6));
+    }
+
+    #[test]
+    fn golden_batch_records_and_the_v1_upgrade() {
+        let v1 = legacy::BatchRecordV1 {
+            seq: 5,
+            batch_key: "cpb-0123".into(),
+            provider: "openai".into(),
+            schema: "code-review@1".into(),
+            members: vec![42, 43],
+            state: BatchState::Submitted { job_id: "batch_1".into() },
+            next_action_at_ms: 9,
+            failures: 1,
+            last_error: Some("503".into()),
+            created_at_ms: 7,
+            updated_at_ms: 8,
+        };
+        let path = fixture("v1_batch.bin");
+        if std::env::var_os("COMMITPOINT_WRITE_GOLDEN").is_some() {
+            let mut bytes = vec![1u8];
+            bincode::serde::encode_into_std_write(&v1, &mut bytes, bincode::config::standard()).unwrap();
+            std::fs::write(&path, bytes).unwrap();
+        }
+        let upgraded = decode::<BatchRecord>(&std::fs::read(&path).unwrap()).unwrap();
+        let expected = BatchRecord { not_found_since_ms: None, ..BatchRecord::from(v1) };
+        assert_eq!(upgraded, expected, "a v1 batch reads with no 404 window open");
+        check_golden("v2_batch.bin", &BatchRecord { not_found_since_ms: Some(1_764_000_000_000), ..expected });
     }
 
     #[test]

@@ -224,8 +224,13 @@ impl AnthropicBatches {
     fn create_body(&self, spec: &BatchSpec<'_>, max_bytes: usize) -> Result<Vec<u8>, ProviderError> {
         let invalid = |message: String| error(ErrorClass::InvalidRequest, None, message);
         let count = spec.members.len();
-        if count == 0 || count > wire::MAX_REQUESTS {
-            return Err(invalid(format!("a batch holds 1 to {} requests, not {count}", wire::MAX_REQUESTS)));
+        if count == 0 {
+            return Err(invalid("a batch holds at least one request".to_string()));
+        }
+        // Over a limit, the batch is split by the scheduler: no member is at fault.
+        let too_large = |message: String| error(ErrorClass::TooLarge, None, message);
+        if count > wire::MAX_REQUESTS {
+            return Err(too_large(format!("a batch holds at most {} requests, not {count}", wire::MAX_REQUESTS)));
         }
         let input_schema = &spec.schema.view(Dialect::AnthropicTool).map_err(|e| invalid(e.to_string()))?.document;
         let mut seen = HashSet::with_capacity(count);
@@ -242,7 +247,7 @@ impl AnthropicBatches {
             let request = wire::request(member, spec.schema, input_schema, &self.config.model, self.config.max_tokens);
             serde_json::to_writer(&mut body, &request).map_err(|e| invalid(format!("cannot encode a request: {e}")))?;
             if body.len() > max_bytes {
-                return Err(invalid(format!("the batch is over the {max_bytes} byte limit")));
+                return Err(too_large(format!("the batch is over the {max_bytes} byte limit")));
             }
         }
         body.extend_from_slice(b"]}");

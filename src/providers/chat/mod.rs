@@ -180,7 +180,7 @@ fn http_failure(status: u16, headers: &HeaderMap, text: &str) -> Outcome {
             class,
             parse_retry_after(headers, SystemTime::now()),
         ),
-        ErrorClass::InvalidRequest | ErrorClass::Gone | ErrorClass::Protocol => {
+        ErrorClass::InvalidRequest | ErrorClass::Gone | ErrorClass::Protocol | ErrorClass::TooLarge => {
             Outcome::Line(wire::refused(format!("the server refused the request: {reason}")))
         }
     }

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::GenericFields;
 use crate::lifecycle::FailureClass;
 use crate::providers::chat::wire as chat;
-use crate::providers::{ErrorClass, JobPhase, ResultLine, classify_status};
+use crate::providers::{ErrorClass, FailureCause, JobPhase, ResultLine, classify_status};
 use crate::schema::Schema;
 use crate::store::{BatchMember, LineResult, Usage};
 
@@ -217,7 +217,8 @@ pub fn phase(data: &Value, fields: &GenericFields) -> Result<JobPhase, String> {
     } else if is(&states.cancelled) {
         Ok(JobPhase::Cancelled)
     } else if is(&states.failed) {
-        Ok(JobPhase::Failed { reason: failure_reason(data) })
+        // A generic job's failure names no item: nothing accuses a member.
+        Ok(JobPhase::Failed { reason: failure_reason(data), cause: FailureCause::Unattributed })
     } else {
         Err(format!("unknown batch state {state:?}"))
     }
@@ -287,7 +288,7 @@ fn item_failure(error: &ErrorObject) -> LineResult {
         ErrorClass::RateLimited | ErrorClass::Transient | ErrorClass::Gone | ErrorClass::Auth | ErrorClass::Budget => {
             LineResult::Retry { reason }
         }
-        ErrorClass::InvalidRequest | ErrorClass::Protocol => {
+        ErrorClass::InvalidRequest | ErrorClass::Protocol | ErrorClass::TooLarge => {
             LineResult::Refused { class: FailureClass::InvalidRequest, reason }
         }
     }
@@ -342,7 +343,10 @@ mod tests {
         assert!(of("paused").is_err());
         assert!(phase(&json!({}), &fields).is_err());
         let failed = phase(&json!({"state": "failed", "error": {"code": "INVALID_PARAMS", "message": "bad"}}), &fields);
-        assert_eq!(failed.unwrap(), JobPhase::Failed { reason: "INVALID_PARAMS: bad".into() });
+        assert_eq!(
+            failed.unwrap(),
+            JobPhase::Failed { reason: "INVALID_PARAMS: bad".into(), cause: FailureCause::Unattributed }
+        );
     }
 
     #[test]

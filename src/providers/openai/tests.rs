@@ -188,8 +188,8 @@ async fn submit_sends_the_documented_multipart_upload_and_create_request() {
 async fn find_poll_and_stream_join_on_custom_id() {
     let (base, seen) = start_capture().await;
     let provider = adapter(base);
-    assert_eq!(provider.find_by_batch_key("cpb-found", 0).await.unwrap(), Some("batch_1".to_string()));
-    assert_eq!(provider.find_by_batch_key("cpb-other", 0).await.unwrap(), None);
+    assert_eq!(provider.find_by_batch_key("cpb-found", 0).await.unwrap(), Lookup::Found("batch_1".to_string()));
+    assert_eq!(provider.find_by_batch_key("cpb-other", 0).await.unwrap(), Lookup::Absent);
     assert_eq!(seen.lock().unwrap().list_queries, 2);
 
     let status = provider.poll("batch_1").await.unwrap();

@@ -57,6 +57,8 @@ pub struct Batch {
     pub id: String,
     pub status: String,
     #[serde(default)]
+    pub input_file_id: Option<String>,
+    #[serde(default)]
     pub output_file_id: Option<String>,
     #[serde(default)]
     pub error_file_id: Option<String>,
@@ -80,6 +82,9 @@ pub struct BatchError {
     pub code: Option<String>,
     #[serde(default)]
     pub message: Option<String>,
+    /// The input line at fault (1-based), when the error is about one line.
+    #[serde(default)]
+    pub line: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
