@@ -39,6 +39,8 @@ mod providers_e2e_chat;
 mod providers_e2e_generic;
 #[path = "it/providers_e2e_pause.rs"]
 mod providers_e2e_pause;
+#[path = "it/redaction.rs"]
+mod redaction;
 #[path = "it/results.rs"]
 mod results;
 #[path = "it/schemas.rs"]

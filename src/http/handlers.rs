@@ -348,18 +348,25 @@ pub enum HealthStatus {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
     status: HealthStatus,
-    /// The registered schema names.
-    schemas: Vec<String>,
-    providers: Vec<ProviderStatus>,
+    /// The registered schema names (admin token, or a server without tokens).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    schemas: Option<Vec<String>>,
+    /// The providers' health (admin token, or a server without tokens).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    providers: Option<Vec<ProviderStatus>>,
 }
 
-/// Liveness, the registered schemas and the providers' health (no token needed).
+/// Liveness for anyone; the registered schemas and the providers' health (whose errors
+/// come from outside) only for the admin token, or on a server without tokens.
 #[utoipa::path(get, path = "/healthz", tag = "operations",
     responses((status = 200, description = "The server is up", body = Health)))]
-pub async fn healthz(State(service): State<Service>) -> Reply<Health> {
+pub async fn healthz(State(service): State<Service>, caller: Option<CallerExt>) -> Reply<Health> {
+    let details = caller.is_some_and(|Extension(c)| c.require_admin().is_ok());
     ok(Health {
         status: HealthStatus::Ok,
-        schemas: service.registry().names().map(str::to_string).collect(),
-        providers: service.provider_health().iter().map(ProviderStatus::from).collect(),
+        schemas: details.then(|| service.registry().names().map(str::to_string).collect()),
+        providers: details.then(|| service.provider_health().iter().map(ProviderStatus::from).collect()),
     })
 }

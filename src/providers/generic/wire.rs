@@ -217,7 +217,7 @@ pub fn phase(data: &Value, fields: &GenericFields) -> Result<JobPhase, String> {
     } else if is(&states.cancelled) {
         Ok(JobPhase::Cancelled)
     } else if is(&states.failed) {
-        Ok(JobPhase::Failed { reason: failure_reason(data) })
+        Ok(JobPhase::Failed { reason: crate::providers::redact(&failure_reason(data)) })
     } else {
         Err(format!("unknown batch state {state:?}"))
     }

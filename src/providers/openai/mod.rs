@@ -177,7 +177,7 @@ impl BatchProvider for OpenAiBatches {
             "completed" => JobPhase::Completed,
             "expired" => JobPhase::Expired,
             "cancelled" => JobPhase::Cancelled,
-            "failed" => JobPhase::Failed { reason: batch_failure(&batch) },
+            "failed" => JobPhase::Failed { reason: super::redact(&batch_failure(&batch)) },
             other => return Err(error(ErrorClass::Protocol, None, format!("unknown batch status {other:?}"))),
         };
         let result_files = [batch.output_file_id, batch.error_file_id].into_iter().flatten().collect();
@@ -241,7 +241,7 @@ async fn deliver(line: &[u8], counts: &mut StreamCounts, out: &mpsc::Sender<Resu
     counts.lines += 1;
     match wire::parse_line(text) {
         Ok(parsed) => out
-            .send(parsed)
+            .send(super::scrub(parsed))
             .await
             .map_err(|_| error(ErrorClass::Transient, None, "result consumer stopped".to_string())),
         Err(reason) => {
@@ -264,7 +264,7 @@ fn batch_failure(batch: &wire::Batch) -> String {
 }
 
 fn error(class: ErrorClass, status: Option<u16>, message: String) -> ProviderError {
-    ProviderError { provider: PROVIDER, class, status, message, retry_after: None }
+    ProviderError::new(PROVIDER, class, status, &message)
 }
 
 #[cfg(test)]
