@@ -11,6 +11,8 @@
 mod bad_input;
 #[path = "it/cli.rs"]
 mod cli;
+#[path = "it/config_mistakes.rs"]
+mod config_mistakes;
 #[path = "it/crash.rs"]
 mod crash;
 #[path = "it/delivery.rs"]

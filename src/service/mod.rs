@@ -61,6 +61,11 @@ pub struct ProviderView {
     pub open_batches: u64,
 }
 
+/// Whether `name` can be a tenant at all (the rule intake applies).
+pub fn is_tenant_name(name: &str) -> bool {
+    check_tenant(name).is_ok()
+}
+
 fn invalid(field: &'static str, message: impl Into<String>) -> Error {
     Error::InvalidInput { field, message: message.into() }
 }
