@@ -19,6 +19,8 @@ mod crash;
 mod delivery;
 #[path = "it/intake.rs"]
 mod intake;
+#[path = "it/large_outputs.rs"]
+mod large_outputs;
 #[path = "it/leases.rs"]
 mod leases;
 #[path = "it/money.rs"]
@@ -47,5 +49,7 @@ mod redaction;
 mod results;
 #[path = "it/schemas.rs"]
 mod schemas;
+#[path = "it/tenancy.rs"]
+mod tenancy;
 #[path = "it/util.rs"]
 mod util;
