@@ -26,7 +26,7 @@ fn start() -> (tempfile::TempDir, Server) {
         ),
     )
     .expect("write config");
-    let server = Server::start_with(&dir.path().join("data"), &["--config", config.to_str().unwrap()]);
+    let server = Server::start_with(&dir.path().join("data"), &["--config", config.to_str().expect("utf-8 path")]);
     (dir, server)
 }
 
