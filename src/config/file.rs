@@ -38,6 +38,16 @@ pub struct RawConfig {
     pub outbox: RawOutbox,
     #[serde(default)]
     pub webhooks: Vec<RawWebhook>,
+    #[serde(default)]
+    pub limits: RawLimits,
+}
+
+/// Bounds on what one request may make the server hold or write.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    /// Findings one output may hold; a larger output fails (class validation).
+    pub max_findings_per_output: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]

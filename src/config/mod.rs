@@ -25,6 +25,8 @@ pub const DEFAULT_CACHE_BYTES: usize = 16 * 1024 * 1024;
 pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 pub const DEFAULT_OPENAI_KEY_ENV: &str = "OPENAI_API_KEY";
 pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
+/// Past this, one commit would hold the writer (and so every intake) for seconds.
+pub const MAX_FINDINGS_LIMIT: usize = 100_000;
 
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -47,6 +49,8 @@ pub struct ServeOptions {
     pub budgets: crate::ledger::Budgets,
     pub sinks: Vec<SinkOptions>,
     pub webhooks: Vec<WebhookOptions>,
+    /// `[limits] max_findings_per_output`.
+    pub max_findings: usize,
 }
 
 /// Where the API tokens come from. None configured: the API is open, loopback only.
@@ -285,6 +289,16 @@ impl ServeOptions {
             budgets: raw.budgets.resolve()?,
             sinks: extras::resolve_sinks(raw.outbox)?,
             webhooks: extras::resolve_webhooks(raw.webhooks)?,
+            max_findings: match raw.limits.max_findings_per_output {
+                None => crate::service::DEFAULT_MAX_FINDINGS,
+                Some(n) if (1..=MAX_FINDINGS_LIMIT).contains(&n) => n,
+                Some(_) => {
+                    return Err(Error::Invalid {
+                        key: "limits.max_findings_per_output",
+                        reason: format!("must be 1..={MAX_FINDINGS_LIMIT}"),
+                    });
+                }
+            },
             access,
             data_dir: o.data_dir.or(raw.server.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
             listen,
@@ -354,6 +368,7 @@ impl ServeOptions {
             names(self.sinks.iter().map(|s| s.name.as_str()).collect()),
             names(self.webhooks.iter().map(|w| w.name.as_str()).collect())
         ));
+        extra.push(format!("[limits]\nmax_findings_per_output = {}", self.max_findings));
         text.push('\n');
         text.push_str(&extra.join("\n\n"));
         text.push('\n');

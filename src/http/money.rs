@@ -178,8 +178,7 @@ pub struct ExtractionCosts {
         (status = 200, description = "Every ledger entry of the extraction", body = ExtractionCosts),
         (status = 400, response = BadRequest),
         (status = 401, response = Unauthenticated),
-        (status = 403, response = Forbidden),
-        (status = 404, description = "`not_found`: no extraction with that id", body = ErrorBody),
+        (status = 404, description = "`not_found`: no extraction with that id (or another tenant's)", body = ErrorBody),
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
@@ -189,7 +188,7 @@ pub async fn extraction_costs(
     IdPath(id): IdPath,
 ) -> Reply<ExtractionCosts> {
     let (tenant, entries) = service.extraction_costs(id).await?;
-    caller.may_reach(&tenant)?;
+    super::handlers::visible(&caller, &tenant, id)?;
     ok(ExtractionCosts {
         extraction_id: id.to_hex(),
         tenant,

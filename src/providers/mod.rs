@@ -6,6 +6,7 @@ pub mod anthropic;
 pub mod chat;
 pub mod generic;
 pub mod openai;
+mod redact;
 mod retry;
 mod transport;
 
@@ -15,6 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
+pub use redact::redact;
 pub use retry::{backoff_delay, classify_status, parse_retry_after};
 pub use transport::ApiKey;
 pub(crate) use transport::{describe_transport, truncate};
@@ -51,9 +53,33 @@ pub struct ProviderError {
     pub provider: &'static str,
     pub class: ErrorClass,
     pub status: Option<u16>,
-    pub message: String,
+    /// Private, so the only way in is [`ProviderError::new`], which redacts it.
+    message: String,
     /// The delay the provider asked for (`retry-after-ms` / `Retry-After`).
     pub retry_after: Option<Duration>,
+}
+
+impl ProviderError {
+    /// The message is often a provider's own error text: keys and credential-shaped
+    /// words are cut out here, once, before it can be logged, stored or shown.
+    pub fn new(provider: &'static str, class: ErrorClass, status: Option<u16>, message: &str) -> Self {
+        Self { provider, class, status, message: redact(message), retry_after: None }
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+/// A result line with any provider-written reason redacted (see [`redact`]).
+pub(crate) fn scrub(line: ResultLine) -> ResultLine {
+    let (id, result) = line;
+    let result = match result {
+        LineResult::Refused { class, reason } => LineResult::Refused { class, reason: redact(&reason) },
+        LineResult::Retry { reason } => LineResult::Retry { reason: redact(&reason) },
+        answer @ LineResult::Answer { .. } => answer,
+    };
+    (id, result)
 }
 
 /// One batch as the adapter must send it.

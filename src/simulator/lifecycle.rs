@@ -247,6 +247,9 @@ impl BatchRecord {
         self.view.failed_at = Some(at);
         self.view.errors = Some(BatchErrors { object: "list".to_string(), data });
         inner.batch_went_terminal(&self.custom_ids);
+        for id in &self.custom_ids {
+            *inner.stats.unrun_submissions_per_custom_id.entry(id.clone()).or_default() += 1;
+        }
         tracing::info!(batch = %self.view.id, "SIMULATED provider: batch failed validation");
     }
 

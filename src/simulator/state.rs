@@ -40,6 +40,10 @@ pub struct Stats {
     pub dropped_connections: u64,
     /// custom_id → number of batches whose input contained it.
     pub submissions_per_custom_id: BTreeMap<String, u64>,
+    /// custom_id → number of those batches that ended `failed` before running anything: the
+    /// provider bills nothing for them, so a resubmission after one buys no second answer.
+    #[serde(default)]
+    pub unrun_submissions_per_custom_id: BTreeMap<String, u64>,
     /// Max over custom_ids of how many non-terminal batches contained it at the same time:
     /// stays 1 unless a client resubmits work that is still live.
     pub max_live_batches_per_custom_id: u64,

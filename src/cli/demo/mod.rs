@@ -91,6 +91,7 @@ fn serve_options(data_dir: PathBuf, provider: ProviderOptions) -> ServeOptions {
         budgets: crate::ledger::Budgets::default(),
         sinks: Vec::new(),
         webhooks: Vec::new(),
+        max_findings: crate::service::DEFAULT_MAX_FINDINGS,
     }
 }
 

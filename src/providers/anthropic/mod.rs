@@ -434,7 +434,7 @@ async fn deliver(line: Line, counts: &mut StreamCounts, out: &mpsc::Sender<Resul
     counts.lines += 1;
     match parsed {
         Ok(parsed) => out
-            .send(parsed)
+            .send(super::scrub(parsed))
             .await
             .map_err(|_| error(ErrorClass::Transient, None, "result consumer stopped".to_string())),
         Err(reason) => {
@@ -511,7 +511,7 @@ impl Lines {
 }
 
 fn error(class: ErrorClass, status: Option<u16>, message: String) -> ProviderError {
-    ProviderError { provider: PROVIDER, class, status, message, retry_after: None }
+    ProviderError::new(PROVIDER, class, status, &message)
 }
 
 #[cfg(test)]

@@ -167,7 +167,8 @@ impl ChatCompletions {
 fn http_failure(status: u16, headers: &HeaderMap, text: &str) -> Outcome {
     let code = wire::error_code(text);
     let class = classify_status(status, headers, code.as_deref());
-    let message = wire::error_message(text);
+    // Redacted here, not only at the boundary: a retried member's reason is logged below.
+    let message = super::redact(&wire::error_message(text));
     let reason = format!("{status} {}: {message}", code.unwrap_or_default());
     match class {
         ErrorClass::Auth | ErrorClass::Budget => {
@@ -254,7 +255,7 @@ impl BatchProvider for ChatCompletions {
     ) -> Result<StreamCounts, ProviderError> {
         let kept = self.jobs().remove(&job.job_id).ok_or_else(|| gone(&job.job_id))?;
         for line in &kept.lines {
-            if out.send(line.clone()).await.is_err() {
+            if out.send(super::scrub(line.clone())).await.is_err() {
                 self.jobs().insert(job.job_id.clone(), kept);
                 return Err(error(ErrorClass::Transient, None, "result consumer stopped".to_string()));
             }
@@ -327,7 +328,7 @@ fn gone(job_id: &str) -> ProviderError {
 }
 
 fn error(class: ErrorClass, status: Option<u16>, message: String) -> ProviderError {
-    ProviderError { provider: PROVIDER, class, status, message, retry_after: None }
+    ProviderError::new(PROVIDER, class, status, &message)
 }
 
 #[cfg(test)]

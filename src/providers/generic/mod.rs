@@ -350,7 +350,7 @@ impl GenericBatches {
         counts.lines += 1;
         match item.and_then(|item| wire::parse_item(item, &self.config.fields)) {
             Ok(line) => out
-                .send(line)
+                .send(super::scrub(line))
                 .await
                 .map_err(|_| error(ErrorClass::Transient, None, "result consumer stopped".to_string())),
             Err(reason) => {
@@ -467,7 +467,7 @@ impl BatchProvider for GenericBatches {
 }
 
 fn error(class: ErrorClass, status: Option<u16>, message: String) -> ProviderError {
-    ProviderError { provider: PROVIDER, class, status, message, retry_after: None }
+    ProviderError::new(PROVIDER, class, status, &message)
 }
 
 #[cfg(test)]

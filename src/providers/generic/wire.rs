@@ -218,7 +218,10 @@ pub fn phase(data: &Value, fields: &GenericFields) -> Result<JobPhase, String> {
         Ok(JobPhase::Cancelled)
     } else if is(&states.failed) {
         // A generic job's failure names no item: nothing accuses a member.
-        Ok(JobPhase::Failed { reason: failure_reason(data), cause: FailureCause::Unattributed })
+        Ok(JobPhase::Failed {
+            reason: crate::providers::redact(&failure_reason(data)),
+            cause: FailureCause::Unattributed,
+        })
     } else {
         Err(format!("unknown batch state {state:?}"))
     }

@@ -208,7 +208,7 @@ impl BatchProvider for OpenAiBatches {
             "cancelled" => JobPhase::Cancelled,
             "failed" => {
                 let (reason, cause) = batch_failure(&batch);
-                JobPhase::Failed { reason, cause }
+                JobPhase::Failed { reason: super::redact(&reason), cause }
             }
             other => return Err(error(ErrorClass::Protocol, None, format!("unknown batch status {other:?}"))),
         };
@@ -302,7 +302,7 @@ async fn deliver(line: &[u8], counts: &mut StreamCounts, out: &mpsc::Sender<Resu
     counts.lines += 1;
     match wire::parse_line(text) {
         Ok(parsed) => out
-            .send(parsed)
+            .send(super::scrub(parsed))
             .await
             .map_err(|_| error(ErrorClass::Transient, None, "result consumer stopped".to_string())),
         Err(reason) => {
@@ -342,7 +342,7 @@ fn batch_failure(batch: &wire::Batch) -> (String, FailureCause) {
 }
 
 fn error(class: ErrorClass, status: Option<u16>, message: String) -> ProviderError {
-    ProviderError { provider: PROVIDER, class, status, message, retry_after: None }
+    ProviderError::new(PROVIDER, class, status, &message)
 }
 
 #[cfg(test)]
