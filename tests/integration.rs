@@ -25,6 +25,8 @@ mod money;
 mod ops;
 #[path = "it/provider.rs"]
 mod provider;
+#[path = "it/provider_answers.rs"]
+mod provider_answers;
 #[path = "it/provider_crash.rs"]
 mod provider_crash;
 #[path = "it/provider_faults.rs"]

@@ -119,6 +119,14 @@ pub struct ProviderStatus {
     lines_ingested: u64,
     malformed_lines: u64,
     members_requeued: u64,
+    /// Answers cut off at their output budget (finish_reason `length`, stop_reason `max_tokens`).
+    truncated: u64,
+    /// Truncated answers sent back once with a larger output budget.
+    budget_retries: u64,
+    /// Answers the model declined (failed `refused`).
+    model_refusals: u64,
+    /// Extractions failed `attempts_exhausted` instead of another requeue.
+    attempts_exhausted: u64,
 }
 
 impl From<&ProviderHealth> for ProviderStatus {
@@ -139,6 +147,10 @@ impl From<&ProviderHealth> for ProviderStatus {
             lines_ingested,
             malformed_lines,
             members_requeued,
+            truncated,
+            budget_retries,
+            model_refusals,
+            attempts_exhausted,
         } = h.clone();
         Self {
             name,
@@ -155,6 +167,10 @@ impl From<&ProviderHealth> for ProviderStatus {
             lines_ingested,
             malformed_lines,
             members_requeued,
+            truncated,
+            budget_retries,
+            model_refusals,
+            attempts_exhausted,
         }
     }
 }

@@ -21,7 +21,7 @@ pub(crate) use transport::{describe_transport, truncate};
 
 use crate::identity::ExtractionId;
 use crate::schema::Schema;
-use crate::store::{BatchMember, LineResult};
+use crate::store::{BatchMember, LineResult, OutputBudget};
 
 /// How a provider call failed, in the terms the scheduler acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +129,16 @@ pub struct StreamCounts {
 pub trait BatchProvider: Send + Sync + fmt::Debug {
     /// The name stored with each batch and shown to operators.
     fn name(&self) -> &str;
+
+    /// The output token budget requests ask for by default, and the cap a truncation
+    /// retry may raise it to (a member's own raised budget travels on [`BatchMember`]).
+    fn output_budget(&self) -> OutputBudget;
+
+    /// True when calls go through a batch API and are billed at its discount; a
+    /// synchronous API behind this trait answers false and is priced at list price.
+    fn batch_api(&self) -> bool {
+        true
+    }
 
     /// Creates the job. Not idempotent at every provider: callers look the intent up with
     /// [`BatchProvider::find_job`] before calling this again.

@@ -25,7 +25,9 @@ use crate::clock;
 use crate::lifecycle::FailureClass;
 use crate::providers::{BatchProvider, ErrorClass, ProviderError, backoff_delay};
 use crate::service::Service;
-use crate::store::{self, BatchRecord, BatchState, IntentOutcome, IntentRequest, Leftover, Store};
+use crate::store::{
+    self, BatchRecord, BatchState, CloseReport, IntentOutcome, IntentRequest, Leftover, MemberRules, Store,
+};
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -38,6 +40,10 @@ pub struct Settings {
     /// Consecutive transient failures after which a submit intent's members are failed
     /// (class `transient`) for an operator to retry, instead of being retried forever.
     pub max_submit_failures: u32,
+    /// Provider attempts one extraction may use across requeues (expired or lost batches,
+    /// unreadable or retryable lines, truncation retries) before it fails
+    /// `attempts_exhausted`. An operator's retry grants a fresh allowance.
+    pub max_attempts: u32,
 }
 
 impl Default for Settings {
@@ -48,10 +54,13 @@ impl Default for Settings {
             batch_max_wait: Duration::from_secs(2),
             poll_interval: Duration::from_secs(5),
             max_submit_failures: 8,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
         }
     }
 }
 
+/// Provider attempts per extraction unless configured (`scheduler.max_attempts`).
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 /// After a 401/403, how long to leave the provider alone before probing again.
 const AUTH_PAUSE: Duration = Duration::from_secs(300);
 /// After quota exhaustion, how long new submissions wait before probing again.
@@ -275,9 +284,35 @@ impl Scheduler {
         (clock::now_ms() < waiting.due_at_ms && !could_fill).then_some(waiting.due_at_ms)
     }
 
+    /// How this provider's members are released and its answers charged.
+    fn rules(&self) -> MemberRules {
+        MemberRules {
+            max_attempts: self.settings.max_attempts.max(1),
+            budget: self.provider.output_budget(),
+            batch_api: self.provider.batch_api(),
+        }
+    }
+
+    /// Closes a batch under this provider's rules and counts what happened to its leftovers.
+    async fn close(
+        &self,
+        batch: &BatchRecord,
+        outcome: String,
+        leftover: Leftover,
+    ) -> Result<CloseReport, store::Error> {
+        let report = self.store.close_batch(batch.seq, outcome, leftover, self.rules()).await?;
+        self.health.update(|h| {
+            h.members_requeued += report.requeued;
+            h.attempts_exhausted += report.exhausted;
+        });
+        count_failures(FailureClass::AttemptsExhausted, report.exhausted);
+        Ok(report)
+    }
+
     /// Validates and commits every staged answer. Commits run concurrently so the
     /// writer's group commit shares one fsync among many of them.
     async fn commit_ready(&self) -> Result<(), store::Error> {
+        let batch_api = self.provider.batch_api();
         loop {
             let items = self.store.ready_items(self.provider.name().to_string(), STAGE_CHUNK).await?;
             if items.is_empty() {
@@ -286,7 +321,7 @@ impl Scheduler {
             let results: Vec<_> = futures_util::stream::iter(items)
                 .map(|item| async move {
                     let id = item.record.id;
-                    (id, self.service.commit_ready(item).await)
+                    (id, self.service.commit_ready(item, batch_api).await)
                 })
                 .buffer_unordered(COMMIT_CONCURRENCY)
                 .collect()
@@ -349,19 +384,17 @@ impl Scheduler {
             }
             ErrorClass::InvalidRequest if submitting => {
                 let leftover = Leftover::Fail { class: FailureClass::InvalidRequest, reason: error.to_string() };
-                self.store.close_batch(batch.seq, "rejected by the provider".to_string(), leftover).await?;
+                self.close(batch, "rejected by the provider".to_string(), leftover).await?;
                 Ok(None)
             }
             ErrorClass::Gone if !submitting => {
-                self.store
-                    .close_batch(batch.seq, "the provider no longer knows the job".to_string(), Leftover::Requeue)
-                    .await?;
+                self.close(batch, "the provider no longer knows the job".to_string(), Leftover::Requeue).await?;
                 Ok(None)
             }
             _ if submitting && batch.failures + 1 >= self.settings.max_submit_failures => {
                 let reason = format!("gave up submitting after {} attempts: {error}", batch.failures + 1);
                 let leftover = Leftover::Fail { class: FailureClass::Transient, reason };
-                self.store.close_batch(batch.seq, "submit attempts exhausted".to_string(), leftover).await?;
+                self.close(batch, "submit attempts exhausted".to_string(), leftover).await?;
                 Ok(None)
             }
             _ => {
@@ -370,5 +403,12 @@ impl Scheduler {
                 Ok(Some(at))
             }
         }
+    }
+}
+
+/// Counts extractions that entered the failed state with `class` (`commitpoint_failures_total`).
+fn count_failures(class: FailureClass, n: u64) {
+    if n > 0 {
+        metrics::counter!("commitpoint_failures_total", "class" => class.as_str()).increment(n);
     }
 }

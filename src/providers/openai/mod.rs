@@ -19,6 +19,7 @@ use super::{
     BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, ProviderError, ResultLine,
     StreamCounts, classify_status, describe_transport, parse_retry_after, truncate,
 };
+use crate::store::OutputBudget;
 
 const PROVIDER: &str = "openai";
 /// No result line is this long (a request is capped at well under it); longer is garbage.
@@ -42,7 +43,14 @@ pub struct OpenAiConfig {
     pub api_key: ApiKey,
     pub model: String,
     pub request_timeout: Duration,
+    /// Sent as `max_completion_tokens` when set (unset: the model's own output limit).
+    pub max_completion_tokens: Option<u32>,
+    /// The most a truncated answer's one retry may ask for.
+    pub max_completion_tokens_cap: u32,
 }
+
+/// gpt-4o and gpt-4o-mini answer at most 16,384 output tokens; asking for more is a 400.
+pub const DEFAULT_MAX_COMPLETION_TOKENS_CAP: u32 = 16_384;
 
 #[derive(Debug)]
 pub struct OpenAiBatches {
@@ -96,7 +104,7 @@ impl OpenAiBatches {
     async fn upload(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError> {
         let mut jsonl = Vec::with_capacity(spec.members.len() * 1024);
         for member in spec.members {
-            let line = wire::input_line(member, spec.schema, &self.config.model);
+            let line = wire::input_line(member, spec.schema, &self.config.model, self.config.max_completion_tokens);
             serde_json::to_writer(&mut jsonl, &line)
                 .map_err(|e| error(ErrorClass::InvalidRequest, None, format!("cannot encode a request: {e}")))?;
             jsonl.push(b'\n');
@@ -152,6 +160,10 @@ impl OpenAiBatches {
 impl BatchProvider for OpenAiBatches {
     fn name(&self) -> &str {
         &self.config.name
+    }
+
+    fn output_budget(&self) -> OutputBudget {
+        OutputBudget { default: self.config.max_completion_tokens, cap: self.config.max_completion_tokens_cap }
     }
 
     async fn submit(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError> {
