@@ -367,10 +367,11 @@ mod tests {
             assert_eq!(class, FailureClass::Truncated, "{stop}");
             assert_eq!(usage.unwrap().output_tokens, 4096);
         }
-        let refusal = stopped("[]", "refusal");
+        // A refusal mid-way through the tool call: its partial input is no answer either.
+        let refusal = stopped(call, "refusal");
         let LineResult::Unusable { class, reason, .. } = parse_line(&refusal).unwrap().1 else { panic!() };
         assert_eq!(class, FailureClass::Refused);
-        assert!(reason.contains("refusal"), "{reason}");
+        assert!(reason.contains("stop_reason \"refusal\""), "{reason}");
         assert!(matches!(parse_line(&stopped(call, "tool_use")).unwrap().1, LineResult::Answer { .. }));
     }
 
