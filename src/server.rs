@@ -279,6 +279,9 @@ fn build_anthropic(options: &config::AnthropicOptions) -> Result<Arc<dyn BatchPr
     if let Some(max_tokens) = options.max_tokens {
         config.max_tokens = max_tokens;
     }
+    if let Some(cap) = options.max_tokens_cap {
+        config.max_tokens_cap = cap;
+    }
     let adapter = AnthropicBatches::new(config).map_err(|e| Error::Setup(e.to_string()))?;
     Ok(Arc::new(adapter))
 }
@@ -290,6 +293,9 @@ fn build_generic(options: &config::GenericOptions) -> Result<Arc<dyn BatchProvid
         config.capability = capability.clone();
     }
     config.max_tokens = options.max_tokens;
+    if let Some(cap) = options.max_tokens_cap {
+        config.max_tokens_cap = cap;
+    }
     options.fields.apply(&mut config.fields)?;
     Ok(Arc::new(GenericBatches::new(config).map_err(Error::Provider)?))
 }
@@ -303,6 +309,9 @@ fn build_chat(options: &config::ChatOptions) -> Result<Arc<dyn BatchProvider>, E
         config.concurrency = concurrency;
     }
     config.max_tokens = options.max_tokens;
+    if let Some(cap) = options.max_tokens_cap {
+        config.max_tokens_cap = cap;
+    }
     Ok(Arc::new(ChatCompletions::new(config).map_err(Error::Provider)?))
 }
 
@@ -357,6 +366,8 @@ async fn build_provider(
                 api_key: options.key.load()?,
                 model: options.model.clone(),
                 request_timeout: Duration::from_secs(120),
+                max_completion_tokens: options.max_completion_tokens,
+                max_completion_tokens_cap: options.max_completion_tokens_cap,
             };
             (config, None)
         }
@@ -371,6 +382,8 @@ async fn build_provider(
                 api_key: ApiKey::new("simulator-needs-no-key".to_string()),
                 model: model.to_string(),
                 request_timeout: Duration::from_secs(30),
+                max_completion_tokens: options.max_completion_tokens,
+                max_completion_tokens_cap: options.max_completion_tokens_cap,
             };
             tracing::warn!(url = %simulator.base_url(), "provider is the built-in SIMULATOR: results come from a rule-based stand-in, not a model");
             (config, Some(simulator))

@@ -33,6 +33,8 @@ mod money;
 mod ops;
 #[path = "it/provider.rs"]
 mod provider;
+#[path = "it/provider_answers.rs"]
+mod provider_answers;
 #[path = "it/provider_batchlevel.rs"]
 mod provider_batchlevel;
 #[path = "it/provider_check.rs"]

@@ -30,6 +30,8 @@ pub struct RawGeneric {
     pub model: String,
     pub capability: Option<String>,
     pub max_tokens: Option<u32>,
+    /// The most a truncated answer's one retry may ask for (default 8192).
+    pub max_tokens_cap: Option<u32>,
     pub api_key_env: Option<String>,
     pub api_key_file: Option<PathBuf>,
     pub api_key_credential: Option<String>,
@@ -106,6 +108,8 @@ pub struct RawChat {
     pub model: String,
     pub concurrency: Option<usize>,
     pub max_tokens: Option<u32>,
+    /// The most a truncated answer's one retry may ask for (default 8192).
+    pub max_tokens_cap: Option<u32>,
     /// Optional: local servers often take no key.
     pub api_key_env: Option<String>,
     pub api_key_file: Option<PathBuf>,
@@ -118,6 +122,7 @@ pub struct GenericOptions {
     pub model: String,
     pub capability: Option<String>,
     pub max_tokens: Option<u32>,
+    pub max_tokens_cap: Option<u32>,
     pub key: KeySource,
     pub fields: GenericFieldOverrides,
 }
@@ -128,6 +133,7 @@ pub struct ChatOptions {
     pub model: String,
     pub concurrency: Option<usize>,
     pub max_tokens: Option<u32>,
+    pub max_tokens_cap: Option<u32>,
     pub key: Option<KeySource>,
 }
 
@@ -143,7 +149,8 @@ impl RawGeneric {
             base_url: self.base_url,
             model: self.model,
             capability: self.capability,
-            max_tokens: self.max_tokens,
+            max_tokens: at_least_one("providers.generic.max_tokens", self.max_tokens)?,
+            max_tokens_cap: at_least_one("providers.generic.max_tokens_cap", self.max_tokens_cap)?,
             key,
             fields: self.fields,
         })
@@ -161,7 +168,8 @@ impl RawChat {
             base_url: self.base_url,
             model: self.model,
             concurrency: self.concurrency,
-            max_tokens: self.max_tokens,
+            max_tokens: at_least_one("providers.chat.max_tokens", self.max_tokens)?,
+            max_tokens_cap: at_least_one("providers.chat.max_tokens_cap", self.max_tokens_cap)?,
             key,
         })
     }
@@ -173,9 +181,19 @@ pub struct RawAnthropic {
     pub base_url: Option<String>,
     pub model: String,
     pub max_tokens: Option<u32>,
+    /// The most a truncated answer's one retry may ask for (default 8192).
+    pub max_tokens_cap: Option<u32>,
     pub api_key_env: Option<String>,
     pub api_key_file: Option<PathBuf>,
     pub api_key_credential: Option<String>,
+}
+
+/// Token budgets of 0 are refused: no provider accepts one.
+pub(super) fn at_least_one(key: &'static str, value: Option<u32>) -> Result<Option<u32>, Error> {
+    match value {
+        Some(0) => Err(Error::Invalid { key, reason: "must be at least 1".into() }),
+        other => Ok(other),
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -266,6 +284,7 @@ pub struct AnthropicOptions {
     pub base_url: Option<String>,
     pub model: String,
     pub max_tokens: Option<u32>,
+    pub max_tokens_cap: Option<u32>,
     pub key: KeySource,
 }
 
@@ -344,7 +363,13 @@ impl RawAnthropic {
             &self.api_key_credential,
         )?
         .unwrap_or_else(|| KeySource::Env("ANTHROPIC_API_KEY".to_string()));
-        Ok(AnthropicOptions { base_url: self.base_url, model: self.model, max_tokens: self.max_tokens, key })
+        Ok(AnthropicOptions {
+            base_url: self.base_url,
+            model: self.model,
+            max_tokens: at_least_one("providers.anthropic.max_tokens", self.max_tokens)?,
+            max_tokens_cap: at_least_one("providers.anthropic.max_tokens_cap", self.max_tokens_cap)?,
+            key,
+        })
     }
 }
 

@@ -99,6 +99,10 @@ pub struct RawProvider {
     pub api_key_file: Option<PathBuf>,
     /// A systemd credential (`LoadCredential=NAME:…`), read from `$CREDENTIALS_DIRECTORY/NAME`.
     pub api_key_credential: Option<String>,
+    /// Sent as each request's `max_completion_tokens` (default unset: the model's own limit).
+    pub max_completion_tokens: Option<u32>,
+    /// The most a truncated answer's one retry may ask for (default 16384).
+    pub max_completion_tokens_cap: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -128,6 +132,8 @@ pub struct RawScheduler {
     pub max_submit_failures: Option<u32>,
     pub job_gone_after: Option<String>,
     pub delete_provider_files: Option<bool>,
+    /// Provider attempts per extraction across requeues (default 5).
+    pub max_attempts: Option<u32>,
 }
 
 /// Reads the file. A missing file is fine only when nobody asked for it explicitly.

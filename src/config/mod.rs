@@ -76,6 +76,10 @@ pub struct ProviderOptions {
     pub base_url: String,
     pub key: KeySource,
     pub model: String,
+    /// Sent as `max_completion_tokens` when set.
+    pub max_completion_tokens: Option<u32>,
+    /// The most a truncated answer's one retry may ask for.
+    pub max_completion_tokens_cap: u32,
     pub scheduler: scheduler::Settings,
 }
 
@@ -86,6 +90,8 @@ impl Default for ProviderOptions {
             base_url: DEFAULT_OPENAI_BASE_URL.to_string(),
             key: KeySource::Env(DEFAULT_OPENAI_KEY_ENV.to_string()),
             model: DEFAULT_MODEL.to_string(),
+            max_completion_tokens: None,
+            max_completion_tokens_cap: crate::providers::openai::DEFAULT_MAX_COMPLETION_TOKENS_CAP,
             scheduler: scheduler::Settings::default(),
         }
     }
@@ -238,6 +244,12 @@ impl ServeOptions {
         if let Some(delete) = raw.scheduler.delete_provider_files {
             scheduler.delete_provider_files = delete;
         }
+        if let Some(n) = raw.scheduler.max_attempts {
+            if n == 0 {
+                return Err(Error::Invalid { key: "scheduler.max_attempts", reason: "must be at least 1".into() });
+            }
+            scheduler.max_attempts = n;
+        }
         let defaults = ProviderOptions::default();
         let file_key = raw.provider.key_source()?;
         let provider = ProviderOptions {
@@ -248,6 +260,15 @@ impl ServeOptions {
                 None => file_key.unwrap_or(defaults.key),
             },
             model: o.model.or(raw.provider.model).unwrap_or(defaults.model),
+            max_completion_tokens: extras::at_least_one(
+                "provider.max_completion_tokens",
+                raw.provider.max_completion_tokens,
+            )?,
+            max_completion_tokens_cap: extras::at_least_one(
+                "provider.max_completion_tokens_cap",
+                raw.provider.max_completion_tokens_cap,
+            )?
+            .unwrap_or(defaults.max_completion_tokens_cap),
             scheduler,
         };
         let access = AccessOptions {
@@ -384,9 +405,10 @@ impl ServeOptions {
         };
         format!(
             "[server]\nlisten = \"{}\"\ndata_dir = \"{}\"\n{}\nmax_body_bytes = {}\ncache_bytes = {}\n{}\n\n\
-             [provider]\nkind = \"{choice}\"\nbase_url = \"{}\"\nmodel = \"{}\"\n# api key: {} (value redacted)\n\n\
+             [provider]\nkind = \"{choice}\"\nbase_url = \"{}\"\nmodel = \"{}\"\n{}\nmax_completion_tokens_cap = {}\n\
+             # api key: {} (value redacted)\n\n\
              [scheduler]\nbatch_max_size = {}\nbatch_max_wait = \"{}\"\npoll_interval = \"{}\"\nmax_submit_failures = {}\n\
-             job_gone_after = \"{}\"\ndelete_provider_files = {}\n\n\
+             job_gone_after = \"{}\"\ndelete_provider_files = {}\nmax_attempts = {}\n\n\
              [access]\n# admin token: {}\n# tenant tokens: {}\n",
             self.listen,
             self.data_dir.display(),
@@ -399,6 +421,11 @@ impl ServeOptions {
             self.limits.describe(),
             p.base_url,
             p.model,
+            p.max_completion_tokens.map_or_else(
+                || "# max_completion_tokens: unset, the model's own limit".to_string(),
+                |n| format!("max_completion_tokens = {n}")
+            ),
+            p.max_completion_tokens_cap,
             p.key,
             p.scheduler.batch_max_size,
             humantime::format_duration(p.scheduler.batch_max_wait),
@@ -406,6 +433,7 @@ impl ServeOptions {
             p.scheduler.max_submit_failures,
             humantime::format_duration(p.scheduler.job_gone_after),
             p.scheduler.delete_provider_files,
+            p.scheduler.max_attempts,
             self.access
                 .admin_token
                 .as_ref()
@@ -467,6 +495,38 @@ mod tests {
         assert!(described.contains("environment variable OPENAI_API_KEY"), "{described}");
         let reparsed: RawConfig = toml::from_str(&described).unwrap();
         assert_eq!(reparsed.server.data_dir, Some(PathBuf::from("/srv/b")), "check output is a valid config");
+    }
+
+    #[test]
+    fn the_attempt_cap_and_output_budgets_have_defaults_and_refuse_zero() {
+        let resolve = |text: &str| ServeOptions::resolve(toml::from_str(text).unwrap(), Overrides::default());
+        let defaults = resolve("").unwrap();
+        assert_eq!(defaults.provider.scheduler.max_attempts, 5);
+        assert_eq!(defaults.provider.max_completion_tokens, None);
+        assert_eq!(defaults.provider.max_completion_tokens_cap, 16_384);
+        let set = resolve(
+            "[scheduler]\nmax_attempts = 3\n[provider]\nmax_completion_tokens = 1000\nmax_completion_tokens_cap = 4000\n\
+             [providers.chat]\nbase_url = \"http://127.0.0.1:1/v1\"\nmodel = \"m\"\nmax_tokens_cap = 2048\n",
+        )
+        .unwrap();
+        assert_eq!(set.provider.scheduler.max_attempts, 3);
+        assert_eq!((set.provider.max_completion_tokens, set.provider.max_completion_tokens_cap), (Some(1000), 4000));
+        assert_eq!(set.chat.as_ref().and_then(|c| c.max_tokens_cap), Some(2048));
+        let described = set.describe();
+        assert!(described.contains("max_attempts = 3") && described.contains("max_completion_tokens = 1000"));
+        let reparsed: RawConfig = toml::from_str(&described).unwrap();
+        assert_eq!(reparsed.scheduler.max_attempts, Some(3));
+        for (text, key) in [
+            ("[scheduler]\nmax_attempts = 0", "scheduler.max_attempts"),
+            ("[provider]\nmax_completion_tokens_cap = 0", "provider.max_completion_tokens_cap"),
+            (
+                "[providers.anthropic]\nmodel = \"m\"\napi_key_env = \"X\"\nmax_tokens_cap = 0",
+                "providers.anthropic.max_tokens_cap",
+            ),
+        ] {
+            let err = resolve(text).unwrap_err();
+            assert!(err.to_string().starts_with(key), "{err}");
+        }
     }
 
     #[test]

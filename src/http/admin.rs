@@ -128,6 +128,14 @@ pub struct ProviderStatus {
     polls_not_found: u64,
     /// Files deleted at the provider after ingestion.
     files_deleted: u64,
+    /// Answers cut off at their output budget (finish_reason `length`, stop_reason `max_tokens`).
+    truncated: u64,
+    /// Truncated answers sent back once with a larger output budget.
+    budget_retries: u64,
+    /// Answers the model declined (failed `refused`).
+    model_refusals: u64,
+    /// Extractions failed `attempts_exhausted` instead of another requeue.
+    attempts_exhausted: u64,
 }
 
 impl From<&ProviderHealth> for ProviderStatus {
@@ -153,6 +161,10 @@ impl From<&ProviderHealth> for ProviderStatus {
             batches_returned,
             polls_not_found,
             files_deleted,
+            truncated,
+            budget_retries,
+            model_refusals,
+            attempts_exhausted,
         } = h.clone();
         Self {
             name,
@@ -174,6 +186,10 @@ impl From<&ProviderHealth> for ProviderStatus {
             batches_returned,
             polls_not_found,
             files_deleted,
+            truncated,
+            budget_retries,
+            model_refusals,
+            attempts_exhausted,
         }
     }
 }

@@ -23,7 +23,7 @@ pub(crate) use transport::{describe_transport, truncate};
 
 use crate::identity::ExtractionId;
 use crate::schema::Schema;
-use crate::store::{BatchMember, LineResult};
+use crate::store::{BatchMember, LineResult, OutputBudget};
 
 /// How a provider call failed, in the terms the scheduler acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +77,7 @@ pub(crate) fn scrub(line: ResultLine) -> ResultLine {
     let result = match result {
         LineResult::Refused { class, reason } => LineResult::Refused { class, reason: redact(&reason) },
         LineResult::Retry { reason } => LineResult::Retry { reason: redact(&reason) },
+        LineResult::Unusable { class, reason, usage } => LineResult::Unusable { class, reason: redact(&reason), usage },
         answer @ LineResult::Answer { .. } => answer,
     };
     (id, result)
@@ -191,6 +192,7 @@ pub fn probe_member() -> BatchMember {
         id: ExtractionId::compute("commitpoint-provider-check", "probe.rs", &hash, "probe"),
         source_id: "probe.rs".to_string(),
         content,
+        output_budget: Some(PROBE_MAX_OUTPUT_TOKENS),
     }
 }
 
@@ -198,6 +200,16 @@ pub fn probe_member() -> BatchMember {
 pub trait BatchProvider: Send + Sync + fmt::Debug {
     /// The name stored with each batch and shown to operators.
     fn name(&self) -> &str;
+
+    /// The output token budget requests ask for by default, and the cap a truncation
+    /// retry may raise it to (a member's own raised budget travels on [`BatchMember`]).
+    fn output_budget(&self) -> OutputBudget;
+
+    /// True when calls go through a batch API and are billed at its discount; a
+    /// synchronous API behind this trait answers false and is priced at list price.
+    fn batch_api(&self) -> bool {
+        true
+    }
 
     /// Creates the job. Not idempotent at every provider: callers look the intent up with
     /// [`BatchProvider::find_job`] before calling this again.

@@ -34,6 +34,14 @@ pub struct ProviderHealth {
     pub polls_not_found: u64,
     /// Uploaded and result files deleted at the provider after ingestion.
     pub files_deleted: u64,
+    /// Answers cut off at their output budget (finish_reason `length`, stop_reason `max_tokens`).
+    pub truncated: u64,
+    /// Truncated answers sent back once with a larger output budget.
+    pub budget_retries: u64,
+    /// Answers the model declined (failed `refused`).
+    pub model_refusals: u64,
+    /// Extractions failed `attempts_exhausted` instead of another requeue.
+    pub attempts_exhausted: u64,
 }
 
 #[derive(Debug, Clone)]

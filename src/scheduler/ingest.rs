@@ -49,24 +49,33 @@ impl Scheduler {
             }
             phase => (format!("{phase:?}").to_lowercase(), Leftover::Requeue),
         };
-        let requeued = self.store.close_batch(batch.seq, outcome.clone(), leftover).await?;
+        let closed = self.close(&batch, outcome.clone(), leftover).await?;
         self.health.update(|h| {
             h.batches_closed += 1;
-            h.members_requeued += requeued + report.requeued;
+            h.members_requeued += report.requeued;
+            h.truncated += report.truncated;
+            h.budget_retries += report.budget_retries;
+            h.model_refusals += report.model_refusals;
+            h.attempts_exhausted += report.exhausted;
         });
+        super::count_failures(FailureClass::Truncated, report.failed_truncated);
+        super::count_failures(FailureClass::Refused, report.model_refusals);
+        super::count_failures(FailureClass::AttemptsExhausted, report.exhausted);
         // A failed batch's input file is as useless now as a finished one's.
         if self.settings.delete_provider_files {
             self.delete_files_later(status.clone());
         }
         match hold {
-            Some(reason) => self.hold_submissions(&batch, reason, requeued),
+            Some(reason) => self.hold_submissions(&batch, reason, closed.requeued),
             // A failed batch never ran, so it frees no room.
             None if !matches!(status.phase, JobPhase::Failed { .. }) => self.job_ended(),
             None => {}
         }
         tracing::info!(
             batch_key = %batch.batch_key, %outcome, staged = report.staged, refused = report.refused,
-            replays = report.replays, unanswered = requeued + report.requeued, "batch closed"
+            truncated = report.truncated, retried_with_larger_budget = report.budget_retries,
+            model_refusals = report.model_refusals, attempts_exhausted = report.exhausted + closed.exhausted,
+            replays = report.replays, unanswered = closed.requeued + report.requeued, "batch closed"
         );
         Ok(None)
     }
@@ -86,7 +95,7 @@ impl Scheduler {
         if blamed.is_empty() {
             return Ok(0);
         }
-        Ok(self.store.stage_results(batch.seq, blamed).await?.refused)
+        Ok(self.store.stage_results(batch.seq, blamed, self.rules()).await?.refused)
     }
 
     async fn ingest(&self, batch: &BatchRecord, status: &JobStatus) -> Result<StageReport, IngestError> {
@@ -99,6 +108,7 @@ impl Scheduler {
         };
         let store = &self.store;
         let seq = batch.seq;
+        let rules = self.rules();
         // `incoming` moves in: if staging fails, dropping it stops the download too.
         let stage = async move {
             let mut report = StageReport::default();
@@ -111,10 +121,15 @@ impl Scheduler {
                 let parsed: Vec<(ExtractionId, LineResult)> =
                     chunk.drain(..).filter_map(|(custom_id, result)| Some((custom_id.parse().ok()?, result))).collect();
                 let got = received - parsed.len();
-                let part = store.stage_results(seq, parsed).await?;
+                let part = store.stage_results(seq, parsed, rules).await?;
                 report.staged += part.staged;
                 report.refused += part.refused;
                 report.requeued += part.requeued;
+                report.truncated += part.truncated;
+                report.budget_retries += part.budget_retries;
+                report.failed_truncated += part.failed_truncated;
+                report.model_refusals += part.model_refusals;
+                report.exhausted += part.exhausted;
                 report.replays += part.replays;
                 report.strangers += part.strangers + got as u64;
             }

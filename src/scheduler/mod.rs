@@ -26,7 +26,9 @@ use crate::clock;
 use crate::lifecycle::FailureClass;
 use crate::providers::{BatchProvider, ErrorClass, ProviderError, backoff_delay};
 use crate::service::Service;
-use crate::store::{self, BatchRecord, BatchState, IntentOutcome, IntentRequest, Leftover, Store};
+use crate::store::{
+    self, BatchRecord, BatchState, CloseReport, IntentOutcome, IntentRequest, Leftover, MemberRules, Store,
+};
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -44,6 +46,10 @@ pub struct Settings {
     pub job_gone_after: Duration,
     /// Delete uploaded and result files at the provider once a batch is ingested.
     pub delete_provider_files: bool,
+    /// Provider attempts one extraction may use across requeues (expired or lost batches,
+    /// unreadable or retryable lines, truncation retries) before it fails
+    /// `attempts_exhausted`. An operator's retry grants a fresh allowance.
+    pub max_attempts: u32,
 }
 
 impl Default for Settings {
@@ -56,10 +62,13 @@ impl Default for Settings {
             max_submit_failures: 8,
             job_gone_after: Duration::from_secs(600),
             delete_provider_files: true,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
         }
     }
 }
 
+/// Provider attempts per extraction unless configured (`scheduler.max_attempts`).
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 /// After a 401/403, how long to leave the provider alone before probing again.
 const AUTH_PAUSE: Duration = Duration::from_secs(300);
 /// After quota exhaustion, how long new submissions wait before probing again.
@@ -291,9 +300,35 @@ impl Scheduler {
         (clock::now_ms() < waiting.due_at_ms && !could_fill).then_some(waiting.due_at_ms)
     }
 
+    /// How this provider's members are released and its answers charged.
+    fn rules(&self) -> MemberRules {
+        MemberRules {
+            max_attempts: self.settings.max_attempts.max(1),
+            budget: self.provider.output_budget(),
+            batch_api: self.provider.batch_api(),
+        }
+    }
+
+    /// Closes a batch under this provider's rules and counts what happened to its leftovers.
+    async fn close(
+        &self,
+        batch: &BatchRecord,
+        outcome: String,
+        leftover: Leftover,
+    ) -> Result<CloseReport, store::Error> {
+        let report = self.store.close_batch(batch.seq, outcome, leftover, self.rules()).await?;
+        self.health.update(|h| {
+            h.members_requeued += report.requeued;
+            h.attempts_exhausted += report.exhausted;
+        });
+        count_failures(FailureClass::AttemptsExhausted, report.exhausted);
+        Ok(report)
+    }
+
     /// Validates and commits every staged answer. Commits run concurrently so the
     /// writer's group commit shares one fsync among many of them.
     async fn commit_ready(&self) -> Result<(), store::Error> {
+        let batch_api = self.provider.batch_api();
         loop {
             let items = self.store.ready_items(self.provider.name().to_string(), STAGE_CHUNK).await?;
             if items.is_empty() {
@@ -302,7 +337,7 @@ impl Scheduler {
             let results: Vec<_> = futures_util::stream::iter(items)
                 .map(|item| async move {
                     let id = item.record.id;
-                    (id, self.service.commit_ready(item).await)
+                    (id, self.service.commit_ready(item, batch_api).await)
                 })
                 .buffer_unordered(COMMIT_CONCURRENCY)
                 .collect()
@@ -401,7 +436,7 @@ impl Scheduler {
             }
             ErrorClass::InvalidRequest | ErrorClass::TooLarge if submitting => {
                 let leftover = Leftover::Fail { class: FailureClass::InvalidRequest, reason: error.to_string() };
-                self.store.close_batch(batch.seq, "rejected by the provider".to_string(), leftover).await?;
+                self.close(batch, "rejected by the provider".to_string(), leftover).await?;
                 Ok(None)
             }
             // One 404 does not prove a job gone (providers answer it for live jobs now and
@@ -418,14 +453,14 @@ impl Scheduler {
                 }
                 let outcome =
                     format!("the provider answered 404 for the job for {}s", now.saturating_sub(since) / 1000);
-                self.store.close_batch(batch.seq, outcome, Leftover::Requeue).await?;
+                self.close(batch, outcome, Leftover::Requeue).await?;
                 self.job_ended();
                 Ok(None)
             }
             _ if submitting && batch.failures + 1 >= self.settings.max_submit_failures => {
                 let reason = format!("gave up submitting after {} attempts: {error}", batch.failures + 1);
                 let leftover = Leftover::Fail { class: FailureClass::Transient, reason };
-                self.store.close_batch(batch.seq, "submit attempts exhausted".to_string(), leftover).await?;
+                self.close(batch, "submit attempts exhausted".to_string(), leftover).await?;
                 Ok(None)
             }
             _ => {
@@ -434,5 +469,12 @@ impl Scheduler {
                 Ok(Some(at))
             }
         }
+    }
+}
+
+/// Counts extractions that entered the failed state with `class` (`commitpoint_failures_total`).
+fn count_failures(class: FailureClass, n: u64) {
+    if n > 0 {
+        metrics::counter!("commitpoint_failures_total", "class" => class.as_str()).increment(n);
     }
 }

@@ -49,7 +49,7 @@ impl Scheduler {
         let Ok(schema) = self.service.registry().get(&batch.schema) else {
             let reason = format!("schema {} is no longer registered", batch.schema);
             let leftover = Leftover::Fail { class: crate::lifecycle::FailureClass::InvalidRequest, reason };
-            self.store.close_batch(batch.seq, "schema missing".to_string(), leftover).await?;
+            self.close(&batch, "schema missing".to_string(), leftover).await?;
             return Ok(None);
         };
         let spec = BatchSpec { batch_key: &batch.batch_key, schema: &schema, members: &members };

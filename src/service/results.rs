@@ -66,8 +66,9 @@ impl Service {
     }
 
     /// Validates a provider's staged answer and commits it (or fails it) under the
-    /// authority of the batch it came from.
-    pub async fn commit_ready(&self, item: ReadyItem) -> Result<PostOutcome, Error> {
+    /// authority of the batch it came from. `batch_api`: the answer came through a batch
+    /// API and is priced at its discount (never for a synchronous provider).
+    pub async fn commit_ready(&self, item: ReadyItem, batch_api: bool) -> Result<PostOutcome, Error> {
         let id = item.record.id;
         let Some(batch_key) = item.record.state.batch_key().map(str::to_string) else {
             return Err(Error::Transition(TransitionError::StaleBatch));
@@ -79,7 +80,7 @@ impl Service {
             job_id: Some(item.staged.lease_token.clone()).filter(|j| !j.is_empty()),
             usage,
             latency_ms: item.staged.latency_ms,
-            batch: true,
+            batch: batch_api,
         });
         let submission = match serde_json::from_str::<Value>(&item.staged.output_json) {
             Ok(mut output) => {

@@ -274,6 +274,8 @@ impl BatchRecord {
         self.view.output_file_id = Some(output_file_id);
         self.view.error_file_id = Some(error_file_id);
         inner.stats.lines_completed += generated.counts.completed;
+        inner.stats.lines_truncated += generated.truncated;
+        inner.stats.lines_refused += generated.refused;
         inner.stats.lines_failed += generated.counts.failed;
         self.view.request_counts = generated.counts;
         self.view.usage = Some(generated.usage);

@@ -31,6 +31,16 @@ pub struct Stats {
     pub lines_completed: u64,
     /// Lines served in error files, including `batch_expired` / `batch_cancelled` ones.
     pub lines_failed: u64,
+    /// Billed answers cut off at their output budget (`truncate_every`), batch lines and
+    /// synchronous completions alike.
+    #[serde(default)]
+    pub lines_truncated: u64,
+    /// Billed answers that declined (`refuse_every`), batch lines and completions alike.
+    #[serde(default)]
+    pub lines_refused: u64,
+    /// Synchronous `POST /v1/chat/completions` answered with a completion (billed).
+    #[serde(default)]
+    pub chat_completions: u64,
     /// 429s served, `rate_limit_exceeded` and `insufficient_quota` alike.
     pub rate_limited: u64,
     pub server_errors: u64,

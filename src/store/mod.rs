@@ -29,7 +29,8 @@ use redb::{Database, ReadableDatabase};
 
 pub use backup::BackupReport;
 pub use batches::{
-    BatchMember, IntentOutcome, IntentRequest, Leftover, LineResult, ReadyItem, StageReport, WorkFilter,
+    BatchMember, CloseReport, IntentOutcome, IntentRequest, Leftover, LineResult, MemberRules, OutputBudget, ReadyItem,
+    StageReport, WorkFilter,
 };
 pub use ledger::{Charge, Policies, Pricing, store_day_ms};
 pub use ops::{

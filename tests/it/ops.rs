@@ -149,6 +149,10 @@ async fn metrics_match_the_api_and_pass_promtool() {
     assert_eq!(metric(&text, "commitpoint_intakes_total{result=\"duplicate\"}"), 1.0);
     assert_eq!(metric(&text, "commitpoint_commits_total{path=\"worker\"}"), 1.0);
     assert_eq!(metric(&text, "commitpoint_replays_total"), 1.0);
+    for class in ["truncated", "refused", "attempts_exhausted"] {
+        let series = format!("commitpoint_failures_total{{class=\"{class}\"}}");
+        assert_eq!(metric(&text, &series), 0.0, "every failure class is exported from the start");
+    }
     assert!(metric(&text, "commitpoint_db_file_size_bytes") > 0.0);
 
     match Command::new("promtool").args(["check", "metrics"]).stdin(std::process::Stdio::piped()).spawn() {

@@ -48,6 +48,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     let simulated = ProviderOptions {
         choice: ProviderChoice::Simulator,
+        max_completion_tokens: Some(provider::DEMO_MAX_COMPLETION_TOKENS),
         scheduler: scheduler::Settings {
             batch_max_size: 4,
             batch_max_wait: Duration::from_millis(300),

@@ -45,6 +45,7 @@ use super::{
     ProviderError, ResultLine, StreamCounts, classify_status, describe_transport, parse_retry_after, probe_member,
     truncate,
 };
+use crate::store::OutputBudget;
 
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 const PROVIDER: &str = "anthropic";
@@ -60,14 +61,20 @@ const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
 pub use super::ApiKey;
 
+/// The retry of a truncated answer asks for at most this many tokens unless configured:
+/// twice the default `max_tokens`, within every current model's output limit.
+pub const DEFAULT_MAX_TOKENS_CAP: u32 = 8192;
+
 #[derive(Debug, Clone)]
 pub struct AnthropicConfig {
     /// The API origin without `/v1`, e.g. [`DEFAULT_BASE_URL`].
     pub base_url: String,
     pub api_key: ApiKey,
     pub model: String,
-    /// `max_tokens` of every request; batches reject 0.
+    /// `max_tokens` of every request unless its member's budget was raised; batches reject 0.
     pub max_tokens: u32,
+    /// The most a truncated answer's one retry may ask for.
+    pub max_tokens_cap: u32,
     pub connect_timeout: Duration,
     /// Whole-call limit for JSON calls; for result downloads, the longest silence.
     pub request_timeout: Duration,
@@ -81,6 +88,7 @@ impl AnthropicConfig {
             api_key,
             model: model.into(),
             max_tokens: 4096,
+            max_tokens_cap: DEFAULT_MAX_TOKENS_CAP,
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(120),
         }
@@ -244,7 +252,8 @@ impl AnthropicBatches {
             if index > 0 {
                 body.push(b',');
             }
-            let request = wire::request(member, spec.schema, input_schema, &self.config.model, self.config.max_tokens);
+            let max_tokens = member.output_budget.unwrap_or(self.config.max_tokens);
+            let request = wire::request(member, spec.schema, input_schema, &self.config.model, max_tokens);
             serde_json::to_writer(&mut body, &request).map_err(|e| invalid(format!("cannot encode a request: {e}")))?;
             if body.len() > max_bytes {
                 return Err(too_large(format!("the batch is over the {max_bytes} byte limit")));
@@ -303,6 +312,10 @@ impl AnthropicBatches {
 impl BatchProvider for AnthropicBatches {
     fn name(&self) -> &str {
         PROVIDER
+    }
+
+    fn output_budget(&self) -> OutputBudget {
+        OutputBudget { default: Some(self.config.max_tokens), cap: self.config.max_tokens_cap }
     }
 
     async fn submit(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError> {

@@ -255,6 +255,7 @@ fn member(source: &str, content: &str) -> BatchMember {
         id: ExtractionId::compute("t", source, &hash, BUILTIN_CODE_REVIEW),
         source_id: source.into(),
         content: content.into(),
+        output_budget: None,
     }
 }
 
@@ -433,8 +434,10 @@ async fn a_batch_runs_from_submit_to_streamed_results() {
     assert!(matches!(&lines[&ids[2]], LineResult::Retry { .. }), "overload is worth another batch");
     assert!(matches!(&lines[&ids[3]], LineResult::Retry { reason } if reason.contains("canceled")));
     assert!(matches!(&lines[&ids[4]], LineResult::Retry { reason } if reason.contains("expired")));
-    let LineResult::Answer { output, usage: Some(usage) } = &lines[&ids[5]] else { panic!() };
-    assert_eq!(output, "I will not do that.", "a text answer goes on, for validation to fail");
+    // No call of the forced tool: the model declined. Refused, not a validation failure, and charged.
+    let LineResult::Unusable { class, reason, usage: Some(usage) } = &lines[&ids[5]] else { panic!() };
+    assert_eq!(*class, FailureClass::Refused);
+    assert!(reason.contains("I will not do that."), "{reason}");
     assert_eq!(usage.input_tokens, 9);
 }
 

@@ -40,12 +40,14 @@ use super::{
     ProviderError, ResultLine, StreamCounts, classify_status, describe_transport, parse_retry_after, probe_member,
 };
 use crate::schema::{Dialect, Schema};
-use crate::store::{BatchMember, LineResult};
+use crate::store::{BatchMember, LineResult, OutputBudget};
 
 pub const PROVIDER: &str = "chat";
 const DEFAULT_CONCURRENCY: usize = 4;
 /// Local models on modest hardware can take minutes for one long answer.
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+/// The retry of a truncated answer asks for at most this many tokens unless configured.
+pub const DEFAULT_MAX_TOKENS_CAP: u32 = 8192;
 
 pub use super::ApiKey;
 
@@ -65,6 +67,8 @@ pub struct ChatConfig {
     pub request_timeout: Duration,
     /// Sent as `max_tokens` when set (default unset: the server's own limit).
     pub max_tokens: Option<u32>,
+    /// The most a truncated answer's one retry may ask for (default 8192).
+    pub max_tokens_cap: u32,
 }
 
 impl ChatConfig {
@@ -78,6 +82,7 @@ impl ChatConfig {
             concurrency: DEFAULT_CONCURRENCY,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_tokens: None,
+            max_tokens_cap: DEFAULT_MAX_TOKENS_CAP,
         }
     }
 }
@@ -196,6 +201,15 @@ fn transport_failure(e: &reqwest::Error) -> Outcome {
 impl BatchProvider for ChatCompletions {
     fn name(&self) -> &str {
         &self.config.name
+    }
+
+    fn output_budget(&self) -> OutputBudget {
+        OutputBudget { default: self.config.max_tokens, cap: self.config.max_tokens_cap }
+    }
+
+    /// One synchronous call per member: billed at list price, never a batch discount.
+    fn batch_api(&self) -> bool {
+        false
     }
 
     async fn submit(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError> {

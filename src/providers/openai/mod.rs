@@ -23,6 +23,7 @@ use super::{
     PROBE_MAX_OUTPUT_TOKENS, Probe, ProviderError, ResultLine, StreamCounts, classify_status, describe_transport,
     parse_retry_after, probe_member, truncate,
 };
+use crate::store::OutputBudget;
 
 const PROVIDER: &str = "openai";
 /// No result line is this long (a request is capped at well under it); longer is garbage.
@@ -51,7 +52,14 @@ pub struct OpenAiConfig {
     pub api_key: ApiKey,
     pub model: String,
     pub request_timeout: Duration,
+    /// Sent as `max_completion_tokens` when set (unset: the model's own output limit).
+    pub max_completion_tokens: Option<u32>,
+    /// The most a truncated answer's one retry may ask for.
+    pub max_completion_tokens_cap: u32,
 }
+
+/// gpt-4o and gpt-4o-mini answer at most 16,384 output tokens; asking for more is a 400.
+pub const DEFAULT_MAX_COMPLETION_TOKENS_CAP: u32 = 16_384;
 
 #[derive(Debug)]
 pub struct OpenAiBatches {
@@ -106,7 +114,7 @@ impl OpenAiBatches {
         spec.schema.view(Dialect::OpenAiStrict).map_err(|e| error(ErrorClass::InvalidRequest, None, e.to_string()))?;
         let mut jsonl = Vec::with_capacity(spec.members.len() * 1024);
         for member in spec.members {
-            let line = wire::input_line(member, spec.schema, &self.config.model);
+            let line = wire::input_line(member, spec.schema, &self.config.model, self.config.max_completion_tokens);
             serde_json::to_writer(&mut jsonl, &line)
                 .map_err(|e| error(ErrorClass::InvalidRequest, None, format!("cannot encode a request: {e}")))?;
             jsonl.push(b'\n');
@@ -181,6 +189,10 @@ fn undecided(reason: String) -> Lookup {
 impl BatchProvider for OpenAiBatches {
     fn name(&self) -> &str {
         &self.config.name
+    }
+
+    fn output_budget(&self) -> OutputBudget {
+        OutputBudget { default: self.config.max_completion_tokens, cap: self.config.max_completion_tokens_cap }
     }
 
     async fn submit(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError> {
@@ -263,7 +275,11 @@ impl BatchProvider for OpenAiBatches {
             return Probe::Refused(error(ErrorClass::InvalidRequest, None, e.to_string()));
         }
         let mut body = chat_wire::request_body(&probe_member(), schema, &self.config.model, None);
-        body["max_completion_tokens"] = PROBE_MAX_OUTPUT_TOKENS.into();
+        // OpenAI's own parameter; the deprecated `max_tokens` is refused by newer models.
+        if let Some(fields) = body.as_object_mut() {
+            fields.remove("max_tokens");
+            fields.insert("max_completion_tokens".to_string(), PROBE_MAX_OUTPUT_TOKENS.into());
+        }
         let request = self.http.post(self.url("/chat/completions")).timeout(self.config.request_timeout).json(&body);
         match self.send(request).await {
             Ok(_) => Probe::Accepted,

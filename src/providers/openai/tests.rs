@@ -112,6 +112,8 @@ fn adapter(base_url: String) -> OpenAiBatches {
         api_key: ApiKey::new("sk-test-123".into()),
         model: "gpt-4o-mini".into(),
         request_timeout: Duration::from_secs(5),
+        max_completion_tokens: None,
+        max_completion_tokens_cap: 16_384,
     })
     .unwrap()
 }
@@ -122,6 +124,7 @@ fn member(source: &str, content: &str) -> BatchMember {
         id: ExtractionId::compute("t", source, &hash, BUILTIN_CODE_REVIEW),
         source_id: source.into(),
         content: content.into(),
+        output_budget: None,
     }
 }
 

@@ -45,6 +45,7 @@ fn members(tag: &str, n: usize) -> Vec<BatchMember> {
                 id: ExtractionId::compute("t", &source, &hash, BUILTIN_CODE_REVIEW),
                 source_id: source,
                 content,
+                output_budget: None,
             }
         })
         .collect()
