@@ -137,7 +137,7 @@ pub fn check(log: &[Delivery], expected: &Expected<'_>) -> EventSeen {
     let by_events: BTreeSet<(&str, u64)> =
         failed.iter().filter(|(_, (_, class))| class == "validation").map(|(key, _)| *key).collect();
     assert_eq!(by_events, by_ledger, "validation-failed events vs failed_validation ledger entries");
-    // Each batch the provider failed failed each of its members once.
+    // Each batch the provider failed refused the members on the lines it named, once.
     let mut by_batches: BTreeMap<&str, usize> = BTreeMap::new();
     for members in expected.files.failed_batches.values() {
         for member in members {

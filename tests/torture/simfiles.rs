@@ -29,7 +29,7 @@ pub struct ProviderFiles {
     pub billed: HashMap<String, Billed>,
     /// Distinct output lines that are not JSON: billed, but nobody can read them.
     pub torn: BTreeSet<String>,
-    /// Batch id → the custom ids of a batch that ended `failed`.
+    /// Batches the provider failed → the members on the input lines its errors name.
     pub failed_batches: BTreeMap<String, Vec<String>>,
     /// Batches not terminal when read.
     pub live: Vec<String>,
@@ -88,12 +88,21 @@ async fn read_batch(sim: &Sim, batch: &Value, files: &mut ProviderFiles) {
     if status == "failed" {
         let input = batch["input_file_id"].as_str().expect("input_file_id");
         let text = sim.get(&format!("/files/{input}/content")).await;
-        let members = text
+        let members: Vec<String> = text
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
             .filter_map(|l| l["custom_id"].as_str().map(str::to_string))
             .collect();
-        files.failed_batches.insert(id.clone(), members);
+        // Only the members on the lines the provider's errors name are refused; the others
+        // go back to the queue as the same attempt.
+        let blamed = batch["errors"]["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["line"].as_u64())
+            .filter_map(|line| members.get(usize::try_from(line.checked_sub(1)?).ok()?).cloned())
+            .collect();
+        files.failed_batches.insert(id.clone(), blamed);
     }
     let Some(output) = batch["output_file_id"].as_str() else { return };
     let text = sim.get(&format!("/files/{output}/content")).await;
