@@ -55,5 +55,7 @@ mod raw;
 mod results;
 #[path = "it/schemas.rs"]
 mod schemas;
+#[path = "it/supervision.rs"]
+mod supervision;
 #[path = "it/util.rs"]
 mod util;

@@ -12,6 +12,7 @@ use crate::access::AccessPolicy;
 use crate::schema::Registry;
 use crate::service::Service;
 use crate::store::{Store, WriterGuard};
+use crate::supervisor::Supervisor;
 
 /// Every route the API has. A route added to the router without a `#[utoipa::path]`
 /// cannot be registered (see `documented_routes`), and one dropped from it fails here.
@@ -133,9 +134,13 @@ struct Live {
 }
 
 async fn live() -> Live {
+    live_with(|service| service).await
+}
+
+async fn live_with(configure: impl FnOnce(Service) -> Service) -> Live {
     let dir = tempfile::tempdir().expect("temp dir");
     let (store, writer) = Store::open(dir.path(), 16 << 20).expect("open store");
-    let service = Service::new(store, Registry::builtin()).with_backup_dir(dir.path().join("backups"));
+    let service = configure(Service::new(store, Registry::builtin()).with_backup_dir(dir.path().join("backups")));
     let router = super::router(
         service,
         super::BodyLimits { max_bytes: 1 << 20, ..Default::default() },
@@ -281,4 +286,18 @@ async fn real_answers_match_their_documented_schemas() {
     assert_eq!(live.call("DELETE", "/v1/admin/backups/{name}", &download, None).await.0, 204);
     let (status, _) = live.call("POST", "/v1/outbox/{id}/redeliver", "/v1/outbox/+7/redeliver", None).await;
     assert_eq!(status, 400, "event ids are plain decimal numbers");
+}
+
+#[tokio::test]
+async fn healthz_answers_503_naming_a_failed_task_but_not_its_cause() {
+    let supervisor = Supervisor::new();
+    let live = live_with(|service| service.with_task_failures(supervisor.failures())).await;
+    assert_eq!(live.call("GET", "/healthz", "/healthz", None).await.0, 200);
+    supervisor.spawn("scheduler simulator", async { Err(std::io::Error::other("cause-with-a-secret-path")) });
+    tokio::time::timeout(std::time::Duration::from_secs(5), supervisor.failed()).await.expect("the failure is seen");
+    let (status, health) = live.call("GET", "/healthz", "/healthz", None).await;
+    assert_eq!(status, 503, "{health}");
+    assert_eq!(health["status"], "failed");
+    assert_eq!(health["failed_tasks"], json!(["scheduler simulator"]));
+    assert!(!health.to_string().contains("secret-path"), "the cause is for the log, not for anyone: {health}");
 }

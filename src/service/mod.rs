@@ -17,6 +17,7 @@ use crate::schema::{self, Registry, ValidationIssue};
 use crate::store::{
     self, BackupReport, ExtractionRecord, FindingRecord, ListFilter, ListPage, StateCount, Store, Usage,
 };
+use crate::supervisor::Failures;
 use crate::webhook::Endpoint;
 
 mod intake;
@@ -109,6 +110,8 @@ pub struct Service {
     webhooks: Arc<HashMap<String, Endpoint>>,
     /// Wakes outbox delivery (an operator redelivered an event).
     outbox_wake: Option<Arc<Notify>>,
+    /// Background tasks that failed: the process is unhealthy and on its way out.
+    task_failures: Failures,
 }
 
 impl Service {
@@ -124,6 +127,7 @@ impl Service {
             router: Arc::new(Router::default()),
             webhooks: Arc::new(HashMap::new()),
             outbox_wake: None,
+            task_failures: Failures::default(),
         }
     }
 
@@ -135,6 +139,16 @@ impl Service {
     pub fn with_outbox_wake(mut self, wake: Arc<Notify>) -> Self {
         self.outbox_wake = Some(wake);
         self
+    }
+
+    pub fn with_task_failures(mut self, failures: Failures) -> Self {
+        self.task_failures = failures;
+        self
+    }
+
+    /// The names of the background tasks that failed (none while healthy).
+    pub fn failed_tasks(&self) -> Vec<String> {
+        self.task_failures.all().into_iter().map(|f| f.task).collect()
     }
 
     /// Every provider's scheduler looks for work again (each keeps one wake-up permit).
