@@ -15,7 +15,7 @@ use crate::store::{Store, WriterGuard};
 use crate::supervisor::Supervisor;
 
 /// Every route the API has. A route added to the router without a `#[utoipa::path]`
-/// cannot be registered (see `documented_routes`), and one dropped from it fails here.
+/// cannot be registered (see `routes.rs`), and one dropped from it fails here.
 const ROUTES: &[(&str, &str)] = &[
     ("GET", "/healthz"),
     ("GET", "/metrics"),
