@@ -91,6 +91,13 @@ impl AccessPolicy {
         Ok(Self { admin, tenants })
     }
 
+    /// A closed policy without token files, for tests of the routes' layers.
+    #[cfg(test)]
+    pub(crate) fn with_tokens(admin: &str, tenants: &[(&str, &str)]) -> Self {
+        let tenants = tenants.iter().map(|(name, token)| (name.to_string(), Token::new(token))).collect();
+        Self { admin: Some(Token::new(admin)), tenants }
+    }
+
     pub fn is_open(&self) -> bool {
         self.admin.is_none()
     }

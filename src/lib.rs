@@ -34,5 +34,6 @@ pub mod server;
 pub mod service;
 pub mod simulator;
 pub mod store;
+pub mod supervisor;
 pub mod systemd;
 pub mod webhook;

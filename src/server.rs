@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use std::sync::Arc;
@@ -22,19 +21,21 @@ use crate::providers::generic::{GenericBatches, GenericConfig};
 use crate::providers::openai::{ApiKey, OpenAiBatches, OpenAiConfig};
 use crate::providers::{BatchProvider, ProviderError};
 use crate::routing::Router;
-use crate::scheduler::{self, Scheduler, SchedulerHandle};
+use crate::scheduler::{self, Scheduler};
 use crate::schema::{self, Registry};
 use crate::service::Service;
 use crate::simulator::{Simulator, SimulatorConfig};
 use crate::store::Policies;
 use crate::store::{self, Store, WriterGuard};
+use crate::supervisor::{Failures, Supervisor};
 use crate::webhook::{Endpoint, WebhookSecret};
 
 /// How long shutdown waits for in-flight HTTP requests (kept well under systemd's
 /// default stop timeout).
 const HTTP_DRAIN_DEADLINE: Duration = Duration::from_secs(10);
-/// How long shutdown waits for the scheduler to finish its current step.
-const SCHEDULER_STOP_DEADLINE: Duration = Duration::from_secs(10);
+/// How long shutdown waits for the schedulers and the other background tasks to finish
+/// their current step.
+const TASK_STOP_DEADLINE: Duration = Duration::from_secs(10);
 /// How long shutdown waits for stray reads to let go of the database file.
 const FILE_CLOSE_DEADLINE: Duration = Duration::from_secs(5);
 /// The model name sent to the simulator when none is configured for it.
@@ -87,17 +88,15 @@ impl Error {
 pub struct Server {
     addr: SocketAddr,
     data_dir: PathBuf,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<std::io::Result<()>>,
-    schedulers: Vec<SchedulerHandle>,
+    /// Every background task, HTTP included.
+    supervisor: Supervisor,
+    http: JoinHandle<()>,
     /// What a reload can change: routing and budgets, and the prices the writer applies.
     router: Arc<Router>,
     store: Store,
     sink_names: Vec<String>,
     service: Service,
-    deliverer: Option<crate::outbox::DelivererHandle>,
     simulator: Option<Simulator>,
-    watchdog: Option<JoinHandle<()>>,
     writer: WriterGuard,
 }
 
@@ -126,7 +125,8 @@ impl Server {
             sinks: sinks.iter().map(|s| s.name.clone()).collect(),
             pricing: Arc::new(options.prices.clone()),
         });
-        let watchdog = crate::systemd::spawn_watchdog(store.clone());
+        let supervisor = Supervisor::new();
+        crate::systemd::spawn_watchdog(store.clone(), &supervisor);
         let router = Arc::new(Router::new(options.routes.clone(), options.budgets.clone()));
         let outbox_wake = Arc::new(Notify::new());
         let mut service = Service::new(store.clone(), registry)
@@ -134,11 +134,11 @@ impl Server {
             .with_router(Arc::clone(&router))
             .with_webhooks(webhooks)
             .with_outbox_wake(Arc::clone(&outbox_wake))
-            .with_max_findings(options.max_findings);
+            .with_max_findings(options.max_findings)
+            .with_task_failures(supervisor.failures());
         if let Err(e) = service.load_last_backup().await {
             tracing::warn!(error = %e, "cannot read the last backup time");
         }
-        let mut schedulers = Vec::new();
         let mut wakes = Vec::new();
         for provider in &providers {
             let paused = store.provider_paused(provider.name()).await?;
@@ -155,37 +155,33 @@ impl Server {
         }
         for ((provider, (wake, _)), health) in providers.into_iter().zip(wakes).zip(healths) {
             let settings = settings_for(provider.name(), &options.provider.scheduler);
-            schedulers.push(Scheduler::spawn(store.clone(), service.clone(), provider, settings, wake, health));
+            let context = scheduler::Context { store: store.clone(), service: service.clone(), wake, health };
+            Scheduler::spawn(context, provider, settings, &supervisor);
         }
         let reload_store = store.clone();
         let sink_names: Vec<String> = sinks.iter().map(|s| s.name.clone()).collect();
-        let deliverer = if sinks.is_empty() {
-            None
-        } else {
-            Some(crate::outbox::spawn(store.clone(), sinks, outbox_wake).map_err(|e| Error::Task(e.to_string()))?)
-        };
+        if !sinks.is_empty() {
+            crate::outbox::spawn(store.clone(), sinks, outbox_wake, &supervisor)
+                .map_err(|e| Error::Task(e.to_string()))?;
+        }
         let reload_service = service.clone();
         let body =
             crate::http::BodyLimits { max_bytes: options.max_body_bytes, deadline: options.limits.body_read_timeout };
         let app = crate::http::router(service, body, Arc::new(access));
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(crate::http::serve(listener, app, options.limits, async move {
-            let _ = stopped.await;
-        }));
+        let stop = supervisor.token();
+        let serve = crate::http::serve(listener, app, options.limits, async move { stop.cancelled().await });
+        let http = supervisor.spawn("http", serve);
         tracing::info!(%addr, data_dir = %options.data_dir.display(), "commitpoint is serving");
         Ok(Server {
             addr,
             data_dir: options.data_dir.clone(),
-            stop: Some(stop),
-            task,
-            schedulers,
+            supervisor,
+            http,
             router,
             store: reload_store,
             sink_names,
             service: reload_service,
-            deliverer,
             simulator,
-            watchdog,
             writer,
         })
     }
@@ -218,32 +214,29 @@ impl Server {
         self.data_dir.join(store::FILE_NAME)
     }
 
-    /// Stops accepting, waits for in-flight requests, then closes the store.
+    /// Resolves once a background task has failed; the caller should then `stop` and
+    /// exit non-zero.
+    pub async fn task_failed(&self) {
+        self.supervisor.failed().await;
+    }
+
+    /// The background tasks that failed so far (panicked or ended with an error).
+    pub fn task_failures(&self) -> Failures {
+        self.supervisor.failures()
+    }
+
+    /// Stops accepting, waits for in-flight requests and the background tasks' current
+    /// steps, then closes the store.
     pub async fn stop(mut self) -> Result<(), Error> {
         crate::systemd::stopping();
-        if let Some(watchdog) = self.watchdog.take() {
-            watchdog.abort();
-        }
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
+        self.supervisor.shutdown();
         // A client that stalls mid-request must not hold the process (and the store) open
         // past the deadline: after it, remaining connections are cut.
-        let abort = self.task.abort_handle();
-        let served = match tokio::time::timeout(HTTP_DRAIN_DEADLINE, &mut self.task).await {
-            Ok(joined) => joined.map_err(|e| Error::Task(e.to_string()))?,
-            Err(_) => {
-                tracing::warn!(deadline = ?HTTP_DRAIN_DEADLINE, "requests still open at the drain deadline; closing them");
-                abort.abort();
-                Ok(())
-            }
-        };
-        for scheduler in self.schedulers.drain(..) {
-            scheduler.stop(SCHEDULER_STOP_DEADLINE).await;
+        if tokio::time::timeout(HTTP_DRAIN_DEADLINE, &mut self.http).await.is_err() {
+            tracing::warn!(deadline = ?HTTP_DRAIN_DEADLINE, "requests still open at the drain deadline; closing them");
+            self.http.abort();
         }
-        if let Some(deliverer) = self.deliverer.take() {
-            deliverer.stop(SCHEDULER_STOP_DEADLINE).await;
-        }
+        self.supervisor.stop(TASK_STOP_DEADLINE).await;
         if let Some(simulator) = self.simulator.take() {
             simulator.stop().await;
         }
@@ -255,7 +248,7 @@ impl Server {
         if !self.store.wait_until_last_handle(FILE_CLOSE_DEADLINE).await {
             tracing::warn!("the database file is still referenced at exit; the OS releases it with the process");
         }
-        served.map_err(Error::Serve)
+        Ok(())
     }
 }
 

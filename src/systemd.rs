@@ -4,10 +4,9 @@
 
 use std::time::Duration;
 
-use sd_notify::NotifyState;
-use tokio::task::JoinHandle;
-
 use crate::store::Store;
+use crate::supervisor::Supervisor;
+use sd_notify::NotifyState;
 
 pub fn ready(status: &str) {
     send(&[NotifyState::Ready, NotifyState::Status(status)]);
@@ -24,18 +23,28 @@ fn send(states: &[NotifyState<'_>]) {
 }
 
 /// Pings the watchdog at half its interval, but only while the writer thread still
-/// answers: a wedged writer means no pings, and systemd restarts the service.
-pub fn spawn_watchdog(store: Store) -> Option<JoinHandle<()>> {
-    let interval = sd_notify::watchdog_enabled()?;
+/// answers: a wedged writer means no pings, and systemd restarts the service. It ends
+/// when shutdown starts (systemd has been told STOPPING by then).
+pub fn spawn_watchdog(store: Store, supervisor: &Supervisor) {
+    let Some(interval) = sd_notify::watchdog_enabled() else { return };
     let period = (interval / 2).max(Duration::from_millis(100));
-    Some(tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(period).await;
-            match tokio::time::timeout(period, store.ping_writer()).await {
-                Ok(Ok(())) => send(&[NotifyState::Watchdog]),
-                Ok(Err(e)) => tracing::error!(error = %e, "the store writer refused a ping; withholding the watchdog"),
-                Err(_) => tracing::error!(?period, "the store writer did not answer; withholding the watchdog"),
-            }
+    let stop = supervisor.token();
+    supervisor.spawn("systemd watchdog", async move {
+        tokio::select! {
+            () = stop.cancelled() => {}
+            () = ping(&store, period) => {}
         }
-    }))
+        Ok::<(), std::convert::Infallible>(())
+    });
+}
+
+async fn ping(store: &Store, period: Duration) {
+    loop {
+        tokio::time::sleep(period).await;
+        match tokio::time::timeout(period, store.ping_writer()).await {
+            Ok(Ok(())) => send(&[NotifyState::Watchdog]),
+            Ok(Err(e)) => tracing::error!(error = %e, "the store writer refused a ping; withholding the watchdog"),
+            Err(_) => tracing::error!(?period, "the store writer did not answer; withholding the watchdog"),
+        }
+    }
 }

@@ -63,6 +63,8 @@ mod redaction;
 mod results;
 #[path = "it/schemas.rs"]
 mod schemas;
+#[path = "it/supervision.rs"]
+mod supervision;
 #[path = "it/tenancy.rs"]
 mod tenancy;
 #[path = "it/util.rs"]

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::EXIT_CONFIG;
-use super::signals::Signals;
+use super::signals::{Signals, Stopped};
+use super::{EXIT_CONFIG, EXIT_SOFTWARE};
 use crate::access::AccessPolicy;
 use crate::config::{DEFAULT_CONFIG_PATH, KeySource, Overrides, ProviderChoice, ServeOptions};
 use crate::schema::Registry;
@@ -95,15 +95,32 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Scripts and tests that pass port 0 read the real address from this line.
     println!("commitpoint listening on http://{}", server.addr());
     crate::systemd::ready(&format!("listening on {}", server.addr()));
-    signals
-        .wait(|| match args.clone().resolve() {
-            Ok(options) => server.reload(&options),
-            Err(e) => tracing::error!(error = %e, "reload refused: the configuration is invalid; keeping the running settings"),
-        })
-        .await;
-    tracing::info!("shutting down: draining requests, then closing the store");
+    let reload = || match args.clone().resolve() {
+        Ok(options) => server.reload(&options),
+        Err(e) => {
+            tracing::error!(error = %e, "reload refused: the configuration is invalid; keeping the running settings")
+        }
+    };
+    let stopped = signals.wait_or(reload, server.task_failed()).await;
+    match stopped {
+        Stopped::Signal => tracing::info!("shutting down: draining requests, then closing the store"),
+        Stopped::TaskFailed => {
+            tracing::error!(
+                "a background task failed: draining requests, closing the store, then exiting {EXIT_SOFTWARE}"
+            )
+        }
+    }
+    let failures = server.task_failures();
     server.stop().await?;
-    Ok(ExitCode::SUCCESS)
+    // A task that fails during a signalled shutdown still means the process was unwell.
+    let failed = failures.all();
+    if failed.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    for failure in &failed {
+        eprintln!("commitpoint: background task {:?} failed: {}", failure.task, failure.cause);
+    }
+    Ok(ExitCode::from(EXIT_SOFTWARE))
 }
 
 /// Runs every check `serve` would run before binding, and prints the effective config.

@@ -1,50 +1,50 @@
-//! Authentication on every request, and the routes only the admin may call. Tenant
-//! scoping of individual records happens in the handlers, which know the record.
+//! The authentication layers of the route groups (`routes.rs` decides which route is in
+//! which group). Tenant scoping of individual records happens in the handlers, which know
+//! the record.
 
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{Method, header};
+use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use crate::access::{AccessPolicy, Caller, Denied};
 
-/// Liveness, metrics and the API description stay readable without a token (they expose no tenant data), so
-/// probes and scrapers on the host need no secret. Webhooks authenticate by signature.
-pub(super) fn is_public(path: &str) -> bool {
-    path == "/healthz" || path == "/metrics" || path == "/openapi.json" || path.starts_with("/v1/webhooks/")
+/// The layer of tenant routes (see `routes.rs`): any valid token; the handlers scope
+/// records by the caller it leaves in the request.
+pub async fn any_caller(State(policy): State<Arc<AccessPolicy>>, request: Request, next: Next) -> Response {
+    admit(&policy, request, next, |_| Ok(())).await
 }
 
-/// Work distribution, results, operator actions and whole-store views are admin-only.
-fn is_admin_only(method: &Method, path: &str) -> bool {
-    path.starts_with("/v1/claims")
-        || path.starts_with("/v1/admin/")
-        || path.starts_with("/v1/outbox")
-        || path == "/v1/stats"
-        || (method == Method::POST && (path.ends_with("/result") || path.ends_with("/retry")))
+/// The layer of admin routes (see `routes.rs`): the admin token only.
+pub async fn admin_only(State(policy): State<Arc<AccessPolicy>>, request: Request, next: Next) -> Response {
+    admit(&policy, request, next, Caller::require_admin).await
 }
 
-pub async fn authenticate(State(policy): State<Arc<AccessPolicy>>, mut request: Request, next: Next) -> Response {
-    let path = request.uri().path().to_string();
+/// The layer of public routes: nothing is refused, but a caller whose token is valid is
+/// left in the request, so `/healthz` can show details to the admin alone.
+pub async fn recognise(State(policy): State<Arc<AccessPolicy>>, mut request: Request, next: Next) -> Response {
     let authorization = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    if is_public(&path) {
-        // `/healthz` answers everyone, but shows details only to a caller it recognises.
-        if path == "/healthz"
-            && let Ok(caller) = policy.identify(authorization)
-        {
-            request.extensions_mut().insert(caller);
-        }
-        return next.run(request).await;
+    if let Ok(caller) = policy.identify(authorization) {
+        request.extensions_mut().insert(caller);
     }
+    next.run(request).await
+}
+
+async fn admit(
+    policy: &AccessPolicy,
+    mut request: Request,
+    next: Next,
+    allowed: impl Fn(&Caller) -> Result<(), Denied>,
+) -> Response {
+    let authorization = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     let caller = match policy.identify(authorization) {
         Ok(caller) => caller,
         Err(denied) => return ApiError::from(denied).into_response(),
     };
-    if is_admin_only(request.method(), &path)
-        && let Err(denied) = caller.require_admin()
-    {
+    if let Err(denied) = allowed(&caller) {
         return ApiError::from(denied).into_response();
     }
     request.extensions_mut().insert(caller);

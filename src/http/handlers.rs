@@ -360,11 +360,17 @@ pub async fn metrics(State(service): State<Service>) -> axum::response::Response
 #[serde(rename_all = "lowercase")]
 pub enum HealthStatus {
     Ok,
+    /// A background task failed; the process is shutting down to be restarted.
+    Failed,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
     status: HealthStatus,
+    /// The background tasks that failed (only when `status` is `failed`). Their causes
+    /// are in the server log, not here: this answer needs no token.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    failed_tasks: Vec<String>,
     /// The registered schema names (admin token, or a server without tokens).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(required = false)]
@@ -378,12 +384,24 @@ pub struct Health {
 /// Liveness for anyone; the registered schemas and the providers' health (whose errors
 /// come from outside) only for the admin token, or on a server without tokens.
 #[utoipa::path(get, path = "/healthz", tag = "operations",
-    responses((status = 200, description = "The server is up", body = Health)))]
+    responses(
+        (status = 200, description = "The server is up", body = Health),
+        (status = 503, description = "A background task (a scheduler, outbox delivery, HTTP) failed; \
+            `failed_tasks` names it and the process is exiting to be restarted", body = Health),
+    ))]
 pub async fn healthz(State(service): State<Service>, caller: Option<CallerExt>) -> Reply<Health> {
     let details = caller.is_some_and(|Extension(c)| c.require_admin().is_ok());
-    ok(Health {
-        status: HealthStatus::Ok,
+    let failed_tasks = service.failed_tasks();
+    let (code, status) = if failed_tasks.is_empty() {
+        (StatusCode::OK, HealthStatus::Ok)
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, HealthStatus::Failed)
+    };
+    let health = Health {
+        status,
+        failed_tasks,
         schemas: details.then(|| service.registry().names().map(str::to_string).collect()),
         providers: details.then(|| service.provider_health().iter().map(ProviderStatus::from).collect()),
-    })
+    };
+    Ok((code, Json(health)))
 }

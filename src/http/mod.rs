@@ -14,6 +14,7 @@ mod money;
 mod openapi;
 #[cfg(test)]
 mod openapi_tests;
+mod routes;
 mod time;
 mod views;
 mod whole;
@@ -21,10 +22,8 @@ mod workers;
 
 use std::sync::Arc;
 
+use axum::routing::any;
 use axum::{Extension, Router};
-use utoipa::OpenApi;
-use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 
 pub use body::BodyLimits;
 pub use conn::serve;
@@ -34,41 +33,12 @@ use crate::access::AccessPolicy;
 use crate::service::Service;
 
 pub fn router(service: Service, body: BodyLimits, access: Arc<AccessPolicy>) -> Router {
-    let (routes, doc) = documented_routes().split_for_parts();
+    let (routes, doc) = routes::documented(&access);
     let schema_names: Vec<String> = service.registry().names().map(str::to_string).collect();
     let document = openapi::Served(openapi::finish(doc, &schema_names).to_string().into());
-    routes
-        .fallback(|| async { ApiError::not_found_route() })
-        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
-        .layer(Extension(document))
-        .layer(axum::middleware::from_fn_with_state(access, auth::authenticate))
-        .layer(Extension(body))
-        .with_state(service)
-}
-
-/// Every route, each registered with its OpenAPI description. One `routes!` per path:
-/// the macro serves all the handlers it is given on every path among them.
-fn documented_routes() -> OpenApiRouter<Service> {
-    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
-        .routes(routes!(openapi::document))
-        .routes(routes!(handlers::healthz))
-        .routes(routes!(handlers::metrics))
-        .routes(routes!(handlers::intake, handlers::list))
-        .routes(routes!(handlers::get))
-        .routes(routes!(handlers::findings))
-        .routes(routes!(workers::post_result))
-        .routes(routes!(handlers::retry))
-        .routes(routes!(workers::claim))
-        .routes(routes!(money::extraction_costs))
-        .routes(routes!(money::tenant_costs))
-        .routes(routes!(delivery::receive))
-        .routes(routes!(delivery::list))
-        .routes(routes!(delivery::redeliver))
-        .routes(routes!(delivery::enable_sink))
-        .routes(routes!(handlers::stats))
-        .routes(routes!(admin::backup))
-        .routes(routes!(admin::providers))
-        .routes(routes!(admin::pause))
-        .routes(routes!(admin::resume))
-        .routes(routes!(admin::download, admin::remove))
+    // An unknown path is no route of any group: it answers 404 only to a caller with a
+    // token, as the routes under it would.
+    let unknown = any(|| async { ApiError::not_found_route() })
+        .layer(axum::middleware::from_fn_with_state(access, auth::any_caller));
+    routes.fallback_service(unknown).layer(Extension(document)).layer(Extension(body)).with_state(service)
 }

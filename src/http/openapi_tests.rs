@@ -12,9 +12,10 @@ use crate::access::AccessPolicy;
 use crate::schema::Registry;
 use crate::service::Service;
 use crate::store::{Store, WriterGuard};
+use crate::supervisor::Supervisor;
 
 /// Every route the API has. A route added to the router without a `#[utoipa::path]`
-/// cannot be registered (see `documented_routes`), and one dropped from it fails here.
+/// cannot be registered (see `routes.rs`), and one dropped from it fails here.
 const ROUTES: &[(&str, &str)] = &[
     ("GET", "/healthz"),
     ("GET", "/metrics"),
@@ -44,8 +45,25 @@ const ROUTES: &[(&str, &str)] = &[
 const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
 
 fn served_document() -> Value {
-    let (_, doc) = super::documented_routes().split_for_parts();
+    let (_, doc) = super::routes::documented(&Arc::new(AccessPolicy::default()));
     super::openapi::finish(doc, &["code-review@1".to_string()])
+}
+
+/// The routes of one group (`routes.rs`), as (method, path) pairs.
+fn group_operations(group: utoipa_axum::router::OpenApiRouter<Service>) -> BTreeSet<(String, String)> {
+    let (_, doc) = group.split_for_parts();
+    operations(&serde_json::to_value(&doc).expect("document"))
+}
+
+struct Groups {
+    public: BTreeSet<(String, String)>,
+    tenant: BTreeSet<(String, String)>,
+    admin: BTreeSet<(String, String)>,
+}
+
+fn groups() -> Groups {
+    use super::routes::{admin, public, tenant};
+    Groups { public: group_operations(public()), tenant: group_operations(tenant()), admin: group_operations(admin()) }
 }
 
 fn operations(doc: &Value) -> BTreeSet<(String, String)> {
@@ -111,17 +129,67 @@ fn the_document_lists_exactly_the_routes_of_the_router() {
 }
 
 #[test]
-fn bearer_security_is_declared_exactly_where_the_middleware_demands_a_token() {
+fn every_route_is_in_exactly_one_access_group() {
+    let Groups { public, tenant, admin } = groups();
+    let all = operations(&served_document());
+    let mut seen = BTreeSet::new();
+    for route in public.iter().chain(&tenant).chain(&admin) {
+        assert!(seen.insert(route.clone()), "{route:?} is in two groups");
+    }
+    assert_eq!(seen, all);
+}
+
+/// The description matches the layer each group has: no token for public routes; a
+/// bearer token, and a documented 401, for the others; a documented 403 for admin ones.
+#[test]
+fn bearer_security_is_declared_exactly_where_the_layers_demand_a_token() {
     let doc = served_document();
+    let Groups { public, tenant, admin } = groups();
     for (method, path) in operations(&doc) {
+        let route = (method.clone(), path.clone());
         let operation = &doc["paths"][&path][method.to_lowercase()];
         let secured = operation["security"] == json!([{"bearer": []}]);
-        let public = super::auth::is_public(&concrete(&path));
-        assert_eq!(secured, !public, "{method} {path}");
+        assert_eq!(secured, !public.contains(&route), "{method} {path}");
         if secured {
             assert!(operation["responses"]["401"].is_object(), "{method} {path} documents no 401");
         }
+        if admin.contains(&route) {
+            assert!(operation["responses"]["403"].is_object(), "{method} {path} is admin-only but documents no 403");
+        }
+        assert!(public.contains(&route) || tenant.contains(&route) || admin.contains(&route));
     }
+}
+
+/// Asks the layers themselves, over HTTP, about every route of every group: a tenant
+/// token gets 403 on each admin route, and no token gets 401 everywhere but public routes.
+#[tokio::test]
+async fn a_tenant_token_reaches_no_admin_route_and_no_token_only_public_ones() {
+    let access = AccessPolicy::with_tokens("admin-secret", &[("acme", "acme-secret")]);
+    let live = live_as(|service| service, access).await;
+    let Groups { public, tenant, admin } = groups();
+    assert!(!admin.is_empty() && !tenant.is_empty() && !public.is_empty());
+    for (method, path) in &admin {
+        let (status, answer) = live.send_as(method, &concrete(path), Some("acme-secret")).await;
+        assert_eq!(status, 403, "{method} {path} answered a tenant token: {answer}");
+        assert_eq!(answer["error"]["message"], "this call needs the admin token", "{method} {path}");
+    }
+    for (method, path) in &tenant {
+        let (status, answer) = live.send_as(method, &concrete(path), Some("acme-secret")).await;
+        let refused = status == 401 || answer["error"]["message"] == "this call needs the admin token";
+        assert!(!refused, "{method} {path} refused a tenant token: {status} {answer}");
+    }
+    for (method, path) in tenant.iter().chain(&admin) {
+        let (status, answer) = live.send_as(method, &concrete(path), None).await;
+        assert_eq!(status, 401, "{method} {path} answered without a token: {answer}");
+    }
+    for (method, path) in &public {
+        let (status, answer) = live.send_as(method, &concrete(path), None).await;
+        assert_ne!(status, 401, "{method} {path} wants a token: {answer}");
+    }
+    let (status, _) = live.send_as("GET", "/v1/no-such-route", None).await;
+    assert_eq!(status, 401, "unknown paths need a token too, as before");
+    let (status, _) = live.send_as("GET", "/v1/no-such-route", Some("acme-secret")).await;
+    assert_eq!(status, 404);
 }
 
 struct Live {
@@ -133,14 +201,19 @@ struct Live {
 }
 
 async fn live() -> Live {
+    live_with(|service| service).await
+}
+
+async fn live_with(configure: impl FnOnce(Service) -> Service) -> Live {
+    live_as(configure, AccessPolicy::default()).await
+}
+
+async fn live_as(configure: impl FnOnce(Service) -> Service, access: AccessPolicy) -> Live {
     let dir = tempfile::tempdir().expect("temp dir");
     let (store, writer) = Store::open(dir.path(), 16 << 20).expect("open store");
-    let service = Service::new(store, Registry::builtin()).with_backup_dir(dir.path().join("backups"));
-    let router = super::router(
-        service,
-        super::BodyLimits { max_bytes: 1 << 20, ..Default::default() },
-        Arc::new(AccessPolicy::default()),
-    );
+    let service = configure(Service::new(store, Registry::builtin()).with_backup_dir(dir.path().join("backups")));
+    let router =
+        super::router(service, super::BodyLimits { max_bytes: 1 << 20, ..Default::default() }, Arc::new(access));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("address"));
     tokio::spawn(async move { axum::serve(listener, router).await });
@@ -162,6 +235,22 @@ impl Live {
         let allow = response.headers().get("allow").and_then(|v| v.to_str().ok()).map(str::to_string);
         let text = response.text().await.expect("body");
         (status, allow, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    /// Sends a request with a bearer token, or none; a POST carries `{}`.
+    async fn send_as(&self, method: &str, path: &str, token: Option<&str>) -> (u16, Value) {
+        let method = Method::from_bytes(method.as_bytes()).expect("method");
+        let mut request = self.client.request(method.clone(), format!("{}{path}", self.base));
+        if method == Method::POST {
+            request = request.json(&json!({}));
+        }
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.expect("send");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("body");
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
     /// Sends a request and checks the answer against the document.
@@ -281,4 +370,18 @@ async fn real_answers_match_their_documented_schemas() {
     assert_eq!(live.call("DELETE", "/v1/admin/backups/{name}", &download, None).await.0, 204);
     let (status, _) = live.call("POST", "/v1/outbox/{id}/redeliver", "/v1/outbox/+7/redeliver", None).await;
     assert_eq!(status, 400, "event ids are plain decimal numbers");
+}
+
+#[tokio::test]
+async fn healthz_answers_503_naming_a_failed_task_but_not_its_cause() {
+    let supervisor = Supervisor::new();
+    let live = live_with(|service| service.with_task_failures(supervisor.failures())).await;
+    assert_eq!(live.call("GET", "/healthz", "/healthz", None).await.0, 200);
+    supervisor.spawn("scheduler simulator", async { Err(std::io::Error::other("cause-with-a-secret-path")) });
+    tokio::time::timeout(std::time::Duration::from_secs(5), supervisor.failed()).await.expect("the failure is seen");
+    let (status, health) = live.call("GET", "/healthz", "/healthz", None).await;
+    assert_eq!(status, 503, "{health}");
+    assert_eq!(health["status"], "failed");
+    assert_eq!(health["failed_tasks"], json!(["scheduler simulator"]));
+    assert!(!health.to_string().contains("secret-path"), "the cause is for the log, not for anyone: {health}");
 }

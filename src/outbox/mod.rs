@@ -16,12 +16,13 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures_util::StreamExt;
-use tokio::sync::{Notify, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use crate::clock;
 use crate::providers::{backoff_delay, parse_retry_after};
 use crate::store::{DeliveryReport, OutboxRecord, Store};
+use crate::supervisor::Supervisor;
 use crate::webhook::{WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP, WebhookSecret, sign_standard};
 
 pub use payload::event_body;
@@ -47,31 +48,19 @@ const IDLE_POLL: Duration = Duration::from_millis(250);
 const DELIVERIES_AT_ONCE: usize = 8;
 const DUE_BATCH: usize = 256;
 
-#[derive(Debug)]
-pub struct DelivererHandle {
-    stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
-}
-
-impl DelivererHandle {
-    pub async fn stop(self, deadline: Duration) {
-        let _ = self.stop.send(true);
-        let abort = self.task.abort_handle();
-        if tokio::time::timeout(deadline, self.task).await.is_err() {
-            // An interrupted delivery is still due in the store: it is sent again on start.
-            abort.abort();
-        }
-    }
-}
-
-/// Starts delivery; `wake` lets others (an operator's redeliver) cut its idle wait short.
-pub fn spawn(store: Store, sinks: Vec<Sink>, wake: Arc<Notify>) -> Result<DelivererHandle, reqwest::Error> {
+/// Starts delivery under `supervisor`; `wake` lets others (an operator's redeliver) cut
+/// its idle wait short. It stops when shutdown starts; an interrupted delivery is still
+/// due in the store and is sent again on start.
+pub fn spawn(store: Store, sinks: Vec<Sink>, wake: Arc<Notify>, supervisor: &Supervisor) -> Result<(), reqwest::Error> {
     let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build()?;
     let sinks: HashMap<String, Sink> = sinks.into_iter().map(|s| (s.name.clone(), s)).collect();
-    let (stop, stopped) = watch::channel(false);
     let deliverer = Deliverer { store, http, sinks: Arc::new(sinks) };
-    let task = tokio::spawn(deliverer.run(stopped, Arc::clone(&wake)));
-    Ok(DelivererHandle { stop, task })
+    let stop = supervisor.token();
+    supervisor.spawn("outbox delivery", async move {
+        deliverer.run(stop, wake).await;
+        Ok::<(), std::convert::Infallible>(())
+    });
+    Ok(())
 }
 
 #[derive(Debug, Clone)]
@@ -82,7 +71,7 @@ struct Deliverer {
 }
 
 impl Deliverer {
-    async fn run(self, mut stopped: watch::Receiver<bool>, wake: Arc<Notify>) {
+    async fn run(self, stop: CancellationToken, wake: Arc<Notify>) {
         tracing::info!(sinks = self.sinks.len(), "outbox delivery started");
         loop {
             if let Err(e) = self.deliver_due().await {
@@ -93,7 +82,7 @@ impl Deliverer {
                 _ => IDLE_POLL,
             };
             tokio::select! {
-                _ = stopped.changed() => break,
+                () = stop.cancelled() => break,
                 () = wake.notified() => {}
                 () = tokio::time::sleep(wait) => {}
             }

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::sync::{Notify, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 pub use health::{ProviderHealth, SharedHealth};
 
@@ -29,6 +29,7 @@ use crate::service::Service;
 use crate::store::{
     self, BatchRecord, BatchState, CloseReport, IntentOutcome, IntentRequest, Leftover, MemberRules, Store,
 };
+use crate::supervisor::Supervisor;
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -92,29 +93,6 @@ const COMMIT_CONCURRENCY: usize = 64;
 const STEP_ERROR_PAUSE: Duration = Duration::from_secs(1);
 
 #[derive(Debug)]
-pub struct SchedulerHandle {
-    stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
-    health: SharedHealth,
-}
-
-impl SchedulerHandle {
-    pub fn health(&self) -> SharedHealth {
-        self.health.clone()
-    }
-
-    /// Asks the loop to stop after its current step; gives up waiting after `deadline`.
-    pub async fn stop(self, deadline: Duration) {
-        let _ = self.stop.send(true);
-        let abort = self.task.abort_handle();
-        if tokio::time::timeout(deadline, self.task).await.is_err() {
-            tracing::warn!("the scheduler did not stop in time; abandoning its current step");
-            abort.abort();
-        }
-    }
-}
-
-#[derive(Debug)]
 pub struct Scheduler {
     store: Store,
     service: Service,
@@ -122,6 +100,8 @@ pub struct Scheduler {
     settings: Settings,
     wake: Arc<Notify>,
     health: SharedHealth,
+    /// Side tasks (provider file cleanup) run under the same supervision as the loop.
+    supervisor: Supervisor,
     /// Intents formed by this process and not yet sent. Anything else — an intent found on
     /// start, or one whose submit failed — may already exist at the provider and is looked
     /// up by its batch key first.
@@ -144,33 +124,41 @@ struct WaitingWork {
     arrivals_seen: u64,
 }
 
+/// Everything a scheduler needs besides its provider and settings.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub store: Store,
+    pub service: Service,
+    pub wake: Arc<Notify>,
+    pub health: SharedHealth,
+}
+
 impl Scheduler {
-    pub fn spawn(
-        store: Store,
-        service: Service,
-        provider: Arc<dyn BatchProvider>,
-        settings: Settings,
-        wake: Arc<Notify>,
-        health: SharedHealth,
-    ) -> SchedulerHandle {
-        let (stop, stopped) = watch::channel(false);
+    /// Starts the provider's loop under `supervisor`; it stops when shutdown starts.
+    pub fn spawn(context: Context, provider: Arc<dyn BatchProvider>, settings: Settings, supervisor: &Supervisor) {
+        let Context { store, service, wake, health } = context;
+        let name = format!("scheduler {}", provider.name());
+        let stop = supervisor.token();
         let scheduler = Scheduler {
             store,
             service,
             provider,
             settings,
             wake,
-            health: health.clone(),
+            health,
+            supervisor: supervisor.clone(),
             formed_here: HashSet::new(),
             rate_limits: HashMap::new(),
             waiting: HashMap::new(),
             holds_in_a_row: 0,
         };
-        let task = tokio::spawn(scheduler.run(stopped));
-        SchedulerHandle { stop, task, health }
+        supervisor.spawn(name, async move {
+            scheduler.run(stop).await;
+            Ok::<(), std::convert::Infallible>(())
+        });
     }
 
-    async fn run(mut self, mut stopped: watch::Receiver<bool>) {
+    async fn run(mut self, stop: CancellationToken) {
         tracing::info!(provider = self.provider.name(), "scheduler started");
         loop {
             let next = match self.step().await {
@@ -190,7 +178,7 @@ impl Scheduler {
                 }
             };
             tokio::select! {
-                _ = stopped.changed() => break,
+                () = stop.cancelled() => break,
                 () = self.wake.notified() => {}
                 () = sleep => {}
             }
@@ -201,6 +189,7 @@ impl Scheduler {
     /// One pass over everything due. Returns when the loop should wake next (`None`:
     /// nothing scheduled, wait for new work).
     async fn step(&mut self) -> Result<Option<u64>, store::Error> {
+        crate::failpoint::panic_if("scheduler-panic");
         self.commit_ready().await?;
         let mut next: Option<u64> = None;
         let mut earliest = |at: u64| next = Some(next.map_or(at, |n: u64| n.min(at)));

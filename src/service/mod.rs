@@ -17,6 +17,7 @@ use crate::schema::{self, Registry, ValidationIssue};
 use crate::store::{
     self, BackupReport, ExtractionRecord, FindingRecord, ListFilter, ListPage, StateCount, Store, Usage,
 };
+use crate::supervisor::Failures;
 use crate::webhook::Endpoint;
 
 mod intake;
@@ -128,6 +129,8 @@ pub struct Service {
     outbox_wake: Option<Arc<Notify>>,
     /// An output with more findings fails (class validation).
     max_findings: usize,
+    /// Background tasks that failed: the process is unhealthy and on its way out.
+    task_failures: Failures,
 }
 
 impl Service {
@@ -144,6 +147,7 @@ impl Service {
             webhooks: Arc::new(HashMap::new()),
             outbox_wake: None,
             max_findings: DEFAULT_MAX_FINDINGS,
+            task_failures: Failures::default(),
         }
     }
 
@@ -160,6 +164,16 @@ impl Service {
     pub fn with_outbox_wake(mut self, wake: Arc<Notify>) -> Self {
         self.outbox_wake = Some(wake);
         self
+    }
+
+    pub fn with_task_failures(mut self, failures: Failures) -> Self {
+        self.task_failures = failures;
+        self
+    }
+
+    /// The names of the background tasks that failed (none while healthy).
+    pub fn failed_tasks(&self) -> Vec<String> {
+        self.task_failures.all().into_iter().map(|f| f.task).collect()
     }
 
     /// Every provider's scheduler looks for work again (each keeps one wake-up permit).

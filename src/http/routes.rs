@@ -1,0 +1,75 @@
+//! Every route, declared in the group that decides who may call it: public, tenant or
+//! admin. Each group carries its own authentication layer, so a new route must pick a
+//! group and cannot end up open to tenants by default. Each route is registered with its
+//! OpenAPI description; one `routes!` per path, since the macro serves all the handlers it
+//! is given on every path among them.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::middleware::from_fn_with_state;
+use utoipa::OpenApi;
+use utoipa::openapi::OpenApi as Document;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::error::ApiError;
+use super::{admin, auth, delivery, handlers, money, openapi, workers};
+use crate::access::AccessPolicy;
+use crate::service::Service;
+
+/// The whole API: the three groups, each behind its own layer, and one document that
+/// describes them all.
+pub(super) fn documented(access: &Arc<AccessPolicy>) -> (Router<Service>, Document) {
+    let mut doc = openapi::ApiDoc::openapi();
+    let public = part(public(), &mut doc).layer(from_fn_with_state(Arc::clone(access), auth::recognise));
+    let tenant = part(tenant(), &mut doc).layer(from_fn_with_state(Arc::clone(access), auth::any_caller));
+    let admin = part(admin(), &mut doc).layer(from_fn_with_state(Arc::clone(access), auth::admin_only));
+    (public.merge(tenant).merge(admin), doc)
+}
+
+/// A group's routes, their description added to `doc`. The JSON 405 is set here, before
+/// the group's layer wraps its routes (a fallback set afterwards would not reach them).
+fn part(group: OpenApiRouter<Service>, doc: &mut Document) -> Router<Service> {
+    let (router, described) = group.split_for_parts();
+    doc.merge(described);
+    router.method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+}
+
+/// No token: liveness, metrics and the API description expose no tenant data, so probes
+/// and scrapers on the host need no secret. Webhooks authenticate by their signature.
+pub(super) fn public() -> OpenApiRouter<Service> {
+    OpenApiRouter::new()
+        .routes(routes!(openapi::document))
+        .routes(routes!(handlers::healthz))
+        .routes(routes!(handlers::metrics))
+        .routes(routes!(delivery::receive))
+}
+
+/// Any token: the handlers scope each record to the caller's tenant.
+pub(super) fn tenant() -> OpenApiRouter<Service> {
+    OpenApiRouter::new()
+        .routes(routes!(handlers::intake, handlers::list))
+        .routes(routes!(handlers::get))
+        .routes(routes!(handlers::findings))
+        .routes(routes!(money::extraction_costs))
+        .routes(routes!(money::tenant_costs))
+}
+
+/// The admin token only: work distribution and results, operator actions, and views of
+/// the whole store.
+pub(super) fn admin() -> OpenApiRouter<Service> {
+    OpenApiRouter::new()
+        .routes(routes!(workers::claim))
+        .routes(routes!(workers::post_result))
+        .routes(routes!(handlers::retry))
+        .routes(routes!(handlers::stats))
+        .routes(routes!(delivery::list))
+        .routes(routes!(delivery::redeliver))
+        .routes(routes!(delivery::enable_sink))
+        .routes(routes!(admin::backup))
+        .routes(routes!(admin::providers))
+        .routes(routes!(admin::pause))
+        .routes(routes!(admin::resume))
+        .routes(routes!(admin::download, admin::remove))
+}
