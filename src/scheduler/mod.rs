@@ -355,8 +355,8 @@ impl Scheduler {
     ) -> Result<Option<u64>, store::Error> {
         let now = clock::now_ms();
         self.health.update(|h| h.last_error = Some(error.to_string()));
-        let class = format!("{:?}", error.class).to_lowercase();
-        metrics::counter!("commitpoint_provider_errors_total", "provider" => self.provider.name().to_string(), "class" => class)
+        let (provider, class) = (self.provider.name().to_string(), error.class.as_str());
+        metrics::counter!(crate::metrics::names::PROVIDER_ERRORS_TOTAL, "provider" => provider, "class" => class)
             .increment(1);
         tracing::warn!(batch_key = %batch.batch_key, class = ?error.class, error = %error, "provider call failed");
         // A provider may ask for any delay; none is honoured past a day (and none overflows).
