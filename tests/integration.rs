@@ -6,6 +6,8 @@
 // clippy.toml's allow-expect-in-tests covers #[test] functions only; the harness helpers
 // fail a test the same way, by panicking with a message.
 #![allow(clippy::expect_used)]
+// A test is the outside world: it reads the real clock, not the crate's `clock`.
+#![allow(clippy::disallowed_methods)]
 
 #[path = "it/bad_input.rs"]
 mod bad_input;

@@ -143,7 +143,7 @@ impl Deliverer {
             return Ok(DeliveryReport::Dead { reason: "the sink is disabled (its receiver answered 410 Gone)".into() });
         }
         let body = event_body(&self.store, event).await?;
-        let now = SystemTime::now();
+        let now = crate::clock::now();
         let timestamp = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let signature = sign_standard(&sink.secret, &event.event_id, timestamp, &body);
         let sent = self

@@ -29,7 +29,7 @@ pub(crate) mod wire;
 
 use std::collections::HashSet;
 use std::pin::Pin;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -208,7 +208,7 @@ impl AnthropicBatches {
         let trace = request_id.map(|id| format!(" (request-id {id})")).unwrap_or_default();
         let mut failure =
             error(class, Some(status), format!("{status} {}: {message}{trace}", kind.unwrap_or_default()));
-        failure.retry_after = parse_retry_after(&headers, SystemTime::now());
+        failure.retry_after = parse_retry_after(&headers, crate::clock::now());
         Err(failure)
     }
 

@@ -31,7 +31,7 @@
 
 pub(crate) mod wire;
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
@@ -233,7 +233,7 @@ impl GenericBatches {
             .map(wire::ErrorObject::describe)
             .unwrap_or_else(|| String::from_utf8_lossy(&body).chars().take(300).collect());
         let mut failed = error(class, Some(status), format!("{status} {message}"));
-        failed.retry_after = parse_retry_after(&headers, SystemTime::now());
+        failed.retry_after = parse_retry_after(&headers, crate::clock::now());
         Err(failed)
     }
 
@@ -270,7 +270,7 @@ impl GenericBatches {
         let class = wire::classify(Some(status), &headers, envelope.error.as_ref());
         let message = envelope.error.as_ref().map_or_else(|| "ok: false without an error".into(), |e| e.describe());
         let mut failed = error(class, Some(status), message);
-        failed.retry_after = parse_retry_after(&headers, SystemTime::now());
+        failed.retry_after = parse_retry_after(&headers, crate::clock::now());
         Err(failed)
     }
 

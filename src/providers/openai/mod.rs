@@ -8,7 +8,7 @@
 pub(crate) mod wire;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
@@ -90,7 +90,7 @@ impl OpenAiBatches {
         let message = parsed.as_ref().and_then(|b| b.error.message.clone()).unwrap_or_else(|| truncate(&body));
         let class = classify_status(status, &headers, code.as_deref());
         let mut failure = error(class, Some(status), format!("{status} {}: {message}", code.unwrap_or_default()));
-        failure.retry_after = parse_retry_after(&headers, SystemTime::now());
+        failure.retry_after = parse_retry_after(&headers, crate::clock::now());
         Err(failure)
     }
 
