@@ -57,5 +57,7 @@ mod raw;
 mod results;
 #[path = "it/schemas.rs"]
 mod schemas;
+#[path = "support/mod.rs"]
+mod support;
 #[path = "it/util.rs"]
 mod util;
