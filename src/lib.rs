@@ -17,6 +17,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod failpoint;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
