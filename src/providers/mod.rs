@@ -5,6 +5,7 @@
 pub mod anthropic;
 pub mod chat;
 pub mod generic;
+mod lines;
 pub mod openai;
 mod retry;
 mod transport;
