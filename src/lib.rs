@@ -24,6 +24,7 @@ pub mod http;
 pub mod identity;
 pub mod ledger;
 pub mod lifecycle;
+pub mod metric_names;
 pub mod metrics;
 pub mod outbox;
 pub mod providers;

@@ -120,16 +120,15 @@ impl Deliverer {
     fn note(&self, event: &OutboxRecord, report: &DeliveryReport) {
         match report {
             DeliveryReport::Delivered { status } => {
-                metrics::counter!(crate::metrics::names::OUTBOX_DELIVERIES_TOTAL, "outcome" => "delivered")
-                    .increment(1);
+                metrics::counter!(crate::metric_names::OUTBOX_DELIVERIES_TOTAL, "outcome" => "delivered").increment(1);
                 tracing::debug!(event = %event.event_id, sink = %event.sink, status, "event delivered");
             }
             DeliveryReport::Retry { error, .. } => {
-                metrics::counter!(crate::metrics::names::OUTBOX_DELIVERIES_TOTAL, "outcome" => "retry").increment(1);
+                metrics::counter!(crate::metric_names::OUTBOX_DELIVERIES_TOTAL, "outcome" => "retry").increment(1);
                 tracing::info!(event = %event.event_id, sink = %event.sink, %error, "delivery failed; will retry");
             }
             DeliveryReport::Dead { reason } => {
-                metrics::counter!(crate::metrics::names::OUTBOX_DELIVERIES_TOTAL, "outcome" => "dead").increment(1);
+                metrics::counter!(crate::metric_names::OUTBOX_DELIVERIES_TOTAL, "outcome" => "dead").increment(1);
                 tracing::warn!(event = %event.event_id, sink = %event.sink, %reason, "event moved to the dead-letter list");
             }
         }

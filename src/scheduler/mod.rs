@@ -356,7 +356,7 @@ impl Scheduler {
         let now = clock::now_ms();
         self.health.update(|h| h.last_error = Some(error.to_string()));
         let (provider, class) = (self.provider.name().to_string(), error.class.as_str());
-        metrics::counter!(crate::metrics::names::PROVIDER_ERRORS_TOTAL, "provider" => provider, "class" => class)
+        metrics::counter!(crate::metric_names::PROVIDER_ERRORS_TOTAL, "provider" => provider, "class" => class)
             .increment(1);
         tracing::warn!(batch_key = %batch.batch_key, class = ?error.class, error = %error, "provider call failed");
         // A provider may ask for any delay; none is honoured past a day (and none overflows).

@@ -156,7 +156,7 @@ impl Service {
     pub async fn load_last_backup(&self) -> Result<(), Error> {
         if let Some(ms) = self.store.last_backup_ms().await? {
             self.last_backup_ms.store(ms, Ordering::Relaxed);
-            metrics::gauge!(crate::metrics::names::LAST_BACKUP_SUCCESS_TIMESTAMP_SECONDS).set(ms as f64 / 1000.0);
+            metrics::gauge!(crate::metric_names::LAST_BACKUP_SUCCESS_TIMESTAMP_SECONDS).set(ms as f64 / 1000.0);
         }
         Ok(())
     }
@@ -178,7 +178,7 @@ impl Service {
         let report = self.store.backup(dir.join(format!("commitpoint-{stamp}.redb"))).await?;
         let now = crate::clock::now_ms();
         self.last_backup_ms.store(now, Ordering::Relaxed);
-        metrics::gauge!(crate::metrics::names::LAST_BACKUP_SUCCESS_TIMESTAMP_SECONDS).set(now as f64 / 1000.0);
+        metrics::gauge!(crate::metric_names::LAST_BACKUP_SUCCESS_TIMESTAMP_SECONDS).set(now as f64 / 1000.0);
         Ok(report)
     }
 

@@ -99,7 +99,7 @@ impl Service {
     pub async fn retry(&self, id: ExtractionId) -> Result<ExtractionRecord, Error> {
         match self.store.retry(id).await? {
             RetryOutcome::Retried(record) => {
-                metrics::counter!(crate::metrics::names::RETRIES_TOTAL).increment(1);
+                metrics::counter!(crate::metric_names::RETRIES_TOTAL).increment(1);
                 self.arrivals.fetch_add(1, Ordering::Relaxed);
                 self.wake_schedulers();
                 Ok(*record)
@@ -113,11 +113,11 @@ impl Service {
 fn count_outcome(outcome: &PostOutcome, path: &'static str) {
     match outcome {
         PostOutcome::Committed { .. } => {
-            metrics::counter!(crate::metrics::names::COMMITS_TOTAL, "path" => path).increment(1)
+            metrics::counter!(crate::metric_names::COMMITS_TOTAL, "path" => path).increment(1)
         }
-        PostOutcome::Replay { .. } => metrics::counter!(crate::metrics::names::REPLAYS_TOTAL).increment(1),
+        PostOutcome::Replay { .. } => metrics::counter!(crate::metric_names::REPLAYS_TOTAL).increment(1),
         PostOutcome::Failed { .. } => {
-            metrics::counter!(crate::metrics::names::FAILURES_TOTAL, "class" => "validation").increment(1);
+            metrics::counter!(crate::metric_names::FAILURES_TOTAL, "class" => "validation").increment(1);
         }
         PostOutcome::NotFound | PostOutcome::Rejected(_) => {}
     }
