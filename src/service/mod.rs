@@ -1,5 +1,7 @@
-//! The application service behind every entry point (HTTP today; webhooks and the CLI
-//! later): input checks, identity, schema validation, then one store operation.
+//! The application service behind the HTTP API (worker, tenant and admin endpoints, and
+//! the webhook intake) and behind the scheduler's commits: input checks, identity and
+//! schema validation, then the store operation. The CLI never calls it directly: `serve`
+//! builds it through `server`, and the client commands go over HTTP.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
