@@ -33,23 +33,24 @@
 //! | `COMMITPOINT_BENCH_DIR` | the temp dir, or `target/tmp` if that is tmpfs | parent of the data dirs |
 //! | `COMMITPOINT_BENCH_KEEP=1` | off | keep the data directories (paths are printed) |
 
-use std::io::{BufRead, BufReader, Write as _};
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
+use std::process::{Command, ExitCode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use commitpoint::simulator::{Simulator, SimulatorConfig};
 use serde_json::{Value, json};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-type Result<T, E = BoxError> = std::result::Result<T, E>;
+#[path = "common/mod.rs"]
+mod common;
 
-const BINARY: &str = env!("CARGO_BIN_EXE_commitpoint");
-const READY_PREFIX: &str = "commitpoint listening on http://";
+use common::{
+    BINARY, Filesystem, Result, ServerProcess, env_var, filesystem_of, load_average, process_cpu_secs, run_verify,
+};
+
 const SCHEMA: &str = "code-review@1";
 const TENANT: &str = "bench";
 const KEY_ENV: &str = "COMMITPOINT_BENCH_INGEST_KEY";
@@ -63,8 +64,6 @@ const MAX_LINES: usize = 50_000;
 const STATS_EVERY: Duration = Duration::from_millis(100);
 const RSS_EVERY: Duration = Duration::from_millis(50);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
-const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(60);
 const INTAKE_TIMEOUT: Duration = Duration::from_secs(900);
 const SUBMIT_TIMEOUT: Duration = Duration::from_secs(600);
 const INGEST_TIMEOUT: Duration = Duration::from_secs(900);
@@ -111,10 +110,6 @@ struct Config {
     keep: bool,
 }
 
-fn env_var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
-
 impl Config {
     fn from_env() -> Result<Self> {
         let quick = env_var("COMMITPOINT_BENCH_QUICK").is_some_and(|v| v != "0");
@@ -153,39 +148,6 @@ impl Config {
     }
 }
 
-#[derive(Debug, Clone)]
-struct Filesystem {
-    mount_point: String,
-    fs_type: String,
-    device: String,
-}
-
-impl Filesystem {
-    fn is_ram(&self) -> bool {
-        matches!(self.fs_type.as_str(), "tmpfs" | "ramfs")
-    }
-}
-
-/// The mount that holds `path` (longest matching mount point in /proc/mounts).
-fn filesystem_of(path: &Path) -> Option<Filesystem> {
-    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
-    mounts
-        .lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let device = fields.next()?;
-            let mount_point = fields.next()?.replace("\\040", " ");
-            let fs_type = fields.next()?;
-            path.starts_with(&mount_point).then(|| Filesystem {
-                mount_point,
-                fs_type: fs_type.to_string(),
-                device: device.to_string(),
-            })
-        })
-        .max_by_key(|fs| fs.mount_point.len())
-}
-
 // ---------------------------------------------------------------------------------------
 // The whole run
 
@@ -222,20 +184,11 @@ async fn run(config: &Config) -> Result<bool> {
     Ok(clean)
 }
 
-fn load_average() -> String {
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
-}
-
 fn print_header(config: &Config, base: &Path) {
     println!("commitpoint result-ingestion benchmark");
     println!("  binary        {BINARY}");
     let fs = filesystem_of(base);
-    let where_ = fs.as_ref().map_or_else(
-        || "unknown filesystem".to_string(),
-        |fs| format!("{} on {} at {}", fs.fs_type, fs.device, fs.mount_point),
-    );
-    println!("  data dirs in  {} ({where_})", base.display());
+    println!("  data dirs in  {} ({})", base.display(), Filesystem::describe(fs.as_ref()));
     if fs.is_some_and(|fs| fs.is_ram()) {
         println!("  WARNING       this is a RAM filesystem: fsync costs nothing, and the file itself counts as memory");
     }
@@ -363,7 +316,7 @@ async fn measure(
     let args = serve_args(data_dir, &config_file, &sim.base_url(), lines);
 
     // Phase 1: fill and submit the batch, then stop the process that built the upload.
-    let mut first = ServerProcess::start(&args, &dir.join("server-1.log"))?;
+    let mut first = ServerProcess::start(serve_command(&args), &dir.join("server-1.log"))?;
     let started = Instant::now();
     let (created, content_bytes) = post_intakes(http, first.addr, lines).await?;
     result.intake = started.elapsed();
@@ -401,14 +354,14 @@ async fn measure(
 
     // Phase 3, measured: a fresh process ingests the result file.
     let spawned = Instant::now();
-    let mut server = ServerProcess::start(&args, &dir.join("server-2.log"))?;
+    let mut server = ServerProcess::start(serve_command(&args), &dir.join("server-2.log"))?;
     result.ready = spawned.elapsed();
     let pid = server.pid();
     result.startup_rss = status_kib(pid, "VmRSS:").unwrap_or(0);
     let sampler = RssSampler::start(pid, spawned.elapsed());
-    let cpu_before = process_cpu_secs(pid);
+    let cpu_before = process_cpu_secs(&pid.to_string());
     let watched = watch_ingest(http, &mut server, lines as u64, spawned).await;
-    let cpu_after = process_cpu_secs(pid);
+    let cpu_after = process_cpu_secs(&pid.to_string());
     // Stop sampling first: VmHWM, read after, covers every sample.
     let trace = sampler.stop();
     result.vm_hwm = status_kib(pid, "VmHWM:").unwrap_or(0);
@@ -470,6 +423,12 @@ async fn measure(
     }
     result.verify = Some(verdict);
     Ok(())
+}
+
+fn serve_command(args: &[String]) -> Command {
+    let mut cmd = Command::new(BINARY);
+    cmd.args(args).env(KEY_ENV, "x");
+    cmd
 }
 
 fn serve_args(data_dir: &Path, config_file: &Path, base_url: &str, lines: usize) -> Vec<String> {
@@ -781,16 +740,6 @@ fn status_kib(pid: u32, field: &str) -> Option<u64> {
     line[field.len()..].split_whitespace().next()?.parse().ok()
 }
 
-/// User + system CPU seconds of a process so far (Linux USER_HZ is 100 for userspace).
-fn process_cpu_secs(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) / 100.0)
-}
-
 #[derive(Debug, Default)]
 struct RssTrace {
     peak: u64,
@@ -852,164 +801,12 @@ impl RssSampler {
     }
 }
 
-// ---------------------------------------------------------------------------------------
-// The server process
-
-#[derive(Debug)]
-struct ServerProcess {
-    child: Child,
-    addr: SocketAddr,
-    log_path: PathBuf,
-    stopped: bool,
-}
-
-impl ServerProcess {
-    fn start(args: &[String], log_path: &Path) -> Result<Self> {
-        let log = std::fs::File::create(log_path)?;
-        let mut child = Command::new(BINARY)
-            .args(args)
-            .env(KEY_ENV, "x")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .map_err(|e| format!("cannot start {BINARY}: {e}"))?;
-        let stdout = child.stdout.take();
-        // From here on, dropping `server` kills the child.
-        let mut server = ServerProcess {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            log_path: log_path.to_path_buf(),
-            stopped: false,
-        };
-        let Some(stdout) = stdout else {
-            return Err("the server's stdout was not captured".into());
-        };
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stdout);
-            let mut line = String::new();
-            let first = reader.read_line(&mut line).map(|_| line);
-            let _ = tx.send(first);
-            // Keep draining so a later print never blocks the server.
-            let _ = std::io::copy(&mut reader, &mut std::io::sink());
-        });
-        let line = match rx.recv_timeout(STARTUP_TIMEOUT) {
-            Ok(Ok(line)) => line,
-            Ok(Err(e)) => return Err(format!("reading the server's stdout: {e}").into()),
-            Err(_) => {
-                return Err(format!(
-                    "the server printed no ready line within {STARTUP_TIMEOUT:?}; log tail:\n{}",
-                    server.log_tail()
-                )
-                .into());
-            }
-        };
-        let Some(addr) = line.trim().strip_prefix(READY_PREFIX) else {
-            server.stop_quietly();
-            return Err(format!(
-                "unexpected first stdout line {line:?} (did the server exit?); log tail:\n{}",
-                server.log_tail()
-            )
-            .into());
-        };
-        server.addr =
-            addr.trim_end_matches('/').parse().map_err(|e| format!("cannot parse the address in {line:?}: {e}"))?;
-        Ok(server)
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn check_alive(&mut self) -> Result<()> {
-        if let Some(status) = self.child.try_wait()? {
-            self.stopped = true;
-            return Err(format!("the server exited unexpectedly ({status}); log tail:\n{}", self.log_tail()).into());
-        }
-        Ok(())
-    }
-
-    /// SIGTERM via `kill -TERM`, then wait for a graceful exit (killed after a timeout).
-    fn stop(&mut self) -> Result<(ExitStatus, Duration)> {
-        let start = Instant::now();
-        let sent = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status();
-        if !sent.is_ok_and(|s| s.success()) {
-            let _ = self.child.kill();
-        }
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                self.stopped = true;
-                return Ok((status, start.elapsed()));
-            }
-            if start.elapsed() > SHUTDOWN_TIMEOUT {
-                let _ = self.child.kill();
-                let status = self.child.wait()?;
-                self.stopped = true;
-                return Err(format!(
-                    "the server did not exit within {SHUTDOWN_TIMEOUT:?} of SIGTERM (killed: {status})"
-                )
-                .into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn stop_quietly(&mut self) {
-        if !self.stopped {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-            self.stopped = true;
-        }
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-
-    fn log_problems(&self) -> Vec<String> {
-        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
-        text.lines().filter(|l| l.contains("ERROR") || l.contains("WARN")).map(str::to_string).collect()
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        self.stop_quietly();
-    }
-}
-
 /// Runs `commitpoint verify` on the stopped server's file, killed after `VERIFY_TIMEOUT`.
 fn verify(db: &Path) -> Verdict {
-    let mut child =
-        match Command::new(BINARY).arg("verify").arg(db).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn() {
-            Ok(c) => c,
-            Err(e) => return Verdict::Problem(format!("cannot run verify: {e}")),
-        };
-    let started = Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if started.elapsed() > VERIFY_TIMEOUT => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Verdict::Problem(format!("verify did not finish within {VERIFY_TIMEOUT:?}"));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
-            Err(e) => return Verdict::Problem(format!("waiting for verify: {e}")),
-        }
-    }
-    let output = match child.wait_with_output() {
-        Ok(o) => o,
-        Err(e) => return Verdict::Problem(format!("reading verify's output: {e}")),
+    let stdout = match run_verify(db, VERIFY_TIMEOUT) {
+        Ok(stdout) => stdout,
+        Err(problem) => return Verdict::Problem(problem),
     };
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        return Verdict::Problem(format!("verify exited with {}: {}{}", output.status, stdout.trim(), stderr.trim()));
-    }
     let field = |name: &str| -> Option<u64> {
         stdout.lines().find_map(|l| l.trim().strip_prefix(name)).and_then(|n| n.trim().parse().ok())
     };

@@ -26,14 +26,13 @@
 //! | `COMMITPOINT_BENCH_DIR` | `target/tmp` | parent of the data directories (avoid tmpfs) |
 
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
+use std::process::{Command, ExitCode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -42,22 +41,21 @@ use hyper::client::conn::http1;
 use hyper::header::{CONTENT_TYPE, HOST};
 use hyper_util::rt::TokioIo;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-type Result<T, E = BoxError> = std::result::Result<T, E>;
+#[path = "common/mod.rs"]
+mod common;
 
-const BINARY: &str = env!("CARGO_BIN_EXE_commitpoint");
-const READY_PREFIX: &str = "commitpoint listening on http://";
+use common::{
+    BINARY, Filesystem, Result, ServerProcess, env_var, filesystem_of, load_average, process_cpu_secs, run_verify,
+};
+
 const SCHEMA: &str = "code-review@1";
 const TENANT: &str = "bench";
 /// One request that takes longer than this is counted as an error and its connection
 /// replaced; the bench never waits forever.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
-const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(60);
+const VERIFY_TIMEOUT: Duration = Duration::from_secs(600);
 /// Error responses kept verbatim for the report.
 const MAX_SAMPLES: usize = 5;
-/// Linux reports process CPU time in USER_HZ ticks, fixed at 100 per second for userspace.
-const USER_HZ: f64 = 100.0;
 
 fn main() -> ExitCode {
     let config = match Config::from_env() {
@@ -98,10 +96,6 @@ struct Config {
     client_threads: usize,
     verify: bool,
     base_dir: PathBuf,
-}
-
-fn env_var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
 fn env_parse<T: std::str::FromStr>(name: &str, default: T) -> Result<T> {
@@ -198,47 +192,15 @@ async fn run(config: &Config) -> Result<bool> {
 // ---------------------------------------------------------------------------------------
 // Environment description
 
-#[derive(Debug, Clone)]
-struct Filesystem {
-    mount_point: String,
-    fs_type: String,
-    device: String,
-}
-
-/// The mount that holds `path` (longest matching mount point in /proc/mounts).
-fn filesystem_of(path: &Path) -> Option<Filesystem> {
-    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
-    mounts
-        .lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let device = fields.next()?;
-            let mount_point = fields.next()?.replace("\\040", " ");
-            let fs_type = fields.next()?;
-            path.starts_with(&mount_point).then(|| Filesystem {
-                mount_point,
-                fs_type: fs_type.to_string(),
-                device: device.to_string(),
-            })
-        })
-        .max_by_key(|fs| fs.mount_point.len())
-}
-
 fn print_header(config: &Config, base: &Path, fs: Option<&Filesystem>) {
     println!("commitpoint intake benchmark");
     println!("  binary        {BINARY}");
-    let where_ = fs.map_or_else(
-        || "unknown filesystem".to_string(),
-        |fs| format!("{} on {} at {}", fs.fs_type, fs.device, fs.mount_point),
-    );
-    println!("  data dirs in  {} ({where_})", base.display());
-    if fs.is_some_and(|fs| matches!(fs.fs_type.as_str(), "tmpfs" | "ramfs")) {
+    println!("  data dirs in  {} ({})", base.display(), Filesystem::describe(fs));
+    if fs.is_some_and(Filesystem::is_ram) {
         println!("  WARNING       this is a RAM filesystem: fsync costs nothing, figures overstate a disk");
     }
     let cores = std::thread::available_parallelism().map_or(0, usize::from);
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load: Vec<&str> = load.split_whitespace().take(3).collect();
-    println!("  machine       {cores} cores, load average {} (1/5/15 min) at start", load.join(" "));
+    println!("  machine       {cores} cores, load average {} (1/5/15 min) at start", load_average());
     let amount = match config.requests {
         Some(n) => format!("{n} measured requests"),
         None => format!("{:.1} s measured", config.measure.as_secs_f64()),
@@ -342,132 +304,7 @@ fn print_probes(config: &Config, probes: &[Probe], title: &str) {
 }
 
 // ---------------------------------------------------------------------------------------
-// The server process
-
-#[derive(Debug)]
-struct ServerProcess {
-    child: Child,
-    addr: SocketAddr,
-    log_path: PathBuf,
-    stopped: bool,
-}
-
-impl ServerProcess {
-    fn start(data_dir: &Path) -> Result<Self> {
-        let log_path = data_dir.join("server.log");
-        let log = std::fs::File::create(&log_path)?;
-        let mut child = Command::new(BINARY)
-            .arg("serve")
-            .arg("--data-dir")
-            .arg(data_dir.join("data"))
-            .args(["--listen", "127.0.0.1:0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .map_err(|e| format!("cannot start {BINARY}: {e}"))?;
-        let stdout = child.stdout.take();
-        // From here on, dropping `server` kills the child.
-        let mut server = ServerProcess { child, addr: SocketAddr::from(([127, 0, 0, 1], 0)), log_path, stopped: false };
-        let Some(stdout) = stdout else {
-            return Err("the server's stdout was not captured".into());
-        };
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stdout);
-            let mut line = String::new();
-            let first = reader.read_line(&mut line).map(|_| line);
-            let _ = tx.send(first);
-            // Keep draining so a later print never blocks or kills the server.
-            let _ = std::io::copy(&mut reader, &mut std::io::sink());
-        });
-        let line = match rx.recv_timeout(STARTUP_TIMEOUT) {
-            Ok(Ok(line)) => line,
-            Ok(Err(e)) => return Err(format!("reading the server's stdout: {e}").into()),
-            Err(_) => {
-                return Err(format!(
-                    "the server printed no ready line within {STARTUP_TIMEOUT:?}; log tail:\n{}",
-                    server.log_tail()
-                )
-                .into());
-            }
-        };
-        let Some(addr) = line.trim().strip_prefix(READY_PREFIX) else {
-            return Err(format!(
-                "unexpected first stdout line {line:?} (did the server exit?); log tail:\n{}",
-                server.log_tail()
-            )
-            .into());
-        };
-        server.addr =
-            addr.trim_end_matches('/').parse().map_err(|e| format!("cannot parse the address in {line:?}: {e}"))?;
-        Ok(server)
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn database(&self, data_dir: &Path) -> PathBuf {
-        data_dir.join("data").join("commitpoint.redb")
-    }
-
-    /// SIGTERM via `kill -TERM`, then wait for a graceful exit (killed after a timeout).
-    fn stop(&mut self) -> Result<(ExitStatus, Duration)> {
-        let start = Instant::now();
-        let sent = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status();
-        if !sent.is_ok_and(|s| s.success()) {
-            let _ = self.child.kill();
-        }
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                self.stopped = true;
-                return Ok((status, start.elapsed()));
-            }
-            if start.elapsed() > SHUTDOWN_TIMEOUT {
-                let _ = self.child.kill();
-                let status = self.child.wait()?;
-                self.stopped = true;
-                return Err(format!(
-                    "the server did not exit within {SHUTDOWN_TIMEOUT:?} of SIGTERM (killed: {status})"
-                )
-                .into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-
-    fn log_problems(&self) -> Vec<String> {
-        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
-        text.lines().filter(|l| l.contains("ERROR") || l.contains("WARN")).map(str::to_string).collect()
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        if !self.stopped {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// User + system CPU seconds consumed so far by a process (all its threads).
-fn process_cpu_secs(pid: &str) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) / USER_HZ)
-}
+// CPU use
 
 /// (busy, total) jiffies of the whole machine, from the first line of /proc/stat.
 fn machine_jiffies() -> Option<(u64, u64)> {
@@ -656,7 +493,9 @@ impl Plan {
 
 async fn run_level(config: &Config, base: &Path, clients: usize) -> Result<LevelResult> {
     let dir = tempfile::Builder::new().prefix(&format!("intake-{clients}c-")).tempdir_in(base)?;
-    let mut server = ServerProcess::start(dir.path())?;
+    let mut serve = Command::new(BINARY);
+    serve.arg("serve").arg("--data-dir").arg(dir.path().join("data")).args(["--listen", "127.0.0.1:0"]);
+    let mut server = ServerProcess::start(serve, &dir.path().join("server.log"))?;
 
     let start = Instant::now();
     let measure_from = start + config.warmup;
@@ -715,7 +554,7 @@ async fn run_level(config: &Config, base: &Path, clients: usize) -> Result<Level
     }
     result.server_log_problems = server.log_problems();
     if config.verify && result.server_exit.is_none() {
-        let db = server.database(dir.path());
+        let db = dir.path().join("data").join("commitpoint.redb");
         let verified = tokio::task::spawn_blocking(move || verify(&db)).await?;
         result.verify = Some(match verified {
             VerifyOutcome::Ok { extractions } if extractions != result.created_total => {
@@ -732,20 +571,10 @@ async fn run_level(config: &Config, base: &Path, clients: usize) -> Result<Level
 
 /// Runs `commitpoint verify` on the stopped server's file.
 fn verify(db: &Path) -> VerifyOutcome {
-    let output = match Command::new(BINARY).arg("verify").arg(db).output() {
-        Ok(o) => o,
-        Err(e) => return VerifyOutcome::Problem(format!("cannot run verify: {e}")),
+    let stdout = match run_verify(db, VERIFY_TIMEOUT) {
+        Ok(stdout) => stdout,
+        Err(problem) => return VerifyOutcome::Problem(problem),
     };
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        return VerifyOutcome::Problem(format!(
-            "verify exited with {}: {}{}",
-            output.status,
-            stdout.trim(),
-            stderr.trim()
-        ));
-    }
     let extractions =
         stdout.lines().find_map(|l| l.trim().strip_prefix("extractions:")).and_then(|n| n.trim().parse().ok());
     match extractions {

@@ -1,5 +1,6 @@
 //! Entry points for the fuzz targets in `fuzz/` and their stable-toolchain replay in
-//! `tests/fuzz_smoke.rs`. Not an API: nothing else should call these.
+//! `tests/fuzz_smoke.rs`. Not an API: nothing else should call these, and the product is
+//! built without them (the `fuzzing` feature, which only those two turn on).
 //!
 //! Each takes raw bytes, hands them to the private parsers the way the adapters, the
 //! webhook intake, the HTTP intake and the store do, and asserts properties that hold

@@ -18,12 +18,14 @@ pub mod clock;
 pub mod config;
 pub mod cursor;
 pub mod failpoint;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
 pub mod identity;
 pub mod ledger;
 pub mod lifecycle;
+pub mod metric_names;
 pub mod metrics;
 pub mod outbox;
 pub mod providers;

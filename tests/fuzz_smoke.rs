@@ -3,7 +3,7 @@
 //! few thousand seeded random mutations per target, within a time budget. Also the
 //! bad-input classes the catalogue in docs/FUZZING.md lists that no other test covers.
 //!
-//! Run with `cargo test --test fuzz_smoke`.
+//! Run with `cargo test --features fuzzing --test fuzz_smoke`.
 
 // clippy.toml's allow-expect-in-tests covers #[test] functions only; the helpers fail a
 // test the same way, by panicking with a message.

@@ -6,6 +6,8 @@
 // clippy.toml's allow-expect-in-tests covers #[test] functions only; the harness helpers
 // fail a test the same way, by panicking with a message.
 #![allow(clippy::expect_used)]
+// A test is the outside world: it reads the real clock, not the crate's `clock`.
+#![allow(clippy::disallowed_methods)]
 
 #[path = "it/bad_input.rs"]
 mod bad_input;
@@ -65,6 +67,8 @@ mod results;
 mod schemas;
 #[path = "it/supervision.rs"]
 mod supervision;
+#[path = "support/mod.rs"]
+mod support;
 #[path = "it/tenancy.rs"]
 mod tenancy;
 #[path = "it/util.rs"]

@@ -16,6 +16,8 @@
 // clippy.toml's allow-expect-in-tests covers #[test] functions only; the helpers fail the
 // test the same way, by panicking with a message.
 #![allow(clippy::expect_used)]
+// A test is the outside world: it reads the real clock, not the crate's `clock`.
+#![allow(clippy::disallowed_methods)]
 
 #[path = "torture/api.rs"]
 mod api;
@@ -47,6 +49,8 @@ mod receiver;
 mod simfiles;
 #[path = "torture/summary.rs"]
 mod summary;
+#[path = "support/mod.rs"]
+mod support;
 #[path = "torture/worker.rs"]
 mod worker;
 #[path = "torture/workload.rs"]
@@ -69,7 +73,7 @@ use crate::api::Api;
 use crate::context::{Params, say};
 use crate::kills::KillAt;
 use crate::observed::Kind;
-use crate::process::{Serve, assert_verifies, db_path, report_count};
+use crate::process::{assert_verifies, db_path, report_count};
 use crate::receiver::Receiver;
 use crate::workload::World;
 
@@ -119,7 +123,7 @@ fn crash_loop_torture() {
         let faults = faults::for_round(&mut rng);
         let kill_at = KillAt::draw(&mut rng);
         sim.set_faults(faults.clone());
-        let mut server = Serve::start(dir.path(), &sim.base_url(), &config);
+        let mut server = process::start(dir.path(), &sim.base_url(), &config);
         world.endpoint.set(Some(Api::new(&server.url)));
         // Every intake acknowledged before this restart must be there (DESIGN §6.5).
         checked_acks = rt.block_on(acks_survived(&world, checked_acks, round));
@@ -158,7 +162,7 @@ fn crash_loop_torture() {
     world.stop_intake.store(true, Ordering::SeqCst);
     sim.set_faults(Faults::default());
     receiver.calm();
-    let server = Serve::start(dir.path(), &sim.base_url(), &config);
+    let server = process::start(dir.path(), &sim.base_url(), &config);
     world.endpoint.set(Some(Api::new(&server.url)));
     for client in clients {
         rt.block_on(client).expect("intake client");

@@ -1,5 +1,7 @@
-//! The one mapping from errors to HTTP: status, stable code, message, optional details.
-//! Handlers return `ApiError`; they never pick status codes themselves.
+//! The one mapping from errors to HTTP: status, stable code, message, optional details,
+//! in one body shape. Handlers return `ApiError`: the layers' errors map here, and a
+//! handler builds one itself only for a condition no lower layer knows (a bad webhook
+//! signature, an unknown backup name, metrics that are unavailable).
 
 use axum::Json;
 use axum::http::StatusCode;

@@ -109,15 +109,15 @@ impl Deliverer {
     fn note(&self, event: &OutboxRecord, report: &DeliveryReport) {
         match report {
             DeliveryReport::Delivered { status } => {
-                metrics::counter!("commitpoint_outbox_deliveries_total", "outcome" => "delivered").increment(1);
+                metrics::counter!(crate::metric_names::OUTBOX_DELIVERIES_TOTAL, "outcome" => "delivered").increment(1);
                 tracing::debug!(event = %event.event_id, sink = %event.sink, status, "event delivered");
             }
             DeliveryReport::Retry { error, .. } => {
-                metrics::counter!("commitpoint_outbox_deliveries_total", "outcome" => "retry").increment(1);
+                metrics::counter!(crate::metric_names::OUTBOX_DELIVERIES_TOTAL, "outcome" => "retry").increment(1);
                 tracing::info!(event = %event.event_id, sink = %event.sink, %error, "delivery failed; will retry");
             }
             DeliveryReport::Dead { reason } => {
-                metrics::counter!("commitpoint_outbox_deliveries_total", "outcome" => "dead").increment(1);
+                metrics::counter!(crate::metric_names::OUTBOX_DELIVERIES_TOTAL, "outcome" => "dead").increment(1);
                 tracing::warn!(event = %event.event_id, sink = %event.sink, %reason, "event moved to the dead-letter list");
             }
         }
@@ -131,7 +131,7 @@ impl Deliverer {
             return Ok(DeliveryReport::Dead { reason: "the sink is disabled (its receiver answered 410 Gone)".into() });
         }
         let body = event_body(&self.store, event).await?;
-        let now = SystemTime::now();
+        let now = crate::clock::now();
         let timestamp = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let signature = sign_standard(&sink.secret, &event.event_id, timestamp, &body);
         let sent = self

@@ -5,6 +5,7 @@
 pub mod anthropic;
 pub mod chat;
 pub mod generic;
+mod lines;
 pub mod openai;
 mod redact;
 mod retry;
@@ -147,6 +148,22 @@ pub enum FailureCause {
     Lines(Vec<u64>),
 }
 
+impl ErrorClass {
+    /// The snake_case name used in metric labels and the docs (DESIGN §3, PROVIDERS.md).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::RateLimited => "rate_limited",
+            ErrorClass::Transient => "transient",
+            ErrorClass::Auth => "auth",
+            ErrorClass::Budget => "budget",
+            ErrorClass::InvalidRequest => "invalid_request",
+            ErrorClass::Gone => "gone",
+            ErrorClass::Protocol => "protocol",
+            ErrorClass::TooLarge => "too_large",
+        }
+    }
+}
+
 impl JobPhase {
     pub fn is_terminal(&self) -> bool {
         !matches!(self, JobPhase::Running)
@@ -242,5 +259,23 @@ pub trait BatchProvider: Send + Sync + fmt::Debug {
     /// that keeps nothing worth deleting does nothing.
     async fn delete_files(&self, _job: &JobStatus) -> Result<u64, ProviderError> {
         Ok(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorClass;
+
+    #[test]
+    fn class_names_are_the_snake_case_the_docs_use() {
+        let names = [
+            (ErrorClass::RateLimited, "rate_limited"),
+            (ErrorClass::InvalidRequest, "invalid_request"),
+            (ErrorClass::TooLarge, "too_large"),
+            (ErrorClass::Transient, "transient"),
+        ];
+        for (class, name) in names {
+            assert_eq!(class.as_str(), name, "{class:?}");
+        }
     }
 }

@@ -379,8 +379,8 @@ impl Scheduler {
     ) -> Result<Option<u64>, store::Error> {
         let now = clock::now_ms();
         self.health.update(|h| h.last_error = Some(error.to_string()));
-        let class = format!("{:?}", error.class).to_lowercase();
-        metrics::counter!("commitpoint_provider_errors_total", "provider" => self.provider.name().to_string(), "class" => class)
+        let (provider, class) = (self.provider.name().to_string(), error.class.as_str());
+        metrics::counter!(crate::metric_names::PROVIDER_ERRORS_TOTAL, "provider" => provider, "class" => class)
             .increment(1);
         tracing::warn!(batch_key = %batch.batch_key, class = ?error.class, error = %error, "provider call failed");
         // A provider may ask for any delay; none is honoured past a day (and none overflows).
@@ -464,6 +464,6 @@ impl Scheduler {
 /// Counts extractions that entered the failed state with `class` (`commitpoint_failures_total`).
 fn count_failures(class: FailureClass, n: u64) {
     if n > 0 {
-        metrics::counter!("commitpoint_failures_total", "class" => class.as_str()).increment(n);
+        metrics::counter!(crate::metric_names::FAILURES_TOTAL, "class" => class.as_str()).increment(n);
     }
 }

@@ -29,7 +29,7 @@ impl Service {
         // A redelivery is answered before the payload is even checked: it may be a
         // retry of a request whose content we accepted under an older schema set.
         if let Some(record) = self.store.delivered(endpoint.to_string(), delivery_id.to_string()).await? {
-            metrics::counter!("commitpoint_webhook_redeliveries_total").increment(1);
+            metrics::counter!(crate::metric_names::WEBHOOK_REDELIVERIES_TOTAL).increment(1);
             return Ok((IntakeOutcome { created: false, record }, true));
         }
         let new = Self::prepare_intake(&self.registry, request)?;
@@ -39,7 +39,7 @@ impl Service {
                 Ok((outcome, false))
             }
             DeliveryOutcome::Redelivery(record) => {
-                metrics::counter!("commitpoint_webhook_redeliveries_total").increment(1);
+                metrics::counter!(crate::metric_names::WEBHOOK_REDELIVERIES_TOTAL).increment(1);
                 Ok((IntakeOutcome { created: false, record }, true))
             }
         }
@@ -47,7 +47,7 @@ impl Service {
 
     fn count_intake(&self, outcome: &IntakeOutcome) {
         let result = if outcome.created { "created" } else { "duplicate" };
-        metrics::counter!("commitpoint_intakes_total", "result" => result).increment(1);
+        metrics::counter!(crate::metric_names::INTAKES_TOTAL, "result" => result).increment(1);
         if outcome.created {
             self.arrivals.fetch_add(1, Ordering::Relaxed);
             self.wake_schedulers();

@@ -1,5 +1,7 @@
-//! The application service behind every entry point (HTTP today; webhooks and the CLI
-//! later): input checks, identity, schema validation, then one store operation.
+//! The application service behind the HTTP API (worker, tenant and admin endpoints, and
+//! the webhook intake) and behind the scheduler's commits: input checks, identity and
+//! schema validation, then the store operation. The CLI never calls it directly: `serve`
+//! builds it through `server`, and the client commands go over HTTP.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -195,7 +197,7 @@ impl Service {
     pub async fn load_last_backup(&self) -> Result<(), Error> {
         if let Some(ms) = self.store.last_backup_ms().await? {
             self.last_backup_ms.store(ms, Ordering::Relaxed);
-            metrics::gauge!("commitpoint_last_backup_success_timestamp_seconds").set(ms as f64 / 1000.0);
+            metrics::gauge!(crate::metric_names::LAST_BACKUP_SUCCESS_TIMESTAMP_SECONDS).set(ms as f64 / 1000.0);
         }
         Ok(())
     }
@@ -217,7 +219,7 @@ impl Service {
         let report = self.store.backup(dir.join(format!("commitpoint-{stamp}.redb"))).await?;
         let now = crate::clock::now_ms();
         self.last_backup_ms.store(now, Ordering::Relaxed);
-        metrics::gauge!("commitpoint_last_backup_success_timestamp_seconds").set(now as f64 / 1000.0);
+        metrics::gauge!(crate::metric_names::LAST_BACKUP_SUCCESS_TIMESTAMP_SECONDS).set(now as f64 / 1000.0);
         Ok(report)
     }
 

@@ -118,7 +118,7 @@ impl Service {
     pub async fn retry(&self, id: ExtractionId) -> Result<ExtractionRecord, Error> {
         match self.store.retry(id).await? {
             RetryOutcome::Retried(record) => {
-                metrics::counter!("commitpoint_retries_total").increment(1);
+                metrics::counter!(crate::metric_names::RETRIES_TOTAL).increment(1);
                 self.arrivals.fetch_add(1, Ordering::Relaxed);
                 self.wake_schedulers();
                 Ok(*record)
@@ -131,10 +131,12 @@ impl Service {
 
 fn count_outcome(outcome: &PostOutcome, path: &'static str) {
     match outcome {
-        PostOutcome::Committed { .. } => metrics::counter!("commitpoint_commits_total", "path" => path).increment(1),
-        PostOutcome::Replay { .. } => metrics::counter!("commitpoint_replays_total").increment(1),
+        PostOutcome::Committed { .. } => {
+            metrics::counter!(crate::metric_names::COMMITS_TOTAL, "path" => path).increment(1)
+        }
+        PostOutcome::Replay { .. } => metrics::counter!(crate::metric_names::REPLAYS_TOTAL).increment(1),
         PostOutcome::Failed { .. } => {
-            metrics::counter!("commitpoint_failures_total", "class" => "validation").increment(1);
+            metrics::counter!(crate::metric_names::FAILURES_TOTAL, "class" => "validation").increment(1);
         }
         PostOutcome::NotFound | PostOutcome::Rejected(_) => {}
     }

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rand::distr::Alphanumeric;
@@ -226,7 +226,7 @@ impl Inner {
 }
 
 pub fn unix_now() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)).unwrap_or(0)
+    i64::try_from(crate::clock::now_secs()).unwrap_or(i64::MAX)
 }
 
 /// splitmix64: spreads a counter into an id-looking value, deterministic for a seed.

@@ -38,6 +38,7 @@ pub use ops::{
 };
 pub use outbox::{DeliveryReport, OutboxFilter};
 pub use read::{ListFilter, ListPage, StateCount};
+#[cfg(feature = "fuzzing")] // only the fuzz entry points decode it from outside the store
 pub(crate) use records::StoredContent;
 pub use records::{
     BatchRecord, BatchState, ChargeKind, CostSource, DeliveryState, ExtractionRecord, FindingRecord, LedgerRecord,

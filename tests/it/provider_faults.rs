@@ -55,6 +55,11 @@ async fn rate_limited_submits_wait_for_retry_after_then_succeed() {
     assert_eq!(counter(&health, "rate_limited"), 2, "{health:#}");
     assert!(health["last_error"].as_str().is_some_and(|e| e.contains("rate_limit_exceeded")), "{health:#}");
     assert!(health["paused_until_ms"].is_null(), "a rate limit is no pause: {health:#}");
+    // The class label reads as docs/OPERATIONS.md and PROVIDERS.md spell it.
+    let metrics = reqwest::get(format!("{}/metrics", server.url)).await.unwrap().text().await.unwrap();
+    let errors: Vec<&str> =
+        metrics.lines().filter(|line| line.starts_with("commitpoint_provider_errors_total{")).collect();
+    assert!(errors.iter().any(|line| line.contains(r#"class="rate_limited""#) && line.ends_with(" 2")), "{errors:#?}");
 
     let report = finish(server);
     assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);

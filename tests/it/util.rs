@@ -1,33 +1,21 @@
 //! The harness: the real `commitpoint` binary on `127.0.0.1:0` over a temp data
-//! directory, a small JSON client for its API, and a runner for CLI subcommands.
-//!
-//! Every child process is owned by a guard that SIGKILLs it on drop, so a failing
-//! assertion never leaves a server behind. Every wait has a timeout.
+//! directory (guarded by `support::process`, shared with the torture test), a small JSON
+//! client for its API, and a runner for CLI subcommands. Every wait has a timeout.
 
-use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::mpsc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{Value, json};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_commitpoint");
+use crate::support::process::run_bounded;
+pub use crate::support::process::{BIN, Server, wait_timeout};
+
 pub const SCHEMA: &str = "code-review@1";
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
-const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
 const CLI_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A running `commitpoint serve`. Dropping it SIGKILLs the process.
-pub struct Server {
-    child: Option<Child>,
-    stderr: Option<JoinHandle<String>>,
-    pub url: String,
-    pub data_dir: PathBuf,
-}
-
+/// The constructors the tests use; the process guard itself is `support::process::Server`.
 impl Server {
     /// Starts a server on a free loopback port and waits for its "listening" line.
     pub fn start(data_dir: &Path) -> Server {
@@ -49,88 +37,8 @@ impl Server {
         Self::spawn(cmd, data_dir)
     }
 
-    fn spawn(mut cmd: Command, data_dir: &Path) -> Server {
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn commitpoint serve");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let stderr = drain(child.stderr.take().expect("piped stderr"));
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stdout);
-            let mut line = String::new();
-            let _ = reader.read_line(&mut line);
-            let _ = tx.send(line);
-            // Keep the pipe open and drained for the life of the process.
-            let _ = std::io::copy(&mut reader, &mut std::io::sink());
-        });
-        let mut server =
-            Server { child: Some(child), stderr: Some(stderr), url: String::new(), data_dir: data_dir.to_path_buf() };
-        let line = rx.recv_timeout(STARTUP_TIMEOUT).unwrap_or_default();
-        match line.trim_end().strip_prefix("commitpoint listening on ") {
-            Some(url) if url.starts_with("http://127.0.0.1:") => {
-                server.url = url.to_string();
-                server
-            }
-            _ => {
-                let stderr = server.kill9();
-                panic!("serve did not report its address (stdout line {line:?}); stderr:\n{stderr}");
-            }
-        }
-    }
-
     pub fn api(&self) -> Api {
         Api::new(&self.url)
-    }
-
-    pub fn db_path(&self) -> PathBuf {
-        self.data_dir.join("commitpoint.redb")
-    }
-
-    /// The server's process id (signals sent by tests and by the CLI under test).
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().map(Child::id).expect("server still owned")
-    }
-
-    /// SIGTERM, then waits for the exit. Returns the status and everything on stderr.
-    pub fn terminate(mut self) -> (ExitStatus, String) {
-        let sent = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status().expect("run kill -TERM");
-        assert!(sent.success(), "kill -TERM failed");
-        let mut child = self.child.take().expect("server still owned");
-        let status = wait_timeout(&mut child, EXIT_TIMEOUT).unwrap_or_else(|| {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the server did not stop within {EXIT_TIMEOUT:?} of SIGTERM")
-        });
-        (status, self.collect_stderr())
-    }
-
-    /// SIGKILL (no chance to clean up) and reap. Returns stderr.
-    pub fn kill9(&mut self) -> String {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        self.collect_stderr()
-    }
-
-    /// Waits for the process to exit by itself (a crash point killed it), reaps it and
-    /// returns its status and stderr; `None` if it is still running after `timeout`.
-    pub fn wait_exit(&mut self, timeout: Duration) -> Option<(ExitStatus, String)> {
-        let status = wait_timeout(self.child.as_mut()?, timeout)?;
-        self.child = None;
-        Some((status, self.collect_stderr()))
-    }
-
-    fn collect_stderr(&mut self) -> String {
-        self.stderr.take().map(|h| h.join().unwrap_or_default()).unwrap_or_default()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 
@@ -146,45 +54,9 @@ pub fn serve_command(data_dir: &Path, extra: &[&str]) -> Command {
     cmd
 }
 
-/// Reads a pipe to the end on a thread, so the child never blocks on a full pipe.
-fn drain<R: Read + Send + 'static>(mut pipe: R) -> JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = pipe.read_to_end(&mut bytes);
-        String::from_utf8_lossy(&bytes).into_owned()
-    })
-}
-
-pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// Runs a command to completion (killing it after a timeout) and captures its output.
-pub fn run_to_end(mut cmd: Command) -> Output {
-    let mut child =
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn command");
-    let stdout = drain(child.stdout.take().expect("piped stdout"));
-    let stderr = drain(child.stderr.take().expect("piped stderr"));
-    let status = wait_timeout(&mut child, CLI_TIMEOUT);
-    if status.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    let stdout = stdout.join().unwrap_or_default();
-    let stderr = stderr.join().unwrap_or_default();
-    let status = status.unwrap_or_else(|| {
-        panic!("{cmd:?} did not finish within {CLI_TIMEOUT:?}\nstdout:\n{stdout}\nstderr:\n{stderr}")
-    });
-    Output { status, stdout: stdout.into_bytes(), stderr: stderr.into_bytes() }
+pub fn run_to_end(cmd: Command) -> Output {
+    run_bounded(cmd, CLI_TIMEOUT).unwrap_or_else(|failure| panic!("{failure}"))
 }
 
 /// `commitpoint ARGS…` with captured output.

@@ -28,18 +28,16 @@
 pub(crate) mod wire;
 
 use std::collections::HashSet;
-use std::pin::Pin;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use futures_util::{Stream, StreamExt};
 use reqwest::Url;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use tokio::sync::mpsc;
 
 use crate::schema::{Dialect, Schema};
 
+use super::lines::{Line, Lines};
 use super::{
     BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, PROBE_MAX_OUTPUT_TOKENS, Probe,
     ProviderError, ResultLine, StreamCounts, classify_status, describe_transport, parse_retry_after, probe_member,
@@ -56,8 +54,6 @@ pub const RECHECK_AFTER: Duration = Duration::from_secs(60);
 const PAGE_SIZE: &str = "100";
 /// 5,000 batches created since the intent is far beyond what one scheduler makes.
 const MAX_LIST_PAGES: usize = 50;
-/// A results line longer than this is skipped as malformed rather than buffered.
-const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
 pub use super::ApiKey;
 
@@ -216,7 +212,7 @@ impl AnthropicBatches {
         let trace = request_id.map(|id| format!(" (request-id {id})")).unwrap_or_default();
         let mut failure =
             error(class, Some(status), format!("{status} {}: {message}{trace}", kind.unwrap_or_default()));
-        failure.retry_after = parse_retry_after(&headers, SystemTime::now());
+        failure.retry_after = parse_retry_after(&headers, crate::clock::now());
         Err(failure)
     }
 
@@ -285,23 +281,16 @@ impl AnthropicBatches {
             Err(e) if e.class == ErrorClass::Gone => return Ok(false),
             Err(e) => return Err(e),
         };
-        let mut lines = Lines::new(response, MAX_LINE_BYTES);
+        let mut lines = Lines::new(response, PROVIDER);
         let (mut named, mut unreadable) = (HashSet::new(), 0usize);
         while let Some(line) = lines.next().await? {
-            let Line::Text(bytes) = line else {
-                unreadable += 1;
-                continue;
-            };
-            let text = String::from_utf8_lossy(&bytes);
-            if text.trim().is_empty() {
-                continue;
-            }
-            match wire::custom_id(text.trim()) {
-                Some(id) if members.contains(&id) => {
+            match line.parse(|text| wire::custom_id(text).ok_or_else(String::new)) {
+                None => {}
+                Some(Ok(id)) if members.contains(&id) => {
                     named.insert(id);
                 }
-                Some(_) => return Ok(false),
-                None => unreadable += 1,
+                Some(Ok(_)) => return Ok(false),
+                Some(Err(_)) => unreadable += 1,
             }
         }
         Ok(!named.is_empty() && named.len() + unreadable >= members.len())
@@ -382,7 +371,7 @@ impl BatchProvider for AnthropicBatches {
         let mut counts = StreamCounts::default();
         for raw in &job.result_files {
             let response = self.send(self.http.get(self.results_url(raw)?)).await?;
-            let mut lines = Lines::new(response, MAX_LINE_BYTES);
+            let mut lines = Lines::new(response, PROVIDER);
             while let Some(line) = lines.next().await? {
                 deliver(line, &mut counts, out).await?;
             }
@@ -433,16 +422,8 @@ fn verdict(running: &[String]) -> Lookup {
 }
 
 async fn deliver(line: Line, counts: &mut StreamCounts, out: &mpsc::Sender<ResultLine>) -> Result<(), ProviderError> {
-    let parsed = match &line {
-        Line::Text(bytes) => {
-            let text = String::from_utf8_lossy(bytes);
-            let text = text.trim();
-            if text.is_empty() {
-                return Ok(());
-            }
-            wire::parse_line(text)
-        }
-        Line::Oversized => Err(format!("a result line over {MAX_LINE_BYTES} bytes")),
+    let Some(parsed) = line.parse(wire::parse_line) else {
+        return Ok(());
     };
     counts.lines += 1;
     match parsed {
@@ -456,70 +437,6 @@ async fn deliver(line: Line, counts: &mut StreamCounts, out: &mpsc::Sender<Resul
             tracing::warn!(provider = PROVIDER, %reason, "skipping a malformed result line");
             Ok(())
         }
-    }
-}
-
-enum Line {
-    Text(Vec<u8>),
-    /// A line longer than the reader's limit, dropped unread.
-    Oversized,
-}
-
-/// Splits a streamed body into lines, holding at most one line (capped) in memory.
-struct Lines {
-    body: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
-    pending: Vec<u8>,
-    /// How much of `pending` is known to hold no newline.
-    scanned: usize,
-    max_line: usize,
-    oversized: bool,
-    ended: bool,
-}
-
-impl Lines {
-    fn new(response: reqwest::Response, max_line: usize) -> Self {
-        let body = Box::pin(response.bytes_stream());
-        Self { body, pending: Vec::new(), scanned: 0, max_line, oversized: false, ended: false }
-    }
-
-    async fn next(&mut self) -> Result<Option<Line>, ProviderError> {
-        loop {
-            if let Some(at) = self.pending[self.scanned..].iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = self.pending.drain(..=self.scanned + at).collect();
-                self.scanned = 0;
-                return Ok(Some(self.finish(line)));
-            }
-            self.scanned = self.pending.len();
-            if self.pending.len() > self.max_line {
-                self.pending.clear();
-                self.scanned = 0;
-                self.oversized = true;
-            }
-            if self.ended {
-                if self.pending.is_empty() && !self.oversized {
-                    return Ok(None);
-                }
-                let line = std::mem::take(&mut self.pending);
-                self.scanned = 0;
-                return Ok(Some(self.finish(line)));
-            }
-            match self.body.next().await {
-                Some(Ok(chunk)) => self.pending.extend_from_slice(&chunk),
-                Some(Err(e)) => {
-                    return Err(error(
-                        ErrorClass::Transient,
-                        None,
-                        format!("download broke: {}", describe_transport(&e)),
-                    ));
-                }
-                None => self.ended = true,
-            }
-        }
-    }
-
-    fn finish(&mut self, line: Vec<u8>) -> Line {
-        let too_long = line.strip_suffix(b"\n").unwrap_or(&line).len() > self.max_line;
-        if std::mem::take(&mut self.oversized) || too_long { Line::Oversized } else { Line::Text(line) }
     }
 }
 

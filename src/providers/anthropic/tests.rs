@@ -623,24 +623,3 @@ async fn find_job_is_absent_when_only_other_sizes_older_batches_or_overlaps_exis
     assert_eq!(fake.result_fetches, ["msgbatch_archived", "msgbatch_faulty", "msgbatch_overlap"]);
     assert_eq!(fake.list_calls, 1, "one page reaches back past the intent");
 }
-
-#[tokio::test]
-async fn lines_cross_chunks_and_overlong_lines_are_skipped_not_buffered() {
-    let (base, fake) = start().await;
-    let long = format!("{{\"custom_id\":\"{}\"}}", "z".repeat(100));
-    place(&fake, "msgbatch_lines", "2026-01-01T00:10:00Z", "ended", &[]);
-    finish(&fake, "msgbatch_lines", vec!["first".into(), long, "third".into(), "x".repeat(41)]);
-    let provider = adapter(base.clone());
-    let url = format!("{base}/v1/messages/batches/msgbatch_lines/results");
-    let response = provider.send(provider.http.get(url)).await.unwrap();
-    let mut lines = Lines::new(response, 40);
-    let mut seen = Vec::new();
-    while let Some(line) = lines.next().await.unwrap() {
-        seen.push(match line {
-            Line::Text(bytes) => String::from_utf8(bytes).unwrap().trim_end().to_string(),
-            Line::Oversized => "<oversized>".to_string(),
-        });
-        assert!(lines.pending.capacity() < 200, "memory stays near the line limit");
-    }
-    assert_eq!(seen, ["first", "<oversized>", "third", "<oversized>"]);
-}

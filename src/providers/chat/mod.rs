@@ -28,7 +28,7 @@ pub(crate) mod wire;
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
@@ -178,13 +178,13 @@ fn http_failure(status: u16, headers: &HeaderMap, text: &str) -> Outcome {
     match class {
         ErrorClass::Auth | ErrorClass::Budget => {
             let mut stop = error(class, Some(status), reason);
-            stop.retry_after = parse_retry_after(headers, SystemTime::now());
+            stop.retry_after = parse_retry_after(headers, crate::clock::now());
             Outcome::Stop(stop)
         }
         ErrorClass::RateLimited | ErrorClass::Transient => Outcome::Failed(
             LineResult::Retry { reason: format!("the server answered {reason}") },
             class,
-            parse_retry_after(headers, SystemTime::now()),
+            parse_retry_after(headers, crate::clock::now()),
         ),
         ErrorClass::InvalidRequest | ErrorClass::Gone | ErrorClass::Protocol | ErrorClass::TooLarge => {
             Outcome::Line(wire::refused(format!("the server refused the request: {reason}")))

@@ -31,17 +31,18 @@
 
 pub(crate) mod wire;
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use reqwest::Url;
-use reqwest::header::{CONTENT_TYPE, HeaderValue};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::schema::Dialect;
 
+use super::lines::Lines;
 use super::{ApiKey, describe_transport};
 use super::{
     BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, ProviderError, ResultLine,
@@ -52,8 +53,6 @@ use crate::store::OutputBudget;
 const PROVIDER: &str = "generic";
 /// The handle `poll` gives for results that arrive inside the status answer.
 const INLINE_RESULTS: &str = "inline";
-/// One JSONL result line larger than this is not a result line.
-const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Where the contract's unconfirmed fields are. `item_id` is a key on each request and
 /// result item; the others are JSON Pointers (RFC 6901) into the status `data` or into a
@@ -232,13 +231,10 @@ impl GenericBatches {
         let body = self.read_capped(response).await.unwrap_or_default();
         let parsed: Option<wire::Envelope> = serde_json::from_slice(&body).ok();
         let failure = parsed.as_ref().and_then(|e| e.error.as_ref());
-        let class = wire::classify(Some(status), &headers, failure);
         let message = failure
             .map(wire::ErrorObject::describe)
             .unwrap_or_else(|| String::from_utf8_lossy(&body).chars().take(300).collect());
-        let mut failed = error(class, Some(status), format!("{status} {message}"));
-        failed.retry_after = parse_retry_after(&headers, SystemTime::now());
-        Err(failed)
+        Err(failed(status, &headers, failure, format!("{status} {message}")))
     }
 
     async fn read_capped(&self, response: reqwest::Response) -> Result<Vec<u8>, ProviderError> {
@@ -271,11 +267,8 @@ impl GenericBatches {
         if envelope.ok {
             return Ok(envelope);
         }
-        let class = wire::classify(Some(status), &headers, envelope.error.as_ref());
         let message = envelope.error.as_ref().map_or_else(|| "ok: false without an error".into(), |e| e.describe());
-        let mut failed = error(class, Some(status), message);
-        failed.retry_after = parse_retry_after(&headers, SystemTime::now());
-        Err(failed)
+        Err(failed(status, &headers, envelope.error.as_ref(), message))
     }
 
     async fn status(&self, job_id: &str) -> Result<wire::Envelope, ProviderError> {
@@ -312,37 +305,15 @@ impl GenericBatches {
         // A presigned storage URL elsewhere must not receive our key.
         let ours = url.origin() == self.base.origin();
         let response = self.send(self.http.get(url), ours).await?;
-        let mut body = response.bytes_stream();
-        let mut pending: Vec<u8> = Vec::new();
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| {
-                error(ErrorClass::Transient, None, format!("download broke: {}", describe_transport(&e)))
-            })?;
-            pending.extend_from_slice(&chunk);
-            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = pending.drain(..=end).collect();
-                self.deliver_line(&line, counts, out).await?;
-            }
-            if pending.len() > MAX_LINE_BYTES {
-                return Err(error(ErrorClass::Protocol, None, format!("a result line over {MAX_LINE_BYTES} bytes")));
+        let mut lines = Lines::new(response, PROVIDER);
+        while let Some(line) = lines.next().await? {
+            let read =
+                |text: &str| serde_json::from_str::<Value>(text).map_err(|e| format!("unreadable result line: {e}"));
+            if let Some(parsed) = line.parse(read) {
+                self.deliver(parsed.as_ref().map_err(Clone::clone), counts, out).await?;
             }
         }
-        self.deliver_line(&pending, counts, out).await
-    }
-
-    async fn deliver_line(
-        &self,
-        line: &[u8],
-        counts: &mut StreamCounts,
-        out: &mpsc::Sender<ResultLine>,
-    ) -> Result<(), ProviderError> {
-        let text = String::from_utf8_lossy(line);
-        let text = text.trim();
-        if text.is_empty() {
-            return Ok(());
-        }
-        let parsed = serde_json::from_str::<Value>(text).map_err(|e| format!("unreadable result line: {e}"));
-        self.deliver(parsed.as_ref().map_err(Clone::clone), counts, out).await
+        Ok(())
     }
 
     async fn deliver(
@@ -472,6 +443,14 @@ impl BatchProvider for GenericBatches {
         let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
         self.call(self.http.post(self.endpoint(&segments))).await.map(|_| ())
     }
+}
+
+/// The one decoding of a failed answer, a non-2xx or an `ok: false` envelope: classified
+/// from the status, the headers and the envelope's error, with the delay it asks for.
+fn failed(status: u16, headers: &HeaderMap, failure: Option<&wire::ErrorObject>, message: String) -> ProviderError {
+    let mut failed = error(wire::classify(Some(status), headers, failure), Some(status), message);
+    failed.retry_after = parse_retry_after(headers, crate::clock::now());
+    failed
 }
 
 fn error(class: ErrorClass, status: Option<u16>, message: String) -> ProviderError {

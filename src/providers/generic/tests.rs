@@ -3,7 +3,7 @@
 //! and both ways results can come back (inline in the status, or a JSONL URL).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use super::*;
 use crate::identity::{ExtractionId, SourceHash};
 use crate::lifecycle::FailureClass;
+use crate::providers::lines::MAX_LINE_BYTES;
 use crate::schema::{BUILTIN_CODE_REVIEW, Registry};
 use crate::store::{BatchMember, LineResult};
 
@@ -42,6 +43,8 @@ struct Fake {
     submit_answer: Mutex<Option<Response>>,
     /// Idempotency key → the batch it created.
     batches: Mutex<HashMap<String, FakeBatch>>,
+    /// Result files open with a line longer than the adapter reads.
+    huge_first_line: AtomicBool,
 }
 
 /// (batch id, the accepted request items, polls so far).
@@ -134,8 +137,11 @@ async fn results(State(fake): State<Arc<Fake>>, Path(id): Path<String>, headers:
     fake.result_downloads.lock().unwrap().push(headers);
     let batches = fake.batches.lock().unwrap();
     let (_, items, _) = batches.values().find(|(batch_id, _, _)| *batch_id == id).unwrap();
-    let mut jsonl: String =
-        items.iter().enumerate().map(|(i, item)| format!("{}\n", result_item(Dialect::Renamed, i, item))).collect();
+    let mut jsonl = String::new();
+    if fake.huge_first_line.load(Ordering::Relaxed) {
+        jsonl = format!("{{\"key\": \"{}\"}}\n", "x".repeat(MAX_LINE_BYTES));
+    }
+    jsonl.extend(items.iter().enumerate().map(|(i, item)| format!("{}\n", result_item(Dialect::Renamed, i, item))));
     jsonl.push_str("{\"key\": \"truncat");
     jsonl
 }
@@ -148,6 +154,7 @@ async fn start_fake(dialect: Dialect) -> (String, Arc<Fake>) {
         failing_submits: AtomicUsize::new(0),
         submit_answer: Mutex::default(),
         batches: Mutex::default(),
+        huge_first_line: AtomicBool::new(false),
     });
     let app = Router::new()
         .route("/v1/ai/batch/submit", post(submit))
@@ -360,4 +367,21 @@ async fn error_envelopes_are_classified() {
     assert_eq!(provider.poll("bat_404").await.unwrap_err().class, ErrorClass::Gone);
     assert_eq!(provider.cancel("bat_1").await.unwrap_err().class, ErrorClass::InvalidRequest);
     assert!(!format!("{provider:?}").contains("ifr_pk_proj_test"), "the key never shows in Debug output");
+}
+
+#[tokio::test]
+async fn an_overlong_result_line_is_skipped_as_malformed_and_the_rest_still_read() {
+    let (base, fake) = start_fake(Dialect::Renamed).await;
+    fake.huge_first_line.store(true, Ordering::Relaxed);
+    let provider = adapter(base, Dialect::Renamed);
+    let members = [member("a.rs", "one"), member("b.rs", "two")];
+    let job_id = submit_members(&provider, &members).await.unwrap();
+    provider.poll(&job_id).await.unwrap();
+    let done = provider.poll(&job_id).await.unwrap();
+    let (counts, lines) = drain(&provider, &done).await;
+    // The over-long first line and the truncated last one; both members still arrive.
+    assert_eq!(counts, StreamCounts { lines: 4, malformed: 2 });
+    for member in &members {
+        assert!(matches!(line_for(&lines, member), LineResult::Answer { .. }), "{lines:?}");
+    }
 }

@@ -8,16 +8,16 @@
 pub(crate) mod wire;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use futures_util::StreamExt;
 use reqwest::multipart::{Form, Part};
 use tokio::sync::mpsc;
 
 use crate::schema::{Dialect, Schema};
 
 use super::chat::wire as chat_wire;
+use super::lines::{Line, Lines};
 use super::{
     BatchProvider, BatchSpec, ErrorClass, FailureCause, IntentRef, JobPhase, JobStatus, Lookup,
     PROBE_MAX_OUTPUT_TOKENS, Probe, ProviderError, ResultLine, StreamCounts, classify_status, describe_transport,
@@ -26,8 +26,6 @@ use super::{
 use crate::store::OutputBudget;
 
 const PROVIDER: &str = "openai";
-/// No result line is this long (a request is capped at well under it); longer is garbage.
-const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 /// How far back (pages of 100) a lost job is looked for: far more than one scheduler
 /// creates between a crash and its restart.
 const MAX_LIST_PAGES: usize = 20;
@@ -98,7 +96,7 @@ impl OpenAiBatches {
         let message = parsed.as_ref().and_then(|b| b.error.message.clone()).unwrap_or_else(|| truncate(&body));
         let class = classify_status(status, &headers, code.as_deref());
         let mut failure = error(class, Some(status), format!("{status} {}: {message}", code.unwrap_or_default()));
-        failure.retry_after = parse_retry_after(&headers, SystemTime::now());
+        failure.retry_after = parse_retry_after(&headers, crate::clock::now());
         Err(failure)
     }
 
@@ -236,35 +234,9 @@ impl BatchProvider for OpenAiBatches {
         let mut counts = StreamCounts::default();
         for file_id in &job.result_files {
             let response = self.send(self.http.get(self.url(&format!("/files/{file_id}/content")))).await?;
-            let mut body = response.bytes_stream();
-            let mut pending: Vec<u8> = Vec::new();
-            // Memory stays bounded even for a file without newlines: a line longer than
-            // any real answer is dropped (counted malformed) up to its end.
-            let mut oversized = false;
-            while let Some(chunk) = body.next().await {
-                let chunk = chunk.map_err(|e| {
-                    error(ErrorClass::Transient, None, format!("download broke: {}", describe_transport(&e)))
-                })?;
-                pending.extend_from_slice(&chunk);
-                while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-                    let line: Vec<u8> = pending.drain(..=end).collect();
-                    if std::mem::take(&mut oversized) {
-                        counts.lines += 1;
-                        counts.malformed += 1;
-                        continue;
-                    }
-                    deliver(&line, &mut counts, out).await?;
-                }
-                if pending.len() > MAX_LINE_BYTES {
-                    pending.clear();
-                    oversized = true;
-                }
-            }
-            if oversized {
-                counts.lines += 1;
-                counts.malformed += 1;
-            } else if !pending.is_empty() {
-                deliver(&pending, &mut counts, out).await?;
+            let mut lines = Lines::new(response, PROVIDER);
+            while let Some(line) = lines.next().await? {
+                deliver(line, &mut counts, out).await?;
             }
         }
         Ok(counts)
@@ -309,14 +281,12 @@ impl BatchProvider for OpenAiBatches {
     }
 }
 
-async fn deliver(line: &[u8], counts: &mut StreamCounts, out: &mpsc::Sender<ResultLine>) -> Result<(), ProviderError> {
-    let text = String::from_utf8_lossy(line);
-    let text = text.trim();
-    if text.is_empty() {
+async fn deliver(line: Line, counts: &mut StreamCounts, out: &mpsc::Sender<ResultLine>) -> Result<(), ProviderError> {
+    let Some(parsed) = line.parse(wire::parse_line) else {
         return Ok(());
-    }
+    };
     counts.lines += 1;
-    match wire::parse_line(text) {
+    match parsed {
         Ok(parsed) => out
             .send(super::scrub(parsed))
             .await

@@ -19,7 +19,6 @@ mod results;
 mod wire;
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
@@ -120,7 +119,7 @@ fn admit(shared: &Shared, request: &Request) -> Result<(), AnthropicError> {
         return Err(AnthropicError::invalid("anthropic-version: header is required"));
     }
     match super::take_request_fault(shared, request.uri().path()) {
-        Some(fault) => Err(AnthropicError::injected(fault, SystemTime::now())),
+        Some(fault) => Err(AnthropicError::injected(fault, crate::clock::now())),
         None => Ok(()),
     }
 }

@@ -3,7 +3,7 @@
 //! found again by listing, expiry, cancel and a damaged results file.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -90,7 +90,7 @@ async fn results(adapter: &AnthropicBatches, job: &JobStatus) -> (BTreeMap<Strin
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+    crate::clock::now_ms()
 }
 
 #[tokio::test]

@@ -1,0 +1,173 @@
+//! The one reader of streamed JSONL result files, shared by every batch adapter, so that
+//! they agree on what a line is: split on `\n` (a `\r` before it is trimmed with the
+//! other whitespace), the last line may lack its newline, a blank line is no result, and
+//! a line longer than any real answer is skipped unread and counted malformed rather than
+//! buffered or failing the whole file. At most one line (capped) is held in memory.
+
+use std::pin::Pin;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+
+use super::{ErrorClass, ProviderError, describe_transport};
+
+/// No result line is this long (a request is capped at well under it); longer is garbage.
+pub(crate) const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+type Body = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Line {
+    Text(Vec<u8>),
+    /// A line longer than the reader's limit, dropped unread.
+    Oversized,
+}
+
+impl Line {
+    /// Hands the line's text, lossily decoded and trimmed, to `parse`. `None` for a blank
+    /// line; an oversized line is an `Err`, a malformed line like any other.
+    pub(crate) fn parse<T>(&self, parse: impl FnOnce(&str) -> Result<T, String>) -> Option<Result<T, String>> {
+        match self {
+            Line::Text(bytes) => {
+                let text = String::from_utf8_lossy(bytes);
+                let text = text.trim();
+                (!text.is_empty()).then(|| parse(text))
+            }
+            Line::Oversized => Some(Err("a result line over the line limit, skipped unread".to_string())),
+        }
+    }
+}
+
+/// Splits a streamed body into lines.
+pub(crate) struct Lines {
+    body: Body,
+    /// Names the adapter in a broken download's error.
+    provider: &'static str,
+    pending: Vec<u8>,
+    /// How much of `pending` is known to hold no newline.
+    scanned: usize,
+    max_line: usize,
+    oversized: bool,
+    ended: bool,
+}
+
+impl std::fmt::Debug for Lines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lines").field("provider", &self.provider).field("pending", &self.pending.len()).finish()
+    }
+}
+
+impl Lines {
+    pub(crate) fn new(response: reqwest::Response, provider: &'static str) -> Self {
+        Self::from_stream(Box::pin(response.bytes_stream()), MAX_LINE_BYTES, provider)
+    }
+
+    fn from_stream(body: Body, max_line: usize, provider: &'static str) -> Self {
+        Self { body, provider, pending: Vec::new(), scanned: 0, max_line, oversized: false, ended: false }
+    }
+
+    /// The next line (with its `\n`, if it had one); `None` at the end of the body.
+    pub(crate) async fn next(&mut self) -> Result<Option<Line>, ProviderError> {
+        loop {
+            if let Some(at) = self.pending[self.scanned..].iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=self.scanned + at).collect();
+                self.scanned = 0;
+                return Ok(Some(self.finish(line)));
+            }
+            self.scanned = self.pending.len();
+            if self.pending.len() > self.max_line {
+                self.pending.clear();
+                self.scanned = 0;
+                self.oversized = true;
+            }
+            if self.ended {
+                if self.pending.is_empty() && !self.oversized {
+                    return Ok(None);
+                }
+                let line = std::mem::take(&mut self.pending);
+                self.scanned = 0;
+                return Ok(Some(self.finish(line)));
+            }
+            match self.body.next().await {
+                Some(Ok(chunk)) => self.pending.extend_from_slice(&chunk),
+                Some(Err(e)) => {
+                    return Err(ProviderError {
+                        provider: self.provider,
+                        class: ErrorClass::Transient,
+                        status: None,
+                        message: format!("download broke: {}", describe_transport(&e)),
+                        retry_after: None,
+                    });
+                }
+                None => self.ended = true,
+            }
+        }
+    }
+
+    fn finish(&mut self, line: Vec<u8>) -> Line {
+        let too_long = line.strip_suffix(b"\n").unwrap_or(&line).len() > self.max_line;
+        if std::mem::take(&mut self.oversized) || too_long { Line::Oversized } else { Line::Text(line) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every line `chunks` splits into, with a cap of `max_line`, as text (`<oversized>`
+    /// for a skipped one), asserting memory stays near the cap throughout.
+    async fn read(chunks: &[&[u8]], max_line: usize) -> Vec<String> {
+        let chunks: Vec<reqwest::Result<Bytes>> = chunks.iter().map(|c| Ok(Bytes::copy_from_slice(c))).collect();
+        let mut lines = Lines::from_stream(Box::pin(futures_util::stream::iter(chunks)), max_line, "test");
+        let mut seen = Vec::new();
+        while let Some(line) = lines.next().await.unwrap() {
+            seen.push(match line {
+                Line::Text(bytes) => String::from_utf8(bytes).unwrap(),
+                Line::Oversized => "<oversized>".to_string(),
+            });
+            assert!(lines.pending.capacity() < 4 * max_line, "memory stays near the line limit");
+        }
+        seen
+    }
+
+    #[tokio::test]
+    async fn a_line_split_across_chunks_is_joined() {
+        let seen = read(&[b"{\"a\"", b":1}\n{\"b\":", b"2}\n"], 64).await;
+        assert_eq!(seen, ["{\"a\":1}\n", "{\"b\":2}\n"]);
+    }
+
+    #[tokio::test]
+    async fn the_last_line_needs_no_newline() {
+        assert_eq!(read(&[b"one\ntwo"], 64).await, ["one\n", "two"]);
+        assert_eq!(read(&[b"one\n"], 64).await, ["one\n"], "a final newline adds no empty line");
+        assert!(read(&[], 64).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn crlf_line_ends_parse_like_lf() {
+        let seen = read(&[b"{\"a\":1}\r", b"\n\r\n{\"b\":2}\r\n"], 64).await;
+        let parsed: Vec<Option<Result<String, String>>> =
+            seen.iter().map(|s| Line::Text(s.clone().into_bytes()).parse(|t| Ok(t.to_string()))).collect();
+        assert_eq!(parsed, [Some(Ok("{\"a\":1}".into())), None, Some(Ok("{\"b\":2}".into()))]);
+    }
+
+    #[tokio::test]
+    async fn an_overlong_line_is_skipped_and_the_rest_still_read() {
+        let long = "x".repeat(100);
+        // In one chunk, across chunks, at the end without a newline.
+        let seen =
+            read(&[b"first\n", long.as_bytes(), b"\nthird\n", &long.as_bytes()[..50], &long.as_bytes()[50..]], 40)
+                .await;
+        assert_eq!(seen, ["first\n", "<oversized>", "third\n", "<oversized>"]);
+        let exactly = "y".repeat(40);
+        assert_eq!(read(&[exactly.as_bytes(), b"\n"], 40).await, [format!("{exactly}\n")], "the limit itself is fine");
+    }
+
+    #[test]
+    fn an_oversized_line_parses_as_malformed_and_a_blank_one_as_nothing() {
+        let malformed = Line::Oversized.parse(|_| -> Result<(), String> { panic!("an oversized line is never read") });
+        assert!(matches!(malformed, Some(Err(_))));
+        assert_eq!(Line::Text(b" \r\n".to_vec()).parse(|t| Ok(t.len())), None);
+        assert_eq!(Line::Text(b"\xff{}\n".to_vec()).parse(|t| Ok(t.to_string())), Some(Ok("\u{fffd}{}".into())));
+    }
+}
