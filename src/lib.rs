@@ -25,6 +25,7 @@ pub mod ledger;
 pub mod lifecycle;
 pub mod metrics;
 pub mod outbox;
+pub mod provider_registry;
 pub mod providers;
 pub mod routing;
 pub mod scheduler;

@@ -3,16 +3,23 @@
 
 mod extras;
 mod file;
+mod kinds;
 mod limits;
+mod providers;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use std::time::Duration;
 
-pub use extras::{AnthropicOptions, ChatOptions, Field, GenericOptions, SinkOptions, WebhookOptions};
+pub use extras::{Field, SinkOptions, WebhookOptions};
 pub use file::{DEFAULT_CONFIG_PATH, RawConfig};
+pub use kinds::{
+    AnthropicOptions, ChatOptions, GenericFieldOverrides, GenericOptions, OpenAiOptions, SIMULATOR_MODEL,
+    SimulatorOptions,
+};
 pub use limits::{HEALTH_RESERVE, ServerLimits};
+pub use providers::{ProviderKind, ProviderSettings, ProviderSpec};
 
 use crate::providers::openai::ApiKey;
 use crate::scheduler;
@@ -36,17 +43,20 @@ pub struct ServeOptions {
     pub cache_bytes: usize,
     /// Timeouts and the connection cap.
     pub limits: ServerLimits,
-    pub provider: ProviderOptions,
+    /// Every configured provider, each run by its own scheduler. Empty: external workers
+    /// claim pending work.
+    pub providers: Vec<ProviderSettings>,
+    /// How every provider's scheduler forms batches and polls.
+    pub scheduler: scheduler::Settings,
     pub access: AccessOptions,
-    /// A second provider, run beside the primary one when configured.
-    pub anthropic: Option<AnthropicOptions>,
-    pub generic: Option<GenericOptions>,
-    pub chat: Option<ChatOptions>,
     pub routes: crate::routing::Routes,
     pub prices: crate::ledger::PriceTable,
     pub budgets: crate::ledger::Budgets,
     pub sinks: Vec<SinkOptions>,
     pub webhooks: Vec<WebhookOptions>,
+    /// One line per old configuration form in use, pointing to its new form; `serve` logs
+    /// them and `config check` prints them.
+    pub notes: Vec<String>,
 }
 
 /// Where the API tokens come from. None configured: the API is open, loopback only.
@@ -57,34 +67,14 @@ pub struct AccessOptions {
     pub tenant_tokens: Option<KeySource>,
 }
 
-/// Which built-in provider drives pending work. `None` leaves it to external workers.
+/// The old `--provider` flag and `[provider] kind`: `None` leaves pending work to external
+/// workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ProviderChoice {
     None,
     Openai,
     /// The built-in OpenAI Batch API simulator on a loopback port: no key, no cost.
     Simulator,
-}
-
-#[derive(Debug, Clone)]
-pub struct ProviderOptions {
-    pub choice: ProviderChoice,
-    pub base_url: String,
-    pub key: KeySource,
-    pub model: String,
-    pub scheduler: scheduler::Settings,
-}
-
-impl Default for ProviderOptions {
-    fn default() -> Self {
-        Self {
-            choice: ProviderChoice::None,
-            base_url: DEFAULT_OPENAI_BASE_URL.to_string(),
-            key: KeySource::Env(DEFAULT_OPENAI_KEY_ENV.to_string()),
-            model: DEFAULT_MODEL.to_string(),
-            scheduler: scheduler::Settings::default(),
-        }
-    }
 }
 
 /// Where an API key comes from. Never from a config value or a flag: those end up in
@@ -133,6 +123,14 @@ pub enum Error {
     ConfigParse { path: PathBuf, reason: String },
     #[error("{key}: {reason}")]
     Invalid { key: &'static str, reason: String },
+    #[error("providers.{name}: {reason}")]
+    Provider { name: String, reason: String },
+    #[error("provider {name:?}: cannot load its API key")]
+    ProviderSecret {
+        name: String,
+        #[source]
+        source: Box<Error>,
+    },
 }
 
 impl KeySource {
@@ -228,18 +226,7 @@ impl ServeOptions {
         if let Some(n) = raw.scheduler.max_submit_failures {
             scheduler.max_submit_failures = n.max(1);
         }
-        let defaults = ProviderOptions::default();
-        let file_key = raw.provider.key_source()?;
-        let provider = ProviderOptions {
-            choice: o.provider.or(raw.provider.kind.map(Into::into)).unwrap_or(defaults.choice),
-            base_url: o.base_url.or(raw.provider.base_url).unwrap_or(defaults.base_url),
-            key: match o.key {
-                Some(key) => key,
-                None => file_key.unwrap_or(defaults.key),
-            },
-            model: o.model.or(raw.provider.model).unwrap_or(defaults.model),
-            scheduler,
-        };
+        let resolved = providers::resolve(&raw.provider, &o, raw.providers)?;
         let access = AccessOptions {
             admin_token: raw.access.admin_source()?,
             tenant_tokens: raw.access.tenant_tokens_source()?,
@@ -253,27 +240,12 @@ impl ServeOptions {
                 ),
             });
         }
-        let anthropic = raw.providers.anthropic.map(extras::RawAnthropic::resolve).transpose()?;
-        let generic = raw.providers.generic.map(extras::RawGeneric::resolve).transpose()?;
-        let chat = raw.providers.chat.map(extras::RawChat::resolve).transpose()?;
-        let primary = match provider.choice {
-            ProviderChoice::None => None,
-            ProviderChoice::Openai => Some("openai"),
-            ProviderChoice::Simulator => Some("simulator"),
-        };
-        let mut known: Vec<&str> = primary.into_iter().collect();
-        for (present, name) in
-            [(anthropic.is_some(), "anthropic"), (generic.is_some(), "generic"), (chat.is_some(), "chat")]
-        {
-            if present {
-                known.push(name);
-            }
-        }
-        let routes = raw.routing.resolve(primary.or(known.first().copied()), &known)?;
+        let known: Vec<&str> = resolved.providers.iter().map(|p| p.name.as_str()).collect();
+        let routes = raw.routing.resolve(resolved.implied_default.as_deref(), &known)?;
         Ok(ServeOptions {
-            anthropic,
-            generic,
-            chat,
+            providers: resolved.providers,
+            scheduler,
+            notes: resolved.notes,
             routes,
             prices: extras::resolve_prices(raw.prices)?,
             budgets: raw.budgets.resolve()?,
@@ -286,53 +258,25 @@ impl ServeOptions {
             max_body_bytes: o.max_body_bytes.or(raw.server.max_body_bytes).unwrap_or(DEFAULT_MAX_BODY_BYTES),
             cache_bytes: raw.server.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES),
             limits,
-            provider,
         })
     }
 
     /// Every configured provider with the structured-output dialect its adapter sends:
     /// each registered schema must have a view in it, or start-up refuses.
     pub fn schema_targets(&self) -> Vec<(String, crate::schema::Dialect)> {
-        use crate::schema::Dialect;
-        let mut targets = Vec::new();
-        match self.provider.choice {
-            ProviderChoice::None => {}
-            ProviderChoice::Openai => targets.push(("openai".to_string(), Dialect::OpenAiStrict)),
-            ProviderChoice::Simulator => targets.push(("simulator".to_string(), Dialect::OpenAiStrict)),
-        }
-        if self.anthropic.is_some() {
-            targets.push(("anthropic".to_string(), Dialect::AnthropicTool));
-        }
-        // The generic contract's items and the chat adapter both carry a strict chat body.
-        if self.generic.is_some() {
-            targets.push(("generic".to_string(), Dialect::OpenAiStrict));
-        }
-        if self.chat.is_some() {
-            targets.push(("chat".to_string(), Dialect::OpenAiStrict));
-        }
-        targets
+        self.providers.iter().map(|p| (p.name.clone(), p.kind().dialect())).collect()
     }
 
     /// The effective configuration as TOML. Secrets never appear: only where they come from.
     pub fn describe(&self) -> String {
         let mut text = self.describe_core();
-        let mut extra = Vec::new();
-        if let Some(a) = &self.anthropic {
-            extra
-                .push(format!("[providers.anthropic]\nmodel = \"{}\"\n# api key: {} (value redacted)", a.model, a.key));
-        }
-        if let Some(g) = &self.generic {
-            extra.push(format!(
-                "[providers.generic]\nbase_url = \"{}\"\nmodel = \"{}\"\n# api key: {} (value redacted)",
-                g.base_url, g.model, g.key
-            ));
-        }
-        if let Some(c) = &self.chat {
-            extra.push(format!("[providers.chat]\nbase_url = \"{}\"\nmodel = \"{}\"", c.base_url, c.model));
+        let mut extra: Vec<String> = self.providers.iter().map(ProviderSettings::describe).collect();
+        if extra.is_empty() {
+            extra.push("# providers: none; external workers claim pending work".to_string());
         }
         extra.push(format!(
-            "[routing]\n# default: {}; {} rule(s); reroute_when_paused = {}",
-            self.routes.default.as_deref().unwrap_or("none"),
+            "[routing]\n{}\n# {} rule(s); reroute_when_paused = {}",
+            self.routes.default.as_ref().map_or_else(|| "# default: none".to_string(), |d| format!("default = {d:?}")),
             self.routes.rules.len(),
             self.routes.reroute_when_paused
         ));
@@ -355,15 +299,9 @@ impl ServeOptions {
     }
 
     fn describe_core(&self) -> String {
-        let p = &self.provider;
-        let choice = match p.choice {
-            ProviderChoice::None => "none",
-            ProviderChoice::Openai => "openai",
-            ProviderChoice::Simulator => "simulator",
-        };
+        let s = &self.scheduler;
         format!(
             "[server]\nlisten = \"{}\"\ndata_dir = \"{}\"\n{}\nmax_body_bytes = {}\ncache_bytes = {}\n{}\n\n\
-             [provider]\nkind = \"{choice}\"\nbase_url = \"{}\"\nmodel = \"{}\"\n# api key: {} (value redacted)\n\n\
              [scheduler]\nbatch_max_size = {}\nbatch_max_wait = \"{}\"\npoll_interval = \"{}\"\nmax_submit_failures = {}\n\n\
              [access]\n# admin token: {}\n# tenant tokens: {}\n",
             self.listen,
@@ -375,13 +313,10 @@ impl ServeOptions {
             self.max_body_bytes,
             self.cache_bytes,
             self.limits.describe(),
-            p.base_url,
-            p.model,
-            p.key,
-            p.scheduler.batch_max_size,
-            humantime::format_duration(p.scheduler.batch_max_wait),
-            humantime::format_duration(p.scheduler.poll_interval),
-            p.scheduler.max_submit_failures,
+            s.batch_max_size,
+            humantime::format_duration(s.batch_max_wait),
+            humantime::format_duration(s.poll_interval),
+            s.max_submit_failures,
             self.access
                 .admin_token
                 .as_ref()
@@ -432,11 +367,11 @@ mod tests {
         let options = ServeOptions::resolve(raw, overrides).unwrap();
         assert_eq!(options.listen, "127.0.0.1:9000".parse().unwrap());
         assert_eq!(options.data_dir, PathBuf::from("/srv/b"));
-        assert_eq!(options.provider.scheduler.poll_interval, Duration::from_secs(7));
+        assert_eq!(options.scheduler.poll_interval, Duration::from_secs(7));
         assert_eq!(options.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
         let described = options.describe();
         assert!(described.contains("poll_interval = \"7s\""), "{described}");
-        assert!(described.contains("environment variable OPENAI_API_KEY"), "{described}");
+        assert!(described.contains("# providers: none"), "{described}");
         let reparsed: RawConfig = toml::from_str(&described).unwrap();
         assert_eq!(reparsed.server.data_dir, Some(PathBuf::from("/srv/b")), "check output is a valid config");
     }

@@ -62,6 +62,8 @@ pub use super::ApiKey;
 
 #[derive(Debug, Clone)]
 pub struct AnthropicConfig {
+    /// Name used for this provider in the store and in operator output (default `anthropic`).
+    pub name: String,
     /// The API origin without `/v1`, e.g. [`DEFAULT_BASE_URL`].
     pub base_url: String,
     pub api_key: ApiKey,
@@ -77,6 +79,7 @@ impl AnthropicConfig {
     /// The public API with default limits.
     pub fn new(api_key: ApiKey, model: impl Into<String>) -> Self {
         Self {
+            name: PROVIDER.to_string(),
             base_url: DEFAULT_BASE_URL.to_string(),
             api_key,
             model: model.into(),
@@ -297,7 +300,7 @@ impl AnthropicBatches {
 #[async_trait]
 impl BatchProvider for AnthropicBatches {
     fn name(&self) -> &str {
-        PROVIDER
+        &self.config.name
     }
 
     async fn submit(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError> {
