@@ -7,6 +7,7 @@
 //! - [`lifecycle`]: the persisted state enum and its one transition function.
 //! - [`store`]: the redb file, its tables and codec, the group-commit writer, `verify`.
 //! - [`service`]: input checks + identity + validation in front of the store.
+//! - [`provider_registry`]: typed provider settings from [`config`] become adapters.
 //! - [`http`]: the JSON API; [`server`] starts and stops it.
 //! - [`cli`]: the `commitpoint` command (serve, submit, get, verify, demo).
 //!

@@ -220,7 +220,7 @@ fn resolve_primary(
     if !raw.is_empty() {
         notes.push(match choice {
             ProviderChoice::None => {
-                "[provider] is the old form and still works; with kind = \"none\" it can simply be removed".to_string()
+                "[provider] is the old form and still works; naming no provider, it can simply be removed".to_string()
             }
             _ => format!(
                 "[provider] is the old form and still works; the new form is [providers.{0}] with kind = \"{0}\"",

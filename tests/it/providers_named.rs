@@ -129,6 +129,14 @@ async fn two_openai_accounts_routed_by_tenant_each_get_exactly_their_tenants_wor
     assert_eq!(status.code(), Some(0), "{log}");
     assert_verifies(&db);
     assert!(!log.contains("old form"), "the new form needs no note:\n{log}");
+
+    // `provider check --provider NAME` takes the table name and probes that account only.
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_commitpoint"));
+    cmd.args(["provider", "check", "--config", &config, "--provider", "acct_b"]).envs(env);
+    let out = run_to_end(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("acct_b / code-review@1: accepted"), "{}", stdout(&out));
+    assert!(!stdout(&out).contains("acct_a"), "{}", stdout(&out));
 }
 
 /// The config check used to load only the OpenAI key: an Anthropic provider whose key
