@@ -10,6 +10,9 @@ use subtle::ConstantTimeEq;
 
 use crate::config::{self, KeySource};
 
+/// Shorter tokens can be guessed; generate them with e.g. `openssl rand -hex 16`.
+pub const MIN_TOKEN_LEN: usize = 16;
+
 /// A bearer token; compared in constant time and never printed.
 #[derive(Clone)]
 pub struct Token(Vec<u8>);
@@ -58,10 +61,25 @@ pub enum Denied {
 
 impl AccessPolicy {
     /// Reads the configured tokens. Files must be private (mode 0600 or stricter).
+    /// Refuses mistakes that would otherwise be accepted silently: a short token, a
+    /// tenant holding the admin token, one token for two tenants, a tenant name no
+    /// extraction can carry.
     pub fn load(admin: Option<&KeySource>, tenant_tokens: Option<&KeySource>) -> Result<Self, config::Error> {
-        let admin = admin.map(|source| source.load_secret().map(|text| Token::new(&text))).transpose()?;
+        let admin = match admin {
+            Some(source) => {
+                let token = Token::new(&source.load_secret()?);
+                if token.0.len() < MIN_TOKEN_LEN {
+                    return Err(config::Error::ConfigParse {
+                        path: PathBuf::from(source.to_string()),
+                        reason: format!("the admin token is shorter than {MIN_TOKEN_LEN} characters"),
+                    });
+                }
+                Some(token)
+            }
+            None => None,
+        };
         let tenants = match tenant_tokens {
-            Some(source) => parse_tenant_tokens(source)?,
+            Some(source) => parse_tenant_tokens(source, admin.as_ref())?,
             None => Vec::new(),
         };
         if admin.is_none() && !tenants.is_empty() {
@@ -133,27 +151,53 @@ impl Caller {
     }
 }
 
-/// `tenant token` per line; blank lines and `#` comments ignored.
-fn parse_tenant_tokens(source: &KeySource) -> Result<Vec<(String, Token)>, config::Error> {
+/// `tenant token` per line; blank lines and `#` comments ignored. Errors name the line,
+/// never the token.
+fn parse_tenant_tokens(source: &KeySource, admin: Option<&Token>) -> Result<Vec<(String, Token)>, config::Error> {
     let text = source.load_secret()?;
-    let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
+    let refuse = |n: usize, reason: String| config::Error::ConfigParse {
+        path: PathBuf::from(source.to_string()),
+        reason: format!("line {n}: {reason}"),
+    };
+    // (tenant, token, line number)
+    let mut out: Vec<(String, Token, usize)> = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let n = index + 1;
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
         let mut parts = line.split_whitespace();
-        match (parts.next(), parts.next(), parts.next()) {
-            (Some(tenant), Some(token), None) => out.push((tenant.to_string(), Token::new(token))),
-            _ => {
-                return Err(config::Error::ConfigParse {
-                    path: PathBuf::from(source.to_string()),
-                    reason: format!("line {}: expected `<tenant> <token>`", n + 1),
-                });
-            }
+        let (Some(tenant), Some(token), None) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(refuse(n, "expected `<tenant> <token>`".to_string()));
+        };
+        if !crate::service::is_tenant_name(tenant) {
+            return Err(refuse(
+                n,
+                format!(
+                    "tenant {tenant:?} can never match an extraction: tenants are 1-128 characters of [A-Za-z0-9._-]"
+                ),
+            ));
         }
+        let token = Token::new(token);
+        if token.0.len() < MIN_TOKEN_LEN {
+            return Err(refuse(
+                n,
+                format!("the token of tenant {tenant:?} is shorter than {MIN_TOKEN_LEN} characters"),
+            ));
+        }
+        if admin.is_some_and(|a| a.matches(&token.0)) {
+            return Err(refuse(n, format!("the token of tenant {tenant:?} is the admin token")));
+        }
+        if let Some((other, _, first)) = out.iter().find(|(_, t, _)| t.matches(&token.0)) {
+            return Err(refuse(
+                n,
+                format!("the token of tenant {tenant:?} is already on line {first} (tenant {other:?})"),
+            ));
+        }
+        out.push((tenant.to_string(), token, n));
     }
-    Ok(out)
+    Ok(out.into_iter().map(|(tenant, token, _)| (tenant, token)).collect())
 }
 
 #[cfg(test)]
@@ -193,17 +237,41 @@ mod tests {
     fn token_files_are_checked() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tenants");
-        std::fs::write(&path, "# tenants\nacme t1\n\nglobex t2\n").unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let write = |path: &std::path::Path, text: &str| {
+            std::fs::write(path, text).unwrap();
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        };
+        write(&path, "# tenants\nacme tenant-token-0001\n\nglobex tenant-token-0002\n");
         let admin = dir.path().join("admin");
-        std::fs::write(&admin, "adm\n").unwrap();
-        std::fs::set_permissions(&admin, std::fs::Permissions::from_mode(0o600)).unwrap();
+        write(&admin, "admin-token-00001\n");
+        let admin = KeySource::File(admin);
         let tenants = KeySource::File(path.clone());
-        let p = AccessPolicy::load(Some(&KeySource::File(admin)), Some(&tenants)).unwrap();
-        assert_eq!(p.identify(Some("Bearer t2")), Ok(Caller::Tenant("globex".into())));
-        assert_eq!(p.identify(Some("Bearer adm")), Ok(Caller::Admin));
-        assert!(!format!("{p:?}").contains("t1"), "tokens never show in Debug output");
-        std::fs::write(&path, "acme\n").unwrap();
+        let p = AccessPolicy::load(Some(&admin), Some(&tenants)).unwrap();
+        assert_eq!(p.identify(Some("Bearer tenant-token-0002")), Ok(Caller::Tenant("globex".into())));
+        assert_eq!(p.identify(Some("Bearer admin-token-00001")), Ok(Caller::Admin));
+        assert!(!format!("{p:?}").contains("tenant-token-0001"), "tokens never show in Debug output");
+        write(&path, "acme\n");
         assert!(AccessPolicy::load(None, Some(&tenants)).is_err());
+
+        let refused = [
+            (
+                "acme tenant-token-0001\nglobex admin-token-00001\n",
+                "line 2: the token of tenant \"globex\" is the admin token",
+            ),
+            (
+                "acme tenant-token-0001\n\nglobex tenant-token-0001\n",
+                "line 3: the token of tenant \"globex\" is already on line 1",
+            ),
+            ("ac/me tenant-token-0001\n", "line 1: tenant \"ac/me\" can never match"),
+            ("acme short-token\n", "line 1: the token of tenant \"acme\" is shorter than 16"),
+        ];
+        for (text, want) in refused {
+            write(&path, text);
+            let message = AccessPolicy::load(Some(&admin), Some(&tenants)).unwrap_err().to_string();
+            assert!(message.contains(want) && message.contains(path.to_str().unwrap()), "{text}: {message}");
+            assert!(!message.contains("token-000"), "the token is never printed: {message}");
+        }
+        write(&dir.path().join("admin"), "admin-short\n");
+        assert!(AccessPolicy::load(Some(&admin), None).unwrap_err().to_string().contains("shorter than 16"));
     }
 }

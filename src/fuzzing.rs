@@ -138,7 +138,9 @@ pub fn anthropic_response(data: &[u8]) {
         if let Ok((custom_id, result)) = parsed {
             // find_job matches lines by the cheap read; it must agree with the full one.
             assert_eq!(cheap_id.as_deref(), Some(custom_id.as_str()));
-            if let LineResult::Answer { usage: Some(usage), .. } = &result {
+            if let LineResult::Answer { usage: Some(usage), .. } | LineResult::Unusable { usage: Some(usage), .. } =
+                &result
+            {
                 assert!(usage.input_tokens >= usage.cached_input_tokens, "cached tokens are part of the prompt");
                 assert!(usage.input_tokens >= usage.cache_write_tokens, "written tokens are part of the prompt");
             }

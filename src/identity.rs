@@ -121,12 +121,15 @@ impl FindingKey {
     }
 }
 
-/// The deterministic key of a provider batch: the same members at the same attempts give
-/// the same key, so a job created before a crash can be found again by it. A requeued
-/// member carries a higher attempt, so its next batch has a new key.
-pub fn batch_key(provider: &str, schema: &str, members: &[(ExtractionId, u32)]) -> String {
+/// The key of a provider batch, fixed when its intent is committed (and stored with it),
+/// so a job created before a crash can be found again by it. No two intents share one.
+pub fn batch_key(provider: &str, schema: &str, intent_seq: u64, members: &[(ExtractionId, u32)]) -> String {
     let mut hasher = CanonicalHasher::new(BATCH_CONTEXT);
-    hasher.field(provider.as_bytes()).field(schema.as_bytes()).field(&(members.len() as u64).to_le_bytes());
+    // The intent's sequence keeps keys apart when the same members go back as the same
+    // attempt (a batch the provider failed for want of room): a lookup of the new intent
+    // must never find the failed job.
+    hasher.field(provider.as_bytes()).field(schema.as_bytes()).field(&intent_seq.to_le_bytes());
+    hasher.field(&(members.len() as u64).to_le_bytes());
     for (id, attempt) in members {
         hasher.field(id.as_bytes()).field(&attempt.to_le_bytes());
     }

@@ -17,6 +17,7 @@ pub mod access;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod cursor;
 pub mod failpoint;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -11,7 +11,8 @@
 use serde::{Deserialize, Serialize};
 
 /// DESIGN §3 failure classes. Only `Validation` is produced by the external-worker path;
-/// the others are reserved for provider adapters and keep their encoding stable.
+/// the others are reserved for provider adapters. New classes are appended, so the
+/// encodings of the existing ones never move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FailureClass {
     RateLimited,
@@ -20,9 +21,29 @@ pub enum FailureClass {
     InvalidRequest,
     Validation,
     Gone,
+    /// The model's answer was cut off at its output budget (OpenAI `finish_reason:
+    /// "length"`, Anthropic `stop_reason: "max_tokens"`), even after a retry with a larger one.
+    Truncated,
+    /// The model declined to answer (OpenAI `message.refusal`, Anthropic `stop_reason:
+    /// "refusal"` or no forced tool call).
+    Refused,
+    /// The extraction used every provider attempt it is allowed across requeues.
+    AttemptsExhausted,
 }
 
 impl FailureClass {
+    pub const ALL: [FailureClass; 9] = [
+        Self::RateLimited,
+        Self::Transient,
+        Self::Auth,
+        Self::InvalidRequest,
+        Self::Validation,
+        Self::Gone,
+        Self::Truncated,
+        Self::Refused,
+        Self::AttemptsExhausted,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::RateLimited => "rate_limited",
@@ -31,6 +52,9 @@ impl FailureClass {
             Self::InvalidRequest => "invalid_request",
             Self::Validation => "validation",
             Self::Gone => "gone",
+            Self::Truncated => "truncated",
+            Self::Refused => "refused",
+            Self::AttemptsExhausted => "attempts_exhausted",
         }
     }
 }

@@ -67,6 +67,15 @@ fn describe() {
     describe_counter!("commitpoint_provider_malformed_lines_total", "Result lines that could not be parsed.");
     describe_counter!("commitpoint_provider_members_requeued_total", "Batch members requeued as a new attempt.");
     describe_counter!(
+        "commitpoint_provider_truncated_total",
+        "Answers cut off at their output budget (finish_reason length, stop_reason max_tokens)."
+    );
+    describe_counter!(
+        "commitpoint_provider_budget_retries_total",
+        "Truncated answers sent back once with a larger output budget."
+    );
+    describe_counter!("commitpoint_provider_model_refusals_total", "Answers the model declined (failed refused).");
+    describe_counter!(
         "commitpoint_provider_errors_total",
         "Failed provider calls, by provider and class (rate_limited, transient, auth, budget, ...)."
     );
@@ -89,6 +98,9 @@ fn describe() {
         counter!("commitpoint_intakes_total", "result" => result).absolute(0);
     }
     counter!("commitpoint_replays_total").absolute(0);
+    for class in crate::lifecycle::FailureClass::ALL {
+        counter!("commitpoint_failures_total", "class" => class.as_str()).absolute(0);
+    }
     counter!("commitpoint_retries_total").absolute(0);
     gauge!("commitpoint_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
 }
@@ -139,7 +151,11 @@ pub async fn render(service: &Service) -> Option<String> {
         counter!("commitpoint_provider_rate_limited_total", "provider" => name.clone()).absolute(p.rate_limited);
         counter!("commitpoint_provider_result_lines_total", "provider" => name.clone()).absolute(p.lines_ingested);
         counter!("commitpoint_provider_malformed_lines_total", "provider" => name.clone()).absolute(p.malformed_lines);
-        counter!("commitpoint_provider_members_requeued_total", "provider" => name).absolute(p.members_requeued);
+        counter!("commitpoint_provider_members_requeued_total", "provider" => name.clone())
+            .absolute(p.members_requeued);
+        counter!("commitpoint_provider_truncated_total", "provider" => name.clone()).absolute(p.truncated);
+        counter!("commitpoint_provider_budget_retries_total", "provider" => name.clone()).absolute(p.budget_retries);
+        counter!("commitpoint_provider_model_refusals_total", "provider" => name).absolute(p.model_refusals);
     }
     Some(handle.render())
 }

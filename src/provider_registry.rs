@@ -103,6 +103,8 @@ fn adapter(settings: &ProviderSettings, simulator_url: Option<String>) -> Result
                 api_key: key(),
                 model: o.model.clone(),
                 request_timeout: Duration::from_secs(120),
+                max_completion_tokens: o.budget.max_completion_tokens,
+                max_completion_tokens_cap: o.budget.max_completion_tokens_cap,
             })
             .map_err(provider_error)?,
         ),
@@ -113,6 +115,8 @@ fn adapter(settings: &ProviderSettings, simulator_url: Option<String>) -> Result
                 api_key: ApiKey::new("simulator-needs-no-key".to_string()),
                 model: s.model.clone(),
                 request_timeout: Duration::from_secs(30),
+                max_completion_tokens: s.budget.max_completion_tokens,
+                max_completion_tokens_cap: s.budget.max_completion_tokens_cap,
             })
             .map_err(provider_error)?,
         ),
@@ -121,9 +125,8 @@ fn adapter(settings: &ProviderSettings, simulator_url: Option<String>) -> Result
             if let Some(base) = &a.base_url {
                 config.base_url = base.clone();
             }
-            if let Some(max_tokens) = a.max_tokens {
-                config.max_tokens = max_tokens;
-            }
+            config.max_tokens = a.max_tokens;
+            config.max_tokens_cap = a.max_tokens_cap;
             let adapter = AnthropicBatches::new(config)
                 .map_err(|e| Error::Setup { name: name.clone(), reason: e.to_string() })?;
             Arc::new(adapter)
@@ -135,6 +138,7 @@ fn adapter(settings: &ProviderSettings, simulator_url: Option<String>) -> Result
                 config.capability = capability.clone();
             }
             config.max_tokens = g.max_tokens;
+            config.max_tokens_cap = g.max_tokens_cap;
             g.fields
                 .apply(&mut config.fields)
                 .map_err(|e| Error::Setup { name: name.clone(), reason: e.to_string() })?;
@@ -148,6 +152,7 @@ fn adapter(settings: &ProviderSettings, simulator_url: Option<String>) -> Result
                 config.concurrency = concurrency;
             }
             config.max_tokens = c.max_tokens;
+            config.max_tokens_cap = c.max_tokens_cap;
             Arc::new(ChatCompletions::new(config).map_err(provider_error)?)
         }
     };

@@ -328,12 +328,50 @@ fn load_dir(dir: &Path) -> Result<Vec<Schema>, Error> {
     paths.iter().map(|path| load_file(path)).collect()
 }
 
+/// A schema is a few KiB; anything near this is a mistake, not a schema.
+const MAX_SCHEMA_FILE_BYTES: u64 = 1024 * 1024;
+
 fn load_file(path: &Path) -> Result<Schema, Error> {
     let name = path.file_stem().and_then(|s| s.to_str()).ok_or_else(|| Error::BadName(path.display().to_string()))?;
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.to_path_buf(), source })?;
+    if name == BUILTIN_CODE_REVIEW {
+        return Err(Error::Invalid {
+            path: path.to_path_buf(),
+            reason: format!("would replace the built-in {BUILTIN_CODE_REVIEW}; give it another name or version"),
+        });
+    }
+    let text = read_bounded(path)?;
     let document: Value = serde_json::from_str(&text)
         .map_err(|e| Error::Invalid { path: path.to_path_buf(), reason: format!("not valid JSON: {e}") })?;
     Schema::compile(name, &document, path)
+}
+
+/// Reads a schema file only if it is a regular file of sane size. The type is checked
+/// before opening (following symlinks): opening a FIFO blocks until a writer appears,
+/// and a device such as `/dev/zero` never ends. The read is bounded too, in case the
+/// file grows or is swapped between the check and the read.
+fn read_bounded(path: &Path) -> Result<String, Error> {
+    use std::io::Read;
+    let read_err = |source| Error::Read { path: path.to_path_buf(), source };
+    let invalid = |reason: String| Error::Invalid { path: path.to_path_buf(), reason };
+    let meta = std::fs::metadata(path).map_err(read_err)?;
+    if !meta.is_file() {
+        return Err(invalid("not a regular file (a FIFO, device or directory?)".to_string()));
+    }
+    let too_big = || invalid(format!("larger than {MAX_SCHEMA_FILE_BYTES} bytes; is this really a schema?"));
+    if meta.len() > MAX_SCHEMA_FILE_BYTES {
+        return Err(too_big());
+    }
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    // The type is checked again on the open file: the path may have been swapped since.
+    if !file.metadata().map_err(read_err)?.is_file() {
+        return Err(invalid("not a regular file (a FIFO, device or directory?)".to_string()));
+    }
+    let mut text = String::new();
+    file.take(MAX_SCHEMA_FILE_BYTES + 1).read_to_string(&mut text).map_err(read_err)?;
+    if text.len() as u64 > MAX_SCHEMA_FILE_BYTES {
+        return Err(too_big());
+    }
+    Ok(text)
 }
 
 fn code_review_v1() -> Value {

@@ -120,7 +120,8 @@ impl Server {
             .with_backup_dir(options.data_dir.join("backups"))
             .with_router(Arc::clone(&router))
             .with_webhooks(webhooks)
-            .with_outbox_wake(Arc::clone(&outbox_wake));
+            .with_outbox_wake(Arc::clone(&outbox_wake))
+            .with_max_findings(options.max_findings);
         if let Err(e) = service.load_last_backup().await {
             tracing::warn!(error = %e, "cannot read the last backup time");
         }

@@ -11,6 +11,8 @@
 mod bad_input;
 #[path = "it/cli.rs"]
 mod cli;
+#[path = "it/config_mistakes.rs"]
+mod config_mistakes;
 #[path = "it/crash.rs"]
 mod crash;
 #[path = "it/delivery.rs"]
@@ -21,6 +23,8 @@ mod early_refusal;
 mod hostile_net;
 #[path = "it/intake.rs"]
 mod intake;
+#[path = "it/large_outputs.rs"]
+mod large_outputs;
 #[path = "it/leases.rs"]
 mod leases;
 #[path = "it/money.rs"]
@@ -29,6 +33,10 @@ mod money;
 mod ops;
 #[path = "it/provider.rs"]
 mod provider;
+#[path = "it/provider_answers.rs"]
+mod provider_answers;
+#[path = "it/provider_batchlevel.rs"]
+mod provider_batchlevel;
 #[path = "it/provider_check.rs"]
 mod provider_check;
 #[path = "it/provider_crash.rs"]
@@ -51,9 +59,13 @@ mod providers_e2e_pause;
 mod providers_named;
 #[path = "it/raw.rs"]
 mod raw;
+#[path = "it/redaction.rs"]
+mod redaction;
 #[path = "it/results.rs"]
 mod results;
 #[path = "it/schemas.rs"]
 mod schemas;
+#[path = "it/tenancy.rs"]
+mod tenancy;
 #[path = "it/util.rs"]
 mod util;

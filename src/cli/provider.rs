@@ -84,7 +84,7 @@ pub async fn run(command: Command) -> ExitCode {
                 Probe::Accepted => println!("{} / {name}: accepted (key, model and schema)", provider.name()),
                 Probe::Refused(e) => {
                     refused += 1;
-                    println!("{} / {name}: REFUSED: {}", provider.name(), e.message);
+                    println!("{} / {name}: REFUSED: {}", provider.name(), e.message());
                 }
                 Probe::Unsupported(why) => println!("{} / {name}: not checked: {why}", provider.name()),
             }

@@ -43,6 +43,16 @@ pub struct RawConfig {
     pub outbox: RawOutbox,
     #[serde(default)]
     pub webhooks: Vec<RawWebhook>,
+    #[serde(default)]
+    pub limits: RawLimits,
+}
+
+/// Bounds on what one request may make the server hold or write.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    /// Findings one output may hold; a larger output fails (class validation).
+    pub max_findings_per_output: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -94,6 +104,10 @@ pub struct RawProvider {
     pub api_key_file: Option<PathBuf>,
     /// A systemd credential (`LoadCredential=NAME:…`), read from `$CREDENTIALS_DIRECTORY/NAME`.
     pub api_key_credential: Option<String>,
+    /// Sent as each request's `max_completion_tokens` (default unset: the model's own limit).
+    pub max_completion_tokens: Option<u32>,
+    /// The most a truncated answer's one retry may ask for (default 16384).
+    pub max_completion_tokens_cap: Option<u32>,
 }
 
 /// The kinds the old `[provider]` table knew.
@@ -122,6 +136,10 @@ pub struct RawScheduler {
     pub batch_max_wait: Option<String>,
     pub poll_interval: Option<String>,
     pub max_submit_failures: Option<u32>,
+    pub job_gone_after: Option<String>,
+    pub delete_provider_files: Option<bool>,
+    /// Provider attempts per extraction across requeues (default 5).
+    pub max_attempts: Option<u32>,
 }
 
 /// Reads the file. A missing file is fine only when nobody asked for it explicitly.
@@ -148,6 +166,8 @@ impl RawProvider {
             && self.api_key_env.is_none()
             && self.api_key_file.is_none()
             && self.api_key_credential.is_none()
+            && self.max_completion_tokens.is_none()
+            && self.max_completion_tokens_cap.is_none()
     }
 
     pub fn key_source(&self) -> Result<Option<KeySource>, Error> {

@@ -8,6 +8,8 @@ use serde::Deserialize;
 
 use super::file::one_source;
 use super::{DEFAULT_MODEL, DEFAULT_OPENAI_BASE_URL, DEFAULT_OPENAI_KEY_ENV, Error, KeySource};
+use crate::providers::openai::DEFAULT_MAX_COMPLETION_TOKENS_CAP;
+use crate::providers::{anthropic, chat};
 
 /// The model name sent to the built-in simulator when none is configured for it.
 pub const SIMULATOR_MODEL: &str = "simulated-reviewer";
@@ -22,13 +24,20 @@ pub struct RawOpenAi {
     pub api_key_env: Option<String>,
     pub api_key_file: Option<PathBuf>,
     pub api_key_credential: Option<String>,
+    /// Sent as each request's `max_completion_tokens` (default unset: the model's own limit).
+    pub max_completion_tokens: Option<u32>,
+    /// The most a truncated answer's one retry may ask for (default 16384).
+    pub max_completion_tokens_cap: Option<u32>,
 }
 
-/// The built-in simulator on a loopback port: it takes no URL and no key.
+/// The built-in simulator on a loopback port: it takes no URL and no key. It speaks the
+/// OpenAI Batch API, so it takes that kind's output budgets.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawSimulator {
     pub model: Option<String>,
+    pub max_completion_tokens: Option<u32>,
+    pub max_completion_tokens_cap: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -36,7 +45,10 @@ pub struct RawSimulator {
 pub struct RawAnthropic {
     pub base_url: Option<String>,
     pub model: String,
+    /// `max_tokens` of every request (default 4096: the API requires one).
     pub max_tokens: Option<u32>,
+    /// The most a truncated answer's one retry may ask for (default 8192).
+    pub max_tokens_cap: Option<u32>,
     pub api_key_env: Option<String>,
     pub api_key_file: Option<PathBuf>,
     pub api_key_credential: Option<String>,
@@ -49,7 +61,10 @@ pub struct RawGeneric {
     pub base_url: String,
     pub model: String,
     pub capability: Option<String>,
+    /// Sent as each item's `max_tokens` when set.
     pub max_tokens: Option<u32>,
+    /// The most a truncated answer's one retry may ask for (default 8192).
+    pub max_tokens_cap: Option<u32>,
     pub api_key_env: Option<String>,
     pub api_key_file: Option<PathBuf>,
     pub api_key_credential: Option<String>,
@@ -66,7 +81,10 @@ pub struct RawChat {
     pub base_url: String,
     pub model: String,
     pub concurrency: Option<usize>,
+    /// Sent as each request's `max_tokens` when set.
     pub max_tokens: Option<u32>,
+    /// The most a truncated answer's one retry may ask for (default 8192).
+    pub max_tokens_cap: Option<u32>,
     /// Optional: local servers often take no key.
     pub api_key_env: Option<String>,
     pub api_key_file: Option<PathBuf>,
@@ -98,18 +116,47 @@ pub struct OpenAiOptions {
     pub base_url: String,
     pub model: String,
     pub key: KeySource,
+    pub budget: OpenAiBudget,
+}
+
+/// The output budgets of a provider speaking the OpenAI Batch API (OpenAI, simulator).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OpenAiBudget {
+    /// Sent as `max_completion_tokens` when set.
+    pub max_completion_tokens: Option<u32>,
+    /// The most a truncated answer's one retry may ask for.
+    pub max_completion_tokens_cap: u32,
+}
+
+impl Default for OpenAiBudget {
+    fn default() -> Self {
+        Self { max_completion_tokens: None, max_completion_tokens_cap: DEFAULT_MAX_COMPLETION_TOKENS_CAP }
+    }
+}
+
+impl OpenAiBudget {
+    /// Keys are relative to the provider's table (the caller names the table).
+    pub fn resolve(max_completion_tokens: Option<u32>, cap: Option<u32>) -> Result<Self, Error> {
+        Ok(Self {
+            max_completion_tokens: at_least_one("max_completion_tokens", max_completion_tokens)?,
+            max_completion_tokens_cap: at_least_one("max_completion_tokens_cap", cap)?
+                .unwrap_or(DEFAULT_MAX_COMPLETION_TOKENS_CAP),
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimulatorOptions {
     pub model: String,
+    pub budget: OpenAiBudget,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct AnthropicOptions {
     pub base_url: Option<String>,
     pub model: String,
-    pub max_tokens: Option<u32>,
+    pub max_tokens: u32,
+    pub max_tokens_cap: u32,
     pub key: KeySource,
 }
 
@@ -119,6 +166,7 @@ pub struct GenericOptions {
     pub model: String,
     pub capability: Option<String>,
     pub max_tokens: Option<u32>,
+    pub max_tokens_cap: u32,
     pub key: KeySource,
     pub fields: GenericFieldOverrides,
 }
@@ -129,6 +177,7 @@ pub struct ChatOptions {
     pub model: String,
     pub concurrency: Option<usize>,
     pub max_tokens: Option<u32>,
+    pub max_tokens_cap: u32,
     pub key: Option<KeySource>,
 }
 
@@ -180,6 +229,14 @@ fn required_key(raw: (&Option<String>, &Option<PathBuf>, &Option<String>)) -> Re
         .ok_or(Error::Invalid { key: API_KEY, reason: "a secret is required (_env, _file or _credential)".into() })
 }
 
+/// Token budgets of 0 are refused: no provider accepts one.
+pub(super) fn at_least_one(key: &'static str, value: Option<u32>) -> Result<Option<u32>, Error> {
+    match value {
+        Some(0) => Err(Error::Invalid { key, reason: "must be at least 1".into() }),
+        other => Ok(other),
+    }
+}
+
 impl RawOpenAi {
     pub fn resolve(self) -> Result<OpenAiOptions, Error> {
         let key = one_source(API_KEY, &self.api_key_env, &self.api_key_file, &self.api_key_credential)?;
@@ -187,13 +244,17 @@ impl RawOpenAi {
             base_url: self.base_url.unwrap_or_else(|| DEFAULT_OPENAI_BASE_URL.to_string()),
             model: self.model.unwrap_or_else(|| DEFAULT_MODEL.to_string()),
             key: key.unwrap_or_else(|| KeySource::Env(DEFAULT_OPENAI_KEY_ENV.to_string())),
+            budget: OpenAiBudget::resolve(self.max_completion_tokens, self.max_completion_tokens_cap)?,
         })
     }
 }
 
 impl RawSimulator {
-    pub fn resolve(self) -> SimulatorOptions {
-        SimulatorOptions { model: self.model.unwrap_or_else(|| SIMULATOR_MODEL.to_string()) }
+    pub fn resolve(self) -> Result<SimulatorOptions, Error> {
+        Ok(SimulatorOptions {
+            model: self.model.unwrap_or_else(|| SIMULATOR_MODEL.to_string()),
+            budget: OpenAiBudget::resolve(self.max_completion_tokens, self.max_completion_tokens_cap)?,
+        })
     }
 }
 
@@ -201,7 +262,14 @@ impl RawAnthropic {
     pub fn resolve(self) -> Result<AnthropicOptions, Error> {
         let key = one_source(API_KEY, &self.api_key_env, &self.api_key_file, &self.api_key_credential)?
             .unwrap_or_else(|| KeySource::Env(DEFAULT_ANTHROPIC_KEY_ENV.to_string()));
-        Ok(AnthropicOptions { base_url: self.base_url, model: self.model, max_tokens: self.max_tokens, key })
+        Ok(AnthropicOptions {
+            base_url: self.base_url,
+            model: self.model,
+            max_tokens: at_least_one("max_tokens", self.max_tokens)?.unwrap_or(anthropic::DEFAULT_MAX_TOKENS),
+            max_tokens_cap: at_least_one("max_tokens_cap", self.max_tokens_cap)?
+                .unwrap_or(anthropic::DEFAULT_MAX_TOKENS_CAP),
+            key,
+        })
     }
 }
 
@@ -214,7 +282,9 @@ impl RawGeneric {
             base_url: self.base_url,
             model: self.model,
             capability: self.capability,
-            max_tokens: self.max_tokens,
+            max_tokens: at_least_one("max_tokens", self.max_tokens)?,
+            max_tokens_cap: at_least_one("max_tokens_cap", self.max_tokens_cap)?
+                .unwrap_or(chat::DEFAULT_MAX_TOKENS_CAP),
             key,
             fields: self.fields,
         })
@@ -231,7 +301,9 @@ impl RawChat {
             base_url: self.base_url,
             model: self.model,
             concurrency: self.concurrency,
-            max_tokens: self.max_tokens,
+            max_tokens: at_least_one("max_tokens", self.max_tokens)?,
+            max_tokens_cap: at_least_one("max_tokens_cap", self.max_tokens_cap)?
+                .unwrap_or(chat::DEFAULT_MAX_TOKENS_CAP),
             key,
         })
     }

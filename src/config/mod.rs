@@ -15,7 +15,7 @@ use std::time::Duration;
 pub use extras::{Field, SinkOptions, WebhookOptions};
 pub use file::{DEFAULT_CONFIG_PATH, RawConfig};
 pub use kinds::{
-    AnthropicOptions, ChatOptions, GenericFieldOverrides, GenericOptions, OpenAiOptions, SIMULATOR_MODEL,
+    AnthropicOptions, ChatOptions, GenericFieldOverrides, GenericOptions, OpenAiBudget, OpenAiOptions, SIMULATOR_MODEL,
     SimulatorOptions,
 };
 pub use limits::{HEALTH_RESERVE, ServerLimits};
@@ -32,6 +32,8 @@ pub const DEFAULT_CACHE_BYTES: usize = 16 * 1024 * 1024;
 pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 pub const DEFAULT_OPENAI_KEY_ENV: &str = "OPENAI_API_KEY";
 pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
+/// Past this, one commit would hold the writer (and so every intake) for seconds.
+pub const MAX_FINDINGS_LIMIT: usize = 100_000;
 
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -57,6 +59,8 @@ pub struct ServeOptions {
     /// One line per old configuration form in use, pointing to its new form; `serve` logs
     /// them and `config check` prints them.
     pub notes: Vec<String>,
+    /// `[limits] max_findings_per_output`.
+    pub max_findings: usize,
 }
 
 /// Where the API tokens come from. None configured: the API is open, loopback only.
@@ -226,6 +230,18 @@ impl ServeOptions {
         if let Some(n) = raw.scheduler.max_submit_failures {
             scheduler.max_submit_failures = n.max(1);
         }
+        if let Some(text) = &raw.scheduler.job_gone_after {
+            scheduler.job_gone_after = file::parse_duration("scheduler.job_gone_after", text)?;
+        }
+        if let Some(delete) = raw.scheduler.delete_provider_files {
+            scheduler.delete_provider_files = delete;
+        }
+        if let Some(n) = raw.scheduler.max_attempts {
+            if n == 0 {
+                return Err(Error::Invalid { key: "scheduler.max_attempts", reason: "must be at least 1".into() });
+            }
+            scheduler.max_attempts = n;
+        }
         let resolved = providers::resolve(&raw.provider, &o, raw.providers)?;
         let access = AccessOptions {
             admin_token: raw.access.admin_source()?,
@@ -251,6 +267,16 @@ impl ServeOptions {
             budgets: raw.budgets.resolve()?,
             sinks: extras::resolve_sinks(raw.outbox)?,
             webhooks: extras::resolve_webhooks(raw.webhooks)?,
+            max_findings: match raw.limits.max_findings_per_output {
+                None => crate::service::DEFAULT_MAX_FINDINGS,
+                Some(n) if (1..=MAX_FINDINGS_LIMIT).contains(&n) => n,
+                Some(_) => {
+                    return Err(Error::Invalid {
+                        key: "limits.max_findings_per_output",
+                        reason: format!("must be 1..={MAX_FINDINGS_LIMIT}"),
+                    });
+                }
+            },
             access,
             data_dir: o.data_dir.or(raw.server.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
             listen,
@@ -292,6 +318,7 @@ impl ServeOptions {
             names(self.sinks.iter().map(|s| s.name.as_str()).collect()),
             names(self.webhooks.iter().map(|w| w.name.as_str()).collect())
         ));
+        extra.push(format!("[limits]\nmax_findings_per_output = {}", self.max_findings));
         text.push('\n');
         text.push_str(&extra.join("\n\n"));
         text.push('\n');
@@ -302,7 +329,8 @@ impl ServeOptions {
         let s = &self.scheduler;
         format!(
             "[server]\nlisten = \"{}\"\ndata_dir = \"{}\"\n{}\nmax_body_bytes = {}\ncache_bytes = {}\n{}\n\n\
-             [scheduler]\nbatch_max_size = {}\nbatch_max_wait = \"{}\"\npoll_interval = \"{}\"\nmax_submit_failures = {}\n\n\
+             [scheduler]\nbatch_max_size = {}\nbatch_max_wait = \"{}\"\npoll_interval = \"{}\"\nmax_submit_failures = {}\n\
+             job_gone_after = \"{}\"\ndelete_provider_files = {}\nmax_attempts = {}\n\n\
              [access]\n# admin token: {}\n# tenant tokens: {}\n",
             self.listen,
             self.data_dir.display(),
@@ -317,6 +345,9 @@ impl ServeOptions {
             humantime::format_duration(s.batch_max_wait),
             humantime::format_duration(s.poll_interval),
             s.max_submit_failures,
+            humantime::format_duration(s.job_gone_after),
+            s.delete_provider_files,
+            s.max_attempts,
             self.access
                 .admin_token
                 .as_ref()
@@ -360,7 +391,8 @@ mod tests {
     #[test]
     fn flags_override_the_file_which_overrides_defaults() {
         let raw: RawConfig = toml::from_str(
-            "[server]\nlisten = \"127.0.0.1:9000\"\ndata_dir = \"/srv/a\"\n[scheduler]\npoll_interval = \"7s\"",
+            "[server]\nlisten = \"127.0.0.1:9000\"\ndata_dir = \"/srv/a\"\n[scheduler]\npoll_interval = \"7s\"\n\
+             job_gone_after = \"3m\"\ndelete_provider_files = false",
         )
         .unwrap();
         let overrides = Overrides { data_dir: Some("/srv/b".into()), ..Overrides::default() };
@@ -372,8 +404,47 @@ mod tests {
         let described = options.describe();
         assert!(described.contains("poll_interval = \"7s\""), "{described}");
         assert!(described.contains("# providers: none"), "{described}");
+        assert_eq!(options.scheduler.job_gone_after, Duration::from_secs(180));
+        assert!(!options.scheduler.delete_provider_files);
+        assert!(described.contains("job_gone_after = \"3m\"\ndelete_provider_files = false"), "{described}");
         let reparsed: RawConfig = toml::from_str(&described).unwrap();
         assert_eq!(reparsed.server.data_dir, Some(PathBuf::from("/srv/b")), "check output is a valid config");
+    }
+
+    #[test]
+    fn the_attempt_cap_and_output_budgets_have_defaults_and_refuse_zero() {
+        let resolve = |text: &str| ServeOptions::resolve(toml::from_str(text).unwrap(), Overrides::default());
+        let defaults = resolve("[provider]\nkind = \"openai\"").unwrap();
+        assert_eq!(defaults.scheduler.max_attempts, 5);
+        let ProviderSpec::Openai(openai) = &defaults.providers[0].spec else { panic!("{defaults:?}") };
+        assert_eq!(openai.budget.max_completion_tokens, None);
+        assert_eq!(openai.budget.max_completion_tokens_cap, 16_384);
+        let set = resolve(
+            "[scheduler]\nmax_attempts = 3\n[provider]\nkind = \"openai\"\nmax_completion_tokens = 1000\n\
+             max_completion_tokens_cap = 4000\n\
+             [providers.chat]\nbase_url = \"http://127.0.0.1:1/v1\"\nmodel = \"m\"\nmax_tokens_cap = 2048\n",
+        )
+        .unwrap();
+        assert_eq!(set.scheduler.max_attempts, 3);
+        let ProviderSpec::Openai(openai) = &set.providers[0].spec else { panic!("{set:?}") };
+        assert_eq!((openai.budget.max_completion_tokens, openai.budget.max_completion_tokens_cap), (Some(1000), 4000));
+        let ProviderSpec::Chat(chat) = &set.providers[1].spec else { panic!("{set:?}") };
+        assert_eq!((chat.max_tokens, chat.max_tokens_cap), (None, 2048));
+        let described = set.describe();
+        assert!(described.contains("max_attempts = 3") && described.contains("max_completion_tokens = 1000"));
+        let reparsed: RawConfig = toml::from_str(&described).unwrap();
+        assert_eq!(reparsed.scheduler.max_attempts, Some(3));
+        for (text, key) in [
+            ("[scheduler]\nmax_attempts = 0", "scheduler.max_attempts"),
+            ("[provider]\nmax_completion_tokens_cap = 0", "provider.max_completion_tokens_cap"),
+            (
+                "[providers.anthropic]\nmodel = \"m\"\napi_key_env = \"X\"\nmax_tokens_cap = 0",
+                "providers.anthropic: max_tokens_cap",
+            ),
+        ] {
+            let err = resolve(text).unwrap_err();
+            assert!(err.to_string().starts_with(key), "{err}");
+        }
     }
 
     #[test]

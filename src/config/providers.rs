@@ -13,8 +13,8 @@ use super::ProviderChoice;
 use super::extras::name_ok;
 use super::file::RawProvider;
 use super::kinds::{
-    AnthropicOptions, ChatOptions, GenericOptions, OpenAiOptions, RawAnthropic, RawChat, RawGeneric, RawOpenAi,
-    RawSimulator, SIMULATOR_MODEL, SimulatorOptions,
+    AnthropicOptions, ChatOptions, GenericOptions, OpenAiBudget, OpenAiOptions, RawAnthropic, RawChat, RawGeneric,
+    RawOpenAi, RawSimulator, SIMULATOR_MODEL, SimulatorOptions, at_least_one,
 };
 use super::{DEFAULT_MODEL, DEFAULT_OPENAI_BASE_URL, DEFAULT_OPENAI_KEY_ENV, Error, KeySource, Overrides};
 use crate::schema::Dialect;
@@ -121,26 +121,42 @@ impl ProviderSettings {
     /// The provider as a `[providers.<name>]` table; the key only says where it comes from.
     pub fn describe(&self) -> String {
         let mut lines = vec![format!("[providers.{}]", self.name), format!("kind = \"{}\"", self.kind().as_str())];
-        let mut line = |key: &str, value: &str| lines.push(format!("{key} = {value:?}"));
+        let line = |lines: &mut Vec<String>, key: &str, value: &str| lines.push(format!("{key} = {value:?}"));
+        // Unset budgets are comments, so the output stays a config that reads back the same.
+        let budget = |lines: &mut Vec<String>, key: &str, value: Option<u32>, unset: &str| {
+            lines.push(value.map_or_else(|| format!("# {key}: unset, {unset}"), |n| format!("{key} = {n}")));
+        };
         match &self.spec {
-            ProviderSpec::Openai(o) => {
-                line("base_url", &o.base_url);
-                line("model", &o.model);
+            ProviderSpec::Openai(OpenAiOptions { base_url, model, budget: b, .. }) => {
+                line(&mut lines, "base_url", base_url);
+                line(&mut lines, "model", model);
+                budget(&mut lines, "max_completion_tokens", b.max_completion_tokens, "the model's own limit");
+                budget(&mut lines, "max_completion_tokens_cap", Some(b.max_completion_tokens_cap), "");
             }
-            ProviderSpec::Simulator(s) => line("model", &s.model),
+            ProviderSpec::Simulator(SimulatorOptions { model, budget: b }) => {
+                line(&mut lines, "model", model);
+                budget(&mut lines, "max_completion_tokens", b.max_completion_tokens, "the model's own limit");
+                budget(&mut lines, "max_completion_tokens_cap", Some(b.max_completion_tokens_cap), "");
+            }
             ProviderSpec::Anthropic(a) => {
                 if let Some(base) = &a.base_url {
-                    line("base_url", base);
+                    line(&mut lines, "base_url", base);
                 }
-                line("model", &a.model);
+                line(&mut lines, "model", &a.model);
+                budget(&mut lines, "max_tokens", Some(a.max_tokens), "");
+                budget(&mut lines, "max_tokens_cap", Some(a.max_tokens_cap), "");
             }
             ProviderSpec::Generic(g) => {
-                line("base_url", &g.base_url);
-                line("model", &g.model);
+                line(&mut lines, "base_url", &g.base_url);
+                line(&mut lines, "model", &g.model);
+                budget(&mut lines, "max_tokens", g.max_tokens, "the model's own limit");
+                budget(&mut lines, "max_tokens_cap", Some(g.max_tokens_cap), "");
             }
             ProviderSpec::Chat(c) => {
-                line("base_url", &c.base_url);
-                line("model", &c.model);
+                line(&mut lines, "base_url", &c.base_url);
+                line(&mut lines, "model", &c.model);
+                budget(&mut lines, "max_tokens", c.max_tokens, "the server's own limit");
+                budget(&mut lines, "max_tokens_cap", Some(c.max_tokens_cap), "");
             }
         }
         match self.key_source() {
@@ -237,6 +253,12 @@ fn resolve_primary(
         ));
     }
     let model = o.model.clone().or_else(|| raw.model.clone()).unwrap_or_else(|| DEFAULT_MODEL.to_string());
+    // Checked even when no provider is chosen, as before tables were named.
+    let budget = OpenAiBudget {
+        max_completion_tokens: at_least_one("provider.max_completion_tokens", raw.max_completion_tokens)?,
+        max_completion_tokens_cap: at_least_one("provider.max_completion_tokens_cap", raw.max_completion_tokens_cap)?
+            .unwrap_or(OpenAiBudget::default().max_completion_tokens_cap),
+    };
     let spec = match choice {
         ProviderChoice::None => return Ok(None),
         ProviderChoice::Openai => ProviderSpec::Openai(OpenAiOptions {
@@ -247,10 +269,12 @@ fn resolve_primary(
                 .unwrap_or_else(|| DEFAULT_OPENAI_BASE_URL.to_string()),
             model,
             key: o.key.clone().or(file_key).unwrap_or_else(|| KeySource::Env(DEFAULT_OPENAI_KEY_ENV.to_string())),
+            budget,
         }),
         // The OpenAI default model means nothing to the simulator: it gets its own.
         ProviderChoice::Simulator => ProviderSpec::Simulator(SimulatorOptions {
             model: if model == DEFAULT_MODEL { SIMULATOR_MODEL.to_string() } else { model },
+            budget,
         }),
     };
     Ok(Some(ProviderSettings { name: choice_name(choice).to_string(), spec }))
@@ -291,7 +315,7 @@ fn resolve_table(name: String, mut table: toml::Table) -> Result<(ProviderSettin
             ProviderSpec::Openai(value.try_into::<RawOpenAi>().map_err(parse_error)?.resolve().map_err(in_table)?)
         }
         ProviderKind::Simulator => {
-            ProviderSpec::Simulator(value.try_into::<RawSimulator>().map_err(parse_error)?.resolve())
+            ProviderSpec::Simulator(value.try_into::<RawSimulator>().map_err(parse_error)?.resolve().map_err(in_table)?)
         }
         ProviderKind::Anthropic => {
             ProviderSpec::Anthropic(value.try_into::<RawAnthropic>().map_err(parse_error)?.resolve().map_err(in_table)?)

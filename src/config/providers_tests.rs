@@ -84,7 +84,10 @@ fn each_kind_has_its_dialect_and_the_targets_use_table_names() {
     );
     assert_eq!(o.providers[0].key_source(), Some(&KeySource::Env("ANTHROPIC_API_KEY".into())));
     assert_eq!(o.providers[1].key_source(), None, "a chat server may take no key");
-    assert_eq!(o.providers[2].spec, ProviderSpec::Simulator(SimulatorOptions { model: SIMULATOR_MODEL.into() }));
+    assert_eq!(
+        o.providers[2].spec,
+        ProviderSpec::Simulator(SimulatorOptions { model: SIMULATOR_MODEL.into(), budget: OpenAiBudget::default() })
+    );
 }
 
 #[test]
@@ -166,7 +169,92 @@ fn old_forms_keep_their_names_and_order_and_say_so() {
     };
     let o = options_with("", flags).unwrap();
     assert_eq!(o.providers[0].name, "simulator");
-    assert_eq!(o.providers[0].spec, ProviderSpec::Simulator(SimulatorOptions { model: SIMULATOR_MODEL.into() }));
+    assert_eq!(
+        o.providers[0].spec,
+        ProviderSpec::Simulator(SimulatorOptions { model: SIMULATOR_MODEL.into(), budget: OpenAiBudget::default() })
+    );
     assert!(o.notes.iter().any(|n| n.contains("--provider")), "{:?}", o.notes);
     assert!(options("").unwrap().notes.is_empty(), "no provider, no note");
+}
+
+/// Every kind's output budgets (issue 11) are table keys, with the adapters' defaults, and
+/// the old forms set them too; `describe` shows them so the check output reads back.
+#[test]
+fn output_budgets_are_per_table_with_defaults_and_survive_the_old_forms() {
+    let o = options(
+        r#"
+        [providers.acct]
+        kind = "openai"
+        max_completion_tokens = 1000
+        max_completion_tokens_cap = 4000
+        [providers.sim]
+        kind = "simulator"
+        max_completion_tokens_cap = 2000
+        [providers.claude]
+        kind = "anthropic"
+        model = "c"
+        max_tokens_cap = 9000
+        [providers.batchco]
+        kind = "generic"
+        base_url = "https://b"
+        model = "m"
+        api_key_env = "K"
+        max_tokens = 512
+        [providers.local]
+        kind = "chat"
+        base_url = "http://127.0.0.1:1/v1"
+        model = "m"
+        max_tokens_cap = 2048
+        [routing]
+        default = "acct"
+        "#,
+    )
+    .unwrap();
+    let spec = |name: &str| &o.providers.iter().find(|p| p.name == name).unwrap().spec;
+    let ProviderSpec::Openai(acct) = spec("acct") else { panic!() };
+    assert_eq!(acct.budget, OpenAiBudget { max_completion_tokens: Some(1000), max_completion_tokens_cap: 4000 });
+    let ProviderSpec::Simulator(sim) = spec("sim") else { panic!() };
+    assert_eq!(sim.budget, OpenAiBudget { max_completion_tokens: None, max_completion_tokens_cap: 2000 });
+    let ProviderSpec::Anthropic(claude) = spec("claude") else { panic!() };
+    assert_eq!((claude.max_tokens, claude.max_tokens_cap), (4096, 9000));
+    let ProviderSpec::Generic(batchco) = spec("batchco") else { panic!() };
+    assert_eq!((batchco.max_tokens, batchco.max_tokens_cap), (Some(512), 8192));
+    let ProviderSpec::Chat(local) = spec("local") else { panic!() };
+    assert_eq!((local.max_tokens, local.max_tokens_cap), (None, 2048));
+    let described = o.describe();
+    for line in ["max_completion_tokens = 1000", "max_completion_tokens_cap = 2000", "max_tokens_cap = 9000"] {
+        assert!(described.contains(line), "{line}: {described}");
+    }
+    // The check output reads back to the same providers; the generic table is left out
+    // because its required key is only a comment there.
+    let described = described.replace("[providers.batchco]", "[providers.batchco_off]");
+    let described: String =
+        described.split("\n\n").filter(|t| !t.starts_with("[providers.batchco_off]")).collect::<Vec<_>>().join("\n\n");
+    let again = options(&described).unwrap_or_else(|e| panic!("{e}\n{described}"));
+    let without_generic: Vec<&ProviderSettings> = o.providers.iter().filter(|p| p.name != "batchco").collect();
+    assert_eq!(again.providers.iter().collect::<Vec<_>>(), without_generic, "{described}");
+
+    let old = options(
+        "[provider]\nkind = \"simulator\"\nmax_completion_tokens = 300\n\
+         [providers.anthropic]\nmodel = \"m\"\nmax_tokens = 100\n",
+    )
+    .unwrap();
+    let ProviderSpec::Simulator(sim) = &old.providers[0].spec else { panic!("{:?}", old.providers) };
+    assert_eq!(sim.budget, OpenAiBudget { max_completion_tokens: Some(300), max_completion_tokens_cap: 16_384 });
+    let ProviderSpec::Anthropic(a) = &old.providers[1].spec else { panic!("{:?}", old.providers) };
+    assert_eq!((a.max_tokens, a.max_tokens_cap), (100, 8192));
+    assert!(!old.notes.is_empty());
+    let only_budget = options("[provider]\nmax_completion_tokens_cap = 100\n").unwrap();
+    assert!(only_budget.providers.is_empty() && !only_budget.notes.is_empty(), "an old table with a key is noted");
+
+    for (text, needle) in [
+        ("[providers.a]\nkind = \"openai\"\nmax_completion_tokens = 0\n", "max_completion_tokens: must be at least 1"),
+        ("[providers.a]\nkind = \"simulator\"\nmax_completion_tokens_cap = 0\n", "max_completion_tokens_cap"),
+        ("[providers.a]\nkind = \"chat\"\nbase_url = \"b\"\nmodel = \"m\"\nmax_tokens = 0\n", "max_tokens"),
+        ("[providers.a]\nkind = \"openai\"\nmax_tokens = 10\n", "max_tokens"),
+        ("[providers.a]\nkind = \"anthropic\"\nmodel = \"m\"\nmax_completion_tokens = 10\n", "max_completion_tokens"),
+    ] {
+        let err = refusal(text);
+        assert!(err.starts_with("providers.a") && err.contains(needle), "{text:?} → {err}");
+    }
 }

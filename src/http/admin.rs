@@ -119,6 +119,23 @@ pub struct ProviderStatus {
     lines_ingested: u64,
     malformed_lines: u64,
     members_requeued: u64,
+    /// Unix ms until which new submissions wait for room at the provider.
+    held_until_ms: Option<u64>,
+    hold_reason: Option<String>,
+    /// Failed batches whose members went back to the queue as the same attempt.
+    batches_returned: u64,
+    /// 404s on polls of live jobs, tolerated until the job is declared gone.
+    polls_not_found: u64,
+    /// Files deleted at the provider after ingestion.
+    files_deleted: u64,
+    /// Answers cut off at their output budget (finish_reason `length`, stop_reason `max_tokens`).
+    truncated: u64,
+    /// Truncated answers sent back once with a larger output budget.
+    budget_retries: u64,
+    /// Answers the model declined (failed `refused`).
+    model_refusals: u64,
+    /// Extractions failed `attempts_exhausted` instead of another requeue.
+    attempts_exhausted: u64,
 }
 
 impl From<&ProviderHealth> for ProviderStatus {
@@ -139,6 +156,15 @@ impl From<&ProviderHealth> for ProviderStatus {
             lines_ingested,
             malformed_lines,
             members_requeued,
+            held_until_ms,
+            hold_reason,
+            batches_returned,
+            polls_not_found,
+            files_deleted,
+            truncated,
+            budget_retries,
+            model_refusals,
+            attempts_exhausted,
         } = h.clone();
         Self {
             name,
@@ -155,6 +181,15 @@ impl From<&ProviderHealth> for ProviderStatus {
             lines_ingested,
             malformed_lines,
             members_requeued,
+            held_until_ms,
+            hold_reason,
+            batches_returned,
+            polls_not_found,
+            files_deleted,
+            truncated,
+            budget_retries,
+            model_refusals,
+            attempts_exhausted,
         }
     }
 }

@@ -117,6 +117,11 @@ impl From<service::Error> for ApiError {
             }
             E::Schema(_) => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "schema_unavailable", message),
             E::NotFound(_) => Self::new(StatusCode::NOT_FOUND, "not_found", message),
+            E::InvalidCursor => Self::new(StatusCode::BAD_REQUEST, "invalid_cursor", message),
+            E::TooManyFindings { count, max } => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "too_many_findings", message)
+                    .with_details(json!({ "count": count, "max": max }))
+            }
             E::UnknownProvider(_) => Self::new(StatusCode::NOT_FOUND, "unknown_provider", message),
             E::UnknownWebhook(_) => Self::new(StatusCode::NOT_FOUND, "unknown_webhook", message),
             E::UnknownEvent(_) => Self::new(StatusCode::NOT_FOUND, "unknown_event", message),

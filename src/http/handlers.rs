@@ -19,9 +19,10 @@ use super::openapi::{
     UnsupportedEncoding,
 };
 use super::views::{self, Extraction, Finding, StateView};
+use crate::access::Caller;
+use crate::identity::ExtractionId;
 use crate::lifecycle::StateName;
 use crate::service::{IntakeRequest, Service};
-use crate::store::ListFilter;
 
 pub type Reply<T> = Result<(StatusCode, Json<T>), ApiError>;
 
@@ -118,8 +119,7 @@ pub async fn intake(
         (status = 200, description = "The record", body = Extraction),
         (status = 400, response = BadRequest),
         (status = 401, response = Unauthenticated),
-        (status = 403, response = Forbidden),
-        (status = 404, description = "`not_found`: no extraction with that id", body = ErrorBody),
+        (status = 404, description = "`not_found`: no extraction with that id (or another tenant's)", body = ErrorBody),
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
@@ -129,8 +129,17 @@ pub async fn get(
     IdPath(id): IdPath,
 ) -> Reply<Extraction> {
     let record = service.get(id).await?;
-    caller.may_reach(&record.tenant)?;
+    visible(&caller, &record.tenant, id)?;
     ok(views::extraction(&record))
+}
+
+/// Another tenant's extraction answers exactly as a missing one does, so a tenant token
+/// cannot learn which ids exist.
+pub(super) fn visible(caller: &Caller, tenant: &str, id: ExtractionId) -> Result<(), ApiError> {
+    match caller.may_reach(tenant) {
+        Ok(()) => Ok(()),
+        Err(_) => Err(crate::service::Error::NotFound(id).into()),
+    }
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -145,15 +154,16 @@ pub struct ListQuery {
     /// Page size, 1–1000 (default 100).
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
-    /// The `next` cursor of the previous page.
-    #[param(pattern = "^[0-9]{0,20}$")]
+    /// The `next` of the previous page of this same listing (an opaque string).
+    #[param(pattern = "^[0-9a-f]*$", max_length = 160)]
     after: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ExtractionPage {
     extractions: Vec<Extraction>,
-    /// Pass as `after` for the following page; null on the last page.
+    /// Pass as `after` for the following page; null on the last page. Opaque: it is valid
+    /// only for the listing (filters, caller's tenant) that returned it.
     next: Option<String>,
 }
 
@@ -162,7 +172,7 @@ pub struct ExtractionPage {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "A page of records", body = ExtractionPage),
-        (status = 400, response = BadRequest),
+        (status = 400, description = "`invalid_query`, or `invalid_cursor`: `after` is not a `next` of this listing", body = ErrorBody),
         (status = 401, response = Unauthenticated),
         (status = 403, response = Forbidden),
         (status = 422, response = InvalidInput),
@@ -189,40 +199,41 @@ pub async fn list(
             )
         })?),
     };
-    let after = parse_cursor(q.after.as_deref())?;
-    let filter = ListFilter { tenant: q.tenant, state, limit: q.limit.unwrap_or(100), after };
-    let page = service.list(filter).await?;
-    let extractions = page.records.iter().map(views::extraction).collect();
-    ok(ExtractionPage { extractions, next: page.next.map(|n| n.to_string()) })
+    let limit = q.limit.unwrap_or(100);
+    let (records, next) = service.list_page(q.tenant, state, limit, q.after.as_deref()).await?;
+    ok(ExtractionPage { extractions: records.iter().map(views::extraction).collect(), next })
 }
 
-/// A cursor is the decimal sequence number of the last record seen; one past every
-/// possible number simply ends the listing.
-fn parse_cursor(cursor: Option<&str>) -> Result<u64, ApiError> {
-    match cursor {
-        None | Some("") => Ok(0),
-        Some(c) if c.len() <= 20 && c.bytes().all(|b| b.is_ascii_digit()) => Ok(c.parse().unwrap_or(u64::MAX)),
-        Some(c) => {
-            Err(ApiError::bad_request("invalid_query", format!("after {c:?} is not a cursor returned as `next`")))
-        }
-    }
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct FindingsQuery {
+    /// Page size, 1–1000 (default 1000).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<usize>,
+    /// The `next` of the previous page of this extraction's findings (an opaque string).
+    #[param(pattern = "^[0-9a-f]*$", max_length = 160)]
+    after: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct FindingsPage {
     findings: Vec<Finding>,
+    /// Pass as `after` for the following page; null on the last page.
+    next: Option<String>,
 }
 
-/// The committed findings of one extraction (empty until it commits).
+/// The committed findings of one extraction (empty until it commits), in key order, a
+/// page at a time.
 #[utoipa::path(get, path = "/v1/extractions/{id}/findings", tag = "extractions",
-    params(("id" = String, Path, pattern = "^[0-9a-f]{64}$", description = "The extraction id")),
+    params(("id" = String, Path, pattern = "^[0-9a-f]{64}$", description = "The extraction id"), FindingsQuery),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Each finding with its key", body = FindingsPage),
-        (status = 400, response = BadRequest),
+        (status = 400, description = "`invalid_id`, `invalid_query`, or `invalid_cursor`: `after` is not a `next` of this extraction's findings", body = ErrorBody),
         (status = 401, response = Unauthenticated),
-        (status = 403, response = Forbidden),
-        (status = 404, description = "`not_found`: no extraction with that id", body = ErrorBody),
+        (status = 404, description = "`not_found`: no extraction with that id (or another tenant's)", body = ErrorBody),
+        (status = 422, response = InvalidInput),
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
@@ -230,10 +241,12 @@ pub async fn findings(
     State(service): State<Service>,
     Extension(caller): CallerExt,
     IdPath(id): IdPath,
+    QueryParams(q): QueryParams<FindingsQuery>,
 ) -> Reply<FindingsPage> {
-    caller.may_reach(&service.get(id).await?.tenant)?;
-    let findings = service.findings(id).await?;
-    ok(FindingsPage { findings: findings.iter().map(views::finding).collect() })
+    visible(&caller, &service.get(id).await?.tenant, id)?;
+    let limit = q.limit.unwrap_or(crate::service::MAX_FINDINGS_PAGE);
+    let (findings, next) = service.findings_page(id, limit, q.after.as_deref()).await?;
+    ok(FindingsPage { findings: findings.iter().map(views::finding).collect(), next })
 }
 
 /// Moves a failed extraction back to pending (`attempts` + 1).
@@ -352,18 +365,25 @@ pub enum HealthStatus {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
     status: HealthStatus,
-    /// The registered schema names.
-    schemas: Vec<String>,
-    providers: Vec<ProviderStatus>,
+    /// The registered schema names (admin token, or a server without tokens).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    schemas: Option<Vec<String>>,
+    /// The providers' health (admin token, or a server without tokens).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    providers: Option<Vec<ProviderStatus>>,
 }
 
-/// Liveness, the registered schemas and the providers' health (no token needed).
+/// Liveness for anyone; the registered schemas and the providers' health (whose errors
+/// come from outside) only for the admin token, or on a server without tokens.
 #[utoipa::path(get, path = "/healthz", tag = "operations",
     responses((status = 200, description = "The server is up", body = Health)))]
-pub async fn healthz(State(service): State<Service>) -> Reply<Health> {
+pub async fn healthz(State(service): State<Service>, caller: Option<CallerExt>) -> Reply<Health> {
+    let details = caller.is_some_and(|Extension(c)| c.require_admin().is_ok());
     ok(Health {
         status: HealthStatus::Ok,
-        schemas: service.registry().names().map(str::to_string).collect(),
-        providers: service.provider_health().iter().map(ProviderStatus::from).collect(),
+        schemas: details.then(|| service.registry().names().map(str::to_string).collect()),
+        providers: details.then(|| service.provider_health().iter().map(ProviderStatus::from).collect()),
     })
 }

@@ -15,7 +15,7 @@ use super::extract::{IdPath, NamePath, QueryParams};
 use super::handlers::{Reply, ok};
 use super::openapi::{BadRequest, Forbidden, ServerError, StoreUnavailable, Unauthenticated};
 use super::time::parse_time;
-use crate::ledger::{Bucket, CostQuery, CostReport, GroupBy};
+use crate::ledger::{Bucket, CostQuery, CostReport, GroupBy, Split};
 use crate::service::Service;
 use crate::store::{ChargeKind, CostSource, LedgerRecord};
 
@@ -76,17 +76,24 @@ impl From<&Bucket> for CostBucket {
     }
 }
 
-/// Fresh work, replays (cost 0) and validation failures.
+/// Fresh work, replays (cost 0), validation failures and unusable answers.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct CostSplit {
     fresh: CostBucket,
     replay: CostBucket,
     failed_validation: CostBucket,
+    /// Paid answers that were truncated or refused by the model: never committed.
+    unusable: CostBucket,
 }
 
 impl CostSplit {
-    fn of(fresh: &Bucket, replay: &Bucket, failed_validation: &Bucket) -> Self {
-        Self { fresh: fresh.into(), replay: replay.into(), failed_validation: failed_validation.into() }
+    fn of(split: &Split) -> Self {
+        Self {
+            fresh: (&split.fresh).into(),
+            replay: (&split.replay).into(),
+            failed_validation: (&split.failed_validation).into(),
+            unusable: (&split.unusable).into(),
+        }
     }
 }
 
@@ -99,7 +106,7 @@ pub struct TenantCosts {
     to_ms: u64,
     #[serde(flatten)]
     totals: CostSplit,
-    /// Fresh plus failed-validation cost: what the tenant is charged.
+    /// Fresh, failed-validation and unusable cost: what the tenant is charged.
     charged_micros: u64,
     /// With `group_by`: the split per day, model or provider.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -115,14 +122,12 @@ impl TenantCosts {
             to: crate::clock::format_ms(report.to_ms),
             from_ms: report.from_ms,
             to_ms: report.to_ms,
-            totals: CostSplit::of(&report.totals.fresh, &report.totals.replay, &report.totals.failed_validation),
+            totals: CostSplit::of(&report.totals),
             charged_micros: report.charged_micros,
-            groups: report.groups.as_ref().map(|groups| {
-                groups
-                    .iter()
-                    .map(|(key, s)| (key.clone(), CostSplit::of(&s.fresh, &s.replay, &s.failed_validation)))
-                    .collect()
-            }),
+            groups: report
+                .groups
+                .as_ref()
+                .map(|groups| groups.iter().map(|(key, s)| (key.clone(), CostSplit::of(s))).collect()),
         }
     }
 }
@@ -178,8 +183,7 @@ pub struct ExtractionCosts {
         (status = 200, description = "Every ledger entry of the extraction", body = ExtractionCosts),
         (status = 400, response = BadRequest),
         (status = 401, response = Unauthenticated),
-        (status = 403, response = Forbidden),
-        (status = 404, description = "`not_found`: no extraction with that id", body = ErrorBody),
+        (status = 404, description = "`not_found`: no extraction with that id (or another tenant's)", body = ErrorBody),
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
@@ -189,7 +193,7 @@ pub async fn extraction_costs(
     IdPath(id): IdPath,
 ) -> Reply<ExtractionCosts> {
     let (tenant, entries) = service.extraction_costs(id).await?;
-    caller.may_reach(&tenant)?;
+    super::handlers::visible(&caller, &tenant, id)?;
     ok(ExtractionCosts {
         extraction_id: id.to_hex(),
         tenant,
@@ -206,6 +210,8 @@ pub enum ChargeKindView {
     /// A re-posted result or a re-fetched result line: tokens counted, cost 0.
     Replay,
     FailedValidation,
+    /// A paid answer cut off at its output budget or refused by the model: never committed.
+    Unusable,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
@@ -242,6 +248,7 @@ pub fn entry(e: &LedgerRecord) -> LedgerEntry {
             ChargeKind::Fresh => ChargeKindView::Fresh,
             ChargeKind::Replay => ChargeKindView::Replay,
             ChargeKind::FailedValidation => ChargeKindView::FailedValidation,
+            ChargeKind::Unusable => ChargeKindView::Unusable,
         },
         attempt: e.attempt,
         provider: e.provider.clone(),

@@ -46,7 +46,8 @@ pub struct Extraction {
     source_hash: String,
     schema: String,
     state: StateView,
-    /// Set while failed: `rate_limited`, `transient`, `auth`, `invalid_request`, `validation` or `gone`.
+    /// Set while failed: `rate_limited`, `transient`, `auth`, `invalid_request`, `validation`,
+    /// `gone`, `truncated`, `refused` or `attempts_exhausted`.
     failure_class: Option<&'static str>,
     failure_reason: Option<String>,
     /// Set while claimed.
@@ -54,6 +55,12 @@ pub struct Extraction {
     lease_expires_at: Option<String>,
     /// 1 at intake; grows with each retry.
     attempts: u32,
+    /// Provider attempts sent back to the queue since intake or the last retry (capped by
+    /// `scheduler.max_attempts`).
+    requeues: u32,
+    /// The output token budget providers are asked for, once raised after a truncated
+    /// answer; null means the provider's configured default.
+    output_budget: Option<u32>,
     /// Leases handed out so far.
     claims: u32,
     content_bytes: u64,
@@ -89,6 +96,8 @@ pub fn extraction(r: &ExtractionRecord) -> Extraction {
         worker,
         lease_expires_at,
         attempts: r.attempt,
+        requeues: r.requeues,
+        output_budget: r.output_budget,
         claims: r.claims,
         content_bytes: r.content_bytes,
         metadata: metadata(r),

@@ -12,7 +12,7 @@ mod report;
 use std::collections::HashMap;
 
 pub use budget::{BudgetPeriod, Budgets};
-pub use report::{Bucket, CostQuery, CostReport, GroupBy};
+pub use report::{Bucket, CostQuery, CostReport, GroupBy, Split};
 
 use crate::store::{CostSource, Pricing, Usage};
 

@@ -1,5 +1,5 @@
-//! Cost reports: a tenant's entries over a time range, split into fresh work, replays
-//! and validation failures, optionally grouped by day, model or provider.
+//! Cost reports: a tenant's entries over a time range, split into fresh work, replays,
+//! validation failures and unusable answers, optionally grouped by day, model or provider.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
@@ -41,12 +41,14 @@ impl Bucket {
     }
 }
 
-/// The three ways an entry counts. Only `fresh` and `failed_validation` cost money.
+/// The ways an entry counts. Everything but `replay` costs money.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Split {
     pub fresh: Bucket,
     pub replay: Bucket,
     pub failed_validation: Bucket,
+    /// Paid answers that were truncated or refused, never committed.
+    pub unusable: Bucket,
 }
 
 impl Split {
@@ -55,11 +57,15 @@ impl Split {
             ChargeKind::Fresh => self.fresh.add(entry),
             ChargeKind::Replay => self.replay.add(entry),
             ChargeKind::FailedValidation => self.failed_validation.add(entry),
+            ChargeKind::Unusable => self.unusable.add(entry),
         }
     }
 
     pub fn charged_micros(&self) -> u64 {
-        self.fresh.cost_micros.saturating_add(self.failed_validation.cost_micros)
+        self.fresh
+            .cost_micros
+            .saturating_add(self.failed_validation.cost_micros)
+            .saturating_add(self.unusable.cost_micros)
     }
 }
 
@@ -70,7 +76,7 @@ pub struct CostReport {
     pub to_ms: u64,
     #[serde(flatten)]
     pub totals: Split,
-    /// Fresh plus failed-validation cost: what the tenant is charged.
+    /// Fresh, failed-validation and unusable cost: what the tenant is charged.
     pub charged_micros: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub groups: Option<BTreeMap<String, Split>>,

@@ -6,6 +6,7 @@ pub mod anthropic;
 pub mod chat;
 pub mod generic;
 pub mod openai;
+mod redact;
 mod retry;
 mod transport;
 
@@ -15,13 +16,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
+pub use redact::redact;
 pub use retry::{backoff_delay, classify_status, parse_retry_after};
 pub use transport::ApiKey;
 pub(crate) use transport::{describe_transport, truncate};
 
 use crate::identity::ExtractionId;
 use crate::schema::Schema;
-use crate::store::{BatchMember, LineResult};
+use crate::store::{BatchMember, LineResult, OutputBudget};
 
 /// How a provider call failed, in the terms the scheduler acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +42,9 @@ pub enum ErrorClass {
     Gone,
     /// The provider answered something we cannot understand.
     Protocol,
+    /// The batch is more than the provider takes in one job (input file size, request
+    /// count): it is split, never failed, unless a single member is itself too large.
+    TooLarge,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -48,9 +53,34 @@ pub struct ProviderError {
     pub provider: &'static str,
     pub class: ErrorClass,
     pub status: Option<u16>,
-    pub message: String,
+    /// Private, so the only way in is [`ProviderError::new`], which redacts it.
+    message: String,
     /// The delay the provider asked for (`retry-after-ms` / `Retry-After`).
     pub retry_after: Option<Duration>,
+}
+
+impl ProviderError {
+    /// The message is often a provider's own error text: keys and credential-shaped
+    /// words are cut out here, once, before it can be logged, stored or shown.
+    pub fn new(provider: &'static str, class: ErrorClass, status: Option<u16>, message: &str) -> Self {
+        Self { provider, class, status, message: redact(message), retry_after: None }
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+/// A result line with any provider-written reason redacted (see [`redact`]).
+pub(crate) fn scrub(line: ResultLine) -> ResultLine {
+    let (id, result) = line;
+    let result = match result {
+        LineResult::Refused { class, reason } => LineResult::Refused { class, reason: redact(&reason) },
+        LineResult::Retry { reason } => LineResult::Retry { reason: redact(&reason) },
+        LineResult::Unusable { class, reason, usage } => LineResult::Unusable { class, reason: redact(&reason), usage },
+        answer @ LineResult::Answer { .. } => answer,
+    };
+    (id, result)
 }
 
 /// One batch as the adapter must send it.
@@ -96,10 +126,25 @@ pub enum JobPhase {
     /// Ended before every request ran; what ran is in the result files and is billed.
     Expired,
     Cancelled,
-    /// The whole batch was rejected (e.g. input validation).
+    /// The whole batch was rejected (e.g. input validation, or the provider's capacity).
     Failed {
         reason: String,
+        cause: FailureCause,
     },
+}
+
+/// Whose fault a failed batch is, which decides what happens to its members.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailureCause {
+    /// The provider had no room for it (OpenAI's enqueued-token limit): nobody's fault.
+    /// The members go back as the same attempt and new submissions wait.
+    Capacity,
+    /// Validation failed without naming a line: nothing says a member is at fault, so the
+    /// members are treated as for `Capacity`.
+    Unattributed,
+    /// Validation named these input lines (1-based, in submit order): those members are
+    /// refused, the others go back as the same attempt.
+    Lines(Vec<u64>),
 }
 
 impl JobPhase {
@@ -147,6 +192,7 @@ pub fn probe_member() -> BatchMember {
         id: ExtractionId::compute("commitpoint-provider-check", "probe.rs", &hash, "probe"),
         source_id: "probe.rs".to_string(),
         content,
+        output_budget: Some(PROBE_MAX_OUTPUT_TOKENS),
     }
 }
 
@@ -154,6 +200,16 @@ pub fn probe_member() -> BatchMember {
 pub trait BatchProvider: Send + Sync + fmt::Debug {
     /// The name stored with each batch and shown to operators.
     fn name(&self) -> &str;
+
+    /// The output token budget requests ask for by default, and the cap a truncation
+    /// retry may raise it to (a member's own raised budget travels on [`BatchMember`]).
+    fn output_budget(&self) -> OutputBudget;
+
+    /// True when calls go through a batch API and are billed at its discount; a
+    /// synchronous API behind this trait answers false and is priced at list price.
+    fn batch_api(&self) -> bool {
+        true
+    }
 
     /// Creates the job. Not idempotent at every provider: callers look the intent up with
     /// [`BatchProvider::find_job`] before calling this again.
@@ -179,5 +235,12 @@ pub trait BatchProvider: Send + Sync + fmt::Debug {
     async fn probe(&self, schema: &Schema) -> Probe {
         let _ = schema;
         Probe::Unsupported("this provider kind has no synchronous call to check with")
+    }
+
+    /// Deletes what a finished job left stored at the provider (input, output and error
+    /// files), once its results are ingested. Returns how many were deleted; a provider
+    /// that keeps nothing worth deleting does nothing.
+    async fn delete_files(&self, _job: &JobStatus) -> Result<u64, ProviderError> {
+        Ok(0)
     }
 }

@@ -1,7 +1,9 @@
 //! Reading a provider's retry signals and computing our own backoff.
 //!
-//! Order of precedence, as the official SDKs do it: `x-should-retry` overrides the
-//! status; a server delay comes from `retry-after-ms` (milliseconds), then `Retry-After`
+//! `x-should-retry: true` makes an answer retryable whatever its status. `false` only
+//! tells an SDK not to repeat that request on its own: it says nothing about whether the
+//! request was valid, so the class still comes from the status and the error code (a 503
+//! with `false` is an outage, not a bad request). A server delay comes from `retry-after-ms` (milliseconds), then `Retry-After`
 //! as seconds, then as an HTTP date. Without one we back off exponentially with full
 //! jitter, capped.
 
@@ -38,7 +40,6 @@ pub fn classify_status(status: u16, headers: &HeaderMap, error_code: Option<&str
     match (status, should_retry) {
         (401 | 403, _) => ErrorClass::Auth,
         (402, _) | (429, _) if budget => ErrorClass::Budget,
-        (_, Some("false")) => ErrorClass::InvalidRequest,
         (429 | 529, _) => ErrorClass::RateLimited,
         (_, Some("true")) => ErrorClass::Transient,
         (404, _) => ErrorClass::Gone,
@@ -96,7 +97,18 @@ mod tests {
         assert_eq!(classify_status(404, &none, None), ErrorClass::Gone);
         assert_eq!(classify_status(400, &none, None), ErrorClass::InvalidRequest);
         assert_eq!(classify_status(400, &headers(&[("x-should-retry", "true")]), None), ErrorClass::Transient);
-        assert_eq!(classify_status(503, &headers(&[("x-should-retry", "false")]), None), ErrorClass::InvalidRequest);
+    }
+
+    #[test]
+    fn should_retry_false_does_not_make_a_request_invalid() {
+        let no = headers(&[("x-should-retry", "false")]);
+        assert_eq!(classify_status(503, &no, None), ErrorClass::Transient);
+        assert_eq!(classify_status(500, &no, None), ErrorClass::Transient);
+        assert_eq!(classify_status(429, &no, Some("rate_limit_exceeded")), ErrorClass::RateLimited);
+        assert_eq!(classify_status(429, &no, Some("insufficient_quota")), ErrorClass::Budget);
+        assert_eq!(classify_status(404, &no, None), ErrorClass::Gone);
+        assert_eq!(classify_status(401, &no, None), ErrorClass::Auth);
+        assert_eq!(classify_status(400, &no, Some("invalid_value")), ErrorClass::InvalidRequest);
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub struct ApiKey(String);
 
 impl ApiKey {
     pub fn new(key: String) -> Self {
+        super::redact::register(&key);
         Self(key)
     }
 

@@ -24,6 +24,24 @@ pub struct ProviderHealth {
     pub lines_ingested: u64,
     pub malformed_lines: u64,
     pub members_requeued: u64,
+    /// Set while new submissions wait for room at the provider (a batch failed on its
+    /// capacity, or failed naming no member): lifted early when one of its jobs ends.
+    pub held_until_ms: Option<u64>,
+    pub hold_reason: Option<String>,
+    /// Failed batches whose members went back to the queue as the same attempt.
+    pub batches_returned: u64,
+    /// Polls answered 404 for a job we created, while it was not yet declared gone.
+    pub polls_not_found: u64,
+    /// Uploaded and result files deleted at the provider after ingestion.
+    pub files_deleted: u64,
+    /// Answers cut off at their output budget (finish_reason `length`, stop_reason `max_tokens`).
+    pub truncated: u64,
+    /// Truncated answers sent back once with a larger output budget.
+    pub budget_retries: u64,
+    /// Answers the model declined (failed `refused`).
+    pub model_refusals: u64,
+    /// Extractions failed `attempts_exhausted` instead of another requeue.
+    pub attempts_exhausted: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -55,6 +73,20 @@ impl SharedHealth {
         });
     }
 
+    pub fn hold(&self, until_ms: u64, reason: String) {
+        self.update(|h| {
+            h.held_until_ms = Some(until_ms);
+            h.hold_reason = Some(reason);
+        });
+    }
+
+    /// Ends a hold early: true if one was in force.
+    pub fn release_hold(&self) -> bool {
+        let mut h = self.lock();
+        h.hold_reason = None;
+        h.held_until_ms.take().is_some()
+    }
+
     pub fn set_operator_pause(&self, paused: bool) {
         self.update(|h| h.operator_paused = paused);
     }
@@ -66,8 +98,9 @@ impl SharedHealth {
         if submitting && h.operator_paused {
             return Some(u64::MAX);
         }
-        let until = h.paused_until_ms.filter(|until| *until > now_ms)?;
-        (submitting || !h.pause_submissions_only).then_some(until)
+        let held = h.held_until_ms.filter(|until| submitting && *until > now_ms);
+        let paused = h.paused_until_ms.filter(|until| *until > now_ms && (submitting || !h.pause_submissions_only));
+        held.max(paused)
     }
 }
 
@@ -84,6 +117,20 @@ mod tests {
         assert_eq!(health.paused_until(1_000, true), None, "the pause ends on time");
         health.pause(2_000, false, "401".into());
         assert_eq!(health.paused_until(500, false), Some(2_000));
+    }
+
+    #[test]
+    fn a_capacity_hold_stops_submissions_until_released_or_over() {
+        let health = SharedHealth::new("p");
+        health.hold(1_000, "token limit".into());
+        assert_eq!(health.paused_until(500, true), Some(1_000));
+        assert_eq!(health.paused_until(500, false), None, "running jobs are still polled");
+        assert_eq!(health.paused_until(1_000, true), None, "the hold ends on time");
+        health.pause(2_000, true, "quota".into());
+        assert_eq!(health.paused_until(500, true), Some(2_000), "the longer of a hold and a pause applies");
+        assert!(health.release_hold());
+        assert!(!health.release_hold());
+        assert_eq!(health.paused_until(500, true), Some(2_000), "releasing a hold leaves a budget pause alone");
     }
 
     #[test]

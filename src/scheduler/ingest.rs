@@ -12,7 +12,7 @@ use crate::clock;
 use crate::failpoint;
 use crate::identity::ExtractionId;
 use crate::lifecycle::FailureClass;
-use crate::providers::{JobPhase, JobStatus, ResultLine};
+use crate::providers::{FailureCause, JobPhase, JobStatus, ResultLine};
 use crate::store::{self, BatchRecord, Leftover, LineResult, StageReport};
 
 impl Scheduler {
@@ -33,23 +33,69 @@ impl Scheduler {
         };
         failpoint::hit("after-stage-before-commit");
         self.commit_ready().await?;
+        let mut hold = None;
         let (outcome, leftover) = match &status.phase {
-            JobPhase::Failed { reason } => (
-                format!("failed: {reason}"),
-                Leftover::Fail { class: FailureClass::InvalidRequest, reason: reason.clone() },
-            ),
+            // The provider ran none of it: the members go back as the same attempt, and
+            // whatever it refused by line is refused alone.
+            JobPhase::Failed { reason, cause } => {
+                let blamed = match cause {
+                    FailureCause::Lines(lines) => self.refuse_lines(&batch, lines, reason).await?,
+                    FailureCause::Capacity | FailureCause::Unattributed => 0,
+                };
+                if blamed == 0 {
+                    hold = Some(reason.clone());
+                }
+                (format!("failed: {reason}"), Leftover::Return)
+            }
             phase => (format!("{phase:?}").to_lowercase(), Leftover::Requeue),
         };
-        let requeued = self.store.close_batch(batch.seq, outcome.clone(), leftover).await?;
+        let closed = self.close(&batch, outcome.clone(), leftover).await?;
         self.health.update(|h| {
             h.batches_closed += 1;
-            h.members_requeued += requeued + report.requeued;
+            h.members_requeued += report.requeued;
+            h.truncated += report.truncated;
+            h.budget_retries += report.budget_retries;
+            h.model_refusals += report.model_refusals;
+            h.attempts_exhausted += report.exhausted;
         });
+        super::count_failures(FailureClass::Truncated, report.failed_truncated);
+        super::count_failures(FailureClass::Refused, report.model_refusals);
+        super::count_failures(FailureClass::AttemptsExhausted, report.exhausted);
+        // A failed batch's input file is as useless now as a finished one's.
+        if self.settings.delete_provider_files {
+            self.delete_files_later(status.clone());
+        }
+        match hold {
+            Some(reason) => self.hold_submissions(&batch, reason, closed.requeued),
+            // A failed batch never ran, so it frees no room.
+            None if !matches!(status.phase, JobPhase::Failed { .. }) => self.job_ended(),
+            None => {}
+        }
         tracing::info!(
             batch_key = %batch.batch_key, %outcome, staged = report.staged, refused = report.refused,
-            replays = report.replays, unanswered = requeued + report.requeued, "batch closed"
+            truncated = report.truncated, retried_with_larger_budget = report.budget_retries,
+            model_refusals = report.model_refusals, attempts_exhausted = report.exhausted + closed.exhausted,
+            replays = report.replays, unanswered = closed.requeued + report.requeued, "batch closed"
         );
         Ok(None)
+    }
+
+    /// Refuses the members on the lines a failed batch names (1-based, in submit order);
+    /// returns how many. Lines that name no member are ignored.
+    async fn refuse_lines(&self, batch: &BatchRecord, lines: &[u64], reason: &str) -> Result<u64, store::Error> {
+        let members = self.store.batch_members(batch.seq).await?;
+        let blamed: Vec<(ExtractionId, LineResult)> = lines
+            .iter()
+            .filter_map(|line| members.get(usize::try_from(line.checked_sub(1)?).ok()?))
+            .map(|m| {
+                let refusal = LineResult::Refused { class: FailureClass::InvalidRequest, reason: reason.to_string() };
+                (m.id, refusal)
+            })
+            .collect();
+        if blamed.is_empty() {
+            return Ok(0);
+        }
+        Ok(self.store.stage_results(batch.seq, blamed, self.rules()).await?.refused)
     }
 
     async fn ingest(&self, batch: &BatchRecord, status: &JobStatus) -> Result<StageReport, IngestError> {
@@ -62,6 +108,7 @@ impl Scheduler {
         };
         let store = &self.store;
         let seq = batch.seq;
+        let rules = self.rules();
         // `incoming` moves in: if staging fails, dropping it stops the download too.
         let stage = async move {
             let mut report = StageReport::default();
@@ -74,10 +121,15 @@ impl Scheduler {
                 let parsed: Vec<(ExtractionId, LineResult)> =
                     chunk.drain(..).filter_map(|(custom_id, result)| Some((custom_id.parse().ok()?, result))).collect();
                 let got = received - parsed.len();
-                let part = store.stage_results(seq, parsed).await?;
+                let part = store.stage_results(seq, parsed, rules).await?;
                 report.staged += part.staged;
                 report.refused += part.refused;
                 report.requeued += part.requeued;
+                report.truncated += part.truncated;
+                report.budget_retries += part.budget_retries;
+                report.failed_truncated += part.failed_truncated;
+                report.model_refusals += part.model_refusals;
+                report.exhausted += part.exhausted;
                 report.replays += part.replays;
                 report.strangers += part.strangers + got as u64;
             }

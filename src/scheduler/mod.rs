@@ -7,6 +7,7 @@
 //! staged results are committed. Idle means waiting on a wake-up (new intake) or on the
 //! next persisted deadline; there is no busy loop.
 
+mod cleanup;
 mod health;
 mod ingest;
 mod submit;
@@ -25,7 +26,9 @@ use crate::clock;
 use crate::lifecycle::FailureClass;
 use crate::providers::{BatchProvider, ErrorClass, ProviderError, backoff_delay};
 use crate::service::Service;
-use crate::store::{self, BatchRecord, BatchState, IntentOutcome, IntentRequest, Leftover, Store};
+use crate::store::{
+    self, BatchRecord, BatchState, CloseReport, IntentOutcome, IntentRequest, Leftover, MemberRules, Store,
+};
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -38,6 +41,15 @@ pub struct Settings {
     /// Consecutive transient failures after which a submit intent's members are failed
     /// (class `transient`) for an operator to retry, instead of being retried forever.
     pub max_submit_failures: u32,
+    /// How long polls of a job we created must keep answering 404 before it is declared
+    /// gone and its members requeued. Providers answer 404 for live jobs now and then.
+    pub job_gone_after: Duration,
+    /// Delete uploaded and result files at the provider once a batch is ingested.
+    pub delete_provider_files: bool,
+    /// Provider attempts one extraction may use across requeues (expired or lost batches,
+    /// unreadable or retryable lines, truncation retries) before it fails
+    /// `attempts_exhausted`. An operator's retry grants a fresh allowance.
+    pub max_attempts: u32,
 }
 
 impl Default for Settings {
@@ -48,10 +60,15 @@ impl Default for Settings {
             batch_max_wait: Duration::from_secs(2),
             poll_interval: Duration::from_secs(5),
             max_submit_failures: 8,
+            job_gone_after: Duration::from_secs(600),
+            delete_provider_files: true,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
         }
     }
 }
 
+/// Provider attempts per extraction unless configured (`scheduler.max_attempts`).
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 /// After a 401/403, how long to leave the provider alone before probing again.
 const AUTH_PAUSE: Duration = Duration::from_secs(300);
 /// After quota exhaustion, how long new submissions wait before probing again.
@@ -60,6 +77,10 @@ const BUDGET_PAUSE: Duration = Duration::from_secs(900);
 const MAX_PROVIDER_DELAY: Duration = Duration::from_secs(24 * 3600);
 /// Polls and submits back off at most this long between transient failures.
 const BACKOFF_CAP: Duration = Duration::from_secs(300);
+/// The first hold of submissions after a batch failed for want of room at the provider;
+/// it doubles with each failure in a row, up to `HOLD_CAP`, unless a job ends first.
+const HOLD_BASE: Duration = Duration::from_secs(60);
+const HOLD_CAP: Duration = Duration::from_secs(1800);
 /// Lines handed to one store write: big enough to share an fsync, small enough to
 /// keep memory flat whatever the result file's size.
 const STAGE_CHUNK: usize = 512;
@@ -112,6 +133,8 @@ pub struct Scheduler {
     /// records in the writer, so it is not repeated on every intake until enough new work
     /// could have arrived to fill a batch, or the wait is over.
     waiting: HashMap<String, WaitingWork>,
+    /// Failed batches in a row returned for want of room: sets the next hold's length.
+    holds_in_a_row: u32,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -141,6 +164,7 @@ impl Scheduler {
             formed_here: HashSet::new(),
             rate_limits: HashMap::new(),
             waiting: HashMap::new(),
+            holds_in_a_row: 0,
         };
         let task = tokio::spawn(scheduler.run(stopped));
         SchedulerHandle { stop, task, health }
@@ -218,8 +242,9 @@ impl Scheduler {
 
     /// Turns waiting work into submit intents and submits them right away.
     async fn form_batches(&mut self) -> Result<Option<u64>, store::Error> {
-        if self.health.paused_until(clock::now_ms(), true).is_some() {
-            return Ok(None);
+        // Wake when a timed pause or hold ends (an operator's pause has no end: resuming wakes).
+        if let Some(until) = self.health.paused_until(clock::now_ms(), true) {
+            return Ok((until != u64::MAX).then_some(until));
         }
         let router = self.service.router();
         router.refresh_holds(&self.store, clock::now_ms()).await?;
@@ -247,7 +272,7 @@ impl Scheduler {
                         tracing::info!(batch_key = %batch.batch_key, members = batch.members.len(), %schema, "batch formed");
                         self.health.update(|h| h.batches_formed += 1);
                         self.formed_here.insert(batch.seq);
-                        if let Some(at) = self.submit(batch).await? {
+                        if let Some(at) = self.submit(*batch).await? {
                             next = Some(next.map_or(at, |n: u64| n.min(at)));
                         }
                     }
@@ -275,9 +300,35 @@ impl Scheduler {
         (clock::now_ms() < waiting.due_at_ms && !could_fill).then_some(waiting.due_at_ms)
     }
 
+    /// How this provider's members are released and its answers charged.
+    fn rules(&self) -> MemberRules {
+        MemberRules {
+            max_attempts: self.settings.max_attempts.max(1),
+            budget: self.provider.output_budget(),
+            batch_api: self.provider.batch_api(),
+        }
+    }
+
+    /// Closes a batch under this provider's rules and counts what happened to its leftovers.
+    async fn close(
+        &self,
+        batch: &BatchRecord,
+        outcome: String,
+        leftover: Leftover,
+    ) -> Result<CloseReport, store::Error> {
+        let report = self.store.close_batch(batch.seq, outcome, leftover, self.rules()).await?;
+        self.health.update(|h| {
+            h.members_requeued += report.requeued;
+            h.attempts_exhausted += report.exhausted;
+        });
+        count_failures(FailureClass::AttemptsExhausted, report.exhausted);
+        Ok(report)
+    }
+
     /// Validates and commits every staged answer. Commits run concurrently so the
     /// writer's group commit shares one fsync among many of them.
     async fn commit_ready(&self) -> Result<(), store::Error> {
+        let batch_api = self.provider.batch_api();
         loop {
             let items = self.store.ready_items(self.provider.name().to_string(), STAGE_CHUNK).await?;
             if items.is_empty() {
@@ -286,7 +337,7 @@ impl Scheduler {
             let results: Vec<_> = futures_util::stream::iter(items)
                 .map(|item| async move {
                     let id = item.record.id;
-                    (id, self.service.commit_ready(item).await)
+                    (id, self.service.commit_ready(item, batch_api).await)
                 })
                 .buffer_unordered(COMMIT_CONCURRENCY)
                 .collect()
@@ -302,6 +353,31 @@ impl Scheduler {
             if failed {
                 return Ok(());
             }
+        }
+    }
+
+    /// After a batch failed without blaming a member (OpenAI's enqueued-token limit, or a
+    /// validation naming no line): new submissions wait until one of this provider's jobs
+    /// ends or the hold is over. Nothing else is counted against the members.
+    fn hold_submissions(&mut self, batch: &BatchRecord, reason: String, returned: u64) {
+        let delay = HOLD_BASE.saturating_mul(1u32.checked_shl(self.holds_in_a_row.min(16)).unwrap_or(u32::MAX));
+        let delay = delay.min(HOLD_CAP);
+        self.holds_in_a_row = self.holds_in_a_row.saturating_add(1);
+        let until = clock::now_ms().saturating_add(delay.as_millis() as u64);
+        tracing::warn!(
+            batch_key = %batch.batch_key, %reason, returned, hold_secs = delay.as_secs(),
+            "the provider failed a batch without blaming its members; they go back as the same attempt and new submissions wait"
+        );
+        self.health.hold(until, reason);
+        self.health.update(|h| h.batches_returned += 1);
+    }
+
+    /// A job of this provider ended: whatever room it held is free again.
+    fn job_ended(&mut self) {
+        self.holds_in_a_row = 0;
+        if self.health.release_hold() {
+            tracing::info!("a job ended: submissions held for room at the provider resume");
+            self.wake.notify_one();
         }
     }
 
@@ -347,21 +423,44 @@ impl Scheduler {
                 self.store.reschedule_batch(batch.seq, at, Some(error.to_string()), false).await?;
                 Ok(Some(at))
             }
-            ErrorClass::InvalidRequest if submitting => {
+            // Over the provider's size limits: split, since no member is at fault. Only a
+            // single member too large for a job of its own is refused.
+            ErrorClass::TooLarge if submitting && batch.members.len() > 1 => {
+                let keep = batch.members.len().div_ceil(2);
+                let returned = self.store.shrink_intent(batch.seq, keep).await?;
+                tracing::info!(batch_key = %batch.batch_key, keep, returned, error = %error, "batch too large for the provider; split");
+                // The refusal came before any job existed: the shrunk intent goes as fresh.
+                self.formed_here.insert(batch.seq);
+                self.health.update(|h| h.members_requeued += returned);
+                Ok(Some(now))
+            }
+            ErrorClass::InvalidRequest | ErrorClass::TooLarge if submitting => {
                 let leftover = Leftover::Fail { class: FailureClass::InvalidRequest, reason: error.to_string() };
-                self.store.close_batch(batch.seq, "rejected by the provider".to_string(), leftover).await?;
+                self.close(batch, "rejected by the provider".to_string(), leftover).await?;
                 Ok(None)
             }
+            // One 404 does not prove a job gone (providers answer it for live jobs now and
+            // then); requeueing would pay for work that may still be running. Only 404s
+            // that go on for the whole window do.
             ErrorClass::Gone if !submitting => {
-                self.store
-                    .close_batch(batch.seq, "the provider no longer knows the job".to_string(), Leftover::Requeue)
-                    .await?;
+                let since = batch.not_found_since_ms.unwrap_or(now);
+                let window = self.settings.job_gone_after.as_millis() as u64;
+                if now.saturating_sub(since) < window {
+                    self.health.update(|h| h.polls_not_found += 1);
+                    let at = retry_at(self.settings.poll_interval).min(since.saturating_add(window));
+                    self.store.note_not_found(batch.seq, since, at.max(now + 1), error.to_string()).await?;
+                    return Ok(Some(at.max(now + 1)));
+                }
+                let outcome =
+                    format!("the provider answered 404 for the job for {}s", now.saturating_sub(since) / 1000);
+                self.close(batch, outcome, Leftover::Requeue).await?;
+                self.job_ended();
                 Ok(None)
             }
             _ if submitting && batch.failures + 1 >= self.settings.max_submit_failures => {
                 let reason = format!("gave up submitting after {} attempts: {error}", batch.failures + 1);
                 let leftover = Leftover::Fail { class: FailureClass::Transient, reason };
-                self.store.close_batch(batch.seq, "submit attempts exhausted".to_string(), leftover).await?;
+                self.close(batch, "submit attempts exhausted".to_string(), leftover).await?;
                 Ok(None)
             }
             _ => {
@@ -370,5 +469,12 @@ impl Scheduler {
                 Ok(Some(at))
             }
         }
+    }
+}
+
+/// Counts extractions that entered the failed state with `class` (`commitpoint_failures_total`).
+fn count_failures(class: FailureClass, n: u64) {
+    if n > 0 {
+        metrics::counter!("commitpoint_failures_total", "class" => class.as_str()).increment(n);
     }
 }

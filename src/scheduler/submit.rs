@@ -37,7 +37,9 @@ impl Scheduler {
                 Ok(Lookup::Absent) => {}
                 Ok(Lookup::Undecided { recheck_after, reason }) => {
                     tracing::info!(batch_key = %batch.batch_key, %reason, "cannot tell yet whether the provider has this intent's job; not resubmitting");
-                    let at = clock::now_ms() + recheck_after.as_millis() as u64;
+                    // However long the adapter suggests, look again within ten polls' time.
+                    let recheck = recheck_after.min(self.settings.poll_interval.saturating_mul(10));
+                    let at = clock::now_ms() + recheck.as_millis() as u64;
                     self.store.reschedule_batch(batch.seq, at, Some(reason), false).await?;
                     return Ok(Some(at));
                 }
@@ -47,7 +49,7 @@ impl Scheduler {
         let Ok(schema) = self.service.registry().get(&batch.schema) else {
             let reason = format!("schema {} is no longer registered", batch.schema);
             let leftover = Leftover::Fail { class: crate::lifecycle::FailureClass::InvalidRequest, reason };
-            self.store.close_batch(batch.seq, "schema missing".to_string(), leftover).await?;
+            self.close(&batch, "schema missing".to_string(), leftover).await?;
             return Ok(None);
         };
         let spec = BatchSpec { batch_key: &batch.batch_key, schema: &schema, members: &members };

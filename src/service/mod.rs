@@ -22,13 +22,18 @@ use crate::webhook::Endpoint;
 mod intake;
 mod money;
 mod outbox;
+mod pages;
 mod results;
 
 use intake::{check_tenant, check_text};
+pub use pages::MAX_FINDINGS_PAGE;
 
 pub const MAX_CLAIM_LIMIT: usize = 1000;
 pub const MAX_LIST_LIMIT: usize = 1000;
 pub const MAX_LEASE_SECONDS: u64 = 24 * 3600;
+/// Findings one output may hold unless configured otherwise: far above any real review,
+/// far below what makes a single commit hold up everyone's intake.
+pub const DEFAULT_MAX_FINDINGS: usize = 1000;
 const MAX_REASON_CHARS: usize = 2000;
 
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +44,13 @@ pub enum Error {
     Schema(#[from] schema::Error),
     #[error("no extraction with id {0}")]
     NotFound(ExtractionId),
+    #[error("`after` is not a cursor this listing returned as `next` (cursors belong to one listing of one server)")]
+    InvalidCursor,
+    #[error(
+        "the output has {count} findings, more than the {max} allowed per output \
+         (limits.max_findings_per_output); the extraction is now failed (class validation)"
+    )]
+    TooManyFindings { count: usize, max: usize },
     #[error(transparent)]
     Transition(TransitionError),
     #[error("the output does not satisfy schema {schema}; the extraction is now failed (class validation)")]
@@ -59,6 +71,11 @@ pub struct ProviderView {
     #[serde(flatten)]
     pub health: ProviderHealth,
     pub open_batches: u64,
+}
+
+/// Whether `name` can be a tenant at all (the rule intake applies).
+pub fn is_tenant_name(name: &str) -> bool {
+    check_tenant(name).is_ok()
 }
 
 fn invalid(field: &'static str, message: impl Into<String>) -> Error {
@@ -109,6 +126,8 @@ pub struct Service {
     webhooks: Arc<HashMap<String, Endpoint>>,
     /// Wakes outbox delivery (an operator redelivered an event).
     outbox_wake: Option<Arc<Notify>>,
+    /// An output with more findings fails (class validation).
+    max_findings: usize,
 }
 
 impl Service {
@@ -124,7 +143,13 @@ impl Service {
             router: Arc::new(Router::default()),
             webhooks: Arc::new(HashMap::new()),
             outbox_wake: None,
+            max_findings: DEFAULT_MAX_FINDINGS,
         }
+    }
+
+    pub fn with_max_findings(mut self, max: usize) -> Self {
+        self.max_findings = max;
+        self
     }
 
     pub fn with_webhooks(mut self, endpoints: Vec<Endpoint>) -> Self {

@@ -35,7 +35,12 @@ impl Service {
         check_text("lease_token", &request.lease_token, 256)?;
         let record = self.get(id).await?;
         let schema = self.registry.get(&record.schema)?;
+        let mut too_many = None;
         let (submission, issues) = match schema.validate(&request.output) {
+            Ok(findings) if findings.len() > self.max_findings => {
+                too_many = Some(findings.len());
+                (Submission::Invalid { reason: self.too_many(findings.len()) }, None)
+            }
             Ok(findings) => (Submission::Valid { findings, output: request.output }, None),
             Err(issues) => (Submission::Invalid { reason: summarize(&issues) }, Some(issues)),
         };
@@ -52,16 +57,18 @@ impl Service {
         match outcome {
             PostOutcome::NotFound => Err(Error::NotFound(id)),
             PostOutcome::Rejected(e) => Err(Error::Transition(e)),
-            PostOutcome::Failed { .. } => {
-                Err(Error::ValidationFailed { schema: record.schema, issues: issues.unwrap_or_default() })
-            }
+            PostOutcome::Failed { .. } => Err(match too_many {
+                Some(count) => Error::TooManyFindings { count, max: self.max_findings },
+                None => Error::ValidationFailed { schema: record.schema, issues: issues.unwrap_or_default() },
+            }),
             outcome => Ok(outcome),
         }
     }
 
     /// Validates a provider's staged answer and commits it (or fails it) under the
-    /// authority of the batch it came from.
-    pub async fn commit_ready(&self, item: ReadyItem) -> Result<PostOutcome, Error> {
+    /// authority of the batch it came from. `batch_api`: the answer came through a batch
+    /// API and is priced at its discount (never for a synchronous provider).
+    pub async fn commit_ready(&self, item: ReadyItem, batch_api: bool) -> Result<PostOutcome, Error> {
         let id = item.record.id;
         let Some(batch_key) = item.record.state.batch_key().map(str::to_string) else {
             return Err(Error::Transition(TransitionError::StaleBatch));
@@ -73,12 +80,15 @@ impl Service {
             job_id: Some(item.staged.lease_token.clone()).filter(|j| !j.is_empty()),
             usage,
             latency_ms: item.staged.latency_ms,
-            batch: true,
+            batch: batch_api,
         });
         let submission = match serde_json::from_str::<Value>(&item.staged.output_json) {
             Ok(mut output) => {
                 schema.normalize_provider_answer(&mut output);
                 match schema.validate(&output) {
+                    Ok(findings) if findings.len() > self.max_findings => {
+                        Submission::Invalid { reason: self.too_many(findings.len()) }
+                    }
                     Ok(findings) => Submission::Valid { findings, output },
                     Err(issues) => Submission::Invalid { reason: summarize(&issues) },
                 }
@@ -94,6 +104,15 @@ impl Service {
             self.wake_schedulers();
         }
         Ok(outcome)
+    }
+
+    /// The failure reason of an output over the cap: it is refused whole (a truncated
+    /// answer would look complete to whoever reads it).
+    fn too_many(&self, count: usize) -> String {
+        format!(
+            "{count} findings, more than the {} allowed per output (limits.max_findings_per_output)",
+            self.max_findings
+        )
     }
 
     pub async fn retry(&self, id: ExtractionId) -> Result<ExtractionRecord, Error> {

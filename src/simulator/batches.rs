@@ -80,7 +80,10 @@ pub async fn create(
         metadata: request.metadata,
     };
     let faults = inner.faults.clone();
-    let record = BatchRecord::new(view.clone(), now, input, faults, output_expires_after);
+    let mut record = BatchRecord::new(view.clone(), now, input, faults, output_expires_after);
+    let enqueued: u64 = inner.batches.iter().map(BatchRecord::enqueued_tokens).sum();
+    record.check_token_limit(inner.faults.enqueued_token_limit, enqueued);
+    inner.stats.last_batch_tokens = record.tokens();
     inner.batch_went_live(record.custom_ids());
     inner.batches.push(record);
     inner.stats.batches_created += 1;
@@ -103,6 +106,11 @@ pub async fn retrieve(State(shared): State<Arc<Shared>>, Path(id): Path<String>)
     let mut inner = shared.lock();
     let index = inner.find_batch(&id).ok_or_else(|| no_such_batch(&id))?;
     inner.stats.polls += 1;
+    if inner.faults.take_poll_not_found() {
+        inner.stats.polls_not_found += 1;
+        tracing::warn!(batch = %id, "SIMULATED fault: a live batch answered 404");
+        return Err(no_such_batch(&id));
+    }
     inner.advance_one(index, Instant::now()).map(Json).ok_or_else(|| no_such_batch(&id))
 }
 
@@ -122,7 +130,8 @@ pub async fn list(
     let mut inner = shared.lock();
     inner.advance_all(Instant::now());
     inner.stats.batches_listed += 1;
-    let newest_first = inner.batches.iter().rev().map(|b| &b.view);
+    let foreign: Vec<Batch> = (0..inner.faults.foreign_batches).map(foreign_batch).collect();
+    let newest_first = foreign.iter().chain(inner.batches.iter().rev().map(|b| &b.view));
     // An unknown cursor lists nothing rather than restarting from the newest batch,
     // which would make a paginating client loop forever.
     let mut page: Vec<Batch> = match query.after.as_deref() {
@@ -207,6 +216,35 @@ fn check_output_expiry(request: &CreateBatchRequest) -> Result<Option<i64>, ApiE
         .code("invalid_value"));
     }
     Ok(Some(expiry.seconds))
+}
+
+/// A batch of another client of the organisation, created just now (`foreign_batches`).
+fn foreign_batch(index: u32) -> Batch {
+    let created_at = unix_now();
+    Batch {
+        id: format!("batch_foreign{index:08}"),
+        object: "batch".to_string(),
+        endpoint: ENDPOINT_CHAT.to_string(),
+        model: None,
+        errors: None,
+        input_file_id: format!("file-foreign{index:08}"),
+        completion_window: COMPLETION_WINDOW.to_string(),
+        status: BatchStatus::InProgress,
+        output_file_id: None,
+        error_file_id: None,
+        created_at,
+        in_progress_at: Some(created_at),
+        expires_at: Some(created_at + WINDOW_SECS),
+        finalizing_at: None,
+        completed_at: None,
+        failed_at: None,
+        expired_at: None,
+        cancelling_at: None,
+        cancelled_at: None,
+        request_counts: RequestCounts::default(),
+        usage: None,
+        metadata: None,
+    }
 }
 
 fn no_such_batch(id: &str) -> ApiError {

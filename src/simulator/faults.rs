@@ -48,6 +48,36 @@ pub struct Faults {
     /// Models the simulated account cannot use: a synchronous call naming one gets 404
     /// `model_not_found` (OpenAI) or `not_found_error` (Anthropic).
     pub missing_models: Vec<String>,
+    /// The organisation's enqueued-token limit (0: none). A batch whose input tokens plus
+    /// those of the batches still running exceed it is created, then ends `failed` with
+    /// `token_limit_exceeded`, as OpenAI does.
+    pub enqueued_token_limit: u64,
+    /// The next N batch retrievals answer 404 in the provider's words, although the batch
+    /// exists (the intermittent 404s users of both APIs report).
+    pub poll_not_found_next: u32,
+    /// Injected error answers carry `x-should-retry: false`.
+    pub should_retry_false: bool,
+    /// Listing batches shows this many other batches, newer than any real one, first
+    /// (another client of the same organisation, busy).
+    pub foreign_batches: u32,
+    /// Batch input files over this many bytes are refused at upload (0: the real 200 MB).
+    pub max_input_file_bytes: u64,
+    /// Every Nth input line (1-based; for the synchronous chat endpoint, every Nth call)
+    /// asks for a long answer of `long_answer_tokens` output tokens. Under a smaller output
+    /// budget (`max_completion_tokens`, else `max_tokens`; OpenAI without either: the model's
+    /// own 16,384) it is cut off there: OpenAI `finish_reason: "length"`, Anthropic
+    /// `stop_reason: "max_tokens"`. Alternately the cut-off content is a *valid* prefix (the
+    /// first half of the findings, which passes `code-review@1`) and a torn one (half the
+    /// JSON text; Anthropic: a tool call with an empty input). With a budget that fits it is
+    /// answered in full, billed at `long_answer_tokens`.
+    pub truncate_every: u32,
+    /// Output tokens a `truncate_every` answer needs (default 4000).
+    pub long_answer_tokens: u32,
+    /// Every Nth input line (1-based; chat: every Nth call) is declined. OpenAI:
+    /// `message.content: null`, `message.refusal: "I'm sorry, I cannot help with that."`.
+    /// Anthropic, alternately: `stop_reason: "refusal"` with no content, and `end_turn`
+    /// with that sentence as text and no call of the forced tool.
+    pub refuse_every: u32,
 }
 
 impl Default for Faults {
@@ -68,8 +98,56 @@ impl Default for Faults {
             invalid_output_every: 0,
             fail_batch_validation: false,
             missing_models: Vec::new(),
+            enqueued_token_limit: 0,
+            poll_not_found_next: 0,
+            should_retry_false: false,
+            foreign_batches: 0,
+            max_input_file_bytes: 0,
+            truncate_every: 0,
+            long_answer_tokens: DEFAULT_LONG_ANSWER_TOKENS,
+            refuse_every: 0,
         }
     }
+}
+
+/// Output tokens of a `truncate_every` answer unless the knob says otherwise.
+pub const DEFAULT_LONG_ANSWER_TOKENS: u32 = 4000;
+
+/// What the simulated model does with the request at one position (1-based), after any
+/// error line: decline, give a long answer (cut off under a small budget), or answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Behaviour {
+    /// `first_kind` alternates the two refusal shapes (odd occurrences: true).
+    Refuse {
+        first_kind: bool,
+    },
+    /// An answer that needs `needs` output tokens; `valid_prefix` alternates what a cut-off
+    /// one looks like (odd occurrences: a valid prefix).
+    Long {
+        needs: u32,
+        valid_prefix: bool,
+    },
+    Answer {
+        broken: bool,
+    },
+}
+
+impl Faults {
+    pub fn behaviour(&self, position: usize) -> Behaviour {
+        if every(self.refuse_every, position) {
+            return Behaviour::Refuse { first_kind: odd_occurrence(self.refuse_every, position) };
+        }
+        if every(self.truncate_every, position) {
+            let valid_prefix = odd_occurrence(self.truncate_every, position);
+            return Behaviour::Long { needs: self.long_answer_tokens, valid_prefix };
+        }
+        Behaviour::Answer { broken: every(self.invalid_output_every, position) }
+    }
+}
+
+/// True for the 1st, 3rd, 5th … position an `every` knob fires on.
+fn odd_occurrence(every: u32, position: usize) -> bool {
+    every != 0 && (position / every as usize) % 2 == 1
 }
 
 /// A request-level fault chosen for one request.
@@ -110,6 +188,10 @@ impl Faults {
 
     pub fn take_drop_after_create(&mut self) -> bool {
         take(&mut self.drop_after_create_next)
+    }
+
+    pub fn take_poll_not_found(&mut self) -> bool {
+        take(&mut self.poll_not_found_next)
     }
 }
 
@@ -229,6 +311,24 @@ mod tests {
         let hits: Vec<usize> = (1..=10).filter(|p| every(3, *p)).collect();
         assert_eq!(hits, [3, 6, 9]);
         assert!(!(1..=10).any(|p| every(0, p)));
+    }
+
+    #[test]
+    fn behaviours_take_turns_and_alternate_their_shapes() {
+        let faults = Faults { refuse_every: 3, truncate_every: 2, invalid_output_every: 5, ..Faults::default() };
+        let got: Vec<Behaviour> = (1..=6).map(|p| faults.behaviour(p)).collect();
+        let long = |valid_prefix| Behaviour::Long { needs: DEFAULT_LONG_ANSWER_TOKENS, valid_prefix };
+        assert_eq!(
+            got,
+            [
+                Behaviour::Answer { broken: false },
+                long(true),
+                Behaviour::Refuse { first_kind: true },
+                long(false),
+                Behaviour::Answer { broken: true },
+                Behaviour::Refuse { first_kind: false },
+            ]
+        );
     }
 
     #[test]

@@ -52,6 +52,7 @@ pub async fn upload(
     let ttl = expiry(form.anchor, form.seconds)?;
     let now = unix_now();
     let (expires_at, parsed) = if purpose == PURPOSE_BATCH {
+        check_lowered_size_limit(&shared, content.len())?;
         let parsed = check_batch_input(&filename, content.clone()).await?;
         (Some(now + ttl.unwrap_or(DEFAULT_FILE_TTL_SECS)), Some(Arc::new(parsed)))
     } else {
@@ -61,6 +62,9 @@ pub async fn upload(
     let mut inner = shared.lock();
     let meta = inner.insert_file(&purpose, filename, now, expires_at, content, parsed);
     inner.stats.files_uploaded += 1;
+    if purpose == PURPOSE_BATCH {
+        inner.stats.last_upload_bytes = meta.bytes;
+    }
     tracing::info!(file = %meta.id, bytes = meta.bytes, "SIMULATED provider: file uploaded");
     Ok(Json(meta))
 }
@@ -74,6 +78,7 @@ pub async fn retrieve(State(shared): State<Arc<Shared>>, Path(id): Path<String>)
 pub async fn delete(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Json<DeletedFile>, ApiError> {
     let mut inner = shared.lock();
     inner.files.remove(&id).ok_or_else(|| no_such_file(&id))?;
+    inner.stats.files_deleted += 1;
     Ok(Json(DeletedFile { id, object: "file".to_string(), deleted: true }))
 }
 
@@ -146,6 +151,21 @@ fn expiry(anchor: Option<String>, seconds: Option<String>) -> Result<Option<i64>
         }
         _ => Err(bad("expires_after needs both [anchor] and [seconds].")),
     }
+}
+
+/// The size limit a test lowered (`max_input_file_bytes`), refused as the real one is.
+fn check_lowered_size_limit(shared: &Shared, bytes: usize) -> Result<(), ApiError> {
+    let mut inner = shared.lock();
+    let limit = inner.faults.max_input_file_bytes;
+    if limit == 0 || u64::try_from(bytes).unwrap_or(u64::MAX) <= limit {
+        return Ok(());
+    }
+    inner.stats.uploads_refused += 1;
+    Err(ApiError::invalid(format!(
+        "File is too large: the Batch API accepts .jsonl files up to {limit} bytes. \
+         (SIMULATED limit: max_input_file_bytes)"
+    ))
+    .param("file"))
 }
 
 /// Upload-time checks for `purpose=batch`: file type and hard limits. Line contents are

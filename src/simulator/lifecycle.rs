@@ -59,6 +59,10 @@ pub struct BatchRecord {
     faults: Faults,
     output_expires_after: Option<i64>,
     cancel: Option<Cancel>,
+    /// Input tokens, as the enqueued-token limit counts them.
+    tokens: u64,
+    /// Set at creation when the enqueued-token limit had no room for it: the message it fails with.
+    over_token_limit: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -78,11 +82,46 @@ impl BatchRecord {
         let mut custom_ids = input.custom_ids.clone();
         custom_ids.sort();
         custom_ids.dedup();
-        Self { view, created, input, custom_ids, faults, output_expires_after, cancel: None }
+        let tokens = input.requests.iter().map(|r| estimate_tokens(&r.body)).sum();
+        Self {
+            view,
+            created,
+            input,
+            custom_ids,
+            faults,
+            output_expires_after,
+            cancel: None,
+            tokens,
+            over_token_limit: None,
+        }
     }
 
     pub fn custom_ids(&self) -> &[String] {
         &self.custom_ids
+    }
+
+    pub fn tokens(&self) -> u64 {
+        self.tokens
+    }
+
+    /// Tokens this batch holds against the enqueued-token limit: those of a batch not yet
+    /// ended that will run.
+    pub fn enqueued_tokens(&self) -> u64 {
+        if self.view.status.is_terminal() || self.over_token_limit.is_some() { 0 } else { self.tokens }
+    }
+
+    /// Decided once, at creation (call after every other batch is brought up to date):
+    /// OpenAI accepts the create and fails the batch while validating it.
+    pub fn check_token_limit(&mut self, limit: u64, enqueued_elsewhere: u64) {
+        if limit == 0 || self.tokens.saturating_add(enqueued_elsewhere) <= limit {
+            return;
+        }
+        let model = self.input.model.clone().unwrap_or_default();
+        self.over_token_limit = Some(format!(
+            "Enqueued token limit reached for {model} in organization org-simulated. Limit: {limit} enqueued \
+             tokens. Please try again once some in_progress batches have been completed. \
+             (SIMULATED fault: enqueued_token_limit)"
+        ));
     }
 
     fn total(&self) -> usize {
@@ -140,6 +179,11 @@ impl BatchRecord {
         if elapsed < t.validate_end {
             return;
         }
+        if let Some(message) = self.over_token_limit.clone() {
+            self.fail_with(self.at(t.validate_end), vec![token_limit_error(message)], inner);
+            inner.stats.token_limit_failures += 1;
+            return;
+        }
         if self.faults.fail_batch_validation || !self.input.errors.is_empty() {
             self.fail_validation(self.at(t.validate_end), inner);
             return;
@@ -195,10 +239,17 @@ impl BatchRecord {
                 line: Some(1),
             });
         }
+        self.fail_with(at, data, inner);
+    }
+
+    fn fail_with(&mut self, at: i64, data: Vec<BatchError>, inner: &mut Inner) {
         self.view.status = BatchStatus::Failed;
         self.view.failed_at = Some(at);
         self.view.errors = Some(BatchErrors { object: "list".to_string(), data });
         inner.batch_went_terminal(&self.custom_ids);
+        for id in &self.custom_ids {
+            *inner.stats.unrun_submissions_per_custom_id.entry(id.clone()).or_default() += 1;
+        }
         tracing::info!(batch = %self.view.id, "SIMULATED provider: batch failed validation");
     }
 
@@ -223,6 +274,8 @@ impl BatchRecord {
         self.view.output_file_id = Some(output_file_id);
         self.view.error_file_id = Some(error_file_id);
         inner.stats.lines_completed += generated.counts.completed;
+        inner.stats.lines_truncated += generated.truncated;
+        inner.stats.lines_refused += generated.refused;
         inner.stats.lines_failed += generated.counts.failed;
         self.view.request_counts = generated.counts;
         self.view.usage = Some(generated.usage);
@@ -236,6 +289,16 @@ impl BatchRecord {
             "SIMULATED provider: batch finished"
         );
     }
+}
+
+/// OpenAI counts a batch's input tokens; a quarter of the request's JSON text is close
+/// enough for a limit a test sets.
+fn estimate_tokens(body: &serde_json::Value) -> u64 {
+    u64::try_from(body.to_string().len() / 4).unwrap_or(u64::MAX).max(1)
+}
+
+fn token_limit_error(message: String) -> BatchError {
+    BatchError { code: "token_limit_exceeded".to_string(), message, param: None, line: None }
 }
 
 pub fn status_name(status: BatchStatus) -> &'static str {

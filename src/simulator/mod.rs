@@ -10,6 +10,8 @@
 //! - `wire`: the OpenAI JSON objects, spelled once.
 //! - `files` / `batches`: the `/v1` handlers; `lifecycle`: status from elapsed time;
 //!   `output`: the output and error JSONL; `input`: input-file checks.
+//! - `chat`: a synchronous `POST /v1/chat/completions` on the same model and knobs, for
+//!   commitpoint's synchronous chat provider.
 //! - `model`: the deterministic reviewer.
 //! - `anthropic`: the Message Batches dialect (its own routes, lifecycle and error shape,
 //!   sharing the model, the faults, the statistics and the listener).
@@ -207,7 +209,7 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/batches", post(batches::create).get(batches::list))
         .route("/v1/batches/{id}", get(batches::retrieve))
         .route("/v1/batches/{id}/cancel", post(batches::cancel))
-        .route("/v1/chat/completions", post(chat::complete))
+        .route("/v1/chat/completions", post(chat::completions))
         .route("/_sim/stats", get(sim_stats))
         .route("/_sim/faults", get(sim_get_faults).post(sim_set_faults))
         .fallback(|request: Request| async move {
@@ -278,7 +280,13 @@ fn admit(shared: &Shared, request: &Request) -> Result<(), ApiError> {
         }
     }
     match take_request_fault(shared, request.uri().path()) {
-        Some(fault) => Err(fault.into_error()),
+        Some(fault) => {
+            let error = fault.into_error();
+            if shared.lock().faults.should_retry_false {
+                return Err(error.header("x-should-retry", "false".to_string()));
+            }
+            Err(error)
+        }
         None => Ok(()),
     }
 }

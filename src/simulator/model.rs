@@ -8,6 +8,13 @@
 
 use serde_json::{Value, json};
 
+use super::faults::Behaviour;
+
+/// The simulated model's own output limit when a request names no budget (gpt-4o-mini's).
+pub const MODEL_MAX_OUTPUT_TOKENS: u64 = 16_384;
+/// What the simulated model says when it declines (OpenAI's usual wording).
+pub const REFUSAL: &str = "I'm sorry, I cannot help with that.";
+
 /// (patterns, rule, severity, summary). A rule fires at most once per line, because
 /// (rule, file, line) is a finding's identity and duplicates would be noise.
 const RULES: &[(&[&str], &str, &str, &str)] = &[
@@ -23,7 +30,11 @@ const UNKNOWN_SOURCE: &str = "unknown";
 /// What the model produced for one request line.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Reply {
-    pub content: String,
+    /// `None` when the model declined (`refusal` is set instead).
+    pub content: Option<String>,
+    pub refusal: Option<String>,
+    /// `stop`, or `length` when the answer was cut off at its output budget.
+    pub finish_reason: &'static str,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
 }
@@ -75,10 +86,26 @@ pub fn broken_review(source_id: &str, content: &str) -> Value {
     output
 }
 
-/// Answers one `/v1/chat/completions` request body.
-pub fn respond(body: &Value, broken: bool) -> Reply {
+/// The first half of a review's findings: cut off mid-answer, yet valid `code-review@1`
+/// JSON — which is why a truncated answer must never be committed on validation alone.
+pub fn valid_prefix(mut output: Value) -> Value {
+    if let Some(Value::Array(findings)) = output.get_mut("findings") {
+        findings.truncate(findings.len() / 2);
+    }
+    output
+}
+
+/// The output budget a chat completion body asks for: `max_completion_tokens`, else the
+/// deprecated `max_tokens`; `None` leaves the model's own limit.
+pub fn output_budget(body: &Value) -> Option<u64> {
+    body.get("max_completion_tokens").or_else(|| body.get("max_tokens")).and_then(Value::as_u64)
+}
+
+/// Answers one `/v1/chat/completions` request body as `behaviour` says.
+pub fn respond(body: &Value, behaviour: Behaviour) -> Reply {
     let messages = body.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let prompt_bytes: usize = messages.iter().map(|m| message_text(m).len()).sum();
+    let prompt_tokens = tokens(prompt_bytes);
     let last_user = messages
         .iter()
         .rev()
@@ -86,18 +113,54 @@ pub fn respond(body: &Value, broken: bool) -> Reply {
         .map(message_text)
         .unwrap_or_default();
     let (source_id, content) = split_prompt(&last_user);
-    let mut output = if broken { broken_review(source_id, content) } else { review(source_id, content) };
     let structured = body.pointer("/response_format/type").and_then(Value::as_str) == Some("json_schema");
-    if let Some(schema) = body.pointer("/response_format/json_schema/schema")
-        && body.pointer("/response_format/json_schema/strict") == Some(&Value::Bool(true))
-        && !broken
-    {
-        conform(&mut output, schema);
-    }
+    let strict_schema = body
+        .pointer("/response_format/json_schema/schema")
+        .filter(|_| body.pointer("/response_format/json_schema/strict") == Some(&Value::Bool(true)));
     // Without Structured Outputs a chat model wraps JSON in prose; clients that forget
     // `response_format` should see that, not a lucky clean answer.
-    let content = if structured { output.to_string() } else { format!("Here is my review.\n```json\n{output}\n```") };
-    Reply { prompt_tokens: tokens(prompt_bytes), completion_tokens: tokens(content.len()), content }
+    let render = |mut output: Value| {
+        if let Some(schema) = strict_schema {
+            conform(&mut output, schema);
+        }
+        if structured { output.to_string() } else { format!("Here is my review.\n```json\n{output}\n```") }
+    };
+    let answer = |content: String, finish_reason, completion_tokens| Reply {
+        content: Some(content),
+        refusal: None,
+        finish_reason,
+        prompt_tokens,
+        completion_tokens,
+    };
+    match behaviour {
+        Behaviour::Refuse { .. } => Reply {
+            content: None,
+            refusal: Some(REFUSAL.to_string()),
+            finish_reason: "stop",
+            prompt_tokens,
+            completion_tokens: tokens(REFUSAL.len()),
+        },
+        Behaviour::Long { needs, valid_prefix: prefix } => {
+            let budget = output_budget(body).unwrap_or(MODEL_MAX_OUTPUT_TOKENS);
+            let full = review(source_id, content);
+            if budget >= u64::from(needs) {
+                return answer(render(full), "stop", u64::from(needs));
+            }
+            let text = if prefix { render(valid_prefix(full)) } else { cut(&render(full)).to_string() };
+            answer(text, "length", budget.max(1))
+        }
+        Behaviour::Answer { broken } => {
+            let output = if broken { broken_review(source_id, content) } else { review(source_id, content) };
+            let text = render(output);
+            let completion_tokens = tokens(text.len());
+            answer(text, "stop", completion_tokens)
+        }
+    }
+}
+
+/// Half a text, on a character boundary: JSON torn mid-value.
+pub fn cut(text: &str) -> &str {
+    &text[..text.floor_char_boundary(text.len() / 2)]
 }
 
 /// Constrained decoding: a strict-mode model always sends every required key, so a
@@ -200,22 +263,60 @@ mod tests {
             {"role": "system", "content": "review"},
             {"role": "user", "content": "source_id: s1\n\nok\nx.unwrap()"}
         ], "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {}}}});
-        let reply = respond(&body, false);
-        let output: Value = serde_json::from_str(&reply.content).unwrap();
+        let reply = respond(&body, Behaviour::Answer { broken: false });
+        let output: Value = serde_json::from_str(reply.content.as_deref().unwrap()).unwrap();
         assert_eq!(output["findings"][0]["file"], "s1");
         assert_eq!(output["findings"][0]["line"], 2);
         let prompt_bytes = "review".len() + "source_id: s1\n\nok\nx.unwrap()".len();
         assert_eq!(reply.prompt_tokens, (prompt_bytes / 4) as u64);
-        assert_eq!(reply.completion_tokens, (reply.content.len() / 4) as u64);
+        assert_eq!(reply.completion_tokens, (reply.content.unwrap().len() / 4) as u64);
     }
 
     #[test]
     fn without_structured_outputs_the_json_is_wrapped_in_prose() {
         let body = json!({"model": "m", "messages": [{"role": "user", "content": "x"}]});
-        let reply = respond(&body, false);
-        assert!(reply.content.starts_with("Here is my review."));
-        assert!(serde_json::from_str::<Value>(&reply.content).is_err());
+        let reply = respond(&body, Behaviour::Answer { broken: false });
+        let content = reply.content.unwrap();
+        assert!(content.starts_with("Here is my review."));
+        assert!(serde_json::from_str::<Value>(&content).is_err());
         assert_eq!(reply.prompt_tokens, 1);
+    }
+
+    fn structured(budget: Option<u64>) -> Value {
+        let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "source_id: s\n\na.unwrap()\nTODO"}],
+            "response_format": {"type": "json_schema"}});
+        if let Some(budget) = budget {
+            body["max_completion_tokens"] = json!(budget);
+        }
+        body
+    }
+
+    #[test]
+    fn a_long_answer_is_cut_off_under_a_small_budget_and_complete_under_a_large_one() {
+        let long = |valid_prefix| Behaviour::Long { needs: 3000, valid_prefix };
+        let cut_valid = respond(&structured(Some(1000)), long(true));
+        assert_eq!((cut_valid.finish_reason, cut_valid.completion_tokens), ("length", 1000));
+        let prefix: Value = serde_json::from_str(cut_valid.content.as_deref().unwrap()).unwrap();
+        assert_eq!(prefix["findings"].as_array().unwrap().len(), 1, "the first half of two findings: valid JSON");
+        let torn = respond(&structured(Some(1000)), long(false));
+        assert_eq!(torn.finish_reason, "length");
+        assert!(serde_json::from_str::<Value>(torn.content.as_deref().unwrap()).is_err());
+        let full = respond(&structured(Some(3000)), long(true));
+        assert_eq!((full.finish_reason, full.completion_tokens), ("stop", 3000));
+        let full: Value = serde_json::from_str(full.content.as_deref().unwrap()).unwrap();
+        assert_eq!(full["findings"].as_array().unwrap().len(), 2);
+        let unbounded = respond(&structured(None), long(true));
+        assert_eq!(unbounded.finish_reason, "stop", "the model's own limit is 16384");
+        let legacy = json!({"max_tokens": 10, "messages": []});
+        assert_eq!(output_budget(&legacy), Some(10));
+    }
+
+    #[test]
+    fn a_refusal_has_no_content() {
+        let reply = respond(&structured(None), Behaviour::Refuse { first_kind: true });
+        assert_eq!(reply.content, None);
+        assert_eq!(reply.refusal.as_deref(), Some(REFUSAL));
+        assert_eq!(reply.finish_reason, "stop");
     }
 
     #[test]

@@ -38,6 +38,10 @@ pub struct Generated {
     pub errors: Vec<u8>,
     pub counts: RequestCounts,
     pub usage: BatchUsage,
+    /// Successful (billed) lines whose answer was cut off at the output budget.
+    pub truncated: u64,
+    /// Successful (billed) lines whose answer was a refusal.
+    pub refused: u64,
 }
 
 pub fn generate(plan: &Plan<'_>) -> Generated {
@@ -57,8 +61,9 @@ pub fn generate(plan: &Plan<'_>) -> Generated {
             let http_shape = failures.len() % 2 == 0;
             failures.push(failed_line(&mut rng, request, http_shape));
         } else {
-            let broken = every(plan.faults.invalid_output_every, position);
-            let reply = model::respond(&request.body, broken);
+            let reply = model::respond(&request.body, plan.faults.behaviour(position));
+            generated.truncated += u64::from(reply.finish_reason == "length");
+            generated.refused += u64::from(reply.refusal.is_some());
             add_usage(&mut generated.usage, &reply);
             successes.push(success_line(&mut rng, request, &reply, plan.created));
         }
@@ -92,28 +97,35 @@ fn success_line(rng: &mut StdRng, request: &InputRequest, reply: &model::Reply, 
         "response": {
             "status_code": 200,
             "request_id": random_id(rng, "req_", 32),
-            "body": {
-                "id": random_id(rng, "chatcmpl-", 29),
-                "object": "chat.completion",
-                "created": created,
-                "model": request.model,
-                "choices": [{
-                    "index": 0,
-                    "message": {"role": "assistant", "content": reply.content, "refusal": null},
-                    "logprobs": null,
-                    "finish_reason": "stop",
-                }],
-                "usage": {
-                    "prompt_tokens": reply.prompt_tokens,
-                    "completion_tokens": reply.completion_tokens,
-                    "total_tokens": reply.prompt_tokens + reply.completion_tokens,
-                    "prompt_tokens_details": {"cached_tokens": 0},
-                    "completion_tokens_details": {"reasoning_tokens": 0},
-                },
-                "system_fingerprint": null,
-            },
+            "body": completion(rng, &request.model, reply, created),
         },
         "error": null,
+    })
+}
+
+/// A `chat.completion` object, as a batch line's body or the synchronous endpoint's answer.
+/// A refusal has `content: null` and the refusal text; a cut-off answer
+/// `finish_reason: "length"` (OpenAI API reference, `CreateChatCompletionResponse`).
+pub fn completion(rng: &mut StdRng, model: &str, reply: &model::Reply, created: i64) -> Value {
+    json!({
+        "id": random_id(rng, "chatcmpl-", 29),
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": reply.content, "refusal": reply.refusal},
+            "logprobs": null,
+            "finish_reason": reply.finish_reason,
+        }],
+        "usage": {
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": reply.completion_tokens,
+            "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0},
+        },
+        "system_fingerprint": null,
     })
 }
 
@@ -291,6 +303,34 @@ mod tests {
         assert_eq!((http, timeouts, expired), (2, 1, 2));
         assert_eq!(generated.counts, RequestCounts { total: 8, completed: 3, failed: 5 });
         assert_eq!(lines(&generated.output).len(), 3);
+    }
+
+    #[test]
+    fn truncated_and_refused_lines_are_billed_successes() {
+        let mut reqs = requests(4);
+        for request in &mut reqs {
+            request.body["max_completion_tokens"] = json!(100);
+        }
+        let faults = Faults { truncate_every: 2, refuse_every: 3, ..Faults::default() };
+        let generated = generate(&plan(&reqs, &faults, 4));
+        assert_eq!((generated.truncated, generated.refused), (2, 1));
+        assert_eq!(generated.counts.completed, 4, "cut-off and declined answers are billed");
+        let by_id: BTreeMap<String, Value> = lines(&generated.output)
+            .iter()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                (v["custom_id"].as_str().unwrap().to_string(), v)
+            })
+            .collect();
+        let choice = |id: &str| by_id[id]["response"]["body"]["choices"][0].clone();
+        assert_eq!(choice("c1")["finish_reason"], "length");
+        assert_eq!(by_id["c1"]["response"]["body"]["usage"]["completion_tokens"], 100);
+        assert!(choice("c1")["message"]["content"].as_str().is_some_and(|c| serde_json::from_str::<Value>(c).is_ok()));
+        assert_eq!(choice("c2")["message"]["content"], Value::Null);
+        assert_eq!(choice("c2")["message"]["refusal"], model::REFUSAL);
+        assert_eq!(choice("c3")["finish_reason"], "length");
+        assert!(serde_json::from_str::<Value>(choice("c3")["message"]["content"].as_str().unwrap()).is_err());
+        assert_eq!(choice("c0")["finish_reason"], "stop");
     }
 
     #[test]

@@ -31,6 +31,16 @@ pub struct Stats {
     pub lines_completed: u64,
     /// Lines served in error files, including `batch_expired` / `batch_cancelled` ones.
     pub lines_failed: u64,
+    /// Billed answers cut off at their output budget (`truncate_every`), batch lines and
+    /// synchronous completions alike.
+    #[serde(default)]
+    pub lines_truncated: u64,
+    /// Billed answers that declined (`refuse_every`), batch lines and completions alike.
+    #[serde(default)]
+    pub lines_refused: u64,
+    /// Synchronous `POST /v1/chat/completions` answered with a completion (billed).
+    #[serde(default)]
+    pub chat_completions: u64,
     /// 429s served, `rate_limit_exceeded` and `insufficient_quota` alike.
     pub rate_limited: u64,
     pub server_errors: u64,
@@ -40,9 +50,31 @@ pub struct Stats {
     pub dropped_connections: u64,
     /// custom_id → number of batches whose input contained it.
     pub submissions_per_custom_id: BTreeMap<String, u64>,
+    /// custom_id → number of those batches that ended `failed` before running anything: the
+    /// provider bills nothing for them, so a resubmission after one buys no second answer.
+    #[serde(default)]
+    pub unrun_submissions_per_custom_id: BTreeMap<String, u64>,
     /// Max over custom_ids of how many non-terminal batches contained it at the same time:
     /// stays 1 unless a client resubmits work that is still live.
     pub max_live_batches_per_custom_id: u64,
+    /// Batches failed with `token_limit_exceeded` (`enqueued_token_limit`).
+    #[serde(default)]
+    pub token_limit_failures: u64,
+    /// Input tokens of the most recently created batch, as the enqueued-token limit counts them.
+    #[serde(default)]
+    pub last_batch_tokens: u64,
+    /// 404s served to retrievals of batches that exist (`poll_not_found_next`).
+    #[serde(default)]
+    pub polls_not_found: u64,
+    /// Files deleted by clients (`DELETE /v1/files/{id}`), and batches (Anthropic).
+    #[serde(default)]
+    pub files_deleted: u64,
+    /// Batch input uploads refused for their size (`max_input_file_bytes`).
+    #[serde(default)]
+    pub uploads_refused: u64,
+    /// Size of the last batch input file accepted.
+    #[serde(default)]
+    pub last_upload_bytes: u64,
 }
 
 /// Batch input and output files expire after 30 days unless told otherwise.

@@ -51,6 +51,9 @@ pub struct BatchMember {
     pub id: ExtractionId,
     pub source_id: String,
     pub content: String,
+    /// The output token budget to ask for, when raised after a truncation; `None` asks
+    /// for the provider's configured default.
+    pub output_budget: Option<u32>,
 }
 
 /// A provider's answer for one member, as parsed by its adapter.
@@ -58,6 +61,14 @@ pub struct BatchMember {
 pub enum LineResult {
     Answer {
         output: String,
+        usage: Option<Usage>,
+    },
+    /// A paid answer that must never be committed, whatever it says (even if it would pass
+    /// validation): `class` is `Truncated` (cut off at the output budget) or `Refused`
+    /// (the model declined). Charged; a truncated one is retried once with a larger budget.
+    Unusable {
+        class: FailureClass,
+        reason: String,
         usage: Option<Usage>,
     },
     /// The provider will never answer this member (invalid request and the like).
@@ -71,11 +82,53 @@ pub enum LineResult {
     },
 }
 
+/// A provider's output token budgets: what a request asks for unless its member's own
+/// budget was raised, and the most a truncation retry may ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputBudget {
+    /// `None`: nothing is sent, the model's own limit applies.
+    pub default: Option<u32>,
+    pub cap: u32,
+}
+
+impl OutputBudget {
+    /// The budget for the retry of an answer truncated under `used` (else the default,
+    /// else the output tokens the cut-off answer was billed, which is where it stopped):
+    /// double it, up to the cap. `None` when no larger budget is possible or known.
+    pub fn raised(&self, used: Option<u32>, billed_output_tokens: Option<u64>) -> Option<u32> {
+        let billed = billed_output_tokens.filter(|t| *t > 0).map(|t| u32::try_from(t).unwrap_or(u32::MAX));
+        let previous = used.or(self.default).or(billed)?;
+        let next = previous.saturating_mul(2).min(self.cap);
+        (next > previous).then_some(next)
+    }
+}
+
+/// How a provider's scheduler treats the members it releases and the answers it stages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberRules {
+    /// Provider attempts one extraction may use across requeues (at least 1).
+    pub max_attempts: u32,
+    pub budget: OutputBudget,
+    /// Calls go through a batch API, billed at its discount (false: a synchronous API).
+    pub batch_api: bool,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StageReport {
     pub staged: u64,
     pub refused: u64,
     pub requeued: u64,
+    /// Answers cut off at their output budget: retried with a larger budget, failed
+    /// `truncated`, or failed `attempts_exhausted`.
+    pub truncated: u64,
+    /// Of those, the ones sent back with a larger budget.
+    pub budget_retries: u64,
+    /// Members failed `truncated`.
+    pub failed_truncated: u64,
+    /// Answers the model declined (failed `refused`).
+    pub model_refusals: u64,
+    /// Members that would have been requeued past their attempt cap (failed `attempts_exhausted`).
+    pub exhausted: u64,
     /// Lines for members that already had an answer (duplicate lines, re-fetched files).
     pub replays: u64,
     /// Lines that name no member of this batch.
@@ -121,8 +174,33 @@ impl Store {
                         }
                         record.last_error = Some(reason);
                     }
-                    None => record.failures = 0,
+                    None => {
+                        record.failures = 0;
+                        record.not_found_since_ms = None;
+                    }
                 }
+                record.updated_at_ms = t.now_ms;
+                save_batch(t, &record)?;
+                Ok(((), true))
+            })
+            .await
+    }
+
+    /// Records one more 404 for the batch's job without counting a failure: the window
+    /// opened at `since_ms` (kept if already open) decides when the job is declared gone.
+    pub async fn note_not_found(
+        &self,
+        batch: u64,
+        since_ms: u64,
+        next_action_at_ms: u64,
+        note: String,
+    ) -> Result<(), Error> {
+        self.writer
+            .write(move |t| {
+                let mut record = load_batch(t, batch)?;
+                record.not_found_since_ms = Some(record.not_found_since_ms.unwrap_or(since_ms));
+                record.next_action_at_ms = next_action_at_ms;
+                record.last_error = Some(note);
                 record.updated_at_ms = t.now_ms;
                 save_batch(t, &record)?;
                 Ok(((), true))
@@ -135,14 +213,22 @@ impl Store {
         &self,
         batch: u64,
         lines: Vec<(ExtractionId, LineResult)>,
+        rules: MemberRules,
     ) -> Result<StageReport, Error> {
-        self.writer.write(move |t| stage_results(t, batch, lines)).await
+        self.writer.write(move |t| stage_results(t, batch, lines, &rules)).await
     }
 
     /// Ends a batch: members still without an answer are requeued (a new attempt of the
-    /// same identity) or failed, and the batch leaves the scheduler's open set.
-    pub async fn close_batch(&self, batch: u64, outcome: String, leftover: Leftover) -> Result<u64, Error> {
-        self.writer.write(move |t| close_batch(t, batch, outcome, &leftover)).await
+    /// same identity, within their attempt cap) or failed, and the batch leaves the
+    /// scheduler's open set.
+    pub async fn close_batch(
+        &self,
+        batch: u64,
+        outcome: String,
+        leftover: Leftover,
+        rules: MemberRules,
+    ) -> Result<CloseReport, Error> {
+        self.writer.write(move |t| close_batch(t, batch, outcome, &leftover, &rules)).await
     }
 
     pub async fn open_batches(&self) -> Result<Vec<BatchRecord>, Error> {
@@ -202,7 +288,12 @@ impl Store {
                 let extraction: ExtractionRecord =
                     decode(extractions.get(seq)?.ok_or_else(|| missing("extraction"))?.value())?;
                 let content: StoredContent = decode(contents.get(seq)?.ok_or_else(|| missing("content"))?.value())?;
-                members.push(BatchMember { id: extraction.id, source_id: extraction.source_id, content: content.text });
+                members.push(BatchMember {
+                    id: extraction.id,
+                    source_id: extraction.source_id,
+                    content: content.text,
+                    output_budget: extraction.output_budget,
+                });
             }
             Ok(members)
         })
@@ -240,7 +331,7 @@ impl Store {
 
 #[derive(Debug, Clone)]
 pub enum IntentOutcome {
-    Created(BatchRecord),
+    Created(Box<BatchRecord>),
     /// Some work is waiting; a batch is due at this time unless it fills up first.
     Waiting {
         due_at_ms: u64,
@@ -253,8 +344,27 @@ pub enum IntentOutcome {
 /// What happens to members a closed batch never answered.
 #[derive(Debug, Clone)]
 pub enum Leftover {
+    /// Another attempt in a new batch, unless the member has used its attempt cap: the
+    /// provider tried and did not answer.
     Requeue,
-    Fail { class: FailureClass, reason: String },
+    /// Back to the queue as the same attempt, outside the attempt cap: the provider never
+    /// ran them (it had no room, or failed the batch without blaming a member), so nothing
+    /// was spent on them.
+    Return,
+    Fail {
+        class: FailureClass,
+        reason: String,
+    },
+}
+
+/// What closing a batch did to the members it had not answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CloseReport {
+    pub requeued: u64,
+    /// Failed as the leftover said.
+    pub failed: u64,
+    /// Failed `attempts_exhausted` instead of a requeue.
+    pub exhausted: u64,
 }
 
 fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(IntentOutcome, bool), Error> {
@@ -291,8 +401,8 @@ fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(In
         Some(_) => {}
     }
     let identities: Vec<(ExtractionId, u32)> = members.iter().map(|m| (m.id, m.attempt)).collect();
-    let key = batch_key(&request.provider, &request.schema, &identities);
     let seq = t.allocate_batch_seq();
+    let key = batch_key(&request.provider, &request.schema, seq, &identities);
     let batch = BatchRecord {
         seq,
         batch_key: key.clone(),
@@ -305,6 +415,7 @@ fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(In
         last_error: None,
         created_at_ms: t.now_ms,
         updated_at_ms: t.now_ms,
+        not_found_since_ms: None,
     };
     for mut member in members {
         let event = Event::Enqueue { provider: request.provider.clone(), batch_key: key.clone() };
@@ -314,7 +425,7 @@ fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(In
     }
     save_batch(t, &batch)?;
     t.open_batches.insert(seq, ())?;
-    Ok((IntentOutcome::Created(batch), true))
+    Ok((IntentOutcome::Created(Box::new(batch)), true))
 }
 
 fn record_job(
@@ -339,6 +450,7 @@ fn record_job(
     record.state = BatchState::Submitted { job_id: job_id.to_string() };
     record.next_action_at_ms = next_poll_at_ms;
     record.failures = 0;
+    record.not_found_since_ms = None;
     record.last_error = None;
     record.updated_at_ms = t.now_ms;
     save_batch(t, &record)?;
@@ -349,43 +461,39 @@ fn stage_results(
     t: &mut WriteTables<'_>,
     batch: u64,
     lines: Vec<(ExtractionId, LineResult)>,
+    rules: &MemberRules,
 ) -> Result<(StageReport, bool), Error> {
     let record = load_batch(t, batch)?;
     let job_id = match &record.state {
         BatchState::Submitted { job_id } => job_id.clone(),
         _ => String::new(),
     };
+    let charge = |usage: Usage| Charge {
+        provider: record.provider.clone(),
+        job_id: Some(job_id.clone()).filter(|j| !j.is_empty()),
+        usage,
+        latency_ms: None,
+        batch: rules.batch_api,
+    };
     let mut report = StageReport::default();
-    let mut replay_charged = false;
+    let mut wrote = false;
     for (id, line) in lines {
         let Some(seq) = t.identity.get(id.as_bytes())?.map(|v| v.value()) else {
             report.strangers += 1;
             continue;
         };
         let mut member = load(t, seq)?;
-        let key = record.batch_key.clone();
-        let event = match &line {
-            LineResult::Answer { .. } => Event::ResultStored { batch_key: key },
-            LineResult::Refused { class, reason } => {
-                Event::ProviderFailed { batch_key: key, class: *class, reason: reason.clone() }
-            }
-            LineResult::Retry { .. } => Event::Requeue { batch_key: key },
-        };
+        let (event, effect) = plan_line(&member, &line, record.batch_key.clone(), rules);
         let next = match lifecycle::apply(&member.state, event, t.now_ms) {
             Ok(Outcome::Changed(next)) => next,
             Ok(Outcome::Replay) => {
                 report.replays += 1;
                 // A re-fetched result file: the call is counted again, never charged again.
-                if let LineResult::Answer { usage: Some(usage), .. } = line {
-                    let charge = Charge {
-                        provider: record.provider.clone(),
-                        job_id: Some(job_id.clone()).filter(|j| !j.is_empty()),
-                        usage,
-                        latency_ms: None,
-                        batch: true,
-                    };
-                    record_charge(t, &member, &charge, ChargeKind::Replay)?;
-                    replay_charged = true;
+                if let LineResult::Answer { usage: Some(usage), .. } | LineResult::Unusable { usage: Some(usage), .. } =
+                    line
+                {
+                    record_charge(t, &member, &charge(usage), ChargeKind::Replay)?;
+                    wrote = true;
                 }
                 continue;
             }
@@ -408,15 +516,102 @@ fn stage_results(
                 report.staged += 1;
             }
             LineResult::Refused { .. } => report.refused += 1,
-            LineResult::Retry { .. } => {
-                member.attempt += 1;
-                report.requeued += 1;
+            LineResult::Retry { .. } => {}
+            LineResult::Unusable { class, usage, .. } => {
+                // Paid for, and charged to the attempt that paid, before any requeue.
+                if let Some(usage) = usage {
+                    record_charge(t, &member, &charge(usage), ChargeKind::Unusable)?;
+                }
+                if class == FailureClass::Truncated {
+                    report.truncated += 1;
+                }
             }
         }
+        match (&next, effect) {
+            (State::Failed { class: FailureClass::Truncated, .. }, _) => report.failed_truncated += 1,
+            (State::Failed { class: FailureClass::Refused, .. }, _) => report.model_refusals += 1,
+            (State::Failed { class: FailureClass::AttemptsExhausted, .. }, _) => report.exhausted += 1,
+            (_, Effect::Requeue { raise_to }) => {
+                report.requeued += 1;
+                report.budget_retries += u64::from(raise_to.is_some());
+            }
+            _ => {}
+        }
+        requeue(&mut member, effect);
         transition(t, &mut member, next)?;
+        wrote = true;
     }
-    let wrote = replay_charged || report.staged + report.refused + report.requeued > 0;
     Ok((report, wrote))
+}
+
+/// What a state change does to the record besides its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Effect {
+    None,
+    /// Back to the queue as a new attempt; `raise_to` is a larger output budget after a truncation.
+    Requeue {
+        raise_to: Option<u32>,
+    },
+}
+
+/// The event one result line means for its member, and what else it changes.
+fn plan_line(member: &ExtractionRecord, line: &LineResult, batch_key: String, rules: &MemberRules) -> (Event, Effect) {
+    let failed = |class, reason| (Event::ProviderFailed { batch_key: batch_key.clone(), class, reason }, Effect::None);
+    match line {
+        LineResult::Answer { .. } => (Event::ResultStored { batch_key }, Effect::None),
+        LineResult::Refused { class, reason } => failed(*class, reason.clone()),
+        LineResult::Retry { reason } => release(member, batch_key, rules, None, reason),
+        LineResult::Unusable { class: FailureClass::Truncated, reason, usage } => {
+            let billed = usage.as_ref().map(|u| u.output_tokens);
+            let raised = rules.budget.raised(member.output_budget, billed);
+            match (member.truncation_retried, raised) {
+                (false, Some(budget)) => release(member, batch_key, rules, Some(budget), reason),
+                (true, _) => {
+                    let used = member.output_budget.map_or_else(|| "the default".to_string(), |b| b.to_string());
+                    failed(
+                        FailureClass::Truncated,
+                        format!("{reason}; already retried once with an output budget of {used} tokens"),
+                    )
+                }
+                (false, None) => failed(
+                    FailureClass::Truncated,
+                    format!("{reason}; no larger output budget to retry with (cap {} tokens)", rules.budget.cap),
+                ),
+            }
+        }
+        LineResult::Unusable { class, reason, .. } => failed(*class, reason.clone()),
+    }
+}
+
+/// Another attempt for a member its batch did not answer usably, or — once it has used
+/// `max_attempts` provider attempts — a permanent failure instead of a requeue for ever.
+fn release(
+    member: &ExtractionRecord,
+    batch_key: String,
+    rules: &MemberRules,
+    raise_to: Option<u32>,
+    why: &str,
+) -> (Event, Effect) {
+    let attempts = member.requeues.saturating_add(1);
+    if attempts >= rules.max_attempts {
+        let reason =
+            format!("{attempts} provider attempts used (max_attempts {}); the last: {why}", rules.max_attempts);
+        let event = Event::ProviderFailed { batch_key, class: FailureClass::AttemptsExhausted, reason };
+        return (event, Effect::None);
+    }
+    (Event::Requeue { batch_key }, Effect::Requeue { raise_to })
+}
+
+/// A requeue is a new attempt of the same identity, one more used of its allowance.
+fn requeue(member: &mut ExtractionRecord, effect: Effect) {
+    if let Effect::Requeue { raise_to } = effect {
+        member.attempt += 1;
+        member.requeues += 1;
+        if let Some(budget) = raise_to {
+            member.output_budget = Some(budget);
+            member.truncation_retried = true;
+        }
+    }
 }
 
 fn close_batch(
@@ -424,30 +619,38 @@ fn close_batch(
     batch: u64,
     outcome: String,
     leftover: &Leftover,
-) -> Result<(u64, bool), Error> {
+    rules: &MemberRules,
+) -> Result<(CloseReport, bool), Error> {
     let mut record = load_batch(t, batch)?;
     if matches!(record.state, BatchState::Closed { .. }) {
-        return Ok((0, false));
+        return Ok((CloseReport::default(), false));
     }
-    let mut unanswered = 0;
+    let mut report = CloseReport::default();
     for seq in record.members.clone() {
         let mut member = load(t, seq)?;
         if !matches!(&member.state, State::Submitted { batch_key, .. } if *batch_key == record.batch_key) {
             continue;
         }
         let key = record.batch_key.clone();
-        let event = match leftover {
-            Leftover::Requeue => Event::Requeue { batch_key: key },
+        let (event, effect) = match leftover {
+            Leftover::Requeue => {
+                release(&member, key, rules, None, &format!("its batch ended ({outcome}) without an answer for it"))
+            }
+            Leftover::Return => (Event::Requeue { batch_key: key }, Effect::None),
             Leftover::Fail { class, reason } => {
-                Event::ProviderFailed { batch_key: key, class: *class, reason: reason.clone() }
+                (Event::ProviderFailed { batch_key: key, class: *class, reason: reason.clone() }, Effect::None)
             }
         };
         if let Ok(Outcome::Changed(next)) = lifecycle::apply(&member.state, event, t.now_ms) {
-            if matches!(leftover, Leftover::Requeue) {
-                member.attempt += 1;
+            match (&next, effect) {
+                (State::Failed { class: FailureClass::AttemptsExhausted, .. }, _) => report.exhausted += 1,
+                (State::Failed { .. }, _) => report.failed += 1,
+                (_, Effect::Requeue { .. }) => report.requeued += 1,
+                (State::Pending, Effect::None) => report.requeued += 1,
+                _ => {}
             }
+            requeue(&mut member, effect);
             transition(t, &mut member, next)?;
-            unanswered += 1;
         }
     }
     let job_id = match &record.state {
@@ -458,14 +661,178 @@ fn close_batch(
     record.updated_at_ms = t.now_ms;
     save_batch(t, &record)?;
     t.open_batches.remove(batch)?;
-    Ok((unanswered, true))
+    Ok((report, true))
 }
 
-fn load_batch(t: &WriteTables<'_>, batch: u64) -> Result<BatchRecord, Error> {
+pub(super) fn load_batch(t: &WriteTables<'_>, batch: u64) -> Result<BatchRecord, Error> {
     decode(&required(t.batches.get(batch)?, "batch", batch)?)
 }
 
-fn save_batch(t: &mut WriteTables<'_>, record: &BatchRecord) -> Result<(), Error> {
+pub(super) fn save_batch(t: &mut WriteTables<'_>, record: &BatchRecord) -> Result<(), Error> {
     t.batches.insert(record.seq, encode(record)?.as_slice())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::SourceHash;
+    use crate::store::{NewExtraction, RetryOutcome};
+
+    #[test]
+    fn a_raised_budget_doubles_the_last_one_up_to_the_cap() {
+        let budget = OutputBudget { default: Some(1000), cap: 3000 };
+        assert_eq!(budget.raised(None, Some(1000)), Some(2000), "the default was used");
+        assert_eq!(budget.raised(Some(2000), None), Some(3000), "a member's own budget, capped");
+        assert_eq!(budget.raised(Some(3000), None), None, "nothing larger is allowed");
+        let unset = OutputBudget { default: None, cap: 16_384 };
+        assert_eq!(unset.raised(None, Some(700)), Some(1400), "where the cut-off answer stopped");
+        assert_eq!(unset.raised(None, Some(16_384)), None, "cut off at the model's own limit");
+        assert_eq!(unset.raised(None, None), None, "no budget known: no claim that a larger one helps");
+        assert_eq!(unset.raised(None, Some(0)), None);
+    }
+
+    const RULES: MemberRules =
+        MemberRules { max_attempts: 3, budget: OutputBudget { default: Some(1000), cap: 3000 }, batch_api: true };
+
+    struct Rig {
+        store: Store,
+        _guard: crate::store::WriterGuard,
+        _dir: tempfile::TempDir,
+        id: ExtractionId,
+    }
+
+    async fn rig() -> Rig {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, guard) = Store::open(dir.path(), 1 << 20).unwrap();
+        let schema = "code-review@1";
+        let hash = SourceHash::compute(b"x", schema);
+        let id = ExtractionId::compute("t", "s", &hash, schema);
+        let new = NewExtraction {
+            id,
+            tenant: "t".into(),
+            source_id: "s".into(),
+            source_hash: hash,
+            schema: schema.into(),
+            metadata_json: None,
+            content: "x".into(),
+        };
+        store.intake(new).await.unwrap();
+        Rig { store, _guard: guard, _dir: dir, id }
+    }
+
+    impl Rig {
+        /// Puts the extraction into a submitted batch with a job; returns the batch.
+        async fn submitted(&self) -> u64 {
+            let request = IntentRequest {
+                provider: "p".into(),
+                schema: "code-review@1".into(),
+                accept: WorkFilter(Arc::new(|_: &str, _: &str| true)),
+                max_size: 1,
+                max_content_bytes: u64::MAX,
+                max_wait_ms: 0,
+            };
+            let IntentOutcome::Created(batch) = self.store.create_intent(request).await.unwrap() else { panic!() };
+            self.store.record_job(batch.seq, format!("job-{}", batch.seq), 0).await.unwrap();
+            assert_eq!(self.store.batch_members(batch.seq).await.unwrap().len(), 1);
+            batch.seq
+        }
+
+        async fn stage(&self, line: LineResult) -> StageReport {
+            let batch = self.submitted().await;
+            self.store.stage_results(batch, vec![(self.id, line)], RULES).await.unwrap()
+        }
+
+        async fn record(&self) -> ExtractionRecord {
+            self.store.get(self.id).await.unwrap().unwrap()
+        }
+    }
+
+    fn truncated(output_tokens: u64) -> LineResult {
+        let usage = Usage { model: "m".into(), output_tokens, request_id: None, ..Usage::default() };
+        LineResult::Unusable { class: FailureClass::Truncated, reason: "cut off".into(), usage: Some(usage) }
+    }
+
+    fn failure(record: &ExtractionRecord) -> (FailureClass, String) {
+        let State::Failed { class, reason } = &record.state else { panic!("{:?}", record.state) };
+        (*class, reason.clone())
+    }
+
+    #[tokio::test]
+    async fn a_truncated_answer_is_retried_once_with_a_larger_budget_and_charged_each_time() {
+        let rig = rig().await;
+        let report = rig.stage(truncated(1000)).await;
+        assert_eq!((report.truncated, report.budget_retries, report.requeued), (1, 1, 1), "{report:?}");
+        let record = rig.record().await;
+        assert_eq!(record.state, State::Pending);
+        assert_eq!((record.attempt, record.requeues, record.output_budget), (2, 1, Some(2000)));
+        assert!(record.truncation_retried);
+        // The raised budget travels to the adapter with the member.
+        let batch = rig.submitted().await;
+        assert_eq!(rig.store.batch_members(batch).await.unwrap()[0].output_budget, Some(2000));
+        let report = rig.store.stage_results(batch, vec![(rig.id, truncated(2000))], RULES).await.unwrap();
+        assert_eq!((report.truncated, report.failed_truncated, report.requeued), (1, 1, 0), "{report:?}");
+        let record = rig.record().await;
+        let (class, reason) = failure(&record);
+        assert_eq!(class, FailureClass::Truncated);
+        assert!(reason.contains("already retried once with an output budget of 2000"), "{reason}");
+        let ledger = rig.store.extraction_ledger(rig.id).await.unwrap().unwrap();
+        let charged: Vec<(ChargeKind, u32, u64)> =
+            ledger.iter().map(|e| (e.kind, e.attempt, e.usage.output_tokens)).collect();
+        assert_eq!(charged, [(ChargeKind::Unusable, 1, 1000), (ChargeKind::Unusable, 2, 2000)]);
+        // An operator's retry allows one more truncation retry, with the budget kept.
+        let RetryOutcome::Retried(retried) = rig.store.retry(rig.id).await.unwrap() else { panic!() };
+        assert_eq!((retried.requeues, retried.truncation_retried, retried.output_budget), (0, false, Some(2000)));
+        rig.stage(truncated(2000)).await;
+        assert_eq!(rig.record().await.output_budget, Some(3000), "doubled up to the cap");
+    }
+
+    #[tokio::test]
+    async fn truncation_at_the_cap_fails_at_once() {
+        let rig = rig().await;
+        let rules = MemberRules { budget: OutputBudget { default: Some(3000), cap: 3000 }, ..RULES };
+        let batch = rig.submitted().await;
+        rig.store.stage_results(batch, vec![(rig.id, truncated(3000))], rules).await.unwrap();
+        let (class, reason) = failure(&rig.record().await);
+        assert_eq!(class, FailureClass::Truncated);
+        assert!(reason.contains("no larger output budget"), "{reason}");
+    }
+
+    #[tokio::test]
+    async fn a_refusal_fails_refused_and_is_charged() {
+        let rig = rig().await;
+        let usage = Usage { model: "m".into(), output_tokens: 9, ..Usage::default() };
+        let line = LineResult::Unusable { class: FailureClass::Refused, reason: "no".into(), usage: Some(usage) };
+        let report = rig.stage(line).await;
+        assert_eq!(report.model_refusals, 1);
+        assert_eq!(failure(&rig.record().await).0, FailureClass::Refused);
+        let ledger = rig.store.extraction_ledger(rig.id).await.unwrap().unwrap();
+        assert_eq!(ledger.iter().map(|e| e.kind).collect::<Vec<_>>(), [ChargeKind::Unusable]);
+    }
+
+    #[tokio::test]
+    async fn requeues_stop_at_the_attempt_cap_and_a_retry_grants_a_new_allowance() {
+        let rig = rig().await;
+        let retry = || LineResult::Retry { reason: "batch_expired: not run".into() };
+        rig.stage(retry()).await;
+        let batch = rig.submitted().await;
+        let closed = rig.store.close_batch(batch, "expired".into(), Leftover::Requeue, RULES).await.unwrap();
+        assert_eq!(closed, CloseReport { requeued: 1, ..CloseReport::default() });
+        assert_eq!((rig.record().await.attempt, rig.record().await.requeues), (3, 2));
+        let report = rig.stage(retry()).await;
+        assert_eq!((report.exhausted, report.requeued), (1, 0), "the third attempt is the last of 3");
+        let (class, reason) = failure(&rig.record().await);
+        assert_eq!(class, FailureClass::AttemptsExhausted);
+        assert!(reason.contains("3 provider attempts used") && reason.contains("batch_expired"), "{reason}");
+
+        rig.store.retry(rig.id).await.unwrap();
+        let batch = rig.submitted().await;
+        let closed = rig.store.close_batch(batch, "expired".into(), Leftover::Requeue, RULES).await.unwrap();
+        assert_eq!(closed.requeued, 1, "a fresh allowance after the operator's retry");
+        let one = MemberRules { max_attempts: 1, ..RULES };
+        let batch = rig.submitted().await;
+        let closed = rig.store.close_batch(batch, "expired".into(), Leftover::Requeue, one).await.unwrap();
+        assert_eq!(closed, CloseReport { exhausted: 1, ..CloseReport::default() });
+        assert_eq!(failure(&rig.record().await).0, FailureClass::AttemptsExhausted);
+    }
 }

@@ -8,6 +8,7 @@
 mod backup;
 mod batches;
 pub(crate) mod codec;
+mod keys;
 mod ledger;
 mod ops;
 mod outbox;
@@ -15,6 +16,7 @@ mod outbox;
 mod power_loss;
 mod read;
 mod records;
+mod split;
 mod tables;
 mod verify;
 mod verify_ledger;
@@ -27,7 +29,8 @@ use redb::{Database, ReadableDatabase};
 
 pub use backup::BackupReport;
 pub use batches::{
-    BatchMember, IntentOutcome, IntentRequest, Leftover, LineResult, ReadyItem, StageReport, WorkFilter,
+    BatchMember, CloseReport, IntentOutcome, IntentRequest, Leftover, LineResult, MemberRules, OutputBudget, ReadyItem,
+    StageReport, WorkFilter,
 };
 pub use ledger::{Charge, Policies, Pricing, store_day_ms};
 pub use ops::{
@@ -104,6 +107,7 @@ pub struct Store {
     writer: writer::WriterHandle,
     path: PathBuf,
     policies: writer::PolicyCell,
+    cursor_key: crate::cursor::CursorKey,
 }
 
 impl Store {
@@ -126,9 +130,15 @@ impl Store {
     pub(crate) fn start(db: Database, path: PathBuf) -> Result<(Store, WriterGuard), Error> {
         let db = Arc::new(db);
         let next_seq = writer::initialize(&db)?;
+        let cursor_key = keys::cursor_key(&db)?;
         let policies: writer::PolicyCell = Arc::default();
         let (writer, guard) = writer::spawn(Arc::clone(&db), next_seq, Arc::clone(&policies))?;
-        Ok((Store { db, writer, path, policies }, guard))
+        Ok((Store { db, writer, path, policies, cursor_key }, guard))
+    }
+
+    /// The key page cursors are sealed with (see `crate::cursor`).
+    pub fn cursor_key(&self) -> &crate::cursor::CursorKey {
+        &self.cursor_key
     }
 
     /// Sets the outbox sinks and the pricing used from the next write on. Events already

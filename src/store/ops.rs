@@ -181,6 +181,9 @@ fn intake(
         content_bytes: content_len,
         created_at_ms: t.now_ms,
         updated_at_ms: t.now_ms,
+        requeues: 0,
+        output_budget: None,
+        truncation_retried: false,
     };
     let record_bytes = encode(&record)?;
     t.identity.insert(record.id.as_bytes(), seq)?;
@@ -337,7 +340,11 @@ fn retry(t: &mut WriteTables<'_>, id: &ExtractionId) -> Result<(RetryOutcome, bo
     let mut record = load(t, seq)?;
     match lifecycle::apply(&record.state, Event::Retry, t.now_ms) {
         Ok(Outcome::Changed(next)) => {
+            // An operator's retry starts the automatic policies over: a fresh allowance of
+            // provider attempts and of truncation retries. A raised output budget is kept.
             record.attempt += 1;
+            record.requeues = 0;
+            record.truncation_retried = false;
             transition(t, &mut record, next)?;
             Ok((RetryOutcome::Retried(Box::new(record)), true))
         }

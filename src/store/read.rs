@@ -72,6 +72,36 @@ impl Store {
         .await
     }
 
+    /// Up to `limit` findings after the key `after`, in key order, and whether more
+    /// follow; `None` when the extraction does not exist.
+    pub async fn findings_page(
+        &self,
+        id: ExtractionId,
+        after: Option<[u8; 32]>,
+        limit: usize,
+    ) -> Result<Option<(Vec<FindingRecord>, bool)>, Error> {
+        self.read(move |txn| {
+            let Some(record) = get(txn, &id)? else {
+                return Ok(None);
+            };
+            let table = txn.open_table(tables::FINDINGS)?;
+            let start = after.unwrap_or([0; 32]);
+            let mut out = Vec::new();
+            for entry in table.range((record.seq, &start)..=(record.seq, &[0xff; 32]))? {
+                let (key, value) = entry?;
+                if after.is_some_and(|a| key.value().1 == &a) {
+                    continue;
+                }
+                if out.len() == limit {
+                    return Ok(Some((out, true)));
+                }
+                out.push(decode(value.value())?);
+            }
+            Ok(Some((out, false)))
+        })
+        .await
+    }
+
     pub async fn result(&self, id: ExtractionId) -> Result<Option<ResultRecord>, Error> {
         self.read(move |txn| {
             let Some(record) = get(txn, &id)? else {

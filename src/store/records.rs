@@ -25,11 +25,26 @@ pub struct ExtractionRecord {
     pub content_bytes: u64,
     pub created_at_ms: u64,
     pub updated_at_ms: u64,
+    /// Provider attempts that ended without a usable answer and went back to the queue,
+    /// since intake or the last operator retry. Once `requeues + 1` reaches the configured
+    /// `max_attempts`, the next would-be requeue fails the extraction `attempts_exhausted`.
+    pub requeues: u32,
+    /// The output token budget providers are asked for (`max_completion_tokens`,
+    /// `max_tokens`); `None` is the provider's configured default. Raised after a truncated
+    /// answer and kept from then on: it only grows.
+    pub output_budget: Option<u32>,
+    /// The one automatic retry of a truncated answer was used (since intake or the last
+    /// operator retry): a second truncation fails the extraction `truncated`.
+    pub truncation_retried: bool,
 }
 
 impl Versioned for ExtractionRecord {
     const KIND: &'static str = "extraction";
-    const VERSION: u8 = 1;
+    const VERSION: u8 = 2;
+
+    fn upgrade(version: u8, body: &[u8]) -> Option<Result<Self, String>> {
+        (version == 1).then(|| decode_body::<legacy::ExtractionRecordV1>(body).map(Into::into))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,6 +115,51 @@ impl Versioned for ResultRecord {
 mod legacy {
     use serde::Deserialize;
 
+    use crate::identity::{ExtractionId, SourceHash};
+    use crate::lifecycle::State;
+
+    /// Before the attempt cap and truncation retries (format 1).
+    #[derive(Debug, Deserialize)]
+    pub struct ExtractionRecordV1 {
+        id: ExtractionId,
+        seq: u64,
+        tenant: String,
+        source_id: String,
+        source_hash: SourceHash,
+        schema: String,
+        metadata_json: Option<String>,
+        state: State,
+        attempt: u32,
+        claims: u32,
+        content_bytes: u64,
+        created_at_ms: u64,
+        updated_at_ms: u64,
+    }
+
+    impl From<ExtractionRecordV1> for super::ExtractionRecord {
+        /// An old record has used none of its requeues and asks for the default budget.
+        fn from(v1: ExtractionRecordV1) -> Self {
+            Self {
+                id: v1.id,
+                seq: v1.seq,
+                tenant: v1.tenant,
+                source_id: v1.source_id,
+                source_hash: v1.source_hash,
+                schema: v1.schema,
+                metadata_json: v1.metadata_json,
+                state: v1.state,
+                attempt: v1.attempt,
+                claims: v1.claims,
+                content_bytes: v1.content_bytes,
+                created_at_ms: v1.created_at_ms,
+                updated_at_ms: v1.updated_at_ms,
+                requeues: 0,
+                output_budget: None,
+                truncation_retried: false,
+            }
+        }
+    }
+
     #[derive(Debug, Deserialize)]
     pub struct UsageV1 {
         model: String,
@@ -114,6 +174,41 @@ mod legacy {
         lease_token: String,
         usage: Option<UsageV1>,
         received_at_ms: u64,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[cfg_attr(test, derive(serde::Serialize))]
+    pub struct BatchRecordV1 {
+        pub seq: u64,
+        pub batch_key: String,
+        pub provider: String,
+        pub schema: String,
+        pub members: Vec<u64>,
+        pub state: super::BatchState,
+        pub next_action_at_ms: u64,
+        pub failures: u32,
+        pub last_error: Option<String>,
+        pub created_at_ms: u64,
+        pub updated_at_ms: u64,
+    }
+
+    impl From<BatchRecordV1> for super::BatchRecord {
+        fn from(v1: BatchRecordV1) -> Self {
+            Self {
+                seq: v1.seq,
+                batch_key: v1.batch_key,
+                provider: v1.provider,
+                schema: v1.schema,
+                members: v1.members,
+                state: v1.state,
+                next_action_at_ms: v1.next_action_at_ms,
+                failures: v1.failures,
+                last_error: v1.last_error,
+                created_at_ms: v1.created_at_ms,
+                updated_at_ms: v1.updated_at_ms,
+                not_found_since_ms: None,
+            }
+        }
     }
 
     impl From<ResultRecordV1> for super::ResultRecord {
@@ -150,7 +245,7 @@ pub enum BatchState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchRecord {
     pub seq: u64,
-    /// Deterministic over (provider, schema, members and their attempts): how the job is
+    /// Derived from (provider, schema, intent sequence, members and their attempts): how the job is
     /// found again at the provider after a crash.
     pub batch_key: String,
     pub provider: String,
@@ -166,11 +261,19 @@ pub struct BatchRecord {
     pub last_error: Option<String>,
     pub created_at_ms: u64,
     pub updated_at_ms: u64,
+    /// Since when polls of its job have answered 404 (cleared once a poll finds the job).
+    /// Persisted so that a restart neither resets the window after which the job is
+    /// declared gone nor forgets it (v2).
+    pub not_found_since_ms: Option<u64>,
 }
 
 impl Versioned for BatchRecord {
     const KIND: &'static str = "batch";
-    const VERSION: u8 = 1;
+    const VERSION: u8 = 2;
+
+    fn upgrade(version: u8, body: &[u8]) -> Option<Result<Self, String>> {
+        (version == 1).then(|| decode_body::<legacy::BatchRecordV1>(body).map(Into::into))
+    }
 }
 
 /// How a ledger entry counts. Replays are counted but never charged.
@@ -182,6 +285,9 @@ pub enum ChargeKind {
     Replay,
     /// A paid attempt whose answer failed schema validation.
     FailedValidation,
+    /// A paid answer that could not be used whatever it said: cut off at its output budget
+    /// (truncated) or declined by the model (refused). Never committed.
+    Unusable,
 }
 
 /// Where an entry's cost came from.
@@ -272,7 +378,8 @@ pub struct NewExtraction {
 
 #[cfg(test)]
 mod tests {
-    //! Golden bytes: the fixtures under tests/fixtures/codec were written by format v1.
+    //! Golden bytes: the fixtures under tests/fixtures/codec were written by the format
+    //! version their name starts with.
     //! If one of these fails, an encoding changed: bump the version and add a migration
     //! instead of editing the fixture. `COMMITPOINT_WRITE_GOLDEN=1` rewrites them.
 
@@ -313,25 +420,65 @@ mod tests {
             content_bytes: 1234,
             created_at_ms: 1_764_000_000_000,
             updated_at_ms: 1_764_000_000_500,
+            requeues: 0,
+            output_budget: None,
+            truncation_retried: false,
         }
     }
 
     #[test]
     fn golden_extraction_records() {
-        check_golden("v1_extraction_pending.bin", &record(State::Pending));
+        check_golden("v2_extraction_pending.bin", &record(State::Pending));
         check_golden(
-            "v1_extraction_claimed.bin",
+            "v2_extraction_claimed.bin",
             &record(State::Claimed {
                 worker: "w1".into(),
                 lease_token: "lt-1-abc".into(),
                 expires_at_ms: 1_764_000_060_000,
             }),
         );
-        check_golden("v1_extraction_committed.bin", &record(State::Committed { at_ms: 1_764_000_001_000 }));
+        check_golden("v2_extraction_committed.bin", &record(State::Committed { at_ms: 1_764_000_001_000 }));
         check_golden(
-            "v1_extraction_failed.bin",
+            "v2_extraction_failed.bin",
             &record(State::Failed { class: FailureClass::Validation, reason: "line: 0 < 1".into() }),
         );
+        // The classes appended in format 2, and a record that used a truncation retry.
+        check_golden(
+            "v2_extraction_truncated.bin",
+            &ExtractionRecord {
+                requeues: 1,
+                output_budget: Some(8192),
+                truncation_retried: true,
+                ..record(State::Failed { class: FailureClass::Truncated, reason: "cut off".into() })
+            },
+        );
+        for (name, class) in [
+            ("v2_extraction_refused.bin", FailureClass::Refused),
+            ("v2_extraction_exhausted.bin", FailureClass::AttemptsExhausted),
+        ] {
+            check_golden(
+                name,
+                &ExtractionRecord { requeues: 4, ..record(State::Failed { class, reason: "r".into() }) },
+            );
+        }
+    }
+
+    /// Files written before the attempt cap still read: no requeues used, default budget.
+    #[test]
+    fn version_1_extractions_are_upgraded_on_read() {
+        let cases = [
+            ("v1_extraction_pending.bin", State::Pending),
+            ("v1_extraction_committed.bin", State::Committed { at_ms: 1_764_000_001_000 }),
+            (
+                "v1_extraction_failed.bin",
+                State::Failed { class: FailureClass::Validation, reason: "line: 0 < 1".into() },
+            ),
+        ];
+        for (name, state) in cases {
+            let golden = std::fs::read(fixture(name)).unwrap();
+            assert_eq!(golden[0], 1, "{name} is a format 1 file");
+            assert_eq!(decode::<ExtractionRecord>(&golden).unwrap(), record(state), "{name}");
+        }
     }
 
     #[test]
@@ -390,6 +537,25 @@ mod tests {
             },
         );
         check_golden(
+            "v1_ledger_unusable.bin",
+            &LedgerRecord {
+                seq: 4,
+                tenant: "acme".into(),
+                extraction_id: ExtractionId([7; 32]),
+                extraction_seq: 42,
+                attempt: 1,
+                kind: ChargeKind::Unusable,
+                provider: "openai".into(),
+                job_id: Some("batch_1".into()),
+                usage: Usage { model: "gpt".into(), input_tokens: 100, output_tokens: 4096, ..Usage::default() },
+                latency_ms: None,
+                cost_micros: 1300,
+                list_cost_micros: 1300,
+                cost_source: CostSource::PriceTable,
+                at_ms: 8,
+            },
+        );
+        check_golden(
             "v1_outbox.bin",
             &OutboxRecord {
                 seq: 9,
@@ -418,6 +584,33 @@ mod tests {
         assert_eq!((usage.model.as_str(), usage.input_tokens, usage.output_tokens), ("m", 10, 20));
         assert_eq!((usage.cached_input_tokens, usage.provider_cost_micros), (0, None));
         assert_eq!((record.worker.as_str(), record.received_at_ms), ("w", 6));
+    }
+
+    #[test]
+    fn golden_batch_records_and_the_v1_upgrade() {
+        let v1 = legacy::BatchRecordV1 {
+            seq: 5,
+            batch_key: "cpb-0123".into(),
+            provider: "openai".into(),
+            schema: "code-review@1".into(),
+            members: vec![42, 43],
+            state: BatchState::Submitted { job_id: "batch_1".into() },
+            next_action_at_ms: 9,
+            failures: 1,
+            last_error: Some("503".into()),
+            created_at_ms: 7,
+            updated_at_ms: 8,
+        };
+        let path = fixture("v1_batch.bin");
+        if std::env::var_os("COMMITPOINT_WRITE_GOLDEN").is_some() {
+            let mut bytes = vec![1u8];
+            bincode::serde::encode_into_std_write(&v1, &mut bytes, bincode::config::standard()).unwrap();
+            std::fs::write(&path, bytes).unwrap();
+        }
+        let upgraded = decode::<BatchRecord>(&std::fs::read(&path).unwrap()).unwrap();
+        let expected = BatchRecord { not_found_since_ms: None, ..BatchRecord::from(v1) };
+        assert_eq!(upgraded, expected, "a v1 batch reads with no 404 window open");
+        check_golden("v2_batch.bin", &BatchRecord { not_found_since_ms: Some(1_764_000_000_000), ..expected });
     }
 
     #[test]

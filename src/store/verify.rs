@@ -218,6 +218,7 @@ fn check_records(txn: &ReadTransaction, report: &mut Report) -> Result<BTreeMap<
         if expected != record.id {
             report.problem(format!("{}: id does not match (tenant, source_id, source_hash, schema)", record.id));
         }
+        check_attempts(&record, report);
         records.insert(seq, record);
     }
     if identity.len()? != records.len() as u64 {
@@ -228,6 +229,22 @@ fn check_records(txn: &ReadTransaction, report: &mut Report) -> Result<BTreeMap<
         ));
     }
     Ok(records)
+}
+
+/// Every requeue is a new attempt, and a truncation retry always leaves its raised budget.
+fn check_attempts(record: &ExtractionRecord, report: &mut Report) {
+    if record.attempt == 0 || record.requeues >= record.attempt {
+        report.problem(format!(
+            "{}: {} requeues cannot fit in attempt {} (each requeue is a new attempt)",
+            record.id, record.requeues, record.attempt
+        ));
+    }
+    if record.output_budget == Some(0) {
+        report.problem(format!("{}: an output budget of 0 tokens", record.id));
+    }
+    if record.truncation_retried && record.output_budget.is_none() {
+        report.problem(format!("{}: retried after a truncation without a raised output budget", record.id));
+    }
 }
 
 fn check_indexes(

@@ -35,7 +35,14 @@ pub(super) fn check_ledger(
         };
         entries += 1;
         match records.get(&e.extraction_seq) {
-            Some(r) if r.id == e.extraction_id && r.tenant == e.tenant => {}
+            Some(r) if r.id == e.extraction_id && r.tenant == e.tenant => {
+                if e.kind == ChargeKind::Unusable && !left_behind(r, e.attempt) {
+                    report.problem(format!(
+                        "ledger #{seq}: an unusable answer of attempt {} is {}'s current attempt, which is not failed for it",
+                        e.attempt, r.id
+                    ));
+                }
+            }
             _ => report.problem(format!("ledger #{seq} names an extraction or tenant that does not exist")),
         }
         if e.kind == ChargeKind::Replay && e.cost_micros != 0 {
@@ -67,6 +74,14 @@ pub(super) fn check_ledger(
     }
     report.ledger_entries = entries;
     Ok(())
+}
+
+/// A truncated or refused answer never stays the current attempt's answer: the extraction
+/// was requeued (a later attempt) or failed for it in the same transaction.
+fn left_behind(record: &ExtractionRecord, attempt: u32) -> bool {
+    use crate::lifecycle::{FailureClass as C, State};
+    attempt < record.attempt
+        || matches!(record.state, State::Failed { class: C::Truncated | C::Refused | C::AttemptsExhausted, .. })
 }
 
 pub(super) fn check_outbox(

@@ -112,7 +112,7 @@ fn id_and_route_cases() -> Vec<Case> {
         ),
         case("unknown state", Method::GET, "/v1/extractions?state=bogus", None, 400, "invalid_query"),
         case("limit not a number", Method::GET, "/v1/extractions?limit=abc", None, 400, "invalid_query"),
-        case("cursor not a cursor", Method::GET, "/v1/extractions?after=xyz", None, 400, "invalid_query"),
+        case("cursor not a cursor", Method::GET, "/v1/extractions?after=xyz", None, 400, "invalid_cursor"),
         case("unknown query parameter", Method::GET, "/v1/extractions?colour=red", None, 400, "invalid_query"),
         case("limit zero", Method::GET, "/v1/extractions?limit=0", None, 422, "invalid_input"),
         case("limit too large", Method::GET, "/v1/extractions?limit=1001", None, 422, "invalid_input"),

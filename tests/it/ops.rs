@@ -35,16 +35,19 @@ fn config_check_accepts_a_good_file_and_refuses_bad_ones_with_78() {
     assert!(stderr(&out).contains("listen_addr"), "{}", stderr(&out));
 
     let secret = dir.path().join("admin-token");
-    write_private(&secret, "s3cr3t-admin\n", 0o644);
+    write_private(&secret, "s3cr3t-admin-0123456\n", 0o644);
     let open = dir.path().join("open.toml");
     std::fs::write(&open, format!("[access]\nadmin_token_file = \"{}\"\n", secret.display())).unwrap();
     let out = cli(&["config", "check", "--config", open.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(EXIT_CONFIG));
     assert!(stderr(&out).contains("readable by group or others"), "{}", stderr(&out));
-    write_private(&secret, "s3cr3t-admin\n", 0o600);
+    write_private(&secret, "s3cr3t-admin-0123456\n", 0o600);
     let out = cli(&["config", "check", "--config", open.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(!stdout(&out).contains("s3cr3t-admin") && !stderr(&out).contains("s3cr3t-admin"), "secret printed");
+    assert!(
+        !stdout(&out).contains("s3cr3t-admin-0123456") && !stderr(&out).contains("s3cr3t-admin-0123456"),
+        "secret printed"
+    );
 
     let missing = dir.path().join("missing.toml");
     let out = cli(&["config", "check", "--config", missing.to_str().unwrap()]);
@@ -146,6 +149,10 @@ async fn metrics_match_the_api_and_pass_promtool() {
     assert_eq!(metric(&text, "commitpoint_intakes_total{result=\"duplicate\"}"), 1.0);
     assert_eq!(metric(&text, "commitpoint_commits_total{path=\"worker\"}"), 1.0);
     assert_eq!(metric(&text, "commitpoint_replays_total"), 1.0);
+    for class in ["truncated", "refused", "attempts_exhausted"] {
+        let series = format!("commitpoint_failures_total{{class=\"{class}\"}}");
+        assert_eq!(metric(&text, &series), 0.0, "every failure class is exported from the start");
+    }
     assert!(metric(&text, "commitpoint_db_file_size_bytes") > 0.0);
 
     match Command::new("promtool").args(["check", "metrics"]).stdin(std::process::Stdio::piped()).spawn() {
@@ -179,8 +186,8 @@ async fn tokens_scope_tenants_and_never_reach_the_logs() {
     let dir = temp_dir();
     let admin = dir.path().join("admin");
     let tenants = dir.path().join("tenants");
-    write_private(&admin, "adm-9f2c1e\n", 0o600);
-    write_private(&tenants, "acme tok-acme-77a1\nglobex tok-globex-03bd\n", 0o600);
+    write_private(&admin, "adm-9f2c1e-4b7d0a55\n", 0o600);
+    write_private(&tenants, "acme tok-acme-77a1-c3d9e0\nglobex tok-globex-03bd-81fa2\n", 0o600);
     let config = dir.path().join("config.toml");
     std::fs::write(
         &config,
@@ -204,26 +211,29 @@ async fn tokens_scope_tenants_and_never_reach_the_logs() {
     let (status, _) = call(&format!("{base}/v1/extractions"), Some("nope"), post.clone(), Some(intake("acme"))).await;
     assert_eq!(status, 401);
     let (status, body) =
-        call(&format!("{base}/v1/extractions"), Some("tok-acme-77a1"), post.clone(), Some(intake("acme"))).await;
+        call(&format!("{base}/v1/extractions"), Some("tok-acme-77a1-c3d9e0"), post.clone(), Some(intake("acme"))).await;
     assert_eq!(status, 201, "{body}");
     let id = id_of(&body);
     let (status, _) =
-        call(&format!("{base}/v1/extractions"), Some("tok-globex-03bd"), post.clone(), Some(intake("acme"))).await;
+        call(&format!("{base}/v1/extractions"), Some("tok-globex-03bd-81fa2"), post.clone(), Some(intake("acme")))
+            .await;
     assert_eq!(status, 403, "a tenant token cannot submit for another tenant");
-    let (status, _) = call(&format!("{base}/v1/extractions/{id}"), Some("tok-globex-03bd"), get.clone(), None).await;
-    assert_eq!(status, 403, "a tenant token cannot read another tenant's extraction");
     let (status, _) =
-        call(&format!("{base}/v1/extractions/{id}/findings"), Some("tok-globex-03bd"), get.clone(), None).await;
-    assert_eq!(status, 403);
-    let (status, body) = call(&format!("{base}/v1/extractions"), Some("tok-globex-03bd"), get.clone(), None).await;
+        call(&format!("{base}/v1/extractions/{id}"), Some("tok-globex-03bd-81fa2"), get.clone(), None).await;
+    assert_eq!(status, 404, "another tenant's extraction does not exist for this token");
+    let (status, _) =
+        call(&format!("{base}/v1/extractions/{id}/findings"), Some("tok-globex-03bd-81fa2"), get.clone(), None).await;
+    assert_eq!(status, 404);
+    let (status, body) =
+        call(&format!("{base}/v1/extractions"), Some("tok-globex-03bd-81fa2"), get.clone(), None).await;
     assert_eq!((status, body["extractions"].as_array().map(Vec::len)), (200, Some(0)), "globex sees only its own");
-    let (status, body) = call(&format!("{base}/v1/extractions"), Some("tok-acme-77a1"), get.clone(), None).await;
+    let (status, body) = call(&format!("{base}/v1/extractions"), Some("tok-acme-77a1-c3d9e0"), get.clone(), None).await;
     assert_eq!((status, body["extractions"].as_array().map(Vec::len)), (200, Some(1)));
     let claim = json!({"worker": "w", "limit": 1, "lease_seconds": 5});
     let (status, _) =
-        call(&format!("{base}/v1/claims"), Some("tok-acme-77a1"), post.clone(), Some(claim.clone())).await;
+        call(&format!("{base}/v1/claims"), Some("tok-acme-77a1-c3d9e0"), post.clone(), Some(claim.clone())).await;
     assert_eq!(status, 403, "claims are admin-only");
-    let (status, body) = call(&format!("{base}/v1/claims"), Some("adm-9f2c1e"), post, Some(claim)).await;
+    let (status, body) = call(&format!("{base}/v1/claims"), Some("adm-9f2c1e-4b7d0a55"), post, Some(claim)).await;
     assert_eq!((status, body["claims"].as_array().map(Vec::len)), (200, Some(1)));
     let (status, _) = call(&format!("{base}/healthz"), None, get, None).await;
     assert_eq!(status, 200, "liveness needs no token");
@@ -231,7 +241,7 @@ async fn tokens_scope_tenants_and_never_reach_the_logs() {
     let db = server.db_path();
     let (exit, log) = server.terminate();
     assert_eq!(exit.code(), Some(0), "{log}");
-    for secret in ["adm-9f2c1e", "tok-acme-77a1", "tok-globex-03bd"] {
+    for secret in ["adm-9f2c1e-4b7d0a55", "tok-acme-77a1-c3d9e0", "tok-globex-03bd-81fa2"] {
         assert!(!log.contains(secret), "{secret} appeared in the log");
     }
     assert!(log.contains("DEBUG") || log.contains("INFO"), "the log was captured: {log}");

@@ -402,3 +402,24 @@ pub fn output(findings: &[Value]) -> Value {
 pub fn temp_dir() -> tempfile::TempDir {
     tempfile::Builder::new().prefix("commitpoint-it-").tempdir().expect("create temp dir")
 }
+
+/// Writes a secret file (token files must be mode 0600 or stricter).
+pub fn write_secret(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).expect("write a secret file");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).expect("chmod a secret file");
+}
+
+/// One call with an optional bearer token: status and the JSON body (`Null` if none).
+pub async fn call_as(url: &str, token: Option<&str>, method: Method, body: Option<Value>) -> (u16, Value) {
+    let mut request = reqwest::Client::builder().no_proxy().build().expect("client").request(method, url);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.expect("reach the server");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}

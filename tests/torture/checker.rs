@@ -126,9 +126,13 @@ pub async fn check(world: &World, sim: &Stats, files: &ProviderFiles, receiver: 
     // DESIGN §6.4 as the provider saw it: no member was ever in two live batches at once,
     // every member sent is a known extraction, and no attempt was bought twice.
     assert_eq!(sim.max_live_batches_per_custom_id, 1, "a member was in two live batches at once: {sim:#?}");
-    for (custom_id, batches) in &sim.submissions_per_custom_id {
+    for (custom_id, submitted) in &sim.submissions_per_custom_id {
         let record = by_id.get(custom_id).unwrap_or_else(|| panic!("the provider got unknown member {custom_id}"));
         let attempts = record["attempts"].as_u64().unwrap_or_default();
+        // A batch that failed validation ran nothing and billed nothing: its members come
+        // back as the same attempt, so only batches that ran count against the attempts.
+        let unrun = sim.unrun_submissions_per_custom_id.get(custom_id).copied().unwrap_or_default();
+        let batches = &submitted.saturating_sub(unrun);
         assert!(
             *batches <= attempts,
             "{custom_id} went to the provider in {batches} batches over {attempts} attempts: {record:#}"

@@ -45,7 +45,11 @@ impl Price {
 /// Writes the file next to the data directory; returns its path.
 pub fn write(dir: &Path, sink_url: &str) -> PathBuf {
     let text = format!(
-        r#"[[prices]]
+        r#"# The audit reads every output file the provider served: keep them there.
+[scheduler]
+delete_provider_files = false
+
+[[prices]]
 provider = "openai"
 model = "{OPENAI_MODEL}"
 input_per_mtok = 0.15

@@ -18,8 +18,8 @@ use super::EXIT_PROBLEMS;
 use std::time::Duration;
 
 use crate::config::{
-    AccessOptions, DEFAULT_CACHE_BYTES, DEFAULT_MAX_BODY_BYTES, ProviderSettings, ProviderSpec, SIMULATOR_MODEL,
-    ServeOptions, SimulatorOptions,
+    AccessOptions, DEFAULT_CACHE_BYTES, DEFAULT_MAX_BODY_BYTES, OpenAiBudget, ProviderSettings, ProviderSpec,
+    SIMULATOR_MODEL, ServeOptions, SimulatorOptions,
 };
 use crate::scheduler;
 use crate::server::Server;
@@ -49,7 +49,13 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     let simulator = ProviderSettings {
         name: "simulator".to_string(),
-        spec: ProviderSpec::Simulator(SimulatorOptions { model: SIMULATOR_MODEL.to_string() }),
+        spec: ProviderSpec::Simulator(SimulatorOptions {
+            model: SIMULATOR_MODEL.to_string(),
+            budget: OpenAiBudget {
+                max_completion_tokens: Some(provider::DEMO_MAX_COMPLETION_TOKENS),
+                ..OpenAiBudget::default()
+            },
+        }),
     };
     let quick = scheduler::Settings {
         batch_max_size: 4,
@@ -91,6 +97,7 @@ fn serve_options(data_dir: PathBuf, providers: Vec<ProviderSettings>, scheduler:
         sinks: Vec::new(),
         webhooks: Vec::new(),
         notes: Vec::new(),
+        max_findings: crate::service::DEFAULT_MAX_FINDINGS,
     }
 }
 

@@ -8,13 +8,30 @@ use anyhow::bail;
 use serde_json::Value;
 
 use super::api::Api;
-use super::corpus::SOURCES;
+use super::corpus::{SOURCES, Source};
 use super::scenario::Summary;
 use crate::server::Server;
 use crate::simulator::Faults;
 
 const COPIES_PER_SOURCE: usize = 3;
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The output budget the demo's requests ask for (`max_completion_tokens`)…
+pub const DEMO_MAX_COMPLETION_TOKENS: u32 = 1000;
+/// …and how many tokens the simulated model's long answer needs: more than the budget,
+/// less than the doubled budget of the one retry.
+const LONG_ANSWER_TOKENS: u32 = 1500;
+
+/// Step 8's sources, in intake order: the first gets a long answer, the second a refusal.
+const LONG: Source = Source {
+    tenant: "acme",
+    source_id: "ledger#55",
+    content: "fn settle(batch: &[Tx]) {\n    let total = sum(batch).unwrap();\n    // TODO: overflow\n    post(total).unwrap();\n}\n",
+};
+const DECLINED: Source = Source {
+    tenant: "globex",
+    source_id: "scraper#2",
+    content: "def harvest(site):\n    password = 'admin'\n    return crawl(site, password)\n",
+};
 
 pub async fn run(server: &Server, summary: &mut Summary) -> anyhow::Result<()> {
     let Some(simulator) = server.simulator() else {
@@ -81,8 +98,96 @@ pub async fn run(server: &Server, summary: &mut Summary) -> anyhow::Result<()> {
         "garbage result lines were skipped and their members answered by a later batch",
         health["malformed_lines"].as_u64() >= Some(1),
     );
-    let unreadable = health["malformed_lines"].as_u64().unwrap_or(0);
+    cut_off_and_declined(&api, simulator, summary).await?;
+    let stats = simulator.stats();
+    let unreadable = provider_health(&api).await?["malformed_lines"].as_u64().unwrap_or(0);
     ledger(&api, stats.lines_completed, unreadable, summary).await
+}
+
+/// Step 8: answers that are paid for but can never be committed. The batch's first line
+/// gets a long answer, cut off at the request's output budget (`finish_reason: "length"`)
+/// with content that is a *valid* prefix — it would pass the schema; the second is declined
+/// (`message.refusal`). Every later line of every batch gets the long answer too, so the
+/// retry shows the larger budget, not luck, is what completes it.
+async fn cut_off_and_declined(
+    api: &Api,
+    simulator: &crate::simulator::Simulator,
+    summary: &mut Summary,
+) -> anyhow::Result<()> {
+    println!("\n== 8. answers paid for but never committed: a truncation and a refusal ==");
+    println!(
+        "  faults: every answer needs {LONG_ANSWER_TOKENS} output tokens while requests ask for max_completion_tokens = \
+         {DEMO_MAX_COMPLETION_TOKENS}; every 2nd line of a batch is declined"
+    );
+    simulator.set_faults(Faults {
+        truncate_every: 1,
+        long_answer_tokens: LONG_ANSWER_TOKENS,
+        refuse_every: 2,
+        ..Faults::default()
+    });
+    let before = simulator.stats();
+    let mut ids = Vec::new();
+    for source in [&LONG, &DECLINED] {
+        let (status, body) = api.intake(source).await?;
+        if status != 201 {
+            bail!("intake of {}: {status} {body}", source.source_id);
+        }
+        ids.push(body["extraction_id"].as_str().unwrap_or_default().to_string());
+    }
+    let started = Instant::now();
+    settle(api, &ids.iter().cloned().collect(), started).await?;
+    simulator.set_faults(Faults::default());
+    let long = api.get(&format!("/v1/extractions/{}", ids[0])).await?;
+    let declined = api.get(&format!("/v1/extractions/{}", ids[1])).await?;
+    let stats = simulator.stats();
+    let (truncations, refusals) =
+        (stats.lines_truncated - before.lines_truncated, stats.lines_refused - before.lines_refused);
+    println!(
+        "  {}: cut off at {DEMO_MAX_COMPLETION_TOKENS} tokens (its cut-off content was valid JSON, not committed) → \
+         retried once with output_budget {} → {} on attempt {} ({} findings)",
+        LONG.source_id,
+        long["output_budget"],
+        long["state"].as_str().unwrap_or("?"),
+        long["attempts"],
+        api.get(&format!("/v1/extractions/{}/findings", ids[0])).await?["findings"].as_array().map_or(0, Vec::len),
+    );
+    println!(
+        "  {}: declined by the model → {} `{}` (\"{}\"), not retried",
+        DECLINED.source_id,
+        declined["state"].as_str().unwrap_or("?"),
+        declined["failure_class"].as_str().unwrap_or("?"),
+        declined["failure_reason"].as_str().unwrap_or("?"),
+    );
+    let health = provider_health(api).await?;
+    println!(
+        "  provider counted {} truncated answer(s), {} retried with a larger budget, {} refusal(s); the simulator \
+         billed {truncations} cut-off and {refusals} declined answer(s)",
+        health["truncated"], health["budget_retries"], health["model_refusals"]
+    );
+    summary.check(
+        "a truncated answer was never committed; its retry with a doubled budget was",
+        long["state"] == "committed"
+            && long["attempts"] == 2
+            && long["output_budget"] == 2 * DEMO_MAX_COMPLETION_TOKENS
+            && truncations == 1,
+    );
+    summary.check(
+        "a refusal failed `refused` (not `validation`) and was not retried",
+        declined["state"] == "failed"
+            && declined["failure_class"] == "refused"
+            && declined["attempts"] == 1
+            && refusals == 1,
+    );
+    let charged = |costs: &Value| {
+        costs["attempts"].as_array().map_or(0, |a| a.iter().filter(|e| e["kind"] == "unusable").count())
+    };
+    let long_costs = api.get(&format!("/v1/extractions/{}/costs", ids[0])).await?;
+    let declined_costs = api.get(&format!("/v1/extractions/{}/costs", ids[1])).await?;
+    summary.check(
+        "both unusable answers were charged: they were paid for",
+        charged(&long_costs) == 1 && charged(&declined_costs) == 1,
+    );
+    Ok(())
 }
 
 /// The cost ledger, per tenant, against what the simulator billed. A garbage result line
@@ -96,13 +201,15 @@ async fn ledger(api: &Api, billed_lines: u64, unreadable: u64, summary: &mut Sum
     for tenant in tenants {
         let costs = api.get(&format!("/v1/tenants/{tenant}/costs?from=2000-01-01&to=2100-01-01")).await?;
         let count = |kind: &str| costs[kind]["attempts"].as_u64().unwrap_or(0);
-        charged_attempts += count("fresh") + count("failed_validation");
+        charged_attempts += count("fresh") + count("failed_validation") + count("unusable");
         replays += count("replay");
         println!(
-            "    {tenant}: {} fresh, {} replayed (not charged), {} failed validation; charged {} micro-dollars",
+            "    {tenant}: {} fresh, {} replayed (not charged), {} failed validation, {} unusable (truncated or \
+             refused); charged {} micro-dollars",
             count("fresh"),
             count("replay"),
             count("failed_validation"),
+            count("unusable"),
             costs["charged_micros"]
         );
     }

@@ -45,6 +45,7 @@ use super::{
     ProviderError, ResultLine, StreamCounts, classify_status, describe_transport, parse_retry_after, probe_member,
     truncate,
 };
+use crate::store::OutputBudget;
 
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 const PROVIDER: &str = "anthropic";
@@ -60,6 +61,13 @@ const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
 pub use super::ApiKey;
 
+/// The retry of a truncated answer asks for at most this many tokens unless configured:
+/// twice the default `max_tokens`, within every current model's output limit.
+pub const DEFAULT_MAX_TOKENS_CAP: u32 = 8192;
+
+/// `max_tokens` of every request unless configured: the Messages API requires one.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
 #[derive(Debug, Clone)]
 pub struct AnthropicConfig {
     /// Name used for this provider in the store and in operator output (default `anthropic`).
@@ -68,8 +76,10 @@ pub struct AnthropicConfig {
     pub base_url: String,
     pub api_key: ApiKey,
     pub model: String,
-    /// `max_tokens` of every request; batches reject 0.
+    /// `max_tokens` of every request unless its member's budget was raised; batches reject 0.
     pub max_tokens: u32,
+    /// The most a truncated answer's one retry may ask for.
+    pub max_tokens_cap: u32,
     pub connect_timeout: Duration,
     /// Whole-call limit for JSON calls; for result downloads, the longest silence.
     pub request_timeout: Duration,
@@ -83,7 +93,8 @@ impl AnthropicConfig {
             base_url: DEFAULT_BASE_URL.to_string(),
             api_key,
             model: model.into(),
-            max_tokens: 4096,
+            max_tokens: DEFAULT_MAX_TOKENS,
+            max_tokens_cap: DEFAULT_MAX_TOKENS_CAP,
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(120),
         }
@@ -227,8 +238,13 @@ impl AnthropicBatches {
     fn create_body(&self, spec: &BatchSpec<'_>, max_bytes: usize) -> Result<Vec<u8>, ProviderError> {
         let invalid = |message: String| error(ErrorClass::InvalidRequest, None, message);
         let count = spec.members.len();
-        if count == 0 || count > wire::MAX_REQUESTS {
-            return Err(invalid(format!("a batch holds 1 to {} requests, not {count}", wire::MAX_REQUESTS)));
+        if count == 0 {
+            return Err(invalid("a batch holds at least one request".to_string()));
+        }
+        // Over a limit, the batch is split by the scheduler: no member is at fault.
+        let too_large = |message: String| error(ErrorClass::TooLarge, None, message);
+        if count > wire::MAX_REQUESTS {
+            return Err(too_large(format!("a batch holds at most {} requests, not {count}", wire::MAX_REQUESTS)));
         }
         let input_schema = &spec.schema.view(Dialect::AnthropicTool).map_err(|e| invalid(e.to_string()))?.document;
         let mut seen = HashSet::with_capacity(count);
@@ -242,10 +258,11 @@ impl AnthropicBatches {
             if index > 0 {
                 body.push(b',');
             }
-            let request = wire::request(member, spec.schema, input_schema, &self.config.model, self.config.max_tokens);
+            let max_tokens = member.output_budget.unwrap_or(self.config.max_tokens);
+            let request = wire::request(member, spec.schema, input_schema, &self.config.model, max_tokens);
             serde_json::to_writer(&mut body, &request).map_err(|e| invalid(format!("cannot encode a request: {e}")))?;
             if body.len() > max_bytes {
-                return Err(invalid(format!("the batch is over the {max_bytes} byte limit")));
+                return Err(too_large(format!("the batch is over the {max_bytes} byte limit")));
             }
         }
         body.extend_from_slice(b"]}");
@@ -301,6 +318,10 @@ impl AnthropicBatches {
 impl BatchProvider for AnthropicBatches {
     fn name(&self) -> &str {
         &self.config.name
+    }
+
+    fn output_budget(&self) -> OutputBudget {
+        OutputBudget { default: Some(self.config.max_tokens), cap: self.config.max_tokens_cap }
     }
 
     async fn submit(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError> {
@@ -432,7 +453,7 @@ async fn deliver(line: Line, counts: &mut StreamCounts, out: &mpsc::Sender<Resul
     counts.lines += 1;
     match parsed {
         Ok(parsed) => out
-            .send(parsed)
+            .send(super::scrub(parsed))
             .await
             .map_err(|_| error(ErrorClass::Transient, None, "result consumer stopped".to_string())),
         Err(reason) => {
@@ -509,7 +530,7 @@ impl Lines {
 }
 
 fn error(class: ErrorClass, status: Option<u16>, message: String) -> ProviderError {
-    ProviderError { provider: PROVIDER, class, status, message, retry_after: None }
+    ProviderError::new(PROVIDER, class, status, &message)
 }
 
 #[cfg(test)]

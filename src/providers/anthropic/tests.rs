@@ -255,6 +255,7 @@ fn member(source: &str, content: &str) -> BatchMember {
         id: ExtractionId::compute("t", source, &hash, BUILTIN_CODE_REVIEW),
         source_id: source.into(),
         content: content.into(),
+        output_budget: None,
     }
 }
 
@@ -357,14 +358,14 @@ async fn submit_rejects_what_the_api_would_before_sending() {
     let schema = Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap();
     let too_many: Vec<BatchMember> = (0..=100_000).map(|i| member(&i.to_string(), "x")).collect();
     let err = provider.submit(&BatchSpec { batch_key: "k", schema: &schema, members: &too_many }).await.unwrap_err();
-    assert_eq!(err.class, ErrorClass::InvalidRequest);
+    assert_eq!(err.class, ErrorClass::TooLarge, "split, not failed");
     assert!(err.message.contains("100000"), "{}", err.message);
     // The byte limit, scaled down so the test does not allocate 256 MB.
     let two = members(2);
     let spec = BatchSpec { batch_key: "k", schema: &schema, members: &two };
     let one_request = provider.create_body(&BatchSpec { members: &two[..1], ..spec }, usize::MAX).unwrap().len();
     let err = provider.create_body(&spec, one_request + 100).unwrap_err();
-    assert_eq!(err.class, ErrorClass::InvalidRequest);
+    assert_eq!(err.class, ErrorClass::TooLarge, "split, not failed");
     assert!(provider.create_body(&spec, 2 * one_request + 100).is_ok());
     let twice = [member("a", "x"), member("a", "x")];
     let err = provider.submit(&BatchSpec { batch_key: "k", schema: &schema, members: &twice }).await.unwrap_err();
@@ -433,8 +434,10 @@ async fn a_batch_runs_from_submit_to_streamed_results() {
     assert!(matches!(&lines[&ids[2]], LineResult::Retry { .. }), "overload is worth another batch");
     assert!(matches!(&lines[&ids[3]], LineResult::Retry { reason } if reason.contains("canceled")));
     assert!(matches!(&lines[&ids[4]], LineResult::Retry { reason } if reason.contains("expired")));
-    let LineResult::Answer { output, usage: Some(usage) } = &lines[&ids[5]] else { panic!() };
-    assert_eq!(output, "I will not do that.", "a text answer goes on, for validation to fail");
+    // No call of the forced tool: the model declined. Refused, not a validation failure, and charged.
+    let LineResult::Unusable { class, reason, usage: Some(usage) } = &lines[&ids[5]] else { panic!() };
+    assert_eq!(*class, FailureClass::Refused);
+    assert!(reason.contains("I will not do that."), "{reason}");
     assert_eq!(usage.input_tokens, 9);
 }
 

@@ -191,20 +191,16 @@ pub fn parse_line(line: &str) -> Result<(String, LineResult), String> {
     Ok((parsed.custom_id, result))
 }
 
-/// The tool input is the extraction. A message without a tool call (a refusal, a
-/// `max_tokens` stop) is still the model's paid answer: its text goes on as the output,
-/// so validation fails it as `Validation` and the ledger keeps its usage.
+/// Longest excerpt of a declining text kept in the failure reason.
+const MAX_REFUSAL_CHARS: usize = 200;
+
+/// The tool input is the extraction. The `stop_reason` decides first (Messages API
+/// reference `stop_reason`; "Handling stop reasons" guide): `max_tokens` — and
+/// `model_context_window_exceeded`, which the guide says to treat the same way — is a
+/// truncated answer whose tool input may be cut short, never committed even if it would
+/// validate; `refusal` is the model declining. A message without a call of the forced tool
+/// declined too. Each is `Unusable`: paid for (its usage is charged), never committed.
 fn answer(message: Message) -> LineResult {
-    let tool_input = message.content.iter().find(|b| b["type"] == "tool_use").map(|b| b["input"].to_string());
-    let output = tool_input.unwrap_or_else(|| {
-        let text: Vec<&str> =
-            message.content.iter().filter(|b| b["type"] == "text").filter_map(|b| b["text"].as_str()).collect();
-        if text.is_empty() {
-            format!("no tool call (stop_reason {})", message.stop_reason.as_deref().unwrap_or("unknown"))
-        } else {
-            text.join("\n")
-        }
-    });
     let usage = message.usage.map(|u| {
         let cached = u.cache_read_input_tokens.unwrap_or(0);
         let written = u.cache_creation_input_tokens.unwrap_or(0);
@@ -221,7 +217,33 @@ fn answer(message: Message) -> LineResult {
             ..Usage::default()
         }
     });
-    LineResult::Answer { output, usage }
+    let stop = message.stop_reason.as_deref().unwrap_or("unknown");
+    let text: Vec<&str> =
+        message.content.iter().filter(|b| b["type"] == "text").filter_map(|b| b["text"].as_str()).collect();
+    let said = || {
+        let text: String = text.join(" ").chars().take(MAX_REFUSAL_CHARS).collect();
+        if text.trim().is_empty() { String::new() } else { format!(": {text}") }
+    };
+    let unusable = |class, reason| LineResult::Unusable { class, reason, usage: usage.clone() };
+    match stop {
+        "max_tokens" | "model_context_window_exceeded" => {
+            return unusable(
+                FailureClass::Truncated,
+                format!("stop_reason \"{stop}\": the answer was cut off at its output token budget"),
+            );
+        }
+        "refusal" => {
+            return unusable(FailureClass::Refused, format!("stop_reason \"refusal\": the model declined{}", said()));
+        }
+        _ => {}
+    }
+    match message.content.iter().find(|b| b["type"] == "tool_use") {
+        Some(call) => LineResult::Answer { output: call["input"].to_string(), usage },
+        None => unusable(
+            FailureClass::Refused,
+            format!("the model did not call the forced tool (stop_reason \"{stop}\"){}", said()),
+        ),
+    }
 }
 
 fn errored(body: &ErrorBody) -> LineResult {
@@ -316,17 +338,41 @@ mod tests {
     }
 
     #[test]
-    fn null_cache_counts_and_missing_tool_calls() {
+    fn null_cache_counts_and_missing_tool_calls_are_refusals() {
         let line = succeeded(
             r#"[{"type":"text","text":"I cannot help with that."}]"#,
             r#"{"input_tokens":7,"output_tokens":3,"cache_creation_input_tokens":null,"cache_read_input_tokens":null}"#,
         );
-        let LineResult::Answer { output, usage } = parse_line(&line).unwrap().1 else { panic!() };
-        assert_eq!(output, "I cannot help with that.");
-        assert_eq!(usage.unwrap().input_tokens, 7);
+        let LineResult::Unusable { class, reason, usage } = parse_line(&line).unwrap().1 else { panic!() };
+        assert_eq!(class, FailureClass::Refused);
+        assert!(reason.contains("did not call the forced tool") && reason.contains("I cannot help"), "{reason}");
+        assert_eq!(usage.unwrap().input_tokens, 7, "a refusal is still charged");
         let empty = succeeded("[]", r#"{"input_tokens":1,"output_tokens":0}"#);
-        let LineResult::Answer { output, .. } = parse_line(&empty).unwrap().1 else { panic!() };
-        assert!(output.contains("no tool call") && serde_json::from_str::<Value>(&output).is_err());
+        let LineResult::Unusable { class, .. } = parse_line(&empty).unwrap().1 else { panic!() };
+        assert_eq!(class, FailureClass::Refused);
+    }
+
+    fn stopped(content: &str, stop_reason: &str) -> String {
+        succeeded(content, r#"{"input_tokens":7,"output_tokens":4096}"#)
+            .replace("\"tool_use\",\"stop_sequence\"", &format!("\"{stop_reason}\",\"stop_sequence\""))
+    }
+
+    #[test]
+    fn max_tokens_is_truncated_even_with_a_tool_call_that_would_validate() {
+        let call = r#"[{"type":"tool_use","id":"toolu_1","name":"code-review_1","input":{"findings":[]}}]"#;
+        for stop in ["max_tokens", "model_context_window_exceeded"] {
+            let LineResult::Unusable { class, usage, .. } = parse_line(&stopped(call, stop)).unwrap().1 else {
+                panic!("{stop}")
+            };
+            assert_eq!(class, FailureClass::Truncated, "{stop}");
+            assert_eq!(usage.unwrap().output_tokens, 4096);
+        }
+        // A refusal mid-way through the tool call: its partial input is no answer either.
+        let refusal = stopped(call, "refusal");
+        let LineResult::Unusable { class, reason, .. } = parse_line(&refusal).unwrap().1 else { panic!() };
+        assert_eq!(class, FailureClass::Refused);
+        assert!(reason.contains("stop_reason \"refusal\""), "{reason}");
+        assert!(matches!(parse_line(&stopped(call, "tool_use")).unwrap().1, LineResult::Answer { .. }));
     }
 
     #[test]

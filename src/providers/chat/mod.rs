@@ -40,12 +40,14 @@ use super::{
     ProviderError, ResultLine, StreamCounts, classify_status, describe_transport, parse_retry_after, probe_member,
 };
 use crate::schema::{Dialect, Schema};
-use crate::store::{BatchMember, LineResult};
+use crate::store::{BatchMember, LineResult, OutputBudget};
 
 pub const PROVIDER: &str = "chat";
 const DEFAULT_CONCURRENCY: usize = 4;
 /// Local models on modest hardware can take minutes for one long answer.
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+/// The retry of a truncated answer asks for at most this many tokens unless configured.
+pub const DEFAULT_MAX_TOKENS_CAP: u32 = 8192;
 
 pub use super::ApiKey;
 
@@ -65,6 +67,8 @@ pub struct ChatConfig {
     pub request_timeout: Duration,
     /// Sent as `max_tokens` when set (default unset: the server's own limit).
     pub max_tokens: Option<u32>,
+    /// The most a truncated answer's one retry may ask for (default 8192).
+    pub max_tokens_cap: u32,
 }
 
 impl ChatConfig {
@@ -78,6 +82,7 @@ impl ChatConfig {
             concurrency: DEFAULT_CONCURRENCY,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_tokens: None,
+            max_tokens_cap: DEFAULT_MAX_TOKENS_CAP,
         }
     }
 }
@@ -167,7 +172,8 @@ impl ChatCompletions {
 fn http_failure(status: u16, headers: &HeaderMap, text: &str) -> Outcome {
     let code = wire::error_code(text);
     let class = classify_status(status, headers, code.as_deref());
-    let message = wire::error_message(text);
+    // Redacted here, not only at the boundary: a retried member's reason is logged below.
+    let message = super::redact(&wire::error_message(text));
     let reason = format!("{status} {}: {message}", code.unwrap_or_default());
     match class {
         ErrorClass::Auth | ErrorClass::Budget => {
@@ -180,7 +186,7 @@ fn http_failure(status: u16, headers: &HeaderMap, text: &str) -> Outcome {
             class,
             parse_retry_after(headers, SystemTime::now()),
         ),
-        ErrorClass::InvalidRequest | ErrorClass::Gone | ErrorClass::Protocol => {
+        ErrorClass::InvalidRequest | ErrorClass::Gone | ErrorClass::Protocol | ErrorClass::TooLarge => {
             Outcome::Line(wire::refused(format!("the server refused the request: {reason}")))
         }
     }
@@ -195,6 +201,15 @@ fn transport_failure(e: &reqwest::Error) -> Outcome {
 impl BatchProvider for ChatCompletions {
     fn name(&self) -> &str {
         &self.config.name
+    }
+
+    fn output_budget(&self) -> OutputBudget {
+        OutputBudget { default: self.config.max_tokens, cap: self.config.max_tokens_cap }
+    }
+
+    /// One synchronous call per member: billed at list price, never a batch discount.
+    fn batch_api(&self) -> bool {
+        false
     }
 
     async fn submit(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError> {
@@ -254,7 +269,7 @@ impl BatchProvider for ChatCompletions {
     ) -> Result<StreamCounts, ProviderError> {
         let kept = self.jobs().remove(&job.job_id).ok_or_else(|| gone(&job.job_id))?;
         for line in &kept.lines {
-            if out.send(line.clone()).await.is_err() {
+            if out.send(super::scrub(line.clone())).await.is_err() {
                 self.jobs().insert(job.job_id.clone(), kept);
                 return Err(error(ErrorClass::Transient, None, "result consumer stopped".to_string()));
             }
@@ -327,7 +342,7 @@ fn gone(job_id: &str) -> ProviderError {
 }
 
 fn error(class: ErrorClass, status: Option<u16>, message: String) -> ProviderError {
-    ProviderError { provider: PROVIDER, class, status, message, retry_after: None }
+    ProviderError::new(PROVIDER, class, status, &message)
 }
 
 #[cfg(test)]

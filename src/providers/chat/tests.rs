@@ -101,6 +101,7 @@ fn member(source: &str, content: &str) -> BatchMember {
         id: ExtractionId::compute("t", source, &hash, BUILTIN_CODE_REVIEW),
         source_id: source.into(),
         content: content.into(),
+        output_budget: None,
     }
 }
 

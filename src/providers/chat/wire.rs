@@ -9,6 +9,7 @@ use crate::schema::{Dialect, Schema};
 use crate::store::{BatchMember, LineResult, Usage};
 
 /// The body of one chat completion asking for `member` to be extracted under `schema`.
+/// `max_tokens` is the configured default; a member's raised budget wins over it.
 pub fn request_body(member: &BatchMember, schema: &Schema, model: &str, max_tokens: Option<u32>) -> Value {
     let mut body = json!({
         "model": model,
@@ -26,10 +27,37 @@ pub fn request_body(member: &BatchMember, schema: &Schema, model: &str, max_toke
         },
     });
     // Local servers often default to a short completion, which truncates the JSON.
-    if let Some(max) = max_tokens {
+    if let Some(max) = member.output_budget.or(max_tokens) {
         body["max_tokens"] = max.into();
     }
     body
+}
+
+/// Longest excerpt of a refusal kept in the failure reason.
+const MAX_REFUSAL_CHARS: usize = 200;
+
+/// Why a completion's first choice can never be committed, whatever its content says:
+/// `finish_reason: "length"` (cut off at the output budget: the content may be cut JSON,
+/// or a valid-looking prefix), a `message.refusal`, or `finish_reason: "content_filter"`
+/// (the content was withheld). OpenAI API reference, `CreateChatCompletionResponse`
+/// `choices[].finish_reason` and `message.refusal`; Structured Outputs guide, "Refusals".
+pub fn unusable(choice: &Value) -> Option<(FailureClass, String)> {
+    let refusal = choice["message"]["refusal"].as_str().filter(|r| !r.trim().is_empty());
+    if let Some(refusal) = refusal {
+        let excerpt: String = refusal.chars().take(MAX_REFUSAL_CHARS).collect();
+        return Some((FailureClass::Refused, format!("the model refused: {excerpt}")));
+    }
+    match choice["finish_reason"].as_str() {
+        Some("length") => Some((
+            FailureClass::Truncated,
+            "finish_reason \"length\": the answer was cut off at its output token budget".to_string(),
+        )),
+        Some("content_filter") => Some((
+            FailureClass::Refused,
+            "finish_reason \"content_filter\": the provider's content filter withheld the answer".to_string(),
+        )),
+        _ => None,
+    }
 }
 
 /// `json_schema.name` allows `[a-zA-Z0-9_-]{1,64}`; ours look like `code-review@1`.
@@ -41,13 +69,13 @@ fn response_format_name(schema: &str) -> String {
 
 /// What a successful completion body means for its member. `request_id` overrides the
 /// completion's own `id` when the carrier knows a better one (the generic contract's).
+/// A truncated or refused answer is `Unusable`: paid for, never committed.
 pub fn parse_completion(body: &Value, request_id: Option<String>) -> Result<LineResult, String> {
-    let message = &body["choices"][0]["message"];
-    // A refusal is still the model's answer: validation fails it, which is the right
-    // class, and it was paid for.
-    let output = match (message["content"].as_str(), message["refusal"].as_str()) {
+    let choice = &body["choices"][0];
+    let unusable = unusable(choice);
+    let output = match (choice["message"]["content"].as_str(), &unusable) {
         (Some(content), _) => content.to_string(),
-        (None, Some(refusal)) => format!("refusal: {refusal}"),
+        (None, Some(_)) => String::new(),
         (None, None) => return Err("a completion without choices[0].message.content".to_string()),
     };
     let request_id = request_id.or_else(|| body["id"].as_str().map(str::to_string));
@@ -68,7 +96,10 @@ pub fn parse_completion(body: &Value, request_id: Option<String>) -> Result<Line
             ..Usage::default()
         })
     });
-    Ok(LineResult::Answer { output, usage })
+    Ok(match unusable {
+        Some((class, reason)) => LineResult::Unusable { class, reason, usage },
+        None => LineResult::Answer { output, usage },
+    })
 }
 
 /// The message of an OpenAI-style error body (`{"error":{"message",…}}`), or the body itself.
@@ -118,11 +149,26 @@ mod tests {
     }
 
     #[test]
-    fn refusals_are_answers_and_empty_messages_are_not() {
-        let refusal = json!({"choices": [{"message": {"content": null, "refusal": "no"}}]});
-        assert!(
-            matches!(parse_completion(&refusal, None).unwrap(), LineResult::Answer { output, usage: None } if output == "refusal: no")
-        );
+    fn refusals_and_truncations_are_unusable_and_empty_messages_are_errors() {
+        let refusal = json!({"choices": [{"message": {"content": null, "refusal": "I'm sorry, I cannot help with that."},
+            "finish_reason": "stop"}], "usage": {"prompt_tokens": 9, "completion_tokens": 8}});
+        let LineResult::Unusable { class, reason, usage } = parse_completion(&refusal, None).unwrap() else { panic!() };
+        assert_eq!(class, FailureClass::Refused);
+        assert!(reason.contains("I'm sorry"), "{reason}");
+        assert_eq!(usage.unwrap().output_tokens, 8, "a refusal is paid for");
+        // Cut off at the budget: even content that parses (and might validate) is unusable.
+        for content in [r#"{"findings":[]}"#, r#"{"findings":[{"rule":"no-unw"#] {
+            let cut = json!({"choices": [{"message": {"content": content, "refusal": null}, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 9, "completion_tokens": 100}});
+            let result = parse_completion(&cut, None).unwrap();
+            assert!(matches!(result, LineResult::Unusable { class: FailureClass::Truncated, .. }), "{result:?}");
+        }
+        let filtered = json!({"choices": [{"message": {"content": null}, "finish_reason": "content_filter"}]});
+        let result = parse_completion(&filtered, None).unwrap();
+        assert!(matches!(result, LineResult::Unusable { class: FailureClass::Refused, .. }), "{result:?}");
+        let empty_refusal =
+            json!({"choices": [{"message": {"content": "{}", "refusal": ""}, "finish_reason": "stop"}]});
+        assert!(matches!(parse_completion(&empty_refusal, None).unwrap(), LineResult::Answer { .. }));
         assert!(parse_completion(&json!({"choices": []}), None).is_err());
         assert!(parse_completion(&json!("text"), None).is_err());
     }

@@ -47,6 +47,7 @@ use super::{
     BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, ProviderError, ResultLine,
     StreamCounts, parse_retry_after,
 };
+use crate::store::OutputBudget;
 
 const PROVIDER: &str = "generic";
 /// The handle `poll` gives for results that arrive inside the status answer.
@@ -148,6 +149,8 @@ pub struct GenericConfig {
     pub batch_timeout: String,
     /// Sent as each item body's `max_tokens` when set (default unset).
     pub max_tokens: Option<u32>,
+    /// The most a truncated answer's one retry may ask for (default 8192).
+    pub max_tokens_cap: u32,
     /// Per HTTP call (default 60 s).
     pub request_timeout: Duration,
     /// The largest status answer read, inline results included (default 64 MiB).
@@ -171,6 +174,7 @@ impl GenericConfig {
             capability: "ai.chat".into(),
             batch_timeout: "24h".into(),
             max_tokens: None,
+            max_tokens_cap: super::chat::DEFAULT_MAX_TOKENS_CAP,
             request_timeout: Duration::from_secs(60),
             max_status_bytes: 64 * 1024 * 1024,
             dedup_window: Duration::from_secs(24 * 3600),
@@ -350,7 +354,7 @@ impl GenericBatches {
         counts.lines += 1;
         match item.and_then(|item| wire::parse_item(item, &self.config.fields)) {
             Ok(line) => out
-                .send(line)
+                .send(super::scrub(line))
                 .await
                 .map_err(|_| error(ErrorClass::Transient, None, "result consumer stopped".to_string())),
             Err(reason) => {
@@ -379,6 +383,10 @@ impl GenericBatches {
 impl BatchProvider for GenericBatches {
     fn name(&self) -> &str {
         &self.config.name
+    }
+
+    fn output_budget(&self) -> OutputBudget {
+        OutputBudget { default: self.config.max_tokens, cap: self.config.max_tokens_cap }
     }
 
     async fn submit(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError> {
@@ -467,7 +475,7 @@ impl BatchProvider for GenericBatches {
 }
 
 fn error(class: ErrorClass, status: Option<u16>, message: String) -> ProviderError {
-    ProviderError { provider: PROVIDER, class, status, message, retry_after: None }
+    ProviderError::new(PROVIDER, class, status, &message)
 }
 
 #[cfg(test)]

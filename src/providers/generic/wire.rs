@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::GenericFields;
 use crate::lifecycle::FailureClass;
 use crate::providers::chat::wire as chat;
-use crate::providers::{ErrorClass, JobPhase, ResultLine, classify_status};
+use crate::providers::{ErrorClass, FailureCause, JobPhase, ResultLine, classify_status};
 use crate::schema::Schema;
 use crate::store::{BatchMember, LineResult, Usage};
 
@@ -217,7 +217,11 @@ pub fn phase(data: &Value, fields: &GenericFields) -> Result<JobPhase, String> {
     } else if is(&states.cancelled) {
         Ok(JobPhase::Cancelled)
     } else if is(&states.failed) {
-        Ok(JobPhase::Failed { reason: failure_reason(data) })
+        // A generic job's failure names no item: nothing accuses a member.
+        Ok(JobPhase::Failed {
+            reason: crate::providers::redact(&failure_reason(data)),
+            cause: FailureCause::Unattributed,
+        })
     } else {
         Err(format!("unknown batch state {state:?}"))
     }
@@ -258,6 +262,10 @@ pub fn parse_item(item: &Value, fields: &GenericFields) -> Result<ResultLine, St
         LineResult::Answer { output, usage } => {
             LineResult::Answer { output, usage: with_cost(usage, cost, request_id) }
         }
+        // A truncated or refused answer is paid for all the same.
+        LineResult::Unusable { class, reason, usage } => {
+            LineResult::Unusable { class, reason, usage: with_cost(usage, cost, request_id) }
+        }
         other => other,
     };
     Ok((custom_id, result))
@@ -287,7 +295,7 @@ fn item_failure(error: &ErrorObject) -> LineResult {
         ErrorClass::RateLimited | ErrorClass::Transient | ErrorClass::Gone | ErrorClass::Auth | ErrorClass::Budget => {
             LineResult::Retry { reason }
         }
-        ErrorClass::InvalidRequest | ErrorClass::Protocol => {
+        ErrorClass::InvalidRequest | ErrorClass::Protocol | ErrorClass::TooLarge => {
             LineResult::Refused { class: FailureClass::InvalidRequest, reason }
         }
     }
@@ -342,7 +350,10 @@ mod tests {
         assert!(of("paused").is_err());
         assert!(phase(&json!({}), &fields).is_err());
         let failed = phase(&json!({"state": "failed", "error": {"code": "INVALID_PARAMS", "message": "bad"}}), &fields);
-        assert_eq!(failed.unwrap(), JobPhase::Failed { reason: "INVALID_PARAMS: bad".into() });
+        assert_eq!(
+            failed.unwrap(),
+            JobPhase::Failed { reason: "INVALID_PARAMS: bad".into(), cause: FailureCause::Unattributed }
+        );
     }
 
     #[test]
@@ -369,6 +380,26 @@ mod tests {
         assert!(parse_item(&json!({"custom_id": "e"}), &fields).is_err());
         assert!(parse_item(&json!({"data": {}}), &fields).is_err());
         assert!(parse_item(&json!([1]), &fields).is_err());
+    }
+
+    #[test]
+    fn truncated_and_refused_items_are_unusable_and_keep_their_cost() {
+        let fields = GenericFields::default();
+        let item = |finish_reason: &str, message: Value| {
+            json!({"custom_id": "a", "ok": true,
+                "data": {"id": "chatcmpl-1", "model": "m", "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+                         "usage": {"prompt_tokens": 3, "completion_tokens": 512}},
+                "metadata": {"cost_usd": 0.0005, "request_id": "0190-bb"}})
+        };
+        let cut = item("length", json!({"content": "{\"findings\":[]}"}));
+        let LineResult::Unusable { class, usage: Some(usage), .. } = parse_item(&cut, &fields).unwrap().1 else {
+            panic!()
+        };
+        assert_eq!(class, FailureClass::Truncated);
+        assert_eq!((usage.provider_cost_micros, usage.output_tokens), (Some(500), 512), "paid for all the same");
+        let declined = item("stop", json!({"content": null, "refusal": "I'm sorry"}));
+        let LineResult::Unusable { class, .. } = parse_item(&declined, &fields).unwrap().1 else { panic!() };
+        assert_eq!(class, FailureClass::Refused);
     }
 
     #[test]

@@ -19,10 +19,11 @@ use crate::schema::{Dialect, Schema};
 
 use super::chat::wire as chat_wire;
 use super::{
-    BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, PROBE_MAX_OUTPUT_TOKENS, Probe,
-    ProviderError, ResultLine, StreamCounts, classify_status, describe_transport, parse_retry_after, probe_member,
-    truncate,
+    BatchProvider, BatchSpec, ErrorClass, FailureCause, IntentRef, JobPhase, JobStatus, Lookup,
+    PROBE_MAX_OUTPUT_TOKENS, Probe, ProviderError, ResultLine, StreamCounts, classify_status, describe_transport,
+    parse_retry_after, probe_member, truncate,
 };
+use crate::store::OutputBudget;
 
 const PROVIDER: &str = "openai";
 /// No result line is this long (a request is capped at well under it); longer is garbage.
@@ -30,8 +31,13 @@ const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 /// How far back (pages of 100) a lost job is looked for: far more than one scheduler
 /// creates between a crash and its restart.
 const MAX_LIST_PAGES: usize = 20;
-/// The Batch API accepts input files up to 200 MB.
+/// An undecided lookup is tried again after this long (the scheduler may shorten it).
+const LOOKUP_RECHECK_AFTER: Duration = Duration::from_secs(60);
+/// The Batch API accepts input files up to 200 MB and 50,000 requests.
 const MAX_INPUT_FILE_BYTES: usize = 200 * 1000 * 1000;
+const MAX_INPUT_LINES: usize = 50_000;
+/// `errors.data[].code` of a batch failed by the organisation's enqueued-token limit.
+const TOKEN_LIMIT_CODE: &str = "token_limit_exceeded";
 /// Clock skew tolerated between our intent timestamp and the provider's `created_at`.
 const CREATED_AT_SLACK: Duration = Duration::from_secs(600);
 
@@ -46,7 +52,14 @@ pub struct OpenAiConfig {
     pub api_key: ApiKey,
     pub model: String,
     pub request_timeout: Duration,
+    /// Sent as `max_completion_tokens` when set (unset: the model's own output limit).
+    pub max_completion_tokens: Option<u32>,
+    /// The most a truncated answer's one retry may ask for.
+    pub max_completion_tokens_cap: u32,
 }
+
+/// gpt-4o and gpt-4o-mini answer at most 16,384 output tokens; asking for more is a 400.
+pub const DEFAULT_MAX_COMPLETION_TOKENS_CAP: u32 = 16_384;
 
 #[derive(Debug)]
 pub struct OpenAiBatches {
@@ -101,16 +114,20 @@ impl OpenAiBatches {
         spec.schema.view(Dialect::OpenAiStrict).map_err(|e| error(ErrorClass::InvalidRequest, None, e.to_string()))?;
         let mut jsonl = Vec::with_capacity(spec.members.len() * 1024);
         for member in spec.members {
-            let line = wire::input_line(member, spec.schema, &self.config.model);
+            let line = wire::input_line(member, spec.schema, &self.config.model, self.config.max_completion_tokens);
             serde_json::to_writer(&mut jsonl, &line)
                 .map_err(|e| error(ErrorClass::InvalidRequest, None, format!("cannot encode a request: {e}")))?;
             jsonl.push(b'\n');
         }
-        if jsonl.len() > MAX_INPUT_FILE_BYTES {
+        if jsonl.len() > MAX_INPUT_FILE_BYTES || spec.members.len() > MAX_INPUT_LINES {
             return Err(error(
-                ErrorClass::InvalidRequest,
+                ErrorClass::TooLarge,
                 None,
-                format!("the batch input is {} bytes, over the Batch API's 200 MB limit", jsonl.len()),
+                format!(
+                    "the batch input is {} bytes in {} requests, over the Batch API's 200 MB / {MAX_INPUT_LINES} requests",
+                    jsonl.len(),
+                    spec.members.len()
+                ),
             ));
         }
         let file = Part::bytes(jsonl)
@@ -118,16 +135,24 @@ impl OpenAiBatches {
             .mime_str("application/jsonl")
             .map_err(|e| error(ErrorClass::InvalidRequest, None, e.to_string()))?;
         let form = Form::new().text("purpose", "batch").part("file", file);
-        let uploaded: wire::FileObject = self.json(self.http.post(self.url("/files")).multipart(form)).await?;
+        // Whatever the limit in force (it has changed over time), a 400 on the upload of a
+        // file we built is about the file: splitting the batch either gets under the limit
+        // or narrows the refusal down to the one member it is about.
+        let uploaded: wire::FileObject =
+            self.json(self.http.post(self.url("/files")).multipart(form)).await.map_err(|mut e| {
+                if e.status == Some(400) {
+                    e.class = ErrorClass::TooLarge;
+                }
+                e
+            })?;
         Ok(uploaded.id)
     }
 
-    /// Finds a job whose metadata carries this batch key, created at or after the intent.
-    pub async fn find_by_batch_key(
-        &self,
-        batch_key: &str,
-        created_after_ms: u64,
-    ) -> Result<Option<String>, ProviderError> {
+    /// Finds the job whose metadata carries this batch key, created at or after the intent.
+    /// Only a walk that reached the end of the list, or batches older than the intent, may
+    /// say `Absent`: one that ran out of pages has not ruled the job out, and resubmitting
+    /// then could pay twice for the same work.
+    pub async fn find_by_batch_key(&self, batch_key: &str, created_after_ms: u64) -> Result<Lookup, ProviderError> {
         let oldest_secs = created_after_ms.saturating_sub(CREATED_AT_SLACK.as_millis() as u64) / 1000;
         let mut after: Option<String> = None;
         for _ in 0..MAX_LIST_PAGES {
@@ -139,24 +164,35 @@ impl OpenAiBatches {
             for batch in &page.data {
                 let key = batch.metadata.as_ref().and_then(|m| m.get(wire::BATCH_KEY_METADATA));
                 if key.is_some_and(|k| k == batch_key) {
-                    return Ok(Some(batch.id.clone()));
+                    return Ok(Lookup::Found(batch.id.clone()));
                 }
             }
             // Newest first: once a page reaches past the intent's time, nothing older can match.
             let reached_older = page.data.iter().any(|b| b.created_at.is_some_and(|c| c < oldest_secs));
             if !page.has_more || reached_older {
-                return Ok(None);
+                return Ok(Lookup::Absent);
             }
             after = page.last_id.or_else(|| page.data.last().map(|b| b.id.clone()));
+            if after.is_none() {
+                return Ok(undecided("the batch list says it has more but gives no cursor".to_string()));
+            }
         }
-        Ok(None)
+        Ok(undecided(format!("more than {MAX_LIST_PAGES} pages of batches since the intent; cannot rule one out")))
     }
+}
+
+fn undecided(reason: String) -> Lookup {
+    Lookup::Undecided { recheck_after: LOOKUP_RECHECK_AFTER, reason }
 }
 
 #[async_trait]
 impl BatchProvider for OpenAiBatches {
     fn name(&self) -> &str {
         &self.config.name
+    }
+
+    fn output_budget(&self) -> OutputBudget {
+        OutputBudget { default: self.config.max_completion_tokens, cap: self.config.max_completion_tokens_cap }
     }
 
     async fn submit(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError> {
@@ -172,7 +208,7 @@ impl BatchProvider for OpenAiBatches {
     }
 
     async fn find_job(&self, intent: &IntentRef<'_>) -> Result<Lookup, ProviderError> {
-        Ok(self.find_by_batch_key(intent.batch_key, intent.created_at_ms).await?.map_or(Lookup::Absent, Lookup::Found))
+        self.find_by_batch_key(intent.batch_key, intent.created_at_ms).await
     }
 
     async fn poll(&self, job_id: &str) -> Result<JobStatus, ProviderError> {
@@ -182,7 +218,10 @@ impl BatchProvider for OpenAiBatches {
             "completed" => JobPhase::Completed,
             "expired" => JobPhase::Expired,
             "cancelled" => JobPhase::Cancelled,
-            "failed" => JobPhase::Failed { reason: batch_failure(&batch) },
+            "failed" => {
+                let (reason, cause) = batch_failure(&batch);
+                JobPhase::Failed { reason: super::redact(&reason), cause }
+            }
             other => return Err(error(ErrorClass::Protocol, None, format!("unknown batch status {other:?}"))),
         };
         let result_files = [batch.output_file_id, batch.error_file_id].into_iter().flatten().collect();
@@ -236,7 +275,11 @@ impl BatchProvider for OpenAiBatches {
             return Probe::Refused(error(ErrorClass::InvalidRequest, None, e.to_string()));
         }
         let mut body = chat_wire::request_body(&probe_member(), schema, &self.config.model, None);
-        body["max_completion_tokens"] = PROBE_MAX_OUTPUT_TOKENS.into();
+        // OpenAI's own parameter; the deprecated `max_tokens` is refused by newer models.
+        if let Some(fields) = body.as_object_mut() {
+            fields.remove("max_tokens");
+            fields.insert("max_completion_tokens".to_string(), PROBE_MAX_OUTPUT_TOKENS.into());
+        }
         let request = self.http.post(self.url("/chat/completions")).timeout(self.config.request_timeout).json(&body);
         match self.send(request).await {
             Ok(_) => Probe::Accepted,
@@ -247,6 +290,22 @@ impl BatchProvider for OpenAiBatches {
     async fn cancel(&self, job_id: &str) -> Result<(), ProviderError> {
         let _: wire::Batch = self.json(self.http.post(self.url(&format!("/batches/{job_id}/cancel")))).await?;
         Ok(())
+    }
+
+    /// Files count against the organisation's storage until deleted (DELETE /v1/files/{id}).
+    /// One already gone (404) counts as done, so a retry after a partial run converges.
+    async fn delete_files(&self, job: &JobStatus) -> Result<u64, ProviderError> {
+        let batch: wire::Batch = self.json(self.http.get(self.url(&format!("/batches/{}", job.job_id)))).await?;
+        let files = [batch.input_file_id, batch.output_file_id, batch.error_file_id];
+        let mut deleted = 0;
+        for file_id in files.into_iter().flatten() {
+            match self.send(self.http.delete(self.url(&format!("/files/{file_id}")))).await {
+                Ok(_) => deleted += 1,
+                Err(e) if e.class == ErrorClass::Gone => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(deleted)
     }
 }
 
@@ -259,7 +318,7 @@ async fn deliver(line: &[u8], counts: &mut StreamCounts, out: &mpsc::Sender<Resu
     counts.lines += 1;
     match wire::parse_line(text) {
         Ok(parsed) => out
-            .send(parsed)
+            .send(super::scrub(parsed))
             .await
             .map_err(|_| error(ErrorClass::Transient, None, "result consumer stopped".to_string())),
         Err(reason) => {
@@ -271,18 +330,35 @@ async fn deliver(line: &[u8], counts: &mut StreamCounts, out: &mpsc::Sender<Resu
     }
 }
 
-fn batch_failure(batch: &wire::Batch) -> String {
-    let details: Vec<String> = batch
-        .errors
+/// Why a batch failed, and whose fault it is. The enqueued-token limit is OpenAI's
+/// capacity, not the content's (openai-python #2084, #1643); an error naming a line is
+/// that line's; one naming nothing accuses no member.
+fn batch_failure(batch: &wire::Batch) -> (String, FailureCause) {
+    let errors: Vec<&wire::BatchError> = batch.errors.iter().flat_map(|e| &e.data).collect();
+    let details: Vec<String> = errors
         .iter()
-        .flat_map(|e| &e.data)
-        .map(|e| format!("{}: {}", e.code.as_deref().unwrap_or("error"), e.message.as_deref().unwrap_or("")))
+        .map(|e| {
+            let line = e.line.map(|l| format!(" (line {l})")).unwrap_or_default();
+            format!("{}{line}: {}", e.code.as_deref().unwrap_or("error"), e.message.as_deref().unwrap_or(""))
+        })
         .collect();
-    if details.is_empty() { "the provider failed the batch".to_string() } else { details.join("; ") }
+    let reason = if details.is_empty() { "the provider failed the batch".to_string() } else { details.join("; ") };
+    let capacity = errors.iter().any(|e| e.code.as_deref() == Some(TOKEN_LIMIT_CODE));
+    let mut lines: Vec<u64> = errors.iter().filter_map(|e| e.line).collect();
+    lines.sort_unstable();
+    lines.dedup();
+    let cause = if capacity {
+        FailureCause::Capacity
+    } else if lines.is_empty() {
+        FailureCause::Unattributed
+    } else {
+        FailureCause::Lines(lines)
+    };
+    (reason, cause)
 }
 
 fn error(class: ErrorClass, status: Option<u16>, message: String) -> ProviderError {
-    ProviderError { provider: PROVIDER, class, status, message, retry_after: None }
+    ProviderError::new(PROVIDER, class, status, &message)
 }
 
 #[cfg(test)]

@@ -112,6 +112,8 @@ fn adapter(base_url: String) -> OpenAiBatches {
         api_key: ApiKey::new("sk-test-123".into()),
         model: "gpt-4o-mini".into(),
         request_timeout: Duration::from_secs(5),
+        max_completion_tokens: None,
+        max_completion_tokens_cap: 16_384,
     })
     .unwrap()
 }
@@ -122,6 +124,7 @@ fn member(source: &str, content: &str) -> BatchMember {
         id: ExtractionId::compute("t", source, &hash, BUILTIN_CODE_REVIEW),
         source_id: source.into(),
         content: content.into(),
+        output_budget: None,
     }
 }
 
@@ -188,8 +191,8 @@ async fn submit_sends_the_documented_multipart_upload_and_create_request() {
 async fn find_poll_and_stream_join_on_custom_id() {
     let (base, seen) = start_capture().await;
     let provider = adapter(base);
-    assert_eq!(provider.find_by_batch_key("cpb-found", 0).await.unwrap(), Some("batch_1".to_string()));
-    assert_eq!(provider.find_by_batch_key("cpb-other", 0).await.unwrap(), None);
+    assert_eq!(provider.find_by_batch_key("cpb-found", 0).await.unwrap(), Lookup::Found("batch_1".to_string()));
+    assert_eq!(provider.find_by_batch_key("cpb-other", 0).await.unwrap(), Lookup::Absent);
     assert_eq!(seen.lock().unwrap().list_queries, 2);
 
     let status = provider.poll("batch_1").await.unwrap();

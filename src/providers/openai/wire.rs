@@ -4,15 +4,18 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::lifecycle::FailureClass;
+use crate::providers::chat::wire as chat;
 use crate::schema::{Dialect, Schema};
 use crate::store::{BatchMember, LineResult, Usage};
 
 pub const ENDPOINT: &str = "/v1/chat/completions";
 pub const BATCH_KEY_METADATA: &str = "commitpoint_batch_key";
 
-/// One JSONL input line (`BatchRequestInput`).
-pub fn input_line(member: &BatchMember, schema: &Schema, model: &str) -> Value {
-    json!({
+/// One JSONL input line (`BatchRequestInput`). The output budget is the member's own
+/// (raised after a truncation) or the configured default; none is sent without either.
+/// `max_completion_tokens`, not the deprecated `max_tokens`, which newer models refuse.
+pub fn input_line(member: &BatchMember, schema: &Schema, model: &str, max_completion_tokens: Option<u32>) -> Value {
+    let mut line = json!({
         "custom_id": member.id.to_hex(),
         "method": "POST",
         "url": ENDPOINT,
@@ -31,7 +34,11 @@ pub fn input_line(member: &BatchMember, schema: &Schema, model: &str) -> Value {
                 },
             },
         },
-    })
+    });
+    if let Some(max) = member.output_budget.or(max_completion_tokens) {
+        line["body"]["max_completion_tokens"] = max.into();
+    }
+    line
 }
 
 /// `json_schema.name` allows `[a-zA-Z0-9_-]{1,64}`; ours look like `code-review@1`.
@@ -57,6 +64,8 @@ pub struct Batch {
     pub id: String,
     pub status: String,
     #[serde(default)]
+    pub input_file_id: Option<String>,
+    #[serde(default)]
     pub output_file_id: Option<String>,
     #[serde(default)]
     pub error_file_id: Option<String>,
@@ -80,6 +89,9 @@ pub struct BatchError {
     pub code: Option<String>,
     #[serde(default)]
     pub message: Option<String>,
+    /// The input line at fault (1-based), when the error is about one line.
+    #[serde(default)]
+    pub line: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -143,13 +155,15 @@ pub fn parse_line(line: &str) -> Result<(String, LineResult), String> {
     Ok((parsed.custom_id, result))
 }
 
+/// A 200 line's answer. Truncated (`finish_reason: "length"`) and refused
+/// (`message.refusal`, `finish_reason: "content_filter"`) answers are `Unusable`: paid
+/// for and charged, never committed, even when their content would pass validation.
 fn answer(body: &Value, request_id: Option<String>) -> Result<LineResult, String> {
-    let message = &body["choices"][0]["message"];
-    // A refusal or an empty answer is still the model's answer: validation will fail it,
-    // which is the right class (and it was paid for).
-    let output = match (message["content"].as_str(), message["refusal"].as_str()) {
+    let choice = &body["choices"][0];
+    let unusable = chat::unusable(choice);
+    let output = match (choice["message"]["content"].as_str(), &unusable) {
         (Some(content), _) => content.to_string(),
-        (None, Some(refusal)) => format!("refusal: {refusal}"),
+        (None, Some(_)) => String::new(),
         (None, None) => return Err("a 200 line without choices[0].message.content".to_string()),
     };
     let usage = body.get("usage").map(|u| Usage {
@@ -161,7 +175,10 @@ fn answer(body: &Value, request_id: Option<String>) -> Result<LineResult, String
         request_id,
         ..Usage::default()
     });
-    Ok(LineResult::Answer { output, usage })
+    Ok(match unusable {
+        Some((class, reason)) => LineResult::Unusable { class, reason, usage },
+        None => LineResult::Answer { output, usage },
+    })
 }
 
 fn http_failure(status: u16, body: &Value) -> LineResult {
@@ -196,6 +213,47 @@ mod tests {
         assert_eq!(output, r#"{"findings":[]}"#);
         let usage = usage.unwrap();
         assert_eq!((usage.model.as_str(), usage.input_tokens, usage.output_tokens), ("gpt-4o-mini", 24, 15));
+    }
+
+    fn line_with(message: &str, finish_reason: &str) -> String {
+        format!(
+            r#"{{"id":"r","custom_id":"abc","response":{{"status_code":200,"request_id":"req_1","body":{{"model":"gpt-4o-mini","choices":[{{"index":0,"message":{message},"finish_reason":"{finish_reason}"}}],"usage":{{"prompt_tokens":24,"completion_tokens":512,"total_tokens":536}}}}}},"error":null}}"#
+        )
+    }
+
+    #[test]
+    fn a_length_stop_is_truncated_even_when_the_content_validates() {
+        let message = r#"{"role":"assistant","content":"{\"findings\":[]}","refusal":null}"#;
+        let (_, result) = parse_line(&line_with(message, "length")).unwrap();
+        let LineResult::Unusable { class, usage, .. } = result else { panic!("{result:?}") };
+        assert_eq!(class, FailureClass::Truncated);
+        assert_eq!(usage.unwrap().output_tokens, 512, "a truncated answer is still charged");
+        let (_, result) = parse_line(&line_with(message, "stop")).unwrap();
+        assert!(matches!(result, LineResult::Answer { .. }), "{result:?}");
+    }
+
+    #[test]
+    fn a_refusal_is_refused_not_a_validation_failure() {
+        let message = r#"{"role":"assistant","content":null,"refusal":"I'm sorry, I cannot help with that."}"#;
+        let (_, result) = parse_line(&line_with(message, "stop")).unwrap();
+        let LineResult::Unusable { class, reason, usage } = result else { panic!("{result:?}") };
+        assert_eq!(class, FailureClass::Refused);
+        assert!(reason.contains("cannot help"), "{reason}");
+        assert!(usage.is_some());
+    }
+
+    #[test]
+    fn the_output_budget_is_the_members_own_else_the_default() {
+        use crate::identity::ExtractionId;
+        use crate::schema::{BUILTIN_CODE_REVIEW, Registry};
+        let schema = Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap();
+        let mut member =
+            BatchMember { id: ExtractionId([1; 32]), source_id: "s".into(), content: "c".into(), output_budget: None };
+        assert!(input_line(&member, &schema, "m", None)["body"].get("max_completion_tokens").is_none());
+        assert_eq!(input_line(&member, &schema, "m", Some(1000))["body"]["max_completion_tokens"], 1000);
+        member.output_budget = Some(2000);
+        assert_eq!(input_line(&member, &schema, "m", Some(1000))["body"]["max_completion_tokens"], 2000);
+        assert!(input_line(&member, &schema, "m", None)["body"].get("max_tokens").is_none());
     }
 
     #[test]

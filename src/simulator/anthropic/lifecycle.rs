@@ -128,6 +128,8 @@ impl Record {
         });
         let counts = generated.counts;
         inner.stats.lines_completed += counts.succeeded;
+        inner.stats.lines_truncated += generated.truncated;
+        inner.stats.lines_refused += generated.refused;
         inner.stats.lines_failed += counts.errored + counts.canceled + counts.expired;
         self.results = Some(generated.jsonl.into());
         self.view.processing_status = ProcessingStatus::Ended;

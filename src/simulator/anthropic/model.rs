@@ -6,7 +6,8 @@
 use rand::rngs::StdRng;
 use serde_json::{Value, json};
 
-use crate::simulator::model::{broken_review, message_text, review, split_prompt, tokens};
+use crate::simulator::faults::Behaviour;
+use crate::simulator::model::{REFUSAL, broken_review, cut, message_text, review, split_prompt, tokens, valid_prefix};
 use crate::simulator::output::random_id;
 
 /// What the model produced for one request.
@@ -18,9 +19,13 @@ pub struct Answer {
     pub output_tokens: u64,
 }
 
-/// Answers one request; `Err` is an `invalid_request_error` message for a request the API
-/// accepts at create time but cannot run (e.g. `tool_choice` naming a missing tool).
-pub fn respond(params: &Value, broken: bool, rng: &mut StdRng) -> Result<Answer, String> {
+/// Answers one request as `behaviour` says; `Err` is an `invalid_request_error` message for
+/// a request the API accepts at create time but cannot run (e.g. `tool_choice` naming a
+/// missing tool). A long answer is cut off at `max_tokens` when it needs more (stop_reason
+/// `max_tokens`); a refusal is stop_reason `refusal` with no content, or (the other kind) an
+/// `end_turn` text that declines without calling the forced tool (Messages API reference,
+/// `stop_reason`; "Handling stop reasons" guide).
+pub fn respond(params: &Value, behaviour: Behaviour, rng: &mut StdRng) -> Result<Answer, String> {
     let messages = params.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let system = system_text(params.get("system"));
     let tools = params.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
@@ -33,12 +38,36 @@ pub fn respond(params: &Value, broken: bool, rng: &mut StdRng) -> Result<Answer,
         .map(message_text)
         .unwrap_or_default();
     let (source_id, content) = split_prompt(&last_user);
-    let output = if broken { broken_review(source_id, content) } else { review(source_id, content) };
     // Tool definitions are part of the prompt and billed as input.
     let prompt_bytes = system.len()
         + messages.iter().map(|m| message_text(m).len()).sum::<usize>()
         + tools.iter().map(|t| t.to_string().len()).sum::<usize>();
     let input_tokens = tokens(prompt_bytes);
+    let output = match behaviour {
+        Behaviour::Refuse { first_kind } => return Ok(refusal(first_kind, input_tokens)),
+        Behaviour::Long { needs, valid_prefix: prefix } => {
+            let full = review(source_id, content);
+            let budget = params.get("max_tokens").and_then(Value::as_u64).unwrap_or(1);
+            if budget < u64::from(needs) {
+                return Ok(truncated(full, prefix, forced.as_deref(), budget, input_tokens, rng));
+            }
+            let mut answer = answer_with(full, forced, params, input_tokens, rng);
+            answer.output_tokens = u64::from(needs);
+            return Ok(answer);
+        }
+        Behaviour::Answer { broken } => {
+            if broken {
+                broken_review(source_id, content)
+            } else {
+                review(source_id, content)
+            }
+        }
+    };
+    Ok(answer_with(output, forced, params, input_tokens, rng))
+}
+
+/// A complete answer: the forced tool's call, or text.
+fn answer_with(output: Value, forced: Option<String>, params: &Value, input_tokens: u64, rng: &mut StdRng) -> Answer {
     let structured = params.pointer("/output_config/format/type").and_then(Value::as_str) == Some("json_schema");
     let (content, stop_reason, output_bytes) = match forced {
         Some(name) => {
@@ -53,7 +82,36 @@ pub fn respond(params: &Value, broken: bool, rng: &mut StdRng) -> Result<Answer,
             (json!([{"type": "text", "text": text}]), "end_turn", bytes)
         }
     };
-    Ok(Answer { content, stop_reason, input_tokens, output_tokens: tokens(output_bytes) })
+    Answer { content, stop_reason, input_tokens, output_tokens: tokens(output_bytes) }
+}
+
+/// Cut off at `budget` tokens: a tool call holding a valid prefix of the review (which
+/// would pass validation), or one whose input never got written; text is torn mid-way.
+fn truncated(
+    full: Value,
+    prefix: bool,
+    forced: Option<&str>,
+    budget: u64,
+    input_tokens: u64,
+    rng: &mut StdRng,
+) -> Answer {
+    let content = match forced {
+        Some(name) => {
+            let input = if prefix { valid_prefix(full) } else { json!({}) };
+            json!([{"type": "tool_use", "id": random_id(rng, "toolu_", 24), "name": name, "input": input}])
+        }
+        None => json!([{"type": "text", "text": cut(&full.to_string())}]),
+    };
+    Answer { content, stop_reason: "max_tokens", input_tokens, output_tokens: budget.max(1) }
+}
+
+fn refusal(first_kind: bool, input_tokens: u64) -> Answer {
+    if first_kind {
+        Answer { content: json!([]), stop_reason: "refusal", input_tokens, output_tokens: 1 }
+    } else {
+        let content = json!([{"type": "text", "text": REFUSAL}]);
+        Answer { content, stop_reason: "end_turn", input_tokens, output_tokens: tokens(REFUSAL.len()) }
+    }
 }
 
 /// Anthropic refuses a tool whose `input_schema` is not an object schema or has a
@@ -111,6 +169,8 @@ mod tests {
 
     use super::*;
 
+    const ANSWER: Behaviour = Behaviour::Answer { broken: false };
+
     fn params(extra: Value) -> Value {
         let mut params = json!({"model": "m", "max_tokens": 100, "system": "Review.",
             "messages": [{"role": "user", "content": "source_id: s1\n\nok\nx.unwrap()"}]});
@@ -128,14 +188,15 @@ mod tests {
     fn a_tool_schema_with_a_root_combinator_is_refused_in_anthropic_words() {
         let mut rng = StdRng::seed_from_u64(1);
         let tools = json!([{"name": "t", "input_schema": {"anyOf": [{"type": "object"}]}}]);
-        let refused = respond(&params(json!({"tools": tools})), false, &mut rng).unwrap_err();
+        let refused =
+            respond(&params(json!({"tools": tools})), Behaviour::Answer { broken: false }, &mut rng).unwrap_err();
         assert_eq!(
             refused,
             "tools.0.custom.input_schema: input_schema does not support oneOf, allOf, or anyOf at the top level"
         );
         let tools = json!([{"name": "t", "input_schema": {"type": "array"}}]);
         assert!(
-            respond(&params(json!({"tools": tools})), false, &mut rng)
+            respond(&params(json!({"tools": tools})), Behaviour::Answer { broken: false }, &mut rng)
                 .unwrap_err()
                 .contains("Input should be 'object'")
         );
@@ -145,7 +206,7 @@ mod tests {
     fn a_forced_tool_is_called_with_the_review_as_input() {
         let mut rng = StdRng::seed_from_u64(1);
         for choice in [json!({"type": "tool", "name": "code-review_1"}), json!({"type": "any"})] {
-            let answer = respond(&params(json!({"tools": [tool()], "tool_choice": choice})), false, &mut rng).unwrap();
+            let answer = respond(&params(json!({"tools": [tool()], "tool_choice": choice})), ANSWER, &mut rng).unwrap();
             assert_eq!(answer.stop_reason, "tool_use");
             let block = &answer.content[0];
             assert_eq!(block["type"], "tool_use");
@@ -159,12 +220,12 @@ mod tests {
     #[test]
     fn text_answers_without_a_forced_tool() {
         let mut rng = StdRng::seed_from_u64(1);
-        let plain = respond(&params(json!({"tools": [tool()], "tool_choice": {"type": "auto"}})), false, &mut rng);
+        let plain = respond(&params(json!({"tools": [tool()], "tool_choice": {"type": "auto"}})), ANSWER, &mut rng);
         let plain = plain.unwrap();
         assert_eq!(plain.stop_reason, "end_turn");
         assert!(plain.content[0]["text"].as_str().unwrap().starts_with("Here is my review."));
         let format = json!({"output_config": {"format": {"type": "json_schema", "schema": {}}}});
-        let structured = respond(&params(format), true, &mut rng).unwrap();
+        let structured = respond(&params(format), Behaviour::Answer { broken: true }, &mut rng).unwrap();
         let output: Value = serde_json::from_str(structured.content[0]["text"].as_str().unwrap()).unwrap();
         assert_eq!(output["findings"][0]["severity"], "urgent", "broken answers violate the schema");
     }
@@ -173,8 +234,37 @@ mod tests {
     fn a_missing_forced_tool_is_an_invalid_request() {
         let mut rng = StdRng::seed_from_u64(1);
         let choice = json!({"tools": [tool()], "tool_choice": {"type": "tool", "name": "other"}});
-        assert!(respond(&params(choice), false, &mut rng).unwrap_err().contains("'other'"));
+        assert!(respond(&params(choice), ANSWER, &mut rng).unwrap_err().contains("'other'"));
         let any = json!({"tool_choice": {"type": "any"}});
-        assert!(respond(&params(any), false, &mut rng).is_err());
+        assert!(respond(&params(any), ANSWER, &mut rng).is_err());
+    }
+
+    #[test]
+    fn max_tokens_cuts_a_long_answer_and_a_larger_budget_completes_it() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let forced = json!({"tools": [tool()], "tool_choice": {"type": "tool", "name": "code-review_1"}});
+        let long = |valid_prefix| Behaviour::Long { needs: 500, valid_prefix };
+        // `params` asks for 100 tokens.
+        let cut = respond(&params(forced.clone()), long(true), &mut rng).unwrap();
+        assert_eq!((cut.stop_reason, cut.output_tokens), ("max_tokens", 100));
+        assert_eq!(cut.content[0]["input"]["findings"], json!([]), "half of one finding: a valid prefix");
+        let empty = respond(&params(forced.clone()), long(false), &mut rng).unwrap();
+        assert_eq!(empty.content[0]["input"], json!({}));
+        let mut roomy = params(forced);
+        roomy["max_tokens"] = json!(500);
+        let full = respond(&roomy, long(true), &mut rng).unwrap();
+        assert_eq!((full.stop_reason, full.output_tokens), ("tool_use", 500));
+        assert_eq!(full.content[0]["input"], review("s1", "ok\nx.unwrap()"));
+    }
+
+    #[test]
+    fn refusals_come_in_two_shapes() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let forced = json!({"tools": [tool()], "tool_choice": {"type": "tool", "name": "code-review_1"}});
+        let first = respond(&params(forced.clone()), Behaviour::Refuse { first_kind: true }, &mut rng).unwrap();
+        assert_eq!((first.stop_reason, first.content.clone()), ("refusal", json!([])));
+        let second = respond(&params(forced), Behaviour::Refuse { first_kind: false }, &mut rng).unwrap();
+        assert_eq!(second.stop_reason, "end_turn");
+        assert_eq!(second.content[0]["text"], REFUSAL, "declines in text, no tool call");
     }
 }

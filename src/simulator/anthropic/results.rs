@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::model;
 use super::wire::{Request, RequestCounts};
-use crate::simulator::faults::{Faults, every};
+use crate::simulator::faults::{Behaviour, Faults, every};
 use crate::simulator::output::{batch_salt, push_line, random_id, truncate};
 
 /// Why the requests after the first `done` did not run.
@@ -36,11 +36,16 @@ pub struct Plan<'a> {
 pub struct Generated {
     pub jsonl: Vec<u8>,
     pub counts: RequestCounts,
+    /// Succeeded (billed) lines cut off at `max_tokens`.
+    pub truncated: u64,
+    /// Succeeded (billed) lines that declined.
+    pub refused: u64,
 }
 
 pub fn generate(plan: &Plan<'_>) -> Generated {
     let mut rng = StdRng::seed_from_u64(plan.seed ^ batch_salt(plan.batch_id));
     let mut counts = RequestCounts::default();
+    let (mut truncated, mut refused) = (0, 0);
     let mut lines = Vec::with_capacity(plan.requests.len());
     for (index, request) in plan.requests.iter().enumerate() {
         let position = index + 1;
@@ -65,10 +70,12 @@ pub fn generate(plan: &Plan<'_>) -> Generated {
             };
             errored(&mut rng, kind, &format!("{message} (SIMULATED fault: failed_line_every)"))
         } else {
-            let broken = every(plan.faults.invalid_output_every, position);
-            match model::respond(&request.params, broken, &mut rng) {
+            let behaviour = plan.faults.behaviour(position);
+            match model::respond(&request.params, behaviour, &mut rng) {
                 Ok(answer) => {
                     counts.succeeded += 1;
+                    truncated += u64::from(answer.stop_reason == "max_tokens");
+                    refused += u64::from(matches!(behaviour, Behaviour::Refuse { .. }));
                     succeeded(&mut rng, request, answer)
                 }
                 Err(message) => {
@@ -90,7 +97,7 @@ pub fn generate(plan: &Plan<'_>) -> Generated {
             push_line(&mut jsonl, written);
         }
     }
-    Generated { jsonl, counts }
+    Generated { jsonl, counts, truncated, refused }
 }
 
 fn succeeded(rng: &mut StdRng, request: &Request, answer: model::Answer) -> Value {

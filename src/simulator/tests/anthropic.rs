@@ -45,6 +45,7 @@ fn members(tag: &str, n: usize) -> Vec<BatchMember> {
                 id: ExtractionId::compute("t", &source, &hash, BUILTIN_CODE_REVIEW),
                 source_id: source,
                 content,
+                output_budget: None,
             }
         })
         .collect()
@@ -169,7 +170,7 @@ async fn an_overloaded_create_is_retried_after_the_delay_it_asked_for() {
     let error = submit(&adapter, &members).await.unwrap_err();
     assert_eq!((error.status, error.class), (Some(529), ErrorClass::RateLimited));
     assert_eq!(error.retry_after, Some(Duration::from_secs(3)));
-    assert!(error.message.contains("overloaded_error"), "{}", error.message);
+    assert!(error.message().contains("overloaded_error"), "{}", error.message());
     assert_eq!(sim.stats().batches_created, 0, "an overloaded create creates nothing");
     let job = submit(&adapter, &members).await.unwrap();
     assert_eq!(poll_until_ended(&adapter, &job).await.phase, JobPhase::Completed);

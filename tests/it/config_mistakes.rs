@@ -1,0 +1,129 @@
+//! Operator mistakes that used to be accepted silently (or hung the server) are refused
+//! with exit 78 by both `config check` and `serve`, naming the file (and the line), never
+//! printing a token.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use crate::util::{cli, run_to_end, serve_command, stderr, temp_dir, write_secret};
+
+const EXIT_CONFIG: i32 = 78;
+const ADMIN: &str = "admin-token-0123456789";
+
+/// `config check` and `serve` with this configuration file; both outputs.
+fn check_and_serve(dir: &Path, config: &Path) -> [(&'static str, Output); 2] {
+    let config = config.to_str().expect("utf-8 path");
+    let check = cli(&["config", "check", "--config", config]);
+    let serve = run_to_end(serve_command(&dir.join("data"), &["--config", config]));
+    [("config check", check), ("serve", serve)]
+}
+
+fn assert_refused(outputs: &[(&str, Output)], needles: &[&str], secrets: &[&str]) {
+    for (what, out) in outputs {
+        let err = stderr(out);
+        assert_eq!(out.status.code(), Some(EXIT_CONFIG), "{what}: {err}");
+        for needle in needles {
+            assert!(err.contains(needle), "{what} should say {needle:?}: {err}");
+        }
+        for secret in secrets {
+            let printed = err.contains(secret) || String::from_utf8_lossy(&out.stdout).contains(secret);
+            assert!(!printed, "{what} printed a token: {err}");
+        }
+    }
+}
+
+#[test]
+fn token_file_mistakes_are_refused_with_the_line_named() {
+    let dir = temp_dir();
+    let admin = dir.path().join("admin");
+    write_secret(&admin, &format!("{ADMIN}\n"));
+    let tenants = dir.path().join("tenants");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[access]\nadmin_token_file = \"{}\"\ntenant_tokens_file = \"{}\"\n",
+            admin.display(),
+            tenants.display()
+        ),
+    )
+    .expect("write config");
+    let tenants_name = tenants.to_str().expect("utf-8 path");
+
+    write_secret(&tenants, "acme acme-token-0123456789\nglobex globex-token-012345678\n");
+    let out = cli(&["config", "check", "--config", config.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(0), "a good file passes: {}", stderr(&out));
+
+    let cases: [(&str, &str, &[&str]); 4] = [
+        (
+            "the admin token as a tenant's",
+            &format!("acme acme-token-0123456789\n# ops\nglobex {ADMIN}\n"),
+            &["line 3", "is the admin token"],
+        ),
+        (
+            "one token for two tenants",
+            "acme shared-token-0123456789\nglobex shared-token-0123456789\n",
+            &["line 2", "already on line 1", "acme"],
+        ),
+        ("a tenant no extraction can carry", "acme/eu acme-token-0123456789\n", &["line 1", "can never match"]),
+        ("a short token", "acme acme-token-0123456789\nglobex tok-globex\n", &["line 2", "shorter than 16"]),
+    ];
+    for (what, text, needles) in cases {
+        write_secret(&tenants, text);
+        let mut needles = needles.to_vec();
+        needles.push(tenants_name);
+        let outputs = check_and_serve(dir.path(), &config);
+        assert_refused(&outputs, &needles, &[ADMIN, "shared-token-0123456789", "acme-token-0123456789", "tok-globex"]);
+        eprintln!("refused: {what}");
+    }
+
+    write_secret(&tenants, "acme acme-token-0123456789\n");
+    write_secret(&admin, "short-admin\n");
+    assert_refused(&check_and_serve(dir.path(), &config), &["shorter than 16", "admin"], &["short-admin"]);
+}
+
+/// A schema directory holding `file`, and a configuration that names it.
+fn schema_config(dir: &Path) -> std::path::PathBuf {
+    let schemas = dir.join("schemas");
+    std::fs::create_dir_all(&schemas).expect("create the schema dir");
+    let config = dir.join("config.toml");
+    std::fs::write(&config, format!("[server]\nschema_dir = \"{}\"\n", schemas.display())).expect("write config");
+    config
+}
+
+#[test]
+fn a_fifo_in_the_schema_dir_is_refused_not_waited_on() {
+    let dir = temp_dir();
+    let config = schema_config(dir.path());
+    let fifo = dir.path().join("schemas/pipe@1.json");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("run mkfifo");
+    assert!(made.success());
+    // Without the check both commands block on the open for ever (the harness kills them).
+    assert_refused(&check_and_serve(dir.path(), &config), &[fifo.to_str().unwrap(), "not a regular file"], &[]);
+}
+
+#[test]
+fn a_symlink_to_a_device_and_an_oversized_schema_are_refused() {
+    let dir = temp_dir();
+    let config = schema_config(dir.path());
+    let link = dir.path().join("schemas/zero@1.json");
+    std::os::unix::fs::symlink("/dev/zero", &link).expect("symlink");
+    assert_refused(&check_and_serve(dir.path(), &config), &[link.to_str().unwrap(), "not a regular file"], &[]);
+    std::fs::remove_file(&link).expect("remove the link");
+
+    // Valid JSON, padded past the limit with whitespace.
+    let big = dir.path().join("schemas/big@1.json");
+    let padding = " ".repeat(1024 * 1024);
+    let text = format!(r#"{{"type": "object", "x-commitpoint-identity": ["/rule"]{padding}}}"#);
+    std::fs::write(&big, text).expect("write a big schema");
+    assert_refused(&check_and_serve(dir.path(), &config), &[big.to_str().unwrap(), "larger than"], &[]);
+}
+
+#[test]
+fn a_schema_file_replacing_the_built_in_one_is_refused() {
+    let dir = temp_dir();
+    let config = schema_config(dir.path());
+    let shadow = dir.path().join("schemas/code-review@1.json");
+    std::fs::write(&shadow, r#"{"type": "object", "x-commitpoint-identity": ["/anything"]}"#).expect("write schema");
+    assert_refused(&check_and_serve(dir.path(), &config), &[shadow.to_str().unwrap(), "built-in"], &[]);
+}
