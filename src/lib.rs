@@ -7,6 +7,7 @@
 //! - [`lifecycle`]: the persisted state enum and its one transition function.
 //! - [`store`]: the redb file, its tables and codec, the group-commit writer, `verify`.
 //! - [`service`]: input checks + identity + validation in front of the store.
+//! - [`provider_registry`]: typed provider settings from [`config`] become adapters.
 //! - [`http`]: the JSON API; [`server`] starts and stops it.
 //! - [`cli`]: the `commitpoint` command (serve, submit, get, verify, demo).
 //!
@@ -28,6 +29,7 @@ pub mod lifecycle;
 pub mod metric_names;
 pub mod metrics;
 pub mod outbox;
+pub mod provider_registry;
 pub mod providers;
 pub mod routing;
 pub mod scheduler;

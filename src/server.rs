@@ -13,18 +13,14 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::access::AccessPolicy;
-use crate::config::{self, ProviderChoice, ProviderOptions, ServeOptions};
+use crate::config::{self, ProviderKind, ServeOptions};
 use crate::outbox::Sink;
-use crate::providers::anthropic::{AnthropicBatches, AnthropicConfig};
-use crate::providers::chat::{ChatCompletions, ChatConfig};
-use crate::providers::generic::{GenericBatches, GenericConfig};
-use crate::providers::openai::{ApiKey, OpenAiBatches, OpenAiConfig};
-use crate::providers::{BatchProvider, ProviderError};
+use crate::provider_registry;
 use crate::routing::Router;
 use crate::scheduler::{self, Scheduler};
 use crate::schema::{self, Registry};
 use crate::service::Service;
-use crate::simulator::{Simulator, SimulatorConfig};
+use crate::simulator::Simulator;
 use crate::store::Policies;
 use crate::store::{self, Store, WriterGuard};
 use crate::supervisor::{Failures, Supervisor};
@@ -38,8 +34,6 @@ const HTTP_DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 const TASK_STOP_DEADLINE: Duration = Duration::from_secs(10);
 /// How long shutdown waits for stray reads to let go of the database file.
 const FILE_CLOSE_DEADLINE: Duration = Duration::from_secs(5);
-/// The model name sent to the simulator when none is configured for it.
-const SIMULATOR_MODEL: &str = "simulated-reviewer";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -55,10 +49,8 @@ pub enum Error {
     Store(#[from] store::Error),
     #[error(transparent)]
     Config(#[from] config::Error),
-    #[error("cannot set up the provider")]
-    Provider(#[source] ProviderError),
-    #[error("cannot start the built-in simulator")]
-    Simulator(#[source] std::io::Error),
+    #[error(transparent)]
+    Providers(#[from] provider_registry::Error),
     #[error("the HTTP server failed")]
     Serve(#[source] std::io::Error),
     #[error("startup task failed: {0}")]
@@ -72,15 +64,8 @@ pub enum Error {
 impl Error {
     /// Configuration mistakes an operator must fix; restarting will not help.
     pub fn is_config(&self) -> bool {
-        matches!(
-            self,
-            Error::Bind { .. }
-                | Error::Schema(_)
-                | Error::Config(_)
-                | Error::Provider(_)
-                | Error::Setup(_)
-                | Error::Webhook(_)
-        )
+        matches!(self, Error::Bind { .. } | Error::Schema(_) | Error::Config(_) | Error::Setup(_) | Error::Webhook(_))
+            || matches!(self, Error::Providers(e) if e.is_config())
     }
 }
 
@@ -96,7 +81,8 @@ pub struct Server {
     store: Store,
     sink_names: Vec<String>,
     service: Service,
-    simulator: Option<Simulator>,
+    /// The embedded simulators of `simulator`-kind providers.
+    simulators: Vec<Simulator>,
     writer: WriterGuard,
 }
 
@@ -118,7 +104,8 @@ impl Server {
             .await
             .map_err(|e| Error::Task(e.to_string()))??;
         crate::metrics::init();
-        let (providers, simulator) = build_providers(options).await?;
+        let provider_registry::Providers { providers, simulators } =
+            provider_registry::build(&options.providers).await?;
         let sinks = load_sinks(&options.sinks)?;
         let webhooks = options.webhooks.iter().map(Endpoint::load).collect::<Result<Vec<_>, _>>()?;
         store.set_policies(Policies {
@@ -141,22 +128,22 @@ impl Server {
         }
         let mut wakes = Vec::new();
         for provider in &providers {
-            let paused = store.provider_paused(provider.name()).await?;
-            router.set_paused(provider.name(), paused);
+            let paused = store.provider_paused(provider.adapter.name()).await?;
+            router.set_paused(provider.adapter.name(), paused);
             wakes.push((Arc::new(Notify::new()), paused));
         }
         // Every scheduler gets a service that can wake all of them (and knows every provider).
         let mut healths = Vec::new();
         for (provider, (wake, paused)) in providers.iter().zip(&wakes) {
-            let health = crate::scheduler::SharedHealth::new(provider.name());
+            let health = crate::scheduler::SharedHealth::new(provider.adapter.name());
             health.set_operator_pause(*paused);
             healths.push(health.clone());
             service = service.with_scheduler(Arc::clone(wake), health);
         }
         for ((provider, (wake, _)), health) in providers.into_iter().zip(wakes).zip(healths) {
-            let settings = settings_for(provider.name(), &options.provider.scheduler);
+            let settings = settings_for(provider.kind, &options.scheduler);
             let context = scheduler::Context { store: store.clone(), service: service.clone(), wake, health };
-            Scheduler::spawn(context, provider, settings, &supervisor);
+            Scheduler::spawn(context, provider.adapter, settings, &supervisor);
         }
         let reload_store = store.clone();
         let sink_names: Vec<String> = sinks.iter().map(|s| s.name.clone()).collect();
@@ -181,7 +168,7 @@ impl Server {
             store: reload_store,
             sink_names,
             service: reload_service,
-            simulator,
+            simulators,
             writer,
         })
     }
@@ -205,9 +192,9 @@ impl Server {
         self.addr
     }
 
-    /// The embedded simulator, when it is the provider (the demo turns its faults on).
+    /// The first embedded simulator, when one is a provider (the demo turns its faults on).
     pub fn simulator(&self) -> Option<&Simulator> {
-        self.simulator.as_ref()
+        self.simulators.first()
     }
 
     pub fn database_path(&self) -> PathBuf {
@@ -237,7 +224,7 @@ impl Server {
             self.http.abort();
         }
         self.supervisor.stop(TASK_STOP_DEADLINE).await;
-        if let Some(simulator) = self.simulator.take() {
+        for simulator in self.simulators.drain(..) {
             simulator.stop().await;
         }
         let writer = self.writer;
@@ -254,58 +241,13 @@ impl Server {
 
 /// A synchronous provider has its answers when `submit` returns: small batches keep each
 /// submit short, and its "poll" can follow at once.
-fn settings_for(provider: &str, base: &scheduler::Settings) -> scheduler::Settings {
+fn settings_for(kind: ProviderKind, base: &scheduler::Settings) -> scheduler::Settings {
     let mut settings = base.clone();
-    if provider == crate::providers::chat::PROVIDER {
+    if kind.is_synchronous() {
         settings.batch_max_size = settings.batch_max_size.min(32);
         settings.poll_interval = Duration::from_millis(20);
     }
     settings
-}
-
-fn build_anthropic(options: &config::AnthropicOptions) -> Result<Arc<dyn BatchProvider>, Error> {
-    let key = crate::providers::anthropic::ApiKey::new(options.key.load_secret()?);
-    let mut config = AnthropicConfig::new(key, options.model.clone());
-    if let Some(base) = &options.base_url {
-        config.base_url = base.clone();
-    }
-    if let Some(max_tokens) = options.max_tokens {
-        config.max_tokens = max_tokens;
-    }
-    if let Some(cap) = options.max_tokens_cap {
-        config.max_tokens_cap = cap;
-    }
-    let adapter = AnthropicBatches::new(config).map_err(|e| Error::Setup(e.to_string()))?;
-    Ok(Arc::new(adapter))
-}
-
-fn build_generic(options: &config::GenericOptions) -> Result<Arc<dyn BatchProvider>, Error> {
-    let key = crate::providers::chat::ApiKey::new(options.key.load_secret()?);
-    let mut config = GenericConfig::new(options.base_url.clone(), key, options.model.clone());
-    if let Some(capability) = &options.capability {
-        config.capability = capability.clone();
-    }
-    config.max_tokens = options.max_tokens;
-    if let Some(cap) = options.max_tokens_cap {
-        config.max_tokens_cap = cap;
-    }
-    options.fields.apply(&mut config.fields)?;
-    Ok(Arc::new(GenericBatches::new(config).map_err(Error::Provider)?))
-}
-
-fn build_chat(options: &config::ChatOptions) -> Result<Arc<dyn BatchProvider>, Error> {
-    let mut config = ChatConfig::new(options.base_url.clone(), options.model.clone());
-    if let Some(key) = &options.key {
-        config.api_key = Some(crate::providers::chat::ApiKey::new(key.load_secret()?));
-    }
-    if let Some(concurrency) = options.concurrency {
-        config.concurrency = concurrency;
-    }
-    config.max_tokens = options.max_tokens;
-    if let Some(cap) = options.max_tokens_cap {
-        config.max_tokens_cap = cap;
-    }
-    Ok(Arc::new(ChatCompletions::new(config).map_err(Error::Provider)?))
 }
 
 fn load_sinks(options: &[config::SinkOptions]) -> Result<Vec<Sink>, Error> {
@@ -325,63 +267,4 @@ fn load_sinks(options: &[config::SinkOptions]) -> Result<Vec<Sink>, Error> {
             })
         })
         .collect()
-}
-
-/// Every configured provider's adapter, and the embedded simulator when it is one of them
-/// (it lives as long as the returned handle).
-pub async fn build_providers(
-    options: &ServeOptions,
-) -> Result<(Vec<Arc<dyn BatchProvider>>, Option<Simulator>), Error> {
-    let (provider, simulator) = build_provider(&options.provider).await?;
-    let mut providers: Vec<Arc<dyn BatchProvider>> = provider.into_iter().collect();
-    if let Some(anthropic) = &options.anthropic {
-        providers.push(build_anthropic(anthropic)?);
-    }
-    if let Some(generic) = &options.generic {
-        providers.push(build_generic(generic)?);
-    }
-    if let Some(chat) = &options.chat {
-        providers.push(build_chat(chat)?);
-    }
-    Ok((providers, simulator))
-}
-
-/// The provider adapter for new work, and the embedded simulator when that is the choice.
-async fn build_provider(
-    options: &ProviderOptions,
-) -> Result<(Option<Arc<dyn BatchProvider>>, Option<Simulator>), Error> {
-    let (config, simulator) = match options.choice {
-        ProviderChoice::None => return Ok((None, None)),
-        ProviderChoice::Openai => {
-            let config = OpenAiConfig {
-                name: "openai".to_string(),
-                base_url: options.base_url.clone(),
-                api_key: options.key.load()?,
-                model: options.model.clone(),
-                request_timeout: Duration::from_secs(120),
-                max_completion_tokens: options.max_completion_tokens,
-                max_completion_tokens_cap: options.max_completion_tokens_cap,
-            };
-            (config, None)
-        }
-        ProviderChoice::Simulator => {
-            let simulator = Simulator::start(([127, 0, 0, 1], 0).into(), SimulatorConfig::default())
-                .await
-                .map_err(Error::Simulator)?;
-            let model = if options.model == config::DEFAULT_MODEL { SIMULATOR_MODEL } else { &options.model };
-            let config = OpenAiConfig {
-                name: "simulator".to_string(),
-                base_url: simulator.base_url(),
-                api_key: ApiKey::new("simulator-needs-no-key".to_string()),
-                model: model.to_string(),
-                request_timeout: Duration::from_secs(30),
-                max_completion_tokens: options.max_completion_tokens,
-                max_completion_tokens_cap: options.max_completion_tokens_cap,
-            };
-            tracing::warn!(url = %simulator.base_url(), "provider is the built-in SIMULATOR: results come from a rule-based stand-in, not a model");
-            (config, Some(simulator))
-        }
-    };
-    let adapter = OpenAiBatches::new(config).map_err(Error::Provider)?;
-    Ok((Some(Arc::new(adapter)), simulator))
 }

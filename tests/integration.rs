@@ -57,6 +57,8 @@ mod providers_e2e_chat;
 mod providers_e2e_generic;
 #[path = "it/providers_e2e_pause.rs"]
 mod providers_e2e_pause;
+#[path = "it/providers_named.rs"]
+mod providers_named;
 #[path = "it/raw.rs"]
 mod raw;
 #[path = "it/redaction.rs"]

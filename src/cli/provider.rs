@@ -25,7 +25,8 @@ pub struct CheckArgs {
     /// Directory of extra JSON Schemas, one `name@version.json` file each.
     #[arg(long)]
     schema_dir: Option<PathBuf>,
-    /// Only this provider (its name: openai, simulator, anthropic, generic, chat).
+    /// Only this provider, by its `[providers.<name>]` table name (`openai` or `simulator`
+    /// for the old `[provider]` table).
     #[arg(long)]
     provider: Option<String>,
     /// Only this schema, e.g. `code-review@1`.
@@ -53,13 +54,20 @@ pub async fn run(command: Command) -> ExitCode {
         },
         None => registry.names().map(str::to_string).collect(),
     };
-    // The simulator (when configured) runs for as long as `_simulator` lives.
-    let (providers, _simulator) = match crate::server::build_providers(&options).await {
+    for note in &options.notes {
+        eprintln!("commitpoint: note: {note}");
+    }
+    // The simulators (when configured) run for as long as `built` lives.
+    let built = match crate::provider_registry::build(&options.providers).await {
         Ok(built) => built,
         Err(e) => return config_error(&e),
     };
-    let providers: Vec<_> =
-        providers.into_iter().filter(|p| args.provider.as_deref().is_none_or(|only| p.name() == only)).collect();
+    let providers: Vec<_> = built
+        .providers
+        .iter()
+        .map(|p| &p.adapter)
+        .filter(|p| args.provider.as_deref().is_none_or(|only| p.name() == only))
+        .collect();
     if providers.is_empty() {
         let what = args.provider.as_deref().map_or_else(
             || "no provider is configured".to_string(),

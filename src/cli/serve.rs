@@ -33,7 +33,8 @@ pub struct Args {
     /// Largest accepted request body [default: 8388608].
     #[arg(long)]
     max_body_bytes: Option<usize>,
-    /// Built-in provider for pending work [default: none, external workers claim it].
+    /// Built-in provider for pending work [default: none, external workers claim it]. The
+    /// old form of a `[providers.<name>]` table; named `openai` or `simulator`.
     #[arg(long, value_enum)]
     provider: Option<ProviderChoice>,
     /// Base URL of the OpenAI-compatible Batch API [default: https://api.openai.com/v1].
@@ -91,6 +92,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Ok(options) => options,
         Err(e) => return Ok(config_error(&e)),
     };
+    for note in &options.notes {
+        tracing::warn!("{note}");
+    }
     let server = Server::start(&options).await?;
     // Scripts and tests that pass port 0 read the real address from this line.
     println!("commitpoint listening on http://{}", server.addr());
@@ -129,6 +133,9 @@ pub fn check(args: Args) -> ExitCode {
         Ok(options) => options,
         Err(e) => return config_error(&e),
     };
+    for note in &options.notes {
+        eprintln!("commitpoint: note: {note}");
+    }
     let registry = match Registry::load(options.schema_dir.as_deref()) {
         Ok(registry) => registry,
         Err(e) => return config_error(&e),
@@ -141,9 +148,7 @@ pub fn check(args: Args) -> ExitCode {
     if let Err(e) = AccessPolicy::load(options.access.admin_token.as_ref(), options.access.tenant_tokens.as_ref()) {
         return config_error(&e);
     }
-    if options.provider.choice == ProviderChoice::Openai
-        && let Err(e) = options.provider.key.load()
-    {
+    if let Err(e) = crate::provider_registry::check(&options.providers) {
         return config_error(&e);
     }
     print!("{}", options.describe());
@@ -152,7 +157,14 @@ pub fn check(args: Args) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn config_error(e: &dyn std::error::Error) -> ExitCode {
-    eprintln!("commitpoint: configuration error: {e}");
+/// Prints the error with its causes (a provider's secret error says which secret).
+pub(super) fn config_error(e: &dyn std::error::Error) -> ExitCode {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    eprintln!("commitpoint: configuration error: {text}");
     ExitCode::from(EXIT_CONFIG)
 }

@@ -1,6 +1,5 @@
-//! Config sections beyond the server and its primary provider: further providers,
-//! routing, prices and budgets, outbox sinks and webhook endpoints. Secrets here, as
-//! everywhere, are only named (`*_env`, `*_file`, `*_credential`), never written.
+//! Config sections beyond the server and the providers: routing, prices and budgets,
+//! outbox sinks and webhook endpoints. Secrets here, as everywhere, are only named (`*_env`, `*_file`, `*_credential`), never written.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -13,188 +12,6 @@ use super::{Error, KeySource};
 use crate::ledger::{BudgetPeriod, Budgets, Price, PriceTable, dollars_to_micros};
 use crate::routing::{Routes, Rule};
 use crate::webhook::Scheme;
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawProviders {
-    pub anthropic: Option<RawAnthropic>,
-    pub generic: Option<RawGeneric>,
-    pub chat: Option<RawChat>,
-}
-
-/// A platform speaking the generic REST batch contract (PROVIDERS.md §4).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawGeneric {
-    pub base_url: String,
-    pub model: String,
-    pub capability: Option<String>,
-    pub max_tokens: Option<u32>,
-    /// The most a truncated answer's one retry may ask for (default 8192).
-    pub max_tokens_cap: Option<u32>,
-    pub api_key_env: Option<String>,
-    pub api_key_file: Option<PathBuf>,
-    pub api_key_credential: Option<String>,
-    /// Field names the contract leaves unconfirmed; each defaults as documented in
-    /// docs/PROVIDERS.md.
-    #[serde(default)]
-    pub fields: GenericFieldOverrides,
-}
-
-/// Overrides of the generic contract's unconfirmed field names (JSON Pointers, except
-/// `item_id`, a plain key) and batch state names.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GenericFieldOverrides {
-    pub item_id: Option<String>,
-    pub state: Option<String>,
-    pub results: Option<String>,
-    pub results_url: Option<String>,
-    pub item_response: Option<String>,
-    pub item_error: Option<String>,
-    pub item_cost_usd: Option<String>,
-    pub item_request_id: Option<String>,
-    pub running_states: Option<Vec<String>>,
-    pub completed_states: Option<Vec<String>>,
-    pub failed_states: Option<Vec<String>>,
-    pub cancelled_states: Option<Vec<String>>,
-    pub expired_states: Option<Vec<String>>,
-}
-
-impl GenericFieldOverrides {
-    /// Applies the overrides onto the adapter's defaults, checking pointers are pointers.
-    pub fn apply(&self, fields: &mut crate::providers::generic::GenericFields) -> Result<(), Error> {
-        let set = |target: &mut String, value: &Option<String>, pointer: bool| -> Result<(), Error> {
-            if let Some(v) = value {
-                if pointer && !v.is_empty() && !v.starts_with('/') {
-                    return Err(Error::Invalid {
-                        key: "providers.generic.fields",
-                        reason: format!("{v:?} is not a JSON Pointer (it must start with '/')"),
-                    });
-                }
-                *target = v.clone();
-            }
-            Ok(())
-        };
-        set(&mut fields.item_id, &self.item_id, false)?;
-        set(&mut fields.state, &self.state, true)?;
-        set(&mut fields.results, &self.results, true)?;
-        set(&mut fields.results_url, &self.results_url, true)?;
-        set(&mut fields.item_response, &self.item_response, true)?;
-        set(&mut fields.item_error, &self.item_error, true)?;
-        set(&mut fields.item_cost_usd, &self.item_cost_usd, true)?;
-        set(&mut fields.item_request_id, &self.item_request_id, true)?;
-        let states = &mut fields.states;
-        for (target, value) in [
-            (&mut states.running, &self.running_states),
-            (&mut states.completed, &self.completed_states),
-            (&mut states.failed, &self.failed_states),
-            (&mut states.cancelled, &self.cancelled_states),
-            (&mut states.expired, &self.expired_states),
-        ] {
-            if let Some(names) = value {
-                target.clone_from(names);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// An OpenAI-compatible chat server called synchronously (vLLM, llama.cpp, Ollama).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawChat {
-    pub base_url: String,
-    pub model: String,
-    pub concurrency: Option<usize>,
-    pub max_tokens: Option<u32>,
-    /// The most a truncated answer's one retry may ask for (default 8192).
-    pub max_tokens_cap: Option<u32>,
-    /// Optional: local servers often take no key.
-    pub api_key_env: Option<String>,
-    pub api_key_file: Option<PathBuf>,
-    pub api_key_credential: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct GenericOptions {
-    pub base_url: String,
-    pub model: String,
-    pub capability: Option<String>,
-    pub max_tokens: Option<u32>,
-    pub max_tokens_cap: Option<u32>,
-    pub key: KeySource,
-    pub fields: GenericFieldOverrides,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct ChatOptions {
-    pub base_url: String,
-    pub model: String,
-    pub concurrency: Option<usize>,
-    pub max_tokens: Option<u32>,
-    pub max_tokens_cap: Option<u32>,
-    pub key: Option<KeySource>,
-}
-
-impl RawGeneric {
-    pub fn resolve(self) -> Result<GenericOptions, Error> {
-        let key = required_secret(
-            "providers.generic.api_key_*",
-            &self.api_key_env,
-            &self.api_key_file,
-            &self.api_key_credential,
-        )?;
-        Ok(GenericOptions {
-            base_url: self.base_url,
-            model: self.model,
-            capability: self.capability,
-            max_tokens: at_least_one("providers.generic.max_tokens", self.max_tokens)?,
-            max_tokens_cap: at_least_one("providers.generic.max_tokens_cap", self.max_tokens_cap)?,
-            key,
-            fields: self.fields,
-        })
-    }
-}
-
-impl RawChat {
-    pub fn resolve(self) -> Result<ChatOptions, Error> {
-        let key =
-            one_source("providers.chat.api_key_*", &self.api_key_env, &self.api_key_file, &self.api_key_credential)?;
-        if self.concurrency == Some(0) {
-            return Err(Error::Invalid { key: "providers.chat.concurrency", reason: "must be at least 1".into() });
-        }
-        Ok(ChatOptions {
-            base_url: self.base_url,
-            model: self.model,
-            concurrency: self.concurrency,
-            max_tokens: at_least_one("providers.chat.max_tokens", self.max_tokens)?,
-            max_tokens_cap: at_least_one("providers.chat.max_tokens_cap", self.max_tokens_cap)?,
-            key,
-        })
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawAnthropic {
-    pub base_url: Option<String>,
-    pub model: String,
-    pub max_tokens: Option<u32>,
-    /// The most a truncated answer's one retry may ask for (default 8192).
-    pub max_tokens_cap: Option<u32>,
-    pub api_key_env: Option<String>,
-    pub api_key_file: Option<PathBuf>,
-    pub api_key_credential: Option<String>,
-}
-
-/// Token budgets of 0 are refused: no provider accepts one.
-pub(super) fn at_least_one(key: &'static str, value: Option<u32>) -> Result<Option<u32>, Error> {
-    match value {
-        Some(0) => Err(Error::Invalid { key, reason: "must be at least 1".into() }),
-        other => Ok(other),
-    }
-}
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -279,15 +96,6 @@ pub struct RawWebhook {
     pub max_body_bytes: Option<usize>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct AnthropicOptions {
-    pub base_url: Option<String>,
-    pub model: String,
-    pub max_tokens: Option<u32>,
-    pub max_tokens_cap: Option<u32>,
-    pub key: KeySource,
-}
-
 #[derive(Debug, Clone)]
 pub struct SinkOptions {
     pub name: String,
@@ -318,7 +126,7 @@ pub struct WebhookOptions {
     pub max_body_bytes: usize,
 }
 
-fn name_ok(key: &'static str, name: &str) -> Result<(), Error> {
+pub(super) fn name_ok(key: &'static str, name: &str) -> Result<(), Error> {
     let ok =
         !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
     if ok {
@@ -354,28 +162,10 @@ fn required_secret(
         .ok_or(Error::Invalid { key, reason: "a secret is required (_env, _file or _credential)".into() })
 }
 
-impl RawAnthropic {
-    pub fn resolve(self) -> Result<AnthropicOptions, Error> {
-        let key = one_source(
-            "providers.anthropic.api_key_*",
-            &self.api_key_env,
-            &self.api_key_file,
-            &self.api_key_credential,
-        )?
-        .unwrap_or_else(|| KeySource::Env("ANTHROPIC_API_KEY".to_string()));
-        Ok(AnthropicOptions {
-            base_url: self.base_url,
-            model: self.model,
-            max_tokens: at_least_one("providers.anthropic.max_tokens", self.max_tokens)?,
-            max_tokens_cap: at_least_one("providers.anthropic.max_tokens_cap", self.max_tokens_cap)?,
-            key,
-        })
-    }
-}
-
 impl RawRouting {
-    pub fn resolve(self, primary: Option<&str>, known: &[&str]) -> Result<Routes, Error> {
-        let default = self.default.or(primary.map(str::to_string));
+    /// `implied`: the provider unrouted work goes to when `default` is not set.
+    pub fn resolve(self, implied: Option<&str>, known: &[&str]) -> Result<Routes, Error> {
+        let default = self.default.or(implied.map(str::to_string));
         let check = |name: &str| {
             if known.contains(&name) {
                 Ok(())
@@ -386,8 +176,19 @@ impl RawRouting {
                 })
             }
         };
-        if let Some(d) = &default {
-            check(d)?;
+        match &default {
+            Some(d) => check(d)?,
+            None if known.len() > 1 => {
+                return Err(Error::Invalid {
+                    key: "routing.default",
+                    reason: format!(
+                        "{} providers are configured ({}); name the one that takes work no rule routes",
+                        known.len(),
+                        known.join(", ")
+                    ),
+                });
+            }
+            None => {}
         }
         let mut rules = Vec::with_capacity(self.rules.len());
         for rule in self.rules {
@@ -498,29 +299,4 @@ pub fn resolve_webhooks(raw: Vec<RawWebhook>) -> Result<Vec<WebhookOptions>, Err
         });
     }
     Ok(hooks)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::providers::generic::GenericFields;
-
-    #[test]
-    fn generic_field_names_can_be_overridden_and_are_checked() {
-        let raw: RawGeneric = toml::from_str(
-            "base_url = \"https://b\"\nmodel = \"m\"\napi_key_env = \"K\"\n\
-             [fields]\nitem_id = \"id\"\nstate = \"/status\"\ncompleted_states = [\"done\"]\n",
-        )
-        .unwrap();
-        let options = raw.resolve().unwrap();
-        let mut fields = GenericFields::default();
-        options.fields.apply(&mut fields).unwrap();
-        assert_eq!((fields.item_id.as_str(), fields.state.as_str()), ("id", "/status"));
-        assert_eq!(fields.states.completed, vec!["done".to_string()]);
-        assert_eq!(fields.results, GenericFields::default().results, "unnamed fields keep their defaults");
-
-        let bad = GenericFieldOverrides { results: Some("results".into()), ..GenericFieldOverrides::default() };
-        assert!(bad.apply(&mut GenericFields::default()).is_err());
-        assert!(toml::from_str::<RawGeneric>("base_url = \"b\"\nmodel = \"m\"\n[fields]\nstatus = \"/x\"\n").is_err());
-    }
 }

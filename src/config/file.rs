@@ -4,12 +4,13 @@
 //! command-line flags. Unknown keys are errors (a typo must not silently fall back to a
 //! default), and secrets are never values in the file: only where to read them.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::extras::{RawBudgets, RawOutbox, RawPrice, RawProviders, RawRouting, RawWebhook};
+use super::extras::{RawBudgets, RawOutbox, RawPrice, RawRouting, RawWebhook};
 use super::{Error, KeySource, ProviderChoice};
 
 /// Where `serve` looks when neither `--config` nor `COMMITPOINT_CONFIG` names a file.
@@ -20,14 +21,18 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/commitpoint/config.toml";
 pub struct RawConfig {
     #[serde(default)]
     pub server: RawServer,
+    /// The old single-provider table; `[providers.openai]` with `kind = "openai"` is its
+    /// new form.
     #[serde(default)]
     pub provider: RawProvider,
     #[serde(default)]
     pub scheduler: RawScheduler,
     #[serde(default)]
     pub access: RawAccess,
+    /// `[providers.<name>]`: each table is read by its kind's rules (config::providers),
+    /// which the kind key chooses, so it is kept as a table here.
     #[serde(default)]
-    pub providers: RawProviders,
+    pub providers: BTreeMap<String, toml::Table>,
     #[serde(default)]
     pub routing: RawRouting,
     #[serde(default)]
@@ -90,7 +95,7 @@ pub struct RawServer {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawProvider {
-    pub kind: Option<ProviderKind>,
+    pub kind: Option<PrimaryKind>,
     pub base_url: Option<String>,
     pub model: Option<String>,
     /// Name of an environment variable holding the key.
@@ -105,20 +110,21 @@ pub struct RawProvider {
     pub max_completion_tokens_cap: Option<u32>,
 }
 
+/// The kinds the old `[provider]` table knew.
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ProviderKind {
+pub enum PrimaryKind {
     None,
     Openai,
     Simulator,
 }
 
-impl From<ProviderKind> for ProviderChoice {
-    fn from(kind: ProviderKind) -> Self {
+impl From<PrimaryKind> for ProviderChoice {
+    fn from(kind: PrimaryKind) -> Self {
         match kind {
-            ProviderKind::None => ProviderChoice::None,
-            ProviderKind::Openai => ProviderChoice::Openai,
-            ProviderKind::Simulator => ProviderChoice::Simulator,
+            PrimaryKind::None => ProviderChoice::None,
+            PrimaryKind::Openai => ProviderChoice::Openai,
+            PrimaryKind::Simulator => ProviderChoice::Simulator,
         }
     }
 }
@@ -152,6 +158,18 @@ pub fn parse_duration(key: &'static str, value: &str) -> Result<Duration, Error>
 }
 
 impl RawProvider {
+    /// No key was written: the table is absent or empty.
+    pub fn is_empty(&self) -> bool {
+        self.kind.is_none()
+            && self.base_url.is_none()
+            && self.model.is_none()
+            && self.api_key_env.is_none()
+            && self.api_key_file.is_none()
+            && self.api_key_credential.is_none()
+            && self.max_completion_tokens.is_none()
+            && self.max_completion_tokens_cap.is_none()
+    }
+
     pub fn key_source(&self) -> Result<Option<KeySource>, Error> {
         one_source("provider.api_key_*", &self.api_key_env, &self.api_key_file, &self.api_key_credential)
     }
@@ -198,7 +216,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(raw.server.listen.as_deref(), Some("127.0.0.1:9000"));
-        assert!(matches!(raw.provider.kind, Some(ProviderKind::Openai)));
+        assert!(matches!(raw.provider.kind, Some(PrimaryKind::Openai)));
         assert_eq!(raw.provider.key_source().unwrap(), Some(KeySource::Credential("openai-key".into())));
         assert_eq!(
             parse_duration("x", raw.scheduler.batch_max_wait.as_deref().unwrap()).unwrap(),

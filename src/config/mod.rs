@@ -3,16 +3,23 @@
 
 mod extras;
 mod file;
+mod kinds;
 mod limits;
+mod providers;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use std::time::Duration;
 
-pub use extras::{AnthropicOptions, ChatOptions, Field, GenericOptions, SinkOptions, WebhookOptions};
+pub use extras::{Field, SinkOptions, WebhookOptions};
 pub use file::{DEFAULT_CONFIG_PATH, RawConfig};
+pub use kinds::{
+    AnthropicOptions, ChatOptions, GenericFieldOverrides, GenericOptions, OpenAiBudget, OpenAiOptions, SIMULATOR_MODEL,
+    SimulatorOptions,
+};
 pub use limits::{HEALTH_RESERVE, ServerLimits};
+pub use providers::{ProviderKind, ProviderSettings, ProviderSpec};
 
 use crate::providers::openai::ApiKey;
 use crate::scheduler;
@@ -38,17 +45,20 @@ pub struct ServeOptions {
     pub cache_bytes: usize,
     /// Timeouts and the connection cap.
     pub limits: ServerLimits,
-    pub provider: ProviderOptions,
+    /// Every configured provider, each run by its own scheduler. Empty: external workers
+    /// claim pending work.
+    pub providers: Vec<ProviderSettings>,
+    /// How every provider's scheduler forms batches and polls.
+    pub scheduler: scheduler::Settings,
     pub access: AccessOptions,
-    /// A second provider, run beside the primary one when configured.
-    pub anthropic: Option<AnthropicOptions>,
-    pub generic: Option<GenericOptions>,
-    pub chat: Option<ChatOptions>,
     pub routes: crate::routing::Routes,
     pub prices: crate::ledger::PriceTable,
     pub budgets: crate::ledger::Budgets,
     pub sinks: Vec<SinkOptions>,
     pub webhooks: Vec<WebhookOptions>,
+    /// One line per old configuration form in use, pointing to its new form; `serve` logs
+    /// them and `config check` prints them.
+    pub notes: Vec<String>,
     /// `[limits] max_findings_per_output`.
     pub max_findings: usize,
 }
@@ -61,40 +71,14 @@ pub struct AccessOptions {
     pub tenant_tokens: Option<KeySource>,
 }
 
-/// Which built-in provider drives pending work. `None` leaves it to external workers.
+/// The old `--provider` flag and `[provider] kind`: `None` leaves pending work to external
+/// workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ProviderChoice {
     None,
     Openai,
     /// The built-in OpenAI Batch API simulator on a loopback port: no key, no cost.
     Simulator,
-}
-
-#[derive(Debug, Clone)]
-pub struct ProviderOptions {
-    pub choice: ProviderChoice,
-    pub base_url: String,
-    pub key: KeySource,
-    pub model: String,
-    /// Sent as `max_completion_tokens` when set.
-    pub max_completion_tokens: Option<u32>,
-    /// The most a truncated answer's one retry may ask for.
-    pub max_completion_tokens_cap: u32,
-    pub scheduler: scheduler::Settings,
-}
-
-impl Default for ProviderOptions {
-    fn default() -> Self {
-        Self {
-            choice: ProviderChoice::None,
-            base_url: DEFAULT_OPENAI_BASE_URL.to_string(),
-            key: KeySource::Env(DEFAULT_OPENAI_KEY_ENV.to_string()),
-            model: DEFAULT_MODEL.to_string(),
-            max_completion_tokens: None,
-            max_completion_tokens_cap: crate::providers::openai::DEFAULT_MAX_COMPLETION_TOKENS_CAP,
-            scheduler: scheduler::Settings::default(),
-        }
-    }
 }
 
 /// Where an API key comes from. Never from a config value or a flag: those end up in
@@ -143,6 +127,14 @@ pub enum Error {
     ConfigParse { path: PathBuf, reason: String },
     #[error("{key}: {reason}")]
     Invalid { key: &'static str, reason: String },
+    #[error("providers.{name}: {reason}")]
+    Provider { name: String, reason: String },
+    #[error("provider {name:?}: cannot load its API key")]
+    ProviderSecret {
+        name: String,
+        #[source]
+        source: Box<Error>,
+    },
 }
 
 impl KeySource {
@@ -250,27 +242,7 @@ impl ServeOptions {
             }
             scheduler.max_attempts = n;
         }
-        let defaults = ProviderOptions::default();
-        let file_key = raw.provider.key_source()?;
-        let provider = ProviderOptions {
-            choice: o.provider.or(raw.provider.kind.map(Into::into)).unwrap_or(defaults.choice),
-            base_url: o.base_url.or(raw.provider.base_url).unwrap_or(defaults.base_url),
-            key: match o.key {
-                Some(key) => key,
-                None => file_key.unwrap_or(defaults.key),
-            },
-            model: o.model.or(raw.provider.model).unwrap_or(defaults.model),
-            max_completion_tokens: extras::at_least_one(
-                "provider.max_completion_tokens",
-                raw.provider.max_completion_tokens,
-            )?,
-            max_completion_tokens_cap: extras::at_least_one(
-                "provider.max_completion_tokens_cap",
-                raw.provider.max_completion_tokens_cap,
-            )?
-            .unwrap_or(defaults.max_completion_tokens_cap),
-            scheduler,
-        };
+        let resolved = providers::resolve(&raw.provider, &o, raw.providers)?;
         let access = AccessOptions {
             admin_token: raw.access.admin_source()?,
             tenant_tokens: raw.access.tenant_tokens_source()?,
@@ -284,27 +256,12 @@ impl ServeOptions {
                 ),
             });
         }
-        let anthropic = raw.providers.anthropic.map(extras::RawAnthropic::resolve).transpose()?;
-        let generic = raw.providers.generic.map(extras::RawGeneric::resolve).transpose()?;
-        let chat = raw.providers.chat.map(extras::RawChat::resolve).transpose()?;
-        let primary = match provider.choice {
-            ProviderChoice::None => None,
-            ProviderChoice::Openai => Some("openai"),
-            ProviderChoice::Simulator => Some("simulator"),
-        };
-        let mut known: Vec<&str> = primary.into_iter().collect();
-        for (present, name) in
-            [(anthropic.is_some(), "anthropic"), (generic.is_some(), "generic"), (chat.is_some(), "chat")]
-        {
-            if present {
-                known.push(name);
-            }
-        }
-        let routes = raw.routing.resolve(primary.or(known.first().copied()), &known)?;
+        let known: Vec<&str> = resolved.providers.iter().map(|p| p.name.as_str()).collect();
+        let routes = raw.routing.resolve(resolved.implied_default.as_deref(), &known)?;
         Ok(ServeOptions {
-            anthropic,
-            generic,
-            chat,
+            providers: resolved.providers,
+            scheduler,
+            notes: resolved.notes,
             routes,
             prices: extras::resolve_prices(raw.prices)?,
             budgets: raw.budgets.resolve()?,
@@ -327,53 +284,25 @@ impl ServeOptions {
             max_body_bytes: o.max_body_bytes.or(raw.server.max_body_bytes).unwrap_or(DEFAULT_MAX_BODY_BYTES),
             cache_bytes: raw.server.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES),
             limits,
-            provider,
         })
     }
 
     /// Every configured provider with the structured-output dialect its adapter sends:
     /// each registered schema must have a view in it, or start-up refuses.
     pub fn schema_targets(&self) -> Vec<(String, crate::schema::Dialect)> {
-        use crate::schema::Dialect;
-        let mut targets = Vec::new();
-        match self.provider.choice {
-            ProviderChoice::None => {}
-            ProviderChoice::Openai => targets.push(("openai".to_string(), Dialect::OpenAiStrict)),
-            ProviderChoice::Simulator => targets.push(("simulator".to_string(), Dialect::OpenAiStrict)),
-        }
-        if self.anthropic.is_some() {
-            targets.push(("anthropic".to_string(), Dialect::AnthropicTool));
-        }
-        // The generic contract's items and the chat adapter both carry a strict chat body.
-        if self.generic.is_some() {
-            targets.push(("generic".to_string(), Dialect::OpenAiStrict));
-        }
-        if self.chat.is_some() {
-            targets.push(("chat".to_string(), Dialect::OpenAiStrict));
-        }
-        targets
+        self.providers.iter().map(|p| (p.name.clone(), p.kind().dialect())).collect()
     }
 
     /// The effective configuration as TOML. Secrets never appear: only where they come from.
     pub fn describe(&self) -> String {
         let mut text = self.describe_core();
-        let mut extra = Vec::new();
-        if let Some(a) = &self.anthropic {
-            extra
-                .push(format!("[providers.anthropic]\nmodel = \"{}\"\n# api key: {} (value redacted)", a.model, a.key));
-        }
-        if let Some(g) = &self.generic {
-            extra.push(format!(
-                "[providers.generic]\nbase_url = \"{}\"\nmodel = \"{}\"\n# api key: {} (value redacted)",
-                g.base_url, g.model, g.key
-            ));
-        }
-        if let Some(c) = &self.chat {
-            extra.push(format!("[providers.chat]\nbase_url = \"{}\"\nmodel = \"{}\"", c.base_url, c.model));
+        let mut extra: Vec<String> = self.providers.iter().map(ProviderSettings::describe).collect();
+        if extra.is_empty() {
+            extra.push("# providers: none; external workers claim pending work".to_string());
         }
         extra.push(format!(
-            "[routing]\n# default: {}; {} rule(s); reroute_when_paused = {}",
-            self.routes.default.as_deref().unwrap_or("none"),
+            "[routing]\n{}\n# {} rule(s); reroute_when_paused = {}",
+            self.routes.default.as_ref().map_or_else(|| "# default: none".to_string(), |d| format!("default = {d:?}")),
             self.routes.rules.len(),
             self.routes.reroute_when_paused
         ));
@@ -397,16 +326,9 @@ impl ServeOptions {
     }
 
     fn describe_core(&self) -> String {
-        let p = &self.provider;
-        let choice = match p.choice {
-            ProviderChoice::None => "none",
-            ProviderChoice::Openai => "openai",
-            ProviderChoice::Simulator => "simulator",
-        };
+        let s = &self.scheduler;
         format!(
             "[server]\nlisten = \"{}\"\ndata_dir = \"{}\"\n{}\nmax_body_bytes = {}\ncache_bytes = {}\n{}\n\n\
-             [provider]\nkind = \"{choice}\"\nbase_url = \"{}\"\nmodel = \"{}\"\n{}\nmax_completion_tokens_cap = {}\n\
-             # api key: {} (value redacted)\n\n\
              [scheduler]\nbatch_max_size = {}\nbatch_max_wait = \"{}\"\npoll_interval = \"{}\"\nmax_submit_failures = {}\n\
              job_gone_after = \"{}\"\ndelete_provider_files = {}\nmax_attempts = {}\n\n\
              [access]\n# admin token: {}\n# tenant tokens: {}\n",
@@ -419,21 +341,13 @@ impl ServeOptions {
             self.max_body_bytes,
             self.cache_bytes,
             self.limits.describe(),
-            p.base_url,
-            p.model,
-            p.max_completion_tokens.map_or_else(
-                || "# max_completion_tokens: unset, the model's own limit".to_string(),
-                |n| format!("max_completion_tokens = {n}")
-            ),
-            p.max_completion_tokens_cap,
-            p.key,
-            p.scheduler.batch_max_size,
-            humantime::format_duration(p.scheduler.batch_max_wait),
-            humantime::format_duration(p.scheduler.poll_interval),
-            p.scheduler.max_submit_failures,
-            humantime::format_duration(p.scheduler.job_gone_after),
-            p.scheduler.delete_provider_files,
-            p.scheduler.max_attempts,
+            s.batch_max_size,
+            humantime::format_duration(s.batch_max_wait),
+            humantime::format_duration(s.poll_interval),
+            s.max_submit_failures,
+            humantime::format_duration(s.job_gone_after),
+            s.delete_provider_files,
+            s.max_attempts,
             self.access
                 .admin_token
                 .as_ref()
@@ -485,14 +399,14 @@ mod tests {
         let options = ServeOptions::resolve(raw, overrides).unwrap();
         assert_eq!(options.listen, "127.0.0.1:9000".parse().unwrap());
         assert_eq!(options.data_dir, PathBuf::from("/srv/b"));
-        assert_eq!(options.provider.scheduler.poll_interval, Duration::from_secs(7));
+        assert_eq!(options.scheduler.poll_interval, Duration::from_secs(7));
         assert_eq!(options.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
         let described = options.describe();
         assert!(described.contains("poll_interval = \"7s\""), "{described}");
-        assert_eq!(options.provider.scheduler.job_gone_after, Duration::from_secs(180));
-        assert!(!options.provider.scheduler.delete_provider_files);
+        assert!(described.contains("# providers: none"), "{described}");
+        assert_eq!(options.scheduler.job_gone_after, Duration::from_secs(180));
+        assert!(!options.scheduler.delete_provider_files);
         assert!(described.contains("job_gone_after = \"3m\"\ndelete_provider_files = false"), "{described}");
-        assert!(described.contains("environment variable OPENAI_API_KEY"), "{described}");
         let reparsed: RawConfig = toml::from_str(&described).unwrap();
         assert_eq!(reparsed.server.data_dir, Some(PathBuf::from("/srv/b")), "check output is a valid config");
     }
@@ -500,18 +414,22 @@ mod tests {
     #[test]
     fn the_attempt_cap_and_output_budgets_have_defaults_and_refuse_zero() {
         let resolve = |text: &str| ServeOptions::resolve(toml::from_str(text).unwrap(), Overrides::default());
-        let defaults = resolve("").unwrap();
-        assert_eq!(defaults.provider.scheduler.max_attempts, 5);
-        assert_eq!(defaults.provider.max_completion_tokens, None);
-        assert_eq!(defaults.provider.max_completion_tokens_cap, 16_384);
+        let defaults = resolve("[provider]\nkind = \"openai\"").unwrap();
+        assert_eq!(defaults.scheduler.max_attempts, 5);
+        let ProviderSpec::Openai(openai) = &defaults.providers[0].spec else { panic!("{defaults:?}") };
+        assert_eq!(openai.budget.max_completion_tokens, None);
+        assert_eq!(openai.budget.max_completion_tokens_cap, 16_384);
         let set = resolve(
-            "[scheduler]\nmax_attempts = 3\n[provider]\nmax_completion_tokens = 1000\nmax_completion_tokens_cap = 4000\n\
+            "[scheduler]\nmax_attempts = 3\n[provider]\nkind = \"openai\"\nmax_completion_tokens = 1000\n\
+             max_completion_tokens_cap = 4000\n\
              [providers.chat]\nbase_url = \"http://127.0.0.1:1/v1\"\nmodel = \"m\"\nmax_tokens_cap = 2048\n",
         )
         .unwrap();
-        assert_eq!(set.provider.scheduler.max_attempts, 3);
-        assert_eq!((set.provider.max_completion_tokens, set.provider.max_completion_tokens_cap), (Some(1000), 4000));
-        assert_eq!(set.chat.as_ref().and_then(|c| c.max_tokens_cap), Some(2048));
+        assert_eq!(set.scheduler.max_attempts, 3);
+        let ProviderSpec::Openai(openai) = &set.providers[0].spec else { panic!("{set:?}") };
+        assert_eq!((openai.budget.max_completion_tokens, openai.budget.max_completion_tokens_cap), (Some(1000), 4000));
+        let ProviderSpec::Chat(chat) = &set.providers[1].spec else { panic!("{set:?}") };
+        assert_eq!((chat.max_tokens, chat.max_tokens_cap), (None, 2048));
         let described = set.describe();
         assert!(described.contains("max_attempts = 3") && described.contains("max_completion_tokens = 1000"));
         let reparsed: RawConfig = toml::from_str(&described).unwrap();
@@ -521,7 +439,7 @@ mod tests {
             ("[provider]\nmax_completion_tokens_cap = 0", "provider.max_completion_tokens_cap"),
             (
                 "[providers.anthropic]\nmodel = \"m\"\napi_key_env = \"X\"\nmax_tokens_cap = 0",
-                "providers.anthropic.max_tokens_cap",
+                "providers.anthropic: max_tokens_cap",
             ),
         ] {
             let err = resolve(text).unwrap_err();

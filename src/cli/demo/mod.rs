@@ -18,7 +18,8 @@ use super::EXIT_PROBLEMS;
 use std::time::Duration;
 
 use crate::config::{
-    AccessOptions, DEFAULT_CACHE_BYTES, DEFAULT_MAX_BODY_BYTES, ProviderChoice, ProviderOptions, ServeOptions,
+    AccessOptions, DEFAULT_CACHE_BYTES, DEFAULT_MAX_BODY_BYTES, OpenAiBudget, ProviderSettings, ProviderSpec,
+    SIMULATOR_MODEL, ServeOptions, SimulatorOptions,
 };
 use crate::scheduler;
 use crate::server::Server;
@@ -33,7 +34,7 @@ pub struct Args {
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
     let root = args.data_dir.unwrap_or_else(|| temp.path().to_path_buf());
-    let workers = serve_options(root.join("workers"), ProviderOptions::default());
+    let workers = serve_options(root.join("workers"), Vec::new(), scheduler::Settings::default());
     let server = Server::start(&workers).await?;
     let first_db = server.database_path();
     println!(
@@ -46,18 +47,23 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut summary = outcome?;
     let mut ok = verify(&first_db).await?;
 
-    let simulated = ProviderOptions {
-        choice: ProviderChoice::Simulator,
-        max_completion_tokens: Some(provider::DEMO_MAX_COMPLETION_TOKENS),
-        scheduler: scheduler::Settings {
-            batch_max_size: 4,
-            batch_max_wait: Duration::from_millis(300),
-            poll_interval: Duration::from_millis(200),
-            ..scheduler::Settings::default()
-        },
-        ..ProviderOptions::default()
+    let simulator = ProviderSettings {
+        name: "simulator".to_string(),
+        spec: ProviderSpec::Simulator(SimulatorOptions {
+            model: SIMULATOR_MODEL.to_string(),
+            budget: OpenAiBudget {
+                max_completion_tokens: Some(provider::DEMO_MAX_COMPLETION_TOKENS),
+                ..OpenAiBudget::default()
+            },
+        }),
     };
-    let server = Server::start(&serve_options(root.join("provider"), simulated)).await?;
+    let quick = scheduler::Settings {
+        batch_max_size: 4,
+        batch_max_wait: Duration::from_millis(300),
+        poll_interval: Duration::from_millis(200),
+        ..scheduler::Settings::default()
+    };
+    let server = Server::start(&serve_options(root.join("provider"), vec![simulator], quick)).await?;
     let second_db = server.database_path();
     println!(
         "\ncommitpoint demo, act two: built-in provider. Server on http://{}, database {}\n",
@@ -74,7 +80,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROBLEMS) })
 }
 
-fn serve_options(data_dir: PathBuf, provider: ProviderOptions) -> ServeOptions {
+fn serve_options(data_dir: PathBuf, providers: Vec<ProviderSettings>, scheduler: scheduler::Settings) -> ServeOptions {
     ServeOptions {
         data_dir,
         listen: ([127, 0, 0, 1], 0).into(),
@@ -82,16 +88,15 @@ fn serve_options(data_dir: PathBuf, provider: ProviderOptions) -> ServeOptions {
         max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         cache_bytes: DEFAULT_CACHE_BYTES,
         limits: crate::config::ServerLimits::default(),
-        provider,
+        providers,
+        scheduler,
         access: AccessOptions::default(),
-        anthropic: None,
-        generic: None,
-        chat: None,
         routes: crate::routing::Routes::default(),
         prices: demo_prices(),
         budgets: crate::ledger::Budgets::default(),
         sinks: Vec::new(),
         webhooks: Vec::new(),
+        notes: Vec::new(),
         max_findings: crate::service::DEFAULT_MAX_FINDINGS,
     }
 }

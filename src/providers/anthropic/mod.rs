@@ -61,8 +61,13 @@ pub use super::ApiKey;
 /// twice the default `max_tokens`, within every current model's output limit.
 pub const DEFAULT_MAX_TOKENS_CAP: u32 = 8192;
 
+/// `max_tokens` of every request unless configured: the Messages API requires one.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
 #[derive(Debug, Clone)]
 pub struct AnthropicConfig {
+    /// Name used for this provider in the store and in operator output (default `anthropic`).
+    pub name: String,
     /// The API origin without `/v1`, e.g. [`DEFAULT_BASE_URL`].
     pub base_url: String,
     pub api_key: ApiKey,
@@ -80,10 +85,11 @@ impl AnthropicConfig {
     /// The public API with default limits.
     pub fn new(api_key: ApiKey, model: impl Into<String>) -> Self {
         Self {
+            name: PROVIDER.to_string(),
             base_url: DEFAULT_BASE_URL.to_string(),
             api_key,
             model: model.into(),
-            max_tokens: 4096,
+            max_tokens: DEFAULT_MAX_TOKENS,
             max_tokens_cap: DEFAULT_MAX_TOKENS_CAP,
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(120),
@@ -300,7 +306,7 @@ impl AnthropicBatches {
 #[async_trait]
 impl BatchProvider for AnthropicBatches {
     fn name(&self) -> &str {
-        PROVIDER
+        &self.config.name
     }
 
     fn output_budget(&self) -> OutputBudget {
