@@ -312,8 +312,13 @@ async fn measure(
     // An empty configuration file, so a host's /etc/commitpoint/config.toml (tokens, limits)
     // does not leak into the measurement.
     let config_file = dir.join("bench.toml");
-    std::fs::write(&config_file, "# commitpoint ingest bench: built-in defaults plus flags\n")?;
-    let args = serve_args(data_dir, &config_file, &sim.base_url(), lines);
+    let provider = format!(
+        "# commitpoint ingest bench: built-in defaults, the simulator as provider, plus flags\n\
+         [providers.openai]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key_env = \"{KEY_ENV}\"\n",
+        sim.base_url()
+    );
+    std::fs::write(&config_file, provider)?;
+    let args = serve_args(data_dir, &config_file, lines);
 
     // Phase 1: fill and submit the batch, then stop the process that built the upload.
     let mut first = ServerProcess::start(serve_command(&args), &dir.join("server-1.log"))?;
@@ -431,7 +436,7 @@ fn serve_command(args: &[String]) -> Command {
     cmd
 }
 
-fn serve_args(data_dir: &Path, config_file: &Path, base_url: &str, lines: usize) -> Vec<String> {
+fn serve_args(data_dir: &Path, config_file: &Path, lines: usize) -> Vec<String> {
     let mut args: Vec<String> = vec![
         "serve".into(),
         "--config".into(),
@@ -441,9 +446,6 @@ fn serve_args(data_dir: &Path, config_file: &Path, base_url: &str, lines: usize)
     ];
     for (flag, value) in [
         ("--listen", "127.0.0.1:0".to_string()),
-        ("--provider", "openai".to_string()),
-        ("--provider-base-url", base_url.to_string()),
-        ("--provider-key-env", KEY_ENV.to_string()),
         ("--batch-max-size", lines.to_string()),
         ("--batch-max-wait", "1h".to_string()),
         ("--poll-interval", "200ms".to_string()),
