@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use super::serve::config_error;
 use super::{EXIT_CONFIG, EXIT_PROBLEMS};
 use crate::config::{DEFAULT_CONFIG_PATH, Overrides, ServeOptions};
 use crate::providers::Probe;
@@ -91,15 +92,4 @@ pub async fn run(command: Command) -> ExitCode {
         }
     }
     if refused == 0 { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROBLEMS) }
-}
-
-fn config_error(e: &dyn std::error::Error) -> ExitCode {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    eprintln!("commitpoint: configuration error: {text}");
-    ExitCode::from(EXIT_CONFIG)
 }
