@@ -13,8 +13,14 @@ use std::time::{Duration, SystemTime};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 
+use crate::domain::batch::LineResult;
+use crate::domain::identity::{ExtractionId, SourceHash};
+use crate::domain::schema::Registry;
+use crate::engine::webhook::{
+    self, GITHUB_DELIVERY, GITHUB_SIGNATURE, MAX_DELIVERY_ID_LEN, Scheme, SignatureError, StandardHeaders, WEBHOOK_ID,
+    WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP, WebhookSecret,
+};
 use crate::http::handlers::IntakeBody;
-use crate::identity::{ExtractionId, SourceHash};
 use crate::providers::ResultLine;
 use crate::providers::anthropic::wire as anthropic;
 use crate::providers::chat::wire as chat;
@@ -22,15 +28,10 @@ use crate::providers::generic::GenericFields;
 use crate::providers::generic::wire as generic;
 use crate::providers::openai::wire as openai;
 use crate::providers::{classify_status, parse_retry_after};
-use crate::schema::Registry;
 use crate::service::Service;
 use crate::store::codec::{Versioned, decode, encode};
 use crate::store::{
-    BatchRecord, ExtractionRecord, FindingRecord, LedgerRecord, LineResult, OutboxRecord, ResultRecord, StoredContent,
-};
-use crate::webhook::{
-    self, GITHUB_DELIVERY, GITHUB_SIGNATURE, MAX_DELIVERY_ID_LEN, Scheme, SignatureError, StandardHeaders, WEBHOOK_ID,
-    WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP, WebhookSecret,
+    BatchRecord, ExtractionRecord, FindingRecord, LedgerRecord, OutboxRecord, ResultRecord, StoredContent,
 };
 
 /// A fuzz target's entry point: any bytes in, a panic only for a finding.

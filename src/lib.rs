@@ -1,43 +1,33 @@
 //! commitpoint: exactly-once LLM structured extraction at the commit point.
 //!
-//! # Layout
+//! # Layers
 //!
-//! - [`identity`]: blake3 identities of extractions, sources and findings.
-//! - [`schema`]: the JSON Schema registry and finding identity fields.
-//! - [`lifecycle`]: the persisted state enum and its one transition function.
-//! - [`store`]: the redb file, its tables and codec, the group-commit writer, `verify`.
-//! - [`service`]: input checks + identity + validation in front of the store.
-//! - [`provider_registry`]: typed provider settings from [`config`] become adapters.
-//! - [`http`]: the JSON API; [`server`] starts and stops it.
-//! - [`cli`]: the `commitpoint` command (serve, submit, get, verify, demo).
+//! The module tree is the architecture. Each layer may use the layers above it in this
+//! list and never one below it (`.ci/check-layers.py` refuses an arrow that runs back up):
+//!
+//! 1. [`domain`]: the vocabulary every layer shares: identities, the lifecycle, schemas,
+//!    batch members and line results, usage, provider health, the clock, secrets.
+//! 2. [`store`]: the redb file, its tables and codec, the group-commit writer, `verify`.
+//! 3. [`providers`]: the `BatchProvider` trait and one adapter per provider API;
+//!    [`simulator`]: the fake provider APIs the demo and tests drive.
+//! 4. [`engine`]: the background work: scheduler, outbox delivery, routing, ledger,
+//!    webhook signatures, task supervision.
+//! 5. [`service`]: input checks, identity and validation in front of the store.
+//! 6. [`http`]: the JSON API, its access rules and the metrics exposition.
+//! 7. [`app`]: configuration, the provider registry, starting and stopping `serve`.
+//! 8. [`cli`]: the `commitpoint` command.
 //!
 //! See docs/ARCHITECTURE.md for the data flow.
 
-pub mod access;
+pub mod app;
 pub mod cli;
-pub mod clock;
-pub mod config;
-pub mod cursor;
-pub mod failpoint;
+pub mod domain;
+pub mod engine;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
-pub mod identity;
-pub mod ledger;
-pub mod lifecycle;
-pub mod metric_names;
-pub mod metrics;
-pub mod outbox;
-pub mod provider_registry;
 pub mod providers;
-pub mod routing;
-pub mod scheduler;
-pub mod schema;
-pub mod server;
 pub mod service;
 pub mod simulator;
 pub mod store;
-pub mod supervisor;
-pub mod systemd;
-pub mod webhook;

@@ -12,9 +12,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use commitpoint::domain::batch::LineResult;
 use commitpoint::fuzzing::{self, TARGETS};
 use commitpoint::providers::ResultLine;
-use commitpoint::store::LineResult;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

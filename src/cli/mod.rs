@@ -45,8 +45,8 @@ impl AdminUrl {
             return url.trim_end_matches('/').to_string();
         }
         let path = std::env::var_os("COMMITPOINT_CONFIG")
-            .map_or_else(|| PathBuf::from(crate::config::DEFAULT_CONFIG_PATH), PathBuf::from);
-        crate::config::listen_in_file(&path)
+            .map_or_else(|| PathBuf::from(crate::app::config::DEFAULT_CONFIG_PATH), PathBuf::from);
+        crate::app::config::listen_in_file(&path)
             .map(|addr| {
                 // A server bound to every interface is reached on loopback.
                 let host = if addr.ip().is_unspecified() { "127.0.0.1".to_string() } else { addr.ip().to_string() };
@@ -138,12 +138,12 @@ pub fn main() -> ExitCode {
 /// Maps a failure to its sysexits code by what actually went wrong.
 fn exit_code_for(e: &anyhow::Error) -> u8 {
     for cause in e.chain() {
-        if let Some(server) = cause.downcast_ref::<crate::server::Error>()
+        if let Some(server) = cause.downcast_ref::<crate::app::server::Error>()
             && server.is_config()
         {
             return EXIT_CONFIG;
         }
-        if cause.downcast_ref::<crate::config::Error>().is_some() {
+        if cause.downcast_ref::<crate::app::config::Error>().is_some() {
             return EXIT_CONFIG;
         }
         if let Some(http) = cause.downcast_ref::<reqwest::Error>()

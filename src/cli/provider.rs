@@ -7,9 +7,9 @@ use std::process::ExitCode;
 
 use super::serve::config_error;
 use super::{EXIT_CONFIG, EXIT_PROBLEMS};
-use crate::config::{DEFAULT_CONFIG_PATH, Overrides, ServeOptions};
+use crate::app::config::{DEFAULT_CONFIG_PATH, Overrides, ServeOptions};
+use crate::domain::schema::Registry;
 use crate::providers::Probe;
-use crate::schema::Registry;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -59,7 +59,7 @@ pub async fn run(command: Command) -> ExitCode {
         eprintln!("commitpoint: note: {note}");
     }
     // The simulators (when configured) run for as long as `built` lives.
-    let built = match crate::provider_registry::build(&options.providers).await {
+    let built = match crate::app::provider_registry::build(&options.providers).await {
         Ok(built) => built,
         Err(e) => return config_error(&e),
     };

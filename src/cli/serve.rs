@@ -10,10 +10,10 @@ use anyhow::Context;
 
 use super::signals::{Signals, Stopped};
 use super::{EXIT_CONFIG, EXIT_SOFTWARE};
-use crate::access::AccessPolicy;
-use crate::config::{DEFAULT_CONFIG_PATH, KeySource, Overrides, ProviderChoice, ServeOptions};
-use crate::schema::Registry;
-use crate::server::Server;
+use crate::app::config::{DEFAULT_CONFIG_PATH, KeySource, Overrides, ProviderChoice, ServeOptions};
+use crate::app::server::Server;
+use crate::domain::schema::Registry;
+use crate::http::access::AccessPolicy;
 
 /// Every flag is optional: unset ones come from the configuration file, then defaults.
 #[derive(Debug, Clone, clap::Args)]
@@ -61,7 +61,7 @@ pub struct Args {
 }
 
 impl Args {
-    pub fn resolve(self) -> Result<ServeOptions, crate::config::Error> {
+    pub fn resolve(self) -> Result<ServeOptions, crate::app::config::Error> {
         let explicit = self.config.is_some();
         let path = self.config.unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
         let key = match (self.provider_key_file, self.provider_key_env) {
@@ -98,7 +98,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let server = Server::start(&options).await?;
     // Scripts and tests that pass port 0 read the real address from this line.
     println!("commitpoint listening on http://{}", server.addr());
-    crate::systemd::ready(&format!("listening on {}", server.addr()));
+    crate::app::systemd::ready(&format!("listening on {}", server.addr()));
     let reload = || match args.clone().resolve() {
         Ok(options) => server.reload(&options),
         Err(e) => {
@@ -148,7 +148,7 @@ pub fn check(args: Args) -> ExitCode {
     if let Err(e) = AccessPolicy::load(options.access.admin_token.as_ref(), options.access.tenant_tokens.as_ref()) {
         return config_error(&e);
     }
-    if let Err(e) = crate::provider_registry::check(&options.providers) {
+    if let Err(e) = crate::app::provider_registry::check(&options.providers) {
         return config_error(&e);
     }
     print!("{}", options.describe());

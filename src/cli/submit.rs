@@ -18,7 +18,7 @@ pub struct Args {
     paths: Vec<PathBuf>,
     #[arg(long)]
     tenant: String,
-    #[arg(long, default_value = crate::schema::BUILTIN_CODE_REVIEW)]
+    #[arg(long, default_value = crate::domain::schema::BUILTIN_CODE_REVIEW)]
     schema: String,
     /// Requests in flight at once.
     #[arg(long, default_value_t = 16)]

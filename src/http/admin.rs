@@ -11,10 +11,10 @@ use tokio_util::io::ReaderStream;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
+use super::error::{Reply, ok};
 use super::extract::NamePath;
-use super::handlers::{Reply, ok};
 use super::openapi::{BadRequest, Forbidden, ServerError, StoreUnavailable, Unauthenticated};
-use crate::scheduler::ProviderHealth;
+use crate::domain::health::ProviderHealth;
 use crate::service::{ProviderView, Service};
 
 #[derive(Debug, Serialize, ToSchema)]

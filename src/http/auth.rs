@@ -10,7 +10,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
-use crate::access::{AccessPolicy, Caller, Denied};
+use crate::http::access::{AccessPolicy, Caller, Denied};
 
 /// The layer of tenant routes (see `routes.rs`): any valid token; the handlers scope
 /// records by the caller it leaves in the request.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, header};
 
-use crate::config::{DEFAULT_MAX_BODY_BYTES, ServerLimits};
+use super::limits::{DEFAULT_MAX_BODY_BYTES, ServerLimits};
 
 /// What every body read on a route may take; a layer puts it on each request.
 #[derive(Debug, Clone, Copy)]

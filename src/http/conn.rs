@@ -19,7 +19,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::error::ApiError;
-use crate::config::{HEALTH_RESERVE, ServerLimits};
+use super::limits::{HEALTH_RESERVE, ServerLimits};
 
 /// After an accept error that is not about one connection (out of file descriptors, say),
 /// pause so the loop does not spin while the cause persists.

@@ -8,8 +8,8 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::body::{self, BodyLimits};
 use super::error::{ApiError, ErrorBody};
+use super::error::{Reply, ok};
 use super::extract::{NamePath, QueryParams, SeqPath};
-use super::handlers::{Reply, ok};
 use super::log_limit::LogLimit;
 use super::openapi::{
     BadRequest, BodyTimeout, Forbidden, PayloadTooLarge, ServerError, StoreUnavailable, Unauthenticated,
@@ -80,7 +80,7 @@ pub async fn receive(
     let headers = parts.headers;
     let body = body::read(&headers, body, endpoint.max_body_bytes, deadline, "webhooks.max_body_bytes").await?;
     let lookup = |header: &str| headers.get(header).and_then(|v| v.to_str().ok());
-    let now_secs = crate::clock::now_ms() / 1000;
+    let now_secs = crate::domain::clock::now_ms() / 1000;
     let delivery = endpoint.verify(&lookup, &body, now_secs).map_err(|e| {
         REJECTIONS.warn(|suppressed| {
             tracing::warn!(webhook = %name, error = %e, suppressed, "rejected a webhook delivery");
@@ -244,7 +244,7 @@ fn event(e: &OutboxRecord) -> OutboxEvent {
         DeliveryState::Pending => (DeliveryStateView::Pending, None),
         DeliveryState::Delivered { at_ms, status } => (
             DeliveryStateView::Delivered,
-            Some(DeliveryDetail::Delivered { at: crate::clock::format_ms(*at_ms), status: *status }),
+            Some(DeliveryDetail::Delivered { at: crate::domain::clock::format_ms(*at_ms), status: *status }),
         ),
         DeliveryState::Dead { reason } => {
             (DeliveryStateView::Dead, Some(DeliveryDetail::Dead { reason: reason.clone() }))
@@ -263,8 +263,8 @@ fn event(e: &OutboxRecord) -> OutboxEvent {
         state,
         detail,
         deliveries: e.deliveries,
-        next_attempt_at: crate::clock::format_ms(e.next_attempt_at_ms),
+        next_attempt_at: crate::domain::clock::format_ms(e.next_attempt_at_ms),
         last_error: e.last_error.clone(),
-        created_at: crate::clock::format_ms(e.created_at_ms),
+        created_at: crate::domain::clock::format_ms(e.created_at_ms),
     }
 }

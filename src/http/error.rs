@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use super::body::BodyError;
-use crate::lifecycle::TransitionError;
-use crate::{schema, service, store};
+use crate::domain::lifecycle::TransitionError;
+use crate::{domain::schema, service, store};
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -157,4 +157,11 @@ fn storage(e: &store::Error) -> ApiError {
         _ if e.is_corruption() => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "store_corrupt", e.to_string()),
         _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "storage failure; see the server log"),
     }
+}
+
+/// What a JSON handler answers: a status and a body, or an error mapped once here.
+pub type Reply<T> = Result<(StatusCode, Json<T>), ApiError>;
+
+pub fn ok<T>(body: T) -> Reply<T> {
+    Ok((StatusCode::OK, Json(body)))
 }

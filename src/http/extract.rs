@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 
 use super::body::{self, BodyLimits};
 use super::error::ApiError;
-use crate::identity::ExtractionId;
+use crate::domain::identity::ExtractionId;
 
 /// A JSON body parsed with serde_json whatever the Content-Type (so `curl -d` works): syntax errors (including invalid UTF-8) are 400,
 /// well-formed JSON of the wrong shape is 422, an oversized body is 413.

@@ -12,23 +12,17 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::admin::ProviderStatus;
 use super::auth::CallerExt;
-use super::error::{ApiError, ErrorBody};
+use super::error::{ApiError, ErrorBody, Reply, ok};
 use super::extract::{IdPath, JsonBody, QueryParams};
 use super::openapi::{
     BadRequest, BodyTimeout, Forbidden, InvalidInput, PayloadTooLarge, ServerError, StoreUnavailable, Unauthenticated,
     UnsupportedEncoding,
 };
 use super::views::{self, Extraction, Finding, StateView};
-use crate::access::Caller;
-use crate::identity::ExtractionId;
-use crate::lifecycle::StateName;
+use crate::domain::identity::ExtractionId;
+use crate::domain::lifecycle::StateName;
+use crate::http::access::Caller;
 use crate::service::{IntakeRequest, Service};
-
-pub type Reply<T> = Result<(StatusCode, Json<T>), ApiError>;
-
-pub fn ok<T>(body: T) -> Reply<T> {
-    Ok((StatusCode::OK, Json(body)))
-}
 
 /// A new source to extract from. Its identity is (tenant, source_id, content, schema).
 #[derive(Debug, Deserialize, ToSchema)]
@@ -106,7 +100,7 @@ pub async fn intake(
 ) -> Reply<IntakeReply> {
     caller.may_reach(&body.tenant)?;
     let outcome = service.intake(body.into()).await?;
-    crate::failpoint::hit("after-commit-before-ack");
+    crate::domain::failpoint::hit("after-commit-before-ack");
     let status = if outcome.created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(IntakeReply::new(&outcome))))
 }
@@ -309,7 +303,7 @@ pub struct BudgetStatus {
         (status = 503, response = StoreUnavailable),
     ))]
 pub async fn stats(State(service): State<Service>) -> Reply<Stats> {
-    let now = crate::clock::now_ms();
+    let now = crate::domain::clock::now_ms();
     let counts = service.counts_by_state().await?;
     let extractions = counts.iter().map(|c| (c.state.as_str().to_string(), c.count)).collect();
     let oldest_age_seconds = counts
@@ -322,10 +316,10 @@ pub async fn stats(State(service): State<Service>) -> Reply<Stats> {
         total: counts.iter().map(|c| c.count).sum(),
         oldest_age_seconds,
         providers: service.provider_health().iter().map(ProviderStatus::from).collect(),
-        last_backup_at: service.last_backup_ms().map(crate::clock::format_ms),
+        last_backup_at: service.last_backup_ms().map(crate::domain::clock::format_ms),
         outbox: {
             let (pending, dead, oldest) = service.outbox_counts().await?;
-            OutboxStatus { pending, dead, oldest_pending_at: oldest.map(crate::clock::format_ms) }
+            OutboxStatus { pending, dead, oldest_pending_at: oldest.map(crate::domain::clock::format_ms) }
         },
         budgets: service
             .budget_status()
@@ -349,7 +343,7 @@ pub async fn stats(State(service): State<Service>) -> Reply<Stats> {
     ))]
 pub async fn metrics(State(service): State<Service>) -> axum::response::Response {
     use axum::response::IntoResponse;
-    match crate::metrics::render(&service).await {
+    match crate::http::metrics::render(&service).await {
         Some(text) => ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
         None => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "metrics_unavailable", "metrics are not available")
             .into_response(),

@@ -19,7 +19,7 @@ impl LogLimit {
 
     /// Calls `log` with the number of events skipped since the last line, if a line is due.
     pub fn warn(&self, log: impl FnOnce(u64)) {
-        self.record(crate::clock::now_ms(), log);
+        self.record(crate::domain::clock::now_ms(), log);
     }
 
     fn record(&self, now_ms: u64, log: impl FnOnce(u64)) {

@@ -1,6 +1,7 @@
 //! The HTTP API (JSON everywhere; errors as `{"error":{"code","message"}}`), described by
 //! the OpenAPI document it serves at `/openapi.json`.
 
+pub mod access;
 mod admin;
 mod auth;
 mod body;
@@ -9,7 +10,9 @@ mod delivery;
 mod error;
 mod extract;
 pub(crate) mod handlers;
+pub mod limits;
 mod log_limit;
+pub mod metrics;
 mod money;
 mod openapi;
 #[cfg(test)]
@@ -29,7 +32,7 @@ pub use body::BodyLimits;
 pub use conn::serve;
 pub use error::ApiError;
 
-use crate::access::AccessPolicy;
+use crate::http::access::AccessPolicy;
 use crate::service::Service;
 
 pub fn router(service: Service, body: BodyLimits, access: Arc<AccessPolicy>) -> Router {

@@ -11,11 +11,11 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::auth::CallerExt;
 use super::error::ErrorBody;
+use super::error::{Reply, ok};
 use super::extract::{IdPath, NamePath, QueryParams};
-use super::handlers::{Reply, ok};
 use super::openapi::{BadRequest, Forbidden, ServerError, StoreUnavailable, Unauthenticated};
 use super::time::parse_time;
-use crate::ledger::{Bucket, CostQuery, CostReport, GroupBy, Split};
+use crate::engine::ledger::{Bucket, CostQuery, CostReport, GroupBy, Split};
 use crate::service::Service;
 use crate::store::{ChargeKind, CostSource, LedgerRecord};
 
@@ -118,8 +118,8 @@ impl TenantCosts {
     fn new(report: &CostReport) -> Self {
         Self {
             tenant: report.tenant.clone(),
-            from: crate::clock::format_ms(report.from_ms),
-            to: crate::clock::format_ms(report.to_ms),
+            from: crate::domain::clock::format_ms(report.from_ms),
+            to: crate::domain::clock::format_ms(report.to_ms),
             from_ms: report.from_ms,
             to_ms: report.to_ms,
             totals: CostSplit::of(&report.totals),
@@ -152,11 +152,11 @@ pub async fn tenant_costs(
     QueryParams(q): QueryParams<CostsQuery>,
 ) -> Reply<TenantCosts> {
     caller.may_reach(&tenant)?;
-    let now = crate::clock::now_ms();
+    let now = crate::domain::clock::now_ms();
     // Without a range: the current UTC month so far.
     let from_ms = match &q.from {
         Some(text) => parse_time("from", text)?,
-        None => crate::ledger::Budgets::default().period_start_day(now) * crate::store::store_day_ms(),
+        None => crate::engine::ledger::Budgets::default().period_start_day(now) * crate::store::store_day_ms(),
     };
     let to_ms = match &q.to {
         Some(text) => parse_time("to", text)?,
@@ -268,6 +268,6 @@ pub fn entry(e: &LedgerRecord) -> LedgerEntry {
             CostSource::Provider => CostSourceView::Provider,
             CostSource::Unpriced => CostSourceView::Unpriced,
         },
-        at: crate::clock::format_ms(e.at_ms),
+        at: crate::domain::clock::format_ms(e.at_ms),
     }
 }

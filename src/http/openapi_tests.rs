@@ -8,11 +8,11 @@ use std::sync::Arc;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::access::AccessPolicy;
-use crate::schema::Registry;
+use crate::domain::schema::Registry;
+use crate::engine::supervisor::Supervisor;
+use crate::http::access::AccessPolicy;
 use crate::service::Service;
 use crate::store::{Store, WriterGuard};
-use crate::supervisor::Supervisor;
 
 /// Every route the API has. A route added to the router without a `#[utoipa::path]`
 /// cannot be registered (see `routes.rs`), and one dropped from it fails here.

@@ -15,7 +15,7 @@ use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::{admin, auth, delivery, handlers, money, openapi, workers};
-use crate::access::AccessPolicy;
+use crate::http::access::AccessPolicy;
 use crate::service::Service;
 
 /// The whole API: the three groups, each behind its own layer, and one document that

@@ -5,8 +5,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use crate::clock::format_ms;
-use crate::lifecycle::State;
+use crate::domain::clock::format_ms;
+use crate::domain::lifecycle::State;
 use crate::store::{ExtractionRecord, FindingRecord, Grant};
 
 /// Every state an extraction can be in.
@@ -25,7 +25,7 @@ pub enum StateView {
 
 impl StateView {
     pub fn of(state: &State) -> Self {
-        use crate::lifecycle::StateName as N;
+        use crate::domain::lifecycle::StateName as N;
         match state.name() {
             N::Pending => Self::Pending,
             N::Claimed => Self::Claimed,

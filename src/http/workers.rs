@@ -7,16 +7,17 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
+use super::error::{Reply, ok};
 use super::extract::{IdPath, JsonBody};
-use super::handlers::{Reply, ok};
 use super::openapi::{
     BadRequest, BodyTimeout, Forbidden, PayloadTooLarge, ServerError, StoreUnavailable, Unauthenticated,
     UnsupportedEncoding,
 };
 use super::views::{self, ClaimGrant};
 use super::whole;
+use crate::domain::batch::Usage;
 use crate::service::{ResultRequest, Service, WorkerUsage};
-use crate::store::{ClaimRequest, PostOutcome, Usage};
+use crate::store::{ClaimRequest, PostOutcome};
 
 /// Asks for work: leases on expired claims first, then pending extractions.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -168,7 +169,7 @@ pub async fn post_result(
     });
     let request = ResultRequest { lease_token: body.lease_token, output: body.output, usage };
     let outcome = service.post_result(id, request).await?;
-    crate::failpoint::hit("after-commit-before-ack");
+    crate::domain::failpoint::hit("after-commit-before-ack");
     let (findings, replay) = match outcome {
         PostOutcome::Committed { findings } => (findings, false),
         PostOutcome::Replay { findings } => (findings, true),

@@ -7,7 +7,6 @@ pub mod chat;
 pub mod generic;
 mod lines;
 pub mod openai;
-mod redact;
 mod retry;
 mod transport;
 
@@ -17,14 +16,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-pub use redact::redact;
-pub use retry::{backoff_delay, classify_status, parse_retry_after};
+pub use crate::domain::redact::redact;
+pub use retry::{classify_status, parse_retry_after};
 pub use transport::ApiKey;
 pub(crate) use transport::{describe_transport, truncate};
 
-use crate::identity::ExtractionId;
-use crate::schema::Schema;
-use crate::store::{BatchMember, LineResult, OutputBudget};
+use crate::domain::batch::{BatchMember, LineResult, OutputBudget};
+use crate::domain::identity::ExtractionId;
+use crate::domain::schema::Schema;
 
 /// How a provider call failed, in the terms the scheduler acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,7 +203,7 @@ pub const PROBE_MAX_OUTPUT_TOKENS: u32 = 16;
 /// The member a probe asks about: a one-line source with one obvious finding.
 pub fn probe_member() -> BatchMember {
     let content = "let n = input.parse::<u32>().unwrap();\n".to_string();
-    let hash = crate::identity::SourceHash::compute(content.as_bytes(), "probe");
+    let hash = crate::domain::identity::SourceHash::compute(content.as_bytes(), "probe");
     BatchMember {
         id: ExtractionId::compute("commitpoint-provider-check", "probe.rs", &hash, "probe"),
         source_id: "probe.rs".to_string(),

@@ -13,8 +13,6 @@ use reqwest::header::HeaderMap;
 
 use super::ErrorClass;
 
-const BACKOFF_BASE: Duration = Duration::from_millis(500);
-
 /// The delay the server asked for, if any. `now` makes HTTP dates testable.
 pub fn parse_retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
@@ -47,13 +45,6 @@ pub fn classify_status(status: u16, headers: &HeaderMap, error_code: Option<&str
         (500.., _) => ErrorClass::Transient,
         _ => ErrorClass::InvalidRequest,
     }
-}
-
-/// Exponential backoff with full jitter: uniform in [0, min(cap, base·2^attempt)].
-pub fn backoff_delay(attempt: u32, cap: Duration) -> Duration {
-    let ceiling = BACKOFF_BASE.saturating_mul(1u32.checked_shl(attempt.min(20)).unwrap_or(u32::MAX)).min(cap);
-    let millis = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
-    Duration::from_millis(rand::random_range(0..=millis))
 }
 
 #[cfg(test)]
@@ -109,16 +100,5 @@ mod tests {
         assert_eq!(classify_status(404, &no, None), ErrorClass::Gone);
         assert_eq!(classify_status(401, &no, None), ErrorClass::Auth);
         assert_eq!(classify_status(400, &no, Some("invalid_value")), ErrorClass::InvalidRequest);
-    }
-
-    #[test]
-    fn backoff_is_jittered_and_capped() {
-        let cap = Duration::from_secs(30);
-        for attempt in 0..40 {
-            let ceiling = BACKOFF_BASE.saturating_mul(1 << attempt.min(20)).min(cap);
-            assert!(backoff_delay(attempt, cap) <= ceiling);
-        }
-        let samples: std::collections::BTreeSet<_> = (0..50).map(|_| backoff_delay(6, cap)).collect();
-        assert!(samples.len() > 10, "full jitter spreads the delays");
     }
 }

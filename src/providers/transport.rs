@@ -1,28 +1,7 @@
-//! What every adapter's HTTP layer shares: the key type that never prints, and short,
-//! key-free descriptions of transport failures and error bodies.
+//! What every adapter's HTTP layer shares: short, key-free descriptions of transport
+//! failures and error bodies.
 
-use std::fmt;
-
-/// A provider API key. Its Debug form is redacted, and only adapters can read it.
-#[derive(Clone)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    pub fn new(key: String) -> Self {
-        super::redact::register(&key);
-        Self(key)
-    }
-
-    pub(crate) fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ApiKey(<redacted>)")
-    }
-}
+pub use crate::domain::secret::ApiKey;
 
 /// A short description of a reqwest failure: its kind and its immediate cause (never the
 /// URL, which may carry a query string).

@@ -1,18 +1,16 @@
 //! Intake: input checks, identity, and the store's exactly-once create (also on behalf
 //! of verified webhook deliveries).
 
-use std::sync::atomic::Ordering;
-
 use serde_json::Value;
 
 use super::{Error, IntakeRequest, Service, invalid};
-use crate::identity::{ExtractionId, SourceHash};
-use crate::schema::Registry;
+use crate::domain::identity::{ExtractionId, SourceHash};
+use crate::domain::schema::Registry;
 use crate::store::{DeliveryOutcome, IntakeOutcome, NewExtraction};
 
 impl Service {
     pub async fn intake(&self, request: IntakeRequest) -> Result<IntakeOutcome, Error> {
-        let new = Self::prepare_intake(&self.registry, request)?;
+        let new = Self::prepare_intake(self.judge.registry(), request)?;
         let outcome = self.store.intake(new).await?;
         self.count_intake(&outcome);
         Ok(outcome)
@@ -29,17 +27,17 @@ impl Service {
         // A redelivery is answered before the payload is even checked: it may be a
         // retry of a request whose content we accepted under an older schema set.
         if let Some(record) = self.store.delivered(endpoint.to_string(), delivery_id.to_string()).await? {
-            metrics::counter!(crate::metric_names::WEBHOOK_REDELIVERIES_TOTAL).increment(1);
+            metrics::counter!(crate::domain::metric_names::WEBHOOK_REDELIVERIES_TOTAL).increment(1);
             return Ok((IntakeOutcome { created: false, record }, true));
         }
-        let new = Self::prepare_intake(&self.registry, request)?;
+        let new = Self::prepare_intake(self.judge.registry(), request)?;
         match self.store.intake_delivery(endpoint.to_string(), delivery_id.to_string(), new).await? {
             DeliveryOutcome::First(outcome) => {
                 self.count_intake(&outcome);
                 Ok((outcome, false))
             }
             DeliveryOutcome::Redelivery(record) => {
-                metrics::counter!(crate::metric_names::WEBHOOK_REDELIVERIES_TOTAL).increment(1);
+                metrics::counter!(crate::domain::metric_names::WEBHOOK_REDELIVERIES_TOTAL).increment(1);
                 Ok((IntakeOutcome { created: false, record }, true))
             }
         }
@@ -47,10 +45,9 @@ impl Service {
 
     fn count_intake(&self, outcome: &IntakeOutcome) {
         let result = if outcome.created { "created" } else { "duplicate" };
-        metrics::counter!(crate::metric_names::INTAKES_TOTAL, "result" => result).increment(1);
+        metrics::counter!(crate::domain::metric_names::INTAKES_TOTAL, "result" => result).increment(1);
         if outcome.created {
-            self.arrivals.fetch_add(1, Ordering::Relaxed);
-            self.wake_schedulers();
+            self.signals.arrived();
         }
     }
 

@@ -11,33 +11,31 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use crate::identity::ExtractionId;
-use crate::lifecycle::TransitionError;
-use crate::routing::Router;
-use crate::scheduler::{ProviderHealth, SharedHealth};
-use crate::schema::{self, Registry, ValidationIssue};
-use crate::store::{
-    self, BackupReport, ExtractionRecord, FindingRecord, ListFilter, ListPage, StateCount, Store, Usage,
-};
-use crate::supervisor::Failures;
-use crate::webhook::Endpoint;
+use crate::domain::batch::Usage;
+use crate::domain::health::{ProviderHealth, SharedHealth};
+use crate::domain::identity::ExtractionId;
+use crate::domain::lifecycle::TransitionError;
+use crate::domain::schema::{self, Registry, ValidationIssue};
+use crate::engine::commit::{Committer, Judge, WorkSignals};
+use crate::engine::routing::Router;
+use crate::engine::supervisor::Failures;
+use crate::store::{self, BackupReport, ExtractionRecord, FindingRecord, ListFilter, ListPage, StateCount, Store};
 
+mod endpoint;
 mod intake;
 mod money;
 mod outbox;
 mod pages;
 mod results;
 
+pub use endpoint::{Endpoint, EndpointError, Field, MapError, WebhookOptions};
 use intake::{check_tenant, check_text};
 pub use pages::MAX_FINDINGS_PAGE;
 
 pub const MAX_CLAIM_LIMIT: usize = 1000;
 pub const MAX_LIST_LIMIT: usize = 1000;
 pub const MAX_LEASE_SECONDS: u64 = 24 * 3600;
-/// Findings one output may hold unless configured otherwise: far above any real review,
-/// far below what makes a single commit hold up everyone's intake.
-pub const DEFAULT_MAX_FINDINGS: usize = 1000;
-const MAX_REASON_CHARS: usize = 2000;
+pub use crate::engine::commit::DEFAULT_MAX_FINDINGS;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -114,23 +112,20 @@ pub struct WorkerUsage {
 #[derive(Debug, Clone)]
 pub struct Service {
     store: Store,
-    registry: Registry,
-    /// Wakes the scheduler when new work arrives, so batches form without polling.
-    wake: Vec<Arc<Notify>>,
+    /// The schemas and the findings cap every output is judged by.
+    judge: Judge,
+    /// Wakes the schedulers when new work arrives, so batches form without polling, and
+    /// counts arrivals so a scheduler can skip looking while too little has arrived.
+    signals: WorkSignals,
     providers: Vec<SharedHealth>,
     backup_dir: Option<PathBuf>,
     /// Unix ms of the last successful backup since start (0: none).
     last_backup_ms: Arc<AtomicU64>,
-    /// Extractions that became pending since start (new intakes and retries): lets the
-    /// scheduler skip looking for a batch while too little new work has arrived to fill one.
-    arrivals: Arc<AtomicU64>,
     router: Arc<Router>,
     /// Configured webhook endpoints by name.
     webhooks: Arc<HashMap<String, Endpoint>>,
     /// Wakes outbox delivery (an operator redelivered an event).
     outbox_wake: Option<Arc<Notify>>,
-    /// An output with more findings fails (class validation).
-    max_findings: usize,
     /// Background tasks that failed: the process is unhealthy and on its way out.
     task_failures: Failures,
 }
@@ -139,22 +134,20 @@ impl Service {
     pub fn new(store: Store, registry: Registry) -> Self {
         Self {
             store,
-            registry,
-            wake: Vec::new(),
+            judge: Judge::new(registry, DEFAULT_MAX_FINDINGS),
+            signals: WorkSignals::default(),
             providers: Vec::new(),
             backup_dir: None,
             last_backup_ms: Arc::new(AtomicU64::new(0)),
-            arrivals: Arc::new(AtomicU64::new(0)),
             router: Arc::new(Router::default()),
             webhooks: Arc::new(HashMap::new()),
             outbox_wake: None,
-            max_findings: DEFAULT_MAX_FINDINGS,
             task_failures: Failures::default(),
         }
     }
 
     pub fn with_max_findings(mut self, max: usize) -> Self {
-        self.max_findings = max;
+        self.judge = Judge::new(self.judge.registry().clone(), max);
         self
     }
 
@@ -180,7 +173,17 @@ impl Service {
 
     /// Every provider's scheduler looks for work again (each keeps one wake-up permit).
     pub fn wake_schedulers(&self) {
-        self.wake.iter().for_each(|w| w.notify_one());
+        self.signals.wake_all();
+    }
+
+    /// What a scheduler commits its provider's answers with. Call after every
+    /// [`Service::with_scheduler`], so the committer can wake all of them.
+    pub fn committer(&self) -> Committer {
+        Committer::new(self.store.clone(), self.judge.clone(), self.signals.clone())
+    }
+
+    pub fn signals(&self) -> &WorkSignals {
+        &self.signals
     }
 
     /// Routes new work to providers and holds tenants over budget.
@@ -197,7 +200,7 @@ impl Service {
     pub async fn load_last_backup(&self) -> Result<(), Error> {
         if let Some(ms) = self.store.last_backup_ms().await? {
             self.last_backup_ms.store(ms, Ordering::Relaxed);
-            metrics::gauge!(crate::metric_names::LAST_BACKUP_SUCCESS_TIMESTAMP_SECONDS).set(ms as f64 / 1000.0);
+            metrics::gauge!(crate::domain::metric_names::LAST_BACKUP_SUCCESS_TIMESTAMP_SECONDS).set(ms as f64 / 1000.0);
         }
         Ok(())
     }
@@ -215,17 +218,12 @@ impl Service {
             field: "backup",
             message: "this server has no backup directory".to_string(),
         })?;
-        let stamp = crate::clock::format_ms(crate::clock::now_ms()).replace([':', '.'], "-");
+        let stamp = crate::domain::clock::format_ms(crate::domain::clock::now_ms()).replace([':', '.'], "-");
         let report = self.store.backup(dir.join(format!("commitpoint-{stamp}.redb"))).await?;
-        let now = crate::clock::now_ms();
+        let now = crate::domain::clock::now_ms();
         self.last_backup_ms.store(now, Ordering::Relaxed);
-        metrics::gauge!(crate::metric_names::LAST_BACKUP_SUCCESS_TIMESTAMP_SECONDS).set(now as f64 / 1000.0);
+        metrics::gauge!(crate::domain::metric_names::LAST_BACKUP_SUCCESS_TIMESTAMP_SECONDS).set(now as f64 / 1000.0);
         Ok(report)
-    }
-
-    /// How many extractions became pending since start.
-    pub fn arrivals(&self) -> u64 {
-        self.arrivals.load(Ordering::Relaxed)
     }
 
     pub fn last_backup_ms(&self) -> Option<u64> {
@@ -247,7 +245,7 @@ impl Service {
 
     /// Connects the service to a running scheduler.
     pub fn with_scheduler(mut self, wake: Arc<Notify>, health: SharedHealth) -> Self {
-        self.wake.push(wake);
+        self.signals.add_scheduler(wake);
         self.providers.push(health);
         self
     }
@@ -291,7 +289,7 @@ impl Service {
     }
 
     pub fn registry(&self) -> &Registry {
-        &self.registry
+        self.judge.registry()
     }
 
     pub async fn get(&self, id: ExtractionId) -> Result<ExtractionRecord, Error> {

@@ -1,8 +1,8 @@
 //! Cost reports and budget status, read from the ledger.
 
 use super::{Error, Service, check_tenant, invalid};
-use crate::identity::ExtractionId;
-use crate::ledger::{CostQuery, CostReport};
+use crate::domain::identity::ExtractionId;
+use crate::engine::ledger::{CostQuery, CostReport};
 use crate::store::LedgerRecord;
 
 impl Service {
@@ -28,7 +28,7 @@ impl Service {
 
     /// Budgeted tenants with (spend this period, budget), refreshing who is held.
     pub async fn budget_status(&self) -> Result<Vec<(String, u64, u64, bool)>, Error> {
-        let rows = self.router.refresh_holds(&self.store, crate::clock::now_ms()).await?;
+        let rows = self.router.refresh_holds(&self.store, crate::domain::clock::now_ms()).await?;
         let held = self.router.held_tenants();
         Ok(rows.into_iter().map(|(t, spent, limit)| (t.clone(), spent, limit, held.contains(&t))).collect())
     }

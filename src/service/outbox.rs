@@ -1,8 +1,8 @@
 //! Webhook endpoints and the outbox's operator actions.
 
+use super::Endpoint;
 use super::{Error, Service};
 use crate::store::{OutboxFilter, OutboxRecord};
-use crate::webhook::Endpoint;
 
 impl Service {
     pub fn webhook(&self, name: &str) -> Result<&Endpoint, Error> {

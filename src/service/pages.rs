@@ -1,10 +1,10 @@
 //! Listings a page at a time. Positions (sequence numbers, finding keys) never leave the
 //! server in the clear: each `next` is sealed with the store's cursor key and bound to
-//! its listing (see `crate::cursor`).
+//! its listing (see `crate::domain::cursor`).
 
 use super::{Error, Service, invalid};
-use crate::identity::ExtractionId;
-use crate::lifecycle::StateName;
+use crate::domain::identity::ExtractionId;
+use crate::domain::lifecycle::StateName;
 use crate::store::{ExtractionRecord, FindingRecord, ListFilter};
 
 /// Findings per page at most, and by default (every output within the default cap of

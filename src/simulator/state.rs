@@ -226,7 +226,7 @@ impl Inner {
 }
 
 pub fn unix_now() -> i64 {
-    i64::try_from(crate::clock::now_secs()).unwrap_or(i64::MAX)
+    i64::try_from(crate::domain::clock::now_secs()).unwrap_or(i64::MAX)
 }
 
 /// splitmix64: spreads a counter into an id-looking value, deterministic for a seed.

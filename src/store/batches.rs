@@ -11,13 +11,15 @@ use redb::ReadableTable;
 
 use super::codec::{decode, encode};
 use super::ledger::{Charge, record_charge};
-use super::ops::{load, required, transition};
-use super::records::{BatchRecord, BatchState, ChargeKind, ResultRecord, StoredContent, Usage};
+use super::ops::{load, transition};
+use super::records::{BatchRecord, BatchState, ChargeKind, ResultRecord, StoredContent};
 use super::tables;
+use super::tables::required;
 use super::writer::WriteTables;
 use super::{Error, ExtractionRecord, Store};
-use crate::identity::{ExtractionId, batch_key};
-use crate::lifecycle::{self, Event, FailureClass, Outcome, State, StateName};
+use crate::domain::batch::{BatchMember, LineResult, OutputBudget, Usage};
+use crate::domain::identity::{ExtractionId, batch_key};
+use crate::domain::lifecycle::{self, Event, FailureClass, Outcome, State, StateName};
 
 /// Decides, by (tenant, schema), whether pending work may join a batch for this provider:
 /// routing and budget holds, decided outside the store.
@@ -43,64 +45,6 @@ pub struct IntentRequest {
     pub max_content_bytes: u64,
     /// Form a batch smaller than `max_size` only once its oldest member waited this long.
     pub max_wait_ms: u64,
-}
-
-/// One member as the provider adapter needs it.
-#[derive(Debug, Clone)]
-pub struct BatchMember {
-    pub id: ExtractionId,
-    pub source_id: String,
-    pub content: String,
-    /// The output token budget to ask for, when raised after a truncation; `None` asks
-    /// for the provider's configured default.
-    pub output_budget: Option<u32>,
-}
-
-/// A provider's answer for one member, as parsed by its adapter.
-#[derive(Debug, Clone)]
-pub enum LineResult {
-    Answer {
-        output: String,
-        usage: Option<Usage>,
-    },
-    /// A paid answer that must never be committed, whatever it says (even if it would pass
-    /// validation): `class` is `Truncated` (cut off at the output budget) or `Refused`
-    /// (the model declined). Charged; a truncated one is retried once with a larger budget.
-    Unusable {
-        class: FailureClass,
-        reason: String,
-        usage: Option<Usage>,
-    },
-    /// The provider will never answer this member (invalid request and the like).
-    Refused {
-        class: FailureClass,
-        reason: String,
-    },
-    /// No answer this time (expired, cancelled, transient): try again in a new batch.
-    Retry {
-        reason: String,
-    },
-}
-
-/// A provider's output token budgets: what a request asks for unless its member's own
-/// budget was raised, and the most a truncation retry may ask for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OutputBudget {
-    /// `None`: nothing is sent, the model's own limit applies.
-    pub default: Option<u32>,
-    pub cap: u32,
-}
-
-impl OutputBudget {
-    /// The budget for the retry of an answer truncated under `used` (else the default,
-    /// else the output tokens the cut-off answer was billed, which is where it stopped):
-    /// double it, up to the cap. `None` when no larger budget is possible or known.
-    pub fn raised(&self, used: Option<u32>, billed_output_tokens: Option<u64>) -> Option<u32> {
-        let billed = billed_output_tokens.filter(|t| *t > 0).map(|t| u32::try_from(t).unwrap_or(u32::MAX));
-        let previous = used.or(self.default).or(billed)?;
-        let next = previous.saturating_mul(2).min(self.cap);
-        (next > previous).then_some(next)
-    }
 }
 
 /// How a provider's scheduler treats the members it releases and the answers it stages.
@@ -676,7 +620,7 @@ pub(super) fn save_batch(t: &mut WriteTables<'_>, record: &BatchRecord) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::identity::SourceHash;
+    use crate::domain::identity::SourceHash;
     use crate::store::{NewExtraction, RetryOutcome};
 
     #[test]

@@ -6,7 +6,7 @@ use redb::{Database, Durability, ReadableTable};
 
 use super::Error;
 use super::tables::META;
-use crate::cursor::CursorKey;
+use crate::domain::cursor::CursorKey;
 
 const CURSOR_KEY_WORDS: [&str; 4] = ["cursor_key:0", "cursor_key:1", "cursor_key:2", "cursor_key:3"];
 

@@ -2,53 +2,21 @@
 //! transaction, as the state change its model call paid for: a crash leaves either both
 //! or neither. Pricing is a policy handed in from outside; the store only applies it.
 
-use std::fmt;
-use std::sync::Arc;
-
 use redb::ReadableTable;
 
 use super::codec::{decode, encode};
-use super::ops::required;
-use super::records::{ChargeKind, CostSource, ExtractionRecord, LedgerRecord, Usage};
-use super::tables;
+use super::records::{ChargeKind, ExtractionRecord, LedgerRecord};
+use super::tables::{self, required};
 use super::writer::WriteTables;
 use super::{Error, Store};
-use crate::identity::ExtractionId;
+use crate::domain::batch::Usage;
+use crate::domain::identity::ExtractionId;
 
 pub const DAY_MS: u64 = 86_400_000;
 
 /// Spend is kept per UTC day of this many milliseconds.
 pub fn store_day_ms() -> u64 {
     DAY_MS
-}
-
-/// Turns one call's usage into micro-dollars.
-pub trait Pricing: Send + Sync + fmt::Debug {
-    /// `batch` is true for calls made through a provider's batch API (discounted).
-    fn price(&self, provider: &str, usage: &Usage, batch: bool) -> (u64, CostSource);
-}
-
-/// Without a price table only costs the provider reports are known.
-#[derive(Debug, Default)]
-pub struct ProviderReportedOnly;
-
-impl Pricing for ProviderReportedOnly {
-    fn price(&self, _provider: &str, usage: &Usage, _batch: bool) -> (u64, CostSource) {
-        usage.provider_cost_micros.map_or((0, CostSource::Unpriced), |micros| (micros, CostSource::Provider))
-    }
-}
-
-/// What the writer consults besides the data: where events go, what calls cost.
-#[derive(Debug, Clone)]
-pub struct Policies {
-    pub sinks: Vec<String>,
-    pub pricing: Arc<dyn Pricing>,
-}
-
-impl Default for Policies {
-    fn default() -> Self {
-        Self { sinks: Vec::new(), pricing: Arc::new(ProviderReportedOnly) }
-    }
 }
 
 /// One paid model call as its reporter describes it; the store prices and labels it.

@@ -12,6 +12,7 @@ mod keys;
 mod ledger;
 mod ops;
 mod outbox;
+mod policies;
 #[cfg(test)]
 mod power_loss;
 mod read;
@@ -19,7 +20,6 @@ mod records;
 mod split;
 mod tables;
 mod verify;
-mod verify_ledger;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -29,20 +29,20 @@ use redb::{Database, ReadableDatabase};
 
 pub use backup::BackupReport;
 pub use batches::{
-    BatchMember, CloseReport, IntentOutcome, IntentRequest, Leftover, LineResult, MemberRules, OutputBudget, ReadyItem,
-    StageReport, WorkFilter,
+    CloseReport, IntentOutcome, IntentRequest, Leftover, MemberRules, ReadyItem, StageReport, WorkFilter,
 };
-pub use ledger::{Charge, Policies, Pricing, store_day_ms};
+pub use ledger::{Charge, store_day_ms};
 pub use ops::{
     Authority, ClaimRequest, DeliveryOutcome, Grant, IntakeOutcome, PostOutcome, PostResult, RetryOutcome, Submission,
 };
 pub use outbox::{DeliveryReport, OutboxFilter};
+pub use policies::{Policies, Pricing, ProviderReportedOnly};
 pub use read::{ListFilter, ListPage, StateCount};
 #[cfg(feature = "fuzzing")] // only the fuzz entry points decode it from outside the store
 pub(crate) use records::StoredContent;
 pub use records::{
     BatchRecord, BatchState, ChargeKind, CostSource, DeliveryState, ExtractionRecord, FindingRecord, LedgerRecord,
-    NewExtraction, OutboxKind, OutboxRecord, ResultRecord, Usage,
+    NewExtraction, OutboxKind, OutboxRecord, ResultRecord,
 };
 pub use verify::{Report, verify_file};
 pub use writer::WriterGuard;
@@ -108,7 +108,7 @@ pub struct Store {
     writer: writer::WriterHandle,
     path: PathBuf,
     policies: writer::PolicyCell,
-    cursor_key: crate::cursor::CursorKey,
+    cursor_key: crate::domain::cursor::CursorKey,
 }
 
 impl Store {
@@ -137,8 +137,8 @@ impl Store {
         Ok((Store { db, writer, path, policies, cursor_key }, guard))
     }
 
-    /// The key page cursors are sealed with (see `crate::cursor`).
-    pub fn cursor_key(&self) -> &crate::cursor::CursorKey {
+    /// The key page cursors are sealed with (see `crate::domain::cursor`).
+    pub fn cursor_key(&self) -> &crate::domain::cursor::CursorKey {
         &self.cursor_key
     }
 

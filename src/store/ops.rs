@@ -8,11 +8,12 @@ use serde_json::Value;
 use super::codec::{decode, encode};
 use super::ledger::{Charge, record_charge};
 use super::records::{ChargeKind, ExtractionRecord, FindingRecord, NewExtraction, ResultRecord, StoredContent};
+use super::tables::required;
 use super::writer::WriteTables;
 use super::{Error, Store};
-use crate::identity::{ExtractionId, FindingKey};
-use crate::lifecycle::{self, Event, Outcome, State, TransitionError};
-use crate::schema::ValidatedFinding;
+use crate::domain::identity::{ExtractionId, FindingKey};
+use crate::domain::lifecycle::{self, Event, Outcome, State, TransitionError};
+use crate::domain::schema::ValidatedFinding;
 
 #[derive(Debug, Clone)]
 pub struct IntakeOutcome {
@@ -379,17 +380,6 @@ fn count_findings(t: &WriteTables<'_>, seq: u64) -> Result<u64, Error> {
     let low: &[u8; 32] = &[0; 32];
     let high: &[u8; 32] = &[0xff; 32];
     Ok(t.findings.range((seq, low)..=(seq, high))?.count() as u64)
-}
-
-pub(super) fn required(
-    value: Option<redb::AccessGuard<'_, &'static [u8]>>,
-    kind: &'static str,
-    seq: u64,
-) -> Result<Vec<u8>, Error> {
-    value.map(|v| v.value().to_vec()).ok_or_else(|| Error::Corrupt {
-        kind,
-        reason: format!("index points at sequence {seq}, which has no {kind} value"),
-    })
 }
 
 /// Fencing tokens: the claim number makes them ordered for humans, the random part

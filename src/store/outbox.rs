@@ -6,12 +6,11 @@
 use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::codec::{decode, encode};
-use super::ops::required;
 use super::records::{DeliveryState, ExtractionRecord, OutboxKind, OutboxRecord};
-use super::tables::{self, META_SINK_DISABLED_PREFIX};
+use super::tables::{self, META_SINK_DISABLED_PREFIX, required};
 use super::writer::WriteTables;
 use super::{Error, Store};
-use crate::lifecycle::State;
+use crate::domain::lifecycle::State;
 
 /// What one delivery attempt came to.
 #[derive(Debug, Clone, PartialEq, Eq)]

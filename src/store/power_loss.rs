@@ -13,11 +13,10 @@ use redb::{Database, StorageBackend};
 use serde_json::json;
 
 use super::verify::verify_database;
-use super::{
-    Authority, Charge, ClaimRequest, NewExtraction, Policies, PostOutcome, PostResult, Store, Submission, Usage,
-};
-use crate::identity::{ExtractionId, SourceHash};
-use crate::schema::{BUILTIN_CODE_REVIEW, Registry};
+use super::{Authority, Charge, ClaimRequest, NewExtraction, Policies, PostOutcome, PostResult, Store, Submission};
+use crate::domain::batch::Usage;
+use crate::domain::identity::{ExtractionId, SourceHash};
+use crate::domain::schema::{BUILTIN_CODE_REVIEW, Registry};
 
 #[derive(Debug, Default)]
 struct Disk {

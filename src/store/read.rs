@@ -6,8 +6,8 @@ use super::codec::decode;
 use super::records::{ExtractionRecord, FindingRecord, ResultRecord};
 use super::tables;
 use super::{Error, Store};
-use crate::identity::ExtractionId;
-use crate::lifecycle::StateName;
+use crate::domain::identity::ExtractionId;
+use crate::domain::lifecycle::StateName;
 
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {

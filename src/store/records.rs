@@ -4,8 +4,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::codec::{Versioned, decode_body};
-use crate::identity::{ExtractionId, FindingKey, SourceHash};
-use crate::lifecycle::State;
+use crate::domain::batch::Usage;
+use crate::domain::identity::{ExtractionId, FindingKey, SourceHash};
+use crate::domain::lifecycle::State;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExtractionRecord {
@@ -71,26 +72,6 @@ impl Versioned for FindingRecord {
     const VERSION: u8 = 1;
 }
 
-/// What one paid model call used, as the provider reported it. Raw token counts are
-/// kept so that costs can be recomputed when a price table changes.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
-    pub model: String,
-    /// All prompt tokens, cached ones included.
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// The part of `input_tokens` served from the provider's prompt cache.
-    pub cached_input_tokens: u64,
-    /// Tokens written into the prompt cache (Anthropic bills them apart).
-    pub cache_write_tokens: u64,
-    /// The part of `output_tokens` spent on reasoning, where the provider says.
-    pub reasoning_tokens: u64,
-    /// The cost the provider itself reported for the call, in micro-dollars.
-    pub provider_cost_micros: Option<u64>,
-    /// The provider's id for the request, to match the ledger against its invoice.
-    pub request_id: Option<String>,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResultRecord {
     pub output_json: String,
@@ -115,8 +96,8 @@ impl Versioned for ResultRecord {
 mod legacy {
     use serde::Deserialize;
 
-    use crate::identity::{ExtractionId, SourceHash};
-    use crate::lifecycle::State;
+    use crate::domain::identity::{ExtractionId, SourceHash};
+    use crate::domain::lifecycle::State;
 
     /// Before the attempt cap and truncation retries (format 1).
     #[derive(Debug, Deserialize)]
@@ -330,7 +311,7 @@ impl Versioned for LedgerRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OutboxKind {
     Committed,
-    Failed { class: crate::lifecycle::FailureClass, reason: String },
+    Failed { class: crate::domain::lifecycle::FailureClass, reason: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -386,7 +367,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::lifecycle::FailureClass;
+    use crate::domain::lifecycle::FailureClass;
     use crate::store::codec::{decode, encode};
 
     fn fixture(name: &str) -> PathBuf {

@@ -7,7 +7,7 @@ use super::ops::{load, transition};
 use super::records::BatchState;
 use super::writer::WriteTables;
 use super::{Error, Store};
-use crate::lifecycle::{self, Event, Outcome, State};
+use crate::domain::lifecycle::{self, Event, Outcome, State};
 
 impl Store {
     /// Keeps the first `keep` members of an intent (at least one) and returns the rest to

@@ -7,6 +7,8 @@
 
 use redb::TableDefinition;
 
+use super::Error;
+
 /// Store-wide settings such as the file's format generation.
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// extraction id → sequence number. The unique key that makes intake exactly-once.
@@ -63,3 +65,15 @@ pub const META_LAST_BACKUP: &str = "last_backup_ms";
 pub const META_PAUSE_PREFIX: &str = "pause:";
 /// `META` key prefix: `sink-disabled:<sink>` = Unix ms when a receiver answered 410 Gone.
 pub const META_SINK_DISABLED_PREFIX: &str = "sink-disabled:";
+
+/// The value an index entry points at; its absence means the file is corrupt.
+pub(super) fn required(
+    value: Option<redb::AccessGuard<'_, &'static [u8]>>,
+    kind: &'static str,
+    seq: u64,
+) -> Result<Vec<u8>, Error> {
+    value.map(|v| v.value().to_vec()).ok_or_else(|| Error::Corrupt {
+        kind,
+        reason: format!("index points at sequence {seq}, which has no {kind} value"),
+    })
+}

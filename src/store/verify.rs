@@ -11,8 +11,10 @@ use super::Error;
 use super::codec::decode;
 use super::records::{BatchRecord, BatchState, ExtractionRecord, FindingRecord, ResultRecord, StoredContent};
 use super::tables;
-use crate::identity::{ExtractionId, FindingKey, SourceHash};
-use crate::lifecycle::State;
+
+mod ledger;
+use crate::domain::identity::{ExtractionId, FindingKey, SourceHash};
+use crate::domain::lifecycle::State;
 
 /// Problems beyond this many are counted, not listed.
 const MAX_LISTED: usize = 50;
@@ -92,8 +94,8 @@ fn check(txn: &ReadTransaction, report: &mut Report) -> Result<(), Error> {
     check_findings(txn, &records, report)?;
     check_results(txn, &records, report)?;
     check_batches(txn, &records, report)?;
-    super::verify_ledger::check_ledger(txn, &records, report)?;
-    super::verify_ledger::check_outbox(txn, &records, report)?;
+    ledger::check_ledger(txn, &records, report)?;
+    ledger::check_outbox(txn, &records, report)?;
     Ok(())
 }
 

@@ -14,9 +14,9 @@ use redb::{Database, Durability, ReadableTable, Table, WriteTransaction};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Error;
-use super::ledger::Policies;
+use super::policies::Policies;
 use super::tables::{self, LAYOUT_V1, META_LAYOUT};
-use crate::clock;
+use crate::domain::clock;
 
 /// How many jobs may share one transaction. Bounded so one commit's latency stays small.
 const MAX_BATCH: usize = 1024;

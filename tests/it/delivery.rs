@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, StatusCode};
-use commitpoint::webhook::{StandardHeaders, WebhookSecret, sign_github, sign_standard, verify_standard};
+use commitpoint::engine::webhook::{StandardHeaders, WebhookSecret, sign_github, sign_standard, verify_standard};
 use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::sync::Notify;

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use commitpoint::webhook::{WebhookSecret, sign_github};
+use commitpoint::engine::webhook::{WebhookSecret, sign_github};
 use serde_json::json;
 
 use crate::raw::{addr, config, exchange, get, read_head, status};

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use commitpoint::identity::{ExtractionId, SourceHash};
+use commitpoint::domain::identity::{ExtractionId, SourceHash};
 use serde_json::json;
 
 use crate::util::{SCHEMA, Server, id_of, stop_and_verify, temp_dir};

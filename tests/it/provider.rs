@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use commitpoint::identity::{ExtractionId, SourceHash};
+use commitpoint::domain::identity::{ExtractionId, SourceHash};
 use commitpoint::simulator::{Faults, Simulator, SimulatorConfig, Stats};
 use serde_json::{Value, json};
 

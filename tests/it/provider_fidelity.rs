@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use commitpoint::identity::{ExtractionId, SourceHash};
+use commitpoint::domain::identity::{ExtractionId, SourceHash};
 use commitpoint::simulator::Faults;
 use serde_json::{Value, json};
 

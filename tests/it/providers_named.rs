@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use commitpoint::identity::{ExtractionId, SourceHash};
+use commitpoint::domain::identity::{ExtractionId, SourceHash};
 use commitpoint::simulator::{Faults, Simulator, SimulatorConfig, Stats};
 use reqwest::Method;
 use serde_json::json;

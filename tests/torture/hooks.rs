@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use commitpoint::webhook::{WebhookSecret, sign_standard};
+use commitpoint::engine::webhook::{WebhookSecret, sign_standard};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;

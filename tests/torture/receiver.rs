@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::{HeaderMap, StatusCode};
-use commitpoint::webhook::{StandardHeaders, WebhookSecret, verify_standard};
+use commitpoint::engine::webhook::{StandardHeaders, WebhookSecret, verify_standard};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

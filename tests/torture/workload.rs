@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use commitpoint::identity::{ExtractionId, SourceHash};
+use commitpoint::domain::identity::{ExtractionId, SourceHash};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use reqwest::Method;

@@ -17,12 +17,12 @@ use anyhow::Context;
 use super::EXIT_PROBLEMS;
 use std::time::Duration;
 
-use crate::config::{
+use crate::app::config::{
     AccessOptions, DEFAULT_CACHE_BYTES, DEFAULT_MAX_BODY_BYTES, OpenAiBudget, ProviderSettings, ProviderSpec,
     SIMULATOR_MODEL, ServeOptions, SimulatorOptions,
 };
-use crate::scheduler;
-use crate::server::Server;
+use crate::app::server::Server;
+use crate::engine::scheduler;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -87,13 +87,13 @@ fn serve_options(data_dir: PathBuf, providers: Vec<ProviderSettings>, scheduler:
         schema_dir: None,
         max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         cache_bytes: DEFAULT_CACHE_BYTES,
-        limits: crate::config::ServerLimits::default(),
+        limits: crate::app::config::ServerLimits::default(),
         providers,
         scheduler,
         access: AccessOptions::default(),
-        routes: crate::routing::Routes::default(),
+        routes: crate::engine::routing::Routes::default(),
         prices: demo_prices(),
-        budgets: crate::ledger::Budgets::default(),
+        budgets: crate::engine::ledger::Budgets::default(),
         sinks: Vec::new(),
         webhooks: Vec::new(),
         notes: Vec::new(),
@@ -102,9 +102,9 @@ fn serve_options(data_dir: PathBuf, providers: Vec<ProviderSettings>, scheduler:
 }
 
 /// The demo's ledger prices the simulated reviewer at gpt-4o-mini's published list price.
-fn demo_prices() -> crate::ledger::PriceTable {
-    let mut table = crate::ledger::PriceTable::default();
-    let price = crate::ledger::Price {
+fn demo_prices() -> crate::engine::ledger::PriceTable {
+    let mut table = crate::engine::ledger::PriceTable::default();
+    let price = crate::engine::ledger::Price {
         input: 150_000,
         cached_input: 75_000,
         cache_write: 150_000,

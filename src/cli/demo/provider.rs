@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::api::Api;
 use super::corpus::{SOURCES, Source};
 use super::scenario::Summary;
-use crate::server::Server;
+use crate::app::server::Server;
 use crate::simulator::Faults;
 
 const COPIES_PER_SOURCE: usize = 3;

@@ -202,7 +202,7 @@ async fn report(api: &Api, ids: &BTreeSet<String>, summary: &mut Summary) -> any
             let source_id = record["source_id"].as_str().unwrap_or_default();
             let content = SOURCES.iter().chain([&REVISION]).find(|s| {
                 s.source_id == source_id
-                    && crate::identity::SourceHash::compute(s.content.as_bytes(), "code-review@1").to_hex()
+                    && crate::domain::identity::SourceHash::compute(s.content.as_bytes(), "code-review@1").to_hex()
                         == record["source_hash"]
             });
             let expected = content.map_or(usize::MAX, |s| distinct_findings(source_id, s.content));

@@ -35,7 +35,7 @@ use reqwest::Url;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use tokio::sync::mpsc;
 
-use crate::schema::{Dialect, Schema};
+use crate::domain::schema::{Dialect, Schema};
 
 use super::lines::{Line, Lines};
 use super::{
@@ -43,7 +43,7 @@ use super::{
     ProviderError, ResultLine, StreamCounts, classify_status, describe_transport, parse_retry_after, probe_member,
     truncate,
 };
-use crate::store::OutputBudget;
+use crate::domain::batch::OutputBudget;
 
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 const PROVIDER: &str = "anthropic";
@@ -218,7 +218,7 @@ impl AnthropicBatches {
         let trace = request_id.map(|id| format!(" (request-id {id})")).unwrap_or_default();
         let mut failure =
             error(class, Some(status), format!("{status} {}: {message}{trace}", kind.unwrap_or_default()));
-        failure.retry_after = parse_retry_after(&headers, crate::clock::now());
+        failure.retry_after = parse_retry_after(&headers, crate::domain::clock::now());
         Err(failure)
     }
 

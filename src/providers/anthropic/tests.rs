@@ -17,10 +17,10 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::*;
-use crate::identity::{ExtractionId, SourceHash};
-use crate::lifecycle::FailureClass;
-use crate::schema::{BUILTIN_CODE_REVIEW, Registry};
-use crate::store::{BatchMember, LineResult};
+use crate::domain::batch::{BatchMember, LineResult};
+use crate::domain::identity::{ExtractionId, SourceHash};
+use crate::domain::lifecycle::FailureClass;
+use crate::domain::schema::{BUILTIN_CODE_REVIEW, Registry};
 
 const KEY: &str = "sk-ant-test-123";
 /// The intent time of the find_job tests; fake batches are placed around it.
@@ -341,7 +341,7 @@ async fn submit_sends_the_documented_create_request() {
         assert!(!name.is_empty() && name.len() <= 64);
         assert!(name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'), "{name}");
         assert!(!tools[0]["description"].as_str().unwrap().is_empty());
-        assert_eq!(tools[0]["input_schema"], *schema.provider_schema(crate::schema::Dialect::AnthropicTool));
+        assert_eq!(tools[0]["input_schema"], *schema.provider_schema(crate::domain::schema::Dialect::AnthropicTool));
         assert_eq!(tools[0]["input_schema"]["type"], "object", "tool inputs are objects");
         assert!(tools[0]["input_schema"].as_object().unwrap().keys().all(|k| !k.starts_with("x-commitpoint")));
         assert_eq!(params["tool_choice"]["type"], "tool", "the tool call is forced");

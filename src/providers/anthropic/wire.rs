@@ -3,9 +3,9 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::lifecycle::FailureClass;
-use crate::schema::Schema;
-use crate::store::{BatchMember, LineResult, Usage};
+use crate::domain::batch::{BatchMember, LineResult, Usage};
+use crate::domain::lifecycle::FailureClass;
+use crate::domain::schema::Schema;
 
 pub const API_VERSION: &str = "2023-06-01";
 /// A batch holds at most 100,000 requests or 256 MB, whichever comes first (§2.5).

@@ -39,8 +39,8 @@ use super::{
     BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, PROBE_MAX_OUTPUT_TOKENS, Probe,
     ProviderError, ResultLine, StreamCounts, classify_status, describe_transport, parse_retry_after, probe_member,
 };
-use crate::schema::{Dialect, Schema};
-use crate::store::{BatchMember, LineResult, OutputBudget};
+use crate::domain::batch::{BatchMember, LineResult, OutputBudget};
+use crate::domain::schema::{Dialect, Schema};
 
 pub const PROVIDER: &str = "chat";
 const DEFAULT_CONCURRENCY: usize = 4;
@@ -178,13 +178,13 @@ fn http_failure(status: u16, headers: &HeaderMap, text: &str) -> Outcome {
     match class {
         ErrorClass::Auth | ErrorClass::Budget => {
             let mut stop = error(class, Some(status), reason);
-            stop.retry_after = parse_retry_after(headers, crate::clock::now());
+            stop.retry_after = parse_retry_after(headers, crate::domain::clock::now());
             Outcome::Stop(stop)
         }
         ErrorClass::RateLimited | ErrorClass::Transient => Outcome::Failed(
             LineResult::Retry { reason: format!("the server answered {reason}") },
             class,
-            parse_retry_after(headers, crate::clock::now()),
+            parse_retry_after(headers, crate::domain::clock::now()),
         ),
         ErrorClass::InvalidRequest | ErrorClass::Gone | ErrorClass::Protocol | ErrorClass::TooLarge => {
             Outcome::Line(wire::refused(format!("the server refused the request: {reason}")))

@@ -17,9 +17,9 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::*;
-use crate::identity::{ExtractionId, SourceHash};
-use crate::lifecycle::FailureClass;
-use crate::schema::{BUILTIN_CODE_REVIEW, Registry};
+use crate::domain::identity::{ExtractionId, SourceHash};
+use crate::domain::lifecycle::FailureClass;
+use crate::domain::schema::{BUILTIN_CODE_REVIEW, Registry};
 
 /// One request as it arrived: path, headers, raw body.
 type Arrival = (String, HeaderMap, Bytes);
@@ -165,7 +165,7 @@ async fn each_member_is_one_documented_chat_completion_request() {
         assert_eq!(format["type"], "json_schema");
         let json_schema = &format["json_schema"];
         assert_eq!(json_schema["strict"], true);
-        assert_eq!(json_schema["schema"], *schema.provider_schema(crate::schema::Dialect::OpenAiStrict));
+        assert_eq!(json_schema["schema"], *schema.provider_schema(crate::domain::schema::Dialect::OpenAiStrict));
         let name = json_schema["name"].as_str().unwrap();
         assert!(!name.is_empty() && name.len() <= 64);
         assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'), "{name}");

@@ -4,9 +4,9 @@
 
 use serde_json::{Value, json};
 
-use crate::lifecycle::FailureClass;
-use crate::schema::{Dialect, Schema};
-use crate::store::{BatchMember, LineResult, Usage};
+use crate::domain::batch::{BatchMember, LineResult, Usage};
+use crate::domain::lifecycle::FailureClass;
+use crate::domain::schema::{Dialect, Schema};
 
 /// The body of one chat completion asking for `member` to be extracted under `schema`.
 /// `max_tokens` is the configured default; a member's raised budget wins over it.

@@ -40,7 +40,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::schema::Dialect;
+use crate::domain::schema::Dialect;
 
 use super::lines::Lines;
 use super::{ApiKey, describe_transport};
@@ -48,7 +48,7 @@ use super::{
     BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, ProviderError, ResultLine,
     StreamCounts, parse_retry_after,
 };
-use crate::store::OutputBudget;
+use crate::domain::batch::OutputBudget;
 
 const PROVIDER: &str = "generic";
 /// The handle `poll` gives for results that arrive inside the status answer.
@@ -387,7 +387,7 @@ impl BatchProvider for GenericBatches {
     }
 
     async fn find_job(&self, intent: &IntentRef<'_>) -> Result<Lookup, ProviderError> {
-        let age = Duration::from_millis(crate::clock::now_ms().saturating_sub(intent.created_at_ms));
+        let age = Duration::from_millis(crate::domain::clock::now_ms().saturating_sub(intent.created_at_ms));
         if age > self.config.dedup_window {
             tracing::warn!(
                 provider = PROVIDER,
@@ -449,7 +449,7 @@ impl BatchProvider for GenericBatches {
 /// from the status, the headers and the envelope's error, with the delay it asks for.
 fn failed(status: u16, headers: &HeaderMap, failure: Option<&wire::ErrorObject>, message: String) -> ProviderError {
     let mut failed = error(wire::classify(Some(status), headers, failure), Some(status), message);
-    failed.retry_after = parse_retry_after(headers, crate::clock::now());
+    failed.retry_after = parse_retry_after(headers, crate::domain::clock::now());
     failed
 }
 

@@ -17,11 +17,11 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::*;
-use crate::identity::{ExtractionId, SourceHash};
-use crate::lifecycle::FailureClass;
+use crate::domain::batch::{BatchMember, LineResult};
+use crate::domain::identity::{ExtractionId, SourceHash};
+use crate::domain::lifecycle::FailureClass;
+use crate::domain::schema::{BUILTIN_CODE_REVIEW, Registry};
 use crate::providers::lines::MAX_LINE_BYTES;
-use crate::schema::{BUILTIN_CODE_REVIEW, Registry};
-use crate::store::{BatchMember, LineResult};
 
 /// How the fake names the contract's unconfirmed fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,7 +254,7 @@ async fn submit_request_matches_the_contract_field_by_field() {
         assert_eq!(chat["response_format"]["json_schema"]["strict"], true);
         assert_eq!(
             chat["response_format"]["json_schema"]["schema"],
-            *schema.provider_schema(crate::schema::Dialect::OpenAiStrict)
+            *schema.provider_schema(crate::domain::schema::Dialect::OpenAiStrict)
         );
     }
 }

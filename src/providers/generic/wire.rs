@@ -7,11 +7,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::GenericFields;
-use crate::lifecycle::FailureClass;
+use crate::domain::batch::{BatchMember, LineResult, Usage};
+use crate::domain::lifecycle::FailureClass;
+use crate::domain::schema::Schema;
 use crate::providers::chat::wire as chat;
 use crate::providers::{ErrorClass, FailureCause, JobPhase, ResultLine, classify_status};
-use crate::schema::Schema;
-use crate::store::{BatchMember, LineResult, Usage};
 
 pub const BATCH_KEY_METADATA: &str = "commitpoint_batch_key";
 

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use reqwest::multipart::{Form, Part};
 use tokio::sync::mpsc;
 
-use crate::schema::{Dialect, Schema};
+use crate::domain::schema::{Dialect, Schema};
 
 use super::chat::wire as chat_wire;
 use super::lines::{Line, Lines};
@@ -23,7 +23,7 @@ use super::{
     PROBE_MAX_OUTPUT_TOKENS, Probe, ProviderError, ResultLine, StreamCounts, classify_status, describe_transport,
     parse_retry_after, probe_member, truncate,
 };
-use crate::store::OutputBudget;
+use crate::domain::batch::OutputBudget;
 
 const PROVIDER: &str = "openai";
 /// How far back (pages of 100) a lost job is looked for: far more than one scheduler
@@ -96,7 +96,7 @@ impl OpenAiBatches {
         let message = parsed.as_ref().and_then(|b| b.error.message.clone()).unwrap_or_else(|| truncate(&body));
         let class = classify_status(status, &headers, code.as_deref());
         let mut failure = error(class, Some(status), format!("{status} {}: {message}", code.unwrap_or_default()));
-        failure.retry_after = parse_retry_after(&headers, crate::clock::now());
+        failure.retry_after = parse_retry_after(&headers, crate::domain::clock::now());
         Err(failure)
     }
 

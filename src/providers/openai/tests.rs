@@ -14,9 +14,9 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::*;
-use crate::identity::{ExtractionId, SourceHash};
-use crate::schema::{BUILTIN_CODE_REVIEW, Registry};
-use crate::store::{BatchMember, LineResult};
+use crate::domain::batch::{BatchMember, LineResult};
+use crate::domain::identity::{ExtractionId, SourceHash};
+use crate::domain::schema::{BUILTIN_CODE_REVIEW, Registry};
 
 #[derive(Debug, Default)]
 struct Seen {

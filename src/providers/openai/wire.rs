@@ -3,10 +3,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::lifecycle::FailureClass;
+use crate::domain::batch::{BatchMember, LineResult, Usage};
+use crate::domain::lifecycle::FailureClass;
+use crate::domain::schema::{Dialect, Schema};
 use crate::providers::chat::wire as chat;
-use crate::schema::{Dialect, Schema};
-use crate::store::{BatchMember, LineResult, Usage};
 
 pub const ENDPOINT: &str = "/v1/chat/completions";
 pub const BATCH_KEY_METADATA: &str = "commitpoint_batch_key";
@@ -244,8 +244,8 @@ mod tests {
 
     #[test]
     fn the_output_budget_is_the_members_own_else_the_default() {
-        use crate::identity::ExtractionId;
-        use crate::schema::{BUILTIN_CODE_REVIEW, Registry};
+        use crate::domain::identity::ExtractionId;
+        use crate::domain::schema::{BUILTIN_CODE_REVIEW, Registry};
         let schema = Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap();
         let mut member =
             BatchMember { id: ExtractionId([1; 32]), source_id: "s".into(), content: "c".into(), output_budget: None };

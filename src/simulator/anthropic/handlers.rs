@@ -47,7 +47,7 @@ pub async fn create(
     lifecycle::advance_all(&mut inner, now, &shared.origin);
     let id = inner.new_id("msgbatch_", 24);
     let faults = inner.faults.clone();
-    let record = Record::new(id, now, crate::clock::now(), requests, faults);
+    let record = Record::new(id, now, crate::domain::clock::now(), requests, faults);
     let view = record.view.clone();
     inner.batch_went_live(&record.custom_ids());
     inner.message_batches.push(record);
@@ -130,7 +130,7 @@ pub async fn cancel(
     lifecycle::advance_one(&mut inner, &id, now, &shared.origin).ok_or_else(|| no_such(&id))?;
     let complete_after = inner.timeline.complete_after();
     let batch = inner.message_batches.iter_mut().find(|b| b.view.id == id).ok_or_else(|| no_such(&id))?;
-    batch.cancel(now, crate::clock::now(), complete_after).map_err(AnthropicError::invalid)?;
+    batch.cancel(now, crate::domain::clock::now(), complete_after).map_err(AnthropicError::invalid)?;
     tracing::info!(batch = %id, "SIMULATED provider: message batch canceling");
     Ok(Json(batch.view.clone()))
 }

@@ -119,7 +119,7 @@ fn admit(shared: &Shared, request: &Request) -> Result<(), AnthropicError> {
         return Err(AnthropicError::invalid("anthropic-version: header is required"));
     }
     match super::take_request_fault(shared, request.uri().path()) {
-        Some(fault) => Err(AnthropicError::injected(fault, crate::clock::now())),
+        Some(fault) => Err(AnthropicError::injected(fault, crate::domain::clock::now())),
         None => Ok(()),
     }
 }

@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::identity::{ExtractionId, SourceHash};
+use crate::domain::batch::{BatchMember, LineResult};
+use crate::domain::identity::{ExtractionId, SourceHash};
+use crate::domain::schema::{BUILTIN_CODE_REVIEW, Registry};
 use crate::providers::anthropic::{AnthropicBatches, AnthropicConfig, ApiKey};
 use crate::providers::{BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, StreamCounts};
-use crate::schema::{BUILTIN_CODE_REVIEW, Registry};
 use crate::simulator::{Dialect, Faults, Simulator, SimulatorConfig, review};
-use crate::store::{BatchMember, LineResult};
 
 const KEY: &str = "sk-ant-sim-key";
 
@@ -90,7 +90,7 @@ async fn results(adapter: &AnthropicBatches, job: &JobStatus) -> (BTreeMap<Strin
 }
 
 fn now_ms() -> u64 {
-    crate::clock::now_ms()
+    crate::domain::clock::now_ms()
 }
 
 #[tokio::test]

@@ -1,0 +1,373 @@
+//! Settings for `serve`. Defaults live here so every entry point agrees on them; the
+//! file format and the merge order are in `file`.
+
+mod extras;
+mod file;
+mod kinds;
+mod limits;
+mod providers;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use std::time::Duration;
+
+pub use crate::http::limits::{DEFAULT_MAX_BODY_BYTES, HEALTH_RESERVE, ServerLimits};
+pub use crate::service::{Field, WebhookOptions};
+pub use extras::SinkOptions;
+pub use file::{DEFAULT_CONFIG_PATH, RawConfig};
+pub use kinds::{
+    AnthropicOptions, ChatOptions, GenericFieldOverrides, GenericOptions, OpenAiBudget, OpenAiOptions, SIMULATOR_MODEL,
+    SimulatorOptions,
+};
+pub use providers::{ProviderKind, ProviderSettings, ProviderSpec};
+
+pub use crate::domain::secret::{KeySource, SecretError};
+use crate::engine::scheduler;
+
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/commitpoint";
+/// redb page cache: enough for the hot B-tree levels; bounded so memory stays flat however
+/// large a batch's result file is.
+pub const DEFAULT_CACHE_BYTES: usize = 16 * 1024 * 1024;
+pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+pub const DEFAULT_OPENAI_KEY_ENV: &str = "OPENAI_API_KEY";
+pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
+/// Past this, one commit would hold the writer (and so every intake) for seconds.
+pub const MAX_FINDINGS_LIMIT: usize = 100_000;
+
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    pub schema_dir: Option<PathBuf>,
+    pub max_body_bytes: usize,
+    /// Cap of the database's page cache.
+    pub cache_bytes: usize,
+    /// Timeouts and the connection cap.
+    pub limits: ServerLimits,
+    /// Every configured provider, each run by its own scheduler. Empty: external workers
+    /// claim pending work.
+    pub providers: Vec<ProviderSettings>,
+    /// How every provider's scheduler forms batches and polls.
+    pub scheduler: scheduler::Settings,
+    pub access: AccessOptions,
+    pub routes: crate::engine::routing::Routes,
+    pub prices: crate::engine::ledger::PriceTable,
+    pub budgets: crate::engine::ledger::Budgets,
+    pub sinks: Vec<SinkOptions>,
+    pub webhooks: Vec<WebhookOptions>,
+    /// One line per old configuration form in use, pointing to its new form; `serve` logs
+    /// them and `config check` prints them.
+    pub notes: Vec<String>,
+    /// `[limits] max_findings_per_output`.
+    pub max_findings: usize,
+}
+
+/// Where the API tokens come from. None configured: the API is open, loopback only.
+#[derive(Debug, Clone, Default)]
+pub struct AccessOptions {
+    pub admin_token: Option<KeySource>,
+    /// A file (or systemd credential) with `tenant token` per line.
+    pub tenant_tokens: Option<KeySource>,
+}
+
+/// The old `--provider` flag and `[provider] kind`: `None` leaves pending work to external
+/// workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProviderChoice {
+    None,
+    Openai,
+    /// The built-in OpenAI Batch API simulator on a loopback port: no key, no cost.
+    Simulator,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    #[error(transparent)]
+    Access(#[from] crate::http::access::LoadError),
+    #[error("{path}: cannot read the configuration file")]
+    ConfigRead {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {reason}")]
+    ConfigParse { path: PathBuf, reason: String },
+    #[error("{key}: {reason}")]
+    Invalid { key: &'static str, reason: String },
+    #[error("providers.{name}: {reason}")]
+    Provider { name: String, reason: String },
+    #[error("provider {name:?}: cannot load its API key")]
+    ProviderSecret {
+        name: String,
+        #[source]
+        source: SecretError,
+    },
+}
+
+/// Values given on the command line or in the environment; they override the file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub data_dir: Option<PathBuf>,
+    pub listen: Option<SocketAddr>,
+    pub schema_dir: Option<PathBuf>,
+    pub max_body_bytes: Option<usize>,
+    pub provider: Option<ProviderChoice>,
+    pub base_url: Option<String>,
+    pub key: Option<KeySource>,
+    pub model: Option<String>,
+    pub batch_max_size: Option<u32>,
+    pub batch_max_wait: Option<Duration>,
+    pub poll_interval: Option<Duration>,
+}
+
+impl ServeOptions {
+    /// Reads the file (`explicit`: it was named, so it must exist) and applies overrides.
+    pub fn load(config_path: &Path, explicit: bool, overrides: Overrides) -> Result<Self, Error> {
+        let raw = file::load(config_path, explicit)?;
+        Self::resolve(raw, overrides)
+    }
+
+    fn resolve(raw: RawConfig, o: Overrides) -> Result<Self, Error> {
+        let limits = limits::resolve(&raw.server)?;
+        let listen = match (o.listen, raw.server.listen) {
+            (Some(addr), _) => addr,
+            (None, Some(text)) => text.parse().map_err(|e| Error::Invalid {
+                key: "server.listen",
+                reason: format!("{text:?} is not an address like 127.0.0.1:7878: {e}"),
+            })?,
+            (None, None) => default_listen(),
+        };
+        let mut scheduler = scheduler::Settings::default();
+        if let Some(size) = o.batch_max_size.or(raw.scheduler.batch_max_size) {
+            if !(1..=50_000).contains(&size) {
+                return Err(Error::Invalid { key: "scheduler.batch_max_size", reason: "must be 1..=50000".into() });
+            }
+            scheduler.batch_max_size = size as usize;
+        }
+        scheduler.batch_max_wait = match (o.batch_max_wait, &raw.scheduler.batch_max_wait) {
+            (Some(d), _) => d,
+            (None, Some(text)) => file::parse_duration("scheduler.batch_max_wait", text)?,
+            (None, None) => scheduler.batch_max_wait,
+        };
+        scheduler.poll_interval = match (o.poll_interval, &raw.scheduler.poll_interval) {
+            (Some(d), _) => d,
+            (None, Some(text)) => file::parse_duration("scheduler.poll_interval", text)?,
+            (None, None) => scheduler.poll_interval,
+        };
+        if scheduler.poll_interval.is_zero() {
+            return Err(Error::Invalid { key: "scheduler.poll_interval", reason: "must be more than 0s".into() });
+        }
+        if let Some(n) = raw.scheduler.max_submit_failures {
+            scheduler.max_submit_failures = n.max(1);
+        }
+        if let Some(text) = &raw.scheduler.job_gone_after {
+            scheduler.job_gone_after = file::parse_duration("scheduler.job_gone_after", text)?;
+        }
+        if let Some(delete) = raw.scheduler.delete_provider_files {
+            scheduler.delete_provider_files = delete;
+        }
+        if let Some(n) = raw.scheduler.max_attempts {
+            if n == 0 {
+                return Err(Error::Invalid { key: "scheduler.max_attempts", reason: "must be at least 1".into() });
+            }
+            scheduler.max_attempts = n;
+        }
+        let resolved = providers::resolve(&raw.provider, &o, raw.providers)?;
+        let access = AccessOptions {
+            admin_token: raw.access.admin_source()?,
+            tenant_tokens: raw.access.tenant_tokens_source()?,
+        };
+        if !listen.ip().is_loopback() && access.admin_token.is_none() {
+            return Err(Error::Invalid {
+                key: "server.listen",
+                reason: format!(
+                    "refusing to listen on {listen} without an admin token: the API would be open to the network \
+                     (set access.admin_token_* or listen on 127.0.0.1)"
+                ),
+            });
+        }
+        let known: Vec<&str> = resolved.providers.iter().map(|p| p.name.as_str()).collect();
+        let routes = raw.routing.resolve(resolved.implied_default.as_deref(), &known)?;
+        Ok(ServeOptions {
+            providers: resolved.providers,
+            scheduler,
+            notes: resolved.notes,
+            routes,
+            prices: extras::resolve_prices(raw.prices)?,
+            budgets: raw.budgets.resolve()?,
+            sinks: extras::resolve_sinks(raw.outbox)?,
+            webhooks: extras::resolve_webhooks(raw.webhooks)?,
+            max_findings: match raw.limits.max_findings_per_output {
+                None => crate::service::DEFAULT_MAX_FINDINGS,
+                Some(n) if (1..=MAX_FINDINGS_LIMIT).contains(&n) => n,
+                Some(_) => {
+                    return Err(Error::Invalid {
+                        key: "limits.max_findings_per_output",
+                        reason: format!("must be 1..={MAX_FINDINGS_LIMIT}"),
+                    });
+                }
+            },
+            access,
+            data_dir: o.data_dir.or(raw.server.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
+            listen,
+            schema_dir: o.schema_dir.or(raw.server.schema_dir),
+            max_body_bytes: o.max_body_bytes.or(raw.server.max_body_bytes).unwrap_or(DEFAULT_MAX_BODY_BYTES),
+            cache_bytes: raw.server.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES),
+            limits,
+        })
+    }
+
+    /// Every configured provider with the structured-output dialect its adapter sends:
+    /// each registered schema must have a view in it, or start-up refuses.
+    pub fn schema_targets(&self) -> Vec<(String, crate::domain::schema::Dialect)> {
+        self.providers.iter().map(|p| (p.name.clone(), p.kind().dialect())).collect()
+    }
+
+    /// The effective configuration as TOML. Secrets never appear: only where they come from.
+    pub fn describe(&self) -> String {
+        let mut text = self.describe_core();
+        let mut extra: Vec<String> = self.providers.iter().map(ProviderSettings::describe).collect();
+        if extra.is_empty() {
+            extra.push("# providers: none; external workers claim pending work".to_string());
+        }
+        extra.push(format!(
+            "[routing]\n{}\n# {} rule(s); reroute_when_paused = {}",
+            self.routes.default.as_ref().map_or_else(|| "# default: none".to_string(), |d| format!("default = {d:?}")),
+            self.routes.rules.len(),
+            self.routes.reroute_when_paused
+        ));
+        extra.push(format!(
+            "# prices: {} model(s); budgets: {} tenant(s) per {:?}",
+            self.prices.len(),
+            self.budgets.limits.len(),
+            self.budgets.period
+        ));
+        let names = |list: Vec<&str>| if list.is_empty() { "none".to_string() } else { list.join(", ") };
+        extra.push(format!(
+            "# outbox sinks: {} (secrets redacted)\n# webhook endpoints: {} (secrets redacted)",
+            names(self.sinks.iter().map(|s| s.name.as_str()).collect()),
+            names(self.webhooks.iter().map(|w| w.name.as_str()).collect())
+        ));
+        extra.push(format!("[limits]\nmax_findings_per_output = {}", self.max_findings));
+        text.push('\n');
+        text.push_str(&extra.join("\n\n"));
+        text.push('\n');
+        text
+    }
+
+    fn describe_core(&self) -> String {
+        let s = &self.scheduler;
+        format!(
+            "[server]\nlisten = \"{}\"\ndata_dir = \"{}\"\n{}\nmax_body_bytes = {}\ncache_bytes = {}\n{}\n\n\
+             [scheduler]\nbatch_max_size = {}\nbatch_max_wait = \"{}\"\npoll_interval = \"{}\"\nmax_submit_failures = {}\n\
+             job_gone_after = \"{}\"\ndelete_provider_files = {}\nmax_attempts = {}\n\n\
+             [access]\n# admin token: {}\n# tenant tokens: {}\n",
+            self.listen,
+            self.data_dir.display(),
+            self.schema_dir.as_ref().map_or_else(
+                || "# schema_dir: none, built-in schemas only".to_string(),
+                |d| format!("schema_dir = \"{}\"", d.display())
+            ),
+            self.max_body_bytes,
+            self.cache_bytes,
+            self.limits.describe(),
+            s.batch_max_size,
+            humantime::format_duration(s.batch_max_wait),
+            humantime::format_duration(s.poll_interval),
+            s.max_submit_failures,
+            humantime::format_duration(s.job_gone_after),
+            s.delete_provider_files,
+            s.max_attempts,
+            self.access
+                .admin_token
+                .as_ref()
+                .map_or_else(|| "none (open API, loopback only)".to_string(), |k| format!("{k} (value redacted)")),
+            self.access.tenant_tokens.as_ref().map_or_else(|| "none".to_string(), |f| format!("{f} (values redacted)")),
+        )
+    }
+}
+
+/// The `[server] listen` address a config file names, if it can be read (client commands
+/// use it to find the server).
+pub fn listen_in_file(path: &Path) -> Option<SocketAddr> {
+    file::load(path, false).ok()?.server.listen?.parse().ok()
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 7878))
+}
+
+#[cfg(test)]
+mod tests {
+
+    use super::*;
+
+    #[test]
+    fn flags_override_the_file_which_overrides_defaults() {
+        let raw: RawConfig = toml::from_str(
+            "[server]\nlisten = \"127.0.0.1:9000\"\ndata_dir = \"/srv/a\"\n[scheduler]\npoll_interval = \"7s\"\n\
+             job_gone_after = \"3m\"\ndelete_provider_files = false",
+        )
+        .unwrap();
+        let overrides = Overrides { data_dir: Some("/srv/b".into()), ..Overrides::default() };
+        let options = ServeOptions::resolve(raw, overrides).unwrap();
+        assert_eq!(options.listen, "127.0.0.1:9000".parse().unwrap());
+        assert_eq!(options.data_dir, PathBuf::from("/srv/b"));
+        assert_eq!(options.scheduler.poll_interval, Duration::from_secs(7));
+        assert_eq!(options.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
+        let described = options.describe();
+        assert!(described.contains("poll_interval = \"7s\""), "{described}");
+        assert!(described.contains("# providers: none"), "{described}");
+        assert_eq!(options.scheduler.job_gone_after, Duration::from_secs(180));
+        assert!(!options.scheduler.delete_provider_files);
+        assert!(described.contains("job_gone_after = \"3m\"\ndelete_provider_files = false"), "{described}");
+        let reparsed: RawConfig = toml::from_str(&described).unwrap();
+        assert_eq!(reparsed.server.data_dir, Some(PathBuf::from("/srv/b")), "check output is a valid config");
+    }
+
+    #[test]
+    fn the_attempt_cap_and_output_budgets_have_defaults_and_refuse_zero() {
+        let resolve = |text: &str| ServeOptions::resolve(toml::from_str(text).unwrap(), Overrides::default());
+        let defaults = resolve("[provider]\nkind = \"openai\"").unwrap();
+        assert_eq!(defaults.scheduler.max_attempts, 5);
+        let ProviderSpec::Openai(openai) = &defaults.providers[0].spec else { panic!("{defaults:?}") };
+        assert_eq!(openai.budget.max_completion_tokens, None);
+        assert_eq!(openai.budget.max_completion_tokens_cap, 16_384);
+        let set = resolve(
+            "[scheduler]\nmax_attempts = 3\n[provider]\nkind = \"openai\"\nmax_completion_tokens = 1000\n\
+             max_completion_tokens_cap = 4000\n\
+             [providers.chat]\nbase_url = \"http://127.0.0.1:1/v1\"\nmodel = \"m\"\nmax_tokens_cap = 2048\n",
+        )
+        .unwrap();
+        assert_eq!(set.scheduler.max_attempts, 3);
+        let ProviderSpec::Openai(openai) = &set.providers[0].spec else { panic!("{set:?}") };
+        assert_eq!((openai.budget.max_completion_tokens, openai.budget.max_completion_tokens_cap), (Some(1000), 4000));
+        let ProviderSpec::Chat(chat) = &set.providers[1].spec else { panic!("{set:?}") };
+        assert_eq!((chat.max_tokens, chat.max_tokens_cap), (None, 2048));
+        let described = set.describe();
+        assert!(described.contains("max_attempts = 3") && described.contains("max_completion_tokens = 1000"));
+        let reparsed: RawConfig = toml::from_str(&described).unwrap();
+        assert_eq!(reparsed.scheduler.max_attempts, Some(3));
+        for (text, key) in [
+            ("[scheduler]\nmax_attempts = 0", "scheduler.max_attempts"),
+            ("[provider]\nmax_completion_tokens_cap = 0", "provider.max_completion_tokens_cap"),
+            (
+                "[providers.anthropic]\nmodel = \"m\"\napi_key_env = \"X\"\nmax_tokens_cap = 0",
+                "providers.anthropic: max_tokens_cap",
+            ),
+        ] {
+            let err = resolve(text).unwrap_err();
+            assert!(err.to_string().starts_with(key), "{err}");
+        }
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let raw: RawConfig = toml::from_str("[server]\nlisten = \"everywhere\"").unwrap();
+        let err = ServeOptions::resolve(raw, Overrides::default()).unwrap_err();
+        assert!(err.to_string().starts_with("server.listen"), "{err}");
+    }
+}

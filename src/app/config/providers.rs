@@ -1,0 +1,332 @@
+//! `[providers.<name>]`: every provider is a named table with a `kind`, so two accounts of
+//! one kind (or an OpenAI-compatible platform beside OpenAI) run side by side. The table's
+//! name is the provider's name everywhere: in the store, routing, pause/resume, /healthz.
+//!
+//! The old forms still work, each with a note: `[provider]` and the `--provider` flags
+//! (named `openai` or `simulator`), and `[providers.anthropic|generic|chat]` without
+//! `kind`. Batches already stored under those names keep being driven because the
+//! shorthands produce exactly those names.
+
+use std::collections::BTreeMap;
+
+use super::ProviderChoice;
+use super::extras::name_ok;
+use super::file::RawProvider;
+use super::kinds::{
+    AnthropicOptions, ChatOptions, GenericOptions, OpenAiBudget, OpenAiOptions, RawAnthropic, RawChat, RawGeneric,
+    RawOpenAi, RawSimulator, SIMULATOR_MODEL, SimulatorOptions, at_least_one,
+};
+use super::{DEFAULT_MODEL, DEFAULT_OPENAI_BASE_URL, DEFAULT_OPENAI_KEY_ENV, Error, KeySource, Overrides};
+use crate::domain::schema::Dialect;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    Openai,
+    Anthropic,
+    Generic,
+    Chat,
+    Simulator,
+}
+
+impl ProviderKind {
+    const ALL: [ProviderKind; 5] = [
+        ProviderKind::Openai,
+        ProviderKind::Anthropic,
+        ProviderKind::Generic,
+        ProviderKind::Chat,
+        ProviderKind::Simulator,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Openai => "openai",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Generic => "generic",
+            ProviderKind::Chat => "chat",
+            ProviderKind::Simulator => "simulator",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == text)
+    }
+
+    /// The structured-output dialect the kind's adapter sends. The generic contract's
+    /// items and the chat adapter both carry a strict chat body.
+    pub fn dialect(self) -> Dialect {
+        match self {
+            ProviderKind::Anthropic => Dialect::AnthropicTool,
+            ProviderKind::Openai | ProviderKind::Generic | ProviderKind::Chat | ProviderKind::Simulator => {
+                Dialect::OpenAiStrict
+            }
+        }
+    }
+
+    /// `submit` returns with the answers (a chat server called synchronously).
+    pub fn is_synchronous(self) -> bool {
+        self == ProviderKind::Chat
+    }
+}
+
+/// One configured provider: its name, and its kind with that kind's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderSettings {
+    pub name: String,
+    pub spec: ProviderSpec,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProviderSpec {
+    Openai(OpenAiOptions),
+    /// The built-in simulator, started on a loopback port for this provider.
+    Simulator(SimulatorOptions),
+    Anthropic(AnthropicOptions),
+    /// Boxed: its field-name overrides make it several times larger than the others.
+    Generic(Box<GenericOptions>),
+    Chat(ChatOptions),
+}
+
+impl ProviderSettings {
+    pub fn kind(&self) -> ProviderKind {
+        match self.spec {
+            ProviderSpec::Openai(_) => ProviderKind::Openai,
+            ProviderSpec::Simulator(_) => ProviderKind::Simulator,
+            ProviderSpec::Anthropic(_) => ProviderKind::Anthropic,
+            ProviderSpec::Generic(_) => ProviderKind::Generic,
+            ProviderSpec::Chat(_) => ProviderKind::Chat,
+        }
+    }
+
+    pub fn key_source(&self) -> Option<&KeySource> {
+        match &self.spec {
+            ProviderSpec::Openai(o) => Some(&o.key),
+            ProviderSpec::Anthropic(a) => Some(&a.key),
+            ProviderSpec::Generic(g) => Some(&g.key),
+            ProviderSpec::Chat(c) => c.key.as_ref(),
+            ProviderSpec::Simulator(_) => None,
+        }
+    }
+
+    /// The provider's API key, read from where the config names it: the one loader both
+    /// `serve` and `config check` use, so a config the check passes does not fail at start.
+    /// `None` when the kind takes no key or none is configured for it.
+    pub fn load_secret(&self) -> Result<Option<String>, Error> {
+        let Some(source) = self.key_source() else { return Ok(None) };
+        source.load_secret().map(Some).map_err(|e| Error::ProviderSecret { name: self.name.clone(), source: e })
+    }
+
+    /// The provider as a `[providers.<name>]` table; the key only says where it comes from.
+    pub fn describe(&self) -> String {
+        let mut lines = vec![format!("[providers.{}]", self.name), format!("kind = \"{}\"", self.kind().as_str())];
+        let line = |lines: &mut Vec<String>, key: &str, value: &str| lines.push(format!("{key} = {value:?}"));
+        // Unset budgets are comments, so the output stays a config that reads back the same.
+        let budget = |lines: &mut Vec<String>, key: &str, value: Option<u32>, unset: &str| {
+            lines.push(value.map_or_else(|| format!("# {key}: unset, {unset}"), |n| format!("{key} = {n}")));
+        };
+        match &self.spec {
+            ProviderSpec::Openai(OpenAiOptions { base_url, model, budget: b, .. }) => {
+                line(&mut lines, "base_url", base_url);
+                line(&mut lines, "model", model);
+                budget(&mut lines, "max_completion_tokens", b.max_completion_tokens, "the model's own limit");
+                budget(&mut lines, "max_completion_tokens_cap", Some(b.max_completion_tokens_cap), "");
+            }
+            ProviderSpec::Simulator(SimulatorOptions { model, budget: b }) => {
+                line(&mut lines, "model", model);
+                budget(&mut lines, "max_completion_tokens", b.max_completion_tokens, "the model's own limit");
+                budget(&mut lines, "max_completion_tokens_cap", Some(b.max_completion_tokens_cap), "");
+            }
+            ProviderSpec::Anthropic(a) => {
+                if let Some(base) = &a.base_url {
+                    line(&mut lines, "base_url", base);
+                }
+                line(&mut lines, "model", &a.model);
+                budget(&mut lines, "max_tokens", Some(a.max_tokens), "");
+                budget(&mut lines, "max_tokens_cap", Some(a.max_tokens_cap), "");
+            }
+            ProviderSpec::Generic(g) => {
+                line(&mut lines, "base_url", &g.base_url);
+                line(&mut lines, "model", &g.model);
+                budget(&mut lines, "max_tokens", g.max_tokens, "the model's own limit");
+                budget(&mut lines, "max_tokens_cap", Some(g.max_tokens_cap), "");
+            }
+            ProviderSpec::Chat(c) => {
+                line(&mut lines, "base_url", &c.base_url);
+                line(&mut lines, "model", &c.model);
+                budget(&mut lines, "max_tokens", c.max_tokens, "the server's own limit");
+                budget(&mut lines, "max_tokens_cap", Some(c.max_tokens_cap), "");
+            }
+        }
+        match self.key_source() {
+            Some(key) => lines.push(format!("# api key: {key} (value redacted)")),
+            None => lines.push("# api key: none".to_string()),
+        }
+        lines.join("\n")
+    }
+}
+
+/// Every configured provider, in a fixed order (the old primary first, then the tables),
+/// the provider unrouted work goes to when `[routing] default` does not say, and notes
+/// for operators on the old forms used.
+#[derive(Debug, Default)]
+pub(super) struct Resolved {
+    pub providers: Vec<ProviderSettings>,
+    pub implied_default: Option<String>,
+    pub notes: Vec<String>,
+}
+
+/// The names the old shorthand tables imply their kind from, in the order they became
+/// the default provider before tables were named.
+const SHORTHAND_TABLES: [ProviderKind; 3] = [ProviderKind::Anthropic, ProviderKind::Generic, ProviderKind::Chat];
+
+pub(super) fn resolve(
+    primary: &RawProvider,
+    o: &Overrides,
+    tables: BTreeMap<String, toml::Table>,
+) -> Result<Resolved, Error> {
+    let mut resolved = Resolved::default();
+    let primary = resolve_primary(primary, o, &mut resolved.notes)?;
+    let mut shorthand = Vec::new();
+    let mut named = Vec::new();
+    for (name, table) in tables {
+        let (settings, implied) = resolve_table(name, table)?;
+        if implied {
+            resolved.notes.push(format!(
+                "[providers.{0}] without `kind` is the old form and still works; add kind = \"{0}\" to it",
+                settings.name
+            ));
+            shorthand.push(settings);
+        } else {
+            named.push(settings);
+        }
+    }
+    shorthand.sort_by_key(|s| SHORTHAND_TABLES.iter().position(|k| *k == s.kind()));
+    if let Some(p) = &primary
+        && let Some(twin) = shorthand.iter().chain(&named).find(|s| s.name == p.name)
+    {
+        return Err(Error::Invalid {
+            key: "providers",
+            reason: format!(
+                "the provider name {:?} is configured twice: by [provider] (or --provider) and by [providers.{}]",
+                p.name, twin.name
+            ),
+        });
+    }
+    // Before tables had names the primary, else the first shorthand, took unrouted work;
+    // with several named tables and neither, which one does must be said.
+    let old_form = primary.is_some() || !shorthand.is_empty();
+    let all: Vec<ProviderSettings> = primary.into_iter().chain(shorthand).chain(named).collect();
+    if old_form || all.len() == 1 {
+        resolved.implied_default = all.first().map(|s| s.name.clone());
+    }
+    resolved.providers = all;
+    Ok(resolved)
+}
+
+/// `[provider]` and the `--provider…` flags: the provider named `openai` or `simulator`.
+fn resolve_primary(
+    raw: &RawProvider,
+    o: &Overrides,
+    notes: &mut Vec<String>,
+) -> Result<Option<ProviderSettings>, Error> {
+    let file_key = raw.key_source()?;
+    let choice = o.provider.or(raw.kind.map(Into::into)).unwrap_or(ProviderChoice::None);
+    if !raw.is_empty() {
+        notes.push(match choice {
+            ProviderChoice::None => {
+                "[provider] is the old form and still works; naming no provider, it can simply be removed".to_string()
+            }
+            _ => format!(
+                "[provider] is the old form and still works; the new form is [providers.{0}] with kind = \"{0}\"",
+                choice_name(choice)
+            ),
+        });
+    }
+    let flags = o.provider.is_some() || o.base_url.is_some() || o.key.is_some() || o.model.is_some();
+    if flags && choice != ProviderChoice::None {
+        notes.push(format!(
+            "the --provider, --provider-base-url, --provider-key-* and --model flags are the old form and still \
+             work; the new form is a [providers.{0}] table with kind = \"{0}\" in the config file",
+            choice_name(choice)
+        ));
+    }
+    let model = o.model.clone().or_else(|| raw.model.clone()).unwrap_or_else(|| DEFAULT_MODEL.to_string());
+    // Checked even when no provider is chosen, as before tables were named.
+    let budget = OpenAiBudget {
+        max_completion_tokens: at_least_one("provider.max_completion_tokens", raw.max_completion_tokens)?,
+        max_completion_tokens_cap: at_least_one("provider.max_completion_tokens_cap", raw.max_completion_tokens_cap)?
+            .unwrap_or(OpenAiBudget::default().max_completion_tokens_cap),
+    };
+    let spec = match choice {
+        ProviderChoice::None => return Ok(None),
+        ProviderChoice::Openai => ProviderSpec::Openai(OpenAiOptions {
+            base_url: o
+                .base_url
+                .clone()
+                .or_else(|| raw.base_url.clone())
+                .unwrap_or_else(|| DEFAULT_OPENAI_BASE_URL.to_string()),
+            model,
+            key: o.key.clone().or(file_key).unwrap_or_else(|| KeySource::Env(DEFAULT_OPENAI_KEY_ENV.to_string())),
+            budget,
+        }),
+        // The OpenAI default model means nothing to the simulator: it gets its own.
+        ProviderChoice::Simulator => ProviderSpec::Simulator(SimulatorOptions {
+            model: if model == DEFAULT_MODEL { SIMULATOR_MODEL.to_string() } else { model },
+            budget,
+        }),
+    };
+    Ok(Some(ProviderSettings { name: choice_name(choice).to_string(), spec }))
+}
+
+fn choice_name(choice: ProviderChoice) -> &'static str {
+    match choice {
+        ProviderChoice::None => "none",
+        ProviderChoice::Openai => "openai",
+        ProviderChoice::Simulator => "simulator",
+    }
+}
+
+/// One `[providers.<name>]` table; `true` when its kind was implied by its name.
+fn resolve_table(name: String, mut table: toml::Table) -> Result<(ProviderSettings, bool), Error> {
+    let invalid = |reason: String| Error::Provider { name: name.clone(), reason };
+    name_ok("providers", &name).map_err(|e| invalid(e.to_string()))?;
+    let kinds = || ProviderKind::ALL.map(ProviderKind::as_str).join(", ");
+    let (kind, implied) = match table.remove("kind") {
+        Some(toml::Value::String(text)) => match ProviderKind::parse(&text) {
+            Some(kind) => (kind, false),
+            None => return Err(invalid(format!("kind {text:?} is not one of {}", kinds()))),
+        },
+        Some(other) => return Err(invalid(format!("kind must be a string (one of {}), not {other}", kinds()))),
+        None => match SHORTHAND_TABLES.into_iter().find(|k| k.as_str() == name) {
+            Some(kind) => (kind, true),
+            None => return Err(invalid(format!("`kind` is required (one of {})", kinds()))),
+        },
+    };
+    let value = toml::Value::Table(table);
+    let parse_error = |e: toml::de::Error| invalid(e.message().trim().to_string());
+    let in_table = |e: Error| match e {
+        Error::Invalid { key, reason } => invalid(format!("{key}: {reason}")),
+        other => invalid(other.to_string()),
+    };
+    let spec = match kind {
+        ProviderKind::Openai => {
+            ProviderSpec::Openai(value.try_into::<RawOpenAi>().map_err(parse_error)?.resolve().map_err(in_table)?)
+        }
+        ProviderKind::Simulator => {
+            ProviderSpec::Simulator(value.try_into::<RawSimulator>().map_err(parse_error)?.resolve().map_err(in_table)?)
+        }
+        ProviderKind::Anthropic => {
+            ProviderSpec::Anthropic(value.try_into::<RawAnthropic>().map_err(parse_error)?.resolve().map_err(in_table)?)
+        }
+        ProviderKind::Generic => ProviderSpec::Generic(Box::new(
+            value.try_into::<RawGeneric>().map_err(parse_error)?.resolve().map_err(in_table)?,
+        )),
+        ProviderKind::Chat => {
+            ProviderSpec::Chat(value.try_into::<RawChat>().map_err(parse_error)?.resolve().map_err(in_table)?)
+        }
+    };
+    Ok((ProviderSettings { name, spec }, implied))
+}
+
+#[cfg(test)]
+#[path = "providers_tests.rs"]
+mod tests;

@@ -1,0 +1,160 @@
+//! The provider registry: the one place typed provider settings become adapters. `serve`
+//! and `provider check` build through [`build`]; `config check` runs [`check`], the same
+//! secret loading and adapter set-up without starting anything, so a configuration the
+//! check passes does not fail at start.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::app::config::{self, ProviderKind, ProviderSettings, ProviderSpec};
+use crate::providers::anthropic::{AnthropicBatches, AnthropicConfig};
+use crate::providers::chat::{ChatCompletions, ChatConfig};
+use crate::providers::generic::{GenericBatches, GenericConfig};
+use crate::providers::openai::{OpenAiBatches, OpenAiConfig};
+use crate::providers::{ApiKey, BatchProvider, ProviderError};
+use crate::simulator::{Simulator, SimulatorConfig};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] config::Error),
+    #[error("provider {name:?}: cannot set it up")]
+    Provider {
+        name: String,
+        #[source]
+        source: ProviderError,
+    },
+    #[error("provider {name:?}: {reason}")]
+    Setup { name: String, reason: String },
+    #[error("provider {name:?}: cannot start the built-in simulator")]
+    Simulator {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// Configuration mistakes an operator must fix; restarting will not help.
+    pub fn is_config(&self) -> bool {
+        !matches!(self, Error::Simulator { .. })
+    }
+}
+
+/// One running provider: its adapter, and its kind (schedulers pace synchronous kinds
+/// differently).
+#[derive(Debug, Clone)]
+pub struct Built {
+    pub kind: ProviderKind,
+    pub adapter: Arc<dyn BatchProvider>,
+}
+
+/// Every configured provider's adapter, in configuration order, and the embedded
+/// simulators they talk to (each lives as long as its handle).
+#[derive(Debug, Default)]
+pub struct Providers {
+    pub providers: Vec<Built>,
+    pub simulators: Vec<Simulator>,
+}
+
+/// Builds every provider; a `simulator` kind starts its simulator on a loopback port.
+pub async fn build(settings: &[ProviderSettings]) -> Result<Providers, Error> {
+    let mut built = Providers::default();
+    for provider in settings {
+        let simulator_url = match &provider.spec {
+            ProviderSpec::Simulator(_) => {
+                let simulator = Simulator::start(([127, 0, 0, 1], 0).into(), SimulatorConfig::default())
+                    .await
+                    .map_err(|source| Error::Simulator { name: provider.name.clone(), source })?;
+                let url = simulator.base_url();
+                tracing::warn!(provider = %provider.name, %url, "provider is the built-in SIMULATOR: results come from a rule-based stand-in, not a model");
+                built.simulators.push(simulator);
+                Some(url)
+            }
+            _ => None,
+        };
+        let adapter = adapter(provider, simulator_url)?;
+        built.providers.push(Built { kind: provider.kind(), adapter });
+    }
+    Ok(built)
+}
+
+/// Everything [`build`] does that can fail on configuration (secrets, URLs, keys an HTTP
+/// header cannot carry), without starting a simulator or calling anyone.
+pub fn check(settings: &[ProviderSettings]) -> Result<(), Error> {
+    for provider in settings {
+        if !matches!(provider.spec, ProviderSpec::Simulator(_)) {
+            adapter(provider, None)?;
+        }
+    }
+    Ok(())
+}
+
+fn adapter(settings: &ProviderSettings, simulator_url: Option<String>) -> Result<Arc<dyn BatchProvider>, Error> {
+    let name = settings.name.clone();
+    let secret = settings.load_secret()?;
+    let key = || ApiKey::new(secret.clone().unwrap_or_default());
+    let provider_error = |source| Error::Provider { name: name.clone(), source };
+    let adapter: Arc<dyn BatchProvider> = match &settings.spec {
+        ProviderSpec::Openai(o) => Arc::new(
+            OpenAiBatches::new(OpenAiConfig {
+                name: name.clone(),
+                base_url: o.base_url.clone(),
+                api_key: key(),
+                model: o.model.clone(),
+                request_timeout: Duration::from_secs(120),
+                max_completion_tokens: o.budget.max_completion_tokens,
+                max_completion_tokens_cap: o.budget.max_completion_tokens_cap,
+            })
+            .map_err(provider_error)?,
+        ),
+        ProviderSpec::Simulator(s) => Arc::new(
+            OpenAiBatches::new(OpenAiConfig {
+                name: name.clone(),
+                base_url: simulator_url.unwrap_or_default(),
+                api_key: ApiKey::new("simulator-needs-no-key".to_string()),
+                model: s.model.clone(),
+                request_timeout: Duration::from_secs(30),
+                max_completion_tokens: s.budget.max_completion_tokens,
+                max_completion_tokens_cap: s.budget.max_completion_tokens_cap,
+            })
+            .map_err(provider_error)?,
+        ),
+        ProviderSpec::Anthropic(a) => {
+            let mut config = AnthropicConfig { name: name.clone(), ..AnthropicConfig::new(key(), a.model.clone()) };
+            if let Some(base) = &a.base_url {
+                config.base_url = base.clone();
+            }
+            config.max_tokens = a.max_tokens;
+            config.max_tokens_cap = a.max_tokens_cap;
+            let adapter = AnthropicBatches::new(config)
+                .map_err(|e| Error::Setup { name: name.clone(), reason: e.to_string() })?;
+            Arc::new(adapter)
+        }
+        ProviderSpec::Generic(g) => {
+            let mut config = GenericConfig::new(g.base_url.clone(), key(), g.model.clone());
+            config.name = name.clone();
+            if let Some(capability) = &g.capability {
+                config.capability = capability.clone();
+            }
+            config.max_tokens = g.max_tokens;
+            config.max_tokens_cap = g.max_tokens_cap;
+            g.fields
+                .apply(&mut config.fields)
+                .map_err(|e| Error::Setup { name: name.clone(), reason: e.to_string() })?;
+            Arc::new(GenericBatches::new(config).map_err(provider_error)?)
+        }
+        ProviderSpec::Chat(c) => {
+            let mut config = ChatConfig::new(c.base_url.clone(), c.model.clone());
+            config.name = name.clone();
+            config.api_key = secret.clone().map(ApiKey::new);
+            if let Some(concurrency) = c.concurrency {
+                config.concurrency = concurrency;
+            }
+            config.max_tokens = c.max_tokens;
+            config.max_tokens_cap = c.max_tokens_cap;
+            Arc::new(ChatCompletions::new(config).map_err(provider_error)?)
+        }
+    };
+    Ok(adapter)
+}

@@ -1,0 +1,280 @@
+//! Starting and stopping the service: bind first, open the store, then serve; on stop,
+//! drain HTTP, then let the writer commit its last batch and close the file.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::app::config::{self, ProviderKind, ServeOptions};
+use crate::app::provider_registry;
+use crate::domain::schema::{self, Registry};
+use crate::engine::outbox::Sink;
+use crate::engine::routing::Router;
+use crate::engine::scheduler::{self, Scheduler};
+use crate::engine::supervisor::{Failures, Supervisor};
+use crate::engine::webhook::WebhookSecret;
+use crate::http::access::AccessPolicy;
+use crate::service::Endpoint;
+use crate::service::Service;
+use crate::simulator::Simulator;
+use crate::store::Policies;
+use crate::store::{self, Store, WriterGuard};
+
+/// How long shutdown waits for in-flight HTTP requests (kept well under systemd's
+/// default stop timeout).
+const HTTP_DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+/// How long shutdown waits for the schedulers and the other background tasks to finish
+/// their current step.
+const TASK_STOP_DEADLINE: Duration = Duration::from_secs(10);
+/// How long shutdown waits for stray reads to let go of the database file.
+const FILE_CLOSE_DEADLINE: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot listen on {addr}: is another process using it?")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Schema(#[from] schema::Error),
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    #[error(transparent)]
+    Config(#[from] config::Error),
+    #[error(transparent)]
+    Providers(#[from] provider_registry::Error),
+    #[error("the HTTP server failed")]
+    Serve(#[source] std::io::Error),
+    #[error("startup task failed: {0}")]
+    Task(String),
+    #[error("{0}")]
+    Setup(String),
+    #[error(transparent)]
+    Webhook(#[from] crate::service::EndpointError),
+}
+
+impl Error {
+    /// Configuration mistakes an operator must fix; restarting will not help.
+    pub fn is_config(&self) -> bool {
+        matches!(self, Error::Bind { .. } | Error::Schema(_) | Error::Config(_) | Error::Setup(_) | Error::Webhook(_))
+            || matches!(self, Error::Providers(e) if e.is_config())
+    }
+}
+
+#[derive(Debug)]
+pub struct Server {
+    addr: SocketAddr,
+    data_dir: PathBuf,
+    /// Every background task, HTTP included.
+    supervisor: Supervisor,
+    http: JoinHandle<()>,
+    /// What a reload can change: routing and budgets, and the prices the writer applies.
+    router: Arc<Router>,
+    store: Store,
+    sink_names: Vec<String>,
+    service: Service,
+    /// The embedded simulators of `simulator`-kind providers.
+    simulators: Vec<Simulator>,
+    writer: WriterGuard,
+}
+
+impl Server {
+    pub async fn start(options: &ServeOptions) -> Result<Server, Error> {
+        // Secrets first: a bad token file is a configuration error, before anything binds.
+        let access = AccessPolicy::load(options.access.admin_token.as_ref(), options.access.tenant_tokens.as_ref())
+            .map_err(config::Error::from)?;
+        let listener =
+            TcpListener::bind(options.listen).await.map_err(|source| Error::Bind { addr: options.listen, source })?;
+        let addr = listener.local_addr().map_err(Error::Serve)?;
+        let schema_dir = options.schema_dir.clone();
+        let registry = tokio::task::spawn_blocking(move || Registry::load(schema_dir.as_deref()))
+            .await
+            .map_err(|e| Error::Task(e.to_string()))??;
+        registry.check_providers(&options.schema_targets())?;
+        let data_dir = options.data_dir.clone();
+        let cache_bytes = options.cache_bytes;
+        let (store, writer) = tokio::task::spawn_blocking(move || Store::open(&data_dir, cache_bytes))
+            .await
+            .map_err(|e| Error::Task(e.to_string()))??;
+        crate::http::metrics::init();
+        let provider_registry::Providers { providers, simulators } =
+            provider_registry::build(&options.providers).await?;
+        let sinks = load_sinks(&options.sinks)?;
+        let webhooks = options.webhooks.iter().map(Endpoint::load).collect::<Result<Vec<_>, _>>()?;
+        store.set_policies(Policies {
+            sinks: sinks.iter().map(|s| s.name.clone()).collect(),
+            pricing: Arc::new(options.prices.clone()),
+        });
+        let supervisor = Supervisor::new();
+        crate::app::systemd::spawn_watchdog(store.clone(), &supervisor);
+        let router = Arc::new(Router::new(options.routes.clone(), options.budgets.clone()));
+        let outbox_wake = Arc::new(Notify::new());
+        let mut service = Service::new(store.clone(), registry)
+            .with_backup_dir(options.data_dir.join("backups"))
+            .with_router(Arc::clone(&router))
+            .with_webhooks(webhooks)
+            .with_outbox_wake(Arc::clone(&outbox_wake))
+            .with_max_findings(options.max_findings)
+            .with_task_failures(supervisor.failures());
+        if let Err(e) = service.load_last_backup().await {
+            tracing::warn!(error = %e, "cannot read the last backup time");
+        }
+        let mut wakes = Vec::new();
+        for provider in &providers {
+            let paused = store.provider_paused(provider.adapter.name()).await?;
+            router.set_paused(provider.adapter.name(), paused);
+            wakes.push((Arc::new(Notify::new()), paused));
+        }
+        // Every scheduler gets a service that can wake all of them (and knows every provider).
+        let mut healths = Vec::new();
+        for (provider, (wake, paused)) in providers.iter().zip(&wakes) {
+            let health = crate::domain::health::SharedHealth::new(provider.adapter.name());
+            health.set_operator_pause(*paused);
+            healths.push(health.clone());
+            service = service.with_scheduler(Arc::clone(wake), health);
+        }
+        for ((provider, (wake, _)), health) in providers.into_iter().zip(wakes).zip(healths) {
+            let settings = settings_for(provider.kind, &options.scheduler);
+            let context = scheduler::Context {
+                store: store.clone(),
+                committer: service.committer(),
+                signals: service.signals().clone(),
+                router: Arc::clone(&router),
+                registry: service.registry().clone(),
+                wake,
+                health,
+            };
+            Scheduler::spawn(context, provider.adapter, settings, &supervisor);
+        }
+        let reload_store = store.clone();
+        let sink_names: Vec<String> = sinks.iter().map(|s| s.name.clone()).collect();
+        if !sinks.is_empty() {
+            crate::engine::outbox::spawn(store.clone(), sinks, outbox_wake, &supervisor)
+                .map_err(|e| Error::Task(e.to_string()))?;
+        }
+        let reload_service = service.clone();
+        let body =
+            crate::http::BodyLimits { max_bytes: options.max_body_bytes, deadline: options.limits.body_read_timeout };
+        let app = crate::http::router(service, body, Arc::new(access));
+        let stop = supervisor.token();
+        let serve = crate::http::serve(listener, app, options.limits, async move { stop.cancelled().await });
+        let http = supervisor.spawn("http", serve);
+        tracing::info!(%addr, data_dir = %options.data_dir.display(), "commitpoint is serving");
+        Ok(Server {
+            addr,
+            data_dir: options.data_dir.clone(),
+            supervisor,
+            http,
+            router,
+            store: reload_store,
+            sink_names,
+            service: reload_service,
+            simulators,
+            writer,
+        })
+    }
+
+    /// Applies a re-read configuration's routing, budgets and prices (SIGHUP). Everything
+    /// else (listen address, providers, sinks, webhooks, tokens) takes a restart.
+    pub fn reload(&self, options: &ServeOptions) {
+        self.router.configure(options.routes.clone(), options.budgets.clone());
+        self.store.set_policies(Policies { sinks: self.sink_names.clone(), pricing: Arc::new(options.prices.clone()) });
+        // Work held or routed elsewhere until now may be free to go.
+        self.service.wake_schedulers();
+        tracing::info!(
+            rules = options.routes.rules.len(),
+            budgets = options.budgets.limits.len(),
+            prices = options.prices.len(),
+            "configuration reloaded: routing, budgets and prices apply now; other settings take effect at the next restart"
+        );
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The first embedded simulator, when one is a provider (the demo turns its faults on).
+    pub fn simulator(&self) -> Option<&Simulator> {
+        self.simulators.first()
+    }
+
+    pub fn database_path(&self) -> PathBuf {
+        self.data_dir.join(store::FILE_NAME)
+    }
+
+    /// Resolves once a background task has failed; the caller should then `stop` and
+    /// exit non-zero.
+    pub async fn task_failed(&self) {
+        self.supervisor.failed().await;
+    }
+
+    /// The background tasks that failed so far (panicked or ended with an error).
+    pub fn task_failures(&self) -> Failures {
+        self.supervisor.failures()
+    }
+
+    /// Stops accepting, waits for in-flight requests and the background tasks' current
+    /// steps, then closes the store.
+    pub async fn stop(mut self) -> Result<(), Error> {
+        crate::app::systemd::stopping();
+        self.supervisor.shutdown();
+        // A client that stalls mid-request must not hold the process (and the store) open
+        // past the deadline: after it, remaining connections are cut.
+        if tokio::time::timeout(HTTP_DRAIN_DEADLINE, &mut self.http).await.is_err() {
+            tracing::warn!(deadline = ?HTTP_DRAIN_DEADLINE, "requests still open at the drain deadline; closing them");
+            self.http.abort();
+        }
+        self.supervisor.stop(TASK_STOP_DEADLINE).await;
+        for simulator in self.simulators.drain(..) {
+            simulator.stop().await;
+        }
+        let writer = self.writer;
+        tokio::task::spawn_blocking(move || writer.join()).await.map_err(|e| Error::Task(e.to_string()))?;
+        // A read started by a request that was cut off may still hold the file for a
+        // moment; the file is closed (its lock released) only when the last handle goes.
+        drop(self.service);
+        if !self.store.wait_until_last_handle(FILE_CLOSE_DEADLINE).await {
+            tracing::warn!("the database file is still referenced at exit; the OS releases it with the process");
+        }
+        Ok(())
+    }
+}
+
+/// A synchronous provider has its answers when `submit` returns: small batches keep each
+/// submit short, and its "poll" can follow at once.
+fn settings_for(kind: ProviderKind, base: &scheduler::Settings) -> scheduler::Settings {
+    let mut settings = base.clone();
+    if kind.is_synchronous() {
+        settings.batch_max_size = settings.batch_max_size.min(32);
+        settings.poll_interval = Duration::from_millis(20);
+    }
+    settings
+}
+
+fn load_sinks(options: &[config::SinkOptions]) -> Result<Vec<Sink>, Error> {
+    options
+        .iter()
+        .map(|s| {
+            let text = s.secret.load_secret().map_err(config::Error::from)?;
+            let secret = WebhookSecret::standard(&text)
+                .map_err(|e| Error::Setup(format!("outbox sink {}: the secret is unusable: {e}", s.name)))?;
+            Ok(Sink {
+                name: s.name.clone(),
+                url: s.url.clone(),
+                secret,
+                max_attempts: s.max_attempts,
+                max_age: s.max_age,
+                timeout: s.timeout,
+            })
+        })
+        .collect()
+}

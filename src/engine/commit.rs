@@ -1,0 +1,179 @@
+//! From an answer to a commit: an output is judged against its schema outside the
+//! writer, then committed (or failed) in one transaction under the authority it came with.
+//! The scheduler commits providers' staged answers here; the service judges workers'
+//! outputs with the same rules.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use crate::domain::lifecycle::TransitionError;
+use crate::domain::schema::{self, Registry, Schema, ValidationIssue};
+use crate::store::{self, Authority, Charge, PostOutcome, PostResult, ReadyItem, Store, Submission};
+
+/// Findings one output may hold unless configured otherwise: far above any real review,
+/// far below what makes a single commit hold up everyone's intake.
+pub const DEFAULT_MAX_FINDINGS: usize = 1000;
+/// A failure reason is cut here: it is stored with the record and shown to operators.
+pub const MAX_REASON_CHARS: usize = 2000;
+
+/// How schedulers learn that work arrived: a count of extractions that became pending
+/// since start, and one wake-up per scheduler. Clones share the count.
+#[derive(Debug, Clone, Default)]
+pub struct WorkSignals {
+    arrivals: Arc<AtomicU64>,
+    wakes: Vec<Arc<Notify>>,
+}
+
+impl WorkSignals {
+    pub fn add_scheduler(&mut self, wake: Arc<Notify>) {
+        self.wakes.push(wake);
+    }
+
+    /// New pending work: counted, and every scheduler looks for work again.
+    pub fn arrived(&self) {
+        self.arrivals.fetch_add(1, Ordering::Relaxed);
+        self.wake_all();
+    }
+
+    /// Every scheduler looks for work again (each keeps one wake-up permit).
+    pub fn wake_all(&self) {
+        self.wakes.iter().for_each(|w| w.notify_one());
+    }
+
+    pub fn arrivals(&self) -> u64 {
+        self.arrivals.load(Ordering::Relaxed)
+    }
+}
+
+/// Why an output is refused.
+#[derive(Debug, Clone)]
+pub enum Refusal {
+    TooManyFindings(usize),
+    Invalid(Vec<ValidationIssue>),
+}
+
+/// The schemas and the per-output findings cap: what an output is judged by.
+#[derive(Debug, Clone)]
+pub struct Judge {
+    registry: Registry,
+    max_findings: usize,
+}
+
+impl Judge {
+    pub fn new(registry: Registry, max_findings: usize) -> Self {
+        Self { registry, max_findings }
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub fn max_findings(&self) -> usize {
+        self.max_findings
+    }
+
+    /// The submission an output makes, and why it is refused if it is. An output over the
+    /// cap is refused whole: a truncated answer would look complete to whoever reads it.
+    pub fn judge(&self, schema: &Schema, output: Value) -> (Submission, Option<Refusal>) {
+        match schema.validate(&output) {
+            Ok(findings) if findings.len() > self.max_findings => {
+                let reason = format!(
+                    "{} findings, more than the {} allowed per output (limits.max_findings_per_output)",
+                    findings.len(),
+                    self.max_findings
+                );
+                (Submission::Invalid { reason }, Some(Refusal::TooManyFindings(findings.len())))
+            }
+            Ok(findings) => (Submission::Valid { findings, output }, None),
+            Err(issues) => (Submission::Invalid { reason: summarize(&issues) }, Some(Refusal::Invalid(issues))),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    #[error(transparent)]
+    Schema(#[from] schema::Error),
+    #[error(transparent)]
+    Transition(TransitionError),
+    #[error(transparent)]
+    Store(#[from] store::Error),
+}
+
+/// Commits providers' staged answers.
+#[derive(Debug, Clone)]
+pub struct Committer {
+    store: Store,
+    judge: Judge,
+    signals: WorkSignals,
+}
+
+impl Committer {
+    pub fn new(store: Store, judge: Judge, signals: WorkSignals) -> Self {
+        Self { store, judge, signals }
+    }
+
+    /// Validates a provider's staged answer and commits it (or fails it) under the
+    /// authority of the batch it came from. `batch_api`: the answer came through a batch
+    /// API and is priced at its discount (never for a synchronous provider).
+    pub async fn commit_ready(&self, item: ReadyItem, batch_api: bool) -> Result<PostOutcome, CommitError> {
+        let id = item.record.id;
+        let Some(batch_key) = item.record.state.batch_key().map(str::to_string) else {
+            return Err(CommitError::Transition(TransitionError::StaleBatch));
+        };
+        let schema = self.judge.registry.get(&item.record.schema)?;
+        // The staged answer names its provider (`worker`) and job (`lease_token`).
+        let charge = item.staged.usage.clone().map(|usage| Charge {
+            provider: item.staged.worker.clone(),
+            job_id: Some(item.staged.lease_token.clone()).filter(|j| !j.is_empty()),
+            usage,
+            latency_ms: item.staged.latency_ms,
+            batch: batch_api,
+        });
+        let submission = match serde_json::from_str::<Value>(&item.staged.output_json) {
+            Ok(mut output) => {
+                schema.normalize_provider_answer(&mut output);
+                self.judge.judge(&schema, output).0
+            }
+            Err(e) => Submission::Invalid { reason: format!("the model's answer is not JSON: {e}") },
+        };
+        let outcome = self
+            .store
+            .post_result(PostResult { id, authority: Authority::Batch(batch_key), submission, charge })
+            .await?;
+        count_outcome(&outcome, "provider");
+        if matches!(outcome, PostOutcome::Failed { .. }) {
+            self.signals.wake_all();
+        }
+        Ok(outcome)
+    }
+}
+
+/// Counts a post's outcome by the path it came through (`worker` or `provider`).
+pub fn count_outcome(outcome: &PostOutcome, path: &'static str) {
+    match outcome {
+        PostOutcome::Committed { .. } => {
+            metrics::counter!(crate::domain::metric_names::COMMITS_TOTAL, "path" => path).increment(1)
+        }
+        PostOutcome::Replay { .. } => metrics::counter!(crate::domain::metric_names::REPLAYS_TOTAL).increment(1),
+        PostOutcome::Failed { .. } => {
+            metrics::counter!(crate::domain::metric_names::FAILURES_TOTAL, "class" => "validation").increment(1);
+        }
+        PostOutcome::NotFound | PostOutcome::Rejected(_) => {}
+    }
+}
+
+fn summarize(issues: &[ValidationIssue]) -> String {
+    let mut text = issues
+        .iter()
+        .map(|i| format!("{}: {}", if i.path.is_empty() { "/" } else { &i.path }, i.message))
+        .collect::<Vec<_>>()
+        .join("; ");
+    if text.chars().count() > MAX_REASON_CHARS {
+        text = text.chars().take(MAX_REASON_CHARS).collect::<String>() + "…";
+    }
+    text
+}

@@ -1,0 +1,153 @@
+//! The tenant cost ledger: what each paid model call cost, and the reports and budgets
+//! built on it. Entries are written by the store in the transaction of the state change
+//! they pay for (see `store::ledger`); this module decides prices and reads entries back.
+//!
+//! Money is integer micro-dollars throughout. A price of P dollars per million tokens is
+//! P micro-dollars per token, which is why prices are kept as micro-dollars per million
+//! tokens and costs are `tokens × price / 1e6`, rounded once per entry.
+
+mod budget;
+mod report;
+
+use std::collections::HashMap;
+
+pub use budget::{BudgetPeriod, Budgets};
+pub use report::{Bucket, CostQuery, CostReport, GroupBy, Split};
+
+use crate::domain::batch::Usage;
+use crate::store::{CostSource, Pricing};
+
+/// Prices of one model at one provider, in micro-dollars per million tokens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Price {
+    pub input: u64,
+    pub cached_input: u64,
+    pub cache_write: u64,
+    pub output: u64,
+    /// Percent of the list price charged for calls through a batch API (50 at OpenAI
+    /// and Anthropic).
+    pub batch_percent: u64,
+}
+
+/// The configured prices, looked up by (provider, model). A model's dated snapshot
+/// (`gpt-4o-mini-2024-07-18`) falls back to the longest configured prefix (`gpt-4o-mini`).
+#[derive(Debug, Clone, Default)]
+pub struct PriceTable {
+    prices: HashMap<(String, String), Price>,
+}
+
+impl PriceTable {
+    pub fn insert(&mut self, provider: &str, model: &str, price: Price) {
+        self.prices.insert((provider.to_string(), model.to_string()), price);
+    }
+
+    pub fn len(&self) -> usize {
+        self.prices.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.prices.is_empty()
+    }
+
+    pub fn lookup(&self, provider: &str, model: &str) -> Option<&Price> {
+        if let Some(price) = self.prices.get(&(provider.to_string(), model.to_string())) {
+            return Some(price);
+        }
+        self.prices
+            .iter()
+            .filter(|((p, m), _)| p == provider && !m.is_empty() && model.starts_with(m.as_str()))
+            .max_by_key(|((_, m), _)| m.len())
+            .map(|(_, price)| price)
+    }
+
+    /// The cost of one call by the table, or `None` when the model has no price.
+    pub fn cost(&self, provider: &str, usage: &Usage, batch: bool) -> Option<u64> {
+        let price = self.lookup(provider, &usage.model)?;
+        let cached = usage.cached_input_tokens.min(usage.input_tokens);
+        let uncached = usage.input_tokens - cached;
+        let list: u128 = u128::from(uncached) * u128::from(price.input)
+            + u128::from(cached) * u128::from(price.cached_input)
+            + u128::from(usage.cache_write_tokens) * u128::from(price.cache_write)
+            + u128::from(usage.output_tokens) * u128::from(price.output);
+        let percent = if batch { u128::from(price.batch_percent) } else { 100 };
+        let denominator = 100 * 1_000_000u128;
+        let micros = (list * percent + denominator / 2) / denominator;
+        Some(u64::try_from(micros).unwrap_or(u64::MAX))
+    }
+}
+
+impl Pricing for PriceTable {
+    /// The provider's own figure wins: it is what the invoice will say.
+    fn price(&self, provider: &str, usage: &Usage, batch: bool) -> (u64, CostSource) {
+        if let Some(micros) = usage.provider_cost_micros {
+            return (micros, CostSource::Provider);
+        }
+        match self.cost(provider, usage, batch) {
+            Some(micros) => (micros, CostSource::PriceTable),
+            None => (0, CostSource::Unpriced),
+        }
+    }
+}
+
+/// Dollars (as written in config) to micro-dollars; `None` for negative or absurd values.
+pub fn dollars_to_micros(dollars: f64) -> Option<u64> {
+    let micros = (dollars * 1_000_000.0).round();
+    (dollars.is_finite() && (0.0..1e15).contains(&micros)).then_some(micros as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> PriceTable {
+        let mut table = PriceTable::default();
+        // $0.15 / $0.075 / $0.60 per million tokens, half price through the batch API.
+        let price = Price { input: 150_000, cached_input: 75_000, cache_write: 0, output: 600_000, batch_percent: 50 };
+        table.insert("openai", "gpt-4o-mini", price);
+        table
+    }
+
+    fn usage(model: &str, input: u64, cached: u64, output: u64) -> Usage {
+        Usage {
+            model: model.into(),
+            input_tokens: input,
+            cached_input_tokens: cached,
+            output_tokens: output,
+            ..Usage::default()
+        }
+    }
+
+    #[test]
+    fn costs_follow_the_table_with_cache_and_batch_discount() {
+        let t = table();
+        // 1M input + 1M output at list price: $0.15 + $0.60.
+        assert_eq!(t.cost("openai", &usage("gpt-4o-mini", 1_000_000, 0, 1_000_000), false), Some(750_000));
+        assert_eq!(t.cost("openai", &usage("gpt-4o-mini", 1_000_000, 0, 1_000_000), true), Some(375_000));
+        // Half the prompt cached: 500k × 0.15 + 500k × 0.075 = $0.1125.
+        assert_eq!(t.cost("openai", &usage("gpt-4o-mini", 1_000_000, 500_000, 0), false), Some(112_500));
+        // 1000 in + 100 out: 150 + 60 = 210 micro-dollars... ×1e-6 per token → 0.15 + 0.06.
+        assert_eq!(t.cost("openai", &usage("gpt-4o-mini", 1000, 0, 100), false), Some(210));
+        // Dated snapshots use the family's price; unknown models and providers have none.
+        assert_eq!(t.cost("openai", &usage("gpt-4o-mini-2024-07-18", 1000, 0, 100), false), Some(210));
+        assert_eq!(t.cost("openai", &usage("gpt-5", 1000, 0, 100), false), None);
+        assert_eq!(t.cost("anthropic", &usage("gpt-4o-mini", 1000, 0, 100), false), None);
+    }
+
+    #[test]
+    fn a_reported_cost_beats_the_table() {
+        let t = table();
+        let mut u = usage("gpt-4o-mini", 1000, 0, 100);
+        assert_eq!(t.price("openai", &u, false), (210, CostSource::PriceTable));
+        u.provider_cost_micros = Some(999);
+        assert_eq!(t.price("openai", &u, false), (999, CostSource::Provider));
+        assert_eq!(t.price("other", &usage("m", 5, 0, 5), false), (0, CostSource::Unpriced));
+    }
+
+    #[test]
+    fn dollars_convert_exactly_enough() {
+        assert_eq!(dollars_to_micros(0.15), Some(150_000));
+        assert_eq!(dollars_to_micros(2.5), Some(2_500_000));
+        assert_eq!(dollars_to_micros(-1.0), None);
+        assert_eq!(dollars_to_micros(f64::NAN), None);
+    }
+}

@@ -1,0 +1,37 @@
+//! The JSON body of an outbox event. Built at delivery time from the store: a committed
+//! extraction's findings never change, and a failed event carries its own reason, so the
+//! body is the same on every attempt.
+
+use serde_json::{Value, json};
+
+use crate::domain::clock;
+use crate::store::{self, OutboxKind, OutboxRecord, Store};
+
+pub async fn event_body(store: &Store, event: &OutboxRecord) -> Result<Vec<u8>, store::Error> {
+    let record = store.get_by_seq(event.extraction_seq).await?;
+    let (kind, mut data) = match &event.kind {
+        OutboxKind::Committed => {
+            let findings = store.findings(event.extraction_id).await?.unwrap_or_default();
+            let findings: Vec<Value> = findings
+                .iter()
+                .map(|f| {
+                    let body = serde_json::from_str::<Value>(&f.body_json).unwrap_or(Value::Null);
+                    json!({ "key": f.key.to_string(), "finding": body })
+                })
+                .collect();
+            ("extraction.committed", json!({ "findings": findings }))
+        }
+        OutboxKind::Failed { class, reason } => {
+            ("extraction.failed", json!({ "failure": { "class": class.as_str(), "reason": reason } }))
+        }
+    };
+    data["id"] = json!(event.extraction_id.to_string());
+    data["tenant"] = json!(event.tenant);
+    data["attempt"] = json!(event.attempt);
+    if let Some(record) = record {
+        data["source_id"] = json!(record.source_id);
+        data["schema"] = json!(record.schema);
+    }
+    let body = json!({ "type": kind, "timestamp": clock::format_ms(event.created_at_ms), "data": data });
+    serde_json::to_vec(&body).map_err(|e| store::Error::Encode { kind: "event body", reason: e.to_string() })
+}

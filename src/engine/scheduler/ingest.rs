@@ -1,0 +1,153 @@
+//! Polling a job and, once it ends, ingesting its result files.
+//!
+//! Lines are streamed from the provider through a bounded channel and staged in chunks,
+//! so memory does not grow with the file. Staging converges through the keys: a line
+//! for a member that already has an answer is a replay, so a crash mid-ingestion only
+//! means the files are read again.
+
+use tokio::sync::mpsc;
+
+use super::{STAGE_CHUNK, Scheduler};
+use crate::domain::batch::LineResult;
+use crate::domain::clock;
+use crate::domain::failpoint;
+use crate::domain::identity::ExtractionId;
+use crate::domain::lifecycle::FailureClass;
+use crate::providers::{FailureCause, JobPhase, JobStatus, ResultLine};
+use crate::store::{self, BatchRecord, Leftover, StageReport};
+
+impl Scheduler {
+    pub(super) async fn poll(&mut self, batch: BatchRecord, job_id: &str) -> Result<Option<u64>, store::Error> {
+        let status = match self.provider.poll(job_id).await {
+            Ok(status) => status,
+            Err(e) => return self.on_error(&batch, &e, false).await,
+        };
+        if !status.phase.is_terminal() {
+            let next = clock::now_ms() + self.settings.poll_interval.as_millis() as u64;
+            self.store.reschedule_batch(batch.seq, next, None, false).await?;
+            return Ok(Some(next));
+        }
+        let report = match self.ingest(&batch, &status).await {
+            Ok(report) => report,
+            Err(IngestError::Provider(e)) => return self.on_error(&batch, &e, false).await,
+            Err(IngestError::Store(e)) => return Err(e),
+        };
+        failpoint::hit("after-stage-before-commit");
+        self.commit_ready().await?;
+        let mut hold = None;
+        let (outcome, leftover) = match &status.phase {
+            // The provider ran none of it: the members go back as the same attempt, and
+            // whatever it refused by line is refused alone.
+            JobPhase::Failed { reason, cause } => {
+                let blamed = match cause {
+                    FailureCause::Lines(lines) => self.refuse_lines(&batch, lines, reason).await?,
+                    FailureCause::Capacity | FailureCause::Unattributed => 0,
+                };
+                if blamed == 0 {
+                    hold = Some(reason.clone());
+                }
+                (format!("failed: {reason}"), Leftover::Return)
+            }
+            phase => (format!("{phase:?}").to_lowercase(), Leftover::Requeue),
+        };
+        let closed = self.close(&batch, outcome.clone(), leftover).await?;
+        self.health.update(|h| {
+            h.batches_closed += 1;
+            h.members_requeued += report.requeued;
+            h.truncated += report.truncated;
+            h.budget_retries += report.budget_retries;
+            h.model_refusals += report.model_refusals;
+            h.attempts_exhausted += report.exhausted;
+        });
+        super::count_failures(FailureClass::Truncated, report.failed_truncated);
+        super::count_failures(FailureClass::Refused, report.model_refusals);
+        super::count_failures(FailureClass::AttemptsExhausted, report.exhausted);
+        // A failed batch's input file is as useless now as a finished one's.
+        if self.settings.delete_provider_files {
+            self.delete_files_later(status.clone());
+        }
+        match hold {
+            Some(reason) => self.hold_submissions(&batch, reason, closed.requeued),
+            // A failed batch never ran, so it frees no room.
+            None if !matches!(status.phase, JobPhase::Failed { .. }) => self.job_ended(),
+            None => {}
+        }
+        tracing::info!(
+            batch_key = %batch.batch_key, %outcome, staged = report.staged, refused = report.refused,
+            truncated = report.truncated, retried_with_larger_budget = report.budget_retries,
+            model_refusals = report.model_refusals, attempts_exhausted = report.exhausted + closed.exhausted,
+            replays = report.replays, unanswered = closed.requeued + report.requeued, "batch closed"
+        );
+        Ok(None)
+    }
+
+    /// Refuses the members on the lines a failed batch names (1-based, in submit order);
+    /// returns how many. Lines that name no member are ignored.
+    async fn refuse_lines(&self, batch: &BatchRecord, lines: &[u64], reason: &str) -> Result<u64, store::Error> {
+        let members = self.store.batch_members(batch.seq).await?;
+        let blamed: Vec<(ExtractionId, LineResult)> = lines
+            .iter()
+            .filter_map(|line| members.get(usize::try_from(line.checked_sub(1)?).ok()?))
+            .map(|m| {
+                let refusal = LineResult::Refused { class: FailureClass::InvalidRequest, reason: reason.to_string() };
+                (m.id, refusal)
+            })
+            .collect();
+        if blamed.is_empty() {
+            return Ok(0);
+        }
+        Ok(self.store.stage_results(batch.seq, blamed, self.rules()).await?.refused)
+    }
+
+    async fn ingest(&self, batch: &BatchRecord, status: &JobStatus) -> Result<StageReport, IngestError> {
+        let (lines, mut incoming) = mpsc::channel::<ResultLine>(STAGE_CHUNK * 2);
+        let provider = self.provider.clone();
+        let download = async move {
+            let counts = provider.stream_results(status, &lines).await;
+            drop(lines);
+            counts
+        };
+        let store = &self.store;
+        let seq = batch.seq;
+        let rules = self.rules();
+        // `incoming` moves in: if staging fails, dropping it stops the download too.
+        let stage = async move {
+            let mut report = StageReport::default();
+            let mut chunk = Vec::with_capacity(STAGE_CHUNK);
+            loop {
+                let received = incoming.recv_many(&mut chunk, STAGE_CHUNK).await;
+                if received == 0 {
+                    break;
+                }
+                let parsed: Vec<(ExtractionId, LineResult)> =
+                    chunk.drain(..).filter_map(|(custom_id, result)| Some((custom_id.parse().ok()?, result))).collect();
+                let got = received - parsed.len();
+                let part = store.stage_results(seq, parsed, rules).await?;
+                report.staged += part.staged;
+                report.refused += part.refused;
+                report.requeued += part.requeued;
+                report.truncated += part.truncated;
+                report.budget_retries += part.budget_retries;
+                report.failed_truncated += part.failed_truncated;
+                report.model_refusals += part.model_refusals;
+                report.exhausted += part.exhausted;
+                report.replays += part.replays;
+                report.strangers += part.strangers + got as u64;
+            }
+            Ok::<_, store::Error>(report)
+        };
+        let (counts, report) = tokio::join!(download, stage);
+        let report = report.map_err(IngestError::Store)?;
+        let counts = counts.map_err(IngestError::Provider)?;
+        self.health.update(|h| {
+            h.lines_ingested += counts.lines;
+            h.malformed_lines += counts.malformed;
+        });
+        Ok(report)
+    }
+}
+
+enum IngestError {
+    Provider(crate::providers::ProviderError),
+    Store(store::Error),
+}

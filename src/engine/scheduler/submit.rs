@@ -1,0 +1,73 @@
+//! Submitting an intent: reconcile with the provider first whenever the job might
+//! already exist, then submit, then persist the job id before anything else.
+
+use super::Scheduler;
+use crate::domain::clock;
+use crate::domain::failpoint;
+use crate::providers::{BatchSpec, IntentRef, Lookup};
+use crate::store::{self, BatchRecord, Leftover};
+
+/// How far before an intent the jobs of other batches are listed for the lookup: wider
+/// than any adapter's clock slack.
+const KNOWN_JOBS_WINDOW: std::time::Duration = std::time::Duration::from_secs(600);
+
+impl Scheduler {
+    pub(super) async fn submit(&mut self, batch: BatchRecord) -> Result<Option<u64>, store::Error> {
+        // An intent found on start, or one whose earlier submit failed, may have reached
+        // the provider (a timeout after the server acted, a crash after it answered).
+        // Look for it by batch key before sending anything.
+        let fresh = self.formed_here.remove(&batch.seq) && batch.failures == 0;
+        let members = self.store.batch_members(batch.seq).await?;
+        if !fresh {
+            let ids: Vec<_> = members.iter().map(|m| m.id).collect();
+            let since = batch.created_at_ms.saturating_sub(KNOWN_JOBS_WINDOW.as_millis() as u64);
+            let known_jobs = self.store.recorded_jobs_since(self.provider.name().to_string(), since).await?;
+            let intent = IntentRef {
+                batch_key: &batch.batch_key,
+                created_at_ms: batch.created_at_ms,
+                members: &ids,
+                known_jobs: &known_jobs,
+            };
+            match self.provider.find_job(&intent).await {
+                Ok(Lookup::Found(job_id)) => {
+                    tracing::info!(batch_key = %batch.batch_key, %job_id, "found the job of an unresolved intent; polling it instead of resubmitting");
+                    self.health.update(|h| h.batches_recovered += 1);
+                    return self.accept(&batch, job_id).await;
+                }
+                Ok(Lookup::Absent) => {}
+                Ok(Lookup::Undecided { recheck_after, reason }) => {
+                    tracing::info!(batch_key = %batch.batch_key, %reason, "cannot tell yet whether the provider has this intent's job; not resubmitting");
+                    // However long the adapter suggests, look again within ten polls' time.
+                    let recheck = recheck_after.min(self.settings.poll_interval.saturating_mul(10));
+                    let at = clock::now_ms() + recheck.as_millis() as u64;
+                    self.store.reschedule_batch(batch.seq, at, Some(reason), false).await?;
+                    return Ok(Some(at));
+                }
+                Err(e) => return self.on_error(&batch, &e, true).await,
+            }
+        }
+        let Ok(schema) = self.registry.get(&batch.schema) else {
+            let reason = format!("schema {} is no longer registered", batch.schema);
+            let leftover = Leftover::Fail { class: crate::domain::lifecycle::FailureClass::InvalidRequest, reason };
+            self.close(&batch, "schema missing".to_string(), leftover).await?;
+            return Ok(None);
+        };
+        let spec = BatchSpec { batch_key: &batch.batch_key, schema: &schema, members: &members };
+        match self.provider.submit(&spec).await {
+            Ok(job_id) => {
+                failpoint::hit("after-submit-before-job-id");
+                self.health.update(|h| h.batches_submitted += 1);
+                self.rate_limits.remove(&batch.seq);
+                tracing::info!(batch_key = %batch.batch_key, %job_id, members = members.len(), "batch submitted");
+                self.accept(&batch, job_id).await
+            }
+            Err(e) => self.on_error(&batch, &e, true).await,
+        }
+    }
+
+    async fn accept(&self, batch: &BatchRecord, job_id: String) -> Result<Option<u64>, store::Error> {
+        let next_poll = clock::now_ms() + self.settings.poll_interval.as_millis() as u64;
+        self.store.record_job(batch.seq, job_id, next_poll).await?;
+        Ok(Some(next_poll))
+    }
+}

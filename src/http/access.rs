@@ -1,0 +1,295 @@
+//! Who may call what. With no tokens configured the API is open (and must then listen
+//! on loopback only); once an admin token exists, every call but `/healthz` and
+//! `/metrics` needs a bearer token: the admin token for everything, or a tenant token
+//! that sees and submits only its own tenant's extractions.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use subtle::ConstantTimeEq;
+
+use crate::domain::secret::{KeySource, SecretError};
+
+/// Shorter tokens can be guessed; generate them with e.g. `openssl rand -hex 16`.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+/// A bearer token; compared in constant time and never printed.
+/// Why the configured tokens cannot be used. The messages name the file, never a token.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    #[error("{path}: {reason}")]
+    Refused { path: PathBuf, reason: String },
+    #[error("{key}: {reason}")]
+    Invalid { key: &'static str, reason: String },
+}
+
+#[derive(Clone)]
+pub struct Token(Vec<u8>);
+
+impl Token {
+    fn new(text: &str) -> Self {
+        Self(text.trim().as_bytes().to_vec())
+    }
+
+    fn matches(&self, presented: &[u8]) -> bool {
+        // Unequal lengths leak only the length, and tokens are fixed-length in practice.
+        bool::from(self.0.as_slice().ct_eq(presented))
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AccessPolicy {
+    admin: Option<Token>,
+    tenants: Vec<(String, Token)>,
+}
+
+/// The caller a request was authenticated as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// No tokens are configured: every caller is trusted (loopback only).
+    Open,
+    Admin,
+    Tenant(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Denied {
+    #[error("a bearer token is required (Authorization: Bearer <token>)")]
+    Unauthenticated,
+    #[error("this call needs the admin token")]
+    AdminOnly,
+    #[error("this token may only reach tenant {0:?}")]
+    OtherTenant(String),
+}
+
+impl AccessPolicy {
+    /// Reads the configured tokens. Files must be private (mode 0600 or stricter).
+    /// Refuses mistakes that would otherwise be accepted silently: a short token, a
+    /// tenant holding the admin token, one token for two tenants, a tenant name no
+    /// extraction can carry.
+    pub fn load(admin: Option<&KeySource>, tenant_tokens: Option<&KeySource>) -> Result<Self, LoadError> {
+        let admin = match admin {
+            Some(source) => {
+                let token = Token::new(&source.load_secret()?);
+                if token.0.len() < MIN_TOKEN_LEN {
+                    return Err(LoadError::Refused {
+                        path: PathBuf::from(source.to_string()),
+                        reason: format!("the admin token is shorter than {MIN_TOKEN_LEN} characters"),
+                    });
+                }
+                Some(token)
+            }
+            None => None,
+        };
+        let tenants = match tenant_tokens {
+            Some(source) => parse_tenant_tokens(source, admin.as_ref())?,
+            None => Vec::new(),
+        };
+        if admin.is_none() && !tenants.is_empty() {
+            return Err(LoadError::Invalid {
+                key: "access.tenant_tokens_file",
+                reason: "tenant tokens need an admin token too (access.admin_token_*)".to_string(),
+            });
+        }
+        Ok(Self { admin, tenants })
+    }
+
+    /// A closed policy without token files, for tests of the routes' layers.
+    #[cfg(test)]
+    pub(crate) fn with_tokens(admin: &str, tenants: &[(&str, &str)]) -> Self {
+        let tenants = tenants.iter().map(|(name, token)| (name.to_string(), Token::new(token))).collect();
+        Self { admin: Some(Token::new(admin)), tenants }
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.admin.is_none()
+    }
+
+    /// Authenticates an `Authorization` header value.
+    pub fn identify(&self, authorization: Option<&str>) -> Result<Caller, Denied> {
+        let Some(admin) = &self.admin else {
+            return Ok(Caller::Open);
+        };
+        let presented = authorization
+            .and_then(bearer_token)
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or(Denied::Unauthenticated)?
+            .as_bytes();
+        if admin.matches(presented) {
+            return Ok(Caller::Admin);
+        }
+        // Every token is compared, so timing does not tell which tenant (if any) matched.
+        let mut found = None;
+        for (tenant, token) in &self.tenants {
+            if token.matches(presented) && found.is_none() {
+                found = Some(tenant.clone());
+            }
+        }
+        found.map(Caller::Tenant).ok_or(Denied::Unauthenticated)
+    }
+}
+
+/// The credentials of a `Bearer` authorization; the scheme name is case-insensitive
+/// (RFC 9110 §11.1), so `BEARER x` is as good as `Bearer x`.
+fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, token) = header.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token)
+}
+
+impl Caller {
+    pub fn require_admin(&self) -> Result<(), Denied> {
+        match self {
+            Caller::Open | Caller::Admin => Ok(()),
+            Caller::Tenant(_) => Err(Denied::AdminOnly),
+        }
+    }
+
+    pub fn may_reach(&self, tenant: &str) -> Result<(), Denied> {
+        match self {
+            Caller::Tenant(own) if own != tenant => Err(Denied::OtherTenant(own.clone())),
+            _ => Ok(()),
+        }
+    }
+
+    /// The tenant a listing must be restricted to, if any.
+    pub fn tenant_scope(&self) -> Option<&str> {
+        match self {
+            Caller::Tenant(own) => Some(own),
+            _ => None,
+        }
+    }
+}
+
+/// `tenant token` per line; blank lines and `#` comments ignored. Errors name the line,
+/// never the token.
+fn parse_tenant_tokens(source: &KeySource, admin: Option<&Token>) -> Result<Vec<(String, Token)>, LoadError> {
+    let text = source.load_secret()?;
+    let refuse = |n: usize, reason: String| LoadError::Refused {
+        path: PathBuf::from(source.to_string()),
+        reason: format!("line {n}: {reason}"),
+    };
+    // (tenant, token, line number)
+    let mut out: Vec<(String, Token, usize)> = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let n = index + 1;
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut parts = line.split_whitespace();
+        let (Some(tenant), Some(token), None) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(refuse(n, "expected `<tenant> <token>`".to_string()));
+        };
+        if !crate::service::is_tenant_name(tenant) {
+            return Err(refuse(
+                n,
+                format!(
+                    "tenant {tenant:?} can never match an extraction: tenants are 1-128 characters of [A-Za-z0-9._-]"
+                ),
+            ));
+        }
+        let token = Token::new(token);
+        if token.0.len() < MIN_TOKEN_LEN {
+            return Err(refuse(
+                n,
+                format!("the token of tenant {tenant:?} is shorter than {MIN_TOKEN_LEN} characters"),
+            ));
+        }
+        if admin.is_some_and(|a| a.matches(&token.0)) {
+            return Err(refuse(n, format!("the token of tenant {tenant:?} is the admin token")));
+        }
+        if let Some((other, _, first)) = out.iter().find(|(_, t, _)| t.matches(&token.0)) {
+            return Err(refuse(
+                n,
+                format!("the token of tenant {tenant:?} is already on line {first} (tenant {other:?})"),
+            ));
+        }
+        out.push((tenant.to_string(), token, n));
+    }
+    Ok(out.into_iter().map(|(tenant, token, _)| (tenant, token)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn policy() -> AccessPolicy {
+        AccessPolicy {
+            admin: Some(Token::new("admin-secret")),
+            tenants: vec![("acme".into(), Token::new("acme-secret")), ("globex".into(), Token::new("globex-secret"))],
+        }
+    }
+
+    #[test]
+    fn tokens_identify_callers() {
+        let p = policy();
+        assert_eq!(p.identify(Some("Bearer admin-secret")), Ok(Caller::Admin));
+        assert_eq!(p.identify(Some("Bearer acme-secret")), Ok(Caller::Tenant("acme".into())));
+        assert_eq!(p.identify(Some("Bearer wrong")), Err(Denied::Unauthenticated));
+        assert_eq!(p.identify(Some("Basic YWRtaW4=")), Err(Denied::Unauthenticated));
+        assert_eq!(p.identify(None), Err(Denied::Unauthenticated));
+        assert_eq!(AccessPolicy::default().identify(None), Ok(Caller::Open));
+    }
+
+    #[test]
+    fn tenants_reach_only_their_own() {
+        let acme = Caller::Tenant("acme".into());
+        assert!(acme.may_reach("acme").is_ok());
+        assert_eq!(acme.may_reach("globex"), Err(Denied::OtherTenant("acme".into())));
+        assert_eq!(acme.require_admin(), Err(Denied::AdminOnly));
+        assert!(Caller::Admin.may_reach("globex").is_ok());
+    }
+
+    #[test]
+    fn token_files_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tenants");
+        let write = |path: &std::path::Path, text: &str| {
+            std::fs::write(path, text).unwrap();
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        };
+        write(&path, "# tenants\nacme tenant-token-0001\n\nglobex tenant-token-0002\n");
+        let admin = dir.path().join("admin");
+        write(&admin, "admin-token-00001\n");
+        let admin = KeySource::File(admin);
+        let tenants = KeySource::File(path.clone());
+        let p = AccessPolicy::load(Some(&admin), Some(&tenants)).unwrap();
+        assert_eq!(p.identify(Some("Bearer tenant-token-0002")), Ok(Caller::Tenant("globex".into())));
+        assert_eq!(p.identify(Some("Bearer admin-token-00001")), Ok(Caller::Admin));
+        assert!(!format!("{p:?}").contains("tenant-token-0001"), "tokens never show in Debug output");
+        write(&path, "acme\n");
+        assert!(AccessPolicy::load(None, Some(&tenants)).is_err());
+
+        let refused = [
+            (
+                "acme tenant-token-0001\nglobex admin-token-00001\n",
+                "line 2: the token of tenant \"globex\" is the admin token",
+            ),
+            (
+                "acme tenant-token-0001\n\nglobex tenant-token-0001\n",
+                "line 3: the token of tenant \"globex\" is already on line 1",
+            ),
+            ("ac/me tenant-token-0001\n", "line 1: tenant \"ac/me\" can never match"),
+            ("acme short-token\n", "line 1: the token of tenant \"acme\" is shorter than 16"),
+        ];
+        for (text, want) in refused {
+            write(&path, text);
+            let message = AccessPolicy::load(Some(&admin), Some(&tenants)).unwrap_err().to_string();
+            assert!(message.contains(want) && message.contains(path.to_str().unwrap()), "{text}: {message}");
+            assert!(!message.contains("token-000"), "the token is never printed: {message}");
+        }
+        write(&dir.path().join("admin"), "admin-short\n");
+        assert!(AccessPolicy::load(Some(&admin), None).unwrap_err().to_string().contains("shorter than 16"));
+    }
+}
