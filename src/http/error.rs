@@ -149,7 +149,7 @@ fn transition(e: &TransitionError, message: String) -> ApiError {
 
 fn storage(e: &store::Error) -> ApiError {
     // The full chain goes to the log; the client gets the operator-facing summary.
-    tracing::error!(error = %format!("{e:#}"), "store error");
+    tracing::error!(error = %crate::store::error_chain(e), "store error");
     match e {
         store::Error::Unavailable { .. } => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string())

@@ -36,12 +36,15 @@ impl Store {
 }
 
 fn io_error(path: &Path, what: &str, e: &std::io::Error) -> Error {
-    Error::Unavailable { reason: format!("{}: cannot {what}: {e}", path.display()) }
+    Error::Unavailable { reason: format!("{}: cannot {what}: {e}", path.display()), cause: None }
 }
 
 fn write_snapshot(snapshot: &ReadTransaction, dest: &Path) -> Result<BackupReport, Error> {
     if dest.exists() {
-        return Err(Error::Unavailable { reason: format!("{}: already exists; choose a new name", dest.display()) });
+        return Err(Error::Unavailable {
+            reason: format!("{}: already exists; choose a new name", dest.display()),
+            cause: None,
+        });
     }
     let dir = dest.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| io_error(dir, "create the backup directory", &e))?;

@@ -45,7 +45,7 @@ pub use records::{
     NewExtraction, OutboxKind, OutboxRecord, ResultRecord,
 };
 pub use verify::{Report, verify_file};
-pub use writer::WriterGuard;
+pub use writer::{WriterGuard, chain as error_chain};
 
 pub const FILE_NAME: &str = "commitpoint.redb";
 
@@ -70,7 +70,12 @@ pub enum Error {
     #[error("cannot encode {kind} value: {reason}")]
     Encode { kind: &'static str, reason: String },
     #[error("the store is not accepting writes: {reason}")]
-    Unavailable { reason: String },
+    Unavailable {
+        reason: String,
+        /// What made it so, kept for the log.
+        #[source]
+        cause: Option<Arc<Error>>,
+    },
 }
 
 impl Error {
@@ -177,6 +182,6 @@ impl Store {
             f(&txn)
         })
         .await
-        .map_err(|e| Error::Unavailable { reason: format!("read task failed: {e}") })?
+        .map_err(|e| Error::Unavailable { reason: format!("read task failed: {e}"), cause: None })?
     }
 }

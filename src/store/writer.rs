@@ -121,39 +121,56 @@ impl<'txn> WriteTables<'txn> {
 
 /// A queued write: applied inside the batch transaction, answered after the commit.
 trait Job: Send {
-    /// Applies the job; `Ok(true)` if it wrote anything. An `Err` aborts the whole batch,
-    /// so a job must finish its checks before its first write.
+    /// Applies the job; `Ok(true)` if it wrote anything. A job may be applied more than
+    /// once: when another job of its group fails, the group is rolled back and applied
+    /// again without that one.
     fn apply(&mut self, tables: &mut WriteTables<'_>) -> Result<bool, Error>;
-    fn finish(self: Box<Self>, commit: Result<(), &Error>);
+    /// Takes the job out of its group with its own error; it is answered with it.
+    fn reject(&mut self, error: Error);
+    fn is_rejected(&self) -> bool;
+    fn finish(self: Box<Self>, commit: Result<(), &Arc<Error>>);
 }
 
 struct TypedJob<F, R> {
-    work: Option<F>,
+    /// Cloned for each application, so a group can be applied again.
+    work: F,
     result: Option<R>,
+    rejected: Option<Error>,
     reply: oneshot::Sender<Result<R, Error>>,
 }
 
 impl<F, R> Job for TypedJob<F, R>
 where
-    F: FnOnce(&mut WriteTables<'_>) -> Result<(R, bool), Error> + Send,
+    F: FnOnce(&mut WriteTables<'_>) -> Result<(R, bool), Error> + Clone + Send,
     R: Send,
 {
     fn apply(&mut self, tables: &mut WriteTables<'_>) -> Result<bool, Error> {
-        let Some(work) = self.work.take() else {
-            return Ok(false);
-        };
-        let (result, wrote) = work(tables)?;
+        let (result, wrote) = (self.work.clone())(tables)?;
         self.result = Some(result);
         Ok(wrote)
     }
 
-    fn finish(self: Box<Self>, commit: Result<(), &Error>) {
-        let answer = match (commit, self.result) {
-            (Ok(()), Some(result)) => Ok(result),
-            (Err(e), _) => Err(Error::Unavailable { reason: format!("{e:#}") }),
-            (Ok(()), None) => {
-                Err(Error::Unavailable { reason: "the batch this write belonged to was aborted; retry".to_string() })
-            }
+    fn reject(&mut self, error: Error) {
+        self.result = None;
+        self.rejected = Some(error);
+    }
+
+    fn is_rejected(&self) -> bool {
+        self.rejected.is_some()
+    }
+
+    fn finish(self: Box<Self>, commit: Result<(), &Arc<Error>>) {
+        let answer = match (self.rejected, commit, self.result) {
+            (Some(own), _, _) => Err(own),
+            (None, Ok(()), Some(result)) => Ok(result),
+            (None, Err(e), _) => Err(Error::Unavailable {
+                reason: "the write batch it belonged to was not committed".to_string(),
+                cause: Some(Arc::clone(e)),
+            }),
+            (None, Ok(()), None) => Err(Error::Unavailable {
+                reason: "the batch this write belonged to was aborted; retry".to_string(),
+                cause: None,
+            }),
         };
         // A caller that went away (client disconnected) no longer needs the answer.
         let _ = self.reply.send(answer);
@@ -179,14 +196,16 @@ impl std::fmt::Debug for dyn Job {
 
 impl WriterHandle {
     /// Runs `work` in the next group commit and returns its result once it is durable.
+    /// `work` must be `Clone`: if another write of its group fails on its own, the group
+    /// is rolled back and applied again without it.
     pub async fn write<R, F>(&self, work: F) -> Result<R, Error>
     where
         R: Send + 'static,
-        F: FnOnce(&mut WriteTables<'_>) -> Result<(R, bool), Error> + Send + 'static,
+        F: FnOnce(&mut WriteTables<'_>) -> Result<(R, bool), Error> + Clone + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        let job = Box::new(TypedJob { work: Some(work), result: None, reply });
-        let stopped = || Error::Unavailable { reason: "the writer thread has stopped".to_string() };
+        let job = Box::new(TypedJob { work, result: None, rejected: None, reply });
+        let stopped = || Error::Unavailable { reason: "the writer thread has stopped".to_string(), cause: None };
         self.jobs.send(Message::Job(job)).await.map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
@@ -267,12 +286,12 @@ pub fn spawn(
     let thread = std::thread::Builder::new()
         .name("store-writer".to_string())
         .spawn(move || run(&db, queue, next_seq, &policies))
-        .map_err(|e| Error::Unavailable { reason: format!("cannot start the writer thread: {e}") })?;
+        .map_err(|e| Error::Unavailable { reason: format!("cannot start the writer thread: {e}"), cause: None })?;
     Ok((WriterHandle { jobs: jobs.clone() }, WriterGuard { thread: Some(thread), close: jobs }))
 }
 
 fn run(db: &Database, mut queue: mpsc::Receiver<Message>, mut next_seq: Sequences, policies: &PolicyCell) {
-    let mut halted: Option<String> = None;
+    let mut halted: Option<Arc<Error>> = None;
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
     let mut closing = false;
     while let Some(first) = queue.blocking_recv() {
@@ -287,9 +306,8 @@ fn run(db: &Database, mut queue: mpsc::Receiver<Message>, mut next_seq: Sequence
                 Err(_) => break,
             }
         }
-        if let Some(reason) = &halted {
-            let refusal = Error::Unavailable { reason: reason.clone() };
-            batch.drain(..).for_each(|job| job.finish(Err(&refusal)));
+        if let Some(cause) = &halted {
+            batch.drain(..).for_each(|job| job.finish(Err(cause)));
         } else if !batch.is_empty() {
             let policies = match policies.read() {
                 Ok(current) => Arc::clone(&current),
@@ -301,9 +319,14 @@ fn run(db: &Database, mut queue: mpsc::Receiver<Message>, mut next_seq: Sequence
                     batch.drain(..).for_each(|job| job.finish(Ok(())));
                 }
                 Err(e) => {
-                    tracing::error!(error = %format!("{e:#}"), jobs = batch.len(), "write batch aborted");
+                    let e = Arc::new(e);
+                    tracing::error!(error = %chain(e.as_ref()), jobs = batch.len(), "write batch aborted");
                     if e.is_fatal() {
-                        halted = Some(format!("a storage error stopped the writer ({e}); restart commitpoint"));
+                        tracing::error!("the store writer refuses further writes until commitpoint restarts");
+                        halted = Some(Arc::new(Error::Unavailable {
+                            reason: "a storage error stopped the writer; restart commitpoint".to_string(),
+                            cause: Some(Arc::clone(&e)),
+                        }));
                     }
                     batch.drain(..).for_each(|job| job.finish(Err(&e)));
                 }
@@ -319,7 +342,7 @@ fn run(db: &Database, mut queue: mpsc::Receiver<Message>, mut next_seq: Sequence
 /// After `Close`: nothing more is written; whoever still waits gets a clear answer.
 fn refuse_the_rest(queue: &mut mpsc::Receiver<Message>) {
     queue.close();
-    let refusal = Error::Unavailable { reason: "commitpoint is shutting down".to_string() };
+    let refusal = Arc::new(Error::Unavailable { reason: "commitpoint is shutting down".to_string(), cause: None });
     while let Some(message) = queue.blocking_recv() {
         if let Message::Job(job) = message {
             job.finish(Err(&refusal));
@@ -328,26 +351,124 @@ fn refuse_the_rest(queue: &mut mpsc::Receiver<Message>) {
 }
 
 /// Applies every job in one transaction. Returns the next free sequence numbers.
+///
+/// A job that fails on its own (a record it reads does not decode, a value does not
+/// encode) is taken out with its error and the others are applied again in a fresh
+/// transaction, so one bad record never costs unrelated writes their commit. A storage
+/// failure ends the whole batch.
 fn commit_batch(
     db: &Database,
     batch: &mut [Box<dyn Job>],
     next_seq: Sequences,
     policies: Arc<Policies>,
 ) -> Result<Sequences, Error> {
-    let mut txn = db.begin_write()?;
-    txn.set_durability(Durability::Immediate)?;
-    let mut tables = WriteTables::open(&txn, clock::now_ms(), next_seq, policies)?;
-    let mut wrote = false;
-    for job in batch.iter_mut() {
-        wrote |= job.apply(&mut tables)?;
-    }
-    let advanced = tables.next;
-    drop(tables);
-    if wrote {
-        txn.commit()?;
-        Ok(advanced)
-    } else {
+    loop {
+        let mut txn = db.begin_write()?;
+        txn.set_durability(Durability::Immediate)?;
+        let mut tables = WriteTables::open(&txn, clock::now_ms(), next_seq, Arc::clone(&policies))?;
+        let mut wrote = false;
+        let mut failed = None;
+        for (index, job) in batch.iter_mut().enumerate() {
+            if job.is_rejected() {
+                continue;
+            }
+            match job.apply(&mut tables) {
+                Ok(job_wrote) => wrote |= job_wrote,
+                Err(e) if e.is_fatal() => return Err(e),
+                Err(e) => {
+                    failed = Some((index, e));
+                    break;
+                }
+            }
+        }
+        let advanced = tables.next;
+        drop(tables);
+        let Some((index, error)) = failed else {
+            return if wrote {
+                txn.commit()?;
+                Ok(advanced)
+            } else {
+                txn.abort()?;
+                Ok(next_seq)
+            };
+        };
+        // What the failed job may already have written goes with the rollback.
         txn.abort()?;
-        Ok(next_seq)
+        tracing::warn!(error = %chain(&error), "a write failed on its own; its group is applied again without it");
+        if let Some(job) = batch.get_mut(index) {
+            job.reject(error);
+        }
+    }
+}
+
+/// An error and its causes, for the log: `Display` of a `thiserror` type shows only the
+/// outermost message.
+pub fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use redb::ReadableDatabase;
+
+    use super::*;
+    use crate::store::Store;
+
+    /// Jobs sent at once share group commits; the one that writes and then fails must
+    /// neither land nor cost the others theirs.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_that_fails_on_its_own_costs_the_others_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, guard) = Store::open(dir.path(), 1 << 20).unwrap();
+        let mut calls = Vec::new();
+        for i in 0..64u64 {
+            let writer = store.writer.clone();
+            calls.push(tokio::spawn(async move {
+                writer
+                    .write(move |t| {
+                        t.meta.insert(format!("test-{i}").as_str(), i)?;
+                        if i == 20 {
+                            return Err(Error::Corrupt { kind: "test", reason: "made to fail".into() });
+                        }
+                        Ok(((), true))
+                    })
+                    .await
+            }));
+        }
+        for (i, call) in calls.into_iter().enumerate() {
+            let answer = call.await.unwrap();
+            if i == 20 {
+                assert!(matches!(answer, Err(Error::Corrupt { .. })), "the failing job gets its own error: {answer:?}");
+            } else {
+                assert!(answer.is_ok(), "job {i} was committed: {answer:?}");
+            }
+        }
+        let read = store.db.begin_read().unwrap();
+        let meta = read.open_table(tables::META).unwrap();
+        for i in 0..64u64 {
+            let stored = meta.get(format!("test-{i}").as_str()).unwrap().map(|v| v.value());
+            assert_eq!(stored, (i != 20).then_some(i), "key test-{i}");
+        }
+        drop((meta, read, store));
+        tokio::task::spawn_blocking(move || guard.join()).await.unwrap();
+    }
+
+    #[test]
+    fn the_chain_keeps_every_cause() {
+        let io = std::io::Error::other("disk on fire");
+        let storage = Error::Storage(redb::Error::Io(io));
+        let outer = Error::Unavailable { reason: "writer stopped".into(), cause: Some(Arc::new(storage)) };
+        let text = chain(&outer);
+        assert!(
+            text.contains("writer stopped") && text.contains("storage failure") && text.contains("disk on fire"),
+            "{text}"
+        );
     }
 }

@@ -76,7 +76,7 @@ impl Deliverer {
         tracing::info!(sinks = self.sinks.len(), "outbox delivery started");
         loop {
             if let Err(e) = self.deliver_due().await {
-                tracing::error!(error = %format!("{e:#}"), "outbox delivery step failed");
+                tracing::error!(error = %crate::store::error_chain(&e), "outbox delivery step failed");
             }
             let wait = match self.store.next_event_due().await {
                 Ok(Some(at)) => Duration::from_millis(at.saturating_sub(clock::now_ms())).min(IDLE_POLL),

@@ -175,7 +175,7 @@ impl Scheduler {
             let next = match self.step().await {
                 Ok(next) => next,
                 Err(e) => {
-                    tracing::error!(error = %format!("{e:#}"), "scheduler step failed");
+                    tracing::error!(error = %crate::store::error_chain(&e), "scheduler step failed");
                     Some(clock::now_ms() + STEP_ERROR_PAUSE.as_millis() as u64)
                 }
             };
