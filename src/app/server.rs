@@ -130,7 +130,7 @@ impl Server {
         }
         let mut wakes = Vec::new();
         for provider in &providers {
-            let paused = store.provider_paused(provider.adapter.name()).await?;
+            let paused = store.provider_paused(provider.adapter.name().to_string()).await?;
             router.set_paused(provider.adapter.name(), paused);
             wakes.push((Arc::new(Notify::new()), paused));
         }
@@ -145,7 +145,7 @@ impl Server {
         for ((provider, (wake, _)), health) in providers.into_iter().zip(wakes).zip(healths) {
             let settings = settings_for(provider.kind, &options.scheduler);
             let context = scheduler::Context {
-                store: store.clone(),
+                store: Arc::clone(service.store()),
                 committer: service.committer(),
                 signals: service.signals().clone(),
                 router: Arc::clone(&router),
@@ -158,7 +158,7 @@ impl Server {
         let reload_store = store.clone();
         let sink_names: Vec<String> = sinks.iter().map(|s| s.name.clone()).collect();
         if !sinks.is_empty() {
-            crate::engine::outbox::spawn(store.clone(), sinks, outbox_wake, &supervisor)
+            crate::engine::outbox::spawn(Arc::clone(service.store()), sinks, outbox_wake, &supervisor)
                 .map_err(|e| Error::Task(e.to_string()))?;
         }
         let reload_service = service.clone();

@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 
 use crate::domain::lifecycle::TransitionError;
 use crate::domain::schema::{self, Registry, Schema, ValidationIssue};
-use crate::store::{self, Authority, Charge, PostOutcome, PostResult, ReadyItem, Store, Submission};
+use crate::store::{self, Authority, Charge, PostOutcome, PostResult, ReadyItem, SharedStore, Submission};
 
 /// Findings one output may hold unless configured otherwise: far above any real review,
 /// far below what makes a single commit hold up everyone's intake.
@@ -106,13 +106,13 @@ pub enum CommitError {
 /// Commits providers' staged answers.
 #[derive(Debug, Clone)]
 pub struct Committer {
-    store: Store,
+    store: SharedStore,
     judge: Judge,
     signals: WorkSignals,
 }
 
 impl Committer {
-    pub fn new(store: Store, judge: Judge, signals: WorkSignals) -> Self {
+    pub fn new(store: SharedStore, judge: Judge, signals: WorkSignals) -> Self {
         Self { store, judge, signals }
     }
 

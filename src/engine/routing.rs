@@ -9,7 +9,8 @@ use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
 
 use crate::engine::ledger::Budgets;
-use crate::store::{Store, WorkFilter};
+use crate::store::WorkFilter;
+use crate::store::seam::Ledger;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
@@ -101,7 +102,7 @@ impl Router {
     /// (tenant, spend, budget) rows for status and metrics.
     pub async fn refresh_holds(
         &self,
-        store: &Store,
+        store: &dyn Ledger,
         now_ms: u64,
     ) -> Result<Vec<(String, u64, u64)>, crate::store::Error> {
         let budgets = self.budgets();

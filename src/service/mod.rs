@@ -19,7 +19,10 @@ use crate::domain::schema::{self, Registry, ValidationIssue};
 use crate::engine::commit::{Committer, Judge, WorkSignals};
 use crate::engine::routing::Router;
 use crate::engine::supervisor::Failures;
-use crate::store::{self, BackupReport, ExtractionRecord, FindingRecord, ListFilter, ListPage, StateCount, Store};
+use crate::store::seam::Backend;
+use crate::store::{
+    self, BackupReport, ExtractionRecord, FindingRecord, ListFilter, ListPage, SharedStore, StateCount,
+};
 
 mod endpoint;
 mod intake;
@@ -111,7 +114,7 @@ pub struct WorkerUsage {
 
 #[derive(Debug, Clone)]
 pub struct Service {
-    store: Store,
+    store: SharedStore,
     /// The schemas and the findings cap every output is judged by.
     judge: Judge,
     /// Wakes the schedulers when new work arrives, so batches form without polling, and
@@ -131,9 +134,9 @@ pub struct Service {
 }
 
 impl Service {
-    pub fn new(store: Store, registry: Registry) -> Self {
+    pub fn new(store: impl Backend + 'static, registry: Registry) -> Self {
         Self {
-            store,
+            store: Arc::new(store),
             judge: Judge::new(registry, DEFAULT_MAX_FINDINGS),
             signals: WorkSignals::default(),
             providers: Vec::new(),
@@ -179,7 +182,7 @@ impl Service {
     /// What a scheduler commits its provider's answers with. Call after every
     /// [`Service::with_scheduler`], so the committer can wake all of them.
     pub fn committer(&self) -> Committer {
-        Committer::new(self.store.clone(), self.judge.clone(), self.signals.clone())
+        Committer::new(Arc::clone(&self.store), self.judge.clone(), self.signals.clone())
     }
 
     pub fn signals(&self) -> &WorkSignals {
@@ -310,7 +313,7 @@ impl Service {
         Ok(self.store.counts_by_state().await?)
     }
 
-    pub fn store(&self) -> &Store {
+    pub fn store(&self) -> &SharedStore {
         &self.store
     }
 

@@ -1,5 +1,7 @@
 //! Cost reports and budget status, read from the ledger.
 
+use std::sync::{Arc, Mutex};
+
 use super::{Error, Service, check_tenant, invalid};
 use crate::domain::identity::ExtractionId;
 use crate::engine::ledger::{CostQuery, CostReport};
@@ -11,12 +13,22 @@ impl Service {
         if query.from_ms >= query.to_ms {
             return Err(invalid("from", "must be before `to`"));
         }
-        let report = CostReport::new(&query);
-        let folded = self
-            .store
-            .fold_ledger(query.tenant, query.from_ms, query.to_ms, report, |report, entry| report.add(&entry))
-            .await?;
-        Ok(folded)
+        let report = Arc::new(Mutex::new(CostReport::new(&query)));
+        let adder = Arc::clone(&report);
+        let visit = Box::new(move |entry: LedgerRecord| {
+            if let Ok(mut report) = adder.lock() {
+                report.add(&entry);
+            }
+        });
+        self.store.visit_ledger(query.tenant.clone(), query.from_ms, query.to_ms, visit).await?;
+        // The visitor is dropped once the visit ends, so the report has one owner again.
+        let report = Arc::into_inner(report).and_then(|cell| cell.into_inner().ok());
+        report.ok_or_else(|| {
+            Error::Store(crate::store::Error::Unavailable {
+                reason: "the cost report could not be completed; retry".to_string(),
+                cause: None,
+            })
+        })
     }
 
     /// Every ledger entry of one extraction (with its tenant, for access checks).
@@ -28,7 +40,7 @@ impl Service {
 
     /// Budgeted tenants with (spend this period, budget), refreshing who is held.
     pub async fn budget_status(&self) -> Result<Vec<(String, u64, u64, bool)>, Error> {
-        let rows = self.router.refresh_holds(&self.store, crate::domain::clock::now_ms()).await?;
+        let rows = self.router.refresh_holds(self.store.as_ref(), crate::domain::clock::now_ms()).await?;
         let held = self.router.held_tenants();
         Ok(rows.into_iter().map(|(t, spent, limit)| (t.clone(), spent, limit, held.contains(&t))).collect())
     }

@@ -117,6 +117,17 @@ impl Store {
         .await
     }
 
+    /// [`Store::fold_ledger`] for a visitor that keeps its own state (the seam's form).
+    pub async fn visit_ledger(
+        &self,
+        tenant: String,
+        from_ms: u64,
+        to_ms: u64,
+        mut visit: super::seam::LedgerVisitor,
+    ) -> Result<(), Error> {
+        self.fold_ledger(tenant, from_ms, to_ms, (), move |_, entry| visit(entry)).await
+    }
+
     /// Every ledger entry of one extraction, oldest first; `None` if the id is unknown.
     pub async fn extraction_ledger(&self, id: ExtractionId) -> Result<Option<Vec<LedgerRecord>>, Error> {
         self.read(move |txn| {

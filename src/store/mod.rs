@@ -17,6 +17,7 @@ mod policies;
 mod power_loss;
 mod read;
 mod records;
+pub mod seam;
 mod split;
 mod tables;
 mod verify;
@@ -44,6 +45,7 @@ pub use records::{
     BatchRecord, BatchState, ChargeKind, CostSource, DeliveryState, ExtractionRecord, FindingRecord, LedgerRecord,
     NewExtraction, OutboxKind, OutboxRecord, ResultRecord,
 };
+pub use seam::{Backend, SharedStore};
 pub use verify::{Report, verify_file};
 pub use writer::{WriterGuard, chain as error_chain};
 

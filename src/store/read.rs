@@ -145,7 +145,7 @@ impl Store {
     }
 
     /// Whether an operator paused submissions to this provider (survives restarts).
-    pub async fn provider_paused(&self, provider: &str) -> Result<bool, Error> {
+    pub async fn provider_paused(&self, provider: String) -> Result<bool, Error> {
         let key = format!("{}{provider}", tables::META_PAUSE_PREFIX);
         self.read(move |txn| {
             let meta = txn.open_table(tables::META)?;

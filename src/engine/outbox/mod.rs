@@ -24,7 +24,7 @@ use crate::domain::clock;
 use crate::engine::supervisor::Supervisor;
 use crate::engine::webhook::{WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP, WebhookSecret, sign_standard};
 use crate::providers::parse_retry_after;
-use crate::store::{DeliveryReport, OutboxRecord, Store};
+use crate::store::{DeliveryReport, OutboxRecord, SharedStore};
 
 pub use payload::event_body;
 
@@ -52,7 +52,12 @@ const DUE_BATCH: usize = 256;
 /// Starts delivery under `supervisor`; `wake` lets others (an operator's redeliver) cut
 /// its idle wait short. It stops when shutdown starts; an interrupted delivery is still
 /// due in the store and is sent again on start.
-pub fn spawn(store: Store, sinks: Vec<Sink>, wake: Arc<Notify>, supervisor: &Supervisor) -> Result<(), reqwest::Error> {
+pub fn spawn(
+    store: SharedStore,
+    sinks: Vec<Sink>,
+    wake: Arc<Notify>,
+    supervisor: &Supervisor,
+) -> Result<(), reqwest::Error> {
     let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build()?;
     let sinks: HashMap<String, Sink> = sinks.into_iter().map(|s| (s.name.clone(), s)).collect();
     let deliverer = Deliverer { store, http, sinks: Arc::new(sinks) };
@@ -66,7 +71,7 @@ pub fn spawn(store: Store, sinks: Vec<Sink>, wake: Arc<Notify>, supervisor: &Sup
 
 #[derive(Debug, Clone)]
 struct Deliverer {
-    store: Store,
+    store: SharedStore,
     http: reqwest::Client,
     sinks: Arc<HashMap<String, Sink>>,
 }
@@ -134,7 +139,7 @@ impl Deliverer {
         if self.store.sink_disabled(sink.name.clone()).await? {
             return Ok(DeliveryReport::Dead { reason: "the sink is disabled (its receiver answered 410 Gone)".into() });
         }
-        let body = event_body(&self.store, event).await?;
+        let body = event_body(self.store.as_ref(), event).await?;
         let now = crate::domain::clock::now();
         let timestamp = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let signature = sign_standard(&sink.secret, &event.event_id, timestamp, &body);

@@ -30,7 +30,7 @@ use crate::engine::routing::Router;
 use crate::engine::supervisor::Supervisor;
 use crate::providers::{BatchProvider, ErrorClass, ProviderError};
 use crate::store::{
-    self, BatchRecord, BatchState, CloseReport, IntentOutcome, IntentRequest, Leftover, MemberRules, Store,
+    self, BatchRecord, BatchState, CloseReport, IntentOutcome, IntentRequest, Leftover, MemberRules, SharedStore,
 };
 
 #[derive(Debug, Clone)]
@@ -96,7 +96,7 @@ const STEP_ERROR_PAUSE: Duration = Duration::from_secs(1);
 
 #[derive(Debug)]
 pub struct Scheduler {
-    store: Store,
+    store: SharedStore,
     committer: Committer,
     signals: WorkSignals,
     router: Arc<Router>,
@@ -132,7 +132,7 @@ struct WaitingWork {
 /// Everything a scheduler needs besides its provider and settings.
 #[derive(Debug, Clone)]
 pub struct Context {
-    pub store: Store,
+    pub store: SharedStore,
     pub committer: Committer,
     pub signals: WorkSignals,
     pub router: Arc<Router>,
@@ -247,7 +247,7 @@ impl Scheduler {
             return Ok((until != u64::MAX).then_some(until));
         }
         let router = &self.router;
-        router.refresh_holds(&self.store, clock::now_ms()).await?;
+        router.refresh_holds(self.store.as_ref(), clock::now_ms()).await?;
         let accept = router.filter_for(self.provider.name());
         let mut next = None;
         let schemas: Vec<String> = self.registry.names().map(str::to_string).collect();
