@@ -31,7 +31,7 @@ use crate::providers::{classify_status, parse_retry_after};
 use crate::service::Service;
 use crate::store::codec::{Versioned, decode, encode};
 use crate::store::{
-    BatchRecord, ExtractionRecord, FindingRecord, LedgerRecord, OutboxRecord, ResultRecord, StoredContent,
+    BatchRecord, ExtractionRecord, FindingRecord, LedgerRecord, OutboxRecord, ResultRecord, StagedAnswer, StoredContent,
 };
 
 /// A fuzz target's entry point: any bytes in, a panic only for a finding.
@@ -285,13 +285,14 @@ pub fn webhook_verify(data: &[u8]) {
 /// decode to itself.
 pub fn store_decode(data: &[u8]) {
     let Some((&kind, bytes)) = data.split_first() else { return };
-    match kind % 7 {
+    match kind % 8 {
         0 => round_trip::<ExtractionRecord>(bytes),
         1 => round_trip::<StoredContent>(bytes),
         2 => round_trip::<FindingRecord>(bytes),
         3 => round_trip::<ResultRecord>(bytes),
         4 => round_trip::<BatchRecord>(bytes),
         5 => round_trip::<LedgerRecord>(bytes),
+        6 => round_trip::<StagedAnswer>(bytes),
         _ => round_trip::<OutboxRecord>(bytes),
     }
 }

@@ -125,10 +125,9 @@ impl Committer {
             return Err(CommitError::Transition(TransitionError::StaleBatch));
         };
         let schema = self.judge.registry.get(&item.record.schema)?;
-        // The staged answer names its provider (`worker`) and job (`lease_token`).
         let charge = item.staged.usage.clone().map(|usage| Charge {
-            provider: item.staged.worker.clone(),
-            job_id: Some(item.staged.lease_token.clone()).filter(|j| !j.is_empty()),
+            provider: item.staged.provider.clone(),
+            job_id: Some(item.staged.job_id.clone()).filter(|j| !j.is_empty()),
             usage,
             latency_ms: item.staged.latency_ms,
             batch: batch_api,

@@ -12,7 +12,8 @@ use redb::ReadableTable;
 use super::codec::{decode, encode};
 use super::ledger::{Charge, record_charge};
 use super::ops::{load, transition};
-use super::records::{BatchRecord, BatchState, ChargeKind, ResultRecord, StoredContent};
+use super::records::{BatchRecord, BatchState, ChargeKind, StoredContent};
+use super::staged::StagedAnswer;
 use super::tables;
 use super::tables::required;
 use super::writer::WriteTables;
@@ -83,7 +84,7 @@ pub struct StageReport {
 #[derive(Debug, Clone)]
 pub struct ReadyItem {
     pub record: ExtractionRecord,
-    pub staged: ResultRecord,
+    pub staged: StagedAnswer,
 }
 
 impl Store {
@@ -264,7 +265,7 @@ impl Store {
                 if !matches!(&record.state, State::Ready { provider: p, .. } if *p == provider) {
                     continue;
                 }
-                let staged = decode(staged.get(seq)?.ok_or_else(|| missing("staged result"))?.value())?;
+                let staged = decode(staged.get(seq)?.ok_or_else(|| missing("staged answer"))?.value())?;
                 out.push(ReadyItem { record, staged });
             }
             Ok(out)
@@ -448,10 +449,10 @@ fn stage_results(
         };
         match line {
             LineResult::Answer { output, usage } => {
-                let staged = ResultRecord {
+                let staged = StagedAnswer {
+                    provider: record.provider.clone(),
+                    job_id: job_id.clone(),
                     output_json: output,
-                    worker: record.provider.clone(),
-                    lease_token: job_id.clone(),
                     usage,
                     latency_ms: Some(t.now_ms.saturating_sub(record.created_at_ms)),
                     received_at_ms: t.now_ms,

@@ -19,6 +19,7 @@ mod read;
 mod records;
 pub mod seam;
 mod split;
+mod staged;
 mod tables;
 mod verify;
 mod writer;
@@ -46,6 +47,7 @@ pub use records::{
     NewExtraction, OutboxKind, OutboxRecord, ResultRecord,
 };
 pub use seam::{Backend, SharedStore};
+pub use staged::StagedAnswer;
 pub use verify::{Report, verify_file};
 pub use writer::{WriterGuard, chain as error_chain};
 

@@ -32,7 +32,7 @@ pub const RESULTS: TableDefinition<u64, &[u8]> = TableDefinition::new("results")
 pub const BATCHES: TableDefinition<u64, &[u8]> = TableDefinition::new("batches");
 /// batch sequence → (): batches the scheduler still has to drive (intent, live job).
 pub const OPEN_BATCHES: TableDefinition<u64, ()> = TableDefinition::new("open_batches");
-/// sequence → `ResultRecord`: a provider's raw answer for a `Ready` extraction, awaiting
+/// sequence → `StagedAnswer`: a provider's raw answer for a `Ready` extraction, awaiting
 /// validation and commit.
 pub const STAGED: TableDefinition<u64, &[u8]> = TableDefinition::new("staged_results");
 

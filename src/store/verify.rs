@@ -109,7 +109,11 @@ fn check_batches(
 ) -> Result<(), Error> {
     let staged = txn.open_table(tables::STAGED)?;
     for entry in staged.iter()? {
-        let seq = entry?.0.value();
+        let (key, value) = entry?;
+        let seq = key.value();
+        if let Err(e) = decode::<super::StagedAnswer>(value.value()) {
+            report.problem(format!("staged answer #{seq}: {e}"));
+        }
         match records.get(&seq) {
             Some(r) if matches!(r.state, State::Ready { .. }) => {}
             Some(r) => report.problem(format!("{}: has a staged answer but is {}", r.id, r.state.name().as_str())),
