@@ -3,6 +3,7 @@
 
 mod extras;
 mod file;
+mod kind_gemini;
 mod kinds;
 mod limits;
 mod providers;
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 pub use extras::{Field, SinkOptions, WebhookOptions};
 pub use file::{DEFAULT_CONFIG_PATH, RawConfig};
+pub use kind_gemini::{DEFAULT_GEMINI_KEY_ENV, GeminiOptions};
 pub use kinds::{
     AnthropicOptions, ChatOptions, GenericFieldOverrides, GenericOptions, OpenAiBudget, OpenAiOptions, SIMULATOR_MODEL,
     SimulatorOptions,
