@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 
 use super::ProviderChoice;
 use super::extras::name_ok;
-use super::kind_gemini::{GeminiOptions, RawGemini};
 use super::file::RawProvider;
+use super::kind_gemini::{GeminiOptions, RawGemini};
 use super::kinds::{
     AnthropicOptions, ChatOptions, GenericOptions, OpenAiBudget, OpenAiOptions, RawAnthropic, RawChat, RawGeneric,
     RawOpenAi, RawSimulator, SIMULATOR_MODEL, SimulatorOptions, at_least_one,

@@ -100,12 +100,10 @@ impl GeminiBatches {
         let raw = started.headers().get("x-goog-upload-url").and_then(|v| v.to_str().ok()).ok_or_else(|| {
             error(ErrorClass::Protocol, None, "the upload start answered without x-goog-upload-url".to_string())
         })?;
-        let target = self
-            .base
-            .join(raw)
-            .ok()
-            .filter(|u| u.origin() == self.base.origin())
-            .ok_or_else(|| error(ErrorClass::Protocol, None, "the upload URL is outside the API origin".to_string()))?;
+        let target =
+            self.base.join(raw).ok().filter(|u| u.origin() == self.base.origin()).ok_or_else(|| {
+                error(ErrorClass::Protocol, None, "the upload URL is outside the API origin".to_string())
+            })?;
         let finish = self
             .http
             .post(target)
@@ -117,10 +115,9 @@ impl GeminiBatches {
         if status.as_deref() != Some("final") {
             return Err(error(ErrorClass::Transient, None, format!("the upload did not finalize (status {status:?})")));
         }
-        let answer: serde_json::Value = done
-            .json()
-            .await
-            .map_err(|e| error(ErrorClass::Protocol, None, format!("unexpected upload answer: {}", describe_transport(&e))))?;
+        let answer: serde_json::Value = done.json().await.map_err(|e| {
+            error(ErrorClass::Protocol, None, format!("unexpected upload answer: {}", describe_transport(&e)))
+        })?;
         answer["file"]["name"]
             .as_str()
             .map(str::to_string)

@@ -186,7 +186,11 @@ impl GeminiBatches {
             jsonl.push(b'\n');
             if jsonl.len() as u64 > MAX_FILE_BYTES {
                 // Over a limit, the batch is split by the scheduler: no member is at fault.
-                return Err(error(ErrorClass::TooLarge, None, format!("the input file is over {MAX_FILE_BYTES} bytes")));
+                return Err(error(
+                    ErrorClass::TooLarge,
+                    None,
+                    format!("the input file is over {MAX_FILE_BYTES} bytes"),
+                ));
             }
         }
         let file = self.upload(&display_name(spec.batch_key), jsonl).await?;

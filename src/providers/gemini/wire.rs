@@ -173,9 +173,8 @@ impl Status {
     /// A per-day quota (`QuotaFailure` naming a `...PerDay...` quota) does not come back
     /// within any wait worth making: it is spent budget, not a rate limit.
     pub fn is_daily_quota(&self) -> bool {
-        self.detail("google.rpc.QuotaFailure").any(|d| {
-            d["violations"].as_array().is_some_and(|v| v.iter().any(|v| quota_id(v).contains("PerDay")))
-        })
+        self.detail("google.rpc.QuotaFailure")
+            .any(|d| d["violations"].as_array().is_some_and(|v| v.iter().any(|v| quota_id(v).contains("PerDay"))))
     }
 }
 
@@ -355,7 +354,8 @@ mod tests {
 
     #[test]
     fn both_spellings_of_the_states() {
-        for (name, running) in [("BATCH_STATE_PENDING", true), ("JOB_STATE_RUNNING", true), ("BATCH_STATE_EXPIRED", false)]
+        for (name, running) in
+            [("BATCH_STATE_PENDING", true), ("JOB_STATE_RUNNING", true), ("BATCH_STATE_EXPIRED", false)]
         {
             assert_eq!(matches!(state(name), Some(State::Running)), running, "{name}");
         }

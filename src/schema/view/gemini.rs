@@ -97,7 +97,10 @@ impl Walk {
                     }
                     out.insert(key.clone(), Value::Array(converted));
                     if key == "oneOf" {
-                        self.note(pointer, "`oneOf` is read by Gemini as `anyOf` (exactly-one is still enforced locally)");
+                        self.note(
+                            pointer,
+                            "`oneOf` is read by Gemini as `anyOf` (exactly-one is still enforced locally)",
+                        );
                     }
                 }
                 "enum" => {
@@ -124,7 +127,12 @@ impl Walk {
 
     /// A `$ref` may only have `$`-prefixed siblings; a description or title next to it is
     /// dropped (it only annotates), anything else would be ignored by Gemini and is refused.
-    fn reference(&mut self, map: &Map<String, Value>, reference: &Value, pointer: &str) -> Result<Value, Inexpressible> {
+    fn reference(
+        &mut self,
+        map: &Map<String, Value>,
+        reference: &Value,
+        pointer: &str,
+    ) -> Result<Value, Inexpressible> {
         if !reference.as_str().is_some_and(|r| r == "#" || r.starts_with("#/")) {
             return Err(refuse(
                 &format!("{pointer}/$ref"),
@@ -139,7 +147,11 @@ impl Walk {
             } else if key == "description" || key == "title" {
                 self.note(pointer, &format!("dropped `{key}` next to `$ref`"));
             } else {
-                return Err(refuse(pointer, key, "Gemini takes no keywords next to `$ref` other than `$`-prefixed ones"));
+                return Err(refuse(
+                    pointer,
+                    key,
+                    "Gemini takes no keywords next to `$ref` other than `$`-prefixed ones",
+                ));
             }
         }
         Ok(Value::Object(out))
@@ -258,7 +270,7 @@ mod tests {
     #[test]
     fn what_gemini_cannot_take_is_refused_with_its_pointer() {
         let cases = [
-            (json!({"allOf": [{"type": "object"}]}), "", "allOf"),
+            (json!({"allOf": [{"type": "object"}]}), "/allOf", "allOf"),
             (json!({"properties": {"a": {"enum": ["x", null]}}}), "/properties/a/enum", "enum"),
             (json!({"properties": {"a": {"const": true}}}), "/properties/a/const", "const"),
             (json!({"properties": {"a": {"$ref": "#/$defs/b", "minimum": 1}}}), "/properties/a", "minimum"),

@@ -67,18 +67,21 @@ impl GoogleError {
     /// The Gemini answer to an injected request-level fault.
     pub fn injected(fault: Injected) -> Self {
         const TAG: &str = " (SIMULATED fault)";
-        let quota = |quota_id: &str| json!({"@type": QUOTA_FAILURE, "violations": [{
-            "quotaMetric": "generativelanguage.googleapis.com/generate_content_requests",
-            "quotaId": quota_id,
-        }]});
-        let exhausted = |message: &str| {
-            Self::new(StatusCode::TOO_MANY_REQUESTS, "RESOURCE_EXHAUSTED", format!("{message}{TAG}"))
+        let quota = |quota_id: &str| {
+            json!({"@type": QUOTA_FAILURE, "violations": [{
+                "quotaMetric": "generativelanguage.googleapis.com/generate_content_requests",
+                "quotaId": quota_id,
+            }]})
         };
+        let exhausted =
+            |message: &str| Self::new(StatusCode::TOO_MANY_REQUESTS, "RESOURCE_EXHAUSTED", format!("{message}{TAG}"));
         match fault {
             Injected::Unauthorized => Self::bad_key(TAG),
             // A spent daily quota: waiting minutes will not bring it back.
-            Injected::InsufficientQuota => exhausted("You exceeded your current quota, please check your plan and billing details.")
-                .detail(quota("GenerateRequestsPerDayPerProjectPerModel")),
+            Injected::InsufficientQuota => {
+                exhausted("You exceeded your current quota, please check your plan and billing details.")
+                    .detail(quota("GenerateRequestsPerDayPerProjectPerModel"))
+            }
             Injected::RateLimited { retry_after_secs } => exhausted("Resource has been exhausted (e.g. check quota).")
                 .detail(quota("GenerateRequestsPerMinutePerProjectPerModel"))
                 .detail(json!({"@type": RETRY_INFO, "retryDelay": format!("{retry_after_secs}s")})),
@@ -91,8 +94,10 @@ impl GoogleError {
             Injected::ServerError { .. } => Self::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "INTERNAL",
-                format!("An internal error has occurred. Please retry or report in \
-                         https://developers.generativeai.google/guide/troubleshooting{TAG}"),
+                format!(
+                    "An internal error has occurred. Please retry or report in \
+                         https://developers.generativeai.google/guide/troubleshooting{TAG}"
+                ),
             ),
         }
     }

@@ -38,7 +38,9 @@ pub async fn upload(
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
     let command = text("x-goog-upload-command").unwrap_or_default().to_ascii_lowercase();
     match query.get("upload_id") {
-        None => start(&shared, text("x-goog-upload-protocol"), text("x-goog-upload-header-content-length"), &command, &body),
+        None => {
+            start(&shared, text("x-goog-upload-protocol"), text("x-goog-upload-header-content-length"), &command, &body)
+        }
         Some(id) => chunk(&shared, id, text("x-goog-upload-offset"), &command, body),
     }
 }

@@ -61,7 +61,8 @@ fn create(shared: &Shared, conn: &ConnHandle, model: &str, body: &[u8]) -> Resul
         return Err(GoogleError::invalid(format!("Request payload size exceeds the limit: {MAX_INLINE_BODY} bytes.")));
     }
     let body = parse_json(body)?;
-    let batch = body.get("batch").filter(|b| b.is_object()).ok_or_else(|| GoogleError::invalid("batch: is required"))?;
+    let batch =
+        body.get("batch").filter(|b| b.is_object()).ok_or_else(|| GoogleError::invalid("batch: is required"))?;
     let display_name = batch
         .get("displayName")
         .or_else(|| batch.get("display_name"))
@@ -74,9 +75,11 @@ fn create(shared: &Shared, conn: &ConnHandle, model: &str, body: &[u8]) -> Resul
     let mut inner = shared.lock();
     let (requests, from_file) = match (file, inline) {
         (Some(file), None) => {
-            let stored = inner.gemini.files.get(file).ok_or_else(|| {
-                GoogleError::not_found(format!("File {file} not found or has expired."))
-            })?;
+            let stored = inner
+                .gemini
+                .files
+                .get(file)
+                .ok_or_else(|| GoogleError::not_found(format!("File {file} not found or has expired.")))?;
             (super::files::parse_input(&stored.bytes)?, true)
         }
         (None, Some(entries)) => (parse_inline(entries)?, false),
@@ -89,8 +92,8 @@ fn create(shared: &Shared, conn: &ConnHandle, model: &str, body: &[u8]) -> Resul
     lifecycle::advance_all(&mut inner, Instant::now());
     let name = inner.new_id("batches/", 24).to_ascii_lowercase();
     let faults = inner.faults.clone();
-    let record = Record::new(name.clone(), display_name.to_string(), model.to_string(), from_file, requests)
-        .with_faults(faults);
+    let record =
+        Record::new(name.clone(), display_name.to_string(), model.to_string(), from_file, requests).with_faults(faults);
     inner.batch_went_live(&record.keys());
     let answer = record.operation();
     inner.gemini.batches.push(record);
@@ -194,7 +197,9 @@ pub async fn list(
         Some(text) => match text.parse::<usize>() {
             Ok(0) => DEFAULT_PAGE_SIZE,
             Ok(n) => n.min(MAX_PAGE_SIZE),
-            Err(_) => return Err(GoogleError::invalid(format!("Invalid value at 'page_size' (TYPE_INT32), \"{text}\""))),
+            Err(_) => {
+                return Err(GoogleError::invalid(format!("Invalid value at 'page_size' (TYPE_INT32), \"{text}\"")));
+            }
         },
     };
     let start = match query.page_token.as_deref().filter(|t| !t.is_empty()) {

@@ -119,12 +119,15 @@ impl Record {
         }
         let ended = self.created_wall + complete_after;
         if self.faults.fail_batch_validation {
-            self.error = Some(json!({"code": 3, "message": "The batch failed validation. (SIMULATED fault: fail_batch_validation)"}));
+            self.error = Some(
+                json!({"code": 3, "message": "The batch failed validation. (SIMULATED fault: fail_batch_validation)"}),
+            );
             self.finish(State::Failed, ended, inner);
         } else if self.faults.expire_batches {
             self.finish(State::Expired, ended, inner);
         } else {
-            let generated = results::generate(&self.name, &self.model, &self.requests, self.from_file, &self.faults, inner);
+            let generated =
+                results::generate(&self.name, &self.model, &self.requests, self.from_file, &self.faults, inner);
             self.succeeded = generated.succeeded;
             self.failed = generated.failed;
             self.output = Some(generated.output);

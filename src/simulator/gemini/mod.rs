@@ -22,11 +22,11 @@ mod store;
 
 use std::sync::Arc;
 
+use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::Router;
 use axum::routing::{get, post};
 
 pub use store::Store;
@@ -87,9 +87,10 @@ fn admit(shared: &Shared, request: &Request) -> Result<(), GoogleError> {
     if let Some(key) = &shared.api_key {
         let header = request.headers().get("x-goog-api-key").and_then(|v| v.to_str().ok()).map(str::to_string);
         // A key in the query is never percent-encoded in practice (`[A-Za-z0-9_-]`).
-        let query_key = request.uri().query().and_then(|q| {
-            q.split('&').find_map(|pair| pair.strip_prefix("key=")).map(str::to_string)
-        });
+        let query_key = request
+            .uri()
+            .query()
+            .and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("key=")).map(str::to_string));
         match header.or(query_key) {
             None => return Err(GoogleError::missing_key()),
             Some(sent) if sent != *key => return Err(GoogleError::bad_key("")),

@@ -52,8 +52,8 @@ pub fn respond(request: &Value, behaviour: Behaviour, model: &str, rng: &mut Std
     let text = user_text(request);
     let (source_id, content) = split_prompt(&text);
     let prompt_tokens = tokens(request.to_string().len());
-    let structured = request.pointer("/generationConfig/responseMimeType").and_then(Value::as_str)
-        == Some("application/json");
+    let structured =
+        request.pointer("/generationConfig/responseMimeType").and_then(Value::as_str) == Some("application/json");
     let budget = request.pointer("/generationConfig/maxOutputTokens").and_then(Value::as_u64);
     let (text, finish, output_tokens) = match behaviour {
         Behaviour::Refuse { first_kind: false } => {

@@ -139,7 +139,8 @@ mod tests {
     fn files_carry_keys_errors_and_torn_lines() {
         let shared = shared();
         let mut inner = shared.lock();
-        let faults = Faults { failed_line_every: 3, malformed_line_every: 4, duplicate_line_every: 5, ..Faults::default() };
+        let faults =
+            Faults { failed_line_every: 3, malformed_line_every: 4, duplicate_line_every: 5, ..Faults::default() };
         let generated = generate("batches/b2", "m", &requests(6), true, &faults, &mut inner);
         let Output::File { name } = &generated.output else { panic!() };
         let bytes = inner.gemini.files[name].bytes.clone();
