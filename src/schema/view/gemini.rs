@@ -292,7 +292,7 @@ mod tests {
         });
         let view = derive(&fine).unwrap();
         assert_eq!(view.document["properties"]["node"], json!({"$ref": "#/$defs/node"}));
-        let mut required = fine.clone();
+        let mut required = fine;
         required["$defs"]["node"]["required"] = json!(["child"]);
         let refused = derive(&required).unwrap_err();
         assert_eq!(refused.keyword, "$ref");
