@@ -121,6 +121,8 @@ async fn gemini_large_batches_go_through_the_file_api_and_torn_lines_are_retried
     assert_eq!(stats.max_live_batches_per_custom_id, 1, "{stats:#?}");
     let health = health(&api).await;
     assert_eq!(counter(&health, "members_requeued"), 1, "{health:#}");
+    // The Files API keeps 20 GB per project: each closed batch's input and responses go.
+    rig.wait_stats("the files to be deleted", |s| s.files_deleted == 2 * s.batches_created).await;
 
     let report = finish(server);
     assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);

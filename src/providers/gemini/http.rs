@@ -39,13 +39,15 @@ impl GeminiBatches {
 
     /// `download/v1beta/files/{id}:download?alt=media` (batch guide, "Retrieving results").
     pub(super) fn download_url(&self, file: &str) -> Result<Url, ProviderError> {
-        let id = file
-            .strip_prefix("files/")
-            .filter(|id| !id.is_empty() && !id.contains('/'))
-            .ok_or_else(|| error(ErrorClass::Protocol, None, format!("unexpected responses file {file:?}")))?;
+        let id = file_id(file)?;
         let mut url = self.url(&["download", API_VERSION], &["files", &format!("{id}:download")])?;
         url.query_pairs_mut().append_pair("alt", "media");
         Ok(url)
+    }
+
+    /// `v1beta/files/{id}`, for `DELETE`.
+    pub(super) fn file_url(&self, file: &str) -> Result<Url, ProviderError> {
+        self.api_url(&["files", file_id(file)?])
     }
 
     /// Sends with the key, turning transport failures and non-2xx answers into classified
@@ -123,6 +125,13 @@ impl GeminiBatches {
             .map(str::to_string)
             .ok_or_else(|| error(ErrorClass::Protocol, None, "the upload answer names no file".to_string()))
     }
+}
+
+/// The id of a file named `files/{id}`: one path segment.
+fn file_id(file: &str) -> Result<&str, ProviderError> {
+    file.strip_prefix("files/")
+        .filter(|id| !id.is_empty() && !id.contains('/'))
+        .ok_or_else(|| error(ErrorClass::Protocol, None, format!("unexpected file name {file:?}")))
 }
 
 /// Google's canonical codes first (AIP-193 `google.rpc.Code` as the `status` string), the

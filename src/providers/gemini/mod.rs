@@ -337,6 +337,20 @@ impl BatchProvider for GeminiBatches {
         self.send(self.http.post(self.batch_url(job_id, Some("cancel"))?)).await.map(drop)
     }
 
+    /// The Files API keeps at most 20 GB per project for 48 hours: a busy account's input
+    /// files would fill it, so they (and the responses file) go once the batch is closed.
+    async fn delete_files(&self, job: &JobStatus) -> Result<u64, ProviderError> {
+        let mut deleted = 0;
+        for file in self.operation(&job.job_id).await?.files() {
+            match self.send(self.http.delete(self.file_url(&file)?)).await {
+                Ok(_) => deleted += 1,
+                Err(e) if e.class == ErrorClass::Gone => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(deleted)
+    }
+
     async fn probe(&self, schema: &Schema) -> Probe {
         let view = match schema.view(Dialect::GeminiJson) {
             Ok(view) => &view.document,

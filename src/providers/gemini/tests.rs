@@ -131,6 +131,9 @@ async fn a_large_batch_is_uploaded_and_a_torn_line_is_counted_not_fatal() {
     assert_eq!((counts.lines, counts.malformed), (4, 2), "lines 2 and 4 are torn");
     assert_answers(&lines, &[members[0].clone(), members[2].clone()]);
     assert_eq!(sim.stats().content_downloads, 1);
+    assert_eq!(provider.delete_files(&status).await.unwrap(), 2, "the input and the responses file");
+    assert_eq!(sim.stats().files_deleted, 2);
+    assert_eq!(provider.delete_files(&status).await.unwrap(), 0, "already gone is done");
 }
 
 #[tokio::test]

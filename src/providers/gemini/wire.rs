@@ -68,6 +68,15 @@ pub struct Batch {
     pub state: Option<String>,
     #[serde(default)]
     pub output: Option<Output>,
+    #[serde(default)]
+    pub input_config: Option<InputConfig>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InputConfig {
+    #[serde(default)]
+    pub file_name: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -93,6 +102,13 @@ impl Operation {
 
     pub fn display_name(&self) -> Option<&str> {
         self.metadata.as_ref().and_then(|b| b.display_name.as_deref())
+    }
+
+    /// The uploaded input file and the responses file, whichever the batch has.
+    pub fn files(&self) -> Vec<String> {
+        let input = self.metadata.as_ref().and_then(|b| b.input_config.as_ref()).and_then(|c| c.file_name.clone());
+        let output = self.output().and_then(|o| o.responses_file.clone());
+        input.into_iter().chain(output).collect()
     }
 
     pub fn output(&self) -> Option<&Output> {

@@ -149,6 +149,17 @@ pub async fn download(
     Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"))], bytes).into_response())
 }
 
+/// `DELETE v1beta/files/{id}`, answered with `Empty`.
+pub async fn delete(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Json<Value>, GoogleError> {
+    let name = format!("files/{id}");
+    let mut inner = shared.lock();
+    if inner.gemini.files.remove(&name).is_none() {
+        return Err(GoogleError::not_found(format!("File {name} not found or has expired.")));
+    }
+    inner.stats.files_deleted += 1;
+    Ok(Json(json!({})))
+}
+
 /// The JSONL input file: every line `{"key", "request"}`, checked like inline requests.
 pub fn parse_input(bytes: &[u8]) -> Result<Vec<Request>, GoogleError> {
     let text = std::str::from_utf8(bytes).map_err(|_| GoogleError::invalid("The input file is not UTF-8 JSONL."))?;

@@ -73,16 +73,16 @@ fn create(shared: &Shared, conn: &ConnHandle, model: &str, body: &[u8]) -> Resul
     let file = input.get("fileName").or_else(|| input.get("file_name")).and_then(Value::as_str);
     let inline = input.pointer("/requests/requests").and_then(Value::as_array);
     let mut inner = shared.lock();
-    let (requests, from_file) = match (file, inline) {
+    let (requests, input_file) = match (file, inline) {
         (Some(file), None) => {
             let stored = inner
                 .gemini
                 .files
                 .get(file)
                 .ok_or_else(|| GoogleError::not_found(format!("File {file} not found or has expired.")))?;
-            (super::files::parse_input(&stored.bytes)?, true)
+            (super::files::parse_input(&stored.bytes)?, Some(file.to_string()))
         }
-        (None, Some(entries)) => (parse_inline(entries)?, false),
+        (None, Some(entries)) => (parse_inline(entries)?, None),
         _ => {
             return Err(GoogleError::invalid(
                 "* BatchGenerateContentRequest.batch.input_config: exactly one of file_name or requests must be set",
@@ -92,8 +92,8 @@ fn create(shared: &Shared, conn: &ConnHandle, model: &str, body: &[u8]) -> Resul
     lifecycle::advance_all(&mut inner, Instant::now());
     let name = inner.new_id("batches/", 24).to_ascii_lowercase();
     let faults = inner.faults.clone();
-    let record =
-        Record::new(name.clone(), display_name.to_string(), model.to_string(), from_file, requests).with_faults(faults);
+    let record = Record::new(name.clone(), display_name.to_string(), model.to_string(), input_file, requests)
+        .with_faults(faults);
     inner.batch_went_live(&record.keys());
     let answer = record.operation();
     inner.gemini.batches.push(record);

@@ -58,7 +58,8 @@ pub struct Record {
     pub name: String,
     pub display_name: String,
     pub model: String,
-    pub from_file: bool,
+    /// The uploaded input file, for a file batch.
+    pub input_file: Option<String>,
     pub state: State,
     created: Instant,
     created_wall: SystemTime,
@@ -77,12 +78,18 @@ pub fn rfc3339(at: SystemTime) -> String {
 }
 
 impl Record {
-    pub fn new(name: String, display_name: String, model: String, from_file: bool, requests: Vec<Request>) -> Self {
+    pub fn new(
+        name: String,
+        display_name: String,
+        model: String,
+        input_file: Option<String>,
+        requests: Vec<Request>,
+    ) -> Self {
         Self {
             name,
             display_name,
             model,
-            from_file,
+            input_file,
             state: State::Pending,
             created: Instant::now(),
             created_wall: crate::clock::now(),
@@ -126,8 +133,14 @@ impl Record {
         } else if self.faults.expire_batches {
             self.finish(State::Expired, ended, inner);
         } else {
-            let generated =
-                results::generate(&self.name, &self.model, &self.requests, self.from_file, &self.faults, inner);
+            let generated = results::generate(
+                &self.name,
+                &self.model,
+                &self.requests,
+                self.input_file.is_some(),
+                &self.faults,
+                inner,
+            );
             self.succeeded = generated.succeeded;
             self.failed = generated.failed;
             self.output = Some(generated.output);
@@ -175,6 +188,9 @@ impl Record {
             "state": self.state.wire(),
             "name": self.name,
         });
+        if let Some(file) = &self.input_file {
+            batch["inputConfig"] = json!({"fileName": file});
+        }
         if let Some(ended) = self.ended_wall {
             batch["endTime"] = json!(rfc3339(ended));
         }

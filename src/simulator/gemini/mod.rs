@@ -44,6 +44,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         )
         .route("/v1beta/batches", get(handlers::list))
         .route("/v1beta/batches/{id}", get(handlers::get).delete(handlers::delete).post(handlers::action))
+        .route("/v1beta/files/{id}", axum::routing::delete(files::delete))
         .route("/upload/v1beta/files", post(files::upload).layer(DefaultBodyLimit::disable()))
         .route("/download/v1beta/files/{call}", get(files::download))
         .route("/_sim/stats", get(super::sim_stats))
