@@ -72,15 +72,13 @@ fn create(shared: &Shared, conn: &ConnHandle, model: &str, body: &[u8]) -> Resul
     let input = batch.get("inputConfig").or_else(|| batch.get("input_config")).unwrap_or(&Value::Null);
     let file = input.get("fileName").or_else(|| input.get("file_name")).and_then(Value::as_str);
     let inline = input.pointer("/requests/requests").and_then(Value::as_array);
-    let mut inner = shared.lock();
     let (requests, input_file) = match (file, inline) {
         (Some(file), None) => {
-            let stored = inner
-                .gemini
-                .files
-                .get(file)
-                .ok_or_else(|| GoogleError::not_found(format!("File {file} not found or has expired.")))?;
-            (super::files::parse_input(&stored.bytes)?, Some(file.to_string()))
+            // Cloning `Bytes` shares the buffer; the parse runs without the lock.
+            let stored = shared.lock().gemini.files.get(file).map(|f| f.bytes.clone());
+            let stored =
+                stored.ok_or_else(|| GoogleError::not_found(format!("File {file} not found or has expired.")))?;
+            (super::files::parse_input(&stored)?, Some(file.to_string()))
         }
         (None, Some(entries)) => (parse_inline(entries)?, None),
         _ => {
@@ -89,6 +87,7 @@ fn create(shared: &Shared, conn: &ConnHandle, model: &str, body: &[u8]) -> Resul
             ));
         }
     };
+    let mut inner = shared.lock();
     lifecycle::advance_all(&mut inner, Instant::now());
     let name = inner.new_id("batches/", 24).to_ascii_lowercase();
     let faults = inner.faults.clone();
