@@ -152,6 +152,19 @@ async fn find_job_pages_through_other_clients_batches_to_the_display_name() {
     assert_eq!(provider.find_job(&excluded).await.unwrap(), Lookup::Absent);
 }
 
+/// A list longer than the adapter reads cannot rule a batch out: undecided, never absent.
+#[tokio::test]
+async fn a_list_past_the_page_limit_is_undecided_not_absent() {
+    let foreign = u32::try_from(MAX_LIST_PAGES * 100 + 1).unwrap();
+    let sim = simulator(Faults { foreign_batches: foreign, ..Faults::default() }).await;
+    let provider = adapter(sim.base_url(), INLINE_MAX_BYTES);
+    let intent = IntentRef { batch_key: "cpb-buried", created_at_ms: 0, members: &[], known_jobs: &[] };
+    let Lookup::Undecided { recheck_after, reason } = provider.find_job(&intent).await.unwrap() else { panic!() };
+    assert_eq!(recheck_after, RECHECK_AFTER);
+    assert!(reason.contains("commitpoint-cpb-buried"), "{reason}");
+    assert_eq!(sim.stats().batches_listed, MAX_LIST_PAGES as u64);
+}
+
 #[tokio::test]
 async fn expiry_leaves_no_results_and_a_failed_batch_says_why() {
     let sim = simulator(Faults { expire_batches: true, ..Faults::default() }).await;
@@ -300,4 +313,40 @@ async fn request_shapes_follow_the_documented_contract_field_by_field() {
     assert_eq!(create, &format!("/v1beta/models/{MODEL}:batchGenerateContent"));
     let create_body: Value = serde_json::from_slice(create_body).unwrap();
     assert_eq!(create_body["batch"]["inputConfig"], json!({"fileName": "files/in1"}));
+}
+
+/// A server that answers every request with `answer`.
+async fn fixed(answer: Value) -> String {
+    let app = Router::new().fallback(move || {
+        let answer = answer.clone();
+        async move { axum::Json(answer) }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    base
+}
+
+/// The guide says an expired batch has no results; should one carry some (here in the
+/// REST guide's `response` field, with the SDK's state spelling), they are still read.
+#[tokio::test]
+async fn partial_results_of_an_expired_batch_are_read_wherever_they_sit() {
+    let answer = json!({"candidates": [{"content": {"parts": [{"text": "{\"findings\":[]}"}]}, "finishReason": "STOP"}],
+        "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 3}, "modelVersion": MODEL});
+    let base = fixed(json!({"name": "batches/old", "done": true,
+    "metadata": {"state": "JOB_STATE_EXPIRED", "displayName": "commitpoint-x"},
+    "response": {"inlinedResponses": {"inlinedResponses": [
+        {"response": answer, "metadata": {"key": "k-ran"}},
+        {"error": {"code": 500, "message": "x", "status": "INTERNAL"}, "metadata": {"key": "k-failed"}},
+        {"response": {}},
+    ]}}}))
+    .await;
+    let provider = adapter(base, INLINE_MAX_BYTES);
+    let status = provider.poll("batches/old").await.unwrap();
+    assert_eq!(status.phase, JobPhase::Expired);
+    assert_eq!(status.result_files, ["inline:batches/old"]);
+    let (lines, counts) = collect(&provider, &status).await;
+    assert_eq!((counts.lines, counts.malformed), (3, 1), "an entry without a key cannot be joined");
+    assert!(matches!(&lines[0], (key, LineResult::Answer { .. }) if key == "k-ran"), "{lines:?}");
+    assert!(matches!(&lines[1], (key, LineResult::Retry { .. }) if key == "k-failed"), "{lines:?}");
 }
