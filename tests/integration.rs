@@ -53,6 +53,8 @@ mod providers_e2e;
 mod providers_e2e_anthropic;
 #[path = "it/providers_e2e_chat.rs"]
 mod providers_e2e_chat;
+#[path = "it/providers_e2e_gemini.rs"]
+mod providers_e2e_gemini;
 #[path = "it/providers_e2e_generic.rs"]
 mod providers_e2e_generic;
 #[path = "it/providers_e2e_pause.rs"]

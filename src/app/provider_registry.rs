@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::app::config::{self, ProviderKind, ProviderSettings, ProviderSpec};
 use crate::providers::anthropic::{AnthropicBatches, AnthropicConfig};
 use crate::providers::chat::{ChatCompletions, ChatConfig};
+use crate::providers::gemini::{GeminiBatches, GeminiConfig};
 use crate::providers::generic::{GenericBatches, GenericConfig};
 use crate::providers::openai::{OpenAiBatches, OpenAiConfig};
 use crate::providers::{ApiKey, BatchProvider, ProviderError};
@@ -154,6 +155,18 @@ fn adapter(settings: &ProviderSettings, simulator_url: Option<String>) -> Result
             config.max_tokens = c.max_tokens;
             config.max_tokens_cap = c.max_tokens_cap;
             Arc::new(ChatCompletions::new(config).map_err(provider_error)?)
+        }
+        ProviderSpec::Gemini(g) => {
+            let mut config = GeminiConfig { name: name.clone(), ..GeminiConfig::new(key(), g.model.clone()) };
+            if let Some(base) = &g.base_url {
+                config.base_url = base.clone();
+            }
+            config.max_output_tokens = g.max_output_tokens;
+            config.max_output_tokens_cap = g.max_output_tokens_cap;
+            config.inline_max_bytes = g.inline_max_bytes;
+            let adapter =
+                GeminiBatches::new(config).map_err(|e| Error::Setup { name: name.clone(), reason: e.to_string() })?;
+            Arc::new(adapter)
         }
     };
     Ok(adapter)

@@ -1,5 +1,5 @@
-//! `commitpoint simulator`: run the built-in SIMULATED batch provider (OpenAI Batch API or
-//! Anthropic Message Batches) on its own, for trying an adapter or a script against it.
+//! `commitpoint simulator`: run the built-in SIMULATED batch provider (OpenAI Batch API,
+//! Anthropic Message Batches or Gemini batch mode) on its own, for trying an adapter or a script against it.
 //! It is a rule-based stand-in, not a model.
 
 use std::net::SocketAddr;
@@ -19,7 +19,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "openai")]
     pub dialect: DialectArg,
     /// Name of an environment variable holding the API key clients must send
-    /// (`Authorization: Bearer <key>`, or `x-api-key` for anthropic). Without it, any key
+    /// (`Authorization: Bearer <key>`, `x-api-key` for anthropic, `x-goog-api-key` for gemini). Without it, any key
     /// (or none) is accepted.
     #[arg(long, value_name = "NAME")]
     pub api_key_env: Option<String>,
@@ -35,6 +35,7 @@ pub struct Args {
 pub enum DialectArg {
     Openai,
     Anthropic,
+    Gemini,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -51,6 +52,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let dialect = match args.dialect {
         DialectArg::Openai => Dialect::OpenAi,
         DialectArg::Anthropic => Dialect::Anthropic,
+        DialectArg::Gemini => Dialect::Gemini,
     };
     let config =
         SimulatorConfig { dialect, faults, api_key, complete_after: args.complete_after, ..SimulatorConfig::default() };
@@ -66,6 +68,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         ),
         Dialect::Anthropic => println!(
             "commitpoint simulator listening on {} (SIMULATED Anthropic Message Batches provider, not a real model)",
+            simulator.base_url()
+        ),
+        Dialect::Gemini => println!(
+            "commitpoint simulator listening on {} (SIMULATED Gemini API batch mode provider, not a real model)",
             simulator.base_url()
         ),
     }

@@ -4,6 +4,7 @@
 
 pub mod anthropic;
 pub mod chat;
+pub mod gemini;
 pub mod generic;
 mod lines;
 pub mod openai;

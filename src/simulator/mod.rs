@@ -1,5 +1,5 @@
-//! A **simulated** LLM batch provider: it speaks the OpenAI Batch API or the Anthropic
-//! Message Batches wire protocol (one per instance, see [`Dialect`]) over real HTTP on loopback, but the "model" behind it is a deterministic rule-based code
+//! A **simulated** LLM batch provider: it speaks the OpenAI Batch API, the Anthropic
+//! Message Batches or the Gemini batch mode wire protocol (one per instance, see [`Dialect`]) over real HTTP on loopback, but the "model" behind it is a deterministic rule-based code
 //! reviewer, not a language model. It lets the demo and the tests drive the whole
 //! lifecycle (upload → create → poll → download → commit) with no API key, and inject the
 //! failures a real provider produces (429s, 5xx, dropped connections, expired batches,
@@ -15,6 +15,8 @@
 //! - `model`: the deterministic reviewer.
 //! - `anthropic`: the Message Batches dialect (its own routes, lifecycle and error shape,
 //!   sharing the model, the faults, the statistics and the listener).
+//! - `gemini`: the Gemini batch mode dialect, likewise (operations, File API uploads,
+//!   `google.rpc.Status` errors).
 //! - `faults`: the fault knobs ([`Faults`]).
 //! - `state`: shared memory and [`Stats`]; `net`: a listener that can drop a connection.
 //!
@@ -26,6 +28,7 @@ mod chat;
 mod error;
 mod faults;
 mod files;
+mod gemini;
 mod input;
 mod lifecycle;
 mod model;
@@ -74,6 +77,9 @@ pub enum Dialect {
     OpenAi,
     /// Anthropic Message Batches: `/v1/messages/batches`, base URL is the bare origin.
     Anthropic,
+    /// Gemini API batch mode: `/v1beta/models/{m}:batchGenerateContent`, `/v1beta/batches`,
+    /// the File API; base URL is the bare origin.
+    Gemini,
 }
 
 #[derive(Clone, Debug)]
@@ -119,6 +125,7 @@ impl Simulator {
         let app = match config.dialect {
             Dialect::OpenAi => router(Arc::clone(&shared)),
             Dialect::Anthropic => anthropic::router(Arc::clone(&shared)),
+            Dialect::Gemini => gemini::router(Arc::clone(&shared)),
         };
         let app = app.into_make_service_with_connect_info::<ConnHandle>();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -146,7 +153,7 @@ impl Simulator {
     pub fn base_url(&self) -> String {
         match self.dialect {
             Dialect::OpenAi => format!("{}/v1", origin(self.addr)),
-            Dialect::Anthropic => origin(self.addr),
+            Dialect::Anthropic | Dialect::Gemini => origin(self.addr),
         }
     }
 

@@ -106,6 +106,8 @@ pub struct Inner {
     pub batches: Vec<BatchRecord>,
     /// Anthropic Message Batches, creation order (Anthropic dialect only).
     pub message_batches: Vec<super::anthropic::Record>,
+    /// Gemini batches, files and uploads (Gemini dialect only).
+    pub gemini: super::gemini::Store,
     pub faults: Faults,
     pub stats: Stats,
     pub timeline: Timeline,
@@ -127,6 +129,7 @@ impl Shared {
                 files: HashMap::new(),
                 batches: Vec::new(),
                 message_batches: Vec::new(),
+                gemini: super::gemini::Store::default(),
                 faults,
                 stats: Stats::default(),
                 timeline,

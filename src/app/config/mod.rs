@@ -3,6 +3,7 @@
 
 mod extras;
 mod file;
+mod kind_gemini;
 mod kinds;
 mod limits;
 mod providers;
@@ -16,6 +17,7 @@ pub use crate::http::limits::{DEFAULT_MAX_BODY_BYTES, HEALTH_RESERVE, ServerLimi
 pub use crate::service::{Field, WebhookOptions};
 pub use extras::SinkOptions;
 pub use file::{DEFAULT_CONFIG_PATH, RawConfig};
+pub use kind_gemini::{DEFAULT_GEMINI_KEY_ENV, GeminiOptions};
 pub use kinds::{
     AnthropicOptions, ChatOptions, GenericFieldOverrides, GenericOptions, OpenAiBudget, OpenAiOptions, SIMULATOR_MODEL,
     SimulatorOptions,

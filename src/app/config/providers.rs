@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use super::ProviderChoice;
 use super::extras::name_ok;
 use super::file::RawProvider;
+use super::kind_gemini::{GeminiOptions, RawGemini};
 use super::kinds::{
     AnthropicOptions, ChatOptions, GenericOptions, OpenAiBudget, OpenAiOptions, RawAnthropic, RawChat, RawGeneric,
     RawOpenAi, RawSimulator, SIMULATOR_MODEL, SimulatorOptions, at_least_one,
@@ -26,15 +27,17 @@ pub enum ProviderKind {
     Generic,
     Chat,
     Simulator,
+    Gemini,
 }
 
 impl ProviderKind {
-    const ALL: [ProviderKind; 5] = [
+    const ALL: [ProviderKind; 6] = [
         ProviderKind::Openai,
         ProviderKind::Anthropic,
         ProviderKind::Generic,
         ProviderKind::Chat,
         ProviderKind::Simulator,
+        ProviderKind::Gemini,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -44,6 +47,7 @@ impl ProviderKind {
             ProviderKind::Generic => "generic",
             ProviderKind::Chat => "chat",
             ProviderKind::Simulator => "simulator",
+            ProviderKind::Gemini => "gemini",
         }
     }
 
@@ -56,6 +60,7 @@ impl ProviderKind {
     pub fn dialect(self) -> Dialect {
         match self {
             ProviderKind::Anthropic => Dialect::AnthropicTool,
+            ProviderKind::Gemini => Dialect::GeminiJson,
             ProviderKind::Openai | ProviderKind::Generic | ProviderKind::Chat | ProviderKind::Simulator => {
                 Dialect::OpenAiStrict
             }
@@ -84,6 +89,7 @@ pub enum ProviderSpec {
     /// Boxed: its field-name overrides make it several times larger than the others.
     Generic(Box<GenericOptions>),
     Chat(ChatOptions),
+    Gemini(GeminiOptions),
 }
 
 impl ProviderSettings {
@@ -94,6 +100,7 @@ impl ProviderSettings {
             ProviderSpec::Anthropic(_) => ProviderKind::Anthropic,
             ProviderSpec::Generic(_) => ProviderKind::Generic,
             ProviderSpec::Chat(_) => ProviderKind::Chat,
+            ProviderSpec::Gemini(_) => ProviderKind::Gemini,
         }
     }
 
@@ -103,6 +110,7 @@ impl ProviderSettings {
             ProviderSpec::Anthropic(a) => Some(&a.key),
             ProviderSpec::Generic(g) => Some(&g.key),
             ProviderSpec::Chat(c) => c.key.as_ref(),
+            ProviderSpec::Gemini(g) => Some(&g.key),
             ProviderSpec::Simulator(_) => None,
         }
     }
@@ -154,6 +162,15 @@ impl ProviderSettings {
                 line(&mut lines, "model", &c.model);
                 budget(&mut lines, "max_tokens", c.max_tokens, "the server's own limit");
                 budget(&mut lines, "max_tokens_cap", Some(c.max_tokens_cap), "");
+            }
+            ProviderSpec::Gemini(g) => {
+                if let Some(base) = &g.base_url {
+                    line(&mut lines, "base_url", base);
+                }
+                line(&mut lines, "model", &g.model);
+                budget(&mut lines, "max_output_tokens", g.max_output_tokens, "the model's own limit");
+                budget(&mut lines, "max_output_tokens_cap", Some(g.max_output_tokens_cap), "");
+                lines.push(format!("inline_max_bytes = {}", g.inline_max_bytes));
             }
         }
         match self.key_source() {
@@ -322,6 +339,9 @@ fn resolve_table(name: String, mut table: toml::Table) -> Result<(ProviderSettin
         )),
         ProviderKind::Chat => {
             ProviderSpec::Chat(value.try_into::<RawChat>().map_err(parse_error)?.resolve().map_err(in_table)?)
+        }
+        ProviderKind::Gemini => {
+            ProviderSpec::Gemini(value.try_into::<RawGemini>().map_err(parse_error)?.resolve().map_err(in_table)?)
         }
     };
     Ok((ProviderSettings { name, spec }, implied))

@@ -70,6 +70,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         server.addr(),
         second_db.display()
     );
+    println!(
+        "(The same lifecycle drives Anthropic and Gemini batch mode: [providers.<name>] kind = \"gemini\"; \
+         try it keyless with `commitpoint simulator --dialect gemini`.)\n"
+    );
     let outcome = provider::run(&server, &mut summary).await;
     server.stop().await?;
     outcome?;

@@ -16,6 +16,8 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value, json};
 
+mod gemini;
+
 /// How a provider takes a schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Dialect {
@@ -24,15 +26,18 @@ pub enum Dialect {
     OpenAiStrict,
     /// Anthropic forced tool use: the tool's `input_schema`, non-strict.
     AnthropicTool,
+    /// Gemini `generationConfig.responseJsonSchema` (see `gemini`).
+    GeminiJson,
 }
 
 impl Dialect {
-    pub const ALL: [Dialect; 2] = [Dialect::OpenAiStrict, Dialect::AnthropicTool];
+    pub const ALL: [Dialect; 3] = [Dialect::OpenAiStrict, Dialect::AnthropicTool, Dialect::GeminiJson];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::OpenAiStrict => "openai-strict",
             Self::AnthropicTool => "anthropic-tool",
+            Self::GeminiJson => "gemini-json-schema",
         }
     }
 }
@@ -93,6 +98,7 @@ pub fn derive(document: &Value, dialect: Dialect) -> Result<View, Inexpressible>
     match dialect {
         Dialect::OpenAiStrict => openai_strict(document),
         Dialect::AnthropicTool => anthropic_tool(document),
+        Dialect::GeminiJson => gemini::derive(document),
     }
 }
 

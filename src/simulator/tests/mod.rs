@@ -4,6 +4,7 @@
 mod anthropic;
 mod anthropic_wire;
 mod errors;
+mod gemini_wire;
 mod lifecycle;
 
 use std::collections::BTreeMap;
