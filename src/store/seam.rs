@@ -63,7 +63,7 @@ seam! {
             -> Option<(Vec<FindingRecord>, bool)>;
         /// The raw output a committed extraction was committed with.
         fn result(&self, id: ExtractionId) -> Option<ResultRecord>;
-        /// Kept per state in the commit transaction, so it costs no scan.
+        /// How many extractions are in each state, and since when the oldest waits.
         fn counts_by_state(&self) -> Vec<StateCount>;
         /// Hands out leases with fencing tokens.
         fn claim(&self, request: ClaimRequest) -> Vec<Grant>;
