@@ -1,7 +1,9 @@
 //! The application service behind the HTTP API (worker, tenant and admin endpoints, and
-//! the webhook intake) and behind the scheduler's commits: input checks, identity and
-//! schema validation, then the store operation. The CLI never calls it directly: `serve`
-//! builds it through `server`, and the client commands go over HTTP.
+//! the webhook intake): input checks, identity and schema validation, then the store
+//! operation through the store seam. Providers' answers do not pass through here: the
+//! scheduler commits them with `engine::commit`, which judges outputs by the same rules.
+//! The CLI never calls it directly: `serve` builds it through `app::server`, and the
+//! client commands go over HTTP.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
