@@ -7,6 +7,7 @@ pub mod chat;
 pub mod generic;
 mod lines;
 pub mod openai;
+mod ratelimit;
 mod redact;
 mod retry;
 mod transport;
