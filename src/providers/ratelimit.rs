@@ -24,6 +24,9 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
     if let Ok(secs) = text.parse::<f64>() {
         return Duration::try_from_secs_f64(secs).ok();
     }
+    if text.is_empty() {
+        return None;
+    }
     let mut total = 0.0f64;
     let mut rest = text;
     while !rest.is_empty() {
