@@ -1,6 +1,7 @@
 //! Settings for `serve`. Defaults live here so every entry point agrees on them; the
 //! file format and the merge order are in `file`.
 
+mod azure;
 mod extras;
 mod file;
 mod kinds;
@@ -12,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use std::time::Duration;
 
+pub use azure::{AzureAuth, AzureOptions};
 pub use extras::{Field, SinkOptions, WebhookOptions};
 pub use file::{DEFAULT_CONFIG_PATH, RawConfig};
 pub use kinds::{

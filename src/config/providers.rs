@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 
 use super::ProviderChoice;
+use super::azure::{AzureOptions, RawAzure};
 use super::extras::name_ok;
 use super::file::RawProvider;
 use super::kinds::{
@@ -26,15 +27,17 @@ pub enum ProviderKind {
     Generic,
     Chat,
     Simulator,
+    Azure,
 }
 
 impl ProviderKind {
-    const ALL: [ProviderKind; 5] = [
+    const ALL: [ProviderKind; 6] = [
         ProviderKind::Openai,
         ProviderKind::Anthropic,
         ProviderKind::Generic,
         ProviderKind::Chat,
         ProviderKind::Simulator,
+        ProviderKind::Azure,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -44,6 +47,7 @@ impl ProviderKind {
             ProviderKind::Generic => "generic",
             ProviderKind::Chat => "chat",
             ProviderKind::Simulator => "simulator",
+            ProviderKind::Azure => "azure",
         }
     }
 
@@ -56,7 +60,11 @@ impl ProviderKind {
     pub fn dialect(self) -> Dialect {
         match self {
             ProviderKind::Anthropic => Dialect::AnthropicTool,
-            ProviderKind::Openai | ProviderKind::Generic | ProviderKind::Chat | ProviderKind::Simulator => {
+            ProviderKind::Openai
+            | ProviderKind::Generic
+            | ProviderKind::Chat
+            | ProviderKind::Simulator
+            | ProviderKind::Azure => {
                 Dialect::OpenAiStrict
             }
         }
@@ -84,6 +92,8 @@ pub enum ProviderSpec {
     /// Boxed: its field-name overrides make it several times larger than the others.
     Generic(Box<GenericOptions>),
     Chat(ChatOptions),
+    /// Azure OpenAI's Batch API through the OpenAI adapter.
+    Azure(Box<AzureOptions>),
 }
 
 impl ProviderSettings {
@@ -94,6 +104,7 @@ impl ProviderSettings {
             ProviderSpec::Anthropic(_) => ProviderKind::Anthropic,
             ProviderSpec::Generic(_) => ProviderKind::Generic,
             ProviderSpec::Chat(_) => ProviderKind::Chat,
+            ProviderSpec::Azure(_) => ProviderKind::Azure,
         }
     }
 
@@ -103,6 +114,7 @@ impl ProviderSettings {
             ProviderSpec::Anthropic(a) => Some(&a.key),
             ProviderSpec::Generic(g) => Some(&g.key),
             ProviderSpec::Chat(c) => c.key.as_ref(),
+            ProviderSpec::Azure(a) => Some(&a.key),
             ProviderSpec::Simulator(_) => None,
         }
     }
@@ -127,9 +139,10 @@ impl ProviderSettings {
             lines.push(value.map_or_else(|| format!("# {key}: unset, {unset}"), |n| format!("{key} = {n}")));
         };
         match &self.spec {
-            ProviderSpec::Openai(OpenAiOptions { base_url, model, budget: b, .. }) => {
+            ProviderSpec::Openai(OpenAiOptions { base_url, model, budget: b, batch_metadata, .. }) => {
                 line(&mut lines, "base_url", base_url);
                 line(&mut lines, "model", model);
+                lines.push(format!("batch_metadata = {batch_metadata}"));
                 budget(&mut lines, "max_completion_tokens", b.max_completion_tokens, "the model's own limit");
                 budget(&mut lines, "max_completion_tokens_cap", Some(b.max_completion_tokens_cap), "");
             }
@@ -152,6 +165,7 @@ impl ProviderSettings {
                 budget(&mut lines, "max_tokens", g.max_tokens, "the model's own limit");
                 budget(&mut lines, "max_tokens_cap", Some(g.max_tokens_cap), "");
             }
+            ProviderSpec::Azure(a) => super::azure::describe(a, &mut lines),
             ProviderSpec::Chat(c) => {
                 line(&mut lines, "base_url", &c.base_url);
                 line(&mut lines, "model", &c.model);
@@ -262,6 +276,9 @@ fn resolve_primary(
     let spec = match choice {
         ProviderChoice::None => return Ok(None),
         ProviderChoice::Openai => ProviderSpec::Openai(OpenAiOptions {
+            batch_metadata: super::kinds::metadata_kept_by_default(
+                o.base_url.as_deref().or(raw.base_url.as_deref()).unwrap_or(DEFAULT_OPENAI_BASE_URL),
+            ),
             base_url: o
                 .base_url
                 .clone()
@@ -326,6 +343,9 @@ fn resolve_table(name: String, mut table: toml::Table) -> Result<(ProviderSettin
         ProviderKind::Chat => {
             ProviderSpec::Chat(value.try_into::<RawChat>().map_err(parse_error)?.resolve().map_err(in_table)?)
         }
+        ProviderKind::Azure => ProviderSpec::Azure(Box::new(
+            value.try_into::<RawAzure>().map_err(parse_error)?.resolve().map_err(in_table)?,
+        )),
     };
     Ok((ProviderSettings { name, spec }, implied))
 }

@@ -5,6 +5,7 @@
 //! how a job created just before a crash (or before a dropped connection) is found again:
 //! the scheduler calls `find_job` before any resubmission.
 
+mod azure;
 mod create;
 mod flavour;
 mod lookup;
@@ -40,6 +41,7 @@ const TOKEN_LIMIT_CODE: &str = "token_limit_exceeded";
 const CREATED_AT_SLACK: Duration = Duration::from_secs(600);
 
 pub use super::ApiKey;
+pub use azure::azure_adapter;
 pub use flavour::{AZURE_FILE_EXPIRY, Auth, Flavour, ProbeTarget};
 
 #[derive(Debug, Clone)]
