@@ -164,9 +164,10 @@ mod tests {
             let Err(Error::Invalid { key: got, .. }) = raw(extra) else { panic!("{extra} accepted") };
             assert_eq!(got, key, "{extra}");
         }
-        let pasted = toml::from_str::<RawAzure>("endpoint = \"https://r.openai.azure.com/openai/v1\"\ndeployment = \"d\"")
-            .unwrap()
-            .resolve();
+        let pasted =
+            toml::from_str::<RawAzure>("endpoint = \"https://r.openai.azure.com/openai/v1\"\ndeployment = \"d\"")
+                .unwrap()
+                .resolve();
         assert!(matches!(pasted, Err(Error::Invalid { key: "endpoint", .. })), "{pasted:?}");
         assert!(toml::from_str::<RawAzure>("endpoint = \"https://r\"\ndeployment = \"d\"\nmodel = \"m\"").is_err());
     }

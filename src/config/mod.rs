@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use std::time::Duration;
 
-pub use azure::{AzureAuth, AzureOptions};
+pub use azure::{AzureAuth, AzureOptions, RawAzure};
 pub use extras::{Field, SinkOptions, WebhookOptions};
 pub use file::{DEFAULT_CONFIG_PATH, RawConfig};
 pub use kinds::{

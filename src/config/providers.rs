@@ -64,9 +64,7 @@ impl ProviderKind {
             | ProviderKind::Generic
             | ProviderKind::Chat
             | ProviderKind::Simulator
-            | ProviderKind::Azure => {
-                Dialect::OpenAiStrict
-            }
+            | ProviderKind::Azure => Dialect::OpenAiStrict,
         }
     }
 

@@ -38,7 +38,8 @@ impl OpenAiBatches {
                 .map(|e| wire::ExpiresAfter { anchor: "created_at", seconds: e.as_secs() }),
         };
         let batch: wire::Batch = self.json(self.http.post(self.url("/batches")).json(&body)).await?;
-        let kept = batch.metadata.as_ref().and_then(|m| m.get(wire::BATCH_KEY_METADATA)).is_some_and(|k| k == batch_key);
+        let kept =
+            batch.metadata.as_ref().and_then(|m| m.get(wire::BATCH_KEY_METADATA)).is_some_and(|k| k == batch_key);
         if with_metadata && !kept && !self.metadata_lost.swap(true, Ordering::Relaxed) {
             tracing::warn!(provider = %self.config.name, batch = %batch.id,
                 "the platform dropped the batch metadata: lost jobs are looked up by input file; set batch_metadata = false for this provider");
@@ -49,5 +50,7 @@ impl OpenAiBatches {
 
 /// A 400 about `metadata` (its parameter or its words): the create did not happen.
 fn refuses_metadata(e: &ProviderError) -> bool {
-    e.class == ErrorClass::InvalidRequest && e.status == Some(400) && e.message().to_ascii_lowercase().contains("metadata")
+    e.class == ErrorClass::InvalidRequest
+        && e.status == Some(400)
+        && e.message().to_ascii_lowercase().contains("metadata")
 }

@@ -81,7 +81,12 @@ impl Flavour {
     /// API, GA since August 2025); with one it is `{endpoint}/openai` and every request
     /// carries `api-version`, lines use `/chat/completions` and chat goes through
     /// `/deployments/{name}/…`.
-    pub fn azure(auth: Auth, api_version: Option<String>, check_deployment: Option<String>, metadata_kept: bool) -> Self {
+    pub fn azure(
+        auth: Auth,
+        api_version: Option<String>,
+        check_deployment: Option<String>,
+        metadata_kept: bool,
+    ) -> Self {
         let dated = api_version.is_some();
         Self {
             label: "azure",

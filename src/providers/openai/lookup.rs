@@ -13,7 +13,9 @@ use std::sync::atomic::Ordering;
 
 use serde::Deserialize;
 
-use super::{CREATED_AT_SLACK, ErrorClass, IntentRef, Lookup, MAX_LIST_PAGES, OpenAiBatches, ProviderError, undecided, wire};
+use super::{
+    CREATED_AT_SLACK, ErrorClass, IntentRef, Lookup, MAX_LIST_PAGES, OpenAiBatches, ProviderError, undecided, wire,
+};
 
 /// The upload's file name: the batch key makes it findable without metadata.
 pub fn input_file_name(batch_key: &str) -> String {
@@ -80,7 +82,11 @@ impl OpenAiBatches {
 
     /// The ids of files uploaded under this batch key since the intent; `Err(reason)` when
     /// the file list cannot be read to its end.
-    async fn our_input_files(&self, batch_key: &str, oldest_secs: u64) -> Result<Result<Vec<String>, String>, ProviderError> {
+    async fn our_input_files(
+        &self,
+        batch_key: &str,
+        oldest_secs: u64,
+    ) -> Result<Result<Vec<String>, String>, ProviderError> {
         let name = input_file_name(batch_key);
         let mut ours = Vec::new();
         let mut after: Option<String> = None;
@@ -99,7 +105,9 @@ impl OpenAiBatches {
                 }
                 Err(e) => return Err(e),
             };
-            ours.extend(page.data.iter().filter(|f| f.filename.as_deref() == Some(name.as_str())).map(|f| f.id.clone()));
+            ours.extend(
+                page.data.iter().filter(|f| f.filename.as_deref() == Some(name.as_str())).map(|f| f.id.clone()),
+            );
             let reached_older = page.data.iter().any(|f| f.created_at.is_some_and(|c| c < oldest_secs));
             if !page.has_more || reached_older {
                 return Ok(Ok(ours));

@@ -109,9 +109,10 @@ impl OpenAiBatches {
             Some(version) => request.query(&[("api-version", version.as_str())]),
             None => request,
         };
-        let response = request.send().await.map_err(|e| {
-            error(ErrorClass::Transient, None, format!("request failed: {}", describe_transport(&e)))
-        })?;
+        let response = request
+            .send()
+            .await
+            .map_err(|e| error(ErrorClass::Transient, None, format!("request failed: {}", describe_transport(&e))))?;
         if response.status().is_success() {
             return Ok(response);
         }
@@ -165,7 +166,9 @@ impl OpenAiBatches {
         let mut form = Form::new().text("purpose", "batch").part("file", file);
         // Azure's documented field names; the file expires whatever happens to us.
         if let Some(expiry) = self.flavour.file_expiry {
-            form = form.text("expires_after.anchor", "created_at").text("expires_after.seconds", expiry.as_secs().to_string());
+            form = form
+                .text("expires_after.anchor", "created_at")
+                .text("expires_after.seconds", expiry.as_secs().to_string());
         }
         // Whatever the limit in force (it has changed over time), a 400 on the upload of a
         // file we built is about the file: splitting the batch either gets under the limit
@@ -382,3 +385,7 @@ fn error(class: ErrorClass, status: Option<u16>, message: String) -> ProviderErr
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_azure;
+#[cfg(test)]
+mod tests_compat;
