@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::wire::{BatchError, ENDPOINT_CHAT};
+use super::wire::BatchError;
 
 pub const MAX_LINES: usize = 50_000;
 pub const MAX_FILE_BYTES: usize = 200 * 1024 * 1024;
@@ -40,7 +40,7 @@ pub fn count_lines(bytes: &[u8]) -> usize {
 
 #[cfg(test)]
 pub fn parse(bytes: &[u8]) -> Input {
-    parse_for(bytes, &[ENDPOINT_CHAT])
+    parse_for(bytes, &[super::wire::ENDPOINT_CHAT])
 }
 
 /// `parse`, for a platform whose lines may name any of `urls` (Azure: also `/chat/completions`).
