@@ -28,7 +28,6 @@ pub const OUTPUT_PER_MTOK: u64 = 8;
 pub struct ShapedRig {
     pub sim: Simulator,
     pub dir: tempfile::TempDir,
-    pub name: &'static str,
     config: String,
 }
 
@@ -50,7 +49,7 @@ impl ShapedRig {
             "[[prices]]\nprovider = \"{name}\"\nmodel = \"{model}\"\ninput_per_mtok = {INPUT_PER_MTOK}\noutput_per_mtok = {OUTPUT_PER_MTOK}\n"
         );
         let config = write_config(dir.path(), &format!("{}\n{prices}", section(&sim)), name);
-        ShapedRig { sim, dir, name, config }
+        ShapedRig { sim, dir, config }
     }
 
     pub fn serve(&self, extra: &[&str], failpoint: Option<&str>) -> Server {
@@ -92,7 +91,6 @@ pub async fn assert_discounted(api: &Api, ids: &BTreeSet<String>, provider: &str
             assert_eq!((&entry["model"], &entry["cost_source"]), (&json!(model), &json!("price_table")), "{entry:#}");
             let tokens = |k: &str| entry[k].as_u64().expect("tokens");
             let list = tokens("input_tokens") * INPUT_PER_MTOK + tokens("output_tokens") * OUTPUT_PER_MTOK;
-            assert_eq!(entry["list_cost_micros"], json!(list), "{entry:#}");
             let cost = entry["cost_micros"].as_u64().expect("cost");
             assert!(cost > 0 && cost.abs_diff(list / 2) <= 1, "half the list price: {entry:#}");
         }
