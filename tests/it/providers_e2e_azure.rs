@@ -139,7 +139,9 @@ async fn provider_check_reads_with_the_key_and_sends_the_schema_to_a_check_deplo
     assert_eq!(refused.status.code(), Some(1), "{}", stdout(&refused));
     assert!(stdout(&refused).contains("azure / code-review@1: REFUSED"), "{}", stdout(&refused));
 
-    for extra in ["check_deployment = \"gpt-4o-std\"", "check_deployment = \"gpt-4o-std\"\napi_version = \"2024-10-21\""] {
+    for extra in
+        ["check_deployment = \"gpt-4o-std\"", "check_deployment = \"gpt-4o-std\"\napi_version = \"2024-10-21\""]
+    {
         let rig = azure_rig(Faults::default(), Duration::from_millis(200), extra).await;
         let out = provider_check(rig.config_path(), KEY);
         assert_eq!(out.status.code(), Some(0), "{extra}: {}\n{}", stdout(&out), stderr(&out));
