@@ -149,3 +149,10 @@ async fn provider_check_reads_with_the_key_and_sends_the_schema_to_a_check_deplo
         assert_eq!(rig.stats().chat_completions, 1, "{extra}: one synchronous call to the check deployment");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_torn_and_duplicated_lines_commit_once() {
+    let faults = Faults { malformed_line_every: 2, duplicate_line_every: 3, ..Faults::default() };
+    let rig = azure_rig(faults, Duration::from_millis(200), "").await;
+    crate::providers_e2e_compat::assert_bad_lines_commit_once(&rig).await;
+}

@@ -252,3 +252,34 @@ pub fn provider_check(config: &str, key: &str) -> std::process::Output {
     cmd.args(["provider", "check", "--config", config]).env(KEY_ENV, key).env("COMMITPOINT_LOG", "warn");
     run_to_end(cmd)
 }
+
+/// Torn and duplicated result lines: the torn lines' members go again once, duplicates
+/// change nothing, every extraction commits once.
+pub async fn assert_bad_lines_commit_once(rig: &ShapedRig) {
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    rig.wait_stats("the first batch", |s| s.batches_created >= 1).await;
+    rig.sim.set_faults(Faults::default());
+
+    let records = settle(&api, &ids).await;
+    let health = health(&api).await;
+    // A member is requeued when none of its lines (original or duplicate) was readable.
+    let requeued = counter(&health, "members_requeued");
+    assert!(requeued >= 1 && counter(&health, "malformed_lines") >= requeued, "{health:#}");
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 2, "the unreadable members went again in one batch: {stats:#?}");
+    assert_eq!(stats.max_live_batches_per_custom_id, 1, "{stats:#?}");
+    assert_eq!(stats.lines_completed, CORPUS.len() as u64 + requeued, "billed: the first answers and the retries");
+    assert_eq!(records.values().filter(|r| r["attempts"] == json!(2)).count() as u64, requeued, "{records:#?}");
+    assert_all_committed_with_model_findings(&api).await;
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn torn_and_duplicated_lines_on_a_groq_like_platform_commit_once() {
+    let faults = Faults { malformed_line_every: 2, duplicate_line_every: 3, ..Faults::default() };
+    let rig = groq_rig(Variant::groq_like(), faults, Duration::from_millis(200)).await;
+    assert_bad_lines_commit_once(&rig).await;
+}
