@@ -8,7 +8,9 @@ use super::{Auth, Flavour, OpenAiBatches, OpenAiConfig, ProviderError};
 use crate::config::{AzureAuth, AzureOptions};
 use crate::providers::ApiKey;
 
+/// A key no header can carry is refused here, so `config check` says so before `serve`.
 pub fn azure_adapter(name: &str, options: &AzureOptions, key: ApiKey) -> Result<OpenAiBatches, ProviderError> {
+    super::api_key_header(&key)?;
     let auth = match options.auth {
         AzureAuth::ApiKey => Auth::ApiKeyHeader,
         AzureAuth::Bearer => Auth::Bearer,

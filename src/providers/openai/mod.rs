@@ -103,7 +103,7 @@ impl OpenAiBatches {
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response, ProviderError> {
         let request = match self.flavour.auth {
             Auth::Bearer => request.bearer_auth(self.config.api_key.expose()),
-            Auth::ApiKeyHeader => request.header("api-key", self.config.api_key.expose()),
+            Auth::ApiKeyHeader => request.header("api-key", api_key_header(&self.config.api_key)?),
         };
         let request = match &self.flavour.api_version {
             Some(version) => request.query(&[("api-version", version.as_str())]),
@@ -229,6 +229,15 @@ impl OpenAiBatches {
             Err(e) => Probe::Refused(e),
         }
     }
+}
+
+/// The key as an `api-key` header value, kept out of debug output like a bearer token.
+fn api_key_header(key: &ApiKey) -> Result<reqwest::header::HeaderValue, ProviderError> {
+    let mut value = reqwest::header::HeaderValue::from_str(key.expose()).map_err(|_| {
+        error(ErrorClass::InvalidRequest, None, "the API key holds characters an HTTP header cannot carry".to_string())
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
 }
 
 fn undecided(reason: String) -> Lookup {

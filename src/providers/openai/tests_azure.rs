@@ -194,3 +194,11 @@ async fn without_a_check_deployment_the_probe_only_reads() {
         ("GET", "/openai/v1/batches", "limit=1")
     );
 }
+
+#[test]
+fn a_key_no_header_can_carry_is_refused_at_set_up() {
+    let options = options("https://res.openai.azure.com".into(), "");
+    let err = azure_adapter("az", &options, ApiKey::new("line\nbreak".into())).unwrap_err();
+    assert_eq!(err.class, ErrorClass::InvalidRequest);
+    assert!(err.message().contains("header"), "{}", err.message());
+}
