@@ -123,7 +123,9 @@ impl OpenAiBatches {
         let code = parsed.as_ref().and_then(|b| b.error.code.clone().or_else(|| b.error.kind.clone()));
         let message = parsed.as_ref().and_then(|b| b.error.message.clone()).unwrap_or_else(|| truncate(&body));
         let class = classify_status(status, &headers, code.as_deref());
-        let mut failure = error(class, Some(status), format!("{status} {}: {message}", code.unwrap_or_default()));
+        let text = format!("{status} {}: {message}", code.unwrap_or_default());
+        // Named after the platform's flavour, so an Azure operator reads "azure: 429 …".
+        let mut failure = ProviderError::new(self.flavour.label, class, Some(status), &text);
         failure.retry_after = parse_retry_after(&headers, crate::clock::now())
             .or_else(|| (status == 429).then(|| super::ratelimit::reset_delay(&headers)).flatten());
         Err(failure)
