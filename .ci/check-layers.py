@@ -78,7 +78,8 @@ def module_of(rel):
 
 def is_test_file(rel):
     parts = rel.split(os.sep)
-    return "tests" in parts[:-1] or parts[-1] in ("tests.rs",) or parts[-1].endswith("_tests.rs")
+    name = parts[-1]
+    return "tests" in parts[:-1] or name == "tests.rs" or name.endswith("_tests.rs") or name.startswith("tests_")
 
 
 def main():

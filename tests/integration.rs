@@ -51,8 +51,12 @@ mod provider_fidelity;
 mod providers_e2e;
 #[path = "it/providers_e2e_anthropic.rs"]
 mod providers_e2e_anthropic;
+#[path = "it/providers_e2e_azure.rs"]
+mod providers_e2e_azure;
 #[path = "it/providers_e2e_chat.rs"]
 mod providers_e2e_chat;
+#[path = "it/providers_e2e_compat.rs"]
+mod providers_e2e_compat;
 #[path = "it/providers_e2e_gemini.rs"]
 mod providers_e2e_gemini;
 #[path = "it/providers_e2e_generic.rs"]

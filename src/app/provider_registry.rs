@@ -11,7 +11,7 @@ use crate::providers::anthropic::{AnthropicBatches, AnthropicConfig};
 use crate::providers::chat::{ChatCompletions, ChatConfig};
 use crate::providers::gemini::{GeminiBatches, GeminiConfig};
 use crate::providers::generic::{GenericBatches, GenericConfig};
-use crate::providers::openai::{OpenAiBatches, OpenAiConfig};
+use crate::providers::openai::{Flavour, OpenAiBatches, OpenAiConfig};
 use crate::providers::{ApiKey, BatchProvider, ProviderError};
 use crate::simulator::{Simulator, SimulatorConfig};
 
@@ -107,8 +107,12 @@ fn adapter(settings: &ProviderSettings, simulator_url: Option<String>) -> Result
                 max_completion_tokens: o.budget.max_completion_tokens,
                 max_completion_tokens_cap: o.budget.max_completion_tokens_cap,
             })
-            .map_err(provider_error)?,
+            .map_err(provider_error)?
+            .with_flavour(Flavour::openai(o.batch_metadata)),
         ),
+        ProviderSpec::Azure(a) => {
+            Arc::new(crate::providers::openai::azure_adapter(&name, &a.target(), key()).map_err(provider_error)?)
+        }
         ProviderSpec::Simulator(s) => Arc::new(
             OpenAiBatches::new(OpenAiConfig {
                 name: name.clone(),

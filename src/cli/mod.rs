@@ -14,6 +14,7 @@ mod provider;
 mod serve;
 mod signals;
 mod simulator;
+mod simulator_platform;
 mod submit;
 
 use std::path::PathBuf;

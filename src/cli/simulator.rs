@@ -29,6 +29,8 @@ pub struct Args {
     /// Fault knobs as JSON, e.g. '{"rate_limit_next":2,"expire_batches":true}'.
     #[arg(long, value_name = "JSON")]
     pub faults: Option<String>,
+    #[command(flatten)]
+    pub platform: super::simulator_platform::PlatformArgs,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -36,6 +38,8 @@ pub enum DialectArg {
     Openai,
     Anthropic,
     Gemini,
+    /// Azure OpenAI: `/openai/v1` (and dated `/openai?api-version=`), the `api-key` header.
+    Azure,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -53,9 +57,16 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         DialectArg::Openai => Dialect::OpenAi,
         DialectArg::Anthropic => Dialect::Anthropic,
         DialectArg::Gemini => Dialect::Gemini,
+        DialectArg::Azure => Dialect::Azure,
     };
-    let config =
-        SimulatorConfig { dialect, faults, api_key, complete_after: args.complete_after, ..SimulatorConfig::default() };
+    let config = SimulatorConfig {
+        dialect,
+        faults,
+        api_key,
+        complete_after: args.complete_after,
+        variant: args.platform.variant().map_err(anyhow::Error::msg)?,
+        ..SimulatorConfig::default()
+    };
     let signals = super::signals::Signals::install().context("cannot install signal handlers")?;
     let simulator = Simulator::start(args.listen, config)
         .await
@@ -63,8 +74,13 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Scripts that pass port 0 read the real address from this line.
     match dialect {
         Dialect::OpenAi => println!(
-            "commitpoint simulator listening on http://{}/v1 (SIMULATED provider, not a real model)",
-            simulator.addr()
+            "commitpoint simulator listening on {} (SIMULATED provider, not a real model)",
+            simulator.base_url()
+        ),
+        Dialect::Azure => println!(
+            "commitpoint simulator listening on {} (SIMULATED Azure OpenAI resource, endpoint {}, not a real model)",
+            simulator.base_url(),
+            simulator.origin()
         ),
         Dialect::Anthropic => println!(
             "commitpoint simulator listening on {} (SIMULATED Anthropic Message Batches provider, not a real model)",

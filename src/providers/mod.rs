@@ -8,6 +8,7 @@ pub mod gemini;
 pub mod generic;
 mod lines;
 pub mod openai;
+mod ratelimit;
 mod retry;
 mod transport;
 

@@ -14,6 +14,7 @@ use super::error::ApiError;
 use super::lifecycle::BatchRecord;
 use super::net::ConnHandle;
 use super::state::{Shared, unix_now};
+use super::variant::{MetadataMode, Variant};
 use super::wire::{
     Batch, BatchList, BatchStatus, COMPLETION_WINDOW, CreateBatchRequest, ENDPOINT_CHAT, KNOWN_ENDPOINTS, ListQuery,
     PURPOSE_BATCH, RequestCounts,
@@ -34,7 +35,8 @@ pub async fn create(
     let body = body.map_err(|e| ApiError::invalid(e.body_text()))?;
     let request: CreateBatchRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::invalid(format!("We could not parse the JSON body of your request: {e}")))?;
-    check_request(&request)?;
+    let variant = shared.variant.clone();
+    check_request(&request, &variant)?;
     let output_expires_after = check_output_expiry(&request)?;
     let now = Instant::now();
     let mut inner = shared.lock();
@@ -51,6 +53,20 @@ pub async fn create(
             ))
             .param("input_file_id"));
         }
+    };
+    if variant.azure && input.url.as_deref().is_some_and(|u| u != request.endpoint) {
+        return Err(ApiError::invalid(format!(
+            "url_mismatch: the input file's request URL does not match the batch endpoint '{}'.",
+            request.endpoint
+        ))
+        .param("endpoint")
+        .code("url_mismatch"));
+    }
+    let metadata = match variant.metadata {
+        MetadataMode::Kept => request.metadata,
+        MetadataMode::Ignored => None,
+        // Checked before anything is stored: a refused create creates nothing.
+        MetadataMode::Refused => None,
     };
     // Liveness statistics are exact only if every earlier batch is up to date first.
     inner.advance_all(now);
@@ -77,7 +93,7 @@ pub async fn create(
         cancelled_at: None,
         request_counts: RequestCounts::default(),
         usage: None,
-        metadata: request.metadata,
+        metadata,
     };
     let faults = inner.faults.clone();
     let mut record = BatchRecord::new(view.clone(), now, input, faults, output_expires_after);
@@ -117,7 +133,7 @@ pub async fn retrieve(State(shared): State<Arc<Shared>>, Path(id): Path<String>)
 pub async fn list(
     State(shared): State<Arc<Shared>>,
     query: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Json<BatchList>, ApiError> {
+) -> Result<Json<serde_json::Value>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
     let limit = match query.limit.as_deref() {
         None => DEFAULT_LIST_LIMIT,
@@ -138,15 +154,21 @@ pub async fn list(
         None => newest_first.take(limit + 1).cloned().collect(),
         Some(after) => newest_first.skip_while(|b| b.id != after).skip(1).take(limit + 1).cloned().collect(),
     };
+    if !shared.variant.paged_lists {
+        // One answer with every batch and no paging fields, as Groq's list is.
+        let all: Vec<Batch> = foreign.into_iter().chain(inner.batches.iter().rev().map(|b| b.view.clone())).collect();
+        return Ok(Json(serde_json::json!({"object": "list", "data": all})));
+    }
     let has_more = page.len() > limit;
     page.truncate(limit);
-    Ok(Json(BatchList {
+    let list = BatchList {
         object: "list".to_string(),
         first_id: page.first().map(|b| b.id.clone()),
         last_id: page.last().map(|b| b.id.clone()),
         data: page,
         has_more,
-    }))
+    };
+    serde_json::to_value(list).map(Json).map_err(|e| ApiError::server(format!("cannot encode the list: {e}")))
 }
 
 pub async fn cancel(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Json<Batch>, ApiError> {
@@ -161,13 +183,19 @@ pub async fn cancel(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -
     Ok(Json(batch.view.clone()))
 }
 
-fn check_request(request: &CreateBatchRequest) -> Result<(), ApiError> {
-    if !KNOWN_ENDPOINTS.contains(&request.endpoint.as_str()) {
+fn check_request(request: &CreateBatchRequest, variant: &Variant) -> Result<(), ApiError> {
+    if variant.metadata == MetadataMode::Refused && request.metadata.is_some() {
+        return Err(ApiError::invalid("Unrecognized request argument supplied: metadata")
+            .param("metadata")
+            .code("unknown_parameter"));
+    }
+    let azure_url = variant.azure && variant.request_urls().contains(&request.endpoint.as_str());
+    if !azure_url && !KNOWN_ENDPOINTS.contains(&request.endpoint.as_str()) {
         return Err(ApiError::invalid(format!("Invalid value for 'endpoint': '{}'.", request.endpoint))
             .param("endpoint")
             .code("invalid_value"));
     }
-    if request.endpoint != ENDPOINT_CHAT {
+    if request.endpoint != ENDPOINT_CHAT && !azure_url {
         return Err(ApiError::invalid(format!(
             "The commitpoint simulator only simulates '{ENDPOINT_CHAT}', not '{}'.",
             request.endpoint

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::{Bytes, BytesMut};
 
 use super::error::ApiError;
-use super::input::{self, MAX_FILE_BYTES, MAX_LINES};
+use super::input::{self, MAX_FILE_BYTES};
 use super::state::{DEFAULT_FILE_TTL_SECS, Shared, unix_now};
 use super::wire::{DeletedFile, OpenAiFile, PURPOSE_BATCH, UPLOAD_PURPOSES};
 
@@ -34,7 +34,8 @@ pub async fn upload(
 ) -> Result<Json<OpenAiFile>, ApiError> {
     let mut multipart =
         multipart.map_err(|e| ApiError::invalid(format!("Expected a multipart/form-data body: {e}")))?;
-    let form = read_form(&mut multipart).await?;
+    let variant = shared.variant.clone();
+    let form = read_form(&mut multipart, variant.azure).await?;
     let Some((filename, content)) = form.file else {
         return Err(missing("file"));
     };
@@ -50,10 +51,15 @@ pub async fn upload(
         .code("invalid_value"));
     }
     let ttl = expiry(form.anchor, form.seconds)?;
+    if variant.azure && ttl.is_some_and(|s| !super::variant::AZURE_EXPIRY_SECS.contains(&s)) {
+        return Err(ApiError::invalid("expires_after.seconds must be between 1209600 and 2592000 (14 to 30 days).")
+            .param("expires_after")
+            .code("invalid_value"));
+    }
     let now = unix_now();
     let (expires_at, parsed) = if purpose == PURPOSE_BATCH {
         check_lowered_size_limit(&shared, content.len())?;
-        let parsed = check_batch_input(&filename, content.clone()).await?;
+        let parsed = check_batch_input(&filename, content.clone(), &variant).await?;
         (Some(now + ttl.unwrap_or(DEFAULT_FILE_TTL_SECS)), Some(Arc::new(parsed)))
     } else {
         tracing::warn!(%purpose, "SIMULATED provider: file uploaded with a purpose no batch can use");
@@ -90,7 +96,8 @@ pub async fn content(State(shared): State<Arc<Shared>>, Path(id): Path<String>) 
     Ok((content_type, bytes).into_response())
 }
 
-async fn read_form(multipart: &mut Multipart) -> Result<Form, ApiError> {
+/// `azure`: also Azure's documented `expires_after.anchor` / `expires_after.seconds`.
+async fn read_form(multipart: &mut Multipart, azure: bool) -> Result<Form, ApiError> {
     let mut form = Form::default();
     while let Some(field) = multipart.next_field().await.map_err(bad_multipart)? {
         let name = field.name().unwrap_or_default().to_string();
@@ -106,6 +113,8 @@ async fn read_form(multipart: &mut Multipart) -> Result<Form, ApiError> {
             "purpose" => form.purpose = Some(read_text(field, &name).await?),
             "expires_after[anchor]" => form.anchor = Some(read_text(field, &name).await?),
             "expires_after[seconds]" => form.seconds = Some(read_text(field, &name).await?),
+            "expires_after.anchor" if azure => form.anchor = Some(read_text(field, &name).await?),
+            "expires_after.seconds" if azure => form.seconds = Some(read_text(field, &name).await?),
             _ => {
                 return Err(ApiError::invalid(format!("Unrecognized request argument supplied: {name}"))
                     .param(&name)
@@ -170,19 +179,24 @@ fn check_lowered_size_limit(shared: &Shared, bytes: usize) -> Result<(), ApiErro
 
 /// Upload-time checks for `purpose=batch`: file type and hard limits. Line contents are
 /// judged later, at batch validation, as the real API does.
-async fn check_batch_input(filename: &str, content: Bytes) -> Result<input::Input, ApiError> {
+async fn check_batch_input(
+    filename: &str,
+    content: Bytes,
+    variant: &super::variant::Variant,
+) -> Result<input::Input, ApiError> {
     if !filename.ends_with(".jsonl") {
         return Err(ApiError::invalid("Invalid file format for Batch API. Must be .jsonl").param("file"));
     }
     // Parsing up to 200 MB is CPU work; keep it off the request threads.
+    let (urls, max_lines) = (variant.request_urls(), variant.max_lines());
     let parsed = tokio::task::spawn_blocking(move || {
         let lines = input::count_lines(&content);
-        (lines <= MAX_LINES).then(|| input::parse(&content)).ok_or(lines)
+        (lines <= max_lines).then(|| input::parse_for(&content, urls)).ok_or(lines)
     })
     .await
     .map_err(|e| ApiError::server(format!("input parsing stopped: {e}")))?;
     parsed.map_err(|lines| {
-        ApiError::invalid(format!("The input file has {lines} requests; the Batch API accepts at most {MAX_LINES}."))
+        ApiError::invalid(format!("The input file has {lines} requests; the Batch API accepts at most {max_lines}."))
             .param("file")
     })
 }

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::wire::{BatchError, ENDPOINT_CHAT};
+use super::wire::BatchError;
 
 pub const MAX_LINES: usize = 50_000;
 pub const MAX_FILE_BYTES: usize = 200 * 1024 * 1024;
@@ -29,6 +29,8 @@ pub struct Input {
     pub custom_ids: Vec<String>,
     pub errors: Vec<BatchError>,
     pub model: Option<String>,
+    /// The `url` of the first line naming a known one; every other line must name the same.
+    pub url: Option<String>,
 }
 
 /// Counts request lines (blank lines are not requests) without parsing them.
@@ -36,15 +38,21 @@ pub fn count_lines(bytes: &[u8]) -> usize {
     bytes.split(|b| *b == b'\n').filter(|line| !line.iter().all(u8::is_ascii_whitespace)).count()
 }
 
+#[cfg(test)]
 pub fn parse(bytes: &[u8]) -> Input {
-    let mut input = Input { requests: Vec::new(), custom_ids: Vec::new(), errors: Vec::new(), model: None };
+    parse_for(bytes, &[super::wire::ENDPOINT_CHAT])
+}
+
+/// `parse`, for a platform whose lines may name any of `urls` (Azure: also `/chat/completions`).
+pub fn parse_for(bytes: &[u8], urls: &[&str]) -> Input {
+    let mut input = Input { requests: Vec::new(), custom_ids: Vec::new(), errors: Vec::new(), model: None, url: None };
     let mut seen = HashSet::new();
     for (index, raw) in bytes.split(|b| *b == b'\n').enumerate() {
         if raw.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
         let line = u64::try_from(index + 1).unwrap_or(u64::MAX);
-        match parse_line(raw, &mut seen, &mut input) {
+        match parse_line(raw, &mut seen, &mut input, urls) {
             Ok(request) => input.requests.push(request),
             Err(error) => {
                 if input.errors.len() < MAX_REPORTED_ERRORS {
@@ -77,7 +85,12 @@ impl LineError {
     }
 }
 
-fn parse_line(raw: &[u8], seen: &mut HashSet<String>, input: &mut Input) -> Result<InputRequest, LineError> {
+fn parse_line(
+    raw: &[u8],
+    seen: &mut HashSet<String>,
+    input: &mut Input,
+    urls: &[&str],
+) -> Result<InputRequest, LineError> {
     let Ok(Value::Object(mut object)) = serde_json::from_slice::<Value>(raw) else {
         return Err(LineError::new("invalid_json_line", "This line is not parseable as valid JSON.", None));
     };
@@ -96,10 +109,18 @@ fn parse_line(raw: &[u8], seen: &mut HashSet<String>, input: &mut Input) -> Resu
     if object.get("method").and_then(Value::as_str) != Some("POST") {
         return Err(LineError::new("invalid_method", "The method for this request must be POST.", Some("method")));
     }
-    if object.get("url").and_then(Value::as_str) != Some(ENDPOINT_CHAT) {
+    let url = object.get("url").and_then(Value::as_str).filter(|u| urls.contains(u)).map(str::to_string);
+    let Some(url) = url else {
         return Err(LineError::new(
             "invalid_url",
             "The URL provided for this request does not match the batch endpoint.",
+            Some("url"),
+        ));
+    };
+    if input.url.as_ref().is_some_and(|first| *first != url) {
+        return Err(LineError::new(
+            "url_mismatch",
+            "The URL of this request does not match the URL of the other requests in the file.",
             Some("url"),
         ));
     }
@@ -112,6 +133,7 @@ fn parse_line(raw: &[u8], seen: &mut HashSet<String>, input: &mut Input) -> Resu
     if body.get("messages").and_then(Value::as_array).is_none_or(Vec::is_empty) {
         return Err(missing("body.messages"));
     }
+    input.url.get_or_insert(url);
     match &input.model {
         None => input.model = Some(model.clone()),
         Some(first) if *first != model => {

@@ -28,6 +28,7 @@ mod chat;
 mod error;
 mod faults;
 mod files;
+mod files_list;
 mod gemini;
 mod input;
 mod lifecycle;
@@ -36,6 +37,7 @@ mod net;
 mod output;
 mod state;
 pub mod strict;
+mod variant;
 mod wire;
 
 #[cfg(test)]
@@ -60,6 +62,7 @@ pub use faults::Faults;
 /// The simulator's rule-based stand-in for a model, shared with the demo's workers.
 pub use model::{broken_review, review};
 pub use state::Stats;
+pub use variant::{MetadataMode, RateLimitHeaders, Variant};
 
 use error::ApiError;
 use net::{ConnHandle, SimListener};
@@ -80,6 +83,9 @@ pub enum Dialect {
     /// Gemini API batch mode: `/v1beta/models/{m}:batchGenerateContent`, `/v1beta/batches`,
     /// the File API; base URL is the bare origin.
     Gemini,
+    /// Azure OpenAI: the OpenAI Batch API under `/openai/v1` (and the dated `/openai` with
+    /// `?api-version=`), the `api-key` header, Azure's file limits (see [`Variant::azure`]).
+    Azure,
 }
 
 #[derive(Clone, Debug)]
@@ -93,6 +99,9 @@ pub struct SimulatorConfig {
     pub complete_after: Duration,
     /// Seeds ids and output-line order, so runs are reproducible.
     pub seed: u64,
+    /// How an OpenAI-shaped platform departs from OpenAI (base path, metadata, 429
+    /// headers, list paging). `Dialect::Azure` starts from [`Variant::azure`] whatever is here.
+    pub variant: Variant,
 }
 
 impl Default for SimulatorConfig {
@@ -103,6 +112,7 @@ impl Default for SimulatorConfig {
             api_key: None,
             complete_after: Duration::from_millis(300),
             seed: 0,
+            variant: Variant::default(),
         }
     }
 }
@@ -121,9 +131,14 @@ impl Simulator {
         let listener = TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
         let origin = origin(addr);
-        let shared = Arc::new(Shared::new(config.api_key, config.complete_after, config.seed, config.faults, origin));
+        let mut shared = Shared::new(config.api_key, config.complete_after, config.seed, config.faults, origin);
+        shared.variant = match config.dialect {
+            Dialect::Azure => Variant { azure: true, base_path: variant::AZURE_V1_PATH.to_string(), ..config.variant },
+            _ => config.variant,
+        };
+        let shared = Arc::new(shared);
         let app = match config.dialect {
-            Dialect::OpenAi => router(Arc::clone(&shared)),
+            Dialect::OpenAi | Dialect::Azure => router(Arc::clone(&shared)),
             Dialect::Anthropic => anthropic::router(Arc::clone(&shared)),
             Dialect::Gemini => gemini::router(Arc::clone(&shared)),
         };
@@ -152,9 +167,14 @@ impl Simulator {
     /// the bare origin `http://127.0.0.1:PORT` for Anthropic (its adapter adds `/v1/...`).
     pub fn base_url(&self) -> String {
         match self.dialect {
-            Dialect::OpenAi => format!("{}/v1", origin(self.addr)),
+            Dialect::OpenAi | Dialect::Azure => format!("{}{}", origin(self.addr), self.shared.variant.base_path),
             Dialect::Anthropic | Dialect::Gemini => origin(self.addr),
         }
+    }
+
+    /// `http://127.0.0.1:PORT`: what an Azure `endpoint` names (the adapter adds `/openai/…`).
+    pub fn origin(&self) -> String {
+        origin(self.addr)
     }
 
     pub fn stats(&self) -> Stats {
@@ -204,19 +224,29 @@ fn origin(mut addr: SocketAddr) -> String {
     format!("http://{addr}")
 }
 
+/// The Files and Batches API under the variant's base path (Azure: also the dated API
+/// one level up, which needs `api-version`).
 fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
+    let variant = shared.variant.clone();
+    let mut api = Router::new()
         .route(
-            "/v1/files",
+            "/files",
             // The upload handler enforces the Batch API's own 200 MB limit while reading.
-            post(files::upload).layer(DefaultBodyLimit::disable()),
+            post(files::upload).layer(DefaultBodyLimit::disable()).get(files_list::list),
         )
-        .route("/v1/files/{id}", get(files::retrieve).delete(files::delete))
-        .route("/v1/files/{id}/content", get(files::content))
-        .route("/v1/batches", post(batches::create).get(batches::list))
-        .route("/v1/batches/{id}", get(batches::retrieve))
-        .route("/v1/batches/{id}/cancel", post(batches::cancel))
-        .route("/v1/chat/completions", post(chat::completions))
+        .route("/files/{id}", get(files::retrieve).delete(files::delete))
+        .route("/files/{id}/content", get(files::content))
+        .route("/batches", post(batches::create).get(batches::list))
+        .route("/batches/{id}", get(batches::retrieve))
+        .route("/batches/{id}/cancel", post(batches::cancel))
+        .route("/chat/completions", post(chat::completions));
+    let mut app = Router::new();
+    if variant.azure {
+        api = api.route("/deployments/{deployment}/chat/completions", post(chat::completions));
+        let dated = api.clone().layer(middleware::from_fn(require_api_version));
+        app = app.nest(variant::AZURE_DATED_PATH, dated);
+    }
+    app.nest(&variant.base_path, api)
         .route("/_sim/stats", get(sim_stats))
         .route("/_sim/faults", get(sim_get_faults).post(sim_set_faults))
         .fallback(|request: Request| async move {
@@ -260,13 +290,26 @@ async fn guard(State(shared): State<Arc<Shared>>, request: Request, next: Next) 
     response
 }
 
+/// Azure's dated routes answer nothing without an `api-version`.
+async fn require_api_version(request: Request, next: Next) -> Response {
+    let versioned = request.uri().query().is_some_and(|q| q.split('&').any(|p| p.starts_with("api-version=")));
+    if versioned {
+        next.run(request).await
+    } else {
+        ApiError::not_found("Resource not found (the dated API needs ?api-version=)").into_response()
+    }
+}
+
 fn admit(shared: &Shared, request: &Request) -> Result<(), ApiError> {
     if let Some(key) = &shared.api_key {
-        let sent = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+        let header_key = |name| request.headers().get(name).and_then(|v: &HeaderValue| v.to_str().ok());
+        let bearer = header_key(header::AUTHORIZATION).and_then(|v| v.strip_prefix("Bearer "));
+        // Azure takes the resource key in `api-key`, or an Entra ID token as a bearer.
+        let sent = if shared.variant.azure {
+            header_key(header::HeaderName::from_static("api-key")).or(bearer)
+        } else {
+            bearer
+        };
         match sent {
             None => {
                 return Err(ApiError::new(
@@ -288,7 +331,7 @@ fn admit(shared: &Shared, request: &Request) -> Result<(), ApiError> {
     }
     match take_request_fault(shared, request.uri().path()) {
         Some(fault) => {
-            let error = fault.into_error();
+            let error = shared.variant.restyle(fault.into_error());
             if shared.lock().faults.should_retry_false {
                 return Err(error.header("x-should-retry", "false".to_string()));
             }

@@ -91,6 +91,8 @@ pub struct StoredFile {
 #[derive(Debug)]
 pub struct Shared {
     pub api_key: Option<String>,
+    /// The platform spoken (OpenAI's own by default; set before the server starts).
+    pub variant: super::variant::Variant,
     pub seed: u64,
     pub timeline: Timeline,
     /// `http://host:port` as clients reach it, for absolute URLs such as `results_url`.
@@ -121,6 +123,7 @@ impl Shared {
         let timeline = Timeline::new(complete_after);
         Self {
             api_key,
+            variant: super::variant::Variant::default(),
             seed,
             timeline,
             origin,

@@ -28,6 +28,9 @@ pub struct RawOpenAi {
     pub max_completion_tokens: Option<u32>,
     /// The most a truncated answer's one retry may ask for (default 16384).
     pub max_completion_tokens_cap: Option<u32>,
+    /// Whether the platform keeps a batch's `metadata` (default: true for OpenAI's own
+    /// URL, false for any other, whose lost jobs are then looked up by input file).
+    pub batch_metadata: Option<bool>,
 }
 
 /// The built-in simulator on a loopback port: it takes no URL and no key. It speaks the
@@ -117,6 +120,14 @@ pub struct OpenAiOptions {
     pub model: String,
     pub key: KeySource,
     pub budget: OpenAiBudget,
+    /// The platform keeps batch `metadata`, so a lookup by batch key is conclusive.
+    pub batch_metadata: bool,
+}
+
+/// Whether batch metadata may be trusted when the config does not say: only OpenAI's
+/// own API is known to keep it (docs/PROVIDERS.md, "OpenAI-compatible batch platforms").
+pub fn metadata_kept_by_default(base_url: &str) -> bool {
+    base_url.trim_end_matches('/') == DEFAULT_OPENAI_BASE_URL
 }
 
 /// The output budgets of a provider speaking the OpenAI Batch API (OpenAI, simulator).
@@ -240,8 +251,10 @@ pub(super) fn at_least_one(key: &'static str, value: Option<u32>) -> Result<Opti
 impl RawOpenAi {
     pub fn resolve(self) -> Result<OpenAiOptions, Error> {
         let key = one_source(API_KEY, &self.api_key_env, &self.api_key_file, &self.api_key_credential)?;
+        let base_url = self.base_url.unwrap_or_else(|| DEFAULT_OPENAI_BASE_URL.to_string());
         Ok(OpenAiOptions {
-            base_url: self.base_url.unwrap_or_else(|| DEFAULT_OPENAI_BASE_URL.to_string()),
+            batch_metadata: self.batch_metadata.unwrap_or_else(|| metadata_kept_by_default(&base_url)),
+            base_url,
             model: self.model.unwrap_or_else(|| DEFAULT_MODEL.to_string()),
             key: key.unwrap_or_else(|| KeySource::Env(DEFAULT_OPENAI_KEY_ENV.to_string())),
             budget: OpenAiBudget::resolve(self.max_completion_tokens, self.max_completion_tokens_cap)?,

@@ -1,6 +1,7 @@
 //! Settings for `serve`. Defaults live here so every entry point agrees on them; the
 //! file format and the merge order are in `file`.
 
+mod azure;
 mod extras;
 mod file;
 mod kind_gemini;
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 pub use crate::http::limits::{DEFAULT_MAX_BODY_BYTES, HEALTH_RESERVE, ServerLimits};
 pub use crate::service::{Field, WebhookOptions};
+pub use azure::{AzureAuth, AzureOptions, RawAzure};
 pub use extras::SinkOptions;
 pub use file::{DEFAULT_CONFIG_PATH, RawConfig};
 pub use kind_gemini::{DEFAULT_GEMINI_KEY_ENV, GeminiOptions};

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 
 use super::ProviderChoice;
+use super::azure::{AzureOptions, RawAzure};
 use super::extras::name_ok;
 use super::file::RawProvider;
 use super::kind_gemini::{GeminiOptions, RawGemini};
@@ -28,16 +29,18 @@ pub enum ProviderKind {
     Chat,
     Simulator,
     Gemini,
+    Azure,
 }
 
 impl ProviderKind {
-    const ALL: [ProviderKind; 6] = [
+    const ALL: [ProviderKind; 7] = [
         ProviderKind::Openai,
         ProviderKind::Anthropic,
         ProviderKind::Generic,
         ProviderKind::Chat,
         ProviderKind::Simulator,
         ProviderKind::Gemini,
+        ProviderKind::Azure,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -48,6 +51,7 @@ impl ProviderKind {
             ProviderKind::Chat => "chat",
             ProviderKind::Simulator => "simulator",
             ProviderKind::Gemini => "gemini",
+            ProviderKind::Azure => "azure",
         }
     }
 
@@ -61,9 +65,11 @@ impl ProviderKind {
         match self {
             ProviderKind::Anthropic => Dialect::AnthropicTool,
             ProviderKind::Gemini => Dialect::GeminiJson,
-            ProviderKind::Openai | ProviderKind::Generic | ProviderKind::Chat | ProviderKind::Simulator => {
-                Dialect::OpenAiStrict
-            }
+            ProviderKind::Openai
+            | ProviderKind::Generic
+            | ProviderKind::Chat
+            | ProviderKind::Simulator
+            | ProviderKind::Azure => Dialect::OpenAiStrict,
         }
     }
 
@@ -90,6 +96,8 @@ pub enum ProviderSpec {
     Generic(Box<GenericOptions>),
     Chat(ChatOptions),
     Gemini(GeminiOptions),
+    /// Azure OpenAI's Batch API through the OpenAI adapter.
+    Azure(Box<AzureOptions>),
 }
 
 impl ProviderSettings {
@@ -101,6 +109,7 @@ impl ProviderSettings {
             ProviderSpec::Generic(_) => ProviderKind::Generic,
             ProviderSpec::Chat(_) => ProviderKind::Chat,
             ProviderSpec::Gemini(_) => ProviderKind::Gemini,
+            ProviderSpec::Azure(_) => ProviderKind::Azure,
         }
     }
 
@@ -111,6 +120,7 @@ impl ProviderSettings {
             ProviderSpec::Generic(g) => Some(&g.key),
             ProviderSpec::Chat(c) => c.key.as_ref(),
             ProviderSpec::Gemini(g) => Some(&g.key),
+            ProviderSpec::Azure(a) => Some(&a.key),
             ProviderSpec::Simulator(_) => None,
         }
     }
@@ -132,9 +142,10 @@ impl ProviderSettings {
             lines.push(value.map_or_else(|| format!("# {key}: unset, {unset}"), |n| format!("{key} = {n}")));
         };
         match &self.spec {
-            ProviderSpec::Openai(OpenAiOptions { base_url, model, budget: b, .. }) => {
+            ProviderSpec::Openai(OpenAiOptions { base_url, model, budget: b, batch_metadata, .. }) => {
                 line(&mut lines, "base_url", base_url);
                 line(&mut lines, "model", model);
+                lines.push(format!("batch_metadata = {batch_metadata}"));
                 budget(&mut lines, "max_completion_tokens", b.max_completion_tokens, "the model's own limit");
                 budget(&mut lines, "max_completion_tokens_cap", Some(b.max_completion_tokens_cap), "");
             }
@@ -157,6 +168,7 @@ impl ProviderSettings {
                 budget(&mut lines, "max_tokens", g.max_tokens, "the model's own limit");
                 budget(&mut lines, "max_tokens_cap", Some(g.max_tokens_cap), "");
             }
+            ProviderSpec::Azure(a) => super::azure::describe(a, &mut lines),
             ProviderSpec::Chat(c) => {
                 line(&mut lines, "base_url", &c.base_url);
                 line(&mut lines, "model", &c.model);
@@ -276,6 +288,9 @@ fn resolve_primary(
     let spec = match choice {
         ProviderChoice::None => return Ok(None),
         ProviderChoice::Openai => ProviderSpec::Openai(OpenAiOptions {
+            batch_metadata: super::kinds::metadata_kept_by_default(
+                o.base_url.as_deref().or(raw.base_url.as_deref()).unwrap_or(DEFAULT_OPENAI_BASE_URL),
+            ),
             base_url: o
                 .base_url
                 .clone()
@@ -343,6 +358,9 @@ fn resolve_table(name: String, mut table: toml::Table) -> Result<(ProviderSettin
         ProviderKind::Gemini => {
             ProviderSpec::Gemini(value.try_into::<RawGemini>().map_err(parse_error)?.resolve().map_err(in_table)?)
         }
+        ProviderKind::Azure => ProviderSpec::Azure(Box::new(
+            value.try_into::<RawAzure>().map_err(parse_error)?.resolve().map_err(in_table)?,
+        )),
     };
     Ok((ProviderSettings { name, spec }, implied))
 }

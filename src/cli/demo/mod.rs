@@ -78,6 +78,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     server.stop().await?;
     outcome?;
     ok &= verify(&second_db).await?;
+    println!(
+        "\nThe same adapter drives Azure OpenAI (kind = \"azure\") and OpenAI-shaped batch platforms such as Groq \
+         (kind = \"openai\", base_url); try them on `commitpoint simulator --dialect azure` or `--platform groq`."
+    );
 
     let ok = ok && summary.all_checks_passed();
     println!("{}", if ok { "demo: every check passed" } else { "demo: SOME CHECKS FAILED" });

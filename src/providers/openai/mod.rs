@@ -5,9 +5,13 @@
 //! how a job created just before a crash (or before a dropped connection) is found again:
 //! the scheduler calls `find_job` before any resubmission.
 
+mod azure;
+mod create;
+mod flavour;
+mod lookup;
 pub(crate) mod wire;
 
-use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -31,15 +35,14 @@ const PROVIDER: &str = "openai";
 const MAX_LIST_PAGES: usize = 20;
 /// An undecided lookup is tried again after this long (the scheduler may shorten it).
 const LOOKUP_RECHECK_AFTER: Duration = Duration::from_secs(60);
-/// The Batch API accepts input files up to 200 MB and 50,000 requests.
-const MAX_INPUT_FILE_BYTES: usize = 200 * 1000 * 1000;
-const MAX_INPUT_LINES: usize = 50_000;
 /// `errors.data[].code` of a batch failed by the organisation's enqueued-token limit.
 const TOKEN_LIMIT_CODE: &str = "token_limit_exceeded";
 /// Clock skew tolerated between our intent timestamp and the provider's `created_at`.
 const CREATED_AT_SLACK: Duration = Duration::from_secs(600);
 
 pub use super::ApiKey;
+pub use azure::{AzureAuth, AzureTarget, azure_adapter};
+pub use flavour::{AZURE_FILE_EXPIRY, Auth, Flavour, ProbeTarget};
 
 #[derive(Debug, Clone)]
 pub struct OpenAiConfig {
@@ -63,6 +66,11 @@ pub const DEFAULT_MAX_COMPLETION_TOKENS_CAP: u32 = 16_384;
 pub struct OpenAiBatches {
     config: OpenAiConfig,
     http: reqwest::Client,
+    flavour: Flavour,
+    /// The platform refused `metadata` on a create: later creates leave it out.
+    omit_metadata: AtomicBool,
+    /// The platform refused or dropped `metadata`: lookups stop trusting it.
+    metadata_lost: AtomicBool,
 }
 
 impl OpenAiBatches {
@@ -72,7 +80,19 @@ impl OpenAiBatches {
             .read_timeout(config.request_timeout)
             .build()
             .map_err(|e| error(ErrorClass::InvalidRequest, None, format!("cannot build the HTTP client: {e}")))?;
-        Ok(Self { config, http })
+        Ok(Self {
+            config,
+            http,
+            flavour: Flavour::default(),
+            omit_metadata: AtomicBool::new(false),
+            metadata_lost: AtomicBool::new(false),
+        })
+    }
+
+    /// The same adapter for Azure OpenAI or an OpenAI-compatible platform.
+    pub fn with_flavour(mut self, flavour: Flavour) -> Self {
+        self.flavour = flavour;
+        self
     }
 
     fn url(&self, path: &str) -> String {
@@ -81,10 +101,18 @@ impl OpenAiBatches {
 
     /// Sends with auth, turning transport failures and non-2xx answers into classified errors.
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response, ProviderError> {
-        let response =
-            request.bearer_auth(self.config.api_key.expose()).send().await.map_err(|e| {
-                error(ErrorClass::Transient, None, format!("request failed: {}", describe_transport(&e)))
-            })?;
+        let request = match self.flavour.auth {
+            Auth::Bearer => request.bearer_auth(self.config.api_key.expose()),
+            Auth::ApiKeyHeader => request.header("api-key", api_key_header(&self.config.api_key)?),
+        };
+        let request = match &self.flavour.api_version {
+            Some(version) => request.query(&[("api-version", version.as_str())]),
+            None => request,
+        };
+        let response = request
+            .send()
+            .await
+            .map_err(|e| error(ErrorClass::Transient, None, format!("request failed: {}", describe_transport(&e))))?;
         if response.status().is_success() {
             return Ok(response);
         }
@@ -95,8 +123,11 @@ impl OpenAiBatches {
         let code = parsed.as_ref().and_then(|b| b.error.code.clone().or_else(|| b.error.kind.clone()));
         let message = parsed.as_ref().and_then(|b| b.error.message.clone()).unwrap_or_else(|| truncate(&body));
         let class = classify_status(status, &headers, code.as_deref());
-        let mut failure = error(class, Some(status), format!("{status} {}: {message}", code.unwrap_or_default()));
-        failure.retry_after = parse_retry_after(&headers, crate::domain::clock::now());
+        let text = format!("{status} {}: {message}", code.unwrap_or_default());
+        // Named after the platform's flavour, so an Azure operator reads "azure: 429 …".
+        let mut failure = ProviderError::new(self.flavour.label, class, Some(status), &text);
+        failure.retry_after = parse_retry_after(&headers, crate::domain::clock::now())
+            .or_else(|| (status == 429).then(|| super::ratelimit::reset_delay(&headers)).flatten());
         Err(failure)
     }
 
@@ -112,27 +143,35 @@ impl OpenAiBatches {
         spec.schema.view(Dialect::OpenAiStrict).map_err(|e| error(ErrorClass::InvalidRequest, None, e.to_string()))?;
         let mut jsonl = Vec::with_capacity(spec.members.len() * 1024);
         for member in spec.members {
-            let line = wire::input_line(member, spec.schema, &self.config.model, self.config.max_completion_tokens);
+            let mut line = wire::input_line(member, spec.schema, &self.config.model, self.config.max_completion_tokens);
+            line["url"] = self.flavour.request_url.into();
             serde_json::to_writer(&mut jsonl, &line)
                 .map_err(|e| error(ErrorClass::InvalidRequest, None, format!("cannot encode a request: {e}")))?;
             jsonl.push(b'\n');
         }
-        if jsonl.len() > MAX_INPUT_FILE_BYTES || spec.members.len() > MAX_INPUT_LINES {
+        let (max_bytes, max_lines) = (self.flavour.max_input_bytes, self.flavour.max_input_lines);
+        if jsonl.len() > max_bytes || spec.members.len() > max_lines {
             return Err(error(
                 ErrorClass::TooLarge,
                 None,
                 format!(
-                    "the batch input is {} bytes in {} requests, over the Batch API's 200 MB / {MAX_INPUT_LINES} requests",
+                    "the batch input is {} bytes in {} requests, over the Batch API's {max_bytes} bytes / {max_lines} requests",
                     jsonl.len(),
                     spec.members.len()
                 ),
             ));
         }
         let file = Part::bytes(jsonl)
-            .file_name(format!("commitpoint-{}.jsonl", spec.batch_key))
+            .file_name(lookup::input_file_name(spec.batch_key))
             .mime_str("application/jsonl")
             .map_err(|e| error(ErrorClass::InvalidRequest, None, e.to_string()))?;
-        let form = Form::new().text("purpose", "batch").part("file", file);
+        let mut form = Form::new().text("purpose", "batch").part("file", file);
+        // Azure's documented field names; the file expires whatever happens to us.
+        if let Some(expiry) = self.flavour.file_expiry {
+            form = form
+                .text("expires_after.anchor", "created_at")
+                .text("expires_after.seconds", expiry.as_secs().to_string());
+        }
         // Whatever the limit in force (it has changed over time), a 400 on the upload of a
         // file we built is about the file: splitting the batch either gets under the limit
         // or narrows the refusal down to the one member it is about.
@@ -179,6 +218,30 @@ impl OpenAiBatches {
     }
 }
 
+impl OpenAiBatches {
+    /// A batch deployment takes no synchronous call: a free authenticated read checks the
+    /// endpoint and the key, and the schema waits for a deployment that can answer.
+    async fn probe_by_listing(&self) -> Probe {
+        let request = self.http.get(self.url("/batches")).query(&[("limit", "1")]);
+        match self.json::<wire::BatchList>(request).await {
+            Ok(_) => Probe::Unsupported(
+                "endpoint and key accepted (GET /batches); a batch deployment takes no synchronous call, so the \
+                 model and schema were not sent: set check_deployment to a Standard deployment of the same model",
+            ),
+            Err(e) => Probe::Refused(e),
+        }
+    }
+}
+
+/// The key as an `api-key` header value, kept out of debug output like a bearer token.
+fn api_key_header(key: &ApiKey) -> Result<reqwest::header::HeaderValue, ProviderError> {
+    let mut value = reqwest::header::HeaderValue::from_str(key.expose()).map_err(|_| {
+        error(ErrorClass::InvalidRequest, None, "the API key holds characters an HTTP header cannot carry".to_string())
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
 fn undecided(reason: String) -> Lookup {
     Lookup::Undecided { recheck_after: LOOKUP_RECHECK_AFTER, reason }
 }
@@ -195,23 +258,17 @@ impl BatchProvider for OpenAiBatches {
 
     async fn submit(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError> {
         let file_id = self.upload(spec).await?;
-        let body = wire::CreateBatch {
-            input_file_id: &file_id,
-            endpoint: wire::ENDPOINT,
-            completion_window: "24h",
-            metadata: BTreeMap::from([(wire::BATCH_KEY_METADATA, spec.batch_key)]),
-        };
-        let batch: wire::Batch = self.json(self.http.post(self.url("/batches")).json(&body)).await?;
-        Ok(batch.id)
+        self.create_batch(spec.batch_key, &file_id).await
     }
 
     async fn find_job(&self, intent: &IntentRef<'_>) -> Result<Lookup, ProviderError> {
-        self.find_by_batch_key(intent.batch_key, intent.created_at_ms).await
+        self.lookup(intent).await
     }
 
     async fn poll(&self, job_id: &str) -> Result<JobStatus, ProviderError> {
         let batch: wire::Batch = self.json(self.http.get(self.url(&format!("/batches/{job_id}")))).await?;
-        let phase = match batch.status.as_str() {
+        // Azure's dated API versions have answered `Validating`, `Completed`.
+        let phase = match batch.status.to_ascii_lowercase().as_str() {
             "validating" | "in_progress" | "finalizing" | "cancelling" => JobPhase::Running,
             "completed" => JobPhase::Completed,
             "expired" => JobPhase::Expired,
@@ -246,13 +303,19 @@ impl BatchProvider for OpenAiBatches {
         if let Err(e) = schema.view(Dialect::OpenAiStrict) {
             return Probe::Refused(error(ErrorClass::InvalidRequest, None, e.to_string()));
         }
-        let mut body = chat_wire::request_body(&probe_member(), schema, &self.config.model, None);
+        let model = match &self.flavour.probe {
+            ProbeTarget::BatchModel => self.config.model.as_str(),
+            ProbeTarget::Model(model) => model.as_str(),
+            ProbeTarget::ListOnly => return self.probe_by_listing().await,
+        };
+        let mut body = chat_wire::request_body(&probe_member(), schema, model, None);
         // OpenAI's own parameter; the deprecated `max_tokens` is refused by newer models.
         if let Some(fields) = body.as_object_mut() {
             fields.remove("max_tokens");
             fields.insert("max_completion_tokens".to_string(), PROBE_MAX_OUTPUT_TOKENS.into());
         }
-        let request = self.http.post(self.url("/chat/completions")).timeout(self.config.request_timeout).json(&body);
+        let path = self.flavour.chat_path(model);
+        let request = self.http.post(self.url(&path)).timeout(self.config.request_timeout).json(&body);
         match self.send(request).await {
             Ok(_) => Probe::Accepted,
             Err(e) => Probe::Refused(e),
@@ -333,3 +396,7 @@ fn error(class: ErrorClass, status: Option<u16>, message: String) -> ProviderErr
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_azure;
+#[cfg(test)]
+mod tests_compat;

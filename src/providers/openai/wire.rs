@@ -49,9 +49,38 @@ fn response_format_name(schema: &str) -> String {
 #[derive(Debug, Serialize)]
 pub struct CreateBatch<'a> {
     pub input_file_id: &'a str,
-    pub endpoint: &'static str,
+    pub endpoint: &'a str,
     pub completion_window: &'static str,
-    pub metadata: std::collections::BTreeMap<&'static str, &'a str>,
+    /// Left out for a platform that refused it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<std::collections::BTreeMap<&'static str, &'a str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_expires_after: Option<ExpiresAfter>,
+}
+
+/// `{"anchor": "created_at", "seconds": N}`: when the batch's output files expire.
+#[derive(Debug, Serialize)]
+pub struct ExpiresAfter {
+    pub anchor: &'static str,
+    pub seconds: u64,
+}
+
+/// A Unix time in seconds, or an RFC 3339 text (Azure's dated API versions answer
+/// `created_at` as `2024-07-19T17:13:57.2491382+00:00`); anything else reads as unknown,
+/// which a lookup treats as "not known to be older", never as a failure.
+pub fn unix_time<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+    Ok(match Option::<Value>::deserialize(deserializer)? {
+        Some(Value::Number(n)) => n.as_u64(),
+        Some(Value::String(text)) => parse_rfc3339(&text),
+        _ => None,
+    })
+}
+
+fn parse_rfc3339(text: &str) -> Option<u64> {
+    let utc = text.strip_suffix("+00:00").map_or_else(|| text.to_string(), |t| format!("{t}Z"));
+    // humantime takes at most nine fractional digits, which Azure's seven fit.
+    let at = humantime::parse_rfc3339(&utc).ok()?;
+    at.duration_since(std::time::UNIX_EPOCH).ok().map(|d| d.as_secs())
 }
 
 #[derive(Debug, Deserialize)]
@@ -69,7 +98,7 @@ pub struct Batch {
     pub output_file_id: Option<String>,
     #[serde(default)]
     pub error_file_id: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unix_time")]
     pub created_at: Option<u64>,
     #[serde(default)]
     pub metadata: Option<std::collections::BTreeMap<String, String>>,
@@ -97,6 +126,8 @@ pub struct BatchError {
 #[derive(Debug, Deserialize)]
 pub struct BatchList {
     pub data: Vec<Batch>,
+    /// Absent where the platform lists every batch at once (Groq's list has no pages).
+    #[serde(default)]
     pub has_more: bool,
     #[serde(default)]
     pub last_id: Option<String>,
@@ -273,6 +304,20 @@ mod tests {
         assert!(parse_line("[]").is_err());
         assert!(parse_line(r#"{"custom_id":"a"}"#).is_err());
         assert!(parse_line(r#"{"custom_id":"a","response":{"status_code":200,"body":{}}}"#).is_err());
+    }
+
+    #[test]
+    fn created_at_reads_as_a_number_or_an_azure_timestamp() {
+        let batch = |created: &str| -> Batch {
+            serde_json::from_str(&format!(r#"{{"id":"b","status":"Validating","created_at":{created}}}"#)).unwrap()
+        };
+        assert_eq!(batch("1721409237").created_at, Some(1_721_409_237));
+        assert_eq!(batch(r#""2024-07-19T17:13:57.2491382+00:00""#).created_at, Some(1_721_409_237));
+        assert_eq!(batch(r#""2024-07-19T17:13:57Z""#).created_at, Some(1_721_409_237));
+        assert_eq!(batch(r#""yesterday""#).created_at, None);
+        assert_eq!(batch("null").created_at, None);
+        let list: BatchList = serde_json::from_str(r#"{"object":"list","data":[]}"#).unwrap();
+        assert!(!list.has_more, "a list without has_more is the whole list");
     }
 
     #[test]

@@ -24,6 +24,7 @@ async fn start(complete_after: Duration, faults: Faults) -> (Simulator, Anthropi
         complete_after,
         faults,
         seed: 9,
+        ..SimulatorConfig::default()
     };
     let sim = Simulator::start(([127, 0, 0, 1], 0).into(), config).await.unwrap();
     let adapter = AnthropicBatches::new(AnthropicConfig {

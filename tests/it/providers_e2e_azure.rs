@@ -1,0 +1,158 @@
+//! `kind = "azure"` through the server against the simulator's Azure dialect: the resource
+//! key in `api-key`, the v1 API under `/openai/v1` (or a dated `api-version` under
+//! `/openai`), the Global-Batch deployment as every line's model. The corpus, a kill between
+//! create and persisting the batch id, a 429, an expiry with partial results, and
+//! `provider check`. Counters of the simulator span restarts.
+
+use std::time::Duration;
+
+use commitpoint::simulator::{Dialect, Faults, SimulatorConfig};
+use serde_json::json;
+
+use crate::provider::{
+    CORPUS, assert_all_committed_with_model_findings, assert_report_counts, assert_submitted, corpus_ids, counter,
+    finish, health, intake_corpus, settle,
+};
+use crate::providers_e2e::{KEY, KEY_ENV, ONE_BATCH, expect_crash};
+use crate::providers_e2e_compat::{ShapedRig, assert_discounted, assert_waited_for_the_429, provider_check};
+use crate::util::{assert_verifies, stderr, stdout};
+
+const DEPLOYMENT: &str = "gpt-4o-batch";
+
+async fn azure_rig(faults: Faults, complete_after: Duration, extra: &str) -> ShapedRig {
+    let config = SimulatorConfig { dialect: Dialect::Azure, faults, complete_after, ..SimulatorConfig::default() };
+    let extra = extra.to_string();
+    ShapedRig::start(config, "azure", DEPLOYMENT, move |sim| {
+        format!(
+            "[providers.azure]\nkind = \"azure\"\nendpoint = \"{}\"\ndeployment = \"{DEPLOYMENT}\"\napi_key_env = \"{KEY_ENV}\"\n{extra}\n",
+            sim.origin()
+        )
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_commits_the_corpus_once_billed_at_the_batch_discount() {
+    for extra in ["", "api_version = \"2024-10-21\""] {
+        let rig = azure_rig(Faults::default(), Duration::from_millis(200), extra).await;
+        let server = rig.serve(&[], None);
+        let api = server.api();
+        let ids = intake_corpus(&api).await;
+
+        assert_all_committed_with_model_findings(&api).await;
+        let records = settle(&api, &ids).await;
+        assert!(records.values().all(|r| r["attempts"] == json!(1)), "{extra}: {records:#?}");
+        let stats = rig.stats();
+        assert_submitted(&stats, &ids, 1);
+        assert_eq!(stats.lines_completed, CORPUS.len() as u64, "{extra}: each extraction billed once: {stats:#?}");
+        assert_eq!(stats.batches_created, 1, "{extra}: {stats:#?}");
+        let health = health(&api).await;
+        assert_eq!(health["name"], json!("azure"), "{health:#}");
+        assert_eq!(counter(&health, "lines_ingested"), CORPUS.len() as u64, "{health:#}");
+        assert_discounted(&api, &ids, "azure", DEPLOYMENT).await;
+        // Input, output and error files are deleted once the batch is closed.
+        rig.wait_stats("the files to be deleted", |s| s.files_deleted >= 2).await;
+
+        let report = finish(server);
+        assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+    }
+}
+
+/// Azure keeps batch metadata (v1 reference): the batch created before the kill is found
+/// by its batch key and never created a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_kill_after_create_before_the_batch_id_is_stored_finds_the_batch() {
+    let rig = azure_rig(Faults::default(), Duration::from_millis(200), "").await;
+    let mut server = rig.serve(ONE_BATCH, Some("after-submit-before-job-id"));
+    intake_corpus(&server.api()).await;
+    expect_crash(&mut server, "after-submit-before-job-id");
+    assert_eq!(rig.stats().batches_created, 1);
+    let report = assert_verifies(&rig.db());
+    assert_report_counts(&report, CORPUS.len(), &[&format!("submitted: {}", CORPUS.len())]);
+
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 1, "the batch was created again instead of found: {stats:#?}");
+    assert_submitted(&stats, &corpus_ids(), 1);
+    let health = health(&api).await;
+    assert_eq!(counter(&health, "batches_recovered"), 1, "{health:#}");
+    assert_eq!(counter(&health, "batches_submitted"), 0, "{health:#}");
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+/// Azure lists `expired` among its statuses although it says it does not expire jobs:
+/// an expired batch's answered half commits, the rest goes into one new batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_expiry_keeps_the_partial_results_and_requeues_the_rest_once() {
+    let rig = azure_rig(Faults { expire_batches: true, ..Faults::default() }, Duration::from_millis(300), "").await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    rig.wait_stats("the first batch", |s| s.batches_created >= 1).await;
+    rig.sim.set_faults(Faults::default());
+
+    let records = settle(&api, &ids).await;
+    let stats = rig.stats();
+    let half = CORPUS.len() / 2;
+    assert_eq!(stats.batches_created, 2, "{stats:#?}");
+    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "no member billed twice: {stats:#?}");
+    assert_eq!(records.values().filter(|r| r["attempts"] == json!(2)).count(), CORPUS.len() - half);
+    assert_eq!(stats.max_live_batches_per_custom_id, 1, "{stats:#?}");
+    assert_all_committed_with_model_findings(&api).await;
+    finish(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_429_and_a_dropped_create_are_survived_with_one_batch() {
+    const RETRY_AFTER_SECS: u32 = 2;
+    let faults = Faults { rate_limit_next: 1, retry_after_secs: RETRY_AFTER_SECS, ..Faults::default() };
+    let rig = azure_rig(faults, Duration::from_millis(200), "").await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    assert_waited_for_the_429(&rig, Duration::from_secs(RETRY_AFTER_SECS.into())).await;
+    settle(&api, &ids).await;
+    assert_eq!(counter(&health(&api).await, "rate_limited"), 1);
+
+    // The next batch's create happens, but its answer is lost with the connection.
+    rig.sim.set_faults(Faults { drop_after_create_next: 1, ..Faults::default() });
+    let more = api.create(crate::provider::TENANT, "src/extra.rs", "fn f() { x.unwrap(); }").await;
+    let records = settle(&api, &[more.clone()].into_iter().collect()).await;
+    assert_eq!(records[&more]["state"], json!("committed"), "{records:#?}");
+    let stats = rig.stats();
+    assert_eq!((stats.batches_created, stats.dropped_connections), (2, 1), "{stats:#?}");
+    assert_eq!(counter(&health(&api).await, "batches_recovered"), 1);
+    finish(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_check_reads_with_the_key_and_sends_the_schema_to_a_check_deployment() {
+    let rig = azure_rig(Faults::default(), Duration::from_millis(200), "").await;
+    let out = provider_check(rig.config_path(), KEY);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
+    assert!(text.contains("azure / code-review@1: not checked: endpoint and key accepted"), "{text}");
+    let refused = provider_check(rig.config_path(), "wrong-key");
+    assert_eq!(refused.status.code(), Some(1), "{}", stdout(&refused));
+    assert!(stdout(&refused).contains("azure / code-review@1: REFUSED"), "{}", stdout(&refused));
+
+    for extra in
+        ["check_deployment = \"gpt-4o-std\"", "check_deployment = \"gpt-4o-std\"\napi_version = \"2024-10-21\""]
+    {
+        let rig = azure_rig(Faults::default(), Duration::from_millis(200), extra).await;
+        let out = provider_check(rig.config_path(), KEY);
+        assert_eq!(out.status.code(), Some(0), "{extra}: {}\n{}", stdout(&out), stderr(&out));
+        assert!(stdout(&out).contains("azure / code-review@1: accepted"), "{extra}: {}", stdout(&out));
+        assert_eq!(rig.stats().chat_completions, 1, "{extra}: one synchronous call to the check deployment");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_torn_and_duplicated_lines_commit_once() {
+    let faults = Faults { malformed_line_every: 2, duplicate_line_every: 3, ..Faults::default() };
+    let rig = azure_rig(faults, Duration::from_millis(200), "").await;
+    crate::providers_e2e_compat::assert_bad_lines_commit_once(&rig).await;
+}

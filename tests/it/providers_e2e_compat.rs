@@ -1,0 +1,285 @@
+//! `kind = "openai"` with another `base_url`, against the simulator speaking a Groq-like
+//! platform: the Files and Batches API under `/openai/v1`, batch metadata dropped (or
+//! refused), one-page lists, and Groq's 429 headers. The real binary, over real HTTP;
+//! SIGKILL where a crash point is named. The shared rig for OpenAI-shaped platforms (Azure
+//! too) is here.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use commitpoint::simulator::{Faults, MetadataMode, RateLimitHeaders, Simulator, SimulatorConfig, Stats, Variant};
+use serde_json::json;
+
+use crate::provider::{
+    CORPUS, SETTLE, assert_all_committed_with_model_findings, assert_report_counts, assert_submitted, corpus_ids,
+    counter, finish, health, intake_corpus, settle,
+};
+use crate::providers_e2e::{KEY, KEY_ENV, ONE_BATCH, assert_billed_by, expect_crash, serve, write_config};
+use crate::util::{Api, Server, assert_verifies, run_to_end, stderr, stdout, temp_dir};
+
+/// Sampling the simulator's counters every 5 ms leaves this much error in a measured gap.
+const SAMPLING_SLACK: Duration = Duration::from_millis(100);
+/// $/Mtok list prices for the ledger check; the batch discount is the default 0.5.
+pub const INPUT_PER_MTOK: u64 = 2;
+pub const OUTPUT_PER_MTOK: u64 = 8;
+
+/// A simulator speaking an OpenAI-shaped platform, and a data directory whose config routes
+/// everything to the provider `name` pointed at it.
+pub struct ShapedRig {
+    pub sim: Simulator,
+    pub dir: tempfile::TempDir,
+    config: String,
+}
+
+impl ShapedRig {
+    /// `section` writes the `[providers.<name>]` table for the started simulator.
+    /// `model` is what the answers' `usage` names, which the price table is keyed by.
+    pub async fn start(
+        config: SimulatorConfig,
+        name: &'static str,
+        model: &str,
+        section: impl FnOnce(&Simulator) -> String,
+    ) -> Self {
+        let config = SimulatorConfig { api_key: Some(KEY.into()), ..config };
+        let sim = Simulator::start("127.0.0.1:0".parse().expect("loopback address"), config)
+            .await
+            .expect("start the simulator");
+        let dir = temp_dir();
+        let prices = format!(
+            "[[prices]]\nprovider = \"{name}\"\nmodel = \"{model}\"\ninput_per_mtok = {INPUT_PER_MTOK}\noutput_per_mtok = {OUTPUT_PER_MTOK}\n"
+        );
+        let config = write_config(dir.path(), &format!("{}\n{prices}", section(&sim)), name);
+        ShapedRig { sim, dir, config }
+    }
+
+    pub fn serve(&self, extra: &[&str], failpoint: Option<&str>) -> Server {
+        serve(self.dir.path(), &self.config, extra, failpoint)
+    }
+
+    pub fn config_path(&self) -> &str {
+        &self.config
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.sim.stats()
+    }
+
+    pub fn db(&self) -> std::path::PathBuf {
+        self.dir.path().join("commitpoint.redb")
+    }
+
+    pub async fn wait_stats(&self, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
+        let deadline = Instant::now() + SETTLE;
+        loop {
+            let stats = self.stats();
+            if done(&stats) {
+                return stats;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; simulator stats: {stats:#?}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// Every ledger entry of every extraction: billed by `provider` for `model`, priced by the
+/// table at half the list price (the batch discount), never at list price.
+pub async fn assert_discounted(api: &Api, ids: &BTreeSet<String>, provider: &str, model: &str) {
+    assert_billed_by(api, ids, provider).await;
+    for id in ids {
+        let reply = api.get(&format!("/v1/extractions/{id}/costs")).await;
+        for entry in reply.body["attempts"].as_array().expect("attempts") {
+            assert_eq!((&entry["model"], &entry["cost_source"]), (&json!(model), &json!("price_table")), "{entry:#}");
+            let tokens = |k: &str| entry[k].as_u64().expect("tokens");
+            let list = tokens("input_tokens") * INPUT_PER_MTOK + tokens("output_tokens") * OUTPUT_PER_MTOK;
+            let cost = entry["cost_micros"].as_u64().expect("cost");
+            assert!(cost > 0 && cost.abs_diff(list / 2) <= 1, "half the list price: {entry:#}");
+        }
+    }
+}
+
+/// The waits measured around one 429: from the 429 to the create it delayed.
+pub async fn assert_waited_for_the_429(rig: &ShapedRig, retry_after: Duration) {
+    let limited = rig.wait_stats("the 429", |s| s.rate_limited >= 1).await;
+    let limited_at = Instant::now();
+    assert_eq!(limited.batches_created, 0, "the 429 answered the upload or create: {limited:#?}");
+    rig.wait_stats("the batch to be created", |s| s.batches_created >= 1).await;
+    let waited = limited_at.elapsed();
+    assert!(waited + SAMPLING_SLACK >= retry_after, "the 429's {retry_after:?} not honoured: {waited:?}");
+    assert!(waited <= retry_after + Duration::from_millis(1500), "waited far longer than asked: {waited:?}");
+}
+
+const MODEL: &str = "llama-3.1-8b-instant";
+
+async fn groq_rig(variant: Variant, faults: Faults, complete_after: Duration) -> ShapedRig {
+    let config = SimulatorConfig { variant, faults, complete_after, ..SimulatorConfig::default() };
+    ShapedRig::start(config, "groq", MODEL, |sim| {
+        format!(
+            "[providers.groq]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"{MODEL}\"\napi_key_env = \"{KEY_ENV}\"\n",
+            sim.base_url()
+        )
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groq_like_platform_commits_the_corpus_once_billed_at_the_batch_discount() {
+    let rig = groq_rig(Variant::groq_like(), Faults::default(), Duration::from_millis(200)).await;
+    assert!(rig.sim.base_url().ends_with("/openai/v1"));
+    let server = rig.serve(&[], None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+
+    assert_all_committed_with_model_findings(&api).await;
+    let records = settle(&api, &ids).await;
+    assert!(records.values().all(|r| r["attempts"] == json!(1)), "{records:#?}");
+    let stats = rig.stats();
+    assert_submitted(&stats, &ids, 1);
+    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "each extraction billed once: {stats:#?}");
+    let health = health(&api).await;
+    assert_eq!(health["name"], json!("groq"), "{health:#}");
+    assert_eq!(counter(&health, "batches_submitted"), stats.batches_created, "{health:#}");
+    assert_discounted(&api, &ids, "groq", MODEL).await;
+
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+/// The platform drops metadata, so the batch key cannot find the batch created before the
+/// kill: its input file (named after the key) does, and nothing is created twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_after_create_on_a_platform_without_metadata_finds_the_batch_by_its_input_file() {
+    let rig = groq_rig(Variant::groq_like(), Faults::default(), Duration::from_millis(200)).await;
+    let mut server = rig.serve(ONE_BATCH, Some("after-submit-before-job-id"));
+    intake_corpus(&server.api()).await;
+    expect_crash(&mut server, "after-submit-before-job-id");
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 1, "{stats:#?}");
+    let report = assert_verifies(&rig.db());
+    assert_report_counts(&report, CORPUS.len(), &[&format!("submitted: {}", CORPUS.len())]);
+
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 1, "the batch was created again instead of found: {stats:#?}");
+    assert!(stats.batches_listed >= 1, "the restart looked for the batch: {stats:#?}");
+    assert_submitted(&stats, &corpus_ids(), 1);
+    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "{stats:#?}");
+    let health = health(&api).await;
+    assert_eq!(counter(&health, "batches_recovered"), 1, "{health:#}");
+    assert_eq!(counter(&health, "batches_submitted"), 0, "the restarted process submitted nothing: {health:#}");
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+/// A create answered by a dropped connection, on a platform that refuses metadata: the
+/// first create (with metadata) is refused and creates nothing, the second creates the batch
+/// and loses its answer, and the lookup finds it by input file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_metadata_and_a_dropped_create_still_make_one_batch() {
+    let variant = Variant { metadata: MetadataMode::Refused, ..Variant::groq_like() };
+    let faults = Faults { drop_after_create_next: 1, ..Faults::default() };
+    let rig = groq_rig(variant, faults, Duration::from_millis(200)).await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert_eq!((stats.batches_created, stats.dropped_connections), (1, 1), "{stats:#?}");
+    assert_submitted(&stats, &ids, 1);
+    assert_eq!(counter(&health(&api).await, "batches_recovered"), 1);
+    finish(server);
+}
+
+/// Half the batch answered, the rest `batch_expired`: the expired members go into one new
+/// batch and each commits once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_batch_keeps_its_partial_results_and_requeues_the_rest_once() {
+    let faults = Faults { expire_batches: true, ..Faults::default() };
+    let rig = groq_rig(Variant::groq_like(), faults, Duration::from_millis(300)).await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    rig.wait_stats("the first batch", |s| s.batches_created >= 1).await;
+    rig.sim.set_faults(Faults::default());
+
+    let records = settle(&api, &ids).await;
+    let stats = rig.stats();
+    let half = CORPUS.len() / 2;
+    assert_eq!(stats.batches_created, 2, "the expired half went into one new batch: {stats:#?}");
+    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "no member billed twice: {stats:#?}");
+    assert_eq!(stats.lines_failed, (CORPUS.len() - half) as u64, "{stats:#?}");
+    let twice = records.values().filter(|r| r["attempts"] == json!(2)).count();
+    assert_eq!(twice, CORPUS.len() - half, "{records:#?}");
+    assert_all_committed_with_model_findings(&api).await;
+    assert_eq!(counter(&health(&api).await, "members_requeued"), (CORPUS.len() - half) as u64);
+    finish(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groq_retry_after_and_reset_only_429s_are_both_honoured() {
+    for headers in [RateLimitHeaders::Groq, RateLimitHeaders::ResetOnly] {
+        const RETRY_AFTER_SECS: u32 = 2;
+        let variant = Variant { rate_limit_headers: headers, ..Variant::groq_like() };
+        let faults = Faults { rate_limit_next: 1, retry_after_secs: RETRY_AFTER_SECS, ..Faults::default() };
+        let rig = groq_rig(variant, faults, Duration::from_millis(200)).await;
+        let server = rig.serve(&[], None);
+        let api = server.api();
+        let ids = intake_corpus(&api).await;
+        assert_waited_for_the_429(&rig, Duration::from_secs(RETRY_AFTER_SECS.into())).await;
+        settle(&api, &ids).await;
+        let stats = rig.stats();
+        assert_eq!((stats.rate_limited, stats.batches_created), (1, 1), "{headers:?}: {stats:#?}");
+        assert_eq!(counter(&health(&api).await, "rate_limited"), 1, "{headers:?}");
+        finish(server);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_check_reaches_the_platforms_chat_endpoint() {
+    let rig = groq_rig(Variant::groq_like(), Faults::default(), Duration::from_millis(200)).await;
+    let out = provider_check(rig.config_path(), KEY);
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("groq / code-review@1: accepted"), "{}", stdout(&out));
+    let refused = provider_check(rig.config_path(), "gsk-wrong");
+    assert_eq!(refused.status.code(), Some(1), "{}", stdout(&refused));
+    assert!(stdout(&refused).contains("groq / code-review@1: REFUSED"), "{}", stdout(&refused));
+}
+
+/// `commitpoint provider check --config CONFIG` with the key in the environment.
+pub fn provider_check(config: &str, key: &str) -> std::process::Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_commitpoint"));
+    cmd.args(["provider", "check", "--config", config]).env(KEY_ENV, key).env("COMMITPOINT_LOG", "warn");
+    run_to_end(cmd)
+}
+
+/// Torn and duplicated result lines: the torn lines' members go again once, duplicates
+/// change nothing, every extraction commits once.
+pub async fn assert_bad_lines_commit_once(rig: &ShapedRig) {
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    rig.wait_stats("the first batch", |s| s.batches_created >= 1).await;
+    rig.sim.set_faults(Faults::default());
+
+    let records = settle(&api, &ids).await;
+    let health = health(&api).await;
+    // A member is requeued when none of its lines (original or duplicate) was readable.
+    let requeued = counter(&health, "members_requeued");
+    assert!(requeued >= 1 && counter(&health, "malformed_lines") >= requeued, "{health:#}");
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 2, "the unreadable members went again in one batch: {stats:#?}");
+    assert_eq!(stats.max_live_batches_per_custom_id, 1, "{stats:#?}");
+    assert_eq!(stats.lines_completed, CORPUS.len() as u64 + requeued, "billed: the first answers and the retries");
+    assert_eq!(records.values().filter(|r| r["attempts"] == json!(2)).count() as u64, requeued, "{records:#?}");
+    assert_all_committed_with_model_findings(&api).await;
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn torn_and_duplicated_lines_on_a_groq_like_platform_commit_once() {
+    let faults = Faults { malformed_line_every: 2, duplicate_line_every: 3, ..Faults::default() };
+    let rig = groq_rig(Variant::groq_like(), faults, Duration::from_millis(200)).await;
+    assert_bad_lines_commit_once(&rig).await;
+}
