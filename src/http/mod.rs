@@ -4,9 +4,11 @@
 mod admin;
 mod auth;
 mod body;
+mod bulk;
 mod conn;
 mod delivery;
 mod error;
+mod export;
 mod extract;
 pub(crate) mod handlers;
 mod log_limit;

@@ -499,6 +499,14 @@ fn stage_results(
             }
             Err(_) => {
                 report.strangers += 1;
+                // Cancelled while its batch ran: the answer was paid for, so it is charged
+                // to the attempt that paid, and never applied.
+                if let (State::Cancelled { .. }, LineResult::Answer { usage: Some(usage), .. })
+                | (State::Cancelled { .. }, LineResult::Unusable { usage: Some(usage), .. }) = (&member.state, line)
+                {
+                    record_charge(t, &member, &charge(usage), ChargeKind::Fresh)?;
+                    wrote = true;
+                }
                 continue;
             }
         };

@@ -7,7 +7,10 @@
 
 mod backup;
 mod batches;
+mod cancel;
 pub(crate) mod codec;
+mod commit_index;
+mod export;
 mod keys;
 mod ledger;
 mod ops;
@@ -32,6 +35,8 @@ pub use batches::{
     BatchMember, CloseReport, IntentOutcome, IntentRequest, Leftover, LineResult, MemberRules, OutputBudget, ReadyItem,
     StageReport, WorkFilter,
 };
+pub use cancel::{CancelOutcome, RETRY_CHUNK, RetryFilter};
+pub use export::{ExportFilter, Exported};
 pub use ledger::{Charge, Policies, Pricing, store_day_ms};
 pub use ops::{
     Authority, ClaimRequest, DeliveryOutcome, Grant, IntakeOutcome, PostOutcome, PostResult, RetryOutcome, Submission,

@@ -364,6 +364,9 @@ pub(super) fn transition(t: &mut WriteTables<'_>, record: &mut ExtractionRecord,
         t.lease_index.insert((expires_at_ms, seq), ())?;
     }
     t.state_index.insert((next.name().code(), seq), ())?;
+    if let State::Committed { at_ms } = next {
+        t.commit_index.insert((record.tenant.as_str(), at_ms, seq), ())?;
+    }
     super::outbox::enqueue_events(t, record, &next)?;
     record.state = next;
     record.updated_at_ms = t.now_ms;

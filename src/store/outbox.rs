@@ -45,6 +45,7 @@ fn event_id(record: &ExtractionRecord, kind: &OutboxKind) -> String {
     hasher.update(match kind {
         OutboxKind::Committed => b"committed",
         OutboxKind::Failed { .. } => b"failed",
+        OutboxKind::Cancelled => b"cancelled",
     });
     format!("msg_{}", &hasher.finalize().to_hex()[..32])
 }
@@ -54,6 +55,7 @@ pub(super) fn enqueue_events(t: &mut WriteTables<'_>, record: &ExtractionRecord,
     let kind = match next {
         State::Committed { .. } => OutboxKind::Committed,
         State::Failed { class, reason } => OutboxKind::Failed { class: *class, reason: reason.clone() },
+        State::Cancelled { .. } => OutboxKind::Cancelled,
         _ => return Ok(()),
     };
     if t.policies.sinks.is_empty() {

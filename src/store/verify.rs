@@ -89,6 +89,7 @@ pub(crate) fn verify_database(db: &mut Database) -> Result<Report, Error> {
 fn check(txn: &ReadTransaction, report: &mut Report) -> Result<(), Error> {
     let records = check_records(txn, report)?;
     check_indexes(txn, &records, report)?;
+    super::commit_index::check(txn, &records, report)?;
     check_findings(txn, &records, report)?;
     check_results(txn, &records, report)?;
     check_batches(txn, &records, report)?;

@@ -34,6 +34,7 @@ pub struct WriteTables<'txn> {
     pub tenant_index: Table<'txn, (&'static str, u64), ()>,
     pub findings: Table<'txn, (u64, &'static [u8; 32]), &'static [u8]>,
     pub results: Table<'txn, u64, &'static [u8]>,
+    pub commit_index: Table<'txn, (&'static str, u64, u64), ()>,
     pub batches: Table<'txn, u64, &'static [u8]>,
     pub open_batches: Table<'txn, u64, ()>,
     pub staged: Table<'txn, u64, &'static [u8]>,
@@ -77,6 +78,7 @@ impl<'txn> WriteTables<'txn> {
             tenant_index: txn.open_table(tables::TENANT_INDEX)?,
             findings: txn.open_table(tables::FINDINGS)?,
             results: txn.open_table(tables::RESULTS)?,
+            commit_index: txn.open_table(tables::COMMIT_INDEX)?,
             batches: txn.open_table(tables::BATCHES)?,
             open_batches: txn.open_table(tables::OPEN_BATCHES)?,
             staged: txn.open_table(tables::STAGED)?,
@@ -243,6 +245,7 @@ pub fn initialize(db: &Database) -> Result<Sequences, Error> {
                 });
             }
         }
+        super::commit_index::build_if_absent(&mut tables)?;
         let next = |last: Option<u64>| last.map_or(1, |seq| seq + 1);
         Sequences {
             extraction: next(tables.extractions.last()?.map(|(k, _)| k.value())),

@@ -1,0 +1,64 @@
+//! The commit index: a tenant's committed extractions in commit order, so an export walks
+//! one key range instead of every record. The commit writes its entry (`ops::transition`);
+//! a file written before the index existed gets it built once, when it is opened.
+
+use std::collections::BTreeMap;
+
+use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
+
+use super::Error;
+use super::codec::decode;
+use super::ops::required;
+use super::records::ExtractionRecord;
+use super::tables::{self, META_COMMIT_INDEX};
+use super::verify::Report;
+use super::writer::WriteTables;
+use crate::lifecycle::{State, StateName};
+
+/// Fills the index from the committed records unless `META` says it is complete. Runs in
+/// the opening transaction, so the marker and the entries land together or not at all.
+/// Returns how many entries it wrote.
+pub(super) fn build_if_absent(t: &mut WriteTables<'_>) -> Result<u64, Error> {
+    if t.meta.get(META_COMMIT_INDEX)?.is_some() {
+        return Ok(0);
+    }
+    let code = StateName::Committed.code();
+    let seqs: Vec<u64> =
+        t.state_index.range((code, 0)..=(code, u64::MAX))?.map(|e| Ok(e?.0.value().1)).collect::<Result<_, Error>>()?;
+    let mut built = 0;
+    for seq in seqs {
+        let record: ExtractionRecord = decode(&required(t.extractions.get(seq)?, "extraction", seq)?)?;
+        if let State::Committed { at_ms } = record.state {
+            t.commit_index.insert((record.tenant.as_str(), at_ms, seq), ())?;
+            built += 1;
+        }
+    }
+    t.meta.insert(META_COMMIT_INDEX, 1)?;
+    if built > 0 {
+        tracing::info!(entries = built, "built the commit index of a store that predates it");
+    }
+    Ok(built)
+}
+
+/// `verify`: exactly one entry per committed extraction, under its tenant and commit time.
+pub(super) fn check(
+    txn: &ReadTransaction,
+    records: &BTreeMap<u64, ExtractionRecord>,
+    report: &mut Report,
+) -> Result<(), Error> {
+    let index = txn.open_table(tables::COMMIT_INDEX)?;
+    let mut committed = 0u64;
+    for (seq, record) in records {
+        if let State::Committed { at_ms } = record.state {
+            committed += 1;
+            if index.get((record.tenant.as_str(), at_ms, *seq))?.is_none() {
+                report.problem(format!("{}: committed but missing from the commit index", record.id));
+            }
+        }
+    }
+    let found = index.len()?;
+    if found != committed {
+        report.problem(format!("commit index has {found} entries, expected {committed}"));
+    }
+    Ok(())
+}
