@@ -21,6 +21,8 @@ mod crash;
 mod delivery;
 #[path = "it/early_refusal.rs"]
 mod early_refusal;
+#[path = "it/export.rs"]
+mod export;
 #[path = "it/hostile_net.rs"]
 mod hostile_net;
 #[path = "it/intake.rs"]

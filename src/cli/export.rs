@@ -76,7 +76,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let file = std::fs::File::create(&partial).with_context(|| format!("cannot create {}", partial.display()))?;
     let bar = ProgressBar::new_spinner();
     bar.set_style(
-        ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     let mut sink = Sink::new(BufWriter::new(file), args.format);
     let written = copy(response, &mut sink, &bar).await;
@@ -86,7 +87,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         let _ = std::fs::remove_file(&partial);
         return Err(e);
     }
-    std::fs::rename(&partial, &args.out).with_context(|| format!("cannot move the export to {}", args.out.display()))?;
+    std::fs::rename(&partial, &args.out)
+        .with_context(|| format!("cannot move the export to {}", args.out.display()))?;
     let dir = args.out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::File::open(dir).and_then(|d| d.sync_all()).context("cannot sync the export's directory")?;
     eprintln!("{}: {} extractions, {} findings", args.out.display(), sink.extractions, sink.findings);

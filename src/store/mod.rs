@@ -11,6 +11,8 @@ mod cancel;
 pub(crate) mod codec;
 mod commit_index;
 mod export;
+#[cfg(test)]
+mod export_tests;
 mod keys;
 mod ledger;
 mod ops;
