@@ -11,6 +11,8 @@
 
 #[path = "it/bad_input.rs"]
 mod bad_input;
+#[path = "it/cancel.rs"]
+mod cancel;
 #[path = "it/cli.rs"]
 mod cli;
 #[path = "it/config_mistakes.rs"]
