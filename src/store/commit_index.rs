@@ -15,14 +15,18 @@ use super::verify::Report;
 use super::writer::WriteTables;
 use crate::lifecycle::{State, StateName};
 
-/// Fills the index from the committed records unless `META` says it is complete. Runs in
-/// the opening transaction, so the marker and the entries land together or not at all.
-/// Returns how many entries it wrote.
+/// Fills the index from the committed records unless `META` says it is complete and it
+/// has one entry per committed extraction. Runs in the opening transaction, so the marker
+/// and the entries land together or not at all. The count check (a scan of the committed
+/// keys, no record reads) catches a file that an older binary, which knows no index,
+/// committed to after a rollback. Returns how many entries it wrote.
 pub(super) fn build_if_absent(t: &mut WriteTables<'_>) -> Result<u64, Error> {
-    if t.meta.get(META_COMMIT_INDEX)?.is_some() {
+    let code = StateName::Committed.code();
+    let committed = t.state_index.range((code, 0)..=(code, u64::MAX))?.count() as u64;
+    if t.meta.get(META_COMMIT_INDEX)?.is_some() && t.commit_index.len()? == committed {
         return Ok(0);
     }
-    let code = StateName::Committed.code();
+    t.commit_index.retain(|_, _| false)?;
     let seqs: Vec<u64> =
         t.state_index.range((code, 0)..=(code, u64::MAX))?.map(|e| Ok(e?.0.value().1)).collect::<Result<_, Error>>()?;
     let mut built = 0;
@@ -35,7 +39,7 @@ pub(super) fn build_if_absent(t: &mut WriteTables<'_>) -> Result<u64, Error> {
     }
     t.meta.insert(META_COMMIT_INDEX, 1)?;
     if built > 0 {
-        tracing::info!(entries = built, "built the commit index of a store that predates it");
+        tracing::info!(entries = built, "built the commit index (the file predates it, or an older binary wrote to it)");
     }
     Ok(built)
 }
