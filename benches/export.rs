@@ -68,7 +68,10 @@ async fn run() -> Result<bool> {
     std::fs::create_dir_all(&parent)?;
     let work = tempfile::Builder::new().prefix("export-bench-").tempdir_in(&parent)?;
     let data = work.path().join("data");
-    println!("export bench{}: {n} extractions × {FINDINGS_PER_EXTRACTION} findings", if quick { " (QUICK)" } else { "" });
+    println!(
+        "export bench{}: {n} extractions × {FINDINGS_PER_EXTRACTION} findings",
+        if quick { " (QUICK)" } else { "" }
+    );
     println!("data directory: {} ({})", data.display(), common::Filesystem::describe(filesystem_of(&parent).as_ref()));
 
     let started = Instant::now();

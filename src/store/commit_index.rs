@@ -39,7 +39,10 @@ pub(super) fn build_if_absent(t: &mut WriteTables<'_>) -> Result<u64, Error> {
     }
     t.meta.insert(META_COMMIT_INDEX, 1)?;
     if built > 0 {
-        tracing::info!(entries = built, "built the commit index (the file predates it, or an older binary wrote to it)");
+        tracing::info!(
+            entries = built,
+            "built the commit index (the file predates it, or an older binary wrote to it)"
+        );
     }
     Ok(built)
 }
