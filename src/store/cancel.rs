@@ -86,7 +86,7 @@ fn cancel(t: &mut WriteTables<'_>, id: &ExtractionId) -> Result<(CancelOutcome, 
 
 /// One bounded job: returns how many moved, and where the next job starts (`None`: the
 /// failed queue is exhausted).
-fn retry_chunk(
+pub(super) fn retry_chunk(
     t: &mut WriteTables<'_>,
     filter: &RetryFilter,
     after: u64,

@@ -8,6 +8,8 @@
 mod backup;
 mod batches;
 mod cancel;
+#[cfg(test)]
+mod cancel_tests;
 pub(crate) mod codec;
 mod commit_index;
 mod export;
