@@ -26,7 +26,7 @@ pub const FINDINGS: TableDefinition<(u64, &[u8; 32]), &[u8]> = TableDefinition::
 /// sequence → `ResultRecord`: the raw validated output of a committed extraction.
 pub const RESULTS: TableDefinition<u64, &[u8]> = TableDefinition::new("results");
 /// (tenant, commit ms, sequence) → (): a tenant's committed extractions in commit order,
-/// for export. Written by the commit itself; built once for files that predate it.
+/// for export. Written by the commit itself; rebuilt on open when its count disagrees.
 pub const COMMIT_INDEX: TableDefinition<(&str, u64, u64), ()> = TableDefinition::new("commit_index");
 
 /// batch sequence → `BatchRecord`: one provider batch from submit intent to the end.
