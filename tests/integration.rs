@@ -11,6 +11,8 @@
 
 #[path = "it/bad_input.rs"]
 mod bad_input;
+#[path = "it/cancel.rs"]
+mod cancel;
 #[path = "it/cli.rs"]
 mod cli;
 #[path = "it/config_mistakes.rs"]
@@ -21,6 +23,8 @@ mod crash;
 mod delivery;
 #[path = "it/early_refusal.rs"]
 mod early_refusal;
+#[path = "it/export.rs"]
+mod export;
 #[path = "it/hostile_net.rs"]
 mod hostile_net;
 #[path = "it/intake.rs"]

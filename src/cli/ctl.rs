@@ -46,6 +46,8 @@ pub enum Command {
         #[command(flatten)]
         args: super::serve::Args,
     },
+    /// Move failed extractions back to pending in bulk (filters combine).
+    Retry(super::retry::Args),
 }
 
 fn reload(pid: i32, args: super::serve::Args) -> anyhow::Result<ExitCode> {
@@ -63,6 +65,7 @@ fn reload(pid: i32, args: super::serve::Args) -> anyhow::Result<ExitCode> {
 pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
     let (target, method, path) = match command {
         Command::Reload { pid, args } => return reload(pid, args),
+        Command::Retry(args) => return super::retry::run(args).await,
         Command::Status(target) => (target, reqwest::Method::GET, "/v1/stats".to_string()),
         Command::PauseProvider { name, target } => {
             (target, reqwest::Method::POST, format!("/v1/admin/providers/{name}/pause"))

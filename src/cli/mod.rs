@@ -10,7 +10,9 @@ mod backup;
 mod costs;
 mod ctl;
 mod demo;
+mod export;
 mod provider;
+mod retry;
 mod serve;
 mod signals;
 mod simulator;
@@ -81,6 +83,8 @@ enum Command {
     Backup(backup::Args),
     /// A tenant's spend: fresh work, replays and validation failures, optionally grouped.
     Costs(costs::Args),
+    /// Write a tenant's committed extractions and findings to a file (JSON lines or CSV).
+    Export(export::Args),
     /// Print one extraction as JSON.
     Get {
         id: String,
@@ -178,6 +182,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Submit(args) => submit::run(args).await,
         Command::Backup(args) => backup::run(args).await,
         Command::Costs(args) => costs::run(args).await,
+        Command::Export(args) => export::run(args).await,
         Command::Ctl(command) => ctl::run(command).await,
         Command::Get { id, admin, token } => get(&id, &admin.resolve(), token.as_deref()).await,
         Command::Verify { path } => verify(path).await,

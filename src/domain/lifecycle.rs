@@ -87,6 +87,11 @@ pub enum State {
         provider: String,
         batch_key: String,
     },
+    /// Stopped by its tenant or an operator (terminal). An answer that arrives later is
+    /// charged but never committed.
+    Cancelled {
+        at_ms: u64,
+    },
 }
 
 /// State names as they appear in the API and in the state index.
@@ -98,11 +103,12 @@ pub enum StateName {
     Failed,
     Submitted,
     Ready,
+    Cancelled,
 }
 
 impl StateName {
-    pub const ALL: [StateName; 6] =
-        [Self::Pending, Self::Claimed, Self::Committed, Self::Failed, Self::Submitted, Self::Ready];
+    pub const ALL: [StateName; 7] =
+        [Self::Pending, Self::Claimed, Self::Committed, Self::Failed, Self::Submitted, Self::Ready, Self::Cancelled];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -112,6 +118,7 @@ impl StateName {
             Self::Failed => "failed",
             Self::Submitted => "submitted",
             Self::Ready => "ready",
+            Self::Cancelled => "cancelled",
         }
     }
 
@@ -128,6 +135,7 @@ impl StateName {
             Self::Failed => 4,
             Self::Submitted => 5,
             Self::Ready => 6,
+            Self::Cancelled => 7,
         }
     }
 }
@@ -141,6 +149,7 @@ impl State {
             Self::Failed { .. } => StateName::Failed,
             Self::Submitted { .. } => StateName::Submitted,
             Self::Ready { .. } => StateName::Ready,
+            Self::Cancelled { .. } => StateName::Cancelled,
         }
     }
 
@@ -178,6 +187,8 @@ pub enum Event {
     /// The batch ended without an answer for this member (expired, cancelled, lost):
     /// it goes back to the queue as a new attempt of the same identity.
     Requeue { batch_key: String },
+    /// The tenant or an operator stops the work for good.
+    Cancel,
 }
 
 impl Event {
@@ -192,6 +203,7 @@ impl Event {
             Self::ReadyValid { .. } | Self::ReadyInvalid { .. } => "commit",
             Self::ProviderFailed { .. } => "fail",
             Self::Requeue { .. } => "requeue",
+            Self::Cancel => "cancel",
         }
     }
 
@@ -204,7 +216,9 @@ impl Event {
             | Self::ReadyInvalid { batch_key, .. }
             | Self::ProviderFailed { batch_key, .. }
             | Self::Requeue { batch_key } => Some(batch_key),
-            Self::Claim { .. } | Self::ValidResult { .. } | Self::InvalidResult { .. } | Self::Retry => None,
+            Self::Claim { .. } | Self::ValidResult { .. } | Self::InvalidResult { .. } | Self::Retry | Self::Cancel => {
+                None
+            }
         }
     }
 }
@@ -267,6 +281,13 @@ pub fn apply(state: &State, event: Event, now_ms: u64) -> Result<Outcome, Transi
         (S::Pending, E::Enqueue { provider, batch_key }) => {
             Ok(Outcome::Changed(S::Submitted { provider, batch_key, job_id: None }))
         }
+        // A worker's or a batch's later answer finds the extraction cancelled and is refused
+        // (stale lease or batch), so nothing is ever committed for it. `Ready` is not
+        // cancelled: its answer is already in and is being committed.
+        (S::Pending | S::Failed { .. } | S::Claimed { .. } | S::Submitted { .. }, E::Cancel) => {
+            Ok(Outcome::Changed(S::Cancelled { at_ms: now_ms }))
+        }
+        (S::Cancelled { .. }, E::Cancel) => Ok(Outcome::Replay),
         (_, event) => Err(illegal(&event)),
     }
 }
@@ -447,6 +468,35 @@ mod tests {
         }
     }
 
+    #[test]
+    fn cancel_is_terminal_and_fences_late_answers() {
+        let now = 100;
+        let cancelled = State::Cancelled { at_ms: 7 };
+        let changed = Ok(Outcome::Changed(State::Cancelled { at_ms: now }));
+        let rows: Vec<(State, Event, Result<Outcome, TransitionError>)> = vec![
+            (State::Pending, Event::Cancel, changed.clone()),
+            (failed(), Event::Cancel, changed.clone()),
+            (claimed_by("a", 200), Event::Cancel, changed.clone()),
+            (submitted("k", Some("j")), Event::Cancel, changed),
+            (ready("k"), Event::Cancel, Err(TransitionError::Illegal { from: "ready", event: "cancel" })),
+            (
+                State::Committed { at_ms: 1 },
+                Event::Cancel,
+                Err(TransitionError::Illegal { from: "committed", event: "cancel" }),
+            ),
+            (cancelled.clone(), Event::Cancel, Ok(Outcome::Replay)),
+            (cancelled.clone(), Event::Retry, Err(TransitionError::Illegal { from: "cancelled", event: "retry" })),
+            (cancelled.clone(), claim("b", 300), Err(TransitionError::Illegal { from: "cancelled", event: "claim" })),
+            (cancelled.clone(), valid("a"), Err(TransitionError::Illegal { from: "cancelled", event: "result" })),
+            (cancelled.clone(), Event::ResultStored { batch_key: "k".into() }, Err(TransitionError::StaleBatch)),
+            (cancelled, Event::ReadyValid { batch_key: "k".into() }, Err(TransitionError::StaleBatch)),
+        ];
+        for (state, event, expected) in rows {
+            let label = format!("{state:?} + {event:?}");
+            assert_eq!(apply(&state, event, now), expected, "{label}");
+        }
+    }
+
     fn arb_event() -> impl Strategy<Value = Event> {
         let token = prop::sample::select(vec!["a", "b", "c"]);
         let key = prop::sample::select(vec!["k1", "k2"]).prop_map(str::to_string);
@@ -461,6 +511,7 @@ mod tests {
             key.clone().prop_map(|batch_key| Event::ReadyValid { batch_key }),
             key.clone().prop_map(|batch_key| Event::ReadyInvalid { batch_key, reason: "r".into() }),
             key.prop_map(|batch_key| Event::Requeue { batch_key }),
+            Just(Event::Cancel),
         ]
     }
 
@@ -490,6 +541,7 @@ mod tests {
                         prop_assert!(was_valid_under_lease, "committed without validation from {before:?}");
                     }
                     prop_assert!(!matches!(before, State::Committed { .. }), "left Committed");
+                    prop_assert!(!matches!(before, State::Cancelled { .. }), "left Cancelled");
                     state = next;
                 }
             }

@@ -34,7 +34,11 @@ impl WorkSignals {
 
     /// New pending work: counted, and every scheduler looks for work again.
     pub fn arrived(&self) {
-        self.arrivals.fetch_add(1, Ordering::Relaxed);
+        self.arrived_many(1);
+    }
+
+    pub fn arrived_many(&self, count: u64) {
+        self.arrivals.fetch_add(count, Ordering::Relaxed);
         self.wake_all();
     }
 

@@ -202,6 +202,8 @@ pub enum EventType {
     Committed,
     #[serde(rename = "extraction.failed")]
     Failed,
+    #[serde(rename = "extraction.cancelled")]
+    Cancelled,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
@@ -256,6 +258,7 @@ fn event(e: &OutboxRecord) -> OutboxEvent {
         kind: match e.kind {
             OutboxKind::Committed => EventType::Committed,
             OutboxKind::Failed { .. } => EventType::Failed,
+            OutboxKind::Cancelled => EventType::Cancelled,
         },
         sink: e.sink.clone(),
         extraction_id: e.extraction_id.to_hex(),

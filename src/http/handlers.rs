@@ -189,7 +189,7 @@ pub async fn list(
         Some(s) => Some(StateName::parse(s).ok_or_else(|| {
             ApiError::bad_request(
                 "invalid_query",
-                format!("state {s:?} is not one of pending, claimed, committed, failed, submitted, ready"),
+                format!("state {s:?} is not one of pending, claimed, committed, failed, submitted, ready, cancelled"),
             )
         })?),
     };
@@ -308,7 +308,7 @@ pub async fn stats(State(service): State<Service>) -> Reply<Stats> {
     let extractions = counts.iter().map(|c| (c.state.as_str().to_string(), c.count)).collect();
     let oldest_age_seconds = counts
         .iter()
-        .filter(|c| !matches!(c.state, StateName::Committed | StateName::Failed))
+        .filter(|c| !matches!(c.state, StateName::Committed | StateName::Failed | StateName::Cancelled))
         .filter_map(|c| Some((c.state.as_str().to_string(), now.saturating_sub(c.oldest_since_ms?) / 1000)))
         .collect();
     ok(Stats {

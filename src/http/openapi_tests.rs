@@ -40,6 +40,9 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/admin/providers/{name}/resume"),
     ("GET", "/v1/admin/backups/{name}"),
     ("DELETE", "/v1/admin/backups/{name}"),
+    ("POST", "/v1/extractions/{id}/cancel"),
+    ("GET", "/v1/export"),
+    ("POST", "/v1/admin/retry"),
 ];
 
 const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
@@ -370,6 +373,22 @@ async fn real_answers_match_their_documented_schemas() {
     assert_eq!(live.call("DELETE", "/v1/admin/backups/{name}", &download, None).await.0, 204);
     let (status, _) = live.call("POST", "/v1/outbox/{id}/redeliver", "/v1/outbox/+7/redeliver", None).await;
     assert_eq!(status, 400, "event ids are plain decimal numbers");
+
+    let cancel = |id: &str| format!("/v1/extractions/{id}/cancel");
+    let (status, _) = live.call("POST", "/v1/extractions/{id}/cancel", &cancel(&id), None).await;
+    assert_eq!(status, 409, "a committed extraction cannot be cancelled");
+    let other = json!({"tenant": "acme", "source_id": "PR-2", "schema": "code-review@1", "content": "fn b() {}"});
+    let (_, created) = live.call("POST", "/v1/extractions", "/v1/extractions", Some(other)).await;
+    let other = created["extraction_id"].as_str().expect("id").to_string();
+    for _ in 0..2 {
+        let (status, cancelled) = live.call("POST", "/v1/extractions/{id}/cancel", &cancel(&other), None).await;
+        assert_eq!((status, &cancelled["state"]), (200, &json!("cancelled")), "cancelling is idempotent");
+    }
+    let body = json!({"tenant": "acme", "failure_class": "validation", "limit": 10});
+    let (status, retried) = live.call("POST", "/v1/admin/retry", "/v1/admin/retry", Some(body)).await;
+    assert_eq!((status, &retried["retried"]), (200, &json!(0)));
+    let (status, line) = live.call("GET", "/v1/export", "/v1/export?tenant=acme&since=1970-01-01", None).await;
+    assert_eq!((status, &line["extraction_id"], &line["findings"][0]["rule"]), (200, &json!(id), &json!("r1")));
 }
 
 #[tokio::test]

@@ -14,7 +14,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::ApiError;
-use super::{admin, auth, delivery, handlers, money, openapi, workers};
+use super::{admin, auth, bulk, delivery, export, handlers, money, openapi, workers};
 use crate::http::access::AccessPolicy;
 use crate::service::Service;
 
@@ -54,6 +54,8 @@ pub(super) fn tenant() -> OpenApiRouter<Service> {
         .routes(routes!(handlers::findings))
         .routes(routes!(money::extraction_costs))
         .routes(routes!(money::tenant_costs))
+        .routes(routes!(bulk::cancel))
+        .routes(routes!(export::export))
 }
 
 /// The admin token only: work distribution and results, operator actions, and views of
@@ -72,4 +74,5 @@ pub(super) fn admin() -> OpenApiRouter<Service> {
         .routes(routes!(admin::pause))
         .routes(routes!(admin::resume))
         .routes(routes!(admin::download, admin::remove))
+        .routes(routes!(bulk::retry))
 }

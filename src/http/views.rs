@@ -21,6 +21,8 @@ pub enum StateView {
     Submitted,
     /// The provider answered; the answer waits to be validated and committed.
     Ready,
+    /// Stopped for good (`POST /v1/extractions/{id}/cancel`).
+    Cancelled,
 }
 
 impl StateView {
@@ -33,6 +35,7 @@ impl StateView {
             N::Failed => Self::Failed,
             N::Submitted => Self::Submitted,
             N::Ready => Self::Ready,
+            N::Cancelled => Self::Cancelled,
         }
     }
 }

@@ -26,6 +26,7 @@ use crate::store::{
     self, BackupReport, ExtractionRecord, FindingRecord, ListFilter, ListPage, SharedStore, StateCount,
 };
 
+mod bulk;
 mod endpoint;
 mod intake;
 mod money;

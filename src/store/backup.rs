@@ -75,6 +75,7 @@ fn copy_all(snapshot: &ReadTransaction, temp: &Path) -> Result<u64, Error> {
     entries += copy(snapshot, &txn, tables::TENANT_INDEX)?;
     entries += copy(snapshot, &txn, tables::FINDINGS)?;
     entries += copy(snapshot, &txn, tables::RESULTS)?;
+    entries += copy(snapshot, &txn, tables::COMMIT_INDEX)?;
     entries += copy(snapshot, &txn, tables::BATCHES)?;
     entries += copy(snapshot, &txn, tables::OPEN_BATCHES)?;
     entries += copy(snapshot, &txn, tables::STAGED)?;

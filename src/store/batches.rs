@@ -16,7 +16,7 @@ use super::records::{BatchRecord, BatchState, ChargeKind, StoredContent};
 use super::staged::StagedAnswer;
 use super::tables;
 use super::tables::required;
-use super::writer::WriteTables;
+use super::write_tables::WriteTables;
 use super::{Error, ExtractionRecord, Store};
 use crate::domain::batch::{BatchMember, LineResult, OutputBudget, Usage};
 use crate::domain::identity::{ExtractionId, batch_key};
@@ -444,6 +444,14 @@ fn stage_results(
             }
             Err(_) => {
                 report.strangers += 1;
+                // Cancelled while its batch ran: the answer was paid for, so it is charged
+                // to the attempt that paid, and never applied.
+                if let (State::Cancelled { .. }, LineResult::Answer { usage: Some(usage), .. })
+                | (State::Cancelled { .. }, LineResult::Unusable { usage: Some(usage), .. }) = (&member.state, line)
+                {
+                    record_charge(t, &member, &charge(usage), ChargeKind::Fresh)?;
+                    wrote = true;
+                }
                 continue;
             }
         };

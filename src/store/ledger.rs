@@ -7,7 +7,7 @@ use redb::ReadableTable;
 use super::codec::{decode, encode};
 use super::records::{ChargeKind, ExtractionRecord, LedgerRecord};
 use super::tables::{self, required};
-use super::writer::WriteTables;
+use super::write_tables::WriteTables;
 use super::{Error, Store};
 use crate::domain::batch::Usage;
 use crate::domain::identity::ExtractionId;

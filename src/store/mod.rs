@@ -7,7 +7,14 @@
 
 mod backup;
 mod batches;
+mod cancel;
+#[cfg(test)]
+mod cancel_tests;
 pub(crate) mod codec;
+mod commit_index;
+mod export;
+#[cfg(test)]
+mod export_tests;
 mod keys;
 mod ledger;
 mod ops;
@@ -22,6 +29,7 @@ mod split;
 mod staged;
 mod tables;
 mod verify;
+mod write_tables;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -33,6 +41,8 @@ pub use backup::BackupReport;
 pub use batches::{
     CloseReport, IntentOutcome, IntentRequest, Leftover, MemberRules, ReadyItem, StageReport, WorkFilter,
 };
+pub use cancel::{CancelOutcome, RETRY_CHUNK, RetryFilter};
+pub use export::{ExportFilter, Exported};
 pub use ledger::{Charge, store_day_ms};
 pub use ops::{
     Authority, ClaimRequest, DeliveryOutcome, Grant, IntakeOutcome, PostOutcome, PostResult, RetryOutcome, Submission,

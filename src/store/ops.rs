@@ -9,7 +9,7 @@ use super::codec::{decode, encode};
 use super::ledger::{Charge, record_charge};
 use super::records::{ChargeKind, ExtractionRecord, FindingRecord, NewExtraction, ResultRecord, StoredContent};
 use super::tables::required;
-use super::writer::WriteTables;
+use super::write_tables::WriteTables;
 use super::{Error, Store};
 use crate::domain::identity::{ExtractionId, FindingKey};
 use crate::domain::lifecycle::{self, Event, Outcome, State, TransitionError};
@@ -365,6 +365,9 @@ pub(super) fn transition(t: &mut WriteTables<'_>, record: &mut ExtractionRecord,
         t.lease_index.insert((expires_at_ms, seq), ())?;
     }
     t.state_index.insert((next.name().code(), seq), ())?;
+    if let State::Committed { at_ms } = next {
+        t.commit_index.insert((record.tenant.as_str(), at_ms, seq), ())?;
+    }
     super::outbox::enqueue_events(t, record, &next)?;
     record.state = next;
     record.updated_at_ms = t.now_ms;

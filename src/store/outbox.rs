@@ -8,7 +8,7 @@ use redb::{ReadableTable, ReadableTableMetadata};
 use super::codec::{decode, encode};
 use super::records::{DeliveryState, ExtractionRecord, OutboxKind, OutboxRecord};
 use super::tables::{self, META_SINK_DISABLED_PREFIX, required};
-use super::writer::WriteTables;
+use super::write_tables::WriteTables;
 use super::{Error, Store};
 use crate::domain::lifecycle::State;
 
@@ -44,6 +44,7 @@ fn event_id(record: &ExtractionRecord, kind: &OutboxKind) -> String {
     hasher.update(match kind {
         OutboxKind::Committed => b"committed",
         OutboxKind::Failed { .. } => b"failed",
+        OutboxKind::Cancelled => b"cancelled",
     });
     format!("msg_{}", &hasher.finalize().to_hex()[..32])
 }
@@ -53,6 +54,7 @@ pub(super) fn enqueue_events(t: &mut WriteTables<'_>, record: &ExtractionRecord,
     let kind = match next {
         State::Committed { .. } => OutboxKind::Committed,
         State::Failed { class, reason } => OutboxKind::Failed { class: *class, reason: reason.clone() },
+        State::Cancelled { .. } => OutboxKind::Cancelled,
         _ => return Ok(()),
     };
     if t.policies.sinks.is_empty() {

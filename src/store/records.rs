@@ -311,7 +311,12 @@ impl Versioned for LedgerRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OutboxKind {
     Committed,
-    Failed { class: crate::domain::lifecycle::FailureClass, reason: String },
+    Failed {
+        class: crate::domain::lifecycle::FailureClass,
+        reason: String,
+    },
+    /// Appended: the encodings of the kinds before it do not move.
+    Cancelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -419,6 +424,8 @@ mod tests {
             }),
         );
         check_golden("v2_extraction_committed.bin", &record(State::Committed { at_ms: 1_764_000_001_000 }));
+        // Appended after format 2 was fixed: the states before it keep their bytes.
+        check_golden("v2_extraction_cancelled.bin", &record(State::Cancelled { at_ms: 1_764_000_002_000 }));
         check_golden(
             "v2_extraction_failed.bin",
             &record(State::Failed { class: FailureClass::Validation, reason: "line: 0 < 1".into() }),
@@ -552,6 +559,24 @@ mod tests {
                 next_attempt_at_ms: 10,
                 last_error: Some("HTTP 500".into()),
                 created_at_ms: 8,
+            },
+        );
+        check_golden(
+            "v1_outbox_cancelled.bin",
+            &OutboxRecord {
+                seq: 10,
+                event_id: "msg_def".into(),
+                sink: "downstream".into(),
+                kind: OutboxKind::Cancelled,
+                extraction_seq: 42,
+                extraction_id: ExtractionId([7; 32]),
+                tenant: "acme".into(),
+                attempt: 1,
+                state: DeliveryState::Pending,
+                deliveries: 0,
+                next_attempt_at_ms: 12,
+                last_error: None,
+                created_at_ms: 12,
             },
         );
     }

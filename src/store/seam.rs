@@ -12,10 +12,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use super::{
-    BackupReport, BatchRecord, ClaimRequest, CloseReport, DeliveryOutcome, DeliveryReport, Error, ExtractionRecord,
-    FindingRecord, Grant, IntakeOutcome, IntentOutcome, IntentRequest, LedgerRecord, Leftover, ListFilter, ListPage,
-    MemberRules, NewExtraction, OutboxFilter, OutboxRecord, PostOutcome, PostResult, ReadyItem, ResultRecord,
-    RetryOutcome, StageReport, StateCount, Store,
+    BackupReport, BatchRecord, CancelOutcome, ClaimRequest, CloseReport, DeliveryOutcome, DeliveryReport, Error,
+    ExportFilter, Exported, ExtractionRecord, FindingRecord, Grant, IntakeOutcome, IntentOutcome, IntentRequest,
+    LedgerRecord, Leftover, ListFilter, ListPage, MemberRules, NewExtraction, OutboxFilter, OutboxRecord, PostOutcome,
+    PostResult, ReadyItem, ResultRecord, RetryFilter, RetryOutcome, StageReport, StateCount, Store,
 };
 use crate::domain::batch::{BatchMember, LineResult};
 use crate::domain::cursor::CursorKey;
@@ -26,6 +26,10 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Se
 
 /// Visits ledger entries one at a time, so a report over a long period needs no list.
 pub type LedgerVisitor = Box<dyn FnMut(LedgerRecord) + Send + 'static>;
+
+/// Takes exported extractions one at a time on a blocking thread (it may block to pass
+/// them on); `None` marks the end of a complete walk. Returning `false` stops the walk.
+pub type ExportSink = Box<dyn FnMut(Option<Exported>) -> bool + Send + 'static>;
 
 /// Declares a seam trait and implements it for [`Store`] by calling the store's own
 /// method of the same name with the same arguments.
@@ -71,6 +75,13 @@ seam! {
         /// in the same transaction as the findings, raw result, ledger and outbox writes.
         fn post_result(&self, post: PostResult) -> PostOutcome;
         fn retry(&self, id: ExtractionId) -> RetryOutcome;
+        /// Moves a pending, claimed, submitted or failed extraction to `Cancelled`.
+        fn cancel(&self, id: ExtractionId) -> CancelOutcome;
+        /// Moves up to `limit` matching failed extractions back to pending, in bounded
+        /// transactions; returns how many moved.
+        fn retry_failed(&self, filter: RetryFilter, limit: u64) -> u64;
+        /// A tenant's committed extractions in commit order, from one snapshot.
+        fn export_to(&self, filter: ExportFilter, sink: ExportSink) -> ();
     }
 }
 

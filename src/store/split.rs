@@ -5,7 +5,7 @@
 use super::batches::{load_batch, save_batch};
 use super::ops::{load, transition};
 use super::records::BatchState;
-use super::writer::WriteTables;
+use super::write_tables::WriteTables;
 use super::{Error, Store};
 use crate::domain::lifecycle::{self, Event, Outcome, State};
 

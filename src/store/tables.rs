@@ -27,6 +27,9 @@ pub const TENANT_INDEX: TableDefinition<(&str, u64), ()> = TableDefinition::new(
 pub const FINDINGS: TableDefinition<(u64, &[u8; 32]), &[u8]> = TableDefinition::new("findings");
 /// sequence → `ResultRecord`: the raw validated output of a committed extraction.
 pub const RESULTS: TableDefinition<u64, &[u8]> = TableDefinition::new("results");
+/// (tenant, commit ms, sequence) → (): a tenant's committed extractions in commit order,
+/// for export. Written by the commit itself; rebuilt on open when its count disagrees.
+pub const COMMIT_INDEX: TableDefinition<(&str, u64, u64), ()> = TableDefinition::new("commit_index");
 
 /// batch sequence → `BatchRecord`: one provider batch from submit intent to the end.
 pub const BATCHES: TableDefinition<u64, &[u8]> = TableDefinition::new("batches");
@@ -59,6 +62,8 @@ pub const WEBHOOK_DELIVERIES: TableDefinition<(&str, &str), u64> = TableDefiniti
 /// `META` key holding the layout generation of the file.
 pub const META_LAYOUT: &str = "layout";
 pub const LAYOUT_V1: u64 = 1;
+/// `META` key: 1 once `COMMIT_INDEX` holds every committed extraction.
+pub const META_COMMIT_INDEX: &str = "commit_index";
 /// `META` key: Unix ms of the last successful online backup.
 pub const META_LAST_BACKUP: &str = "last_backup_ms";
 /// `META` key prefix: `pause:<provider>` = 1 while an operator has paused submissions.

@@ -12,6 +12,7 @@ use super::codec::decode;
 use super::records::{BatchRecord, BatchState, ExtractionRecord, FindingRecord, ResultRecord, StoredContent};
 use super::tables;
 
+mod commit_index;
 mod ledger;
 use crate::domain::identity::{ExtractionId, FindingKey, SourceHash};
 use crate::domain::lifecycle::State;
@@ -91,6 +92,7 @@ pub(crate) fn verify_database(db: &mut Database) -> Result<Report, Error> {
 fn check(txn: &ReadTransaction, report: &mut Report) -> Result<(), Error> {
     let records = check_records(txn, report)?;
     check_indexes(txn, &records, report)?;
+    commit_index::check_commit_index(txn, &records, report)?;
     check_findings(txn, &records, report)?;
     check_results(txn, &records, report)?;
     check_batches(txn, &records, report)?;

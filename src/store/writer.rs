@@ -10,114 +10,19 @@
 use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 
-use redb::{Database, Durability, ReadableTable, Table, WriteTransaction};
+use redb::{Database, Durability, ReadableTable};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Error;
 use super::policies::Policies;
-use super::tables::{self, LAYOUT_V1, META_LAYOUT};
+use super::tables::{LAYOUT_V1, META_LAYOUT};
+pub use super::write_tables::{Sequences, WriteTables};
 use crate::domain::clock;
 
 /// How many jobs may share one transaction. Bounded so one commit's latency stays small.
 const MAX_BATCH: usize = 1024;
 /// Queue depth; callers wait (back-pressure) when the writer falls this far behind.
 const QUEUE_DEPTH: usize = 8192;
-
-/// The tables a write job may touch, opened once per batch.
-pub struct WriteTables<'txn> {
-    pub meta: Table<'txn, &'static str, u64>,
-    pub identity: Table<'txn, &'static [u8; 32], u64>,
-    pub extractions: Table<'txn, u64, &'static [u8]>,
-    pub contents: Table<'txn, u64, &'static [u8]>,
-    pub state_index: Table<'txn, (u8, u64), ()>,
-    pub lease_index: Table<'txn, (u64, u64), ()>,
-    pub tenant_index: Table<'txn, (&'static str, u64), ()>,
-    pub findings: Table<'txn, (u64, &'static [u8; 32]), &'static [u8]>,
-    pub results: Table<'txn, u64, &'static [u8]>,
-    pub batches: Table<'txn, u64, &'static [u8]>,
-    pub open_batches: Table<'txn, u64, ()>,
-    pub staged: Table<'txn, u64, &'static [u8]>,
-    pub ledger: Table<'txn, u64, &'static [u8]>,
-    pub ledger_by_tenant: Table<'txn, (&'static str, u64, u64), ()>,
-    pub ledger_by_extraction: Table<'txn, (u64, u64), ()>,
-    pub spend: Table<'txn, (&'static str, u64), u64>,
-    pub outbox: Table<'txn, u64, &'static [u8]>,
-    pub outbox_due: Table<'txn, (u64, u64), ()>,
-    pub outbox_dead: Table<'txn, u64, ()>,
-    pub webhook_deliveries: Table<'txn, (&'static str, &'static str), u64>,
-    /// Outbox sinks and the price table, as configured when this batch began.
-    pub policies: Arc<Policies>,
-    /// Wall-clock time of this batch, the same for every job in it.
-    pub now_ms: u64,
-    next: Sequences,
-}
-
-/// The next free sequence numbers, kept by the writer and rebuilt from the tables on open.
-#[derive(Debug, Clone, Copy)]
-pub struct Sequences {
-    extraction: u64,
-    batch: u64,
-    ledger: u64,
-    outbox: u64,
-}
-
-impl Sequences {
-    const ZERO: Sequences = Sequences { extraction: 0, batch: 0, ledger: 0, outbox: 0 };
-}
-
-impl<'txn> WriteTables<'txn> {
-    fn open(txn: &'txn WriteTransaction, now_ms: u64, next: Sequences, policies: Arc<Policies>) -> Result<Self, Error> {
-        Ok(Self {
-            meta: txn.open_table(tables::META)?,
-            identity: txn.open_table(tables::IDENTITY)?,
-            extractions: txn.open_table(tables::EXTRACTIONS)?,
-            contents: txn.open_table(tables::CONTENTS)?,
-            state_index: txn.open_table(tables::STATE_INDEX)?,
-            lease_index: txn.open_table(tables::LEASE_INDEX)?,
-            tenant_index: txn.open_table(tables::TENANT_INDEX)?,
-            findings: txn.open_table(tables::FINDINGS)?,
-            results: txn.open_table(tables::RESULTS)?,
-            batches: txn.open_table(tables::BATCHES)?,
-            open_batches: txn.open_table(tables::OPEN_BATCHES)?,
-            staged: txn.open_table(tables::STAGED)?,
-            ledger: txn.open_table(tables::LEDGER)?,
-            ledger_by_tenant: txn.open_table(tables::LEDGER_BY_TENANT)?,
-            ledger_by_extraction: txn.open_table(tables::LEDGER_BY_EXTRACTION)?,
-            spend: txn.open_table(tables::SPEND)?,
-            outbox: txn.open_table(tables::OUTBOX)?,
-            outbox_due: txn.open_table(tables::OUTBOX_DUE)?,
-            outbox_dead: txn.open_table(tables::OUTBOX_DEAD)?,
-            webhook_deliveries: txn.open_table(tables::WEBHOOK_DELIVERIES)?,
-            policies,
-            now_ms,
-            next,
-        })
-    }
-
-    pub fn allocate_seq(&mut self) -> u64 {
-        let seq = self.next.extraction;
-        self.next.extraction += 1;
-        seq
-    }
-
-    pub fn allocate_batch_seq(&mut self) -> u64 {
-        let seq = self.next.batch;
-        self.next.batch += 1;
-        seq
-    }
-
-    pub fn allocate_ledger_seq(&mut self) -> u64 {
-        let seq = self.next.ledger;
-        self.next.ledger += 1;
-        seq
-    }
-
-    pub fn allocate_outbox_seq(&mut self) -> u64 {
-        let seq = self.next.outbox;
-        self.next.outbox += 1;
-        seq
-    }
-}
 
 /// A queued write: applied inside the batch transaction, answered after the commit.
 trait Job: Send {
@@ -262,6 +167,7 @@ pub fn initialize(db: &Database) -> Result<Sequences, Error> {
                 });
             }
         }
+        super::commit_index::build_if_absent(&mut tables)?;
         let next = |last: Option<u64>| last.map_or(1, |seq| seq + 1);
         Sequences {
             extraction: next(tables.extractions.last()?.map(|(k, _)| k.value())),
@@ -451,7 +357,7 @@ mod tests {
             }
         }
         let read = store.db.begin_read().unwrap();
-        let meta = read.open_table(tables::META).unwrap();
+        let meta = read.open_table(crate::store::tables::META).unwrap();
         for i in 0..64u64 {
             let stored = meta.get(format!("test-{i}").as_str()).unwrap().map(|v| v.value());
             assert_eq!(stored, (i != 20).then_some(i), "key test-{i}");

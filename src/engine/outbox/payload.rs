@@ -25,6 +25,7 @@ pub async fn event_body(store: &dyn Backend, event: &OutboxRecord) -> Result<Vec
         OutboxKind::Failed { class, reason } => {
             ("extraction.failed", json!({ "failure": { "class": class.as_str(), "reason": reason } }))
         }
+        OutboxKind::Cancelled => ("extraction.cancelled", json!({})),
     };
     data["id"] = json!(event.extraction_id.to_string());
     data["tenant"] = json!(event.tenant);

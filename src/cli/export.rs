@@ -1,0 +1,214 @@
+//! `commitpoint export`: a tenant's committed extractions from a running server, as the
+//! server streams them (JSON lines) or as CSV with one row per finding. Written to
+//! `FILE.partial` and renamed once complete, so FILE is never a torn export.
+
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use futures_util::StreamExt;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Map, Value};
+
+use super::EXIT_PROBLEMS;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// One JSON object per committed extraction, exactly as `GET /v1/export` sends it.
+    Jsonl,
+    /// One row per finding, with a header row.
+    Csv,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[arg(long)]
+    tenant: String,
+    /// Only extractions of this schema (`name@version`).
+    #[arg(long)]
+    schema: Option<String>,
+    /// Committed at or after (a date like 2026-11-01, or RFC 3339).
+    #[arg(long)]
+    since: Option<String>,
+    /// Committed before (exclusive).
+    #[arg(long)]
+    until: Option<String>,
+    #[arg(long, value_enum, default_value = "jsonl")]
+    format: Format,
+    /// The file to write (replaced only once the export is complete).
+    #[arg(long)]
+    out: PathBuf,
+    #[command(flatten)]
+    admin: super::AdminUrl,
+    /// Bearer token (admin, or the tenant's own), if the server requires one.
+    #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+/// The columns before a finding's own fields: where it comes from, then its key.
+const FIXED_COLUMNS: [&str; 6] = ["extraction_id", "finding_key", "tenant", "source_id", "schema", "committed_at"];
+/// Holds, as a JSON object, the fields of a finding that the header (taken from the first
+/// finding) has no column for.
+const OTHER_COLUMN: &str = "other_fields";
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let base = args.admin.resolve();
+    let mut query = vec![("tenant", args.tenant.as_str())];
+    for (key, value) in [("schema", &args.schema), ("since", &args.since), ("until", &args.until)] {
+        if let Some(v) = value {
+            query.push((key, v));
+        }
+    }
+    let response = super::http_client(args.token.as_deref())?
+        .get(format!("{base}/v1/export"))
+        .query(&query)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach the server at {base}"))?;
+    let status = response.status();
+    if !status.is_success() {
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        eprintln!("commitpoint: the server refused: {status}: {}", body["error"]["message"].as_str().unwrap_or("?"));
+        return Ok(ExitCode::from(EXIT_PROBLEMS));
+    }
+    let partial = args.out.with_extension("partial");
+    let file = std::fs::File::create(&partial).with_context(|| format!("cannot create {}", partial.display()))?;
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    let mut sink = Sink::new(BufWriter::new(file), args.format);
+    let written = copy(response, &mut sink, &bar).await;
+    bar.finish_and_clear();
+    let finished = written.and_then(|()| sink.finish(&partial));
+    if let Err(e) = finished {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e);
+    }
+    std::fs::rename(&partial, &args.out)
+        .with_context(|| format!("cannot move the export to {}", args.out.display()))?;
+    let dir = args.out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).context("cannot sync the export's directory")?;
+    eprintln!("{}: {} extractions, {} findings", args.out.display(), sink.extractions, sink.findings);
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn copy(response: reqwest::Response, sink: &mut Sink, bar: &ProgressBar) -> anyhow::Result<()> {
+    let mut body = response.bytes_stream();
+    let mut line = Vec::new();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.context("the export broke off before its end (see the server log)")?;
+        let mut rest = &chunk[..];
+        while let Some(end) = rest.iter().position(|b| *b == b'\n') {
+            line.extend_from_slice(&rest[..end]);
+            sink.line(&line)?;
+            line.clear();
+            rest = &rest[end + 1..];
+        }
+        line.extend_from_slice(rest);
+        bar.set_message(format!("{} extractions, {} findings", sink.extractions, sink.findings));
+    }
+    if !line.is_empty() {
+        bail!("the export ended inside a line: it was cut short");
+    }
+    Ok(())
+}
+
+struct Sink {
+    out: BufWriter<std::fs::File>,
+    format: Format,
+    /// The finding fields that have a column, once the first finding fixed them.
+    columns: Option<Vec<String>>,
+    extractions: u64,
+    findings: u64,
+}
+
+impl Sink {
+    fn new(out: BufWriter<std::fs::File>, format: Format) -> Self {
+        Self { out, format, columns: None, extractions: 0, findings: 0 }
+    }
+
+    fn line(&mut self, line: &[u8]) -> anyhow::Result<()> {
+        let parsed: Value = serde_json::from_slice(line).context("the server sent a line that is not JSON")?;
+        let findings = parsed["findings"].as_array().map_or(&[][..], Vec::as_slice);
+        self.extractions += 1;
+        self.findings += findings.len() as u64;
+        if self.format == Format::Jsonl {
+            self.out.write_all(line)?;
+            self.out.write_all(b"\n")?;
+            return Ok(());
+        }
+        for finding in findings {
+            let Some(fields) = finding.as_object() else { continue };
+            if self.columns.is_none() {
+                let own = fields.keys().filter(|k| *k != "finding_key").cloned().collect::<Vec<_>>();
+                self.header(&own)?;
+                self.columns = Some(own);
+            }
+            let columns = self.columns.as_deref().unwrap_or_default();
+            let mut row: Vec<String> = FIXED_COLUMNS
+                .iter()
+                .map(|c| if *c == "finding_key" { cell(&finding[*c]) } else { cell(&parsed[*c]) })
+                .collect();
+            row.extend(columns.iter().map(|c| cell(&fields.get(c).cloned().unwrap_or(Value::Null))));
+            let others: Map<String, Value> = fields
+                .iter()
+                .filter(|(k, _)| *k != "finding_key" && !columns.contains(*k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            row.push(if others.is_empty() { String::new() } else { Value::Object(others).to_string() });
+            write_row(&mut self.out, &row)?;
+        }
+        Ok(())
+    }
+
+    fn header(&mut self, own: &[String]) -> anyhow::Result<()> {
+        let mut names: Vec<String> = FIXED_COLUMNS.iter().map(|c| c.to_string()).collect();
+        names.extend(own.iter().cloned());
+        names.push(OTHER_COLUMN.to_string());
+        write_row(&mut self.out, &names)
+    }
+
+    /// Writes the header of an export without findings, then makes the file durable.
+    fn finish(&mut self, path: &Path) -> anyhow::Result<()> {
+        if self.format == Format::Csv && self.columns.is_none() {
+            self.header(&[])?;
+        }
+        self.out.flush().with_context(|| format!("cannot write {}", path.display()))?;
+        self.out.get_ref().sync_all().with_context(|| format!("cannot sync {}", path.display()))
+    }
+}
+
+/// Text as is, null as empty, anything else as its JSON.
+fn cell(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// RFC 4180: a field with a comma, quote or line break is quoted, its quotes doubled.
+fn write_row(out: &mut impl Write, fields: &[String]) -> anyhow::Result<()> {
+    let row: Vec<String> = fields
+        .iter()
+        .map(|f| if f.contains([',', '"', '\n', '\r']) { format!("\"{}\"", f.replace('"', "\"\"")) } else { f.clone() })
+        .collect();
+    out.write_all(row.join(",").as_bytes())?;
+    out.write_all(b"\r\n")?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_with_separators_are_quoted() {
+        let mut out = Vec::new();
+        write_row(&mut out, &["a".into(), "b,c".into(), "say \"hi\"".into(), String::new()]).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "a,\"b,c\",\"say \"\"hi\"\"\",\r\n");
+    }
+}

@@ -1,0 +1,124 @@
+//! `GET /v1/export`: a tenant's committed extractions as NDJSON, streamed from one read
+//! snapshot. The store walks the snapshot on a blocking thread, writes lines into
+//! chunks and hands them over a bounded channel, so the server holds a few chunks at most
+//! whatever is exported, and a client that stops reading stops the walk.
+
+use axum::Extension;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use utoipa::{IntoParams, ToSchema};
+
+use super::auth::CallerExt;
+use super::error::{ApiError, ErrorBody};
+use super::extract::QueryParams;
+use super::money::DateOrTime;
+use super::openapi::{Forbidden, Unauthenticated};
+use super::time::parse_time;
+use super::views::{self, Finding};
+use crate::domain::clock::format_ms;
+use crate::service::Service;
+use crate::store::{ExportFilter, Exported};
+
+/// Bytes gathered into one chunk of the response body.
+const CHUNK_BYTES: usize = 64 * 1024;
+/// Chunks waiting for a slow client: with `CHUNK_BYTES`, the most an export buffers.
+const CHUNKS_IN_FLIGHT: usize = 4;
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ExportQuery {
+    /// The tenant to export (a tenant token may name only its own).
+    #[param(pattern = "^[A-Za-z0-9._-]{1,128}$")]
+    tenant: String,
+    /// Only extractions of this registered schema.
+    schema: Option<String>,
+    /// Committed at or after this time: a UTC date (`2026-11-01`) or an RFC 3339 time.
+    #[param(inline, value_type = DateOrTime, required = false)]
+    since: Option<String>,
+    /// Committed before this time (exclusive).
+    #[param(inline, value_type = DateOrTime, required = false)]
+    until: Option<String>,
+}
+
+/// One line of the export: a committed extraction and its findings.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExportLine {
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    extraction_id: String,
+    tenant: String,
+    source_id: String,
+    schema: String,
+    committed_at: String,
+    findings: Vec<Finding>,
+}
+
+/// A tenant's committed extractions, one JSON object per line, in commit order.
+#[utoipa::path(get, path = "/v1/export", tag = "extractions", params(ExportQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "One `ExportLine` per committed extraction, newline-delimited, in commit \
+            order, from one consistent snapshot. A failure after the first byte cuts the stream short \
+            (the chunked body does not end properly).", body = ExportLine, content_type = "application/x-ndjson"),
+        (status = 400, description = "`invalid_query`: a parameter is missing or malformed", body = ErrorBody),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
+        (status = 422, description = "`unknown_schema`, or `invalid_input`: `until` is not after `since`", body = ErrorBody),
+    ))]
+pub async fn export(
+    State(service): State<Service>,
+    Extension(caller): CallerExt,
+    QueryParams(q): QueryParams<ExportQuery>,
+) -> Result<Response, ApiError> {
+    caller.may_reach(&q.tenant)?;
+    let since_ms = q.since.as_deref().map(|t| parse_time("since", t)).transpose()?.unwrap_or(0);
+    let until_ms = q.until.as_deref().map(|t| parse_time("until", t)).transpose()?.unwrap_or(u64::MAX);
+    let filter = ExportFilter { tenant: q.tenant, schema: q.schema, since_ms, until_ms };
+    service.check_export(&filter)?;
+    let (chunks, body) = mpsc::channel::<Result<Bytes, std::io::Error>>(CHUNKS_IN_FLIGHT);
+    let store = service.store().clone();
+    tokio::spawn(async move {
+        let sender = chunks.clone();
+        let mut buf = Vec::with_capacity(CHUNK_BYTES);
+        let sink = Box::new(move |item: Option<Exported>| {
+            let Some(item) = item else {
+                // The walk is complete: what is left is the last chunk.
+                return buf.is_empty() || sender.blocking_send(Ok(Bytes::from(std::mem::take(&mut buf)))).is_ok();
+            };
+            write_line(&mut buf, &item);
+            if buf.len() < CHUNK_BYTES {
+                return true;
+            }
+            let chunk = Bytes::from(std::mem::replace(&mut buf, Vec::with_capacity(CHUNK_BYTES)));
+            // Runs on the blocking pool: waiting here is the back-pressure. An error
+            // means the client went away, which ends the walk.
+            sender.blocking_send(Ok(chunk)).is_ok()
+        });
+        if let Err(e) = store.export_to(filter, sink).await {
+            tracing::error!(error = %crate::store::error_chain(&e), "export stopped by a store error");
+            let _ = chunks.send(Err(std::io::Error::other(e.to_string()))).await;
+        }
+    });
+    let stream = futures_util::stream::unfold(body, |mut body| async move { Some((body.recv().await?, body)) });
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(stream)).into_response())
+}
+
+fn write_line(buf: &mut Vec<u8>, item: &Exported) {
+    let r = &item.record;
+    let line = ExportLine {
+        extraction_id: r.id.to_hex(),
+        tenant: r.tenant.clone(),
+        source_id: r.source_id.clone(),
+        schema: r.schema.clone(),
+        committed_at: format_ms(item.committed_at_ms),
+        findings: item.findings.iter().map(views::finding).collect(),
+    };
+    // Serializing plain strings and JSON values into a Vec cannot fail.
+    if serde_json::to_writer(&mut *buf, &line).is_ok() {
+        buf.push(b'\n');
+    }
+}
