@@ -8,6 +8,7 @@
 mod backup;
 mod batches;
 pub(crate) mod codec;
+mod erase;
 mod keys;
 mod ledger;
 mod ops;
@@ -16,10 +17,12 @@ mod outbox;
 mod power_loss;
 mod read;
 mod records;
+mod retention;
 mod split;
 mod tables;
 mod verify;
 mod verify_ledger;
+mod verify_retention;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -32,12 +35,14 @@ pub use batches::{
     BatchMember, CloseReport, IntentOutcome, IntentRequest, Leftover, LineResult, MemberRules, OutputBudget, ReadyItem,
     StageReport, WorkFilter,
 };
+pub use erase::ErasureReport;
 pub use ledger::{Charge, Policies, Pricing, store_day_ms};
 pub use ops::{
     Authority, ClaimRequest, DeliveryOutcome, Grant, IntakeOutcome, PostOutcome, PostResult, RetryOutcome, Submission,
 };
 pub use outbox::{DeliveryReport, OutboxFilter};
 pub use read::{ListFilter, ListPage, StateCount};
+pub use retention::{RetentionPolicy, RetentionStep};
 #[cfg(feature = "fuzzing")] // only the fuzz entry points decode it from outside the store
 pub(crate) use records::StoredContent;
 pub use records::{

@@ -45,6 +45,8 @@ pub struct WriteTables<'txn> {
     pub outbox_due: Table<'txn, (u64, u64), ()>,
     pub outbox_dead: Table<'txn, u64, ()>,
     pub webhook_deliveries: Table<'txn, (&'static str, &'static str), u64>,
+    pub retired: Table<'txn, u64, u8>,
+    pub erased_spend: Table<'txn, (&'static str, u64), u64>,
     /// Outbox sinks and the price table, as configured when this batch began.
     pub policies: Arc<Policies>,
     /// Wall-clock time of this batch, the same for every job in it.
@@ -88,6 +90,8 @@ impl<'txn> WriteTables<'txn> {
             outbox_due: txn.open_table(tables::OUTBOX_DUE)?,
             outbox_dead: txn.open_table(tables::OUTBOX_DEAD)?,
             webhook_deliveries: txn.open_table(tables::WEBHOOK_DELIVERIES)?,
+            retired: txn.open_table(tables::RETIRED)?,
+            erased_spend: txn.open_table(tables::ERASED_SPEND)?,
             policies,
             now_ms,
             next,
@@ -245,7 +249,8 @@ pub fn initialize(db: &Database) -> Result<Sequences, Error> {
         }
         let next = |last: Option<u64>| last.map_or(1, |seq| seq + 1);
         Sequences {
-            extraction: next(tables.extractions.last()?.map(|(k, _)| k.value())),
+            extraction: next(tables.extractions.last()?.map(|(k, _)| k.value()))
+                .max(next(meta.get(tables::META_SEQ_FLOOR)?.map(|v| v.value()))),
             batch: next(tables.batches.last()?.map(|(k, _)| k.value())),
             ledger: next(tables.ledger.last()?.map(|(k, _)| k.value())),
             outbox: next(tables.outbox.last()?.map(|(k, _)| k.value())),
