@@ -8,6 +8,8 @@
 mod backup;
 mod batches;
 pub(crate) mod codec;
+mod compact;
+mod dump;
 mod erase;
 mod keys;
 mod ledger;
@@ -35,6 +37,8 @@ pub use batches::{
     BatchMember, CloseReport, IntentOutcome, IntentRequest, Leftover, LineResult, MemberRules, OutputBudget, ReadyItem,
     StageReport, WorkFilter,
 };
+pub use compact::{CompactReport, compact_file};
+pub use dump::dump_file;
 pub use erase::ErasureReport;
 pub use ledger::{Charge, Policies, Pricing, store_day_ms};
 pub use ops::{
