@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod outbox;
 pub mod provider_registry;
 pub mod providers;
+pub mod retention;
 pub mod routing;
 pub mod scheduler;
 pub mod schema;

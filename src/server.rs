@@ -151,6 +151,7 @@ impl Server {
             crate::outbox::spawn(store.clone(), sinks, outbox_wake, &supervisor)
                 .map_err(|e| Error::Task(e.to_string()))?;
         }
+        crate::retention::spawn(store.clone(), options.retention, &supervisor);
         let reload_service = service.clone();
         let body =
             crate::http::BodyLimits { max_bytes: options.max_body_bytes, deadline: options.limits.body_read_timeout };

@@ -5,6 +5,7 @@ mod extras;
 mod file;
 mod kinds;
 mod limits;
+mod retention;
 mod providers;
 
 use std::net::SocketAddr;
@@ -19,6 +20,7 @@ pub use kinds::{
     SimulatorOptions,
 };
 pub use limits::{HEALTH_RESERVE, ServerLimits};
+pub use retention::RetentionOptions;
 pub use providers::{ProviderKind, ProviderSettings, ProviderSpec};
 
 use crate::providers::openai::ApiKey;
@@ -61,6 +63,8 @@ pub struct ServeOptions {
     pub notes: Vec<String>,
     /// `[limits] max_findings_per_output`.
     pub max_findings: usize,
+    /// `[retention]`: what is dropped how long after commit.
+    pub retention: RetentionOptions,
 }
 
 /// Where the API tokens come from. None configured: the API is open, loopback only.
@@ -277,6 +281,7 @@ impl ServeOptions {
                     });
                 }
             },
+            retention: RetentionOptions::resolve(&raw.retention)?,
             access,
             data_dir: o.data_dir.or(raw.server.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
             listen,
@@ -319,6 +324,7 @@ impl ServeOptions {
             names(self.webhooks.iter().map(|w| w.name.as_str()).collect())
         ));
         extra.push(format!("[limits]\nmax_findings_per_output = {}", self.max_findings));
+        extra.push(self.retention.describe());
         text.push('\n');
         text.push_str(&extra.join("\n\n"));
         text.push('\n');

@@ -14,7 +14,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::ApiError;
-use super::{admin, auth, delivery, handlers, money, openapi, workers};
+use super::{admin, auth, delivery, handlers, money, openapi, tenants, workers};
 use crate::access::AccessPolicy;
 use crate::service::Service;
 
@@ -72,4 +72,5 @@ pub(super) fn admin() -> OpenApiRouter<Service> {
         .routes(routes!(admin::pause))
         .routes(routes!(admin::resume))
         .routes(routes!(admin::download, admin::remove))
+        .routes(routes!(tenants::erase))
 }

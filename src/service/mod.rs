@@ -22,6 +22,7 @@ use crate::store::{
 use crate::supervisor::Failures;
 use crate::webhook::Endpoint;
 
+mod erasure;
 mod intake;
 mod money;
 mod outbox;

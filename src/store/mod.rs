@@ -47,6 +47,7 @@ pub use ops::{
 pub use outbox::{DeliveryReport, OutboxFilter};
 pub use read::{ListFilter, ListPage, StateCount};
 pub use retention::{RetentionPolicy, RetentionStep};
+pub use tables::{RETIRED_CONTENT, RETIRED_RAW_RESULT};
 #[cfg(feature = "fuzzing")] // only the fuzz entry points decode it from outside the store
 pub(crate) use records::StoredContent;
 pub use records::{
