@@ -13,6 +13,8 @@
 mod bad_input;
 #[path = "it/cli.rs"]
 mod cli;
+#[path = "it/compaction.rs"]
+mod compaction;
 #[path = "it/config_mistakes.rs"]
 mod config_mistakes;
 #[path = "it/crash.rs"]
@@ -21,6 +23,10 @@ mod crash;
 mod delivery;
 #[path = "it/early_refusal.rs"]
 mod early_refusal;
+#[path = "it/erasure.rs"]
+mod erasure;
+#[path = "it/erasure_inflight.rs"]
+mod erasure_inflight;
 #[path = "it/hostile_net.rs"]
 mod hostile_net;
 #[path = "it/intake.rs"]
@@ -65,6 +71,8 @@ mod raw;
 mod redaction;
 #[path = "it/results.rs"]
 mod results;
+#[path = "it/retention.rs"]
+mod retention;
 #[path = "it/schemas.rs"]
 mod schemas;
 #[path = "it/supervision.rs"]
