@@ -79,11 +79,12 @@ async fn erasure_leaves_nothing_of_the_tenant_but_spend_totals_and_spares_the_ot
     let dir = temp_dir();
     let server = serve(dir.path());
     let api = server.api();
+    // Committed work first: a claim takes the oldest pending extraction.
     let mut gone = vec![commit(&api, GONE, "g1").await, commit(&api, GONE, "g2").await];
+    let kept = [commit(&api, KEPT, "k1").await, commit(&api, KEPT, "k2").await];
     gone.push(api.create(GONE, "g3", "fn g3() {} // pending").await);
     let hooked = webhook(&server, "msg_gone_1", "g4").await;
     gone.push(hooked["extraction_id"].as_str().expect("id").to_string());
-    let kept = [commit(&api, KEPT, "k1").await, commit(&api, KEPT, "k2").await];
     let pending_kept = api.create(KEPT, "k3", "fn k3() {} // pending").await;
     let mut kept_views = Vec::new();
     for id in kept.iter().chain([&pending_kept]) {
