@@ -40,6 +40,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/admin/providers/{name}/resume"),
     ("GET", "/v1/admin/backups/{name}"),
     ("DELETE", "/v1/admin/backups/{name}"),
+    ("DELETE", "/v1/tenants/{tenant}"),
 ];
 
 const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];

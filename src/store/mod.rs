@@ -11,6 +11,8 @@ pub(crate) mod codec;
 mod compact;
 mod dump;
 mod erase;
+#[cfg(test)]
+mod erase_tests;
 mod keys;
 mod ledger;
 mod ops;
