@@ -12,10 +12,11 @@ impl Service {
             return Err(invalid("from", "must be before `to`"));
         }
         let report = CostReport::new(&query);
-        let folded = self
+        let mut folded = self
             .store
-            .fold_ledger(query.tenant, query.from_ms, query.to_ms, report, |report, entry| report.add(&entry))
+            .fold_ledger(query.tenant.clone(), query.from_ms, query.to_ms, report, |report, entry| report.add(&entry))
             .await?;
+        folded.erased_micros = self.store.erased_spend(query.tenant, query.from_ms, query.to_ms).await?;
         Ok(folded)
     }
 

@@ -84,6 +84,23 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Micro-dollars erased from `tenant`'s ledger on the UTC days that overlap
+    /// `from_ms..to_ms`.
+    pub async fn erased_spend(&self, tenant: String, from_ms: u64, to_ms: u64) -> Result<u64, Error> {
+        self.read(move |txn| {
+            let table = txn.open_table(super::tables::ERASED_SPEND)?;
+            let (first, last) = (from_ms / DAY_MS, to_ms.saturating_sub(1) / DAY_MS);
+            let mut sum = 0u64;
+            for entry in table.range((tenant.as_str(), first)..=(tenant.as_str(), last))? {
+                sum = sum.saturating_add(entry?.1.value());
+            }
+            Ok(sum)
+        })
+        .await
+    }
+}
+
 /// Outbox events of the tenant, and webhook delivery ids that lead to its extractions.
 /// Also returns the last outbox sequence it saw: later events are all a chunk must check.
 fn erase_references(t: &mut WriteTables<'_>, tenant: &str) -> Result<((ErasureReport, u64), bool), Error> {
