@@ -27,8 +27,7 @@ use std::time::Instant;
 use commitpoint::identity::{ExtractionId, SourceHash};
 use commitpoint::schema::ValidatedFinding;
 use commitpoint::store::{
-    Authority, Charge, ClaimRequest, NewExtraction, PostResult, RetentionPolicy, Store, Submission, Usage,
-    compact_file,
+    Authority, Charge, ClaimRequest, NewExtraction, PostResult, RetentionPolicy, Store, Submission, Usage, compact_file,
 };
 use common::{BoxError, Result, env_var};
 use serde_json::json;
@@ -142,13 +141,18 @@ async fn fill(store: &Store, n: usize, content_bytes: usize) -> Result<()> {
 }
 
 fn answer(id: ExtractionId, lease_token: String) -> PostResult {
-    let finding = |line: u32| json!({"rule": "no-unwrap", "severity": "medium", "file": "src/lib.rs", "line": line,
-        "summary": "unwrap() on a value that can be None panics at runtime"});
+    let finding = |line: u32| {
+        json!({"rule": "no-unwrap", "severity": "medium", "file": "src/lib.rs", "line": line,
+        "summary": "unwrap() on a value that can be None panics at runtime"})
+    };
     let findings: Vec<_> = [12, 48].into_iter().map(finding).collect();
     let output = json!({ "findings": findings });
     let findings = findings
         .into_iter()
-        .map(|body| ValidatedFinding { canonical_identity: format!("[\"no-unwrap\",\"src/lib.rs\",{}]", body["line"]), body })
+        .map(|body| ValidatedFinding {
+            canonical_identity: format!("[\"no-unwrap\",\"src/lib.rs\",{}]", body["line"]),
+            body,
+        })
         .collect();
     let usage = Usage {
         model: "gpt-4o-mini".into(),

@@ -5,8 +5,8 @@ mod extras;
 mod file;
 mod kinds;
 mod limits;
-mod retention;
 mod providers;
+mod retention;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -20,8 +20,8 @@ pub use kinds::{
     SimulatorOptions,
 };
 pub use limits::{HEALTH_RESERVE, ServerLimits};
-pub use retention::RetentionOptions;
 pub use providers::{ProviderKind, ProviderSettings, ProviderSpec};
+pub use retention::RetentionOptions;
 
 use crate::providers::openai::ApiKey;
 use crate::scheduler;

@@ -65,7 +65,9 @@ impl RetentionOptions {
     }
 
     pub fn describe(&self) -> String {
-        let kept = |d: Option<Duration>| d.map_or_else(|| "forever".to_string(), |d| humantime::format_duration(d).to_string());
+        let kept = |d: Option<Duration>| {
+            d.map_or_else(|| "forever".to_string(), |d| humantime::format_duration(d).to_string())
+        };
         format!(
             "[retention]\ncontent_after_commit = \"{}\"\nraw_results_after_commit = \"{}\"\nsweep_interval = \"{}\"",
             kept(self.content_after_commit),

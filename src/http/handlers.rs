@@ -203,7 +203,8 @@ pub async fn list(
     let limit = q.limit.unwrap_or(100);
     let (records, next) = service.list_page(q.tenant, state, limit, q.after.as_deref()).await?;
     let retired = service.retired(records.iter().map(|r| r.seq).collect()).await?;
-    let view = |r: &crate::store::ExtractionRecord| views::extraction_retained(r, retired.get(&r.seq).copied().unwrap_or(0));
+    let view =
+        |r: &crate::store::ExtractionRecord| views::extraction_retained(r, retired.get(&r.seq).copied().unwrap_or(0));
     ok(ExtractionPage { extractions: records.iter().map(view).collect(), next })
 }
 

@@ -242,7 +242,8 @@ fn release_intents(t: &mut WriteTables<'_>, erased: &HashSet<u64>) -> Result<u64
         batch.members.retain(|m| !erased.contains(m));
         batch.updated_at_ms = t.now_ms;
         if batch.members.is_empty() {
-            batch.state = BatchState::Closed { job_id: None, outcome: "erased: every member's tenant was erased".into() };
+            batch.state =
+                BatchState::Closed { job_id: None, outcome: "erased: every member's tenant was erased".into() };
             t.open_batches.remove(seq)?;
             closed += 1;
         }

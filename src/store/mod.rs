@@ -48,14 +48,14 @@ pub use ops::{
 };
 pub use outbox::{DeliveryReport, OutboxFilter};
 pub use read::{ListFilter, ListPage, StateCount};
-pub use retention::{RetentionPolicy, RetentionStep};
-pub use tables::{RETIRED_CONTENT, RETIRED_RAW_RESULT};
 #[cfg(feature = "fuzzing")] // only the fuzz entry points decode it from outside the store
 pub(crate) use records::StoredContent;
 pub use records::{
     BatchRecord, BatchState, ChargeKind, CostSource, DeliveryState, ExtractionRecord, FindingRecord, LedgerRecord,
     NewExtraction, OutboxKind, OutboxRecord, ResultRecord, Usage,
 };
+pub use retention::{RetentionPolicy, RetentionStep};
+pub use tables::{RETIRED_CONTENT, RETIRED_RAW_RESULT};
 pub use verify::{Report, verify_file};
 pub use writer::WriterGuard;
 

@@ -21,7 +21,9 @@ async fn compaction_is_offline_shrinks_the_file_after_an_erasure_and_verifies() 
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..200 {
         let (api, content) = (api.clone(), format!("// source {i}\n{big}"));
-        tasks.spawn(async move { api.create(if i % 10 == 0 { "stays" } else { "leaves" }, &format!("s{i}"), &content).await });
+        tasks.spawn(async move {
+            api.create(if i % 10 == 0 { "stays" } else { "leaves" }, &format!("s{i}"), &content).await
+        });
     }
     while let Some(done) = tasks.join_next().await {
         done.expect("intake task");

@@ -122,7 +122,10 @@ async fn erasure_leaves_nothing_of_the_tenant_but_spend_totals_and_spares_the_ot
     assert_eq!(costs.status, 200, "{:#}", costs.body);
     assert_eq!((costs.body["charged_micros"].clone(), costs.body["erased_micros"].clone()), (json!(0), json!(2468)));
     let kept_costs = api.get(&format!("/v1/tenants/{KEPT}/costs")).await;
-    assert_eq!((kept_costs.body["charged_micros"].clone(), kept_costs.body["erased_micros"].clone()), (json!(2468), json!(0)));
+    assert_eq!(
+        (kept_costs.body["charged_micros"].clone(), kept_costs.body["erased_micros"].clone()),
+        (json!(2468), json!(0))
+    );
     let again = api.send(Method::DELETE, &format!("/v1/tenants/{GONE}"), None).await;
     assert_eq!(again.status, 200, "{:#}", again.body);
     for key in ["extractions", "contents", "findings", "ledger_entries", "outbox_events", "webhook_deliveries"] {

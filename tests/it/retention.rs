@@ -49,7 +49,8 @@ fn dump(db: &Path) -> String {
 #[tokio::test]
 async fn content_then_raw_result_are_dropped_after_commit_and_duplicates_are_still_known() {
     let dir = temp_dir();
-    let text = "[retention]\ncontent_after_commit = \"1s\"\nraw_results_after_commit = \"2s\"\nsweep_interval = \"100ms\"\n";
+    let text =
+        "[retention]\ncontent_after_commit = \"1s\"\nraw_results_after_commit = \"2s\"\nsweep_interval = \"100ms\"\n";
     let server = Server::start_with(dir.path(), &["--config", &config(dir.path(), text)]);
     let api = server.api();
     let content = "fn secret_sauce() {} // MARKER-CONTENT";
