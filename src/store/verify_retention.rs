@@ -41,3 +41,63 @@ pub(super) fn check_retired(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use redb::{Database, ReadableDatabase};
+
+    use super::super::verify::verify_file;
+    use super::super::{RetentionPolicy, Store};
+    use super::*;
+    use crate::identity::{ExtractionId, SourceHash};
+    use crate::store::NewExtraction;
+
+    fn problems(path: &std::path::Path) -> Vec<String> {
+        verify_file(path).unwrap().problems
+    }
+
+    /// Content is only allowed to be missing where retention marked it dropped, and only a
+    /// committed extraction may carry a mark.
+    #[tokio::test]
+    async fn a_missing_content_needs_its_mark_and_marks_need_committed_work() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, guard) = Store::open(dir.path(), 1 << 20).unwrap();
+        let hash = SourceHash::compute(b"x", "code-review@1");
+        let id = ExtractionId::compute("t", "s", &hash, "code-review@1");
+        let new = NewExtraction {
+            id,
+            tenant: "t".into(),
+            source_id: "s".into(),
+            source_hash: hash,
+            schema: "code-review@1".into(),
+            metadata_json: None,
+            content: "x".into(),
+        };
+        let seq = store.intake(new).await.unwrap().record.seq;
+        // Pending work is never touched, whatever the policy.
+        let policy = RetentionPolicy { content_after_ms: Some(0), raw_results_after_ms: Some(0) };
+        let step = store.retention_step(policy, 0, 10).await.unwrap();
+        assert_eq!((step.contents_dropped, step.next_after), (0, None));
+        drop(store);
+        tokio::task::spawn_blocking(move || guard.join()).await.unwrap();
+        let path = dir.path().join(super::super::FILE_NAME);
+        assert!(problems(&path).is_empty());
+        {
+            let db = Database::open(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(tables::CONTENTS).unwrap().remove(seq).unwrap();
+            txn.commit().unwrap();
+            assert!(db.begin_read().unwrap().open_table(tables::RETIRED).unwrap().get(seq).unwrap().is_none());
+        }
+        assert!(problems(&path).iter().any(|p| p.contains("content is missing")), "{:?}", problems(&path));
+        {
+            let db = Database::open(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(tables::RETIRED).unwrap().insert(seq, RETIRED_CONTENT).unwrap();
+            txn.commit().unwrap();
+        }
+        let found = problems(&path);
+        assert!(!found.iter().any(|p| p.contains("content is missing")), "the mark explains it: {found:?}");
+        assert!(found.iter().any(|p| p.contains("not committed")), "but pending work is never retired: {found:?}");
+    }
+}
