@@ -49,7 +49,7 @@ pub struct ErasureReport {
 }
 
 impl ErasureReport {
-    fn add(&mut self, o: &ErasureReport) {
+    pub(super) fn add(&mut self, o: &ErasureReport) {
         self.extractions += o.extractions;
         self.contents += o.contents;
         self.findings += o.findings;
@@ -66,8 +66,7 @@ impl Store {
     /// Erases `tenant`. Idempotent: a tenant with nothing stored erases nothing.
     pub async fn erase_tenant(&self, tenant: String) -> Result<ErasureReport, Error> {
         let mut total = ErasureReport::default();
-        let name = tenant.clone();
-        let (first, since) = self.writer.write(move |t| erase_references(t, &name)).await?;
+        let (first, since) = self.erase_references(&tenant).await?;
         total.add(&first);
         loop {
             let name = tenant.clone();
@@ -78,8 +77,7 @@ impl Store {
             }
         }
         // Intake that raced the first step may have added a delivery id or an event since.
-        let name = tenant.clone();
-        total.add(&self.writer.write(move |t| erase_references(t, &name)).await?.0);
+        total.add(&self.erase_references(&tenant).await?.0);
         Ok(total)
     }
 }
@@ -99,46 +97,6 @@ impl Store {
         })
         .await
     }
-}
-
-/// Outbox events of the tenant, and webhook delivery ids that lead to its extractions.
-/// Also returns the last outbox sequence it saw: later events are all a chunk must check.
-fn erase_references(t: &mut WriteTables<'_>, tenant: &str) -> Result<((ErasureReport, u64), bool), Error> {
-    let mut report = ErasureReport::default();
-    let mut events = Vec::new();
-    for entry in t.outbox.iter()? {
-        let (seq, value) = entry?;
-        let event: OutboxRecord = decode(value.value())?;
-        if event.tenant == tenant {
-            events.push((seq.value(), event.next_attempt_at_ms));
-        }
-    }
-    for (seq, due_at) in events {
-        t.outbox.remove(seq)?;
-        t.outbox_due.remove((due_at, seq))?;
-        t.outbox_dead.remove(seq)?;
-        report.outbox_events += 1;
-    }
-    let mut deliveries = Vec::new();
-    for entry in t.webhook_deliveries.iter()? {
-        let (key, seq) = entry?;
-        let (endpoint, id) = key.value();
-        let erased = match t.extractions.get(seq.value())? {
-            Some(value) => decode::<super::ExtractionRecord>(value.value())?.tenant == tenant,
-            // Pointing nowhere: left by a race with an earlier step of this erasure.
-            None => true,
-        };
-        if erased {
-            deliveries.push((endpoint.to_string(), id.to_string()));
-        }
-    }
-    for (endpoint, id) in deliveries {
-        t.webhook_deliveries.remove((endpoint.as_str(), id.as_str()))?;
-        report.webhook_deliveries += 1;
-    }
-    let wrote = report.outbox_events + report.webhook_deliveries > 0;
-    let seen = t.outbox.last()?.map_or(0, |(k, _)| k.value());
-    Ok(((report, seen), wrote))
 }
 
 /// Up to `CHUNK` extractions of the tenant; `true` when more remain.

@@ -11,6 +11,7 @@ pub(crate) mod codec;
 mod compact;
 mod dump;
 mod erase;
+mod erase_refs;
 #[cfg(test)]
 mod erase_tests;
 mod keys;
