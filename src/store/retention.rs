@@ -30,6 +30,13 @@ impl RetentionPolicy {
         self.content_after_ms.is_none() && self.raw_results_after_ms.is_none()
     }
 
+    /// Every bit this policy ever drops: a record that has them all needs no look.
+    fn all_bits(&self) -> u8 {
+        let content = if self.content_after_ms.is_some() { RETIRED_CONTENT } else { 0 };
+        let results = if self.raw_results_after_ms.is_some() { RETIRED_RAW_RESULT } else { 0 };
+        content | results
+    }
+
     /// The `RETIRED_*` bits due for a record at `now_ms`, beyond those `already` dropped.
     fn due(&self, record: &ExtractionRecord, already: u8, now_ms: u64) -> u8 {
         let State::Committed { at_ms } = record.state else { return 0 };
@@ -105,11 +112,14 @@ fn candidates(db: &redb::Database, policy: &RetentionPolicy, after: u64, scan: u
     for entry in index.range((code, after.saturating_add(1))..=(code, u64::MAX))? {
         let seq = entry?.0.value().1;
         seen += 1;
-        let Some(value) = extractions.get(seq)? else { continue };
-        let record: ExtractionRecord = decode(value.value())?;
         let already = retired.get(seq)?.map_or(0, |v| v.value());
-        if policy.due(&record, already, now_ms) != 0 {
-            due.push(seq);
+        // Most of a long-running store is already retired: skip it without decoding.
+        if already & policy.all_bits() != policy.all_bits() {
+            let Some(value) = extractions.get(seq)? else { continue };
+            let record: ExtractionRecord = decode(value.value())?;
+            if policy.due(&record, already, now_ms) != 0 {
+                due.push(seq);
+            }
         }
         if seen >= scan {
             return Ok((due, Some(seq)));
@@ -142,4 +152,47 @@ fn drop_due(t: &mut WriteTables<'_>, policy: &RetentionPolicy, due: &[u64]) -> R
         wrote = true;
     }
     Ok((step, wrote))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::{ExtractionId, SourceHash};
+
+    fn record(state: State) -> ExtractionRecord {
+        ExtractionRecord {
+            id: ExtractionId([1; 32]),
+            seq: 1,
+            tenant: "t".into(),
+            source_id: "s".into(),
+            source_hash: SourceHash([2; 32]),
+            schema: "code-review@1".into(),
+            metadata_json: None,
+            state,
+            attempt: 1,
+            claims: 0,
+            content_bytes: 1,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            requeues: 0,
+            output_budget: None,
+            truncation_retried: false,
+        }
+    }
+
+    #[test]
+    fn only_committed_work_expires_and_each_kind_on_its_own_clock() {
+        let policy = RetentionPolicy { content_after_ms: Some(1000), raw_results_after_ms: Some(5000) };
+        let committed = record(State::Committed { at_ms: 10_000 });
+        assert_eq!(policy.due(&committed, 0, 10_999), 0, "not yet");
+        assert_eq!(policy.due(&committed, 0, 11_000), RETIRED_CONTENT);
+        assert_eq!(policy.due(&committed, RETIRED_CONTENT, 14_999), 0, "already dropped");
+        assert_eq!(policy.due(&committed, RETIRED_CONTENT, 15_000), RETIRED_RAW_RESULT);
+        assert_eq!(policy.due(&record(State::Pending), 0, u64::MAX), 0, "uncommitted work keeps everything");
+        assert_eq!(RetentionPolicy::default().due(&committed, 0, u64::MAX), 0, "the default keeps everything");
+        assert!(RetentionPolicy::default().keeps_everything());
+        let content_only = RetentionPolicy { content_after_ms: Some(0), raw_results_after_ms: None };
+        assert_eq!(content_only.all_bits(), RETIRED_CONTENT);
+        assert_eq!(content_only.due(&committed, 0, u64::MAX), RETIRED_CONTENT, "raw results kept for ever");
+    }
 }
