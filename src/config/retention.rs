@@ -65,15 +65,25 @@ impl RetentionOptions {
     }
 
     pub fn describe(&self) -> String {
-        let kept = |d: Option<Duration>| {
-            d.map_or_else(|| "forever".to_string(), |d| humantime::format_duration(d).to_string())
-        };
+        let kept = |d: Option<Duration>| d.map_or_else(|| "forever".to_string(), whole);
         format!(
             "[retention]\ncontent_after_commit = \"{}\"\nraw_results_after_commit = \"{}\"\nsweep_interval = \"{}\"",
             kept(self.content_after_commit),
             kept(self.raw_results_after_commit),
-            humantime::format_duration(self.sweep_interval)
+            whole(self.sweep_interval)
         )
+    }
+}
+
+/// "90d" rather than humantime's calendar months ("2months 29days 2h 52m 48s").
+fn whole(d: Duration) -> String {
+    let secs = d.as_secs();
+    match secs {
+        _ if d.subsec_nanos() != 0 || secs == 0 => humantime::format_duration(d).to_string(),
+        _ if secs % 86_400 == 0 => format!("{}d", secs / 86_400),
+        _ if secs % 3600 == 0 => format!("{}h", secs / 3600),
+        _ if secs % 60 == 0 => format!("{}m", secs / 60),
+        _ => format!("{secs}s"),
     }
 }
 
@@ -94,5 +104,8 @@ mod tests {
         assert!(resolve("content_after_commit = \"soon\"").is_err());
         assert!(resolve("sweep_interval = \"0s\"").is_err());
         assert!(toml::from_str::<RawRetention>("contents_after_commit = \"1d\"").is_err(), "a typo is an error");
+        let shown = resolve("content_after_commit = \"90d\"\nsweep_interval = \"90s\"").unwrap().describe();
+        assert!(shown.contains("content_after_commit = \"90d\"") && shown.contains("\"90s\""), "{shown}");
+        assert!(shown.contains("raw_results_after_commit = \"forever\""), "{shown}");
     }
 }
