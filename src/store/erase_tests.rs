@@ -67,8 +67,15 @@ async fn batches_step_over_erased_members_and_late_answers_are_strangers() {
         intent(&store, 1).await
     };
 
+    // One answer is staged (ready, awaiting validation) when the erasure comes.
+    let answer = || LineResult::Answer { output: "{\"findings\":[]}".into(), usage: None };
+    let staged = store.stage_results(submitted, vec![(gone[0], answer())], RULES).await.unwrap();
+    assert_eq!(staged.staged, 1);
+
     let report = store.erase_tenant("gone".into()).await.unwrap();
     assert_eq!((report.extractions, report.intents_closed), (4, 1), "{report:?}");
+    assert_eq!((report.staged_answers, report.contents), (1, 4), "{report:?}");
+    assert!(store.ready_items("p".into(), 10).await.unwrap().is_empty(), "nothing left to commit");
 
     let open: Vec<_> = store.open_batches().await.unwrap();
     let find = |seq| open.iter().find(|b| b.seq == seq).cloned();
