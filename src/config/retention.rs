@@ -80,9 +80,9 @@ fn whole(d: Duration) -> String {
     let secs = d.as_secs();
     match secs {
         _ if d.subsec_nanos() != 0 || secs == 0 => humantime::format_duration(d).to_string(),
-        _ if secs % 86_400 == 0 => format!("{}d", secs / 86_400),
-        _ if secs % 3600 == 0 => format!("{}h", secs / 3600),
-        _ if secs % 60 == 0 => format!("{}m", secs / 60),
+        _ if secs.is_multiple_of(86_400) => format!("{}d", secs / 86_400),
+        _ if secs.is_multiple_of(3600) => format!("{}h", secs / 3600),
+        _ if secs.is_multiple_of(60) => format!("{}m", secs / 60),
         _ => format!("{secs}s"),
     }
 }
