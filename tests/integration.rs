@@ -15,6 +15,8 @@ mod bad_input;
 mod cancel;
 #[path = "it/cli.rs"]
 mod cli;
+#[path = "it/compaction.rs"]
+mod compaction;
 #[path = "it/config_mistakes.rs"]
 mod config_mistakes;
 #[path = "it/crash.rs"]
@@ -23,6 +25,10 @@ mod crash;
 mod delivery;
 #[path = "it/early_refusal.rs"]
 mod early_refusal;
+#[path = "it/erasure.rs"]
+mod erasure;
+#[path = "it/erasure_inflight.rs"]
+mod erasure_inflight;
 #[path = "it/export.rs"]
 mod export;
 #[path = "it/hostile_net.rs"]
@@ -75,6 +81,8 @@ mod raw;
 mod redaction;
 #[path = "it/results.rs"]
 mod results;
+#[path = "it/retention.rs"]
+mod retention;
 #[path = "it/schemas.rs"]
 mod schemas;
 #[path = "it/supervision.rs"]

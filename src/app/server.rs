@@ -161,6 +161,12 @@ impl Server {
             crate::engine::outbox::spawn(Arc::clone(service.store()), sinks, outbox_wake, &supervisor)
                 .map_err(|e| Error::Task(e.to_string()))?;
         }
+        crate::engine::retention::spawn(
+            Arc::clone(service.store()),
+            options.retention.policy(),
+            options.retention.sweep_interval,
+            &supervisor,
+        );
         let reload_service = service.clone();
         let body =
             crate::http::BodyLimits { max_bytes: options.max_body_bytes, deadline: options.limits.body_read_timeout };

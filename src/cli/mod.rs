@@ -10,7 +10,9 @@ mod backup;
 mod costs;
 mod ctl;
 mod demo;
+mod erase;
 mod export;
+mod maintenance;
 mod provider;
 mod retry;
 mod serve;
@@ -96,6 +98,15 @@ enum Command {
     },
     /// Check a database file offline: redb integrity and every commitpoint invariant.
     Verify { path: PathBuf },
+    /// Compact a database file offline (the server stopped), print its size before and
+    /// after, then verify it.
+    Compact { path: PathBuf },
+    /// Erase a tenant on a running server: its extractions, contents, findings, results,
+    /// staged answers, outbox events and webhook delivery ids.
+    EraseTenant(erase::Args),
+    /// Print every row of every table of a database file (offline), decoded.
+    #[command(hide = true)]
+    DebugDump { path: PathBuf },
     /// Provider tools: `provider check` asks each configured provider, with one tiny billed
     /// request per schema, whether it accepts the key, the model and the schema.
     #[command(subcommand)]
@@ -186,6 +197,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ctl(command) => ctl::run(command).await,
         Command::Get { id, admin, token } => get(&id, &admin.resolve(), token.as_deref()).await,
         Command::Verify { path } => verify(path).await,
+        Command::Compact { path } => maintenance::compact(path).await,
+        Command::EraseTenant(args) => erase::run(args).await,
+        Command::DebugDump { path } => maintenance::dump(path).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Simulator(args) => simulator::run(args).await,
         Command::Provider(command) => Ok(provider::run(command).await),

@@ -4,6 +4,7 @@
 pub mod commit;
 pub mod ledger;
 pub mod outbox;
+pub mod retention;
 pub mod routing;
 pub mod scheduler;
 pub mod supervisor;

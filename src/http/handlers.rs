@@ -124,7 +124,8 @@ pub async fn get(
 ) -> Reply<Extraction> {
     let record = service.get(id).await?;
     visible(&caller, &record.tenant, id)?;
-    ok(views::extraction(&record))
+    let retired = service.retired(vec![record.seq]).await?;
+    ok(views::extraction_retained(&record, retired.get(&record.seq).copied().unwrap_or(0)))
 }
 
 /// Another tenant's extraction answers exactly as a missing one does, so a tenant token
@@ -195,7 +196,10 @@ pub async fn list(
     };
     let limit = q.limit.unwrap_or(100);
     let (records, next) = service.list_page(q.tenant, state, limit, q.after.as_deref()).await?;
-    ok(ExtractionPage { extractions: records.iter().map(views::extraction).collect(), next })
+    let retired = service.retired(records.iter().map(|r| r.seq).collect()).await?;
+    let view =
+        |r: &crate::store::ExtractionRecord| views::extraction_retained(r, retired.get(&r.seq).copied().unwrap_or(0));
+    ok(ExtractionPage { extractions: records.iter().map(view).collect(), next })
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

@@ -20,6 +20,7 @@ mod openapi;
 #[cfg(test)]
 mod openapi_tests;
 mod routes;
+mod tenants;
 mod time;
 mod views;
 mod whole;

@@ -108,6 +108,9 @@ pub struct TenantCosts {
     totals: CostSplit,
     /// Fresh, failed-validation and unusable cost: what the tenant is charged.
     charged_micros: u64,
+    /// Charges on the range's UTC days (whole days) whose ledger entries were removed by
+    /// an erasure of the tenant (`DELETE /v1/tenants/{tenant}`): billed, not in `charged_micros`.
+    erased_micros: u64,
     /// With `group_by`: the split per day, model or provider.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(required = false)]
@@ -124,6 +127,7 @@ impl TenantCosts {
             to_ms: report.to_ms,
             totals: CostSplit::of(&report.totals),
             charged_micros: report.charged_micros,
+            erased_micros: report.erased_micros,
             groups: report
                 .groups
                 .as_ref()

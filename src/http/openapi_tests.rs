@@ -43,6 +43,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/extractions/{id}/cancel"),
     ("GET", "/v1/export"),
     ("POST", "/v1/admin/retry"),
+    ("DELETE", "/v1/tenants/{tenant}"),
 ];
 
 const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];

@@ -14,7 +14,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::ApiError;
-use super::{admin, auth, bulk, delivery, export, handlers, money, openapi, workers};
+use super::{admin, auth, bulk, delivery, export, handlers, money, openapi, tenants, workers};
 use crate::http::access::AccessPolicy;
 use crate::service::Service;
 
@@ -75,4 +75,5 @@ pub(super) fn admin() -> OpenApiRouter<Service> {
         .routes(routes!(admin::resume))
         .routes(routes!(admin::download, admin::remove))
         .routes(routes!(bulk::retry))
+        .routes(routes!(tenants::erase))
 }

@@ -72,6 +72,20 @@ pub struct Extraction {
     created_at: String,
     updated_at: String,
     committed_at: Option<String>,
+    /// False once retention (`[retention] content_after_commit`) dropped the stored
+    /// content. The identity and hash stay: the same source is still a duplicate.
+    content_retained: bool,
+    /// False once retention (`[retention] raw_results_after_commit`) dropped the raw
+    /// result; the findings stay.
+    raw_result_retained: bool,
+}
+
+/// The view of a record whose `RETIRED_*` bits are `retired` (see `store`).
+pub fn extraction_retained(r: &ExtractionRecord, retired: u8) -> Extraction {
+    let mut view = extraction(r);
+    view.content_retained = retired & crate::store::RETIRED_CONTENT == 0;
+    view.raw_result_retained = retired & crate::store::RETIRED_RAW_RESULT == 0;
+    view
 }
 
 pub fn extraction(r: &ExtractionRecord) -> Extraction {
@@ -107,6 +121,8 @@ pub fn extraction(r: &ExtractionRecord) -> Extraction {
         created_at: format_ms(r.created_at_ms),
         updated_at: format_ms(r.updated_at_ms),
         committed_at,
+        content_retained: true,
+        raw_result_retained: true,
     }
 }
 

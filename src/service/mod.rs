@@ -28,6 +28,7 @@ use crate::store::{
 
 mod bulk;
 mod endpoint;
+mod erasure;
 mod intake;
 mod money;
 mod outbox;

@@ -23,12 +23,14 @@ impl Service {
         self.store.visit_ledger(query.tenant.clone(), query.from_ms, query.to_ms, visit).await?;
         // The visitor is dropped once the visit ends, so the report has one owner again.
         let report = Arc::into_inner(report).and_then(|cell| cell.into_inner().ok());
-        report.ok_or_else(|| {
+        let mut report = report.ok_or_else(|| {
             Error::Store(crate::store::Error::Unavailable {
                 reason: "the cost report could not be completed; retry".to_string(),
                 cause: None,
             })
-        })
+        })?;
+        report.erased_micros = self.store.erased_spend(query.tenant, query.from_ms, query.to_ms).await?;
+        Ok(report)
     }
 
     /// Every ledger entry of one extraction (with its tenant, for access checks).

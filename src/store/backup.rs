@@ -87,6 +87,8 @@ fn copy_all(snapshot: &ReadTransaction, temp: &Path) -> Result<u64, Error> {
     entries += copy(snapshot, &txn, tables::OUTBOX_DUE)?;
     entries += copy(snapshot, &txn, tables::OUTBOX_DEAD)?;
     entries += copy(snapshot, &txn, tables::WEBHOOK_DELIVERIES)?;
+    entries += copy(snapshot, &txn, tables::RETIRED)?;
+    entries += copy(snapshot, &txn, tables::ERASED_SPEND)?;
     // A table added to the store but not to this list would silently be missing from
     // every backup: refuse to finish one instead.
     let copied: std::collections::BTreeSet<String> = txn.list_tables()?.map(|t| t.name().to_string()).collect();

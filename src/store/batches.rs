@@ -230,8 +230,17 @@ impl Store {
             let mut members = Vec::with_capacity(record.members.len());
             for seq in record.members {
                 let missing = |kind| Error::Corrupt { kind, reason: format!("batch member #{seq} is missing") };
-                let extraction: ExtractionRecord =
-                    decode(extractions.get(seq)?.ok_or_else(|| missing("extraction"))?.value())?;
+                let Some(value) = extractions.get(seq)? else {
+                    // Erased after submission: a line no one owns keeps the others' positions.
+                    members.push(BatchMember {
+                        id: ExtractionId([0; 32]),
+                        source_id: String::new(),
+                        content: String::new(),
+                        output_budget: None,
+                    });
+                    continue;
+                };
+                let extraction: ExtractionRecord = decode(value.value())?;
                 let content: StoredContent = decode(contents.get(seq)?.ok_or_else(|| missing("content"))?.value())?;
                 members.push(BatchMember {
                     id: extraction.id,
@@ -385,8 +394,12 @@ fn record_job(
     {
         return Ok((record, false));
     }
+    // An intent its tenant erasure closed stays closed; the provider's job is left alone.
+    if matches!(record.state, BatchState::Closed { .. }) {
+        return Ok((record, false));
+    }
     for seq in record.members.clone() {
-        let mut member = load(t, seq)?;
+        let Some(mut member) = load_member(t, seq)? else { continue };
         let event = Event::JobAccepted { batch_key: record.batch_key.clone(), job_id: job_id.to_string() };
         if let Ok(Outcome::Changed(next)) = lifecycle::apply(&member.state, event, t.now_ms) {
             transition(t, &mut member, next)?;
@@ -580,7 +593,7 @@ fn close_batch(
     }
     let mut report = CloseReport::default();
     for seq in record.members.clone() {
-        let mut member = load(t, seq)?;
+        let Some(mut member) = load_member(t, seq)? else { continue };
         if !matches!(&member.state, State::Submitted { batch_key, .. } if *batch_key == record.batch_key) {
             continue;
         }
@@ -615,6 +628,14 @@ fn close_batch(
     save_batch(t, &record)?;
     t.open_batches.remove(batch)?;
     Ok((report, true))
+}
+
+/// A member whose tenant was erased is gone; its sequence stays in the list (see `erase`).
+pub(super) fn load_member(t: &WriteTables<'_>, seq: u64) -> Result<Option<ExtractionRecord>, Error> {
+    if t.extractions.get(seq)?.is_none() {
+        return Ok(None);
+    }
+    load(t, seq).map(Some)
 }
 
 pub(super) fn load_batch(t: &WriteTables<'_>, batch: u64) -> Result<BatchRecord, Error> {

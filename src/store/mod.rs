@@ -12,6 +12,12 @@ mod cancel;
 mod cancel_tests;
 pub(crate) mod codec;
 mod commit_index;
+mod compact;
+mod dump;
+mod erase;
+mod erase_refs;
+#[cfg(test)]
+mod erase_tests;
 mod export;
 #[cfg(test)]
 mod export_tests;
@@ -24,6 +30,7 @@ mod policies;
 mod power_loss;
 mod read;
 mod records;
+mod retention;
 pub mod seam;
 mod split;
 mod staged;
@@ -42,6 +49,9 @@ pub use batches::{
     CloseReport, IntentOutcome, IntentRequest, Leftover, MemberRules, ReadyItem, StageReport, WorkFilter,
 };
 pub use cancel::{CancelOutcome, RETRY_CHUNK, RetryFilter};
+pub use compact::{CompactReport, compact_file};
+pub use dump::dump_file;
+pub use erase::ErasureReport;
 pub use export::{ExportFilter, Exported};
 pub use ledger::{Charge, store_day_ms};
 pub use ops::{
@@ -56,8 +66,10 @@ pub use records::{
     BatchRecord, BatchState, ChargeKind, CostSource, DeliveryState, ExtractionRecord, FindingRecord, LedgerRecord,
     NewExtraction, OutboxKind, OutboxRecord, ResultRecord,
 };
+pub use retention::{RetentionPolicy, RetentionStep};
 pub use seam::{Backend, SharedStore};
 pub use staged::StagedAnswer;
+pub use tables::{RETIRED_CONTENT, RETIRED_RAW_RESULT};
 pub use verify::{Report, verify_file};
 pub use writer::{WriterGuard, chain as error_chain};
 

@@ -6,16 +6,18 @@
 //! Methods return boxed futures rather than using `async fn`, so the traits stay usable
 //! as `dyn` objects (a backend chosen at start, not at compile time).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use super::{
-    BackupReport, BatchRecord, CancelOutcome, ClaimRequest, CloseReport, DeliveryOutcome, DeliveryReport, Error,
-    ExportFilter, Exported, ExtractionRecord, FindingRecord, Grant, IntakeOutcome, IntentOutcome, IntentRequest,
-    LedgerRecord, Leftover, ListFilter, ListPage, MemberRules, NewExtraction, OutboxFilter, OutboxRecord, PostOutcome,
-    PostResult, ReadyItem, ResultRecord, RetryFilter, RetryOutcome, StageReport, StateCount, Store,
+    BackupReport, BatchRecord, CancelOutcome, ClaimRequest, CloseReport, DeliveryOutcome, DeliveryReport,
+    ErasureReport, Error, ExportFilter, Exported, ExtractionRecord, FindingRecord, Grant, IntakeOutcome, IntentOutcome,
+    IntentRequest, LedgerRecord, Leftover, ListFilter, ListPage, MemberRules, NewExtraction, OutboxFilter,
+    OutboxRecord, PostOutcome, PostResult, ReadyItem, ResultRecord, RetentionPolicy, RetentionStep, RetryFilter,
+    RetryOutcome, StageReport, StateCount, Store,
 };
 use crate::domain::batch::{BatchMember, LineResult};
 use crate::domain::cursor::CursorKey;
@@ -82,6 +84,8 @@ seam! {
         fn retry_failed(&self, filter: RetryFilter, limit: u64) -> u64;
         /// A tenant's committed extractions in commit order, from one snapshot.
         fn export_to(&self, filter: ExportFilter, sink: ExportSink) -> ();
+        /// What retention dropped of each of `seqs` (`RETIRED_*` bits; absent: nothing).
+        fn retired(&self, seqs: Vec<u64>) -> HashMap<u64, u8>;
     }
 }
 
@@ -118,6 +122,8 @@ seam! {
         fn extraction_ledger(&self, id: ExtractionId) -> Option<Vec<LedgerRecord>>;
         /// Every entry of `tenant` in `[from_ms, to_ms)`, oldest first, to `visit`.
         fn visit_ledger(&self, tenant: String, from_ms: u64, to_ms: u64, visit: LedgerVisitor) -> ();
+        /// What erased ledger entries of `tenant` had charged in `[from_ms, to_ms)`.
+        fn erased_spend(&self, tenant: String, from_ms: u64, to_ms: u64) -> u64;
     }
 }
 
@@ -144,6 +150,11 @@ seam! {
         fn last_backup_ms(&self) -> Option<u64>;
         /// Answers once the writer has committed an empty job: it is alive.
         fn ping_writer(&self) -> ();
+        /// Looks at up to `scan` committed extractions after `after` and drops what
+        /// `policy` no longer keeps.
+        fn retention_step(&self, policy: RetentionPolicy, after: u64, scan: usize) -> RetentionStep;
+        /// Erases everything of a tenant but its spend totals, in bounded transactions.
+        fn erase_tenant(&self, tenant: String) -> ErasureReport;
     }
 }
 

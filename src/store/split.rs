@@ -3,7 +3,7 @@
 //! came before any job existed, so its batch key was never sent and stays the intent's.
 
 use super::batches::{load_batch, save_batch};
-use super::ops::{load, transition};
+use super::ops::transition;
 use super::records::BatchState;
 use super::write_tables::WriteTables;
 use super::{Error, Store};
@@ -25,7 +25,7 @@ fn shrink_intent(t: &mut WriteTables<'_>, batch: u64, keep: usize) -> Result<(u6
     let excess = record.members.split_off(keep);
     let mut returned = 0;
     for seq in excess {
-        let mut member = load(t, seq)?;
+        let Some(mut member) = super::batches::load_member(t, seq)? else { continue };
         if !matches!(&member.state, State::Submitted { batch_key, .. } if *batch_key == record.batch_key) {
             continue;
         }

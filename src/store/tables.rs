@@ -82,3 +82,14 @@ pub(super) fn required(
         reason: format!("index points at sequence {seq}, which has no {kind} value"),
     })
 }
+/// sequence → what retention dropped from a committed extraction (`RETIRED_*` bits).
+/// `verify` accepts a missing content or raw result only where this says it was dropped.
+pub const RETIRED: TableDefinition<u64, u8> = TableDefinition::new("retired");
+pub const RETIRED_CONTENT: u8 = 1;
+pub const RETIRED_RAW_RESULT: u8 = 2;
+/// (tenant, UTC day number) → micro-dollars charged that day by ledger entries a tenant
+/// erasure removed. `SPEND` keeps its totals, so `SPEND = ledger entries + ERASED_SPEND`.
+pub const ERASED_SPEND: TableDefinition<(&str, u64), u64> = TableDefinition::new("erased_spend");
+/// `META` key: the highest extraction sequence a tenant erasure removed. New extractions
+/// are numbered above it, so a batch's old member list never names a stranger's work.
+pub const META_SEQ_FLOOR: &str = "erased_seq_floor";

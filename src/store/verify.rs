@@ -14,6 +14,7 @@ use super::tables;
 
 mod commit_index;
 mod ledger;
+mod retention;
 use crate::domain::identity::{ExtractionId, FindingKey, SourceHash};
 use crate::domain::lifecycle::State;
 
@@ -98,7 +99,12 @@ fn check(txn: &ReadTransaction, report: &mut Report) -> Result<(), Error> {
     check_batches(txn, &records, report)?;
     ledger::check_ledger(txn, &records, report)?;
     ledger::check_outbox(txn, &records, report)?;
+    retention::check_retired(txn, &records, report)?;
     Ok(())
+}
+
+fn retired_bits(retired: &redb::ReadOnlyTable<u64, u8>, seq: u64) -> Result<u8, Error> {
+    Ok(retired.get(seq)?.map_or(0, |v| v.value()))
 }
 
 /// Staged answers belong to `Ready` extractions only; every extraction in a batch state
@@ -191,6 +197,7 @@ fn check_records(txn: &ReadTransaction, report: &mut Report) -> Result<BTreeMap<
     let extractions = txn.open_table(tables::EXTRACTIONS)?;
     let identity = txn.open_table(tables::IDENTITY)?;
     let contents = txn.open_table(tables::CONTENTS)?;
+    let retired = txn.open_table(tables::RETIRED)?;
     let mut records = BTreeMap::new();
     for entry in extractions.iter()? {
         let (seq, value) = entry?;
@@ -220,6 +227,7 @@ fn check_records(txn: &ReadTransaction, report: &mut Report) -> Result<BTreeMap<
                 }
             }
             Some(Err(e)) => report.problem(format!("{}: content: {e}", record.id)),
+            None if retired_bits(&retired, seq)? & tables::RETIRED_CONTENT != 0 => {}
             None => report.problem(format!("{}: content is missing", record.id)),
         }
         let expected = ExtractionId::compute(&record.tenant, &record.source_id, &record.source_hash, &record.schema);
@@ -351,8 +359,10 @@ fn check_results(
             Err(e) => report.problem(format!("raw result #{seq}: {e}")),
         }
     }
+    let retired = txn.open_table(tables::RETIRED)?;
     for (seq, record) in records {
-        if matches!(record.state, State::Committed { .. }) && results.get(*seq)?.is_none() {
+        let dropped = retired_bits(&retired, *seq)? & tables::RETIRED_RAW_RESULT != 0;
+        if matches!(record.state, State::Committed { .. }) && results.get(*seq)?.is_none() && !dropped {
             report.problem(format!("{}: committed without its raw result (invariant 2)", record.id));
         }
     }

@@ -32,6 +32,8 @@ pub struct WriteTables<'txn> {
     pub outbox_due: Table<'txn, (u64, u64), ()>,
     pub outbox_dead: Table<'txn, u64, ()>,
     pub webhook_deliveries: Table<'txn, (&'static str, &'static str), u64>,
+    pub retired: Table<'txn, u64, u8>,
+    pub erased_spend: Table<'txn, (&'static str, u64), u64>,
     /// Outbox sinks and the price table, as configured when this batch began.
     pub policies: Arc<Policies>,
     /// Wall-clock time of this batch, the same for every job in it.
@@ -81,6 +83,8 @@ impl<'txn> WriteTables<'txn> {
             outbox_due: txn.open_table(tables::OUTBOX_DUE)?,
             outbox_dead: txn.open_table(tables::OUTBOX_DEAD)?,
             webhook_deliveries: txn.open_table(tables::WEBHOOK_DELIVERIES)?,
+            retired: txn.open_table(tables::RETIRED)?,
+            erased_spend: txn.open_table(tables::ERASED_SPEND)?,
             policies,
             now_ms,
             next,

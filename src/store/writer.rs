@@ -170,7 +170,8 @@ pub fn initialize(db: &Database) -> Result<Sequences, Error> {
         super::commit_index::build_if_absent(&mut tables)?;
         let next = |last: Option<u64>| last.map_or(1, |seq| seq + 1);
         Sequences {
-            extraction: next(tables.extractions.last()?.map(|(k, _)| k.value())),
+            extraction: next(tables.extractions.last()?.map(|(k, _)| k.value()))
+                .max(next(tables.meta.get(super::tables::META_SEQ_FLOOR)?.map(|v| v.value()))),
             batch: next(tables.batches.last()?.map(|(k, _)| k.value())),
             ledger: next(tables.ledger.last()?.map(|(k, _)| k.value())),
             outbox: next(tables.outbox.last()?.map(|(k, _)| k.value())),

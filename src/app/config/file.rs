@@ -45,6 +45,8 @@ pub struct RawConfig {
     pub webhooks: Vec<RawWebhook>,
     #[serde(default)]
     pub limits: RawLimits,
+    #[serde(default)]
+    pub retention: super::retention::RawRetention,
 }
 
 /// Bounds on what one request may make the server hold or write.

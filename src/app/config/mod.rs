@@ -8,6 +8,7 @@ mod kind_gemini;
 mod kinds;
 mod limits;
 mod providers;
+mod retention;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -25,6 +26,7 @@ pub use kinds::{
     SimulatorOptions,
 };
 pub use providers::{ProviderKind, ProviderSettings, ProviderSpec};
+pub use retention::RetentionOptions;
 
 pub use crate::domain::secret::{KeySource, SecretError};
 use crate::engine::scheduler;
@@ -65,6 +67,8 @@ pub struct ServeOptions {
     pub notes: Vec<String>,
     /// `[limits] max_findings_per_output`.
     pub max_findings: usize,
+    /// `[retention]`: what is dropped how long after commit.
+    pub retention: RetentionOptions,
 }
 
 /// Where the API tokens come from. None configured: the API is open, loopback only.
@@ -214,6 +218,7 @@ impl ServeOptions {
                     });
                 }
             },
+            retention: RetentionOptions::resolve(&raw.retention)?,
             access,
             data_dir: o.data_dir.or(raw.server.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
             listen,
@@ -256,6 +261,7 @@ impl ServeOptions {
             names(self.webhooks.iter().map(|w| w.name.as_str()).collect())
         ));
         extra.push(format!("[limits]\nmax_findings_per_output = {}", self.max_findings));
+        extra.push(self.retention.describe());
         text.push('\n');
         text.push_str(&extra.join("\n\n"));
         text.push('\n');

@@ -90,6 +90,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 fn serve_options(data_dir: PathBuf, providers: Vec<ProviderSettings>, scheduler: scheduler::Settings) -> ServeOptions {
     ServeOptions {
+        retention: crate::app::config::RetentionOptions::default(),
         data_dir,
         listen: ([127, 0, 0, 1], 0).into(),
         schema_dir: None,

@@ -82,6 +82,9 @@ pub struct CostReport {
     pub groups: Option<BTreeMap<String, Split>>,
     #[serde(skip)]
     group_by: Option<GroupBy>,
+    /// Charges on the range's UTC days whose ledger entries a tenant erasure removed: not in
+    /// `charged_micros`, still billed.
+    pub erased_micros: u64,
 }
 
 impl CostReport {

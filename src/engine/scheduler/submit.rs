@@ -18,6 +18,10 @@ impl Scheduler {
         // Look for it by batch key before sending anything.
         let fresh = self.formed_here.remove(&batch.seq) && batch.failures == 0;
         let members = self.store.batch_members(batch.seq).await?;
+        // An intent whose members were all erased was closed under us: nothing to send.
+        if members.is_empty() {
+            return Ok(None);
+        }
         if !fresh {
             let ids: Vec<_> = members.iter().map(|m| m.id).collect();
             let since = batch.created_at_ms.saturating_sub(KNOWN_JOBS_WINDOW.as_millis() as u64);

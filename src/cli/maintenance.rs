@@ -1,0 +1,44 @@
+//! Offline maintenance of a database file, with the server stopped: `compact` and the
+//! hidden `debug-dump`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use super::EXIT_PROBLEMS;
+
+/// A missing file is an I/O error (74), not a new empty database.
+fn existing(path: &Path) -> anyhow::Result<String> {
+    let shown = path.display().to_string();
+    if !path.exists() {
+        let missing = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        return Err(anyhow::Error::new(missing).context(shown));
+    }
+    Ok(shown)
+}
+
+pub async fn compact(path: PathBuf) -> anyhow::Result<ExitCode> {
+    let shown = existing(&path)?;
+    let report = tokio::task::spawn_blocking(move || crate::store::compact_file(&path))
+        .await?
+        .with_context(|| format!("{shown}: cannot compact (is a server still running on it?)"))?;
+    println!("{shown}");
+    println!("size before: {} bytes", report.bytes_before);
+    println!("size after:  {} bytes", report.bytes_after);
+    print!("{}", report.verify);
+    Ok(if report.verify.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROBLEMS) })
+}
+
+pub async fn dump(path: PathBuf) -> anyhow::Result<ExitCode> {
+    let shown = existing(&path)?;
+    let text = tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        crate::store::dump_file(&path, &mut out).map(|_| out)
+    })
+    .await?
+    .with_context(|| format!("{shown}: cannot dump (is a server still running on it?)"))?;
+    std::io::stdout().write_all(&text).context("cannot write to stdout")?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,26 @@
+//! Tenant erasure and what retention dropped, as the API asks for them.
+
+use std::collections::HashMap;
+
+use super::intake::check_tenant;
+use super::{Error, Service};
+use crate::store::ErasureReport;
+
+impl Service {
+    /// Erases every stored trace of `tenant` except its per-day spend totals.
+    pub async fn erase_tenant(&self, tenant: String) -> Result<ErasureReport, Error> {
+        check_tenant(&tenant)?;
+        let report = self.store.erase_tenant(tenant.clone()).await?;
+        tracing::warn!(
+            %tenant, extractions = report.extractions, findings = report.findings,
+            ledger_entries = report.ledger_entries, outbox_events = report.outbox_events,
+            "tenant erased"
+        );
+        Ok(report)
+    }
+
+    /// What retention dropped of each of `seqs` (`store::tables` `RETIRED_*` bits).
+    pub async fn retired(&self, seqs: Vec<u64>) -> Result<HashMap<u64, u8>, Error> {
+        Ok(self.store.retired(seqs).await?)
+    }
+}
