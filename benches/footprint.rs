@@ -132,7 +132,7 @@ async fn fill(store: &Store, n: usize, content_bytes: usize) -> Result<()> {
         let mut tasks = tokio::task::JoinSet::new();
         for grant in grants {
             let store = store.clone();
-            tasks.spawn(async move { store.post_result(answer(grant.record.id, grant.lease_token)).await.map(|_| ()) });
+            tasks.spawn(async move { store.post_result(answer(grant.record.id, grant.lease_token.into_string())).await.map(|_| ()) });
         }
         while let Some(done) = tasks.join_next().await {
             done??;
@@ -165,7 +165,7 @@ fn answer(id: ExtractionId, lease_token: String) -> PostResult {
     };
     PostResult {
         id,
-        authority: Authority::Lease(lease_token),
+        authority: Authority::Lease(lease_token.into()),
         submission: Submission::Valid { findings, output },
         charge: Some(Charge { provider: "external".into(), job_id: None, usage, latency_ms: Some(1500), batch: false }),
     }

@@ -9,6 +9,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use super::names::BatchKey;
+
 const EXTRACTION_CONTEXT: &str = "commitpoint extraction v1";
 const SOURCE_CONTEXT: &str = "commitpoint source v1";
 const FINDING_CONTEXT: &str = "commitpoint finding v1";
@@ -123,7 +125,7 @@ impl FindingKey {
 
 /// The key of a provider batch, fixed when its intent is committed (and stored with it),
 /// so a job created before a crash can be found again by it. No two intents share one.
-pub fn batch_key(provider: &str, schema: &str, intent_seq: u64, members: &[(ExtractionId, u32)]) -> String {
+pub fn batch_key(provider: &str, schema: &str, intent_seq: u64, members: &[(ExtractionId, u32)]) -> BatchKey {
     let mut hasher = CanonicalHasher::new(BATCH_CONTEXT);
     // The intent's sequence keeps keys apart when the same members go back as the same
     // attempt (a batch the provider failed for want of room): a lookup of the new intent
@@ -134,7 +136,7 @@ pub fn batch_key(provider: &str, schema: &str, intent_seq: u64, members: &[(Extr
         hasher.field(id.as_bytes()).field(&attempt.to_le_bytes());
     }
     // 128 bits is plenty to find our own job among a provider's recent batches.
-    format!("cpb-{}", &hex_encode(&hasher.finish())[..32])
+    BatchKey::new(format!("cpb-{}", &hex_encode(&hasher.finish())[..32]))
 }
 
 fn hex_encode(bytes: &[u8; 32]) -> String {

@@ -10,6 +10,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::names::{BatchKey, LeaseToken, ProviderName};
+
 /// DESIGN §3 failure classes. Only `Validation` is produced by the external-worker path;
 /// the others are reserved for provider adapters. New classes are appended, so the
 /// encodings of the existing ones never move.
@@ -64,7 +66,7 @@ pub enum State {
     Pending,
     Claimed {
         worker: String,
-        lease_token: String,
+        lease_token: LeaseToken,
         expires_at_ms: u64,
     },
     Committed {
@@ -78,14 +80,14 @@ pub enum State {
     /// persisted: the provider may or may not have the job, so it must be looked up by
     /// `batch_key` before anything is resubmitted.
     Submitted {
-        provider: String,
-        batch_key: String,
+        provider: ProviderName,
+        batch_key: BatchKey,
         job_id: Option<String>,
     },
     /// The provider's raw result is stored; validation and commit come next.
     Ready {
-        provider: String,
-        batch_key: String,
+        provider: ProviderName,
+        batch_key: BatchKey,
     },
     /// Stopped by its tenant or an operator (terminal). An answer that arrives later is
     /// charged but never committed.
@@ -154,7 +156,7 @@ impl State {
     }
 
     /// The batch this extraction belongs to, while it belongs to one.
-    pub fn batch_key(&self) -> Option<&str> {
+    pub fn batch_key(&self) -> Option<&BatchKey> {
         match self {
             Self::Submitted { batch_key, .. } | Self::Ready { batch_key, .. } => Some(batch_key),
             _ => None,
@@ -165,28 +167,28 @@ impl State {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// A worker asks for the work under a new fencing token.
-    Claim { worker: String, lease_token: String, expires_at_ms: u64 },
+    Claim { worker: String, lease_token: LeaseToken, expires_at_ms: u64 },
     /// A worker posted output that passed schema validation.
-    ValidResult { lease_token: String },
+    ValidResult { lease_token: LeaseToken },
     /// A worker posted output that failed schema validation.
-    InvalidResult { lease_token: String, reason: String },
+    InvalidResult { lease_token: LeaseToken, reason: String },
     /// An operator asks to try a failed extraction again.
     Retry,
     /// The batcher put the extraction into a submit intent for `provider`.
-    Enqueue { provider: String, batch_key: String },
+    Enqueue { provider: ProviderName, batch_key: BatchKey },
     /// The provider accepted the batch and its job id is being persisted.
-    JobAccepted { batch_key: String, job_id: String },
+    JobAccepted { batch_key: BatchKey, job_id: String },
     /// The provider's answer for this member is stored raw.
-    ResultStored { batch_key: String },
+    ResultStored { batch_key: BatchKey },
     /// The stored result passed schema validation.
-    ReadyValid { batch_key: String },
+    ReadyValid { batch_key: BatchKey },
     /// The stored result failed schema validation.
-    ReadyInvalid { batch_key: String, reason: String },
+    ReadyInvalid { batch_key: BatchKey, reason: String },
     /// The provider refused this member for good (invalid request, non-retryable error).
-    ProviderFailed { batch_key: String, class: FailureClass, reason: String },
+    ProviderFailed { batch_key: BatchKey, class: FailureClass, reason: String },
     /// The batch ended without an answer for this member (expired, cancelled, lost):
     /// it goes back to the queue as a new attempt of the same identity.
-    Requeue { batch_key: String },
+    Requeue { batch_key: BatchKey },
     /// The tenant or an operator stops the work for good.
     Cancel,
 }
@@ -207,7 +209,7 @@ impl Event {
         }
     }
 
-    fn batch_key(&self) -> Option<&str> {
+    fn batch_key(&self) -> Option<&BatchKey> {
         match self {
             Self::Enqueue { batch_key, .. }
             | Self::JobAccepted { batch_key, .. }
@@ -337,11 +339,11 @@ fn apply_batch_event(state: &State, event: Event, now_ms: u64) -> Result<Outcome
     }
 }
 
-fn claimed(worker: String, lease_token: String, expires_at_ms: u64) -> Outcome {
+fn claimed(worker: String, lease_token: LeaseToken, expires_at_ms: u64) -> Outcome {
     Outcome::Changed(State::Claimed { worker, lease_token, expires_at_ms })
 }
 
-fn fenced(current: &str, presented: &str) -> Result<(), TransitionError> {
+fn fenced(current: &LeaseToken, presented: &LeaseToken) -> Result<(), TransitionError> {
     if current == presented { Ok(()) } else { Err(TransitionError::StaleLease) }
 }
 
@@ -499,7 +501,7 @@ mod tests {
 
     fn arb_event() -> impl Strategy<Value = Event> {
         let token = prop::sample::select(vec!["a", "b", "c"]);
-        let key = prop::sample::select(vec!["k1", "k2"]).prop_map(str::to_string);
+        let key = prop::sample::select(vec!["k1", "k2"]).prop_map(BatchKey::from);
         prop_oneof![
             (token.clone(), 0u64..400).prop_map(|(t, e)| claim(t, e)),
             token.clone().prop_map(valid),

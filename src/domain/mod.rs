@@ -10,6 +10,7 @@ pub mod health;
 pub mod identity;
 pub mod lifecycle;
 pub mod metric_names;
+pub mod names;
 pub mod redact;
 pub mod schema;
 pub mod secret;

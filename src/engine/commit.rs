@@ -125,7 +125,7 @@ impl Committer {
     /// API and is priced at its discount (never for a synchronous provider).
     pub async fn commit_ready(&self, item: ReadyItem, batch_api: bool) -> Result<PostOutcome, CommitError> {
         let id = item.record.id;
-        let Some(batch_key) = item.record.state.batch_key().map(str::to_string) else {
+        let Some(batch_key) = item.record.state.batch_key().cloned() else {
             return Err(CommitError::Transition(TransitionError::StaleBatch));
         };
         let schema = self.judge.registry.get(&item.record.schema)?;

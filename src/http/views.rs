@@ -146,7 +146,7 @@ pub struct ClaimGrant {
 pub fn grant(g: &Grant) -> ClaimGrant {
     ClaimGrant {
         extraction_id: g.record.id.to_hex(),
-        lease_token: g.lease_token.clone(),
+        lease_token: g.lease_token.to_string(),
         lease_expires_at: format_ms(g.lease_expires_at_ms),
         tenant: g.record.tenant.clone(),
         source_id: g.record.source_id.clone(),

@@ -285,7 +285,7 @@ impl Service {
             .iter()
             .map(|h| {
                 let health = h.snapshot();
-                let open_batches = open.iter().filter(|b| b.provider == health.name).count() as u64;
+                let open_batches = open.iter().filter(|b| b.provider == health.name.as_str()).count() as u64;
                 ProviderView { health, open_batches }
             })
             .collect())

@@ -35,7 +35,7 @@ impl Service {
             latency_ms: u.latency_ms,
             batch: false,
         });
-        let post = PostResult { id, authority: Authority::Lease(request.lease_token), submission, charge };
+        let post = PostResult { id, authority: Authority::Lease(request.lease_token.into()), submission, charge };
         let outcome = self.store.post_result(post).await?;
         count_outcome(&outcome, "worker");
         match outcome {

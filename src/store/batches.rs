@@ -21,6 +21,7 @@ use super::{Error, ExtractionRecord, Store};
 use crate::domain::batch::{BatchMember, LineResult, OutputBudget, Usage};
 use crate::domain::identity::{ExtractionId, batch_key};
 use crate::domain::lifecycle::{self, Event, FailureClass, Outcome, State, StateName};
+use crate::domain::names::BatchKey;
 
 /// Decides, by (tenant, schema), whether pending work may join a batch for this provider:
 /// routing and budget holds, decided outside the store.
@@ -209,7 +210,7 @@ impl Store {
                     BatchState::Submitted { job_id } | BatchState::Closed { job_id: Some(job_id), .. } => job_id,
                     _ => continue,
                 };
-                if record.provider == provider {
+                if record.provider == provider.as_str() {
                     jobs.push(job);
                 }
             }
@@ -271,7 +272,7 @@ impl Store {
                 let missing = |kind| Error::Corrupt { kind, reason: format!("ready extraction #{seq} has no {kind}") };
                 let record: ExtractionRecord =
                     decode(extractions.get(seq)?.ok_or_else(|| missing("extraction"))?.value())?;
-                if !matches!(&record.state, State::Ready { provider: p, .. } if *p == provider) {
+                if !matches!(&record.state, State::Ready { provider: p, .. } if *p == provider.as_str()) {
                     continue;
                 }
                 let staged = decode(staged.get(seq)?.ok_or_else(|| missing("staged answer"))?.value())?;
@@ -360,7 +361,7 @@ fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(In
     let batch = BatchRecord {
         seq,
         batch_key: key.clone(),
-        provider: request.provider.clone(),
+        provider: request.provider.clone().into(),
         schema: request.schema.clone(),
         members: members.iter().map(|m| m.seq).collect(),
         state: BatchState::Intent,
@@ -372,7 +373,7 @@ fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(In
         not_found_since_ms: None,
     };
     for mut member in members {
-        let event = Event::Enqueue { provider: request.provider.clone(), batch_key: key.clone() };
+        let event = Event::Enqueue { provider: request.provider.clone().into(), batch_key: key.clone() };
         if let Ok(Outcome::Changed(next)) = lifecycle::apply(&member.state, event, t.now_ms) {
             transition(t, &mut member, next)?;
         }
@@ -427,7 +428,7 @@ fn stage_results(
         _ => String::new(),
     };
     let charge = |usage: Usage| Charge {
-        provider: record.provider.clone(),
+        provider: record.provider.to_string(),
         job_id: Some(job_id.clone()).filter(|j| !j.is_empty()),
         usage,
         latency_ms: None,
@@ -471,7 +472,7 @@ fn stage_results(
         match line {
             LineResult::Answer { output, usage } => {
                 let staged = StagedAnswer {
-                    provider: record.provider.clone(),
+                    provider: record.provider.to_string(),
                     job_id: job_id.clone(),
                     output_json: output,
                     usage,
@@ -521,7 +522,12 @@ enum Effect {
 }
 
 /// The event one result line means for its member, and what else it changes.
-fn plan_line(member: &ExtractionRecord, line: &LineResult, batch_key: String, rules: &MemberRules) -> (Event, Effect) {
+fn plan_line(
+    member: &ExtractionRecord,
+    line: &LineResult,
+    batch_key: BatchKey,
+    rules: &MemberRules,
+) -> (Event, Effect) {
     let failed = |class, reason| (Event::ProviderFailed { batch_key: batch_key.clone(), class, reason }, Effect::None);
     match line {
         LineResult::Answer { .. } => (Event::ResultStored { batch_key }, Effect::None),
@@ -553,7 +559,7 @@ fn plan_line(member: &ExtractionRecord, line: &LineResult, batch_key: String, ru
 /// `max_attempts` provider attempts — a permanent failure instead of a requeue for ever.
 fn release(
     member: &ExtractionRecord,
-    batch_key: String,
+    batch_key: BatchKey,
     rules: &MemberRules,
     raise_to: Option<u32>,
     why: &str,

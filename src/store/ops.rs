@@ -13,6 +13,7 @@ use super::write_tables::WriteTables;
 use super::{Error, Store};
 use crate::domain::identity::{ExtractionId, FindingKey};
 use crate::domain::lifecycle::{self, Event, Outcome, State, TransitionError};
+use crate::domain::names::{BatchKey, LeaseToken};
 use crate::domain::schema::ValidatedFinding;
 
 #[derive(Debug, Clone)]
@@ -41,7 +42,7 @@ pub struct ClaimRequest {
 pub struct Grant {
     pub record: ExtractionRecord,
     pub content: String,
-    pub lease_token: String,
+    pub lease_token: LeaseToken,
     pub lease_expires_at_ms: u64,
 }
 
@@ -56,8 +57,8 @@ pub enum Submission {
 /// extraction currently belongs to. Either one fences out late and stale reporters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Authority {
-    Lease(String),
-    Batch(String),
+    Lease(LeaseToken),
+    Batch(BatchKey),
 }
 
 #[derive(Debug, Clone)]
@@ -249,7 +250,7 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
     let mut record = load(t, seq)?;
     let producer = match &record.state {
         State::Claimed { worker, .. } => worker.clone(),
-        State::Ready { provider, .. } => provider.clone(),
+        State::Ready { provider, .. } => provider.to_string(),
         _ => String::new(),
     };
     let event = match (&post.authority, &post.submission) {
@@ -263,7 +264,8 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
         }
     };
     let fence = match post.authority {
-        Authority::Lease(token) | Authority::Batch(token) => token,
+        Authority::Lease(token) => token.into_string(),
+        Authority::Batch(key) => key.into_string(),
     };
     let next = match lifecycle::apply(&record.state, event, t.now_ms) {
         Ok(Outcome::Changed(next)) => next,
@@ -387,6 +389,6 @@ fn count_findings(t: &WriteTables<'_>, seq: u64) -> Result<u64, Error> {
 
 /// Fencing tokens: the claim number makes them ordered for humans, the random part
 /// makes them unguessable for other workers.
-fn new_lease_token(claim_number: u32) -> String {
-    format!("lt-{claim_number}-{:032x}", rand::random::<u128>())
+fn new_lease_token(claim_number: u32) -> LeaseToken {
+    LeaseToken::new(format!("lt-{claim_number}-{:032x}", rand::random::<u128>()))
 }

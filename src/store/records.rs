@@ -7,6 +7,7 @@ use super::codec::{Versioned, decode_body};
 use crate::domain::batch::Usage;
 use crate::domain::identity::{ExtractionId, FindingKey, SourceHash};
 use crate::domain::lifecycle::State;
+use crate::domain::names::{BatchKey, ProviderName};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExtractionRecord {
@@ -177,8 +178,8 @@ mod legacy {
         fn from(v1: BatchRecordV1) -> Self {
             Self {
                 seq: v1.seq,
-                batch_key: v1.batch_key,
-                provider: v1.provider,
+                batch_key: v1.batch_key.into(),
+                provider: v1.provider.into(),
                 schema: v1.schema,
                 members: v1.members,
                 state: v1.state,
@@ -228,8 +229,8 @@ pub struct BatchRecord {
     pub seq: u64,
     /// Derived from (provider, schema, intent sequence, members and their attempts): how the job is
     /// found again at the provider after a crash.
-    pub batch_key: String,
-    pub provider: String,
+    pub batch_key: BatchKey,
+    pub provider: ProviderName,
     pub schema: String,
     /// Extraction sequence numbers, in submit order.
     pub members: Vec<u64>,

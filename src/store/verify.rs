@@ -17,6 +17,7 @@ mod ledger;
 mod retention;
 use crate::domain::identity::{ExtractionId, FindingKey, SourceHash};
 use crate::domain::lifecycle::State;
+use crate::domain::names::BatchKey;
 
 /// Problems beyond this many are counted, not listed.
 const MAX_LISTED: usize = 50;
@@ -130,7 +131,7 @@ fn check_batches(
     }
     let batches = txn.open_table(tables::BATCHES)?;
     let open = txn.open_table(tables::OPEN_BATCHES)?;
-    let mut owner: BTreeMap<u64, (String, Option<String>)> = BTreeMap::new();
+    let mut owner: BTreeMap<u64, (BatchKey, Option<String>)> = BTreeMap::new();
     for entry in batches.iter()? {
         let (seq, value) = entry?;
         let seq = seq.value();
@@ -159,7 +160,7 @@ fn check_batches(
             // A member whose line said "try again" is requeued while its batch is still
             // open (closed after the whole file is read); from then on the old batch only
             // lists it. Only members whose state names this batch are bound to it.
-            let bound = records.get(member).and_then(|r| r.state.batch_key()) == Some(batch.batch_key.as_str());
+            let bound = records.get(member).and_then(|r| r.state.batch_key()) == Some(&batch.batch_key);
             if !bound {
                 continue;
             }

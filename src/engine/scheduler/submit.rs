@@ -27,7 +27,7 @@ impl Scheduler {
             let since = batch.created_at_ms.saturating_sub(KNOWN_JOBS_WINDOW.as_millis() as u64);
             let known_jobs = self.store.recorded_jobs_since(self.provider.name().to_string(), since).await?;
             let intent = IntentRef {
-                batch_key: &batch.batch_key,
+                batch_key: batch.batch_key.as_str(),
                 created_at_ms: batch.created_at_ms,
                 members: &ids,
                 known_jobs: &known_jobs,
@@ -56,7 +56,7 @@ impl Scheduler {
             self.close(&batch, "schema missing".to_string(), leftover).await?;
             return Ok(None);
         };
-        let spec = BatchSpec { batch_key: &batch.batch_key, schema: &schema, members: &members };
+        let spec = BatchSpec { batch_key: batch.batch_key.as_str(), schema: &schema, members: &members };
         match self.provider.submit(&spec).await {
             Ok(job_id) => {
                 failpoint::hit("after-submit-before-job-id");
