@@ -132,7 +132,9 @@ async fn fill(store: &Store, n: usize, content_bytes: usize) -> Result<()> {
         let mut tasks = tokio::task::JoinSet::new();
         for grant in grants {
             let store = store.clone();
-            tasks.spawn(async move { store.post_result(answer(grant.record.id, grant.lease_token.into_string())).await.map(|_| ()) });
+            tasks.spawn(async move {
+                store.post_result(answer(grant.record.id, grant.lease_token.into_string())).await.map(|_| ())
+            });
         }
         while let Some(done) = tasks.join_next().await {
             done??;

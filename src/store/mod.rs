@@ -63,8 +63,8 @@ pub use read::{ListFilter, ListPage, StateCount};
 #[cfg(feature = "fuzzing")] // only the fuzz entry points decode it from outside the store
 pub(crate) use records::StoredContent;
 pub use records::{
-    BatchRecord, BatchState, ChargeKind, CostSource, DeliveryState, ExtractionRecord, FindingRecord, LedgerRecord,
-    NewExtraction, OutboxKind, OutboxRecord, ResultRecord,
+    BatchRecord, BatchState, ChargeKind, CostSource, DeliveryState, ExtractionRecord, Fence, FindingRecord,
+    LedgerRecord, NewExtraction, OutboxKind, OutboxRecord, ResultRecord,
 };
 pub use retention::{RetentionPolicy, RetentionStep};
 pub use seam::{Backend, SharedStore};

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::codec::{decode, encode};
 use super::ledger::{Charge, record_charge};
-use super::records::{ChargeKind, ExtractionRecord, FindingRecord, NewExtraction, ResultRecord, StoredContent};
+use super::records::{ChargeKind, ExtractionRecord, Fence, FindingRecord, NewExtraction, ResultRecord, StoredContent};
 use super::tables::required;
 use super::write_tables::WriteTables;
 use super::{Error, Store};
@@ -264,8 +264,8 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
         }
     };
     let fence = match post.authority {
-        Authority::Lease(token) => token.into_string(),
-        Authority::Batch(key) => key.into_string(),
+        Authority::Lease(token) => Fence::Lease(token),
+        Authority::Batch(key) => Fence::Batch(key),
     };
     let next = match lifecycle::apply(&record.state, event, t.now_ms) {
         Ok(Outcome::Changed(next)) => next,
@@ -293,8 +293,8 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
         (State::Committed { .. }, Submission::Valid { findings, output }) => {
             let result = ResultRecord {
                 output_json: output.to_string(),
-                worker: producer,
-                lease_token: fence,
+                producer,
+                fence,
                 usage: post.charge.as_ref().map(|c| c.usage.clone()),
                 latency_ms: post.charge.as_ref().and_then(|c| c.latency_ms),
                 received_at_ms: t.now_ms,

@@ -7,7 +7,7 @@ use super::codec::{Versioned, decode_body};
 use crate::domain::batch::Usage;
 use crate::domain::identity::{ExtractionId, FindingKey, SourceHash};
 use crate::domain::lifecycle::State;
-use crate::domain::names::{BatchKey, ProviderName};
+use crate::domain::names::{BatchKey, LeaseToken, ProviderName};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExtractionRecord {
@@ -73,11 +73,29 @@ impl Versioned for FindingRecord {
     const VERSION: u8 = 1;
 }
 
+/// The authority a result was committed under: a worker's lease or a provider batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Fence {
+    Lease(LeaseToken),
+    Batch(BatchKey),
+}
+
+impl Fence {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Fence::Lease(token) => token.as_str(),
+            Fence::Batch(key) => key.as_str(),
+        }
+    }
+}
+
+/// The raw output a committed extraction was committed with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResultRecord {
     pub output_json: String,
-    pub worker: String,
-    pub lease_token: String,
+    /// The worker, or the provider (by its table name), that produced the output.
+    pub producer: String,
+    pub fence: Fence,
     pub usage: Option<Usage>,
     /// From the call (or batch submission) to the answer, where known.
     pub latency_ms: Option<u64>,
@@ -86,10 +104,16 @@ pub struct ResultRecord {
 
 impl Versioned for ResultRecord {
     const KIND: &'static str = "result";
-    const VERSION: u8 = 2;
+    /// 3: `producer` and a typed `fence` instead of `worker` and a `lease_token` that held
+    /// a batch key when a provider's answer was committed.
+    const VERSION: u8 = 3;
 
     fn upgrade(version: u8, body: &[u8]) -> Option<Result<Self, String>> {
-        (version == 1).then(|| decode_body::<legacy::ResultRecordV1>(body).map(Into::into))
+        match version {
+            1 => Some(decode_body::<legacy::ResultRecordV1>(body).map(|v1| legacy::ResultRecordV2::from(v1).into())),
+            2 => Some(decode_body::<legacy::ResultRecordV2>(body).map(Into::into)),
+            _ => None,
+        }
     }
 }
 
@@ -193,7 +217,40 @@ mod legacy {
         }
     }
 
-    impl From<ResultRecordV1> for super::ResultRecord {
+    /// Format 2: the fence was a string, a lease token or (for a provider's answer) a
+    /// batch key.
+    #[derive(Debug, Deserialize)]
+    #[cfg_attr(test, derive(serde::Serialize))]
+    pub struct ResultRecordV2 {
+        pub output_json: String,
+        pub worker: String,
+        pub lease_token: String,
+        pub usage: Option<super::Usage>,
+        pub latency_ms: Option<u64>,
+        pub received_at_ms: u64,
+    }
+
+    impl From<ResultRecordV2> for super::ResultRecord {
+        /// Batch keys are the only fences made by `identity::batch_key` (`cpb-…`); lease
+        /// tokens start `lt-`.
+        fn from(v2: ResultRecordV2) -> Self {
+            let fence = if v2.lease_token.starts_with("cpb-") {
+                super::Fence::Batch(v2.lease_token.into())
+            } else {
+                super::Fence::Lease(v2.lease_token.into())
+            };
+            Self {
+                output_json: v2.output_json,
+                producer: v2.worker,
+                fence,
+                usage: v2.usage,
+                latency_ms: v2.latency_ms,
+                received_at_ms: v2.received_at_ms,
+            }
+        }
+    }
+
+    impl From<ResultRecordV1> for ResultRecordV2 {
         fn from(v1: ResultRecordV1) -> Self {
             Self {
                 output_json: v1.output_json,
@@ -481,26 +538,42 @@ mod tests {
                 committed_at_ms: 5,
             },
         );
-        check_golden(
-            "v2_result.bin",
-            &ResultRecord {
-                output_json: r#"{"findings":[]}"#.into(),
-                worker: "w".into(),
-                lease_token: "t".into(),
-                usage: Some(Usage {
-                    model: "m".into(),
-                    input_tokens: 10,
-                    output_tokens: 20,
-                    cached_input_tokens: 4,
-                    cache_write_tokens: 1,
-                    reasoning_tokens: 2,
-                    provider_cost_micros: Some(77),
-                    request_id: Some("req_1".into()),
-                }),
-                latency_ms: Some(1500),
-                received_at_ms: 6,
-            },
-        );
+        let usage = Usage {
+            model: "m".into(),
+            input_tokens: 10,
+            output_tokens: 20,
+            cached_input_tokens: 4,
+            cache_write_tokens: 1,
+            reasoning_tokens: 2,
+            provider_cost_micros: Some(77),
+            request_id: Some("req_1".into()),
+        };
+        let result = |fence| ResultRecord {
+            output_json: r#"{"findings":[]}"#.into(),
+            producer: "w".into(),
+            fence,
+            usage: Some(usage.clone()),
+            latency_ms: Some(1500),
+            received_at_ms: 6,
+        };
+        check_golden("v3_result_lease.bin", &result(Fence::Lease("lt-1-abc".into())));
+        check_golden("v3_result_batch.bin", &result(Fence::Batch("cpb-0123".into())));
+        // Format 2 stored the fence as a string: `t` was a lease token.
+        let v2 = std::fs::read(fixture("v2_result.bin")).unwrap();
+        assert_eq!(v2[0], 2);
+        assert_eq!(decode::<ResultRecord>(&v2).unwrap(), result(Fence::Lease("t".into())));
+        // A provider's answer committed by format 2 held its batch key there.
+        let v2_batch = legacy::ResultRecordV2 {
+            output_json: r#"{"findings":[]}"#.into(),
+            worker: "w".into(),
+            lease_token: "cpb-0123".into(),
+            usage: Some(usage.clone()),
+            latency_ms: Some(1500),
+            received_at_ms: 6,
+        };
+        let mut bytes = vec![2u8];
+        bytes.extend(bincode::serde::encode_to_vec(&v2_batch, bincode::config::standard()).unwrap());
+        assert_eq!(decode::<ResultRecord>(&bytes).unwrap(), result(Fence::Batch("cpb-0123".into())));
         check_golden("v1_content.bin", &StoredContent { text: "fn main() {}".into() });
     }
 
@@ -590,7 +663,8 @@ mod tests {
         let usage = record.usage.unwrap();
         assert_eq!((usage.model.as_str(), usage.input_tokens, usage.output_tokens), ("m", 10, 20));
         assert_eq!((usage.cached_input_tokens, usage.provider_cost_micros), (0, None));
-        assert_eq!((record.worker.as_str(), record.received_at_ms), ("w", 6));
+        assert_eq!((record.producer.as_str(), record.received_at_ms), ("w", 6));
+        assert_eq!(record.fence, Fence::Lease("t".into()));
     }
 
     #[test]

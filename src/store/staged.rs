@@ -43,8 +43,8 @@ impl StagedAnswer {
     /// `worker` and the job id in `lease_token`.
     fn from_result_shape(old: ResultRecord) -> Self {
         Self {
-            provider: old.worker,
-            job_id: old.lease_token,
+            provider: old.producer,
+            job_id: old.fence.as_str().to_string(),
             output_json: old.output_json,
             usage: old.usage,
             latency_ms: old.latency_ms,
@@ -113,6 +113,6 @@ mod tests {
         let v1 = std::fs::read(fixture("v1_result.bin")).unwrap();
         assert_eq!(v1[0], 1);
         let old = decode::<StagedAnswer>(&v1).unwrap();
-        assert_eq!(old.provider, decode::<ResultRecord>(&v1).unwrap().worker);
+        assert_eq!(old.provider, decode::<ResultRecord>(&v1).unwrap().producer);
     }
 }
