@@ -19,6 +19,8 @@
 //!
 //! See docs/ARCHITECTURE.md for the data flow.
 
+#![warn(unreachable_pub)]
+
 pub mod app;
 pub mod cli;
 pub mod domain;

@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::EXIT_PROBLEMS;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// Where to write the backup (must not exist).
     #[arg(long)]
     out: PathBuf,
@@ -27,7 +27,7 @@ pub struct Args {
     keep_on_server: bool,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.out.exists() {
         bail!("{}: already exists; choose a new file name", args.out.display());
     }

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::EXIT_PROBLEMS;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     #[arg(long)]
     tenant: String,
     /// Start (a date like 2026-11-01, or RFC 3339); default: the start of this UTC month.
@@ -33,7 +33,7 @@ pub struct Args {
 
 const KINDS: [&str; 3] = ["fresh", "replay", "failed_validation"];
 
-pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let base = args.admin.resolve();
     let mut query: Vec<(&str, &str)> = Vec::new();
     for (key, value) in [("from", &args.from), ("to", &args.to), ("group_by", &args.group_by)] {

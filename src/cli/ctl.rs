@@ -9,7 +9,7 @@ use super::EXIT_PROBLEMS;
 
 /// How to reach the admin API.
 #[derive(Debug, clap::Args)]
-pub struct Target {
+pub(super) struct Target {
     #[command(flatten)]
     admin: super::AdminUrl,
     /// Bearer token (the admin token), if the server requires one.
@@ -21,7 +21,7 @@ pub struct Target {
 }
 
 #[derive(Debug, clap::Subcommand)]
-pub enum Command {
+pub(super) enum Command {
     /// Counts by state, work waiting longest, providers and their pauses, last backup.
     Status(Target),
     /// Stop new submissions to a provider; its known jobs are still polled to completion.
@@ -62,7 +62,7 @@ fn reload(pid: i32, args: super::serve::Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(command: Command) -> anyhow::Result<ExitCode> {
     let (target, method, path) = match command {
         Command::Reload { pid, args } => return reload(pid, args),
         Command::Retry(args) => return super::retry::run(args).await,

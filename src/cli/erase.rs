@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::{EXIT_PROBLEMS, EXIT_USAGE};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// The tenant whose extractions, contents, findings, results and events are erased.
     tenant: String,
     /// Confirms the erasure: it cannot be undone.
@@ -21,7 +21,7 @@ pub struct Args {
     token: Option<String>,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !args.yes {
         eprintln!(
             "commitpoint: erasing tenant {:?} removes all of its data for good; add --yes to confirm",

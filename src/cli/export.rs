@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use super::EXIT_PROBLEMS;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub(super) enum Format {
     /// One JSON object per committed extraction, exactly as `GET /v1/export` sends it.
     Jsonl,
     /// One row per finding, with a header row.
@@ -22,7 +22,7 @@ pub enum Format {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     #[arg(long)]
     tenant: String,
     /// Only extractions of this schema (`name@version`).
@@ -52,7 +52,7 @@ const FIXED_COLUMNS: [&str; 6] = ["extraction_id", "finding_key", "tenant", "sou
 /// finding) has no column for.
 const OTHER_COLUMN: &str = "other_fields";
 
-pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let base = args.admin.resolve();
     let mut query = vec![("tenant", args.tenant.as_str())];
     for (key, value) in [("schema", &args.schema), ("since", &args.since), ("until", &args.until)] {

@@ -19,7 +19,7 @@ fn existing(path: &Path) -> anyhow::Result<String> {
     Ok(shown)
 }
 
-pub async fn compact(path: PathBuf) -> anyhow::Result<ExitCode> {
+pub(super) async fn compact(path: PathBuf) -> anyhow::Result<ExitCode> {
     let shown = existing(&path)?;
     let report = tokio::task::spawn_blocking(move || crate::store::compact_file(&path))
         .await?
@@ -31,7 +31,7 @@ pub async fn compact(path: PathBuf) -> anyhow::Result<ExitCode> {
     Ok(if report.verify.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROBLEMS) })
 }
 
-pub async fn dump(path: PathBuf) -> anyhow::Result<ExitCode> {
+pub(super) async fn dump(path: PathBuf) -> anyhow::Result<ExitCode> {
     let shown = existing(&path)?;
     let text = tokio::task::spawn_blocking(move || {
         let mut out = Vec::new();

@@ -12,14 +12,14 @@ use crate::domain::schema::Registry;
 use crate::providers::Probe;
 
 #[derive(Debug, clap::Subcommand)]
-pub enum Command {
+pub(super) enum Command {
     /// Send one small synchronous request (billed: a cent or less) per provider and schema;
     /// exit 0 when every one is accepted, 1 otherwise.
     Check(CheckArgs),
 }
 
 #[derive(Debug, Clone, clap::Args)]
-pub struct CheckArgs {
+pub(super) struct CheckArgs {
     /// Configuration file (TOML), as `serve` reads it.
     #[arg(long, env = "COMMITPOINT_CONFIG")]
     config: Option<PathBuf>,
@@ -35,7 +35,7 @@ pub struct CheckArgs {
     schema: Option<String>,
 }
 
-pub async fn run(command: Command) -> ExitCode {
+pub(super) async fn run(command: Command) -> ExitCode {
     let Command::Check(args) = command;
     let explicit = args.config.is_some();
     let path = args.config.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));

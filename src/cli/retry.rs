@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::EXIT_PROBLEMS;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// Only extractions failed with this class (validation, truncated, refused, …).
     #[arg(long, value_parser = crate::domain::lifecycle::FailureClass::ALL.map(|c| c.as_str()))]
     failure_class: Option<String>,
@@ -27,7 +27,7 @@ pub struct Args {
     token: Option<String>,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let base = args.admin.resolve();
     let mut body = json!({});
     for (key, value) in [("failure_class", &args.failure_class), ("tenant", &args.tenant), ("schema", &args.schema)] {

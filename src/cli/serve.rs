@@ -17,7 +17,7 @@ use crate::http::access::AccessPolicy;
 
 /// Every flag is optional: unset ones come from the configuration file, then defaults.
 #[derive(Debug, Clone, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// Configuration file (TOML). A missing default file means built-in defaults.
     #[arg(long, env = "COMMITPOINT_CONFIG")]
     config: Option<PathBuf>,
@@ -61,7 +61,7 @@ pub struct Args {
 }
 
 impl Args {
-    pub fn resolve(self) -> Result<ServeOptions, crate::app::config::Error> {
+    pub(super) fn resolve(self) -> Result<ServeOptions, crate::app::config::Error> {
         let explicit = self.config.is_some();
         let path = self.config.unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
         let key = match (self.provider_key_file, self.provider_key_env) {
@@ -86,7 +86,7 @@ impl Args {
     }
 }
 
-pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let signals = Signals::install().context("cannot install signal handlers")?;
     let options = match args.clone().resolve() {
         Ok(options) => options,
@@ -128,7 +128,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Runs every check `serve` would run before binding, and prints the effective config.
-pub fn check(args: Args) -> ExitCode {
+pub(super) fn check(args: Args) -> ExitCode {
     let options = match args.resolve() {
         Ok(options) => options,
         Err(e) => return config_error(&e),

@@ -10,14 +10,14 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 const EXIT_SECOND_SIGNAL: i32 = 130;
 
 #[derive(Debug)]
-pub struct Signals {
+pub(super) struct Signals {
     terminate: Signal,
     interrupt: Signal,
     hangup: Signal,
 }
 
 impl Signals {
-    pub fn install() -> std::io::Result<Self> {
+    pub(super) fn install() -> std::io::Result<Self> {
         Ok(Self {
             terminate: signal(SignalKind::terminate())?,
             interrupt: signal(SignalKind::interrupt())?,
@@ -27,13 +27,13 @@ impl Signals {
 
     /// Waits for SIGTERM or SIGINT, calling `reload` on every SIGHUP meanwhile; then arms
     /// the second-signal escape hatch.
-    pub async fn wait(self, reload: impl FnMut()) {
+    pub(super) async fn wait(self, reload: impl FnMut()) {
         self.wait_or(reload, std::future::pending()).await;
     }
 
     /// Like `wait`, but also ends when `failed` resolves (a background task failed). The
     /// escape hatch is armed either way: a signal during that drain exits at once too.
-    pub async fn wait_or(mut self, mut reload: impl FnMut(), failed: impl Future<Output = ()>) -> Stopped {
+    pub(super) async fn wait_or(mut self, mut reload: impl FnMut(), failed: impl Future<Output = ()>) -> Stopped {
         tokio::pin!(failed);
         let stopped = loop {
             tokio::select! {
@@ -57,7 +57,7 @@ impl Signals {
 
 /// Why a long-running command stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stopped {
+pub(super) enum Stopped {
     Signal,
     TaskFailed,
 }

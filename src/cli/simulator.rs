@@ -11,7 +11,7 @@ use anyhow::Context;
 use crate::simulator::{Dialect, Faults, Simulator, SimulatorConfig};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// Loopback address to listen on; port 0 picks a free port (printed on stdout).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
@@ -34,7 +34,7 @@ pub struct Args {
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum DialectArg {
+pub(super) enum DialectArg {
     Openai,
     Anthropic,
     Gemini,
@@ -42,7 +42,7 @@ pub enum DialectArg {
     Azure,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let api_key = match &args.api_key_env {
         None => None,
         Some(name) => {

@@ -4,7 +4,7 @@
 use crate::simulator::{MetadataMode, RateLimitHeaders, Variant};
 
 #[derive(Debug, Clone, clap::Args)]
-pub struct PlatformArgs {
+pub(super) struct PlatformArgs {
     /// Start from a known platform's departures (`groq`: /openai/v1, metadata dropped,
     /// Groq's 429 headers, one-page lists); the flags below override it.
     #[arg(long, value_enum)]
@@ -28,26 +28,26 @@ pub struct PlatformArgs {
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum PlatformArg {
+pub(super) enum PlatformArg {
     Groq,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum MetadataArg {
+pub(super) enum MetadataArg {
     Kept,
     Ignored,
     Refused,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum HeadersArg {
+pub(super) enum HeadersArg {
     Openai,
     Groq,
     ResetOnly,
 }
 
 impl PlatformArgs {
-    pub fn variant(&self) -> Result<Variant, String> {
+    pub(super) fn variant(&self) -> Result<Variant, String> {
         let mut variant = match self.platform {
             None => Variant::default(),
             Some(PlatformArg::Groq) => Variant::groq_like(),

@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 use super::EXIT_PROBLEMS;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// Files, or directories whose files are all submitted (recursively).
     #[arg(required = true)]
     paths: Vec<PathBuf>,
@@ -36,7 +36,7 @@ struct Source {
     source_id: String,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.concurrency == 0 {
         bail!("--concurrency must be at least 1");
     }

@@ -18,7 +18,7 @@ use crate::domain::health::ProviderHealth;
 use crate::service::{ProviderView, Service};
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct BackupCreated {
+pub(super) struct BackupCreated {
     #[schema(pattern = "^commitpoint-[A-Za-z0-9-]*(\\.[A-Za-z0-9-]+)*\\.redb$")]
     name: String,
     /// Where the file is on the server.
@@ -41,7 +41,7 @@ pub struct BackupCreated {
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn backup(State(service): State<Service>) -> Reply<BackupCreated> {
+pub(super) async fn backup(State(service): State<Service>) -> Reply<BackupCreated> {
     let report = service.backup().await?;
     let name = report.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let body = BackupCreated {
@@ -67,7 +67,7 @@ pub async fn backup(State(service): State<Service>) -> Reply<BackupCreated> {
         (status = 404, description = "`not_found`: no backup with that name", body = ErrorBody),
         (status = 422, description = "`invalid_input`: not a backup name", body = ErrorBody),
     ))]
-pub async fn download(State(service): State<Service>, NamePath(name): NamePath) -> Result<Response, ApiError> {
+pub(super) async fn download(State(service): State<Service>, NamePath(name): NamePath) -> Result<Response, ApiError> {
     let path = service.backup_path(&name)?;
     let file = tokio::fs::File::open(&path).await.map_err(|_| not_found(&name))?;
     let len = file.metadata().await.map(|m| m.len()).unwrap_or(0);
@@ -89,7 +89,7 @@ pub async fn download(State(service): State<Service>, NamePath(name): NamePath) 
         (status = 404, description = "`not_found`: no backup with that name", body = ErrorBody),
         (status = 422, description = "`invalid_input`: not a backup name", body = ErrorBody),
     ))]
-pub async fn remove(State(service): State<Service>, NamePath(name): NamePath) -> Result<StatusCode, ApiError> {
+pub(super) async fn remove(State(service): State<Service>, NamePath(name): NamePath) -> Result<StatusCode, ApiError> {
     let path = service.backup_path(&name)?;
     tokio::fs::remove_file(&path).await.map_err(|_| not_found(&name))?;
     Ok(StatusCode::NO_CONTENT)
@@ -101,7 +101,7 @@ fn not_found(name: &str) -> ApiError {
 
 /// A provider's health: pauses, the last error, and what its scheduler did.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ProviderStatus {
+pub(super) struct ProviderStatus {
     name: String,
     /// Unix ms until which calls (or only new submissions) are paused.
     paused_until_ms: Option<u64>,
@@ -196,7 +196,7 @@ impl From<&ProviderHealth> for ProviderStatus {
 
 /// A provider with the batch jobs it still has in flight.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ProviderEntry {
+pub(super) struct ProviderEntry {
     #[serde(flatten)]
     status: ProviderStatus,
     open_batches: u64,
@@ -209,7 +209,7 @@ impl From<ProviderView> for ProviderEntry {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ProviderList {
+pub(super) struct ProviderList {
     providers: Vec<ProviderEntry>,
 }
 
@@ -223,7 +223,7 @@ pub struct ProviderList {
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn providers(State(service): State<Service>) -> Reply<ProviderList> {
+pub(super) async fn providers(State(service): State<Service>) -> Reply<ProviderList> {
     ok(ProviderList { providers: service.providers().await?.into_iter().map(ProviderEntry::from).collect() })
 }
 
@@ -240,7 +240,7 @@ pub async fn providers(State(service): State<Service>) -> Reply<ProviderList> {
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn pause(State(service): State<Service>, NamePath(name): NamePath) -> Reply<ProviderEntry> {
+pub(super) async fn pause(State(service): State<Service>, NamePath(name): NamePath) -> Reply<ProviderEntry> {
     ok(service.set_provider_paused(&name, true).await?.into())
 }
 
@@ -257,6 +257,6 @@ pub async fn pause(State(service): State<Service>, NamePath(name): NamePath) -> 
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn resume(State(service): State<Service>, NamePath(name): NamePath) -> Reply<ProviderEntry> {
+pub(super) async fn resume(State(service): State<Service>, NamePath(name): NamePath) -> Reply<ProviderEntry> {
     ok(service.set_provider_paused(&name, false).await?.into())
 }

@@ -14,18 +14,18 @@ use crate::http::access::{AccessPolicy, Caller, Denied};
 
 /// The layer of tenant routes (see `routes.rs`): any valid token; the handlers scope
 /// records by the caller it leaves in the request.
-pub async fn any_caller(State(policy): State<Arc<AccessPolicy>>, request: Request, next: Next) -> Response {
+pub(super) async fn any_caller(State(policy): State<Arc<AccessPolicy>>, request: Request, next: Next) -> Response {
     admit(&policy, request, next, |_| Ok(())).await
 }
 
 /// The layer of admin routes (see `routes.rs`): the admin token only.
-pub async fn admin_only(State(policy): State<Arc<AccessPolicy>>, request: Request, next: Next) -> Response {
+pub(super) async fn admin_only(State(policy): State<Arc<AccessPolicy>>, request: Request, next: Next) -> Response {
     admit(&policy, request, next, Caller::require_admin).await
 }
 
 /// The layer of public routes: nothing is refused, but a caller whose token is valid is
 /// left in the request, so `/healthz` can show details to the admin alone.
-pub async fn recognise(State(policy): State<Arc<AccessPolicy>>, mut request: Request, next: Next) -> Response {
+pub(super) async fn recognise(State(policy): State<Arc<AccessPolicy>>, mut request: Request, next: Next) -> Response {
     let authorization = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     if let Ok(caller) = policy.identify(authorization) {
         request.extensions_mut().insert(caller);
@@ -63,4 +63,4 @@ impl From<Denied> for ApiError {
 }
 
 /// The caller, for handlers that scope by tenant.
-pub type CallerExt = axum::Extension<Caller>;
+pub(super) type CallerExt = axum::Extension<Caller>;

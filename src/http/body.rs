@@ -56,7 +56,7 @@ fn encoding(headers: &HeaderMap) -> Result<Encoding, BodyError> {
 
 /// The body, decoded, at most `max_bytes` both as sent and once decoded. `setting` names
 /// the limit in the refusal, so the sender knows which knob it hit.
-pub async fn read(
+pub(super) async fn read(
     headers: &HeaderMap,
     body: Body,
     max_bytes: usize,

@@ -35,7 +35,7 @@ use crate::store::RetryFilter;
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn cancel(
+pub(super) async fn cancel(
     State(service): State<Service>,
     Extension(caller): CallerExt,
     IdPath(id): IdPath,
@@ -48,7 +48,7 @@ pub async fn cancel(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"tenant": "acme", "failure_class": "validation", "limit": 1000}))]
-pub struct BulkRetryBody {
+pub(super) struct BulkRetryBody {
     #[schema(pattern = "^[A-Za-z0-9._-]{1,128}$")]
     tenant: Option<String>,
     /// A registered schema name.
@@ -93,7 +93,7 @@ impl From<FailureClassView> for FailureClass {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct BulkRetryReply {
+pub(super) struct BulkRetryReply {
     /// How many failed extractions are pending again.
     retried: u64,
 }
@@ -114,7 +114,10 @@ pub struct BulkRetryReply {
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn retry(State(service): State<Service>, JsonBody(body): JsonBody<BulkRetryBody>) -> Reply<BulkRetryReply> {
+pub(super) async fn retry(
+    State(service): State<Service>,
+    JsonBody(body): JsonBody<BulkRetryBody>,
+) -> Reply<BulkRetryReply> {
     let filter = RetryFilter {
         tenant: body.tenant,
         schema: body.schema,

@@ -26,7 +26,7 @@ const MAX_OUTBOX_PAGE: usize = 1000;
 static REJECTIONS: LogLimit = LogLimit::new(std::time::Duration::from_secs(10));
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct WebhookReceipt {
+pub(super) struct WebhookReceipt {
     #[schema(pattern = "^[0-9a-f]{64}$")]
     extraction_id: String,
     state: StateView,
@@ -66,7 +66,7 @@ pub struct WebhookReceipt {
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn receive(
+pub(super) async fn receive(
     State(service): State<Service>,
     NamePath(name): NamePath,
     limits: Option<Extension<BodyLimits>>,
@@ -104,7 +104,7 @@ pub async fn receive(
 
 #[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum OutboxState {
+pub(super) enum OutboxState {
     Pending,
     Dead,
 }
@@ -112,7 +112,7 @@ pub enum OutboxState {
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct OutboxQuery {
+pub(super) struct OutboxQuery {
     /// Which events: still to deliver (default), or given up on.
     #[param(inline)]
     state: Option<OutboxState>,
@@ -125,7 +125,7 @@ pub struct OutboxQuery {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct OutboxPage {
+pub(super) struct OutboxPage {
     events: Vec<OutboxEvent>,
     /// Pass as `after` for the following page; null on the last page.
     next: Option<u64>,
@@ -144,7 +144,10 @@ pub struct OutboxPage {
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn list(State(service): State<Service>, QueryParams(q): QueryParams<OutboxQuery>) -> Reply<OutboxPage> {
+pub(super) async fn list(
+    State(service): State<Service>,
+    QueryParams(q): QueryParams<OutboxQuery>,
+) -> Reply<OutboxPage> {
     let filter = match q.state {
         None | Some(OutboxState::Pending) => OutboxFilter::Pending,
         Some(OutboxState::Dead) => OutboxFilter::Dead,
@@ -168,13 +171,13 @@ pub async fn list(State(service): State<Service>, QueryParams(q): QueryParams<Ou
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn redeliver(State(service): State<Service>, SeqPath(seq): SeqPath) -> Reply<OutboxEvent> {
+pub(super) async fn redeliver(State(service): State<Service>, SeqPath(seq): SeqPath) -> Reply<OutboxEvent> {
     let record = service.redeliver(seq).await?;
     ok(event(&record))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct SinkEnabled {
+pub(super) struct SinkEnabled {
     sink: String,
     enabled: bool,
 }
@@ -191,13 +194,13 @@ pub struct SinkEnabled {
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn enable_sink(State(service): State<Service>, NamePath(name): NamePath) -> Reply<SinkEnabled> {
+pub(super) async fn enable_sink(State(service): State<Service>, NamePath(name): NamePath) -> Reply<SinkEnabled> {
     service.enable_sink(&name).await?;
     ok(SinkEnabled { sink: name, enabled: true })
 }
 
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
-pub enum EventType {
+pub(super) enum EventType {
     #[serde(rename = "extraction.committed")]
     Committed,
     #[serde(rename = "extraction.failed")]
@@ -208,7 +211,7 @@ pub enum EventType {
 
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum DeliveryStateView {
+pub(super) enum DeliveryStateView {
     Pending,
     Delivered,
     Dead,
@@ -217,13 +220,13 @@ pub enum DeliveryStateView {
 /// When delivered: `{"at", "status"}`; when dead: `{"reason"}`.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(untagged)]
-pub enum DeliveryDetail {
+pub(super) enum DeliveryDetail {
     Delivered { at: String, status: u16 },
     Dead { reason: String },
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct OutboxEvent {
+pub(super) struct OutboxEvent {
     id: u64,
     /// The `webhook-id` receivers deduplicate on: the same for every sink and attempt.
     event_id: String,

@@ -78,12 +78,12 @@ impl From<BodyError> for ApiError {
 /// The body of every error response.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(example = json!({"error": {"code": "not_found", "message": "no extraction with id 3f…"}}))]
-pub struct ErrorBody {
+pub(super) struct ErrorBody {
     error: ErrorDetail,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorDetail {
+pub(super) struct ErrorDetail {
     /// A stable, machine-readable code such as `invalid_input` or `stale_lease`.
     code: &'static str,
     /// What went wrong and what to do about it.
@@ -160,8 +160,8 @@ fn storage(e: &store::Error) -> ApiError {
 }
 
 /// What a JSON handler answers: a status and a body, or an error mapped once here.
-pub type Reply<T> = Result<(StatusCode, Json<T>), ApiError>;
+pub(super) type Reply<T> = Result<(StatusCode, Json<T>), ApiError>;
 
-pub fn ok<T>(body: T) -> Reply<T> {
+pub(super) fn ok<T>(body: T) -> Reply<T> {
     Ok((StatusCode::OK, Json(body)))
 }

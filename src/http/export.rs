@@ -31,7 +31,7 @@ const CHUNKS_IN_FLIGHT: usize = 4;
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct ExportQuery {
+pub(super) struct ExportQuery {
     /// The tenant to export (a tenant token may name only its own).
     #[param(pattern = "^[A-Za-z0-9._-]{1,128}$")]
     tenant: String,
@@ -47,7 +47,7 @@ pub struct ExportQuery {
 
 /// One line of the export: a committed extraction and its findings.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ExportLine {
+pub(super) struct ExportLine {
     #[schema(pattern = "^[0-9a-f]{64}$")]
     extraction_id: String,
     tenant: String,
@@ -69,7 +69,7 @@ pub struct ExportLine {
         (status = 403, response = Forbidden),
         (status = 422, description = "`unknown_schema`, or `invalid_input`: `until` is not after `since`", body = ErrorBody),
     ))]
-pub async fn export(
+pub(super) async fn export(
     State(service): State<Service>,
     Extension(caller): CallerExt,
     QueryParams(q): QueryParams<ExportQuery>,

@@ -13,7 +13,7 @@ use crate::domain::identity::ExtractionId;
 /// A JSON body parsed with serde_json whatever the Content-Type (so `curl -d` works): syntax errors (including invalid UTF-8) are 400,
 /// well-formed JSON of the wrong shape is 422, an oversized body is 413.
 #[derive(Debug)]
-pub struct JsonBody<T>(pub T);
+pub(crate) struct JsonBody<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
@@ -32,7 +32,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
 
 /// The body bytes, decoded, within the route's [`BodyLimits`], with JSON rejections.
 #[derive(Debug)]
-pub struct RawBody(pub Bytes);
+pub(super) struct RawBody(pub Bytes);
 
 impl<S: Send + Sync> FromRequest<S> for RawBody {
     type Rejection = ApiError;
@@ -47,7 +47,7 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
 
 /// Query parameters with a JSON rejection.
 #[derive(Debug)]
-pub struct QueryParams<T>(pub T);
+pub(crate) struct QueryParams<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T> {
     type Rejection = ApiError;
@@ -62,7 +62,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T>
 
 /// An extraction id from the path, as 64 lowercase hex characters.
 #[derive(Debug)]
-pub struct IdPath(pub ExtractionId);
+pub(crate) struct IdPath(pub ExtractionId);
 
 impl<S: Send + Sync> FromRequestParts<S> for IdPath {
     type Rejection = ApiError;
@@ -77,7 +77,7 @@ impl<S: Send + Sync> FromRequestParts<S> for IdPath {
 
 /// A name from the path (tenant, provider, sink, webhook, backup), with a JSON rejection.
 #[derive(Debug)]
-pub struct NamePath(pub String);
+pub(super) struct NamePath(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for NamePath {
     type Rejection = ApiError;
@@ -92,7 +92,7 @@ impl<S: Send + Sync> FromRequestParts<S> for NamePath {
 
 /// An outbox event id from the path: a decimal number.
 #[derive(Debug)]
-pub struct SeqPath(pub u64);
+pub(super) struct SeqPath(pub u64);
 
 impl<S: Send + Sync> FromRequestParts<S> for SeqPath {
     type Rejection = ApiError;

@@ -47,7 +47,7 @@ pub struct IntakeBody {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct IntakeReply {
+pub(crate) struct IntakeReply {
     #[schema(pattern = "^[0-9a-f]{64}$")]
     extraction_id: String,
     state: StateView,
@@ -56,7 +56,7 @@ pub struct IntakeReply {
 }
 
 impl IntakeReply {
-    pub fn new(outcome: &crate::store::IntakeOutcome) -> Self {
+    pub(crate) fn new(outcome: &crate::store::IntakeOutcome) -> Self {
         Self {
             extraction_id: outcome.record.id.to_hex(),
             state: StateView::of(&outcome.record.state),
@@ -93,7 +93,7 @@ impl From<IntakeBody> for IntakeRequest {
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn intake(
+pub(crate) async fn intake(
     State(service): State<Service>,
     Extension(caller): CallerExt,
     JsonBody(body): JsonBody<IntakeBody>,
@@ -117,7 +117,7 @@ pub async fn intake(
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn get(
+pub(crate) async fn get(
     State(service): State<Service>,
     Extension(caller): CallerExt,
     IdPath(id): IdPath,
@@ -140,7 +140,7 @@ pub(super) fn visible(caller: &Caller, tenant: &str, id: ExtractionId) -> Result
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct ListQuery {
+pub(crate) struct ListQuery {
     /// Only this tenant's extractions (a tenant token always sees only its own).
     #[param(pattern = "^[A-Za-z0-9._-]{1,128}$")]
     tenant: Option<String>,
@@ -155,7 +155,7 @@ pub struct ListQuery {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ExtractionPage {
+pub(crate) struct ExtractionPage {
     extractions: Vec<Extraction>,
     /// Pass as `after` for the following page; null on the last page. Opaque: it is valid
     /// only for the listing (filters, caller's tenant) that returned it.
@@ -174,7 +174,7 @@ pub struct ExtractionPage {
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn list(
+pub(crate) async fn list(
     State(service): State<Service>,
     Extension(caller): CallerExt,
     QueryParams(mut q): QueryParams<ListQuery>,
@@ -205,7 +205,7 @@ pub async fn list(
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct FindingsQuery {
+pub(crate) struct FindingsQuery {
     /// Page size, 1–1000 (default 1000).
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
@@ -215,7 +215,7 @@ pub struct FindingsQuery {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct FindingsPage {
+pub(crate) struct FindingsPage {
     findings: Vec<Finding>,
     /// Pass as `after` for the following page; null on the last page.
     next: Option<String>,
@@ -235,7 +235,7 @@ pub struct FindingsPage {
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn findings(
+pub(crate) async fn findings(
     State(service): State<Service>,
     Extension(caller): CallerExt,
     IdPath(id): IdPath,
@@ -261,12 +261,12 @@ pub async fn findings(
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn retry(State(service): State<Service>, IdPath(id): IdPath) -> Reply<Extraction> {
+pub(crate) async fn retry(State(service): State<Service>, IdPath(id): IdPath) -> Reply<Extraction> {
     ok(views::extraction(&service.retry(id).await?))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Stats {
+pub(crate) struct Stats {
     /// Count of extractions by state name.
     extractions: BTreeMap<String, u64>,
     total: u64,
@@ -281,7 +281,7 @@ pub struct Stats {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct OutboxStatus {
+pub(crate) struct OutboxStatus {
     pending: u64,
     dead: u64,
     /// When the oldest undelivered event was created.
@@ -289,7 +289,7 @@ pub struct OutboxStatus {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct BudgetStatus {
+pub(crate) struct BudgetStatus {
     tenant: String,
     spent_micros: u64,
     budget_micros: u64,
@@ -306,7 +306,7 @@ pub struct BudgetStatus {
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn stats(State(service): State<Service>) -> Reply<Stats> {
+pub(crate) async fn stats(State(service): State<Service>) -> Reply<Stats> {
     let now = crate::domain::clock::now_ms();
     let counts = service.counts_by_state().await?;
     let extractions = counts.iter().map(|c| (c.state.as_str().to_string(), c.count)).collect();
@@ -345,7 +345,7 @@ pub async fn stats(State(service): State<Service>) -> Reply<Stats> {
         (status = 200, description = "Prometheus text format 0.0.4", body = String, content_type = "text/plain"),
         (status = 503, description = "`metrics_unavailable`: the exporter is not installed", body = ErrorBody),
     ))]
-pub async fn metrics(State(service): State<Service>) -> axum::response::Response {
+pub(crate) async fn metrics(State(service): State<Service>) -> axum::response::Response {
     use axum::response::IntoResponse;
     match crate::http::metrics::render(&service).await {
         Some(text) => ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
@@ -356,14 +356,14 @@ pub async fn metrics(State(service): State<Service>) -> axum::response::Response
 
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum HealthStatus {
+pub(crate) enum HealthStatus {
     Ok,
     /// A background task failed; the process is shutting down to be restarted.
     Failed,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Health {
+pub(crate) struct Health {
     status: HealthStatus,
     /// The background tasks that failed (only when `status` is `failed`). Their causes
     /// are in the server log, not here: this answer needs no token.
@@ -387,7 +387,7 @@ pub struct Health {
         (status = 503, description = "A background task (a scheduler, outbox delivery, HTTP) failed; \
             `failed_tasks` names it and the process is exiting to be restarted", body = Health),
     ))]
-pub async fn healthz(State(service): State<Service>, caller: Option<CallerExt>) -> Reply<Health> {
+pub(crate) async fn healthz(State(service): State<Service>, caller: Option<CallerExt>) -> Reply<Health> {
     let details = caller.is_some_and(|Extension(c)| c.require_admin().is_ok());
     let failed_tasks = service.failed_tasks();
     let (code, status) = if failed_tasks.is_empty() {

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 #[derive(Debug)]
-pub struct LogLimit {
+pub(super) struct LogLimit {
     interval_ms: u64,
     /// Milliseconds since the Unix epoch of the last line written; 0 before the first.
     last_ms: AtomicU64,
@@ -13,12 +13,12 @@ pub struct LogLimit {
 }
 
 impl LogLimit {
-    pub const fn new(interval: Duration) -> Self {
+    pub(super) const fn new(interval: Duration) -> Self {
         Self { interval_ms: interval.as_millis() as u64, last_ms: AtomicU64::new(0), suppressed: AtomicU64::new(0) }
     }
 
     /// Calls `log` with the number of events skipped since the last line, if a line is due.
-    pub fn warn(&self, log: impl FnOnce(u64)) {
+    pub(super) fn warn(&self, log: impl FnOnce(u64)) {
         self.record(crate::domain::clock::now_ms(), log);
     }
 

@@ -22,7 +22,7 @@ use crate::store::{ChargeKind, CostSource, LedgerRecord};
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct CostsQuery {
+pub(super) struct CostsQuery {
     /// Start of the range: a UTC date (`2026-11-01`) or an RFC 3339 time; default: the
     /// start of the current UTC month.
     #[param(inline, value_type = DateOrTime, required = false)]
@@ -37,7 +37,7 @@ pub struct CostsQuery {
 /// A date (`2026-11-01`, UTC midnight) or an RFC 3339 date-time: either format, which
 /// the derive cannot say of one string.
 #[derive(Debug)]
-pub struct DateOrTime;
+pub(super) struct DateOrTime;
 
 impl utoipa::PartialSchema for DateOrTime {
     fn schema() -> RefOr<Schema> {
@@ -54,7 +54,7 @@ impl ToSchema for DateOrTime {}
 #[schema(as = GroupBy)]
 #[serde(rename_all = "lowercase")]
 #[allow(dead_code, reason = "describes a query string; never built")]
-pub enum GroupByView {
+pub(super) enum GroupByView {
     Day,
     Model,
     Provider,
@@ -62,7 +62,7 @@ pub enum GroupByView {
 
 /// Attempts, tokens and cost of one kind of ledger entry.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct CostBucket {
+pub(super) struct CostBucket {
     attempts: u64,
     input_tokens: u64,
     output_tokens: u64,
@@ -78,7 +78,7 @@ impl From<&Bucket> for CostBucket {
 
 /// Fresh work, replays (cost 0), validation failures and unusable answers.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct CostSplit {
+pub(super) struct CostSplit {
     fresh: CostBucket,
     replay: CostBucket,
     failed_validation: CostBucket,
@@ -98,7 +98,7 @@ impl CostSplit {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct TenantCosts {
+pub(super) struct TenantCosts {
     tenant: String,
     from: String,
     to: String,
@@ -149,7 +149,7 @@ impl TenantCosts {
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn tenant_costs(
+pub(super) async fn tenant_costs(
     State(service): State<Service>,
     Extension(caller): CallerExt,
     NamePath(tenant): NamePath,
@@ -171,7 +171,7 @@ pub async fn tenant_costs(
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ExtractionCosts {
+pub(super) struct ExtractionCosts {
     #[schema(pattern = "^[0-9a-f]{64}$")]
     extraction_id: String,
     tenant: String,
@@ -191,7 +191,7 @@ pub struct ExtractionCosts {
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn extraction_costs(
+pub(super) async fn extraction_costs(
     State(service): State<Service>,
     Extension(caller): CallerExt,
     IdPath(id): IdPath,
@@ -209,7 +209,7 @@ pub async fn extraction_costs(
 
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum ChargeKindView {
+pub(super) enum ChargeKindView {
     Fresh,
     /// A re-posted result or a re-fetched result line: tokens counted, cost 0.
     Replay,
@@ -220,14 +220,14 @@ pub enum ChargeKindView {
 
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum CostSourceView {
+pub(super) enum CostSourceView {
     PriceTable,
     Provider,
     Unpriced,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct LedgerEntry {
+pub(super) struct LedgerEntry {
     kind: ChargeKindView,
     attempt: u32,
     provider: String,
@@ -246,7 +246,7 @@ pub struct LedgerEntry {
     at: String,
 }
 
-pub fn entry(e: &LedgerRecord) -> LedgerEntry {
+pub(super) fn entry(e: &LedgerRecord) -> LedgerEntry {
     LedgerEntry {
         kind: match e.kind {
             ChargeKind::Fresh => ChargeKindView::Fresh,

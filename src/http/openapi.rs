@@ -16,7 +16,7 @@ macro_rules! error_responses {
     ($($name:ident => $description:literal,)*) => {
         $(
             #[derive(Debug)]
-            pub struct $name;
+            pub(super) struct $name;
 
             impl<'r> utoipa::ToResponse<'r> for $name {
                 fn response() -> (&'r str, RefOr<utoipa::openapi::Response>) {
@@ -81,7 +81,7 @@ fn error_response(description: &str) -> RefOr<utoipa::openapi::Response> {
         (name = "operations", description = "Health, metrics, statistics and this document"),
     ),
 )]
-pub struct ApiDoc;
+pub(super) struct ApiDoc;
 
 /// The `bearer` scheme that operations refer to.
 #[derive(Debug)]
@@ -96,7 +96,7 @@ impl Modify for BearerScheme {
 
 /// The document as served: the schema names a server knows are facts of that server,
 /// so the request fields that name a schema list them.
-pub fn finish(mut doc: Document, schema_names: &[String]) -> Value {
+pub(super) fn finish(mut doc: Document, schema_names: &[String]) -> Value {
     doc.info.version = env!("CARGO_PKG_VERSION").to_string();
     let mut value = serde_json::to_value(&doc).unwrap_or(Value::Null);
     respell_unsigned_formats(&mut value);
@@ -136,11 +136,11 @@ fn respell_unsigned_formats(node: &mut Value) {
 
 /// The serialized document, shared by every request.
 #[derive(Debug, Clone)]
-pub struct Served(pub Bytes);
+pub(super) struct Served(pub Bytes);
 
 /// This document.
 #[utoipa::path(get, path = "/openapi.json", tag = "operations",
     responses((status = 200, description = "The OpenAPI 3.1 description of this API", body = Object)))]
-pub async fn document(Extension(Served(json)): Extension<Served>) -> axum::response::Response {
+pub(super) async fn document(Extension(Served(json)): Extension<Served>) -> axum::response::Response {
     ([(header::CONTENT_TYPE, "application/json")], json).into_response()
 }

@@ -13,7 +13,7 @@ use crate::store::ErasureReport;
 
 /// What one erasure removed. A second erasure of the same tenant answers zeros.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct TenantErased {
+pub(super) struct TenantErased {
     tenant: String,
     extractions: u64,
     contents: u64,
@@ -46,7 +46,7 @@ pub struct TenantErased {
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn erase(State(service): State<Service>, NamePath(tenant): NamePath) -> Reply<TenantErased> {
+pub(super) async fn erase(State(service): State<Service>, NamePath(tenant): NamePath) -> Reply<TenantErased> {
     let r: ErasureReport = service.erase_tenant(tenant.clone()).await?;
     ok(TenantErased {
         tenant,

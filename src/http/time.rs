@@ -4,7 +4,7 @@
 use super::error::ApiError;
 
 /// Unix milliseconds of `text`; times before 1970 count as 1970 (the ledger starts there).
-pub fn parse_time(field: &'static str, text: &str) -> Result<u64, ApiError> {
+pub(super) fn parse_time(field: &'static str, text: &str) -> Result<u64, ApiError> {
     parse(text).map(|ms| u64::try_from(ms).unwrap_or(0)).ok_or_else(|| {
         ApiError::bad_request(
             "invalid_query",

@@ -12,7 +12,7 @@ use crate::store::{ExtractionRecord, FindingRecord, Grant};
 /// Every state an extraction can be in.
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum StateView {
+pub(super) enum StateView {
     Pending,
     Claimed,
     Committed,
@@ -26,7 +26,7 @@ pub enum StateView {
 }
 
 impl StateView {
-    pub fn of(state: &State) -> Self {
+    pub(super) fn of(state: &State) -> Self {
         use crate::domain::lifecycle::StateName as N;
         match state.name() {
             N::Pending => Self::Pending,
@@ -41,7 +41,7 @@ impl StateView {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Extraction {
+pub(crate) struct Extraction {
     #[schema(pattern = "^[0-9a-f]{64}$")]
     extraction_id: String,
     tenant: String,
@@ -81,14 +81,14 @@ pub struct Extraction {
 }
 
 /// The view of a record whose `RETIRED_*` bits are `retired` (see `store`).
-pub fn extraction_retained(r: &ExtractionRecord, retired: u8) -> Extraction {
+pub(super) fn extraction_retained(r: &ExtractionRecord, retired: u8) -> Extraction {
     let mut view = extraction(r);
     view.content_retained = retired & crate::store::RETIRED_CONTENT == 0;
     view.raw_result_retained = retired & crate::store::RETIRED_RAW_RESULT == 0;
     view
 }
 
-pub fn extraction(r: &ExtractionRecord) -> Extraction {
+pub(super) fn extraction(r: &ExtractionRecord) -> Extraction {
     let (failure_class, failure_reason) = match &r.state {
         State::Failed { class, reason } => (Some(class.as_str()), Some(reason.clone())),
         _ => (None, None),
@@ -128,7 +128,7 @@ pub fn extraction(r: &ExtractionRecord) -> Extraction {
 
 /// One unit of work handed to a worker, with the content to extract from.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ClaimGrant {
+pub(super) struct ClaimGrant {
     #[schema(pattern = "^[0-9a-f]{64}$")]
     extraction_id: String,
     /// The fencing token to post the result with.
@@ -143,7 +143,7 @@ pub struct ClaimGrant {
     content: String,
 }
 
-pub fn grant(g: &Grant) -> ClaimGrant {
+pub(super) fn grant(g: &Grant) -> ClaimGrant {
     ClaimGrant {
         extraction_id: g.record.id.to_hex(),
         lease_token: g.lease_token.to_string(),
@@ -160,7 +160,7 @@ pub fn grant(g: &Grant) -> ClaimGrant {
 /// A stored finding: its own fields (as the schema defines them) plus its key;
 /// non-object findings are wrapped under `value`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Finding {
+pub(super) struct Finding {
     #[schema(pattern = "^[0-9a-f]{64}$")]
     finding_key: String,
     #[serde(flatten)]
@@ -168,7 +168,7 @@ pub struct Finding {
     fields: Map<String, Value>,
 }
 
-pub fn finding(f: &FindingRecord) -> Finding {
+pub(super) fn finding(f: &FindingRecord) -> Finding {
     let body: Value = serde_json::from_str(&f.body_json).unwrap_or(Value::Null);
     let fields = match body {
         Value::Object(fields) => fields.into_iter().filter(|(k, _)| k != "finding_key").collect(),

@@ -57,16 +57,16 @@ impl<'de> Visitor<'de> for MaybeWhole {
     }
 }
 
-pub fn u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+pub(super) fn u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     d.deserialize_any(Whole)
 }
 
-pub fn usize<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+pub(super) fn usize<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
     let n = u64(d)?;
     usize::try_from(n).map_err(|_| de::Error::invalid_value(de::Unexpected::Unsigned(n), &"a smaller number"))
 }
 
-pub fn option_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+pub(super) fn option_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     d.deserialize_option(MaybeWhole)
 }
 

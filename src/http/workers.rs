@@ -23,7 +23,7 @@ use crate::store::{ClaimRequest, PostOutcome};
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"worker": "w-1", "limit": 10, "lease_seconds": 300, "schema": "code-review@1"}))]
-pub struct ClaimBody {
+pub(super) struct ClaimBody {
     /// 1–256 bytes of UTF-8, no control characters (`maxLength` counts characters).
     #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
     worker: String,
@@ -39,7 +39,7 @@ pub struct ClaimBody {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ClaimsPage {
+pub(super) struct ClaimsPage {
     /// Empty when there is no work.
     claims: Vec<ClaimGrant>,
 }
@@ -59,7 +59,7 @@ pub struct ClaimsPage {
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn claim(State(service): State<Service>, JsonBody(body): JsonBody<ClaimBody>) -> Reply<ClaimsPage> {
+pub(super) async fn claim(State(service): State<Service>, JsonBody(body): JsonBody<ClaimBody>) -> Reply<ClaimsPage> {
     let request = ClaimRequest {
         worker: body.worker,
         limit: body.limit,
@@ -73,7 +73,7 @@ pub async fn claim(State(service): State<Service>, JsonBody(body): JsonBody<Clai
 /// What the worker's model call used, for the cost ledger.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UsageBody {
+pub(super) struct UsageBody {
     model: String,
     #[serde(deserialize_with = "whole::u64")]
     #[schema(maximum = 18446744073709551615_u64)]
@@ -105,7 +105,7 @@ pub struct UsageBody {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"lease_token": "lt-1-…", "output": {"findings": []},
     "usage": {"model": "gpt-4.1-mini", "input_tokens": 812, "output_tokens": 95}}))]
-pub struct ResultBody {
+pub(super) struct ResultBody {
     /// The lease token from the claim: 1–256 bytes, no control characters.
     #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
     lease_token: String,
@@ -117,12 +117,12 @@ pub struct ResultBody {
 
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum CommittedState {
+pub(super) enum CommittedState {
     Committed,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ResultReply {
+pub(super) struct ResultReply {
     state: CommittedState,
     /// How many findings the output holds.
     findings: u64,
@@ -148,7 +148,7 @@ pub struct ResultReply {
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub async fn post_result(
+pub(super) async fn post_result(
     State(service): State<Service>,
     IdPath(id): IdPath,
     JsonBody(body): JsonBody<ResultBody>,

@@ -8,7 +8,7 @@ use reqwest::header::HeaderMap;
 
 /// The longest reset among the exhausted limits (`x-ratelimit-remaining-*: 0`), else the
 /// longest given; `None` when no reset header can be read.
-pub fn reset_delay(headers: &HeaderMap) -> Option<Duration> {
+pub(super) fn reset_delay(headers: &HeaderMap) -> Option<Duration> {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
     let limits = ["requests", "tokens"].map(|kind| {
         let reset = text(&format!("x-ratelimit-reset-{kind}")).and_then(parse_duration);
@@ -20,7 +20,7 @@ pub fn reset_delay(headers: &HeaderMap) -> Option<Duration> {
 }
 
 /// `1h2m3.5s`, `250ms`, `0s`, or a bare number of seconds. Anything else is `None`.
-pub fn parse_duration(text: &str) -> Option<Duration> {
+pub(super) fn parse_duration(text: &str) -> Option<Duration> {
     if let Ok(secs) = text.parse::<f64>() {
         return Duration::try_from_secs_f64(secs).ok();
     }

@@ -27,7 +27,7 @@ const DEFAULT_LIST_LIMIT: usize = 20;
 const MAX_LIST_LIMIT: usize = 100;
 const WINDOW_SECS: i64 = 24 * 3600;
 
-pub async fn create(
+pub(super) async fn create(
     State(shared): State<Arc<Shared>>,
     ConnectInfo(conn): ConnectInfo<ConnHandle>,
     body: Result<Bytes, BytesRejection>,
@@ -118,7 +118,10 @@ pub async fn create(
     Ok(Json(view))
 }
 
-pub async fn retrieve(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Json<Batch>, ApiError> {
+pub(super) async fn retrieve(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> Result<Json<Batch>, ApiError> {
     let mut inner = shared.lock();
     let index = inner.find_batch(&id).ok_or_else(|| no_such_batch(&id))?;
     inner.stats.polls += 1;
@@ -130,7 +133,7 @@ pub async fn retrieve(State(shared): State<Arc<Shared>>, Path(id): Path<String>)
     inner.advance_one(index, Instant::now()).map(Json).ok_or_else(|| no_such_batch(&id))
 }
 
-pub async fn list(
+pub(super) async fn list(
     State(shared): State<Arc<Shared>>,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
@@ -171,7 +174,7 @@ pub async fn list(
     serde_json::to_value(list).map(Json).map_err(|e| ApiError::server(format!("cannot encode the list: {e}")))
 }
 
-pub async fn cancel(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Json<Batch>, ApiError> {
+pub(super) async fn cancel(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Json<Batch>, ApiError> {
     let now = Instant::now();
     let timeline = shared.timeline;
     let mut inner = shared.lock();

@@ -23,7 +23,7 @@ use super::output::{batch_salt, completion};
 use super::state::{Shared, unix_now};
 use super::strict;
 
-pub async fn completions(
+pub(super) async fn completions(
     State(shared): State<Arc<Shared>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {

@@ -111,7 +111,7 @@ impl Default for Faults {
 }
 
 /// Output tokens of a `truncate_every` answer unless the knob says otherwise.
-pub const DEFAULT_LONG_ANSWER_TOKENS: u32 = 4000;
+pub(super) const DEFAULT_LONG_ANSWER_TOKENS: u32 = 4000;
 
 /// What the simulated model does with the request at one position (1-based), after any
 /// error line: decline, give a long answer (cut off under a small budget), or answer.
@@ -204,7 +204,7 @@ fn take(counter: &mut u32) -> bool {
 }
 
 /// True for the Nth, 2Nth, … item of a 1-based sequence; `every == 0` never fires.
-pub fn every(every: u32, position: usize) -> bool {
+pub(super) fn every(every: u32, position: usize) -> bool {
     every != 0 && position.is_multiple_of(every as usize)
 }
 

@@ -28,7 +28,7 @@ struct Form {
     seconds: Option<String>,
 }
 
-pub async fn upload(
+pub(super) async fn upload(
     State(shared): State<Arc<Shared>>,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Json<OpenAiFile>, ApiError> {
@@ -75,20 +75,26 @@ pub async fn upload(
     Ok(Json(meta))
 }
 
-pub async fn retrieve(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Json<OpenAiFile>, ApiError> {
+pub(super) async fn retrieve(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> Result<Json<OpenAiFile>, ApiError> {
     let inner = shared.lock();
     let file = inner.files.get(&id).ok_or_else(|| no_such_file(&id))?;
     Ok(Json(file.meta.clone()))
 }
 
-pub async fn delete(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Json<DeletedFile>, ApiError> {
+pub(super) async fn delete(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> Result<Json<DeletedFile>, ApiError> {
     let mut inner = shared.lock();
     inner.files.remove(&id).ok_or_else(|| no_such_file(&id))?;
     inner.stats.files_deleted += 1;
     Ok(Json(DeletedFile { id, object: "file".to_string(), deleted: true }))
 }
 
-pub async fn content(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub(super) async fn content(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let mut inner = shared.lock();
     let bytes = inner.files.get(&id).map(|f| f.content.clone()).ok_or_else(|| no_such_file(&id))?;
     inner.stats.content_downloads += 1;
@@ -209,6 +215,6 @@ fn bad_multipart(e: MultipartError) -> ApiError {
     ApiError::invalid(format!("Malformed multipart body: {}", e.body_text()))
 }
 
-pub fn no_such_file(id: &str) -> ApiError {
+pub(super) fn no_such_file(id: &str) -> ApiError {
     ApiError::not_found(format!("No such File object: {id}")).param("id")
 }

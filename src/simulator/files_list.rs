@@ -17,14 +17,14 @@ use super::wire::OpenAiFile;
 const MAX_LIMIT: usize = 10_000;
 
 #[derive(Debug, Deserialize)]
-pub struct FilesQuery {
+pub(super) struct FilesQuery {
     after: Option<String>,
     limit: Option<String>,
     order: Option<String>,
     purpose: Option<String>,
 }
 
-pub async fn list(
+pub(super) async fn list(
     State(shared): State<Arc<Shared>>,
     query: Result<Query<FilesQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {

@@ -8,14 +8,14 @@ use serde_json::Value;
 
 use super::wire::BatchError;
 
-pub const MAX_LINES: usize = 50_000;
-pub const MAX_FILE_BYTES: usize = 200 * 1024 * 1024;
+pub(super) const MAX_LINES: usize = 50_000;
+pub(super) const MAX_FILE_BYTES: usize = 200 * 1024 * 1024;
 /// A file with thousands of broken lines needs a handful of examples, not all of them.
 const MAX_REPORTED_ERRORS: usize = 100;
 
 /// One valid request line.
 #[derive(Clone, Debug, PartialEq)]
-pub struct InputRequest {
+pub(super) struct InputRequest {
     pub custom_id: String,
     pub model: String,
     pub body: Value,
@@ -23,7 +23,7 @@ pub struct InputRequest {
 
 /// A parsed batch input file: its requests, or why a batch over it must fail.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Input {
+pub(super) struct Input {
     pub requests: Vec<InputRequest>,
     /// Every `custom_id` seen, valid line or not, for the submission statistics.
     pub custom_ids: Vec<String>,
@@ -34,17 +34,17 @@ pub struct Input {
 }
 
 /// Counts request lines (blank lines are not requests) without parsing them.
-pub fn count_lines(bytes: &[u8]) -> usize {
+pub(super) fn count_lines(bytes: &[u8]) -> usize {
     bytes.split(|b| *b == b'\n').filter(|line| !line.iter().all(u8::is_ascii_whitespace)).count()
 }
 
 #[cfg(test)]
-pub fn parse(bytes: &[u8]) -> Input {
+pub(crate) fn parse(bytes: &[u8]) -> Input {
     parse_for(bytes, &[super::wire::ENDPOINT_CHAT])
 }
 
 /// `parse`, for a platform whose lines may name any of `urls` (Azure: also `/chat/completions`).
-pub fn parse_for(bytes: &[u8], urls: &[&str]) -> Input {
+pub(super) fn parse_for(bytes: &[u8], urls: &[&str]) -> Input {
     let mut input = Input { requests: Vec::new(), custom_ids: Vec::new(), errors: Vec::new(), model: None, url: None };
     let mut seen = HashSet::new();
     for (index, raw) in bytes.split(|b| *b == b'\n').enumerate() {

@@ -17,7 +17,7 @@ use super::wire::{Batch, BatchError, BatchErrors, BatchStatus, PURPOSE_BATCH_OUT
 const MAX_CANCEL_DELAY: Duration = Duration::from_secs(600);
 
 #[derive(Clone, Copy, Debug)]
-pub struct Timeline {
+pub(super) struct Timeline {
     /// End of `validating`.
     validate_end: Duration,
     /// End of `in_progress` (lines are answered linearly until then).
@@ -28,7 +28,7 @@ pub struct Timeline {
 }
 
 impl Timeline {
-    pub fn new(complete_after: Duration) -> Self {
+    pub(super) fn new(complete_after: Duration) -> Self {
         Self {
             validate_end: complete_after.mul_f64(0.1),
             progress_end: complete_after.mul_f64(0.8),
@@ -38,18 +38,18 @@ impl Timeline {
     }
 
     /// Time from create to the terminal state when nothing interferes.
-    pub fn complete_after(&self) -> Duration {
+    pub(super) fn complete_after(&self) -> Duration {
         self.finish
     }
 
     /// Time from a cancel request to the terminal state.
-    pub fn cancel_delay(&self) -> Duration {
+    pub(super) fn cancel_delay(&self) -> Duration {
         self.cancel_delay
     }
 }
 
 #[derive(Clone, Debug)]
-pub struct BatchRecord {
+pub(super) struct BatchRecord {
     pub view: Batch,
     created: Instant,
     input: Arc<Input>,
@@ -72,7 +72,7 @@ struct Cancel {
 }
 
 impl BatchRecord {
-    pub fn new(
+    pub(super) fn new(
         view: Batch,
         created: Instant,
         input: Arc<Input>,
@@ -96,23 +96,23 @@ impl BatchRecord {
         }
     }
 
-    pub fn custom_ids(&self) -> &[String] {
+    pub(super) fn custom_ids(&self) -> &[String] {
         &self.custom_ids
     }
 
-    pub fn tokens(&self) -> u64 {
+    pub(super) fn tokens(&self) -> u64 {
         self.tokens
     }
 
     /// Tokens this batch holds against the enqueued-token limit: those of a batch not yet
     /// ended that will run.
-    pub fn enqueued_tokens(&self) -> u64 {
+    pub(super) fn enqueued_tokens(&self) -> u64 {
         if self.view.status.is_terminal() || self.over_token_limit.is_some() { 0 } else { self.tokens }
     }
 
     /// Decided once, at creation (call after every other batch is brought up to date):
     /// OpenAI accepts the create and fails the batch while validating it.
-    pub fn check_token_limit(&mut self, limit: u64, enqueued_elsewhere: u64) {
+    pub(super) fn check_token_limit(&mut self, limit: u64, enqueued_elsewhere: u64) {
         if limit == 0 || self.tokens.saturating_add(enqueued_elsewhere) <= limit {
             return;
         }
@@ -161,7 +161,7 @@ impl BatchRecord {
         self.view.created_at + i64::try_from(offset.as_secs()).unwrap_or(i64::MAX / 2)
     }
 
-    pub fn advance(&mut self, now: Instant, inner: &mut Inner) {
+    pub(super) fn advance(&mut self, now: Instant, inner: &mut Inner) {
         if self.view.status.is_terminal() {
             return;
         }
@@ -212,7 +212,7 @@ impl BatchRecord {
     }
 
     /// Call after `advance` to `now`.
-    pub fn cancel(&mut self, now: Instant, now_unix: i64, timeline: &Timeline) -> Result<(), ApiError> {
+    pub(super) fn cancel(&mut self, now: Instant, now_unix: i64, timeline: &Timeline) -> Result<(), ApiError> {
         let done = match self.view.status {
             BatchStatus::Cancelling => return Ok(()),
             status if status.is_terminal() => {
@@ -301,7 +301,7 @@ fn token_limit_error(message: String) -> BatchError {
     BatchError { code: "token_limit_exceeded".to_string(), message, param: None, line: None }
 }
 
-pub fn status_name(status: BatchStatus) -> &'static str {
+pub(super) fn status_name(status: BatchStatus) -> &'static str {
     match status {
         BatchStatus::Validating => "validating",
         BatchStatus::Failed => "failed",

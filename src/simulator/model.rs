@@ -11,9 +11,9 @@ use serde_json::{Value, json};
 use super::faults::Behaviour;
 
 /// The simulated model's own output limit when a request names no budget (gpt-4o-mini's).
-pub const MODEL_MAX_OUTPUT_TOKENS: u64 = 16_384;
+pub(super) const MODEL_MAX_OUTPUT_TOKENS: u64 = 16_384;
 /// What the simulated model says when it declines (OpenAI's usual wording).
-pub const REFUSAL: &str = "I'm sorry, I cannot help with that.";
+pub(super) const REFUSAL: &str = "I'm sorry, I cannot help with that.";
 
 /// (patterns, rule, severity, summary). A rule fires at most once per line, because
 /// (rule, file, line) is a finding's identity and duplicates would be noise.
@@ -29,7 +29,7 @@ const UNKNOWN_SOURCE: &str = "unknown";
 
 /// What the model produced for one request line.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Reply {
+pub(super) struct Reply {
     /// `None` when the model declined (`refusal` is set instead).
     pub content: Option<String>,
     pub refusal: Option<String>,
@@ -40,7 +40,7 @@ pub struct Reply {
 }
 
 /// Splits the prompt convention; a prompt without the header is reviewed whole.
-pub fn split_prompt(text: &str) -> (&str, &str) {
+pub(super) fn split_prompt(text: &str) -> (&str, &str) {
     let Some(rest) = text.strip_prefix("source_id:") else {
         return (UNKNOWN_SOURCE, text);
     };
@@ -88,7 +88,7 @@ pub fn broken_review(source_id: &str, content: &str) -> Value {
 
 /// The first half of a review's findings: cut off mid-answer, yet valid `code-review@1`
 /// JSON — which is why a truncated answer must never be committed on validation alone.
-pub fn valid_prefix(mut output: Value) -> Value {
+pub(super) fn valid_prefix(mut output: Value) -> Value {
     if let Some(Value::Array(findings)) = output.get_mut("findings") {
         findings.truncate(findings.len() / 2);
     }
@@ -97,12 +97,12 @@ pub fn valid_prefix(mut output: Value) -> Value {
 
 /// The output budget a chat completion body asks for: `max_completion_tokens`, else the
 /// deprecated `max_tokens`; `None` leaves the model's own limit.
-pub fn output_budget(body: &Value) -> Option<u64> {
+pub(super) fn output_budget(body: &Value) -> Option<u64> {
     body.get("max_completion_tokens").or_else(|| body.get("max_tokens")).and_then(Value::as_u64)
 }
 
 /// Answers one `/v1/chat/completions` request body as `behaviour` says.
-pub fn respond(body: &Value, behaviour: Behaviour) -> Reply {
+pub(super) fn respond(body: &Value, behaviour: Behaviour) -> Reply {
     let messages = body.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let prompt_bytes: usize = messages.iter().map(|m| message_text(m).len()).sum();
     let prompt_tokens = tokens(prompt_bytes);
@@ -159,7 +159,7 @@ pub fn respond(body: &Value, behaviour: Behaviour) -> Reply {
 }
 
 /// Half a text, on a character boundary: JSON torn mid-value.
-pub fn cut(text: &str) -> &str {
+pub(super) fn cut(text: &str) -> &str {
     &text[..text.floor_char_boundary(text.len() / 2)]
 }
 
@@ -195,12 +195,12 @@ fn conform(answer: &mut Value, schema: &Value) {
 }
 
 /// Roughly four bytes per token, never zero: good enough for a cost ledger to be exercised.
-pub fn tokens(bytes: usize) -> u64 {
+pub(super) fn tokens(bytes: usize) -> u64 {
     u64::try_from(bytes / 4).unwrap_or(u64::MAX).max(1)
 }
 
 /// A message's text: a plain string or the concatenated `text` parts.
-pub fn message_text(message: &Value) -> String {
+pub(super) fn message_text(message: &Value) -> String {
     match message.get("content") {
         Some(Value::String(text)) => text.clone(),
         Some(Value::Array(parts)) => {

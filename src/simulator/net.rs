@@ -18,18 +18,18 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
 #[derive(Debug)]
-pub struct SimListener {
+pub(super) struct SimListener {
     inner: TcpListener,
 }
 
 impl SimListener {
-    pub fn new(inner: TcpListener) -> Self {
+    pub(super) fn new(inner: TcpListener) -> Self {
         Self { inner }
     }
 }
 
 #[derive(Clone, Debug)]
-pub struct ConnHandle {
+pub(super) struct ConnHandle {
     pub remote: SocketAddr,
     kill: Arc<AtomicBool>,
 }
@@ -40,13 +40,13 @@ impl ConnHandle {
     }
 
     /// Makes the connection die instead of carrying the response being prepared.
-    pub fn kill(&self) {
+    pub(super) fn kill(&self) {
         self.kill.store(true, Ordering::SeqCst);
     }
 }
 
 #[derive(Debug)]
-pub struct KillableStream {
+pub(super) struct KillableStream {
     stream: TcpStream,
     kill: Arc<AtomicBool>,
 }

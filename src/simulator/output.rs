@@ -19,7 +19,7 @@ use super::wire::{BatchUsage, RequestCounts};
 
 /// What to write for one batch at its terminal moment.
 #[derive(Debug)]
-pub struct Plan<'a> {
+pub(super) struct Plan<'a> {
     pub batch_id: &'a str,
     pub requests: &'a [InputRequest],
     /// The first `done` requests (input order) were answered; the rest were not run.
@@ -33,7 +33,7 @@ pub struct Plan<'a> {
 }
 
 #[derive(Debug, Default)]
-pub struct Generated {
+pub(super) struct Generated {
     pub output: Vec<u8>,
     pub errors: Vec<u8>,
     pub counts: RequestCounts,
@@ -44,7 +44,7 @@ pub struct Generated {
     pub refused: u64,
 }
 
-pub fn generate(plan: &Plan<'_>) -> Generated {
+pub(super) fn generate(plan: &Plan<'_>) -> Generated {
     let mut rng = StdRng::seed_from_u64(plan.seed ^ batch_salt(plan.batch_id));
     let mut generated = Generated::default();
     let mut successes = Vec::new();
@@ -106,7 +106,7 @@ fn success_line(rng: &mut StdRng, request: &InputRequest, reply: &model::Reply, 
 /// A `chat.completion` object, as a batch line's body or the synchronous endpoint's answer.
 /// A refusal has `content: null` and the refusal text; a cut-off answer
 /// `finish_reason: "length"` (OpenAI API reference, `CreateChatCompletionResponse`).
-pub fn completion(rng: &mut StdRng, model: &str, reply: &model::Reply, created: i64) -> Value {
+pub(super) fn completion(rng: &mut StdRng, model: &str, reply: &model::Reply, created: i64) -> Value {
     json!({
         "id": random_id(rng, "chatcmpl-", 29),
         "object": "chat.completion",
@@ -200,21 +200,21 @@ fn add_usage(usage: &mut BatchUsage, reply: &model::Reply) {
 }
 
 /// Cuts a line in half (on a character boundary): what a torn write looks like.
-pub fn truncate(line: &str) -> &str {
+pub(super) fn truncate(line: &str) -> &str {
     &line[..line.floor_char_boundary(line.len() / 2)]
 }
 
-pub fn push_line(file: &mut Vec<u8>, line: &str) {
+pub(super) fn push_line(file: &mut Vec<u8>, line: &str) {
     file.extend_from_slice(line.as_bytes());
     file.push(b'\n');
 }
 
-pub fn random_id(rng: &mut StdRng, prefix: &str, len: usize) -> String {
+pub(super) fn random_id(rng: &mut StdRng, prefix: &str, len: usize) -> String {
     let suffix: String = rng.sample_iter(Alphanumeric).take(len).map(char::from).collect();
     format!("{prefix}{suffix}")
 }
 
-pub fn batch_salt(batch_id: &str) -> u64 {
+pub(super) fn batch_salt(batch_id: &str) -> u64 {
     let hash = blake3::hash(batch_id.as_bytes());
     let mut first = [0u8; 8];
     first.copy_from_slice(&hash.as_bytes()[..8]);

@@ -78,10 +78,10 @@ pub struct Stats {
 }
 
 /// Batch input and output files expire after 30 days unless told otherwise.
-pub const DEFAULT_FILE_TTL_SECS: i64 = 30 * 24 * 3600;
+pub(super) const DEFAULT_FILE_TTL_SECS: i64 = 30 * 24 * 3600;
 
 #[derive(Debug)]
-pub struct StoredFile {
+pub(super) struct StoredFile {
     pub meta: OpenAiFile,
     pub content: Bytes,
     /// Parsed once at upload for `purpose=batch` files.
@@ -89,7 +89,7 @@ pub struct StoredFile {
 }
 
 #[derive(Debug)]
-pub struct Shared {
+pub(super) struct Shared {
     pub api_key: Option<String>,
     /// The platform spoken (OpenAI's own by default; set before the server starts).
     pub variant: super::variant::Variant,
@@ -102,7 +102,7 @@ pub struct Shared {
 }
 
 #[derive(Debug)]
-pub struct Inner {
+pub(super) struct Inner {
     pub files: HashMap<String, StoredFile>,
     /// Creation order; listing walks it backwards.
     pub batches: Vec<BatchRecord>,
@@ -119,7 +119,13 @@ pub struct Inner {
 }
 
 impl Shared {
-    pub fn new(api_key: Option<String>, complete_after: Duration, seed: u64, faults: Faults, origin: String) -> Self {
+    pub(super) fn new(
+        api_key: Option<String>,
+        complete_after: Duration,
+        seed: u64,
+        faults: Faults,
+        origin: String,
+    ) -> Self {
         let timeline = Timeline::new(complete_after);
         Self {
             api_key,
@@ -145,11 +151,11 @@ impl Shared {
 
     /// A panic elsewhere cannot leave this state half-updated in a way that matters to a
     /// simulator, so a poisoned lock is used as is rather than failing every request.
-    pub fn lock(&self) -> MutexGuard<'_, Inner> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn next_request_id(&self) -> String {
+    pub(super) fn next_request_id(&self) -> String {
         let n = self.request_ids.fetch_add(1, Ordering::Relaxed);
         // Multiplying by an odd constant and `mix` are both bijections: ids never repeat.
         let high = mix(self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -158,12 +164,12 @@ impl Shared {
 }
 
 impl Inner {
-    pub fn new_id(&mut self, prefix: &str, len: usize) -> String {
+    pub(super) fn new_id(&mut self, prefix: &str, len: usize) -> String {
         let suffix: String = (&mut self.ids).sample_iter(Alphanumeric).take(len).map(char::from).collect();
         format!("{prefix}{suffix}")
     }
 
-    pub fn insert_file(
+    pub(super) fn insert_file(
         &mut self,
         purpose: &str,
         filename: String,
@@ -187,7 +193,7 @@ impl Inner {
     }
 
     /// Brings every batch up to `now`, so that liveness counts are exact before a create.
-    pub fn advance_all(&mut self, now: Instant) {
+    pub(super) fn advance_all(&mut self, now: Instant) {
         let mut batches = std::mem::take(&mut self.batches);
         for batch in &mut batches {
             batch.advance(now, self);
@@ -196,7 +202,7 @@ impl Inner {
     }
 
     /// Advances one batch by index and returns a copy of its wire view.
-    pub fn advance_one(&mut self, index: usize, now: Instant) -> Option<super::wire::Batch> {
+    pub(super) fn advance_one(&mut self, index: usize, now: Instant) -> Option<super::wire::Batch> {
         let mut batches = std::mem::take(&mut self.batches);
         let view = batches.get_mut(index).map(|batch| {
             batch.advance(now, self);
@@ -206,11 +212,11 @@ impl Inner {
         view
     }
 
-    pub fn find_batch(&self, id: &str) -> Option<usize> {
+    pub(super) fn find_batch(&self, id: &str) -> Option<usize> {
         self.batches.iter().position(|b| b.view.id == id)
     }
 
-    pub fn batch_went_live(&mut self, custom_ids: &[String]) {
+    pub(super) fn batch_went_live(&mut self, custom_ids: &[String]) {
         for id in custom_ids {
             *self.stats.submissions_per_custom_id.entry(id.clone()).or_default() += 1;
             let live = self.live.entry(id.clone()).or_default();
@@ -219,7 +225,7 @@ impl Inner {
         }
     }
 
-    pub fn batch_went_terminal(&mut self, custom_ids: &[String]) {
+    pub(super) fn batch_went_terminal(&mut self, custom_ids: &[String]) {
         for id in custom_ids {
             if let Some(live) = self.live.get_mut(id) {
                 *live = live.saturating_sub(1);
@@ -231,12 +237,12 @@ impl Inner {
     }
 }
 
-pub fn unix_now() -> i64 {
+pub(super) fn unix_now() -> i64 {
     i64::try_from(crate::domain::clock::now_secs()).unwrap_or(i64::MAX)
 }
 
 /// splitmix64: spreads a counter into an id-looking value, deterministic for a seed.
-pub fn mix(x: u64) -> u64 {
+pub(super) fn mix(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

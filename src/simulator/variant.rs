@@ -62,12 +62,12 @@ impl Default for Variant {
 }
 
 /// Azure's base path for the v1 API; the dated API versions live one level up.
-pub const AZURE_V1_PATH: &str = "/openai/v1";
-pub const AZURE_DATED_PATH: &str = "/openai";
+pub(super) const AZURE_V1_PATH: &str = "/openai/v1";
+pub(super) const AZURE_DATED_PATH: &str = "/openai";
 /// Azure's input files take up to 100,000 requests (OpenAI: 50,000).
-pub const AZURE_MAX_LINES: usize = 100_000;
+pub(super) const AZURE_MAX_LINES: usize = 100_000;
 /// Azure's file expiry range, 14 to 30 days.
-pub const AZURE_EXPIRY_SECS: std::ops::RangeInclusive<i64> = 1_209_600..=2_592_000;
+pub(super) const AZURE_EXPIRY_SECS: std::ops::RangeInclusive<i64> = 1_209_600..=2_592_000;
 
 impl Variant {
     pub fn azure() -> Self {

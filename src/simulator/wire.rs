@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub const ENDPOINT_CHAT: &str = "/v1/chat/completions";
-pub const COMPLETION_WINDOW: &str = "24h";
+pub(super) const ENDPOINT_CHAT: &str = "/v1/chat/completions";
+pub(super) const COMPLETION_WINDOW: &str = "24h";
 /// Every `endpoint` value the real API accepts; only chat completions is simulated.
-pub const KNOWN_ENDPOINTS: &[&str] = &[
+pub(super) const KNOWN_ENDPOINTS: &[&str] = &[
     "/v1/responses",
     ENDPOINT_CHAT,
     "/v1/embeddings",
@@ -20,12 +20,12 @@ pub const KNOWN_ENDPOINTS: &[&str] = &[
     "/v1/videos",
 ];
 /// Purposes a client may upload with; `batch` is the only one a batch can use.
-pub const UPLOAD_PURPOSES: &[&str] = &["assistants", "batch", "fine-tune", "vision", "user_data", "evals"];
-pub const PURPOSE_BATCH: &str = "batch";
-pub const PURPOSE_BATCH_OUTPUT: &str = "batch_output";
+pub(super) const UPLOAD_PURPOSES: &[&str] = &["assistants", "batch", "fine-tune", "vision", "user_data", "evals"];
+pub(super) const PURPOSE_BATCH: &str = "batch";
+pub(super) const PURPOSE_BATCH_OUTPUT: &str = "batch_output";
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OpenAiFile {
+pub(super) struct OpenAiFile {
     pub id: String,
     pub object: String,
     pub bytes: u64,
@@ -38,7 +38,7 @@ pub struct OpenAiFile {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum BatchStatus {
+pub(super) enum BatchStatus {
     Validating,
     Failed,
     InProgress,
@@ -50,20 +50,20 @@ pub enum BatchStatus {
 }
 
 impl BatchStatus {
-    pub fn is_terminal(self) -> bool {
+    pub(super) fn is_terminal(self) -> bool {
         matches!(self, BatchStatus::Failed | BatchStatus::Completed | BatchStatus::Expired | BatchStatus::Cancelled)
     }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RequestCounts {
+pub(super) struct RequestCounts {
     pub total: u64,
     pub completed: u64,
     pub failed: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BatchError {
+pub(super) struct BatchError {
     pub code: String,
     pub message: String,
     pub param: Option<String>,
@@ -71,24 +71,24 @@ pub struct BatchError {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BatchErrors {
+pub(super) struct BatchErrors {
     pub object: String,
     pub data: Vec<BatchError>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CachedTokens {
+pub(super) struct CachedTokens {
     pub cached_tokens: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReasoningTokens {
+pub(super) struct ReasoningTokens {
     pub reasoning_tokens: u64,
 }
 
 /// Batch-level token totals (`Batch.usage`), summed over the billed lines.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BatchUsage {
+pub(super) struct BatchUsage {
     pub input_tokens: u64,
     pub input_tokens_details: CachedTokens,
     pub output_tokens: u64,
@@ -97,7 +97,7 @@ pub struct BatchUsage {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Batch {
+pub(super) struct Batch {
     pub id: String,
     pub object: String,
     pub endpoint: String,
@@ -123,7 +123,7 @@ pub struct Batch {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BatchList {
+pub(super) struct BatchList {
     pub object: String,
     pub data: Vec<Batch>,
     pub first_id: Option<String>,
@@ -132,7 +132,7 @@ pub struct BatchList {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeletedFile {
+pub(super) struct DeletedFile {
     pub id: String,
     pub object: String,
     pub deleted: bool,
@@ -141,7 +141,7 @@ pub struct DeletedFile {
 /// `BatchFileExpirationAfter`: accepted and range-checked; the simulator keeps files forever.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ExpiresAfter {
+pub(super) struct ExpiresAfter {
     pub anchor: String,
     pub seconds: i64,
 }
@@ -150,7 +150,7 @@ pub struct ExpiresAfter {
 /// should fail here rather than silently against production.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CreateBatchRequest {
+pub(super) struct CreateBatchRequest {
     pub input_file_id: String,
     pub endpoint: String,
     pub completion_window: String,
@@ -161,7 +161,7 @@ pub struct CreateBatchRequest {
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
-pub struct ListQuery {
+pub(super) struct ListQuery {
     pub after: Option<String>,
     pub limit: Option<String>,
 }

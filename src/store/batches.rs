@@ -29,7 +29,7 @@ use crate::domain::names::BatchKey;
 pub struct WorkFilter(pub Arc<AcceptFn>);
 
 /// `(tenant, schema) -> may this provider take it`.
-pub type AcceptFn = dyn Fn(&str, &str) -> bool + Send + Sync;
+pub(super) type AcceptFn = dyn Fn(&str, &str) -> bool + Send + Sync;
 
 impl std::fmt::Debug for WorkFilter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use super::Error;
 
 /// A value stored in redb, with the format version its bytes are written in.
-pub trait Versioned: Serialize + DeserializeOwned {
+pub(crate) trait Versioned: Serialize + DeserializeOwned {
     const KIND: &'static str;
     const VERSION: u8;
 
@@ -33,14 +33,14 @@ fn config() -> Configuration<LittleEndian, Varint, Limit<MAX_VALUE_BYTES>> {
     bincode::config::standard().with_limit::<MAX_VALUE_BYTES>()
 }
 
-pub fn encode<T: Versioned>(value: &T) -> Result<Vec<u8>, Error> {
+pub(crate) fn encode<T: Versioned>(value: &T) -> Result<Vec<u8>, Error> {
     let mut out = vec![T::VERSION];
     bincode::serde::encode_into_std_write(value, &mut out, config())
         .map_err(|e| Error::Encode { kind: T::KIND, reason: e.to_string() })?;
     Ok(out)
 }
 
-pub fn decode<T: Versioned>(bytes: &[u8]) -> Result<T, Error> {
+pub(crate) fn decode<T: Versioned>(bytes: &[u8]) -> Result<T, Error> {
     let corrupt = |reason: String| Error::Corrupt { kind: T::KIND, reason };
     let (&version, body) = bytes.split_first().ok_or_else(|| corrupt("empty value".to_string()))?;
     if version != T::VERSION {
@@ -56,7 +56,7 @@ pub fn decode<T: Versioned>(bytes: &[u8]) -> Result<T, Error> {
 }
 
 /// Decodes one value's body (after the version byte); the whole body must be used.
-pub fn decode_body<U: DeserializeOwned>(body: &[u8]) -> Result<U, String> {
+pub(crate) fn decode_body<U: DeserializeOwned>(body: &[u8]) -> Result<U, String> {
     let (value, used) = bincode::serde::decode_from_slice(body, config()).map_err(|e| e.to_string())?;
     if used != body.len() {
         return Err(format!("{} trailing bytes", body.len() - used));

@@ -11,7 +11,7 @@ use crate::domain::cursor::CursorKey;
 const CURSOR_KEY_WORDS: [&str; 4] = ["cursor_key:0", "cursor_key:1", "cursor_key:2", "cursor_key:3"];
 
 /// The store's cursor key, made (randomly) the first time a store without one opens.
-pub fn cursor_key(db: &Database) -> Result<CursorKey, Error> {
+pub(super) fn cursor_key(db: &Database) -> Result<CursorKey, Error> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
     let mut words = [0u64; 4];

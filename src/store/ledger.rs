@@ -12,7 +12,7 @@ use super::{Error, Store};
 use crate::domain::batch::Usage;
 use crate::domain::identity::ExtractionId;
 
-pub const DAY_MS: u64 = 86_400_000;
+pub(super) const DAY_MS: u64 = 86_400_000;
 
 /// Spend is kept per UTC day of this many milliseconds.
 pub fn store_day_ms() -> u64 {

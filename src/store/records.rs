@@ -50,7 +50,7 @@ impl Versioned for ExtractionRecord {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoredContent {
+pub(crate) struct StoredContent {
     pub text: String,
 }
 
@@ -167,7 +167,7 @@ mod legacy {
     }
 
     #[derive(Debug, Deserialize)]
-    pub struct UsageV1 {
+    pub(super) struct UsageV1 {
         model: String,
         input_tokens: u64,
         output_tokens: u64,

@@ -10,7 +10,7 @@ use super::policies::Policies;
 use super::tables;
 
 /// The tables a write job may touch, opened once per batch.
-pub struct WriteTables<'txn> {
+pub(super) struct WriteTables<'txn> {
     pub meta: Table<'txn, &'static str, u64>,
     pub identity: Table<'txn, &'static [u8; 32], u64>,
     pub extractions: Table<'txn, u64, &'static [u8]>,
@@ -43,7 +43,7 @@ pub struct WriteTables<'txn> {
 
 /// The next free sequence numbers, kept by the writer and rebuilt from the tables on open.
 #[derive(Debug, Clone, Copy)]
-pub struct Sequences {
+pub(super) struct Sequences {
     pub(super) extraction: u64,
     pub(super) batch: u64,
     pub(super) ledger: u64,
@@ -91,25 +91,25 @@ impl<'txn> WriteTables<'txn> {
         })
     }
 
-    pub fn allocate_seq(&mut self) -> u64 {
+    pub(super) fn allocate_seq(&mut self) -> u64 {
         let seq = self.next.extraction;
         self.next.extraction += 1;
         seq
     }
 
-    pub fn allocate_batch_seq(&mut self) -> u64 {
+    pub(super) fn allocate_batch_seq(&mut self) -> u64 {
         let seq = self.next.batch;
         self.next.batch += 1;
         seq
     }
 
-    pub fn allocate_ledger_seq(&mut self) -> u64 {
+    pub(super) fn allocate_ledger_seq(&mut self) -> u64 {
         let seq = self.next.ledger;
         self.next.ledger += 1;
         seq
     }
 
-    pub fn allocate_outbox_seq(&mut self) -> u64 {
+    pub(super) fn allocate_outbox_seq(&mut self) -> u64 {
         let seq = self.next.outbox;
         self.next.outbox += 1;
         seq

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::Error;
 use super::policies::Policies;
 use super::tables::{LAYOUT_V1, META_LAYOUT};
-pub use super::write_tables::{Sequences, WriteTables};
+pub(super) use super::write_tables::{Sequences, WriteTables};
 use crate::domain::clock;
 
 /// How many jobs may share one transaction. Bounded so one commit's latency stays small.
@@ -83,7 +83,7 @@ where
 }
 
 #[derive(Debug, Clone)]
-pub struct WriterHandle {
+pub(super) struct WriterHandle {
     jobs: mpsc::Sender<Message>,
 }
 
@@ -103,7 +103,7 @@ impl WriterHandle {
     /// Runs `work` in the next group commit and returns its result once it is durable.
     /// `work` must be `Clone`: if another write of its group fails on its own, the group
     /// is rolled back and applied again without it.
-    pub async fn write<R, F>(&self, work: F) -> Result<R, Error>
+    pub(super) async fn write<R, F>(&self, work: F) -> Result<R, Error>
     where
         R: Send + 'static,
         F: FnOnce(&mut WriteTables<'_>) -> Result<(R, bool), Error> + Clone + Send + 'static,
@@ -147,7 +147,7 @@ impl WriterGuard {
 }
 
 /// Creates the tables on first open and returns the next free sequence numbers.
-pub fn initialize(db: &Database) -> Result<Sequences, Error> {
+pub(super) fn initialize(db: &Database) -> Result<Sequences, Error> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
     let next_seq = {
@@ -182,9 +182,9 @@ pub fn initialize(db: &Database) -> Result<Sequences, Error> {
 }
 
 /// The policies, set at start (and on reload) and read by every write batch.
-pub type PolicyCell = Arc<RwLock<Arc<Policies>>>;
+pub(super) type PolicyCell = Arc<RwLock<Arc<Policies>>>;
 
-pub fn spawn(
+pub(super) fn spawn(
     db: Arc<Database>,
     next_seq: Sequences,
     policies: PolicyCell,

@@ -8,9 +8,10 @@ use serde::Deserialize;
 use super::file::one_source;
 use super::kinds::OpenAiBudget;
 use super::{Error, KeySource};
-pub use crate::providers::openai::{AzureAuth, AzureTarget};
+pub use crate::providers::openai::AzureAuth;
+use crate::providers::openai::AzureTarget;
 
-pub const DEFAULT_AZURE_KEY_ENV: &str = "AZURE_OPENAI_API_KEY";
+pub(super) const DEFAULT_AZURE_KEY_ENV: &str = "AZURE_OPENAI_API_KEY";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

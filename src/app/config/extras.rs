@@ -180,7 +180,7 @@ impl RawRouting {
     }
 }
 
-pub fn resolve_prices(raw: Vec<RawPrice>) -> Result<PriceTable, Error> {
+pub(super) fn resolve_prices(raw: Vec<RawPrice>) -> Result<PriceTable, Error> {
     let mut table = PriceTable::default();
     for p in raw {
         let micros = |v: f64| {
@@ -217,7 +217,7 @@ impl RawBudgets {
     }
 }
 
-pub fn resolve_sinks(raw: RawOutbox) -> Result<Vec<SinkOptions>, Error> {
+pub(super) fn resolve_sinks(raw: RawOutbox) -> Result<Vec<SinkOptions>, Error> {
     let mut sinks: Vec<SinkOptions> = Vec::new();
     for s in raw.sinks {
         name_ok("outbox.sinks.name", &s.name)?;
@@ -250,7 +250,7 @@ pub fn resolve_sinks(raw: RawOutbox) -> Result<Vec<SinkOptions>, Error> {
     Ok(sinks)
 }
 
-pub fn resolve_webhooks(raw: Vec<RawWebhook>) -> Result<Vec<WebhookOptions>, Error> {
+pub(super) fn resolve_webhooks(raw: Vec<RawWebhook>) -> Result<Vec<WebhookOptions>, Error> {
     let mut hooks: Vec<WebhookOptions> = Vec::new();
     for w in raw {
         name_ok("webhooks.name", &w.name)?;

@@ -145,7 +145,7 @@ pub struct RawScheduler {
 }
 
 /// Reads the file. A missing file is fine only when nobody asked for it explicitly.
-pub fn load(path: &Path, explicit: bool) -> Result<RawConfig, Error> {
+pub(super) fn load(path: &Path, explicit: bool) -> Result<RawConfig, Error> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => return Ok(RawConfig::default()),
@@ -154,7 +154,7 @@ pub fn load(path: &Path, explicit: bool) -> Result<RawConfig, Error> {
     toml::from_str(&text).map_err(|e| Error::ConfigParse { path: path.to_path_buf(), reason: e.to_string() })
 }
 
-pub fn parse_duration(key: &'static str, value: &str) -> Result<Duration, Error> {
+pub(super) fn parse_duration(key: &'static str, value: &str) -> Result<Duration, Error> {
     humantime::parse_duration(value)
         .map_err(|e| Error::Invalid { key, reason: format!("{value:?} is not a duration like \"30s\": {e}") })
 }

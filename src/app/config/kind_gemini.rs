@@ -15,7 +15,7 @@ pub const DEFAULT_GEMINI_KEY_ENV: &str = "GEMINI_API_KEY";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawGemini {
+pub(super) struct RawGemini {
     /// The API origin without `/v1beta` (default the public endpoint).
     pub base_url: Option<String>,
     /// A model id such as `gemini-2.5-flash` (without `models/`).
@@ -43,7 +43,7 @@ pub struct GeminiOptions {
 }
 
 impl RawGemini {
-    pub fn resolve(self) -> Result<GeminiOptions, Error> {
+    pub(super) fn resolve(self) -> Result<GeminiOptions, Error> {
         let key = one_source("api_key_*", &self.api_key_env, &self.api_key_file, &self.api_key_credential)?
             .unwrap_or_else(|| KeySource::Env(DEFAULT_GEMINI_KEY_ENV.to_string()));
         if self.model.trim().is_empty() || self.model.starts_with("models/") {

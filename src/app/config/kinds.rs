@@ -13,12 +13,12 @@ use crate::providers::{anthropic, chat};
 
 /// The model name sent to the built-in simulator when none is configured for it.
 pub const SIMULATOR_MODEL: &str = "simulated-reviewer";
-pub const DEFAULT_ANTHROPIC_KEY_ENV: &str = "ANTHROPIC_API_KEY";
+pub(super) const DEFAULT_ANTHROPIC_KEY_ENV: &str = "ANTHROPIC_API_KEY";
 
 /// The OpenAI Batch API, or a platform speaking it.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawOpenAi {
+pub(super) struct RawOpenAi {
     pub base_url: Option<String>,
     pub model: Option<String>,
     pub api_key_env: Option<String>,
@@ -37,7 +37,7 @@ pub struct RawOpenAi {
 /// OpenAI Batch API, so it takes that kind's output budgets.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawSimulator {
+pub(super) struct RawSimulator {
     pub model: Option<String>,
     pub max_completion_tokens: Option<u32>,
     pub max_completion_tokens_cap: Option<u32>,
@@ -45,7 +45,7 @@ pub struct RawSimulator {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawAnthropic {
+pub(super) struct RawAnthropic {
     pub base_url: Option<String>,
     pub model: String,
     /// `max_tokens` of every request (default 4096: the API requires one).
@@ -60,7 +60,7 @@ pub struct RawAnthropic {
 /// A platform speaking the generic REST batch contract (PROVIDERS.md §4).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawGeneric {
+pub(super) struct RawGeneric {
     pub base_url: String,
     pub model: String,
     pub capability: Option<String>,
@@ -80,7 +80,7 @@ pub struct RawGeneric {
 /// An OpenAI-compatible chat server called synchronously (vLLM, llama.cpp, Ollama).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawChat {
+pub(super) struct RawChat {
     pub base_url: String,
     pub model: String,
     pub concurrency: Option<usize>,
@@ -126,7 +126,7 @@ pub struct OpenAiOptions {
 
 /// Whether batch metadata may be trusted when the config does not say: only OpenAI's
 /// own API is known to keep it (docs/PROVIDERS.md, "OpenAI-compatible batch platforms").
-pub fn metadata_kept_by_default(base_url: &str) -> bool {
+pub(super) fn metadata_kept_by_default(base_url: &str) -> bool {
     base_url.trim_end_matches('/') == DEFAULT_OPENAI_BASE_URL
 }
 
@@ -249,7 +249,7 @@ pub(super) fn at_least_one(key: &'static str, value: Option<u32>) -> Result<Opti
 }
 
 impl RawOpenAi {
-    pub fn resolve(self) -> Result<OpenAiOptions, Error> {
+    pub(super) fn resolve(self) -> Result<OpenAiOptions, Error> {
         let key = one_source(API_KEY, &self.api_key_env, &self.api_key_file, &self.api_key_credential)?;
         let base_url = self.base_url.unwrap_or_else(|| DEFAULT_OPENAI_BASE_URL.to_string());
         Ok(OpenAiOptions {
@@ -263,7 +263,7 @@ impl RawOpenAi {
 }
 
 impl RawSimulator {
-    pub fn resolve(self) -> Result<SimulatorOptions, Error> {
+    pub(super) fn resolve(self) -> Result<SimulatorOptions, Error> {
         Ok(SimulatorOptions {
             model: self.model.unwrap_or_else(|| SIMULATOR_MODEL.to_string()),
             budget: OpenAiBudget::resolve(self.max_completion_tokens, self.max_completion_tokens_cap)?,
@@ -272,7 +272,7 @@ impl RawSimulator {
 }
 
 impl RawAnthropic {
-    pub fn resolve(self) -> Result<AnthropicOptions, Error> {
+    pub(super) fn resolve(self) -> Result<AnthropicOptions, Error> {
         let key = one_source(API_KEY, &self.api_key_env, &self.api_key_file, &self.api_key_credential)?
             .unwrap_or_else(|| KeySource::Env(DEFAULT_ANTHROPIC_KEY_ENV.to_string()));
         Ok(AnthropicOptions {
@@ -287,7 +287,7 @@ impl RawAnthropic {
 }
 
 impl RawGeneric {
-    pub fn resolve(self) -> Result<GenericOptions, Error> {
+    pub(super) fn resolve(self) -> Result<GenericOptions, Error> {
         let key = required_key((&self.api_key_env, &self.api_key_file, &self.api_key_credential))?;
         // Checked here, not first at start-up, so `config check` refuses a bad pointer too.
         self.fields.apply(&mut crate::providers::generic::GenericFields::default())?;
@@ -305,7 +305,7 @@ impl RawGeneric {
 }
 
 impl RawChat {
-    pub fn resolve(self) -> Result<ChatOptions, Error> {
+    pub(super) fn resolve(self) -> Result<ChatOptions, Error> {
         let key = one_source(API_KEY, &self.api_key_env, &self.api_key_file, &self.api_key_credential)?;
         if self.concurrency == Some(0) {
             return Err(Error::Invalid { key: "concurrency", reason: "must be at least 1".into() });

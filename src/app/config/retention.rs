@@ -9,7 +9,7 @@ use super::Error;
 use super::file::parse_duration;
 
 /// How often the sweep looks for what has expired, unless configured.
-pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(600);
+pub(super) const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(600);
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

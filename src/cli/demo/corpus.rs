@@ -1,13 +1,13 @@
 //! The demo's sources. Its workers answer with the simulator's rule-based reviewer
 //! (`simulator::review`), so the demo needs no provider key.
 
-pub struct Source {
+pub(super) struct Source {
     pub tenant: &'static str,
     pub source_id: &'static str,
     pub content: &'static str,
 }
 
-pub const SOURCES: &[Source] = &[
+pub(super) const SOURCES: &[Source] = &[
     Source {
         tenant: "acme",
         source_id: "payments#101",
@@ -43,7 +43,7 @@ pub const SOURCES: &[Source] = &[
 ];
 
 /// A second revision of an already-reviewed source: a legitimate new extraction.
-pub const REVISION: Source = Source {
+pub(super) const REVISION: Source = Source {
     tenant: "acme",
     source_id: "payments#101",
     content: "fn charge(card: &str) -> Result<u64, Error> {\n    let amount = parse(card)?;\n    Ok(amount)\n}\n",

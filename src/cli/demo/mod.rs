@@ -25,13 +25,13 @@ use crate::app::server::Server;
 use crate::engine::scheduler;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// Keep the database in this directory instead of a temporary one.
     #[arg(long)]
     data_dir: Option<PathBuf>,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
     let root = args.data_dir.unwrap_or_else(|| temp.path().to_path_buf());
     let workers = serve_options(root.join("workers"), Vec::new(), scheduler::Settings::default());

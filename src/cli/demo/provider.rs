@@ -16,7 +16,7 @@ use crate::simulator::Faults;
 const COPIES_PER_SOURCE: usize = 3;
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The output budget the demo's requests ask for (`max_completion_tokens`)…
-pub const DEMO_MAX_COMPLETION_TOKENS: u32 = 1000;
+pub(super) const DEMO_MAX_COMPLETION_TOKENS: u32 = 1000;
 /// …and how many tokens the simulated model's long answer needs: more than the budget,
 /// less than the doubled budget of the one retry.
 const LONG_ANSWER_TOKENS: u32 = 1500;
@@ -33,7 +33,7 @@ const DECLINED: Source = Source {
     content: "def harvest(site):\n    password = 'admin'\n    return crawl(site, password)\n",
 };
 
-pub async fn run(server: &Server, summary: &mut Summary) -> anyhow::Result<()> {
+pub(super) async fn run(server: &Server, summary: &mut Summary) -> anyhow::Result<()> {
     let Some(simulator) = server.simulator() else {
         bail!("the demo's provider act needs the built-in simulator");
     };

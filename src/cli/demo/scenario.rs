@@ -16,7 +16,7 @@ const SHORT_LEASE_SECONDS: u64 = 1;
 const CONFUSED_SOURCE: &str = "etl#9";
 
 #[derive(Debug, Default)]
-pub struct Summary {
+pub(super) struct Summary {
     failed: Vec<String>,
 }
 
@@ -28,7 +28,7 @@ impl Summary {
         }
     }
 
-    pub fn all_checks_passed(&self) -> bool {
+    pub(super) fn all_checks_passed(&self) -> bool {
         self.failed.is_empty()
     }
 }
@@ -37,7 +37,7 @@ pub(super) fn short(id: &Value) -> String {
     id.as_str().unwrap_or("?").chars().take(12).collect()
 }
 
-pub async fn run(base: &str) -> anyhow::Result<Summary> {
+pub(super) async fn run(base: &str) -> anyhow::Result<Summary> {
     let api = Api { base: base.to_string(), http: reqwest::Client::new() };
     let mut summary = Summary::default();
     let ids = intake_with_duplicates(&api, &mut summary).await?;

@@ -94,7 +94,7 @@ fn is_private_root_key(key: &str) -> bool {
     key.starts_with("x-commitpoint-") || key == "$schema" || key == "$id"
 }
 
-pub fn derive(document: &Value, dialect: Dialect) -> Result<View, Inexpressible> {
+pub(super) fn derive(document: &Value, dialect: Dialect) -> Result<View, Inexpressible> {
     match dialect {
         Dialect::OpenAiStrict => openai_strict(document),
         Dialect::AnthropicTool => anthropic_tool(document),
@@ -460,7 +460,7 @@ fn escape(token: &str) -> String {
 /// optional in the registered schema and does not admit `null` there. Strict mode makes
 /// the model send every property, so "absent" arrives as `null`; local validation must
 /// see it absent again, as the registered schema means it.
-pub fn strip_optional_nulls(document: &Value, answer: &mut Value) {
+pub(super) fn strip_optional_nulls(document: &Value, answer: &mut Value) {
     strip(document, document, answer, 0);
 }
 

@@ -114,7 +114,7 @@ impl CostReport {
 }
 
 /// `YYYY-MM-DD` of the UTC day holding `at_ms`.
-pub fn day_label(at_ms: u64) -> String {
+pub(super) fn day_label(at_ms: u64) -> String {
     let day_start = at_ms - at_ms % store_day_ms();
     let text = humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(day_start)).to_string();
     text.chars().take(10).collect()

@@ -7,21 +7,21 @@ use crate::domain::batch::{BatchMember, LineResult, Usage};
 use crate::domain::lifecycle::FailureClass;
 use crate::domain::schema::Schema;
 
-pub const API_VERSION: &str = "2023-06-01";
+pub(crate) const API_VERSION: &str = "2023-06-01";
 /// A batch holds at most 100,000 requests or 256 MB, whichever comes first (§2.5).
-pub const MAX_REQUESTS: usize = 100_000;
-pub const MAX_BODY_BYTES: usize = 256 * 1000 * 1000;
+pub(crate) const MAX_REQUESTS: usize = 100_000;
+pub(crate) const MAX_BODY_BYTES: usize = 256 * 1000 * 1000;
 const MAX_CUSTOM_ID_LEN: usize = 64;
 
 /// `custom_id` must be 1–64 characters; the charset rule is only known from third parties,
 /// so we hold ourselves to the stricter `[a-zA-Z0-9_-]` (a hex extraction id always passes).
-pub fn is_valid_custom_id(id: &str) -> bool {
+pub(crate) fn is_valid_custom_id(id: &str) -> bool {
     (1..=MAX_CUSTOM_ID_LEN).contains(&id.len())
         && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// Tool names are `[a-zA-Z0-9_-]{1,64}`; ours come from schema names like `code-review@1`.
-pub fn tool_name(schema: &str) -> String {
+pub(crate) fn tool_name(schema: &str) -> String {
     let name: String =
         schema.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).take(64).collect();
     if name.is_empty() { "extract".to_string() } else { name }
@@ -29,7 +29,13 @@ pub fn tool_name(schema: &str) -> String {
 
 /// One entry of `requests`: the member's text, answered by a forced call of the one tool
 /// whose `input_schema` is the provider schema, so the tool input is the extraction.
-pub fn request(member: &BatchMember, schema: &Schema, input_schema: &Value, model: &str, max_tokens: u32) -> Value {
+pub(crate) fn request(
+    member: &BatchMember,
+    schema: &Schema,
+    input_schema: &Value,
+    model: &str,
+    max_tokens: u32,
+) -> Value {
     let tool = tool_name(schema.name());
     json!({
         "custom_id": member.id.to_hex(),
@@ -55,7 +61,7 @@ pub fn request(member: &BatchMember, schema: &Schema, input_schema: &Value, mode
 }
 
 #[derive(Debug, Deserialize)]
-pub struct MessageBatch {
+pub(crate) struct MessageBatch {
     pub id: String,
     pub processing_status: String,
     #[serde(default)]
@@ -70,7 +76,7 @@ pub struct MessageBatch {
 
 /// Non-processing counts stay 0 until the batch ends; the sum is always the request count.
 #[derive(Debug, Default, Deserialize)]
-pub struct RequestCounts {
+pub(crate) struct RequestCounts {
     #[serde(default)]
     pub processing: u64,
     #[serde(default)]
@@ -84,7 +90,7 @@ pub struct RequestCounts {
 }
 
 impl RequestCounts {
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         // Saturating: the counts are the provider's numbers, not ours to trust.
         [self.succeeded, self.errored, self.canceled, self.expired]
             .into_iter()
@@ -93,7 +99,7 @@ impl RequestCounts {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct BatchPage {
+pub(crate) struct BatchPage {
     pub data: Vec<MessageBatch>,
     #[serde(default)]
     pub has_more: bool,
@@ -103,14 +109,14 @@ pub struct BatchPage {
 
 /// `{"type":"error","error":{"type":…,"message":…},"request_id":…}` (§2.6).
 #[derive(Debug, Deserialize)]
-pub struct ErrorBody {
+pub(crate) struct ErrorBody {
     pub error: ErrorDetail,
     #[serde(default)]
     pub request_id: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct ErrorDetail {
+pub(crate) struct ErrorDetail {
     #[serde(default, rename = "type")]
     pub kind: Option<String>,
     #[serde(default)]
@@ -121,7 +127,7 @@ impl ErrorDetail {
     /// Anthropic reports an exhausted prepaid balance as a 400 `invalid_request_error`
     /// whose message names the credit balance (observed bodies, anthropics/claude-code
     /// issues); `billing_error` is the documented type. Neither is the request's fault.
-    pub fn is_budget(&self) -> bool {
+    pub(crate) fn is_budget(&self) -> bool {
         let kind = self.kind.as_deref().unwrap_or_default();
         let message = self.message.as_deref().unwrap_or_default().to_ascii_lowercase();
         kind == "billing_error" || (kind == "invalid_request_error" && message.contains("credit balance"))
@@ -175,12 +181,12 @@ struct IdOnly {
 }
 
 /// The custom id of a result line, without interpreting its result.
-pub fn custom_id(line: &str) -> Option<String> {
+pub(crate) fn custom_id(line: &str) -> Option<String> {
     serde_json::from_str::<IdOnly>(line).ok().map(|l| l.custom_id)
 }
 
 /// Parses one results line into (custom_id, what it means for the member).
-pub fn parse_line(line: &str) -> Result<(String, LineResult), String> {
+pub(crate) fn parse_line(line: &str) -> Result<(String, LineResult), String> {
     let parsed: ResultLineWire = serde_json::from_str(line).map_err(|e| format!("unreadable result line: {e}"))?;
     let result = match parsed.result {
         ResultWire::Succeeded { message } => answer(message),
@@ -261,7 +267,7 @@ fn errored(body: &ErrorBody) -> LineResult {
 
 /// Milliseconds since the Unix epoch of an RFC 3339 timestamp such as
 /// `2024-08-20T18:37:24.100435Z` or `2024-08-20T20:37:24+02:00`.
-pub fn unix_ms(text: &str) -> Option<u64> {
+pub(crate) fn unix_ms(text: &str) -> Option<u64> {
     let b = text.as_bytes();
     let num = |range: std::ops::Range<usize>| num_of(text.get(range)?);
     if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') || b[13] != b':' {

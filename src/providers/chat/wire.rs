@@ -10,7 +10,7 @@ use crate::domain::schema::{Dialect, Schema};
 
 /// The body of one chat completion asking for `member` to be extracted under `schema`.
 /// `max_tokens` is the configured default; a member's raised budget wins over it.
-pub fn request_body(member: &BatchMember, schema: &Schema, model: &str, max_tokens: Option<u32>) -> Value {
+pub(crate) fn request_body(member: &BatchMember, schema: &Schema, model: &str, max_tokens: Option<u32>) -> Value {
     let mut body = json!({
         "model": model,
         "messages": [
@@ -41,7 +41,7 @@ const MAX_REFUSAL_CHARS: usize = 200;
 /// or a valid-looking prefix), a `message.refusal`, or `finish_reason: "content_filter"`
 /// (the content was withheld). OpenAI API reference, `CreateChatCompletionResponse`
 /// `choices[].finish_reason` and `message.refusal`; Structured Outputs guide, "Refusals".
-pub fn unusable(choice: &Value) -> Option<(FailureClass, String)> {
+pub(crate) fn unusable(choice: &Value) -> Option<(FailureClass, String)> {
     let refusal = choice["message"]["refusal"].as_str().filter(|r| !r.trim().is_empty());
     if let Some(refusal) = refusal {
         let excerpt: String = refusal.chars().take(MAX_REFUSAL_CHARS).collect();
@@ -70,7 +70,7 @@ fn response_format_name(schema: &str) -> String {
 /// What a successful completion body means for its member. `request_id` overrides the
 /// completion's own `id` when the carrier knows a better one (the generic contract's).
 /// A truncated or refused answer is `Unusable`: paid for, never committed.
-pub fn parse_completion(body: &Value, request_id: Option<String>) -> Result<LineResult, String> {
+pub(crate) fn parse_completion(body: &Value, request_id: Option<String>) -> Result<LineResult, String> {
     let choice = &body["choices"][0];
     let unusable = unusable(choice);
     let output = match (choice["message"]["content"].as_str(), &unusable) {
@@ -103,7 +103,7 @@ pub fn parse_completion(body: &Value, request_id: Option<String>) -> Result<Line
 }
 
 /// The message of an OpenAI-style error body (`{"error":{"message",…}}`), or the body itself.
-pub fn error_message(body: &str) -> String {
+pub(crate) fn error_message(body: &str) -> String {
     let parsed: Option<Value> = serde_json::from_str(body).ok();
     let message = parsed.as_ref().and_then(|v| v["error"]["message"].as_str().or_else(|| v["error"].as_str()));
     match message {
@@ -113,14 +113,14 @@ pub fn error_message(body: &str) -> String {
 }
 
 /// The machine code of an OpenAI-style error body (`code`, else `type`).
-pub fn error_code(body: &str) -> Option<String> {
+pub(crate) fn error_code(body: &str) -> Option<String> {
     let parsed: Value = serde_json::from_str(body).ok()?;
     let error = &parsed["error"];
     error["code"].as_str().or_else(|| error["type"].as_str()).map(str::to_string)
 }
 
 /// A member the server will never answer as asked.
-pub fn refused(reason: String) -> LineResult {
+pub(crate) fn refused(reason: String) -> LineResult {
     LineResult::Refused { class: FailureClass::InvalidRequest, reason }
 }
 

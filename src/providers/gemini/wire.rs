@@ -14,7 +14,12 @@ use crate::domain::schema::Schema;
 /// One `GenerateContentRequest`: the instructions as the system instruction, the member
 /// as the user turn (the same text every adapter sends), and the schema's Gemini view as
 /// `responseJsonSchema`, which needs `responseMimeType: application/json`.
-pub fn request(member: &BatchMember, schema: &Schema, json_schema: &Value, max_output_tokens: Option<u32>) -> Value {
+pub(crate) fn request(
+    member: &BatchMember,
+    schema: &Schema,
+    json_schema: &Value,
+    max_output_tokens: Option<u32>,
+) -> Value {
     let mut generation = json!({"responseMimeType": "application/json", "responseJsonSchema": json_schema});
     if let Some(max) = max_output_tokens {
         generation["maxOutputTokens"] = json!(max);
@@ -30,24 +35,24 @@ pub fn request(member: &BatchMember, schema: &Schema, json_schema: &Value, max_o
 }
 
 /// An entry of `inputConfig.requests.requests`: the key travels in the request metadata.
-pub fn inline_entry(key: &str, request: Value) -> Value {
+pub(crate) fn inline_entry(key: &str, request: Value) -> Value {
     json!({"request": request, "metadata": {"key": key}})
 }
 
 /// A line of the JSONL input file: the key beside the request.
-pub fn file_line(key: &str, request: Value) -> Value {
+pub(crate) fn file_line(key: &str, request: Value) -> Value {
     json!({"key": key, "request": request})
 }
 
 /// The `batchGenerateContent` body around an input config.
-pub fn create_body(display_name: &str, input_config: Value) -> Value {
+pub(crate) fn create_body(display_name: &str, input_config: Value) -> Value {
     json!({"batch": {"displayName": display_name, "inputConfig": input_config}})
 }
 
 /// A long-running operation whose `metadata` is the batch (`GenerateContentBatch`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Operation {
+pub(crate) struct Operation {
     #[serde(default)]
     pub name: String,
     #[serde(default)]
@@ -61,7 +66,7 @@ pub struct Operation {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Batch {
+pub(crate) struct Batch {
     #[serde(default)]
     pub display_name: Option<String>,
     #[serde(default)]
@@ -74,14 +79,14 @@ pub struct Batch {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct InputConfig {
+pub(crate) struct InputConfig {
     #[serde(default)]
     pub file_name: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Output {
+pub(crate) struct Output {
     #[serde(default)]
     pub responses_file: Option<String>,
     #[serde(default)]
@@ -90,35 +95,35 @@ pub struct Output {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Inlined {
+pub(crate) struct Inlined {
     #[serde(default)]
     pub inlined_responses: Vec<Value>,
 }
 
 impl Operation {
-    pub fn state(&self) -> &str {
+    pub(crate) fn state(&self) -> &str {
         self.metadata.as_ref().and_then(|b| b.state.as_deref()).unwrap_or("BATCH_STATE_UNSPECIFIED")
     }
 
-    pub fn display_name(&self) -> Option<&str> {
+    pub(crate) fn display_name(&self) -> Option<&str> {
         self.metadata.as_ref().and_then(|b| b.display_name.as_deref())
     }
 
     /// The uploaded input file and the responses file, whichever the batch has.
-    pub fn files(&self) -> Vec<String> {
+    pub(crate) fn files(&self) -> Vec<String> {
         let input = self.metadata.as_ref().and_then(|b| b.input_config.as_ref()).and_then(|c| c.file_name.clone());
         let output = self.output().and_then(|o| o.responses_file.clone());
         input.into_iter().chain(output).collect()
     }
 
-    pub fn output(&self) -> Option<&Output> {
+    pub(crate) fn output(&self) -> Option<&Output> {
         self.metadata.as_ref().and_then(|b| b.output.as_ref()).or(self.response.as_ref())
     }
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ListPage {
+pub(crate) struct ListPage {
     #[serde(default)]
     pub operations: Vec<Operation>,
     #[serde(default)]
@@ -128,7 +133,7 @@ pub struct ListPage {
 /// `google.rpc.Status`: the error body's `error`, a failed batch's `error`, and a failed
 /// request's entry in the results.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct Status {
+pub(crate) struct Status {
     #[serde(default)]
     pub message: Option<String>,
     #[serde(default)]
@@ -138,13 +143,13 @@ pub struct Status {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct ErrorBody {
+pub(crate) struct ErrorBody {
     pub error: Status,
 }
 
 /// Where a batch stands, by its state name. The API enum is `BATCH_STATE_*`; the batch
 /// guide and the SDKs say `JOB_STATE_*` for the same states, so both are read.
-pub enum State {
+pub(crate) enum State {
     Running,
     Succeeded,
     Failed,
@@ -152,7 +157,7 @@ pub enum State {
     Expired,
 }
 
-pub fn state(name: &str) -> Option<State> {
+pub(crate) fn state(name: &str) -> Option<State> {
     let short = name.strip_prefix("BATCH_STATE_").or_else(|| name.strip_prefix("JOB_STATE_"))?;
     Some(match short {
         "UNSPECIFIED" | "PENDING" | "RUNNING" | "QUEUED" => State::Running,
@@ -165,7 +170,7 @@ pub fn state(name: &str) -> Option<State> {
 }
 
 impl Status {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let status = self.status.as_deref().unwrap_or("UNKNOWN");
         format!("{status}: {}", self.message.as_deref().unwrap_or("no message"))
     }
@@ -175,20 +180,20 @@ impl Status {
     }
 
     /// `google.rpc.RetryInfo.retryDelay`, a protobuf Duration in JSON ("30s", "1.5s").
-    pub fn retry_delay(&self) -> Option<Duration> {
+    pub(crate) fn retry_delay(&self) -> Option<Duration> {
         let text = self.detail("google.rpc.RetryInfo").find_map(|d| d["retryDelay"].as_str())?;
         let secs: f64 = text.trim().strip_suffix('s')?.parse().ok()?;
         Duration::try_from_secs_f64(secs).ok()
     }
 
     /// A bad key is answered 400 `INVALID_ARGUMENT` with `ErrorInfo.reason` `API_KEY_INVALID`.
-    pub fn is_bad_key(&self) -> bool {
+    pub(crate) fn is_bad_key(&self) -> bool {
         self.detail("google.rpc.ErrorInfo").any(|d| d["reason"] == "API_KEY_INVALID")
     }
 
     /// A per-day quota (`QuotaFailure` naming a `...PerDay...` quota) does not come back
     /// within any wait worth making: it is spent budget, not a rate limit.
-    pub fn is_daily_quota(&self) -> bool {
+    pub(crate) fn is_daily_quota(&self) -> bool {
         self.detail("google.rpc.QuotaFailure")
             .any(|d| d["violations"].as_array().is_some_and(|v| v.iter().any(|v| quota_id(v).contains("PerDay"))))
     }
@@ -199,14 +204,14 @@ fn quota_id(violation: &Value) -> &str {
 }
 
 /// A line of the responses file: `{"key", "response"}` or `{"key", "error"}`.
-pub fn parse_file_line(line: &str) -> Result<(String, LineResult), String> {
+pub(crate) fn parse_file_line(line: &str) -> Result<(String, LineResult), String> {
     let value: Value = serde_json::from_str(line).map_err(|e| format!("unreadable result line: {e}"))?;
     let key = value["key"].as_str().ok_or("a result line without a key")?.to_string();
     Ok((key, result_of(&value)?))
 }
 
 /// An entry of `inlinedResponses`: `{"response"|"error", "metadata": {"key"}}`.
-pub fn parse_inline(entry: &Value) -> Result<(String, LineResult), String> {
+pub(crate) fn parse_inline(entry: &Value) -> Result<(String, LineResult), String> {
     let key = entry["metadata"]["key"].as_str().ok_or("an inlined response without metadata.key")?.to_string();
     Ok((key, result_of(entry)?))
 }

@@ -13,11 +13,11 @@ use crate::domain::schema::Schema;
 use crate::providers::chat::wire as chat;
 use crate::providers::{ErrorClass, FailureCause, JobPhase, ResultLine, classify_status};
 
-pub const BATCH_KEY_METADATA: &str = "commitpoint_batch_key";
+pub(crate) const BATCH_KEY_METADATA: &str = "commitpoint_batch_key";
 
 /// The envelope around every response.
 #[derive(Debug, Deserialize)]
-pub struct Envelope {
+pub(crate) struct Envelope {
     pub ok: bool,
     #[serde(default)]
     pub data: Value,
@@ -30,7 +30,7 @@ pub struct Envelope {
 /// `error`: `code` and `message` are relied on by every client seen; `hint` and
 /// `retryable` are UNCONFIRMED and read when present.
 #[derive(Debug, Default, Deserialize)]
-pub struct ErrorObject {
+pub(crate) struct ErrorObject {
     #[serde(default)]
     pub code: Option<String>,
     #[serde(default)]
@@ -42,7 +42,7 @@ pub struct ErrorObject {
 }
 
 impl ErrorObject {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut text =
             format!("{}: {}", self.code.as_deref().unwrap_or("error"), self.message.as_deref().unwrap_or("no message"));
         if let Some(hint) = &self.hint {
@@ -53,7 +53,7 @@ impl ErrorObject {
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct Metadata {
+pub(crate) struct Metadata {
     #[serde(default)]
     pub cost_usd: Option<f64>,
     #[serde(default)]
@@ -62,7 +62,12 @@ pub struct Metadata {
 
 /// The submit body: every batch item is an OpenAI-compatible chat completion body under
 /// `capability`, tagged with our custom id so results join on it.
-pub fn submit_body(batch_key: &str, members: &[BatchMember], schema: &Schema, config: &super::GenericConfig) -> Value {
+pub(crate) fn submit_body(
+    batch_key: &str,
+    members: &[BatchMember],
+    schema: &Schema,
+    config: &super::GenericConfig,
+) -> Value {
     let requests: Vec<Value> = members
         .iter()
         .map(|member| {
@@ -85,7 +90,7 @@ pub fn submit_body(batch_key: &str, members: &[BatchMember], schema: &Schema, co
 /// The contract's canonical JSON: object keys sorted, no insignificant whitespace,
 /// UTF-8, one trailing newline. Sorted here rather than trusting the map's order, which
 /// a serde_json feature elsewhere in the build could change.
-pub fn canonical(value: &Value) -> Vec<u8> {
+pub(crate) fn canonical(value: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(1024);
     write_canonical(value, &mut out);
     out.push(b'\n');
@@ -147,7 +152,7 @@ fn write_scalar(value: &Value, out: &mut Vec<u8>) {
 /// | `NOT_FOUND`, `BATCH_NOT_FOUND`, `BATCH_EXPIRED` | Gone | assumed |
 /// | `INTERNAL_ERROR`, `UPSTREAM_ERROR`, `VENDOR_ERROR`, `SERVICE_UNAVAILABLE`, `TIMEOUT`, `UPSTREAM_TIMEOUT` | Transient | assumed |
 /// | `INVALID_REQUEST`, `INVALID_PARAMS`, `INVALID_PARAMETER`, `VALIDATION_ERROR`, `BAD_REQUEST`, `UNSUPPORTED_CAPABILITY`, `PAYLOAD_TOO_LARGE`, `IDEMPOTENCY_KEY_REUSED` | InvalidRequest | assumed |
-pub fn classify(status: Option<u16>, headers: &HeaderMap, error: Option<&ErrorObject>) -> ErrorClass {
+pub(crate) fn classify(status: Option<u16>, headers: &HeaderMap, error: Option<&ErrorObject>) -> ErrorClass {
     let code = error.and_then(|e| e.code.as_deref());
     let by_code = code.and_then(code_class);
     match (by_code, error.and_then(|e| e.retryable)) {
@@ -201,7 +206,7 @@ fn code_class(code: &str) -> Option<ErrorClass> {
 }
 
 /// Where a batch stands, from the status `data`.
-pub fn phase(data: &Value, fields: &GenericFields) -> Result<JobPhase, String> {
+pub(crate) fn phase(data: &Value, fields: &GenericFields) -> Result<JobPhase, String> {
     let state = data
         .pointer(&fields.state)
         .and_then(Value::as_str)
@@ -237,12 +242,12 @@ fn failure_reason(data: &Value) -> String {
 }
 
 /// The provider's figure in US dollars as micro-dollars; nothing for nonsense.
-pub fn cost_micros(usd: f64) -> Option<u64> {
+pub(crate) fn cost_micros(usd: f64) -> Option<u64> {
     (usd.is_finite() && usd >= 0.0).then(|| (usd * 1_000_000.0).round() as u64)
 }
 
 /// One result item, whichever way it arrived, into (custom id, what it means).
-pub fn parse_item(item: &Value, fields: &GenericFields) -> Result<ResultLine, String> {
+pub(crate) fn parse_item(item: &Value, fields: &GenericFields) -> Result<ResultLine, String> {
     let custom_id = item
         .get(&fields.item_id)
         .and_then(Value::as_str)

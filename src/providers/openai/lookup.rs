@@ -18,7 +18,7 @@ use super::{
 };
 
 /// The upload's file name: the batch key makes it findable without metadata.
-pub fn input_file_name(batch_key: &str) -> String {
+pub(super) fn input_file_name(batch_key: &str) -> String {
     format!("commitpoint-{batch_key}.jsonl")
 }
 

@@ -8,13 +8,18 @@ use crate::domain::lifecycle::FailureClass;
 use crate::domain::schema::{Dialect, Schema};
 use crate::providers::chat::wire as chat;
 
-pub const ENDPOINT: &str = "/v1/chat/completions";
-pub const BATCH_KEY_METADATA: &str = "commitpoint_batch_key";
+pub(crate) const ENDPOINT: &str = "/v1/chat/completions";
+pub(crate) const BATCH_KEY_METADATA: &str = "commitpoint_batch_key";
 
 /// One JSONL input line (`BatchRequestInput`). The output budget is the member's own
 /// (raised after a truncation) or the configured default; none is sent without either.
 /// `max_completion_tokens`, not the deprecated `max_tokens`, which newer models refuse.
-pub fn input_line(member: &BatchMember, schema: &Schema, model: &str, max_completion_tokens: Option<u32>) -> Value {
+pub(crate) fn input_line(
+    member: &BatchMember,
+    schema: &Schema,
+    model: &str,
+    max_completion_tokens: Option<u32>,
+) -> Value {
     let mut line = json!({
         "custom_id": member.id.to_hex(),
         "method": "POST",
@@ -47,7 +52,7 @@ fn response_format_name(schema: &str) -> String {
 }
 
 #[derive(Debug, Serialize)]
-pub struct CreateBatch<'a> {
+pub(crate) struct CreateBatch<'a> {
     pub input_file_id: &'a str,
     pub endpoint: &'a str,
     pub completion_window: &'static str,
@@ -60,7 +65,7 @@ pub struct CreateBatch<'a> {
 
 /// `{"anchor": "created_at", "seconds": N}`: when the batch's output files expire.
 #[derive(Debug, Serialize)]
-pub struct ExpiresAfter {
+pub(crate) struct ExpiresAfter {
     pub anchor: &'static str,
     pub seconds: u64,
 }
@@ -68,7 +73,7 @@ pub struct ExpiresAfter {
 /// A Unix time in seconds, or an RFC 3339 text (Azure's dated API versions answer
 /// `created_at` as `2024-07-19T17:13:57.2491382+00:00`); anything else reads as unknown,
 /// which a lookup treats as "not known to be older", never as a failure.
-pub fn unix_time<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+pub(crate) fn unix_time<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
     Ok(match Option::<Value>::deserialize(deserializer)? {
         Some(Value::Number(n)) => n.as_u64(),
         Some(Value::String(text)) => parse_rfc3339(&text),
@@ -84,12 +89,12 @@ fn parse_rfc3339(text: &str) -> Option<u64> {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct FileObject {
+pub(crate) struct FileObject {
     pub id: String,
 }
 
 #[derive(Debug, Deserialize)]
-pub struct Batch {
+pub(crate) struct Batch {
     pub id: String,
     pub status: String,
     #[serde(default)]
@@ -107,13 +112,13 @@ pub struct Batch {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct BatchErrors {
+pub(crate) struct BatchErrors {
     #[serde(default)]
     pub data: Vec<BatchError>,
 }
 
 #[derive(Debug, Deserialize)]
-pub struct BatchError {
+pub(crate) struct BatchError {
     #[serde(default)]
     pub code: Option<String>,
     #[serde(default)]
@@ -124,7 +129,7 @@ pub struct BatchError {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct BatchList {
+pub(crate) struct BatchList {
     pub data: Vec<Batch>,
     /// Absent where the platform lists every batch at once (Groq's list has no pages).
     #[serde(default)]
@@ -134,12 +139,12 @@ pub struct BatchList {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct ErrorBody {
+pub(crate) struct ErrorBody {
     pub error: ErrorObject,
 }
 
 #[derive(Debug, Deserialize)]
-pub struct ErrorObject {
+pub(crate) struct ErrorObject {
     #[serde(default)]
     pub message: Option<String>,
     #[serde(default, rename = "type")]
@@ -175,7 +180,7 @@ struct LineError {
 }
 
 /// Parses one output or error file line into (custom_id, what it means for the member).
-pub fn parse_line(line: &str) -> Result<(String, LineResult), String> {
+pub(crate) fn parse_line(line: &str) -> Result<(String, LineResult), String> {
     let parsed: OutputLine = serde_json::from_str(line).map_err(|e| format!("unreadable result line: {e}"))?;
     let result = match (parsed.response, parsed.error) {
         (Some(response), _) if response.status_code == 200 => answer(&response.body, response.request_id)?,

@@ -10,7 +10,7 @@ use serde_json::json;
 use crate::simulator::faults::Injected;
 
 #[derive(Debug)]
-pub struct AnthropicError {
+pub(super) struct AnthropicError {
     pub status: StatusCode,
     pub kind: &'static str,
     pub message: String,
@@ -20,38 +20,38 @@ pub struct AnthropicError {
 
 /// Carried in the response extensions so the middleware can re-render with the request id.
 #[derive(Clone, Debug)]
-pub struct ErrorBody {
+pub(super) struct ErrorBody {
     pub kind: &'static str,
     pub message: String,
 }
 
 impl ErrorBody {
-    pub fn render(&self, request_id: Option<&str>) -> serde_json::Value {
+    pub(super) fn render(&self, request_id: Option<&str>) -> serde_json::Value {
         json!({"type": "error", "error": {"type": self.kind, "message": self.message}, "request_id": request_id})
     }
 }
 
 impl AnthropicError {
-    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+    pub(super) fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
         Self { status, kind, message: message.into(), headers: Vec::new() }
     }
 
-    pub fn invalid(message: impl Into<String>) -> Self {
+    pub(super) fn invalid(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
     }
 
-    pub fn not_found(message: impl Into<String>) -> Self {
+    pub(super) fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found_error", message)
     }
 
     /// `name` must be a lowercase header name (a constant at every call site).
-    pub fn header(mut self, name: &'static str, value: String) -> Self {
+    pub(super) fn header(mut self, name: &'static str, value: String) -> Self {
         self.headers.push((name, value));
         self
     }
 
     /// The Anthropic answer to an injected request-level fault.
-    pub fn injected(fault: Injected, now: std::time::SystemTime) -> Self {
+    pub(super) fn injected(fault: Injected, now: std::time::SystemTime) -> Self {
         let retry = |error: Self, secs: u32| error.header("retry-after", secs.to_string());
         match fault {
             Injected::Unauthorized => Self::new(

@@ -20,7 +20,7 @@ use super::wire::{
 use crate::simulator::net::ConnHandle;
 use crate::simulator::state::Shared;
 
-pub async fn create(
+pub(super) async fn create(
     State(shared): State<Arc<Shared>>,
     ConnectInfo(conn): ConnectInfo<ConnHandle>,
     body: Result<Bytes, BytesRejection>,
@@ -67,7 +67,7 @@ pub async fn create(
     Ok(Json(view))
 }
 
-pub async fn retrieve(
+pub(super) async fn retrieve(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<String>,
 ) -> Result<Json<MessageBatch>, AnthropicError> {
@@ -77,7 +77,7 @@ pub async fn retrieve(
     Ok(Json(view))
 }
 
-pub async fn list(
+pub(super) async fn list(
     State(shared): State<Arc<Shared>>,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<BatchPage>, AnthropicError> {
@@ -121,7 +121,7 @@ pub async fn list(
     }))
 }
 
-pub async fn cancel(
+pub(super) async fn cancel(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<String>,
 ) -> Result<Json<MessageBatch>, AnthropicError> {
@@ -135,7 +135,7 @@ pub async fn cancel(
     Ok(Json(batch.view.clone()))
 }
 
-pub async fn delete(
+pub(super) async fn delete(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<String>,
 ) -> Result<Json<DeletedBatch>, AnthropicError> {
@@ -150,7 +150,10 @@ pub async fn delete(
     Ok(Json(DeletedBatch { id, kind: "message_batch_deleted".to_string() }))
 }
 
-pub async fn results(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Response, AnthropicError> {
+pub(super) async fn results(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> Result<Response, AnthropicError> {
     let mut inner = shared.lock();
     lifecycle::advance_one(&mut inner, &id, Instant::now(), &shared.origin).ok_or_else(|| no_such(&id))?;
     let results = inner.message_batches.iter().find(|b| b.view.id == id).and_then(|b| b.results.clone());

@@ -15,10 +15,10 @@ use crate::simulator::faults::Faults;
 use crate::simulator::state::Inner;
 
 /// Requests can be processed for up to 24 hours.
-pub const EXPIRY: Duration = Duration::from_secs(24 * 3600);
+pub(super) const EXPIRY: Duration = Duration::from_secs(24 * 3600);
 
 #[derive(Clone, Debug)]
-pub struct Record {
+pub(crate) struct Record {
     pub view: MessageBatch,
     created: Instant,
     created_wall: SystemTime,
@@ -37,12 +37,18 @@ struct Cancel {
     done: usize,
 }
 
-pub fn rfc3339(at: SystemTime) -> String {
+pub(super) fn rfc3339(at: SystemTime) -> String {
     humantime::format_rfc3339_micros(at).to_string()
 }
 
 impl Record {
-    pub fn new(id: String, created: Instant, created_wall: SystemTime, requests: Vec<Request>, faults: Faults) -> Self {
+    pub(crate) fn new(
+        id: String,
+        created: Instant,
+        created_wall: SystemTime,
+        requests: Vec<Request>,
+        faults: Faults,
+    ) -> Self {
         let view = MessageBatch {
             id,
             kind: "message_batch".to_string(),
@@ -58,7 +64,7 @@ impl Record {
         Self { view, created, created_wall, requests: Arc::new(requests), faults, cancel: None, results: None }
     }
 
-    pub fn custom_ids(&self) -> Vec<String> {
+    pub(crate) fn custom_ids(&self) -> Vec<String> {
         self.requests.iter().map(|r| r.custom_id.clone()).collect()
     }
 
@@ -83,7 +89,7 @@ impl Record {
         done.min(self.reachable())
     }
 
-    pub fn advance(&mut self, now: Instant, inner: &mut Inner, origin: &str) {
+    pub(crate) fn advance(&mut self, now: Instant, inner: &mut Inner, origin: &str) {
         if self.view.processing_status == ProcessingStatus::Ended {
             return;
         }
@@ -103,7 +109,12 @@ impl Record {
     }
 
     /// Call after `advance` to `now`. Canceling twice is harmless; an ended batch cannot be.
-    pub fn cancel(&mut self, now: Instant, now_wall: SystemTime, complete_after: Duration) -> Result<(), String> {
+    pub(crate) fn cancel(
+        &mut self,
+        now: Instant,
+        now_wall: SystemTime,
+        complete_after: Duration,
+    ) -> Result<(), String> {
         match self.view.processing_status {
             ProcessingStatus::Canceling => Ok(()),
             ProcessingStatus::Ended => Err(format!("Batch {} has already ended and cannot be canceled.", self.view.id)),
@@ -149,7 +160,7 @@ impl Record {
 }
 
 /// Brings every message batch up to `now`, so listings and liveness counts are exact.
-pub fn advance_all(inner: &mut Inner, now: Instant, origin: &str) {
+pub(super) fn advance_all(inner: &mut Inner, now: Instant, origin: &str) {
     let mut batches = std::mem::take(&mut inner.message_batches);
     for batch in &mut batches {
         batch.advance(now, inner, origin);
@@ -158,7 +169,7 @@ pub fn advance_all(inner: &mut Inner, now: Instant, origin: &str) {
 }
 
 /// Advances one batch by id and returns a copy of its wire view.
-pub fn advance_one(inner: &mut Inner, id: &str, now: Instant, origin: &str) -> Option<MessageBatch> {
+pub(super) fn advance_one(inner: &mut Inner, id: &str, now: Instant, origin: &str) -> Option<MessageBatch> {
     let index = inner.message_batches.iter().position(|b| b.view.id == id)?;
     let mut batches = std::mem::take(&mut inner.message_batches);
     let view = batches.get_mut(index).map(|batch| {

@@ -17,7 +17,7 @@ use crate::simulator::faults::Behaviour;
 use crate::simulator::output::{batch_salt, random_id};
 use crate::simulator::state::Shared;
 
-pub async fn create(
+pub(super) async fn create(
     State(shared): State<Arc<Shared>>,
     Json(params): Json<Value>,
 ) -> Result<Json<Value>, AnthropicError> {

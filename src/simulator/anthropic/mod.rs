@@ -27,15 +27,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
-pub use lifecycle::Record;
+pub(super) use lifecycle::Record;
 
 use super::SIM_PREFIX;
 use super::state::Shared;
 use error::{AnthropicError, ErrorBody};
 
-pub const API_VERSION_HEADER: &str = "anthropic-version";
+pub(super) const API_VERSION_HEADER: &str = "anthropic-version";
 
-pub fn router(shared: Arc<Shared>) -> Router {
+pub(super) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route(
             "/v1/messages/batches",

@@ -16,13 +16,13 @@ use crate::simulator::output::{batch_salt, push_line, random_id, truncate};
 
 /// Why the requests after the first `done` did not run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Unfinished {
+pub(super) enum Unfinished {
     Canceled,
     Expired,
 }
 
 #[derive(Debug)]
-pub struct Plan<'a> {
+pub(super) struct Plan<'a> {
     pub batch_id: &'a str,
     pub requests: &'a [Request],
     /// The first `done` requests (input order) ran; the rest are `unfinished`.
@@ -33,7 +33,7 @@ pub struct Plan<'a> {
 }
 
 #[derive(Debug, Default)]
-pub struct Generated {
+pub(super) struct Generated {
     pub jsonl: Vec<u8>,
     pub counts: RequestCounts,
     /// Succeeded (billed) lines cut off at `max_tokens`.
@@ -42,7 +42,7 @@ pub struct Generated {
     pub refused: u64,
 }
 
-pub fn generate(plan: &Plan<'_>) -> Generated {
+pub(super) fn generate(plan: &Plan<'_>) -> Generated {
     let mut rng = StdRng::seed_from_u64(plan.seed ^ batch_salt(plan.batch_id));
     let mut counts = RequestCounts::default();
     let (mut truncated, mut refused) = (0, 0);

@@ -7,15 +7,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// A batch holds at most 100,000 requests or 256 MB, whichever comes first.
-pub const MAX_REQUESTS: usize = 100_000;
-pub const MAX_BODY_BYTES: usize = 256 * 1000 * 1000;
+pub(super) const MAX_REQUESTS: usize = 100_000;
+pub(super) const MAX_BODY_BYTES: usize = 256 * 1000 * 1000;
 const MAX_CUSTOM_ID_CHARS: usize = 64;
-pub const DEFAULT_LIST_LIMIT: usize = 20;
-pub const MAX_LIST_LIMIT: usize = 1000;
+pub(super) const DEFAULT_LIST_LIMIT: usize = 20;
+pub(super) const MAX_LIST_LIMIT: usize = 1000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ProcessingStatus {
+pub(crate) enum ProcessingStatus {
     InProgress,
     Canceling,
     Ended,
@@ -23,7 +23,7 @@ pub enum ProcessingStatus {
 
 /// Non-processing counts stay 0 until the whole batch ends; the sum is always the total.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RequestCounts {
+pub(crate) struct RequestCounts {
     pub processing: u64,
     pub succeeded: u64,
     pub errored: u64,
@@ -33,7 +33,7 @@ pub struct RequestCounts {
 
 /// `MessageBatch`; timestamps are RFC 3339 strings.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MessageBatch {
+pub(crate) struct MessageBatch {
     pub id: String,
     #[serde(rename = "type")]
     pub kind: String,
@@ -48,7 +48,7 @@ pub struct MessageBatch {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BatchPage {
+pub(super) struct BatchPage {
     pub data: Vec<MessageBatch>,
     pub has_more: bool,
     pub first_id: Option<String>,
@@ -56,14 +56,14 @@ pub struct BatchPage {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct DeletedBatch {
+pub(super) struct DeletedBatch {
     pub id: String,
     #[serde(rename = "type")]
     pub kind: String,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
-pub struct ListQuery {
+pub(super) struct ListQuery {
     pub after_id: Option<String>,
     pub before_id: Option<String>,
     pub limit: Option<String>,
@@ -71,14 +71,14 @@ pub struct ListQuery {
 
 /// One entry of `requests`, checked.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Request {
+pub(crate) struct Request {
     pub custom_id: String,
     pub params: Value,
 }
 
 /// Parses and checks a create body. The message names the offending field by path
 /// (`requests.3.custom_id: …`), as the real API's validation errors do.
-pub fn parse_create(body: &[u8]) -> Result<Vec<Request>, String> {
+pub(super) fn parse_create(body: &[u8]) -> Result<Vec<Request>, String> {
     let Ok(Value::Object(mut top)) = serde_json::from_slice::<Value>(body) else {
         return Err("The request body is not valid JSON.".to_string());
     };

@@ -28,7 +28,7 @@ use crate::simulator::state::Shared;
 
 const MAX_FILE_BYTES: u64 = 2_000_000_000;
 
-pub async fn upload(
+pub(super) async fn upload(
     State(shared): State<Arc<Shared>>,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
@@ -129,7 +129,7 @@ fn insert(response: &mut Response, name: &'static str, value: &str) {
 }
 
 /// `GET download/v1beta/files/{id}:download?alt=media`.
-pub async fn download(
+pub(super) async fn download(
     State(shared): State<Arc<Shared>>,
     Path(call): Path<String>,
     Query(query): Query<HashMap<String, String>>,
@@ -150,7 +150,10 @@ pub async fn download(
 }
 
 /// `DELETE v1beta/files/{id}`, answered with `Empty`.
-pub async fn delete(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Json<Value>, GoogleError> {
+pub(super) async fn delete(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, GoogleError> {
     let name = format!("files/{id}");
     let mut inner = shared.lock();
     if inner.gemini.files.remove(&name).is_none() {
@@ -161,7 +164,7 @@ pub async fn delete(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -
 }
 
 /// The JSONL input file: every line `{"key", "request"}`, checked like inline requests.
-pub fn parse_input(bytes: &[u8]) -> Result<Vec<Request>, GoogleError> {
+pub(super) fn parse_input(bytes: &[u8]) -> Result<Vec<Request>, GoogleError> {
     let text = std::str::from_utf8(bytes).map_err(|_| GoogleError::invalid("The input file is not UTF-8 JSONL."))?;
     let mut requests = Vec::new();
     for (index, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {

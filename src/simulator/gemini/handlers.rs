@@ -26,12 +26,12 @@ use crate::simulator::state::Shared;
 /// The size Google's front end refuses a request body over, in its own words
 /// ("Request payload size exceeds the limit: 20971520 bytes.", quoted in public issue
 /// threads); the batch guide says inline batches stay "under 20MB".
-pub const MAX_INLINE_BODY: usize = 20 * 1024 * 1024;
+pub(super) const MAX_INLINE_BODY: usize = 20 * 1024 * 1024;
 const DEFAULT_PAGE_SIZE: usize = 50;
 const MAX_PAGE_SIZE: usize = 1000;
 
 /// `POST models/{model}:{method}`.
-pub async fn models(
+pub(super) async fn models(
     State(shared): State<Arc<Shared>>,
     ConnectInfo(conn): ConnectInfo<ConnHandle>,
     Path(call): Path<String>,
@@ -143,7 +143,7 @@ fn generate(shared: &Shared, model: &str, body: &[u8]) -> Result<Json<Value>, Go
     Ok(Json(model::respond(&request, Behaviour::Answer { broken: false }, model, &mut rng)))
 }
 
-pub async fn get(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Json<Value>, GoogleError> {
+pub(super) async fn get(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Json<Value>, GoogleError> {
     let name = format!("batches/{id}");
     let mut inner = shared.lock();
     let index = lifecycle::advance_one(&mut inner, &name, Instant::now()).ok_or_else(|| no_such(&name))?;
@@ -156,7 +156,10 @@ pub async fn get(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> R
 }
 
 /// `POST batches/{id}:cancel`, answered with `Empty`.
-pub async fn action(State(shared): State<Arc<Shared>>, Path(call): Path<String>) -> Result<Json<Value>, GoogleError> {
+pub(super) async fn action(
+    State(shared): State<Arc<Shared>>,
+    Path(call): Path<String>,
+) -> Result<Json<Value>, GoogleError> {
     let Some((id, "cancel")) = call.split_once(':') else {
         return Err(GoogleError::not_found("Method not found."));
     };
@@ -170,7 +173,10 @@ pub async fn action(State(shared): State<Arc<Shared>>, Path(call): Path<String>)
     Ok(Json(json!({})))
 }
 
-pub async fn delete(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Json<Value>, GoogleError> {
+pub(super) async fn delete(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, GoogleError> {
     let name = format!("batches/{id}");
     let mut inner = shared.lock();
     lifecycle::advance_one(&mut inner, &name, Instant::now()).ok_or_else(|| no_such(&name))?;
@@ -180,12 +186,12 @@ pub async fn delete(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ListQuery {
+pub(super) struct ListQuery {
     page_size: Option<String>,
     page_token: Option<String>,
 }
 
-pub async fn list(
+pub(super) async fn list(
     State(shared): State<Arc<Shared>>,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<Value>, GoogleError> {

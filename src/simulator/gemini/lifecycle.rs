@@ -20,13 +20,13 @@ const OUTPUT_TYPE: &str = "type.googleapis.com/google.ai.generativelanguage.v1be
 
 /// One request of a batch, as submitted: the key is ours to echo (optional inline).
 #[derive(Clone, Debug)]
-pub struct Request {
+pub(crate) struct Request {
     pub key: Option<String>,
     pub request: Value,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum State {
+pub(crate) enum State {
     Pending,
     Running,
     Succeeded,
@@ -36,7 +36,7 @@ pub enum State {
 }
 
 impl State {
-    pub fn wire(self) -> &'static str {
+    pub(crate) fn wire(self) -> &'static str {
         match self {
             State::Pending => "BATCH_STATE_PENDING",
             State::Running => "BATCH_STATE_RUNNING",
@@ -47,13 +47,13 @@ impl State {
         }
     }
 
-    pub fn is_terminal(self) -> bool {
+    pub(crate) fn is_terminal(self) -> bool {
         !matches!(self, State::Pending | State::Running)
     }
 }
 
 #[derive(Clone, Debug)]
-pub struct Record {
+pub(crate) struct Record {
     /// `batches/{id}`.
     pub name: String,
     pub display_name: String,
@@ -73,12 +73,12 @@ pub struct Record {
     failed: u64,
 }
 
-pub fn rfc3339(at: SystemTime) -> String {
+pub(super) fn rfc3339(at: SystemTime) -> String {
     humantime::format_rfc3339_micros(at).to_string()
 }
 
 impl Record {
-    pub fn new(
+    pub(crate) fn new(
         name: String,
         display_name: String,
         model: String,
@@ -103,16 +103,16 @@ impl Record {
         }
     }
 
-    pub fn with_faults(mut self, faults: Faults) -> Self {
+    pub(crate) fn with_faults(mut self, faults: Faults) -> Self {
         self.faults = faults;
         self
     }
 
-    pub fn keys(&self) -> Vec<String> {
+    pub(crate) fn keys(&self) -> Vec<String> {
         self.requests.iter().filter_map(|r| r.key.clone()).collect()
     }
 
-    pub fn advance(&mut self, now: Instant, inner: &mut Inner) {
+    pub(crate) fn advance(&mut self, now: Instant, inner: &mut Inner) {
         if self.state.is_terminal() {
             return;
         }
@@ -149,7 +149,7 @@ impl Record {
     }
 
     /// Call after `advance` to now. Cancelling an ended batch is refused.
-    pub fn cancel(&mut self, inner: &mut Inner) -> Result<(), String> {
+    pub(crate) fn cancel(&mut self, inner: &mut Inner) -> Result<(), String> {
         if self.state.is_terminal() {
             return Err(format!("Batch {} is already in a terminal state and cannot be cancelled.", self.name));
         }
@@ -170,7 +170,7 @@ impl Record {
     /// The batch as `GET batches/{id}` answers it: an Operation whose `metadata` is the
     /// batch; `done` and `response` (the output again) once it has ended. Counts are int64,
     /// which the proto3 JSON mapping writes as strings.
-    pub fn operation(&self) -> Value {
+    pub(crate) fn operation(&self) -> Value {
         let total = self.requests.len() as u64;
         let pending = if self.state.is_terminal() { 0 } else { total };
         let mut stats = json!({"requestCount": total.to_string(), "pendingRequestCount": pending.to_string()});
@@ -214,7 +214,7 @@ impl Record {
 }
 
 /// Brings every batch up to `now`, so listings and liveness counts are exact.
-pub fn advance_all(inner: &mut Inner, now: Instant) {
+pub(super) fn advance_all(inner: &mut Inner, now: Instant) {
     let mut batches = std::mem::take(&mut inner.gemini.batches);
     for batch in &mut batches {
         batch.advance(now, inner);
@@ -223,7 +223,7 @@ pub fn advance_all(inner: &mut Inner, now: Instant) {
 }
 
 /// Advances one batch (`batches/{id}`) and returns its index.
-pub fn advance_one(inner: &mut Inner, name: &str, now: Instant) -> Option<usize> {
+pub(super) fn advance_one(inner: &mut Inner, name: &str, now: Instant) -> Option<usize> {
     let index = inner.gemini.batches.iter().position(|b| b.name == name)?;
     let mut batches = std::mem::take(&mut inner.gemini.batches);
     if let Some(batch) = batches.get_mut(index) {

@@ -29,13 +29,13 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-pub use store::Store;
+pub(super) use store::Store;
 
 use super::SIM_PREFIX;
 use super::state::Shared;
 use error::GoogleError;
 
-pub fn router(shared: Arc<Shared>) -> Router {
+pub(super) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route(
             "/v1beta/models/{call}",

@@ -15,12 +15,12 @@ use crate::simulator::output::random_id;
 
 /// The simulated model's own output limit when a request sets no `maxOutputTokens`
 /// (Gemini 2.5 models document 65,536).
-pub const MODEL_MAX_OUTPUT_TOKENS: u64 = 65_536;
+pub(super) const MODEL_MAX_OUTPUT_TOKENS: u64 = 65_536;
 
 /// Checks a request as the API does before running anything; the error names the field
 /// (`contents`, `generationConfig.…`). The `responseJsonSchema` rules are the API
 /// reference's for `GenerationConfig`: it needs `responseMimeType`, and excludes `responseSchema`.
-pub fn check(request: &Value) -> Result<(), String> {
+pub(super) fn check(request: &Value) -> Result<(), String> {
     if !request.is_object() {
         return Err("request: must be a GenerateContentRequest object".to_string());
     }
@@ -48,7 +48,7 @@ pub fn check(request: &Value) -> Result<(), String> {
 }
 
 /// Answers one checked request as `behaviour` says.
-pub fn respond(request: &Value, behaviour: Behaviour, model: &str, rng: &mut StdRng) -> Value {
+pub(super) fn respond(request: &Value, behaviour: Behaviour, model: &str, rng: &mut StdRng) -> Value {
     let text = user_text(request);
     let (source_id, content) = split_prompt(&text);
     let prompt_tokens = tokens(request.to_string().len());

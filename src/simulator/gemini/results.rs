@@ -18,13 +18,13 @@ use crate::simulator::output::{batch_salt, push_line, truncate};
 use crate::simulator::state::Inner;
 
 #[derive(Clone, Debug)]
-pub enum Output {
+pub(super) enum Output {
     Inline(Vec<Value>),
     File { name: String },
 }
 
 impl Output {
-    pub fn to_json(&self) -> Value {
+    pub(super) fn to_json(&self) -> Value {
         match self {
             Output::Inline(entries) => json!({"inlinedResponses": {"inlinedResponses": entries}}),
             Output::File { name } => json!({"responsesFile": name}),
@@ -33,13 +33,13 @@ impl Output {
 }
 
 #[derive(Debug)]
-pub struct Generated {
+pub(super) struct Generated {
     pub output: Output,
     pub succeeded: u64,
     pub failed: u64,
 }
 
-pub fn generate(
+pub(super) fn generate(
     batch: &str,
     model_name: &str,
     requests: &[Request],

@@ -13,14 +13,14 @@ use super::lifecycle::{Record, rfc3339};
 const FILE_TTL: std::time::Duration = std::time::Duration::from_secs(48 * 3600);
 
 #[derive(Debug, Default)]
-pub struct Store {
+pub(crate) struct Store {
     pub batches: Vec<Record>,
     pub files: HashMap<String, StoredFile>,
     pub uploads: HashMap<String, Upload>,
 }
 
 #[derive(Debug)]
-pub struct StoredFile {
+pub(crate) struct StoredFile {
     pub display_name: String,
     pub bytes: Bytes,
     created: SystemTime,
@@ -28,7 +28,7 @@ pub struct StoredFile {
 
 /// An upload session opened by `X-Goog-Upload-Command: start`.
 #[derive(Debug)]
-pub struct Upload {
+pub(crate) struct Upload {
     pub display_name: String,
     /// `X-Goog-Upload-Header-Content-Length`, as declared at start.
     pub declared: u64,
@@ -36,14 +36,14 @@ pub struct Upload {
 }
 
 impl Store {
-    pub fn store_file(&mut self, name: String, display_name: String, bytes: Bytes) {
+    pub(crate) fn store_file(&mut self, name: String, display_name: String, bytes: Bytes) {
         self.files.insert(name, StoredFile { display_name, bytes, created: crate::domain::clock::now() });
     }
 }
 
 impl StoredFile {
     /// The `File` resource, as the finalized upload answers it.
-    pub fn resource(&self, name: &str, origin: &str) -> Value {
+    pub(crate) fn resource(&self, name: &str, origin: &str) -> Value {
         json!({
             "name": name,
             "displayName": self.display_name,
