@@ -21,14 +21,14 @@
 
 #![warn(unreachable_pub)]
 
-pub mod app;
+pub(crate) mod app;
 pub mod cli;
 pub mod domain;
 pub mod engine;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod http;
+pub(crate) mod http;
 pub mod providers;
 pub mod service;
 pub mod simulator;

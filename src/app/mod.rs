@@ -1,6 +1,6 @@
 //! The running appliance: configuration in, a registry of providers, and `serve`.
 
-pub mod config;
-pub mod provider_registry;
-pub mod server;
-pub mod systemd;
+pub(crate) mod config;
+pub(crate) mod provider_registry;
+pub(crate) mod server;
+pub(crate) mod systemd;

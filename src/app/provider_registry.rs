@@ -16,7 +16,7 @@ use crate::providers::{ApiKey, BatchProvider, ProviderError};
 use crate::simulator::{Simulator, SimulatorConfig};
 
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     #[error(transparent)]
     Config(#[from] config::Error),
     #[error("provider {name:?}: cannot set it up")]
@@ -37,7 +37,7 @@ pub enum Error {
 
 impl Error {
     /// Configuration mistakes an operator must fix; restarting will not help.
-    pub fn is_config(&self) -> bool {
+    pub(crate) fn is_config(&self) -> bool {
         !matches!(self, Error::Simulator { .. })
     }
 }
@@ -45,7 +45,7 @@ impl Error {
 /// One running provider: its adapter, and its kind (schedulers pace synchronous kinds
 /// differently).
 #[derive(Debug, Clone)]
-pub struct Built {
+pub(crate) struct Built {
     pub kind: ProviderKind,
     pub adapter: Arc<dyn BatchProvider>,
 }
@@ -53,13 +53,13 @@ pub struct Built {
 /// Every configured provider's adapter, in configuration order, and the embedded
 /// simulators they talk to (each lives as long as its handle).
 #[derive(Debug, Default)]
-pub struct Providers {
+pub(crate) struct Providers {
     pub providers: Vec<Built>,
     pub simulators: Vec<Simulator>,
 }
 
 /// Builds every provider; a `simulator` kind starts its simulator on a loopback port.
-pub async fn build(settings: &[ProviderSettings]) -> Result<Providers, Error> {
+pub(crate) async fn build(settings: &[ProviderSettings]) -> Result<Providers, Error> {
     let mut built = Providers::default();
     for provider in settings {
         let simulator_url = match &provider.spec {
@@ -82,7 +82,7 @@ pub async fn build(settings: &[ProviderSettings]) -> Result<Providers, Error> {
 
 /// Everything [`build`] does that can fail on configuration (secrets, URLs, keys an HTTP
 /// header cannot carry), without starting a simulator or calling anyone.
-pub fn check(settings: &[ProviderSettings]) -> Result<(), Error> {
+pub(crate) fn check(settings: &[ProviderSettings]) -> Result<(), Error> {
     for provider in settings {
         if !matches!(provider.spec, ProviderSpec::Simulator(_)) {
             adapter(provider, None)?;

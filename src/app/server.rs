@@ -37,7 +37,7 @@ const TASK_STOP_DEADLINE: Duration = Duration::from_secs(10);
 const FILE_CLOSE_DEADLINE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     #[error("cannot listen on {addr}: is another process using it?")]
     Bind {
         addr: SocketAddr,
@@ -64,14 +64,14 @@ pub enum Error {
 
 impl Error {
     /// Configuration mistakes an operator must fix; restarting will not help.
-    pub fn is_config(&self) -> bool {
+    pub(crate) fn is_config(&self) -> bool {
         matches!(self, Error::Bind { .. } | Error::Schema(_) | Error::Config(_) | Error::Setup(_) | Error::Webhook(_))
             || matches!(self, Error::Providers(e) if e.is_config())
     }
 }
 
 #[derive(Debug)]
-pub struct Server {
+pub(crate) struct Server {
     addr: SocketAddr,
     data_dir: PathBuf,
     /// Every background task, HTTP included.
@@ -88,7 +88,7 @@ pub struct Server {
 }
 
 impl Server {
-    pub async fn start(options: &ServeOptions) -> Result<Server, Error> {
+    pub(crate) async fn start(options: &ServeOptions) -> Result<Server, Error> {
         // Secrets first: a bad token file is a configuration error, before anything binds.
         let access = AccessPolicy::load(options.access.admin_token.as_ref(), options.access.tenant_tokens.as_ref())
             .map_err(config::Error::from)?;
@@ -191,7 +191,7 @@ impl Server {
 
     /// Applies a re-read configuration's routing, budgets and prices (SIGHUP). Everything
     /// else (listen address, providers, sinks, webhooks, tokens) takes a restart.
-    pub fn reload(&self, options: &ServeOptions) {
+    pub(crate) fn reload(&self, options: &ServeOptions) {
         self.router.configure(options.routes.clone(), options.budgets.clone());
         self.store.set_policies(Policies { sinks: self.sink_names.clone(), pricing: Arc::new(options.prices.clone()) });
         // Work held or routed elsewhere until now may be free to go.
@@ -204,33 +204,33 @@ impl Server {
         );
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// The first embedded simulator, when one is a provider (the demo turns its faults on).
-    pub fn simulator(&self) -> Option<&Simulator> {
+    pub(crate) fn simulator(&self) -> Option<&Simulator> {
         self.simulators.first()
     }
 
-    pub fn database_path(&self) -> PathBuf {
+    pub(crate) fn database_path(&self) -> PathBuf {
         self.data_dir.join(store::FILE_NAME)
     }
 
     /// Resolves once a background task has failed; the caller should then `stop` and
     /// exit non-zero.
-    pub async fn task_failed(&self) {
+    pub(crate) async fn task_failed(&self) {
         self.supervisor.failed().await;
     }
 
     /// The background tasks that failed so far (panicked or ended with an error).
-    pub fn task_failures(&self) -> Failures {
+    pub(crate) fn task_failures(&self) -> Failures {
         self.supervisor.failures()
     }
 
     /// Stops accepting, waits for in-flight requests and the background tasks' current
     /// steps, then closes the store.
-    pub async fn stop(mut self) -> Result<(), Error> {
+    pub(crate) async fn stop(mut self) -> Result<(), Error> {
         crate::app::systemd::stopping();
         self.supervisor.shutdown();
         // A client that stalls mid-request must not hold the process (and the store) open

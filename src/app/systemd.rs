@@ -8,11 +8,11 @@ use crate::engine::supervisor::Supervisor;
 use crate::store::Store;
 use sd_notify::NotifyState;
 
-pub fn ready(status: &str) {
+pub(crate) fn ready(status: &str) {
     send(&[NotifyState::Ready, NotifyState::Status(status)]);
 }
 
-pub fn stopping() {
+pub(crate) fn stopping() {
     send(&[NotifyState::Stopping, NotifyState::Status("draining requests and closing the store")]);
 }
 
@@ -25,7 +25,7 @@ fn send(states: &[NotifyState<'_>]) {
 /// Pings the watchdog at half its interval, but only while the writer thread still
 /// answers: a wedged writer means no pings, and systemd restarts the service. It ends
 /// when shutdown starts (systemd has been told STOPPING by then).
-pub fn spawn_watchdog(store: Store, supervisor: &Supervisor) {
+pub(crate) fn spawn_watchdog(store: Store, supervisor: &Supervisor) {
     let Some(interval) = sd_notify::watchdog_enabled() else { return };
     let period = (interval / 2).max(Duration::from_millis(100));
     let stop = supervisor.token();

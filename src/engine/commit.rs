@@ -17,7 +17,7 @@ use crate::store::{self, Authority, Charge, PostOutcome, PostResult, ReadyItem, 
 /// far below what makes a single commit hold up everyone's intake.
 pub const DEFAULT_MAX_FINDINGS: usize = 1000;
 /// A failure reason is cut here: it is stored with the record and shown to operators.
-pub const MAX_REASON_CHARS: usize = 2000;
+pub(crate) const MAX_REASON_CHARS: usize = 2000;
 
 /// How schedulers learn that work arrived: a count of extractions that became pending
 /// since start, and one wake-up per scheduler. Clones share the count.
@@ -156,7 +156,7 @@ impl Committer {
 }
 
 /// Counts a post's outcome by the path it came through (`worker` or `provider`).
-pub fn count_outcome(outcome: &PostOutcome, path: &'static str) {
+pub(crate) fn count_outcome(outcome: &PostOutcome, path: &'static str) {
     match outcome {
         PostOutcome::Committed { .. } => {
             metrics::counter!(crate::domain::metric_names::COMMITS_TOTAL, "path" => path).increment(1)

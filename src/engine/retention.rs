@@ -15,7 +15,7 @@ use crate::store::{RetentionPolicy, SharedStore};
 const SCAN_PER_STEP: usize = 512;
 
 /// Starts the sweep, unless the configuration keeps everything.
-pub fn spawn(store: SharedStore, policy: RetentionPolicy, sweep_interval: Duration, supervisor: &Supervisor) {
+pub(crate) fn spawn(store: SharedStore, policy: RetentionPolicy, sweep_interval: Duration, supervisor: &Supervisor) {
     if policy.keeps_everything() {
         return;
     }

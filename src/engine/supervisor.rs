@@ -38,7 +38,7 @@ impl Failures {
 }
 
 #[derive(Debug, Clone)]
-pub struct Supervisor {
+pub(crate) struct Supervisor {
     tracker: TaskTracker,
     shutdown: CancellationToken,
     failed: CancellationToken,
@@ -54,7 +54,7 @@ impl Default for Supervisor {
 }
 
 impl Supervisor {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
@@ -66,17 +66,17 @@ impl Supervisor {
 
     /// Cancelled when shutdown starts; a token of its own can be cancelled earlier, so one
     /// task (HTTP) can be stopped before the rest.
-    pub fn token(&self) -> CancellationToken {
+    pub(crate) fn token(&self) -> CancellationToken {
         self.shutdown.child_token()
     }
 
-    pub fn failures(&self) -> Failures {
+    pub(crate) fn failures(&self) -> Failures {
         self.failures.clone()
     }
 
     /// Runs `task` under supervision. Its panic or error is recorded against `name`; its
     /// `Ok` is a normal end (a task that is asked to stop returns `Ok`).
-    pub fn spawn<F, E>(&self, name: impl Into<String>, task: F) -> JoinHandle<()>
+    pub(crate) fn spawn<F, E>(&self, name: impl Into<String>, task: F) -> JoinHandle<()>
     where
         F: Future<Output = Result<(), E>> + Send + 'static,
         E: StdError + Send + Sync + 'static,
@@ -103,18 +103,18 @@ impl Supervisor {
     }
 
     /// Resolves once a task has failed (never, while all is well).
-    pub async fn failed(&self) {
+    pub(crate) async fn failed(&self) {
         self.failed.cancelled().await;
     }
 
     /// Asks every task to stop (each finishes its current step).
-    pub fn shutdown(&self) {
+    pub(crate) fn shutdown(&self) {
         self.shutdown.cancel();
     }
 
     /// Asks every task to stop and waits for them; past `deadline` the stragglers are
     /// aborted. Returns whether all stopped by themselves.
-    pub async fn stop(&self, deadline: Duration) -> bool {
+    pub(crate) async fn stop(&self, deadline: Duration) -> bool {
         self.shutdown();
         self.tracker.close();
         if tokio::time::timeout(deadline, self.tracker.wait()).await.is_ok() {
@@ -130,7 +130,7 @@ impl Supervisor {
 }
 
 /// The error and every source under it, outermost first.
-pub fn error_chain(e: &(dyn StdError + 'static)) -> String {
+pub(crate) fn error_chain(e: &(dyn StdError + 'static)) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {

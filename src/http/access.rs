@@ -11,12 +11,12 @@ use subtle::ConstantTimeEq;
 use crate::domain::secret::{KeySource, SecretError};
 
 /// Shorter tokens can be guessed; generate them with e.g. `openssl rand -hex 16`.
-pub const MIN_TOKEN_LEN: usize = 16;
+pub(crate) const MIN_TOKEN_LEN: usize = 16;
 
 /// A bearer token; compared in constant time and never printed.
 /// Why the configured tokens cannot be used. The messages name the file, never a token.
 #[derive(Debug, thiserror::Error)]
-pub enum LoadError {
+pub(crate) enum LoadError {
     #[error(transparent)]
     Secret(#[from] SecretError),
     #[error("{path}: {reason}")]
@@ -26,7 +26,7 @@ pub enum LoadError {
 }
 
 #[derive(Clone)]
-pub struct Token(Vec<u8>);
+pub(crate) struct Token(Vec<u8>);
 
 impl Token {
     fn new(text: &str) -> Self {
@@ -46,14 +46,14 @@ impl fmt::Debug for Token {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct AccessPolicy {
+pub(crate) struct AccessPolicy {
     admin: Option<Token>,
     tenants: Vec<(String, Token)>,
 }
 
 /// The caller a request was authenticated as.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Caller {
+pub(crate) enum Caller {
     /// No tokens are configured: every caller is trusted (loopback only).
     Open,
     Admin,
@@ -61,7 +61,7 @@ pub enum Caller {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Denied {
+pub(crate) enum Denied {
     #[error("a bearer token is required (Authorization: Bearer <token>)")]
     Unauthenticated,
     #[error("this call needs the admin token")]
@@ -75,7 +75,7 @@ impl AccessPolicy {
     /// Refuses mistakes that would otherwise be accepted silently: a short token, a
     /// tenant holding the admin token, one token for two tenants, a tenant name no
     /// extraction can carry.
-    pub fn load(admin: Option<&KeySource>, tenant_tokens: Option<&KeySource>) -> Result<Self, LoadError> {
+    pub(crate) fn load(admin: Option<&KeySource>, tenant_tokens: Option<&KeySource>) -> Result<Self, LoadError> {
         let admin = match admin {
             Some(source) => {
                 let token = Token::new(&source.load_secret()?);
@@ -109,12 +109,8 @@ impl AccessPolicy {
         Self { admin: Some(Token::new(admin)), tenants }
     }
 
-    pub fn is_open(&self) -> bool {
-        self.admin.is_none()
-    }
-
     /// Authenticates an `Authorization` header value.
-    pub fn identify(&self, authorization: Option<&str>) -> Result<Caller, Denied> {
+    pub(crate) fn identify(&self, authorization: Option<&str>) -> Result<Caller, Denied> {
         let Some(admin) = &self.admin else {
             return Ok(Caller::Open);
         };
@@ -146,14 +142,14 @@ fn bearer_token(header: &str) -> Option<&str> {
 }
 
 impl Caller {
-    pub fn require_admin(&self) -> Result<(), Denied> {
+    pub(crate) fn require_admin(&self) -> Result<(), Denied> {
         match self {
             Caller::Open | Caller::Admin => Ok(()),
             Caller::Tenant(_) => Err(Denied::AdminOnly),
         }
     }
 
-    pub fn may_reach(&self, tenant: &str) -> Result<(), Denied> {
+    pub(crate) fn may_reach(&self, tenant: &str) -> Result<(), Denied> {
         match self {
             Caller::Tenant(own) if own != tenant => Err(Denied::OtherTenant(own.clone())),
             _ => Ok(()),
@@ -161,7 +157,7 @@ impl Caller {
     }
 
     /// The tenant a listing must be restricted to, if any.
-    pub fn tenant_scope(&self) -> Option<&str> {
+    pub(crate) fn tenant_scope(&self) -> Option<&str> {
         match self {
             Caller::Tenant(own) => Some(own),
             _ => None,

@@ -12,7 +12,7 @@ use super::limits::{DEFAULT_MAX_BODY_BYTES, ServerLimits};
 
 /// What every body read on a route may take; a layer puts it on each request.
 #[derive(Debug, Clone, Copy)]
-pub struct BodyLimits {
+pub(crate) struct BodyLimits {
     pub max_bytes: usize,
     pub deadline: Duration,
 }
@@ -24,7 +24,7 @@ impl Default for BodyLimits {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum BodyError {
+pub(crate) enum BodyError {
     #[error("the request body exceeds the {limit}-byte limit ({setting})")]
     TooLarge { limit: usize, setting: &'static str },
     #[error("the request body did not arrive within {0:?}")]

@@ -28,7 +28,7 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 /// Serves `app` until `stop` resolves, then lets open requests finish (idle connections
 /// close at once). Dropping the returned future cuts every connection: they live in a
 /// `JoinSet` it owns.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ServerLimits,

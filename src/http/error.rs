@@ -15,7 +15,7 @@ use crate::domain::lifecycle::TransitionError;
 use crate::{domain::schema, service, store};
 
 #[derive(Debug)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
@@ -24,12 +24,12 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self { status, code, message: message.into(), details: None, challenge: false }
     }
 
     /// 401 with the `WWW-Authenticate: Bearer` challenge.
-    pub fn unauthenticated(message: impl Into<String>) -> Self {
+    pub(crate) fn unauthenticated(message: impl Into<String>) -> Self {
         Self { challenge: true, ..Self::new(StatusCode::UNAUTHORIZED, "unauthenticated", message) }
     }
 
@@ -38,20 +38,20 @@ impl ApiError {
         self
     }
 
-    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
-    pub fn not_found_route() -> Self {
+    pub(crate) fn not_found_route() -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint; see docs/API.md")
     }
 
-    pub fn method_not_allowed() -> Self {
+    pub(crate) fn method_not_allowed() -> Self {
         Self::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this endpoint does not accept that method")
     }
 
     /// Past the connection cap: only `/healthz` is answered.
-    pub fn overloaded() -> Self {
+    pub(crate) fn overloaded() -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "overloaded",

@@ -5,19 +5,19 @@
 use std::time::Duration;
 
 /// The body limit of the token-protected API unless `server.max_body_bytes` says otherwise.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 /// A client that has not sent a full request head in this long is cut off. Seconds, not
 /// minutes: a real client sends its head at once.
-pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The whole body must arrive in this long (8 MiB at loopback speed takes milliseconds).
-pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+pub(crate) const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Connections accepted past the cap that may still ask for `/healthz` (and get 503 for
 /// anything else), so a saturated server still tells its probes why.
-pub const HEALTH_RESERVE: usize = 16;
+pub(crate) const HEALTH_RESERVE: usize = 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ServerLimits {
+pub(crate) struct ServerLimits {
     /// From the moment a connection waits for a request (new, or kept alive after the
     /// last one) until that request's head has fully arrived. hyper runs one clock for
     /// both, so this is also how long an idle keep-alive connection is kept.
@@ -38,7 +38,7 @@ impl Default for ServerLimits {
 }
 
 impl ServerLimits {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!(
             "header_read_timeout = \"{}\"\nbody_read_timeout = \"{}\"\nmax_connections = {}",
             humantime::format_duration(self.header_read_timeout),

@@ -33,7 +33,7 @@ fn handle() -> Option<&'static PrometheusHandle> {
 }
 
 /// Call at start-up so counters exist (at zero) before the first event.
-pub fn init() {
+pub(crate) fn init() {
     let _ = handle();
 }
 
@@ -98,7 +98,7 @@ fn describe() {
 }
 
 /// Renders the exposition text after refreshing the scrape-time gauges.
-pub async fn render(service: &Service) -> Option<String> {
+pub(crate) async fn render(service: &Service) -> Option<String> {
     let handle = handle()?;
     let now = clock::now_ms();
     if let Ok(counts) = service.counts_by_state().await {

@@ -1,7 +1,7 @@
 //! The HTTP API (JSON everywhere; errors as `{"error":{"code","message"}}`), described by
 //! the OpenAPI document it serves at `/openapi.json`.
 
-pub mod access;
+pub(crate) mod access;
 mod admin;
 mod auth;
 mod body;
@@ -12,9 +12,9 @@ mod error;
 mod export;
 mod extract;
 pub(crate) mod handlers;
-pub mod limits;
+pub(crate) mod limits;
 mod log_limit;
-pub mod metrics;
+pub(crate) mod metrics;
 mod money;
 mod openapi;
 #[cfg(test)]
@@ -31,14 +31,14 @@ use std::sync::Arc;
 use axum::routing::any;
 use axum::{Extension, Router};
 
-pub use body::BodyLimits;
-pub use conn::serve;
-pub use error::ApiError;
+pub(crate) use body::BodyLimits;
+pub(crate) use conn::serve;
+pub(crate) use error::ApiError;
 
 use crate::http::access::AccessPolicy;
 use crate::service::Service;
 
-pub fn router(service: Service, body: BodyLimits, access: Arc<AccessPolicy>) -> Router {
+pub(crate) fn router(service: Service, body: BodyLimits, access: Arc<AccessPolicy>) -> Router {
     let (routes, doc) = routes::documented(&access);
     let schema_names: Vec<String> = service.registry().names().map(str::to_string).collect();
     let document = openapi::Served(openapi::finish(doc, &schema_names).to_string().into());

@@ -8,14 +8,14 @@ use serde::Deserialize;
 use super::file::one_source;
 use super::kinds::OpenAiBudget;
 use super::{Error, KeySource};
-pub use crate::providers::openai::AzureAuth;
+pub(crate) use crate::providers::openai::AzureAuth;
 use crate::providers::openai::AzureTarget;
 
 pub(super) const DEFAULT_AZURE_KEY_ENV: &str = "AZURE_OPENAI_API_KEY";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawAzure {
+pub(crate) struct RawAzure {
     /// The resource endpoint, `https://NAME.openai.azure.com` (no `/openai/...` path).
     pub endpoint: String,
     /// The Global-Batch (or Data Zone Batch) deployment: every line's `model`.
@@ -37,7 +37,7 @@ pub struct RawAzure {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct AzureOptions {
+pub(crate) struct AzureOptions {
     pub endpoint: String,
     pub deployment: String,
     pub api_version: Option<String>,
@@ -50,7 +50,7 @@ pub struct AzureOptions {
 
 impl AzureOptions {
     /// `{endpoint}/openai/v1` for the v1 API, `{endpoint}/openai` with a dated version.
-    pub fn base_url(&self) -> String {
+    pub(crate) fn base_url(&self) -> String {
         match self.api_version {
             None => format!("{}/openai/v1", self.endpoint),
             Some(_) => format!("{}/openai", self.endpoint),
@@ -58,7 +58,7 @@ impl AzureOptions {
     }
 
     /// What the adapter is built from.
-    pub fn target(&self) -> AzureTarget {
+    pub(crate) fn target(&self) -> AzureTarget {
         AzureTarget {
             base_url: self.base_url(),
             deployment: self.deployment.clone(),
@@ -73,7 +73,7 @@ impl AzureOptions {
 }
 
 impl RawAzure {
-    pub fn resolve(self) -> Result<AzureOptions, Error> {
+    pub(crate) fn resolve(self) -> Result<AzureOptions, Error> {
         let invalid = |key: &'static str, reason: String| Error::Invalid { key, reason };
         let endpoint = self.endpoint.trim_end_matches('/').to_string();
         if !(endpoint.starts_with("https://") || endpoint.starts_with("http://")) {

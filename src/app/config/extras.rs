@@ -16,7 +16,7 @@ use crate::service::{Field, WebhookOptions};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawRouting {
+pub(crate) struct RawRouting {
     pub default: Option<String>,
     #[serde(default)]
     pub reroute_when_paused: bool,
@@ -26,7 +26,7 @@ pub struct RawRouting {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawRule {
+pub(crate) struct RawRule {
     pub schema: Option<String>,
     pub tenant: Option<String>,
     pub provider: String,
@@ -35,7 +35,7 @@ pub struct RawRule {
 /// Dollars per million tokens, as providers publish them.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawPrice {
+pub(crate) struct RawPrice {
     pub provider: String,
     pub model: String,
     pub input_per_mtok: f64,
@@ -48,7 +48,7 @@ pub struct RawPrice {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawBudgets {
+pub(crate) struct RawBudgets {
     #[serde(default)]
     pub period: BudgetPeriod,
     /// tenant → dollars per period.
@@ -58,14 +58,14 @@ pub struct RawBudgets {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawOutbox {
+pub(crate) struct RawOutbox {
     #[serde(default)]
     pub sinks: Vec<RawSink>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawSink {
+pub(crate) struct RawSink {
     pub name: String,
     pub url: String,
     pub secret_env: Option<String>,
@@ -78,7 +78,7 @@ pub struct RawSink {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawWebhook {
+pub(crate) struct RawWebhook {
     pub name: String,
     pub scheme: Scheme,
     pub secret_env: Option<String>,
@@ -98,7 +98,7 @@ pub struct RawWebhook {
 }
 
 #[derive(Debug, Clone)]
-pub struct SinkOptions {
+pub(crate) struct SinkOptions {
     pub name: String,
     pub url: String,
     pub secret: KeySource,
@@ -145,7 +145,7 @@ fn required_secret(
 
 impl RawRouting {
     /// `implied`: the provider unrouted work goes to when `default` is not set.
-    pub fn resolve(self, implied: Option<&str>, known: &[&str]) -> Result<Routes, Error> {
+    pub(crate) fn resolve(self, implied: Option<&str>, known: &[&str]) -> Result<Routes, Error> {
         let default = self.default.or(implied.map(str::to_string));
         let check = |name: &str| {
             if known.contains(&name) {
@@ -204,7 +204,7 @@ pub(super) fn resolve_prices(raw: Vec<RawPrice>) -> Result<PriceTable, Error> {
 }
 
 impl RawBudgets {
-    pub fn resolve(self) -> Result<Budgets, Error> {
+    pub(crate) fn resolve(self) -> Result<Budgets, Error> {
         let mut limits = HashMap::new();
         for (tenant, dollars) in self.tenants {
             let micros = dollars_to_micros(dollars).ok_or(Error::Invalid {

@@ -14,11 +14,11 @@ use super::extras::{RawBudgets, RawOutbox, RawPrice, RawRouting, RawWebhook};
 use super::{Error, KeySource, ProviderChoice};
 
 /// Where `serve` looks when neither `--config` nor `COMMITPOINT_CONFIG` names a file.
-pub const DEFAULT_CONFIG_PATH: &str = "/etc/commitpoint/config.toml";
+pub(crate) const DEFAULT_CONFIG_PATH: &str = "/etc/commitpoint/config.toml";
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawConfig {
+pub(crate) struct RawConfig {
     #[serde(default)]
     pub server: RawServer,
     /// The old single-provider table; `[providers.openai]` with `kind = "openai"` is its
@@ -52,14 +52,14 @@ pub struct RawConfig {
 /// Bounds on what one request may make the server hold or write.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawLimits {
+pub(crate) struct RawLimits {
     /// Findings one output may hold; a larger output fails (class validation).
     pub max_findings_per_output: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawAccess {
+pub(crate) struct RawAccess {
     pub admin_token_env: Option<String>,
     pub admin_token_file: Option<PathBuf>,
     pub admin_token_credential: Option<String>,
@@ -70,19 +70,19 @@ pub struct RawAccess {
 }
 
 impl RawAccess {
-    pub fn admin_source(&self) -> Result<Option<KeySource>, Error> {
+    pub(crate) fn admin_source(&self) -> Result<Option<KeySource>, Error> {
         one_source("access.admin_token_*", &self.admin_token_env, &self.admin_token_file, &self.admin_token_credential)
     }
 
     /// Where the tenant tokens file is: a path, or a systemd credential.
-    pub fn tenant_tokens_source(&self) -> Result<Option<KeySource>, Error> {
+    pub(crate) fn tenant_tokens_source(&self) -> Result<Option<KeySource>, Error> {
         one_source("access.tenant_tokens_*", &None, &self.tenant_tokens_file, &self.tenant_tokens_credential)
     }
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawServer {
+pub(crate) struct RawServer {
     pub listen: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub schema_dir: Option<PathBuf>,
@@ -96,7 +96,7 @@ pub struct RawServer {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawProvider {
+pub(crate) struct RawProvider {
     pub kind: Option<PrimaryKind>,
     pub base_url: Option<String>,
     pub model: Option<String>,
@@ -115,7 +115,7 @@ pub struct RawProvider {
 /// The kinds the old `[provider]` table knew.
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum PrimaryKind {
+pub(crate) enum PrimaryKind {
     None,
     Openai,
     Simulator,
@@ -133,7 +133,7 @@ impl From<PrimaryKind> for ProviderChoice {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawScheduler {
+pub(crate) struct RawScheduler {
     pub batch_max_size: Option<u32>,
     pub batch_max_wait: Option<String>,
     pub poll_interval: Option<String>,
@@ -161,7 +161,7 @@ pub(super) fn parse_duration(key: &'static str, value: &str) -> Result<Duration,
 
 impl RawProvider {
     /// No key was written: the table is absent or empty.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.kind.is_none()
             && self.base_url.is_none()
             && self.model.is_none()
@@ -172,7 +172,7 @@ impl RawProvider {
             && self.max_completion_tokens_cap.is_none()
     }
 
-    pub fn key_source(&self) -> Result<Option<KeySource>, Error> {
+    pub(crate) fn key_source(&self) -> Result<Option<KeySource>, Error> {
         one_source("provider.api_key_*", &self.api_key_env, &self.api_key_file, &self.api_key_credential)
     }
 }

@@ -11,7 +11,7 @@ use super::{Error, KeySource};
 use crate::providers::gemini;
 
 /// The variable the official Gemini SDKs read the key from.
-pub const DEFAULT_GEMINI_KEY_ENV: &str = "GEMINI_API_KEY";
+pub(crate) const DEFAULT_GEMINI_KEY_ENV: &str = "GEMINI_API_KEY";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -33,7 +33,7 @@ pub(super) struct RawGemini {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct GeminiOptions {
+pub(crate) struct GeminiOptions {
     pub base_url: Option<String>,
     pub model: String,
     pub max_output_tokens: Option<u32>,

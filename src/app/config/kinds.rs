@@ -12,7 +12,7 @@ use crate::providers::openai::DEFAULT_MAX_COMPLETION_TOKENS_CAP;
 use crate::providers::{anthropic, chat};
 
 /// The model name sent to the built-in simulator when none is configured for it.
-pub const SIMULATOR_MODEL: &str = "simulated-reviewer";
+pub(crate) const SIMULATOR_MODEL: &str = "simulated-reviewer";
 pub(super) const DEFAULT_ANTHROPIC_KEY_ENV: &str = "ANTHROPIC_API_KEY";
 
 /// The OpenAI Batch API, or a platform speaking it.
@@ -98,7 +98,7 @@ pub(super) struct RawChat {
 /// `item_id`, a plain key) and batch state names.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct GenericFieldOverrides {
+pub(crate) struct GenericFieldOverrides {
     pub item_id: Option<String>,
     pub state: Option<String>,
     pub results: Option<String>,
@@ -115,7 +115,7 @@ pub struct GenericFieldOverrides {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct OpenAiOptions {
+pub(crate) struct OpenAiOptions {
     pub base_url: String,
     pub model: String,
     pub key: KeySource,
@@ -132,7 +132,7 @@ pub(super) fn metadata_kept_by_default(base_url: &str) -> bool {
 
 /// The output budgets of a provider speaking the OpenAI Batch API (OpenAI, simulator).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct OpenAiBudget {
+pub(crate) struct OpenAiBudget {
     /// Sent as `max_completion_tokens` when set.
     pub max_completion_tokens: Option<u32>,
     /// The most a truncated answer's one retry may ask for.
@@ -147,7 +147,7 @@ impl Default for OpenAiBudget {
 
 impl OpenAiBudget {
     /// Keys are relative to the provider's table (the caller names the table).
-    pub fn resolve(max_completion_tokens: Option<u32>, cap: Option<u32>) -> Result<Self, Error> {
+    pub(crate) fn resolve(max_completion_tokens: Option<u32>, cap: Option<u32>) -> Result<Self, Error> {
         Ok(Self {
             max_completion_tokens: at_least_one("max_completion_tokens", max_completion_tokens)?,
             max_completion_tokens_cap: at_least_one("max_completion_tokens_cap", cap)?
@@ -157,13 +157,13 @@ impl OpenAiBudget {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct SimulatorOptions {
+pub(crate) struct SimulatorOptions {
     pub model: String,
     pub budget: OpenAiBudget,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct AnthropicOptions {
+pub(crate) struct AnthropicOptions {
     pub base_url: Option<String>,
     pub model: String,
     pub max_tokens: u32,
@@ -172,7 +172,7 @@ pub struct AnthropicOptions {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct GenericOptions {
+pub(crate) struct GenericOptions {
     pub base_url: String,
     pub model: String,
     pub capability: Option<String>,
@@ -183,7 +183,7 @@ pub struct GenericOptions {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct ChatOptions {
+pub(crate) struct ChatOptions {
     pub base_url: String,
     pub model: String,
     pub concurrency: Option<usize>,
@@ -194,7 +194,7 @@ pub struct ChatOptions {
 
 impl GenericFieldOverrides {
     /// Applies the overrides onto the adapter's defaults, checking pointers are pointers.
-    pub fn apply(&self, fields: &mut crate::providers::generic::GenericFields) -> Result<(), Error> {
+    pub(crate) fn apply(&self, fields: &mut crate::providers::generic::GenericFields) -> Result<(), Error> {
         let set = |target: &mut String, value: &Option<String>, pointer: bool| -> Result<(), Error> {
             if let Some(v) = value {
                 if pointer && !v.is_empty() && !v.starts_with('/') {

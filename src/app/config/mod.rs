@@ -15,34 +15,31 @@ use std::path::{Path, PathBuf};
 
 use std::time::Duration;
 
-pub use crate::http::limits::{DEFAULT_MAX_BODY_BYTES, HEALTH_RESERVE, ServerLimits};
-pub use crate::service::{Field, WebhookOptions};
-pub use azure::{AzureAuth, AzureOptions, RawAzure};
-pub use extras::SinkOptions;
-pub use file::{DEFAULT_CONFIG_PATH, RawConfig};
-pub use kind_gemini::{DEFAULT_GEMINI_KEY_ENV, GeminiOptions};
-pub use kinds::{
-    AnthropicOptions, ChatOptions, GenericFieldOverrides, GenericOptions, OpenAiBudget, OpenAiOptions, SIMULATOR_MODEL,
-    SimulatorOptions,
-};
-pub use providers::{ProviderKind, ProviderSettings, ProviderSpec};
-pub use retention::RetentionOptions;
+pub(crate) use crate::http::limits::{DEFAULT_MAX_BODY_BYTES, ServerLimits};
+pub(crate) use crate::service::WebhookOptions;
+#[cfg(test)] // the Azure adapter's tests build their options as config does
+pub(crate) use azure::{AzureOptions, RawAzure};
+pub(crate) use extras::SinkOptions;
+pub(crate) use file::{DEFAULT_CONFIG_PATH, RawConfig};
+pub(crate) use kinds::{OpenAiBudget, SIMULATOR_MODEL, SimulatorOptions};
+pub(crate) use providers::{ProviderKind, ProviderSettings, ProviderSpec};
+pub(crate) use retention::RetentionOptions;
 
-pub use crate::domain::secret::{KeySource, SecretError};
+pub(crate) use crate::domain::secret::{KeySource, SecretError};
 use crate::engine::scheduler;
 
-pub const DEFAULT_DATA_DIR: &str = "/var/lib/commitpoint";
+pub(crate) const DEFAULT_DATA_DIR: &str = "/var/lib/commitpoint";
 /// redb page cache: enough for the hot B-tree levels; bounded so memory stays flat however
 /// large a batch's result file is.
-pub const DEFAULT_CACHE_BYTES: usize = 16 * 1024 * 1024;
-pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
-pub const DEFAULT_OPENAI_KEY_ENV: &str = "OPENAI_API_KEY";
-pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
+pub(crate) const DEFAULT_CACHE_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+pub(crate) const DEFAULT_OPENAI_KEY_ENV: &str = "OPENAI_API_KEY";
+pub(crate) const DEFAULT_MODEL: &str = "gpt-4o-mini";
 /// Past this, one commit would hold the writer (and so every intake) for seconds.
-pub const MAX_FINDINGS_LIMIT: usize = 100_000;
+pub(crate) const MAX_FINDINGS_LIMIT: usize = 100_000;
 
 #[derive(Debug, Clone)]
-pub struct ServeOptions {
+pub(crate) struct ServeOptions {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
     pub schema_dir: Option<PathBuf>,
@@ -73,7 +70,7 @@ pub struct ServeOptions {
 
 /// Where the API tokens come from. None configured: the API is open, loopback only.
 #[derive(Debug, Clone, Default)]
-pub struct AccessOptions {
+pub(crate) struct AccessOptions {
     pub admin_token: Option<KeySource>,
     /// A file (or systemd credential) with `tenant token` per line.
     pub tenant_tokens: Option<KeySource>,
@@ -82,7 +79,7 @@ pub struct AccessOptions {
 /// The old `--provider` flag and `[provider] kind`: `None` leaves pending work to external
 /// workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ProviderChoice {
+pub(crate) enum ProviderChoice {
     None,
     Openai,
     /// The built-in OpenAI Batch API simulator on a loopback port: no key, no cost.
@@ -90,7 +87,7 @@ pub enum ProviderChoice {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     #[error(transparent)]
     Secret(#[from] SecretError),
     #[error(transparent)]
@@ -117,7 +114,7 @@ pub enum Error {
 
 /// Values given on the command line or in the environment; they override the file.
 #[derive(Debug, Clone, Default)]
-pub struct Overrides {
+pub(crate) struct Overrides {
     pub data_dir: Option<PathBuf>,
     pub listen: Option<SocketAddr>,
     pub schema_dir: Option<PathBuf>,
@@ -133,7 +130,7 @@ pub struct Overrides {
 
 impl ServeOptions {
     /// Reads the file (`explicit`: it was named, so it must exist) and applies overrides.
-    pub fn load(config_path: &Path, explicit: bool, overrides: Overrides) -> Result<Self, Error> {
+    pub(crate) fn load(config_path: &Path, explicit: bool, overrides: Overrides) -> Result<Self, Error> {
         let raw = file::load(config_path, explicit)?;
         Self::resolve(raw, overrides)
     }
@@ -231,12 +228,12 @@ impl ServeOptions {
 
     /// Every configured provider with the structured-output dialect its adapter sends:
     /// each registered schema must have a view in it, or start-up refuses.
-    pub fn schema_targets(&self) -> Vec<(String, crate::domain::schema::Dialect)> {
+    pub(crate) fn schema_targets(&self) -> Vec<(String, crate::domain::schema::Dialect)> {
         self.providers.iter().map(|p| (p.name.clone(), p.kind().dialect())).collect()
     }
 
     /// The effective configuration as TOML. Secrets never appear: only where they come from.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut text = self.describe_core();
         let mut extra: Vec<String> = self.providers.iter().map(ProviderSettings::describe).collect();
         if extra.is_empty() {
@@ -302,7 +299,7 @@ impl ServeOptions {
 
 /// The `[server] listen` address a config file names, if it can be read (client commands
 /// use it to find the server).
-pub fn listen_in_file(path: &Path) -> Option<SocketAddr> {
+pub(crate) fn listen_in_file(path: &Path) -> Option<SocketAddr> {
     file::load(path, false).ok()?.server.listen?.parse().ok()
 }
 

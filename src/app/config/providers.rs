@@ -22,7 +22,7 @@ use super::{DEFAULT_MODEL, DEFAULT_OPENAI_BASE_URL, DEFAULT_OPENAI_KEY_ENV, Erro
 use crate::domain::schema::Dialect;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProviderKind {
+pub(crate) enum ProviderKind {
     Openai,
     Anthropic,
     Generic,
@@ -43,7 +43,7 @@ impl ProviderKind {
         ProviderKind::Azure,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ProviderKind::Openai => "openai",
             ProviderKind::Anthropic => "anthropic",
@@ -61,7 +61,7 @@ impl ProviderKind {
 
     /// The structured-output dialect the kind's adapter sends. The generic contract's
     /// items and the chat adapter both carry a strict chat body.
-    pub fn dialect(self) -> Dialect {
+    pub(crate) fn dialect(self) -> Dialect {
         match self {
             ProviderKind::Anthropic => Dialect::AnthropicTool,
             ProviderKind::Gemini => Dialect::GeminiJson,
@@ -74,20 +74,20 @@ impl ProviderKind {
     }
 
     /// `submit` returns with the answers (a chat server called synchronously).
-    pub fn is_synchronous(self) -> bool {
+    pub(crate) fn is_synchronous(self) -> bool {
         self == ProviderKind::Chat
     }
 }
 
 /// One configured provider: its name, and its kind with that kind's settings.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ProviderSettings {
+pub(crate) struct ProviderSettings {
     pub name: String,
     pub spec: ProviderSpec,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum ProviderSpec {
+pub(crate) enum ProviderSpec {
     Openai(OpenAiOptions),
     /// The built-in simulator, started on a loopback port for this provider.
     Simulator(SimulatorOptions),
@@ -101,7 +101,7 @@ pub enum ProviderSpec {
 }
 
 impl ProviderSettings {
-    pub fn kind(&self) -> ProviderKind {
+    pub(crate) fn kind(&self) -> ProviderKind {
         match self.spec {
             ProviderSpec::Openai(_) => ProviderKind::Openai,
             ProviderSpec::Simulator(_) => ProviderKind::Simulator,
@@ -113,7 +113,7 @@ impl ProviderSettings {
         }
     }
 
-    pub fn key_source(&self) -> Option<&KeySource> {
+    pub(crate) fn key_source(&self) -> Option<&KeySource> {
         match &self.spec {
             ProviderSpec::Openai(o) => Some(&o.key),
             ProviderSpec::Anthropic(a) => Some(&a.key),
@@ -128,13 +128,13 @@ impl ProviderSettings {
     /// The provider's API key, read from where the config names it: the one loader both
     /// `serve` and `config check` use, so a config the check passes does not fail at start.
     /// `None` when the kind takes no key or none is configured for it.
-    pub fn load_secret(&self) -> Result<Option<String>, Error> {
+    pub(crate) fn load_secret(&self) -> Result<Option<String>, Error> {
         let Some(source) = self.key_source() else { return Ok(None) };
         source.load_secret().map(Some).map_err(|e| Error::ProviderSecret { name: self.name.clone(), source: e })
     }
 
     /// The provider as a `[providers.<name>]` table; the key only says where it comes from.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut lines = vec![format!("[providers.{}]", self.name), format!("kind = \"{}\"", self.kind().as_str())];
         let line = |lines: &mut Vec<String>, key: &str, value: &str| lines.push(format!("{key} = {value:?}"));
         // Unset budgets are comments, so the output stays a config that reads back the same.

@@ -13,7 +13,7 @@ pub(super) const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(600);
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawRetention {
+pub(crate) struct RawRetention {
     /// How long after commit the stored content is kept ("30d"; "forever" keeps it).
     pub content_after_commit: Option<String>,
     /// How long after commit the raw result is kept.
@@ -22,7 +22,7 @@ pub struct RawRetention {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetentionOptions {
+pub(crate) struct RetentionOptions {
     pub content_after_commit: Option<Duration>,
     pub raw_results_after_commit: Option<Duration>,
     pub sweep_interval: Duration,
@@ -56,7 +56,7 @@ impl RetentionOptions {
         })
     }
 
-    pub fn policy(&self) -> crate::store::RetentionPolicy {
+    pub(crate) fn policy(&self) -> crate::store::RetentionPolicy {
         let ms = |d: Option<Duration>| d.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         crate::store::RetentionPolicy {
             content_after_ms: ms(self.content_after_commit),
@@ -64,7 +64,7 @@ impl RetentionOptions {
         }
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let kept = |d: Option<Duration>| d.map_or_else(|| "forever".to_string(), whole);
         format!(
             "[retention]\ncontent_after_commit = \"{}\"\nraw_results_after_commit = \"{}\"\nsweep_interval = \"{}\"",

@@ -11,15 +11,15 @@ mod report;
 
 use std::collections::HashMap;
 
-pub use budget::{BudgetPeriod, Budgets};
-pub use report::{Bucket, CostQuery, CostReport, GroupBy, Split};
+pub(crate) use budget::{BudgetPeriod, Budgets};
+pub(crate) use report::{Bucket, CostQuery, CostReport, GroupBy, Split};
 
 use crate::domain::batch::Usage;
 use crate::store::{CostSource, Pricing};
 
 /// Prices of one model at one provider, in micro-dollars per million tokens.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Price {
+pub(crate) struct Price {
     pub input: u64,
     pub cached_input: u64,
     pub cache_write: u64,
@@ -32,24 +32,20 @@ pub struct Price {
 /// The configured prices, looked up by (provider, model). A model's dated snapshot
 /// (`gpt-4o-mini-2024-07-18`) falls back to the longest configured prefix (`gpt-4o-mini`).
 #[derive(Debug, Clone, Default)]
-pub struct PriceTable {
+pub(crate) struct PriceTable {
     prices: HashMap<(String, String), Price>,
 }
 
 impl PriceTable {
-    pub fn insert(&mut self, provider: &str, model: &str, price: Price) {
+    pub(crate) fn insert(&mut self, provider: &str, model: &str, price: Price) {
         self.prices.insert((provider.to_string(), model.to_string()), price);
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.prices.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.prices.is_empty()
-    }
-
-    pub fn lookup(&self, provider: &str, model: &str) -> Option<&Price> {
+    pub(crate) fn lookup(&self, provider: &str, model: &str) -> Option<&Price> {
         if let Some(price) = self.prices.get(&(provider.to_string(), model.to_string())) {
             return Some(price);
         }
@@ -61,7 +57,7 @@ impl PriceTable {
     }
 
     /// The cost of one call by the table, or `None` when the model has no price.
-    pub fn cost(&self, provider: &str, usage: &Usage, batch: bool) -> Option<u64> {
+    pub(crate) fn cost(&self, provider: &str, usage: &Usage, batch: bool) -> Option<u64> {
         let price = self.lookup(provider, &usage.model)?;
         let cached = usage.cached_input_tokens.min(usage.input_tokens);
         let uncached = usage.input_tokens - cached;
@@ -90,7 +86,7 @@ impl Pricing for PriceTable {
 }
 
 /// Dollars (as written in config) to micro-dollars; `None` for negative or absurd values.
-pub fn dollars_to_micros(dollars: f64) -> Option<u64> {
+pub(crate) fn dollars_to_micros(dollars: f64) -> Option<u64> {
     let micros = (dollars * 1_000_000.0).round();
     (dollars.is_finite() && (0.0..1e15).contains(&micros)).then_some(micros as u64)
 }

@@ -26,11 +26,11 @@ use crate::engine::webhook::{WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP, W
 use crate::providers::parse_retry_after;
 use crate::store::{DeliveryReport, OutboxRecord, SharedStore};
 
-pub use payload::event_body;
+pub(crate) use payload::event_body;
 
 /// One downstream receiver.
 #[derive(Debug, Clone)]
-pub struct Sink {
+pub(crate) struct Sink {
     pub name: String,
     pub url: String,
     pub secret: WebhookSecret,
@@ -39,9 +39,9 @@ pub struct Sink {
     pub timeout: Duration,
 }
 
-pub const DEFAULT_MAX_ATTEMPTS: u32 = 12;
-pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_MAX_ATTEMPTS: u32 = 12;
+pub(crate) const DEFAULT_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Retries never wait longer than this between attempts.
 const BACKOFF_CAP: Duration = Duration::from_secs(3600);
 /// The loop looks for due events at least this often (new commits do not wake it).
@@ -52,7 +52,7 @@ const DUE_BATCH: usize = 256;
 /// Starts delivery under `supervisor`; `wake` lets others (an operator's redeliver) cut
 /// its idle wait short. It stops when shutdown starts; an interrupted delivery is still
 /// due in the store and is sent again on start.
-pub fn spawn(
+pub(crate) fn spawn(
     store: SharedStore,
     sinks: Vec<Sink>,
     wake: Arc<Notify>,

@@ -8,7 +8,7 @@ use crate::domain::clock;
 use crate::store::seam::Backend;
 use crate::store::{self, OutboxKind, OutboxRecord};
 
-pub async fn event_body(store: &dyn Backend, event: &OutboxRecord) -> Result<Vec<u8>, store::Error> {
+pub(crate) async fn event_body(store: &dyn Backend, event: &OutboxRecord) -> Result<Vec<u8>, store::Error> {
     let record = store.get_by_seq(event.extraction_seq).await?;
     let (kind, mut data) = match &event.kind {
         OutboxKind::Committed => {

@@ -34,7 +34,7 @@ use crate::store::{
 };
 
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub batch_max_size: usize,
     /// OpenAI caps a batch input file at 200 MB; prompts, schema and JSON escaping add to
     /// the raw content, hence the margin.
@@ -71,7 +71,7 @@ impl Default for Settings {
 }
 
 /// Provider attempts per extraction unless configured (`scheduler.max_attempts`).
-pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+pub(crate) const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 /// After a 401/403, how long to leave the provider alone before probing again.
 const AUTH_PAUSE: Duration = Duration::from_secs(300);
 /// After quota exhaustion, how long new submissions wait before probing again.
@@ -95,7 +95,7 @@ const COMMIT_CONCURRENCY: usize = 64;
 const STEP_ERROR_PAUSE: Duration = Duration::from_secs(1);
 
 #[derive(Debug)]
-pub struct Scheduler {
+pub(crate) struct Scheduler {
     store: SharedStore,
     committer: Committer,
     signals: WorkSignals,
@@ -131,7 +131,7 @@ struct WaitingWork {
 
 /// Everything a scheduler needs besides its provider and settings.
 #[derive(Debug, Clone)]
-pub struct Context {
+pub(crate) struct Context {
     pub store: SharedStore,
     pub committer: Committer,
     pub signals: WorkSignals,
@@ -143,7 +143,12 @@ pub struct Context {
 
 impl Scheduler {
     /// Starts the provider's loop under `supervisor`; it stops when shutdown starts.
-    pub fn spawn(context: Context, provider: Arc<dyn BatchProvider>, settings: Settings, supervisor: &Supervisor) {
+    pub(crate) fn spawn(
+        context: Context,
+        provider: Arc<dyn BatchProvider>,
+        settings: Settings,
+        supervisor: &Supervisor,
+    ) {
         let Context { store, committer, signals, router, registry, wake, health } = context;
         let name = format!("scheduler {}", provider.name());
         let stop = supervisor.token();
