@@ -129,7 +129,7 @@ pub fn openai_response(data: &[u8]) {
     }
     let _ = serde_json::from_slice::<openai::Batch>(data);
     let _ = serde_json::from_slice::<openai::BatchList>(data);
-    let _ = serde_json::from_slice::<openai::ErrorBody>(data);
+    let _ = chat::ErrorParts::parse(&String::from_utf8_lossy(data));
 }
 
 /// An Anthropic results file, its timestamps, and the same bytes as each JSON body the
@@ -210,11 +210,9 @@ pub fn chat_response(data: &[u8]) {
     }
     let _ = parse_retry_after(&headers, SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
     let _ = chat_completion(body);
-    let text = String::from_utf8_lossy(body);
-    let code = chat::error_code(&text);
-    assert!(chat::error_message(&text).chars().count() <= 300, "error messages are cut to 300 characters");
+    let error = chat::ErrorParts::parse(&String::from_utf8_lossy(body));
     for status in STATUSES {
-        let _ = classify_status(status, &headers, code.as_deref());
+        let _ = classify_status(status, &headers, error.code.as_deref());
     }
 }
 

@@ -68,7 +68,7 @@ pub fn submit_body(batch_key: &str, members: &[BatchMember], schema: &Schema, co
         .map(|member| {
             let mut item = json!({
                 "capability": config.capability,
-                "body": chat::request_body(member, schema, &config.model, config.max_tokens),
+                "body": chat::request_body(member, schema, &config.model, config.max_tokens, chat::BudgetField::MaxTokens),
             });
             item[config.fields.item_id.as_str()] = member.id.to_hex().into();
             item
