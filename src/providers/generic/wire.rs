@@ -42,6 +42,13 @@ pub struct ErrorObject {
 }
 
 impl ErrorObject {
+    /// An `error` value wherever it sits (an item, a failed batch's status): the object,
+    /// or a bare string as its message; anything else is an error that says nothing.
+    pub fn read(error: &Value) -> Self {
+        serde_json::from_value(error.clone())
+            .unwrap_or_else(|_| ErrorObject { message: error.as_str().map(str::to_string), ..ErrorObject::default() })
+    }
+
     pub fn describe(&self) -> String {
         let mut text =
             format!("{}: {}", self.code.as_deref().unwrap_or("error"), self.message.as_deref().unwrap_or("no message"));
@@ -229,11 +236,15 @@ pub fn phase(data: &Value, fields: &GenericFields) -> Result<JobPhase, String> {
 
 fn failure_reason(data: &Value) -> String {
     let error = &data["error"];
-    let reason = match serde_json::from_value::<ErrorObject>(error.clone()) {
-        Ok(parsed) if parsed.code.is_some() || parsed.message.is_some() => Some(parsed.describe()),
-        _ => error.as_str().or_else(|| data["message"].as_str()).map(str::to_string),
-    };
-    reason.unwrap_or_else(|| "the provider failed the batch".to_string())
+    // A bare string is the whole reason, without the `code: ` prefix `describe` adds.
+    if let Some(text) = error.as_str() {
+        return text.to_string();
+    }
+    let parsed = ErrorObject::read(error);
+    if parsed.code.is_some() || parsed.message.is_some() {
+        return parsed.describe();
+    }
+    data["message"].as_str().map_or_else(|| "the provider failed the batch".to_string(), str::to_string)
 }
 
 /// The provider's figure in US dollars as micro-dollars; nothing for nonsense.
@@ -250,9 +261,7 @@ pub fn parse_item(item: &Value, fields: &GenericFields) -> Result<ResultLine, St
         .to_string();
     let present = |pointer: &str| item.pointer(pointer).filter(|v| !v.is_null());
     if let Some(error) = present(&fields.item_error) {
-        let parsed: ErrorObject = serde_json::from_value(error.clone())
-            .unwrap_or_else(|_| ErrorObject { message: error.as_str().map(str::to_string), ..ErrorObject::default() });
-        return Ok((custom_id, item_failure(&parsed)));
+        return Ok((custom_id, item_failure(&ErrorObject::read(error))));
     }
     let response = present(&fields.item_response)
         .ok_or_else(|| format!("result item {custom_id} has neither answer nor error"))?;
