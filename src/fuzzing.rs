@@ -26,6 +26,7 @@ use crate::providers::anthropic::wire as anthropic;
 use crate::providers::chat::wire as chat;
 use crate::providers::generic::GenericFields;
 use crate::providers::generic::wire as generic;
+use crate::providers::lines;
 use crate::providers::openai::wire as openai;
 use crate::providers::{classify_status, parse_retry_after};
 use crate::service::Service;
@@ -51,10 +52,10 @@ pub const TARGETS: &[(&str, Target)] = &[
 /// The statuses the adapters classify most; each input is classified under all of them.
 const STATUSES: [u16; 12] = [200, 400, 401, 402, 403, 404, 408, 409, 422, 429, 500, 529];
 
-/// A downloaded result file, line by line as the adapters read it: split on `\n`,
-/// decoded lossily, trimmed, blank lines skipped.
-fn result_lines(data: &[u8]) -> impl Iterator<Item = String> + '_ {
-    data.split(|b| *b == b'\n').map(|l| String::from_utf8_lossy(l).trim().to_string()).filter(|l| !l.is_empty())
+/// A downloaded result file, line by line through the adapters' own reader: the text of
+/// each line that is not blank, as the parsers are handed it.
+fn result_lines(data: &[u8]) -> impl Iterator<Item = String> + use<> {
+    lines::split(data).into_iter().filter_map(|line| line.parse(|text| Ok(text.to_string()))).filter_map(Result::ok)
 }
 
 /// What the OpenAI adapter makes of each line of a downloaded result file.
@@ -129,7 +130,7 @@ pub fn openai_response(data: &[u8]) {
     }
     let _ = serde_json::from_slice::<openai::Batch>(data);
     let _ = serde_json::from_slice::<openai::BatchList>(data);
-    let _ = serde_json::from_slice::<openai::ErrorBody>(data);
+    let _ = chat::ErrorParts::parse(&String::from_utf8_lossy(data));
 }
 
 /// An Anthropic results file, its timestamps, and the same bytes as each JSON body the
@@ -210,11 +211,9 @@ pub fn chat_response(data: &[u8]) {
     }
     let _ = parse_retry_after(&headers, SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
     let _ = chat_completion(body);
-    let text = String::from_utf8_lossy(body);
-    let code = chat::error_code(&text);
-    assert!(chat::error_message(&text).chars().count() <= 300, "error messages are cut to 300 characters");
+    let error = chat::ErrorParts::parse(&String::from_utf8_lossy(body));
     for status in STATUSES {
-        let _ = classify_status(status, &headers, code.as_deref());
+        let _ = classify_status(status, &headers, error.code.as_deref());
     }
 }
 

@@ -110,6 +110,21 @@ impl Lines {
     }
 }
 
+/// Every line of a body already in memory, split exactly as a download is, so the fuzz
+/// targets hand the parsers what the adapters would.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn split(data: &[u8]) -> Vec<Line> {
+    use futures_util::FutureExt;
+    let body: Vec<reqwest::Result<Bytes>> = vec![Ok(Bytes::copy_from_slice(data))];
+    let mut lines = Lines::from_stream(Box::pin(futures_util::stream::iter(body)), MAX_LINE_BYTES, "fuzzing");
+    let mut split = Vec::new();
+    // A stream over memory never waits, so every step is ready at once and never fails.
+    while let Some(Ok(Some(line))) = lines.next().now_or_never() {
+        split.push(line);
+    }
+    split
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@ pub mod anthropic;
 pub mod chat;
 pub mod gemini;
 pub mod generic;
-mod lines;
+pub(crate) mod lines;
 pub mod openai;
 mod ratelimit;
 mod retry;

@@ -38,9 +38,11 @@ use tokio::sync::mpsc;
 use super::{
     BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, PROBE_MAX_OUTPUT_TOKENS, Probe,
     ProviderError, ResultLine, StreamCounts, classify_status, describe_transport, parse_retry_after, probe_member,
+    truncate,
 };
 use crate::domain::batch::{BatchMember, LineResult, OutputBudget};
 use crate::domain::schema::{Dialect, Schema};
+use wire::BudgetField;
 
 pub const PROVIDER: &str = "chat";
 const DEFAULT_CONCURRENCY: usize = 4;
@@ -129,7 +131,8 @@ impl ChatCompletions {
 
     async fn complete(&self, member: &BatchMember, schema: &Schema) -> Outcome {
         let url = format!("{}/chat/completions", self.config.base_url.trim_end_matches('/'));
-        let body = wire::request_body(member, schema, &self.config.model, self.config.max_tokens);
+        let body =
+            wire::request_body(member, schema, &self.config.model, self.config.max_tokens, BudgetField::MaxTokens);
         let mut request = self.http.post(url).timeout(self.config.request_timeout).json(&body);
         if let Some(key) = &self.config.api_key {
             request = request.bearer_auth(key.expose());
@@ -170,11 +173,11 @@ impl ChatCompletions {
 }
 
 fn http_failure(status: u16, headers: &HeaderMap, text: &str) -> Outcome {
-    let code = wire::error_code(text);
-    let class = classify_status(status, headers, code.as_deref());
+    let parts = wire::ErrorParts::parse(text);
+    let class = classify_status(status, headers, parts.code.as_deref());
     // Redacted here, not only at the boundary: a retried member's reason is logged below.
-    let message = super::redact(&wire::error_message(text));
-    let reason = format!("{status} {}: {message}", code.unwrap_or_default());
+    let message = super::redact(&truncate(parts.message.as_deref().unwrap_or(text)));
+    let reason = format!("{status} {}: {message}", parts.code.unwrap_or_default());
     match class {
         ErrorClass::Auth | ErrorClass::Budget => {
             let mut stop = error(class, Some(status), reason);
@@ -282,7 +285,13 @@ impl BatchProvider for ChatCompletions {
             return Probe::Refused(error(ErrorClass::InvalidRequest, None, e.to_string()));
         }
         let url = format!("{}/chat/completions", self.config.base_url.trim_end_matches('/'));
-        let body = wire::request_body(&probe_member(), schema, &self.config.model, Some(PROBE_MAX_OUTPUT_TOKENS));
+        let body = wire::request_body(
+            &probe_member(),
+            schema,
+            &self.config.model,
+            Some(PROBE_MAX_OUTPUT_TOKENS),
+            BudgetField::MaxTokens,
+        );
         let mut request = self.http.post(url).timeout(self.config.request_timeout).json(&body);
         if let Some(key) = &self.config.api_key {
             request = request.bearer_auth(key.expose());
@@ -301,7 +310,7 @@ impl BatchProvider for ChatCompletions {
         let headers = response.headers().clone();
         let text = response.text().await.unwrap_or_default();
         let class = classify_status(status, &headers, None);
-        Probe::Refused(error(class, Some(status), format!("{status}: {}", super::truncate(&text))))
+        Probe::Refused(error(class, Some(status), format!("{status}: {}", truncate(&text))))
     }
 
     async fn cancel(&self, job_id: &str) -> Result<(), ProviderError> {

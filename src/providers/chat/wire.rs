@@ -1,6 +1,9 @@
 //! The OpenAI chat completions wire format (`POST /chat/completions` with a strict
-//! `json_schema` response format; PROVIDERS.md §1.8, §1.12). The generic batch contract
-//! carries the same request body in its items, so it builds and reads them here too.
+//! `json_schema` response format; PROVIDERS.md §1.8, §1.12), shared by every adapter that
+//! speaks it: the chat adapter sends it directly, an OpenAI batch line's `body` is one
+//! request and its `response.body` one completion, and the generic batch contract carries
+//! the same bodies in its items. Reading a completion (refusal, truncation, usage) or an
+//! OpenAI-style error body is therefore written once, here.
 
 use serde_json::{Value, json};
 
@@ -8,9 +11,34 @@ use crate::domain::batch::{BatchMember, LineResult, Usage};
 use crate::domain::lifecycle::FailureClass;
 use crate::domain::schema::{Dialect, Schema};
 
+/// The field that carries the output budget. OpenAI's own API wants
+/// `max_completion_tokens` (newer models refuse the deprecated `max_tokens`); local
+/// servers and the generic contract read `max_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BudgetField {
+    MaxTokens,
+    MaxCompletionTokens,
+}
+
+impl BudgetField {
+    fn key(self) -> &'static str {
+        match self {
+            BudgetField::MaxTokens => "max_tokens",
+            BudgetField::MaxCompletionTokens => "max_completion_tokens",
+        }
+    }
+}
+
 /// The body of one chat completion asking for `member` to be extracted under `schema`.
-/// `max_tokens` is the configured default; a member's raised budget wins over it.
-pub(crate) fn request_body(member: &BatchMember, schema: &Schema, model: &str, max_tokens: Option<u32>) -> Value {
+/// `max_tokens` is the configured default; a member's raised budget wins over it. None is
+/// sent without either.
+pub(crate) fn request_body(
+    member: &BatchMember,
+    schema: &Schema,
+    model: &str,
+    max_tokens: Option<u32>,
+    field: BudgetField,
+) -> Value {
     let mut body = json!({
         "model": model,
         "messages": [
@@ -28,7 +56,7 @@ pub(crate) fn request_body(member: &BatchMember, schema: &Schema, model: &str, m
     });
     // Local servers often default to a short completion, which truncates the JSON.
     if let Some(max) = member.output_budget.or(max_tokens) {
-        body["max_tokens"] = max.into();
+        body[field.key()] = max.into();
     }
     body
 }
@@ -69,8 +97,25 @@ fn response_format_name(schema: &str) -> String {
 
 /// What a successful completion body means for its member. `request_id` overrides the
 /// completion's own `id` when the carrier knows a better one (the generic contract's).
-/// A truncated or refused answer is `Unusable`: paid for, never committed.
+/// A truncated or refused answer is `Unusable`: paid for, never committed. Without token
+/// counts the request id still ties the answer to the provider's logs.
 pub(crate) fn parse_completion(body: &Value, request_id: Option<String>) -> Result<LineResult, String> {
+    let request_id = request_id.or_else(|| body["id"].as_str().map(str::to_string));
+    let usage = match body.get("usage").filter(|u| u.is_object()) {
+        Some(counts) => Some(token_usage(body, counts, request_id)),
+        None => request_id.map(|id| Usage { model: model(body), request_id: Some(id), ..Usage::default() }),
+    };
+    with_usage(body, usage)
+}
+
+/// The completion in an OpenAI batch output line (`response.body`): the line's own
+/// `request_id` names it, and it carries usage only where the body has a `usage` field.
+pub(crate) fn parse_batch_completion(body: &Value, request_id: Option<String>) -> Result<LineResult, String> {
+    let usage = body.get("usage").map(|counts| token_usage(body, counts, request_id));
+    with_usage(body, usage)
+}
+
+fn with_usage(body: &Value, usage: Option<Usage>) -> Result<LineResult, String> {
     let choice = &body["choices"][0];
     let unusable = unusable(choice);
     let output = match (choice["message"]["content"].as_str(), &unusable) {
@@ -78,45 +123,52 @@ pub(crate) fn parse_completion(body: &Value, request_id: Option<String>) -> Resu
         (None, Some(_)) => String::new(),
         (None, None) => return Err("a completion without choices[0].message.content".to_string()),
     };
-    let request_id = request_id.or_else(|| body["id"].as_str().map(str::to_string));
-    let usage = body.get("usage").filter(|u| u.is_object()).map(|u| Usage {
-        model: body["model"].as_str().unwrap_or_default().to_string(),
-        input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
-        output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
-        cached_input_tokens: u["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0),
-        reasoning_tokens: u["completion_tokens_details"]["reasoning_tokens"].as_u64().unwrap_or(0),
-        request_id: request_id.clone(),
-        ..Usage::default()
-    });
-    // Without token counts the request id still ties the answer to the provider's logs.
-    let usage = usage.or_else(|| {
-        request_id.map(|id| Usage {
-            model: body["model"].as_str().unwrap_or_default().to_string(),
-            request_id: Some(id),
-            ..Usage::default()
-        })
-    });
     Ok(match unusable {
         Some((class, reason)) => LineResult::Unusable { class, reason, usage },
         None => LineResult::Answer { output, usage },
     })
 }
 
-/// The message of an OpenAI-style error body (`{"error":{"message",…}}`), or the body itself.
-pub(crate) fn error_message(body: &str) -> String {
-    let parsed: Option<Value> = serde_json::from_str(body).ok();
-    let message = parsed.as_ref().and_then(|v| v["error"]["message"].as_str().or_else(|| v["error"].as_str()));
-    match message {
-        Some(message) => message.chars().take(300).collect(),
-        None => body.chars().take(300).collect(),
+/// A `usage` object's counts; a count it lacks is 0.
+fn token_usage(body: &Value, counts: &Value, request_id: Option<String>) -> Usage {
+    Usage {
+        model: model(body),
+        input_tokens: counts["prompt_tokens"].as_u64().unwrap_or(0),
+        output_tokens: counts["completion_tokens"].as_u64().unwrap_or(0),
+        cached_input_tokens: counts["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0),
+        reasoning_tokens: counts["completion_tokens_details"]["reasoning_tokens"].as_u64().unwrap_or(0),
+        request_id,
+        ..Usage::default()
     }
 }
 
-/// The machine code of an OpenAI-style error body (`code`, else `type`).
-pub(crate) fn error_code(body: &str) -> Option<String> {
-    let parsed: Value = serde_json::from_str(body).ok()?;
-    let error = &parsed["error"];
-    error["code"].as_str().or_else(|| error["type"].as_str()).map(str::to_string)
+fn model(body: &Value) -> String {
+    body["model"].as_str().unwrap_or_default().to_string()
+}
+
+/// What an OpenAI-style error body says: `{"error":{"message","type","code",…}}`, or
+/// `{"error":"text"}` as some compatible servers send. Read field by field, so a body
+/// with one odd field still gives up the others; anything else reads as empty.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct ErrorParts {
+    /// `code`, else `type`: the machine-readable part.
+    pub code: Option<String>,
+    pub message: Option<String>,
+}
+
+impl ErrorParts {
+    pub(crate) fn read(body: &Value) -> Self {
+        let error = &body["error"];
+        let text = |v: &Value| v.as_str().map(str::to_string);
+        Self {
+            code: text(&error["code"]).or_else(|| text(&error["type"])),
+            message: text(&error["message"]).or_else(|| text(error)),
+        }
+    }
+
+    pub(crate) fn parse(body: &str) -> Self {
+        serde_json::from_str::<Value>(body).map(|v| Self::read(&v)).unwrap_or_default()
+    }
 }
 
 /// A member the server will never answer as asked.
@@ -176,11 +228,43 @@ mod tests {
     #[test]
     fn error_bodies_are_read_leniently() {
         let body = r#"{"error":{"message":"model not found","type":"invalid_request_error","param":null,"code":null}}"#;
-        assert_eq!(error_message(body), "model not found");
-        assert_eq!(error_code(body).as_deref(), Some("invalid_request_error"));
-        assert_eq!(error_message(r#"{"error":"Unauthorized"}"#), "Unauthorized");
-        assert_eq!(error_message("upstream went away"), "upstream went away");
-        assert_eq!(error_code("<html>"), None);
+        let parts = ErrorParts::parse(body);
+        assert_eq!(parts.message.as_deref(), Some("model not found"));
+        assert_eq!(parts.code.as_deref(), Some("invalid_request_error"));
+        assert_eq!(ErrorParts::parse(r#"{"error":"Unauthorized"}"#).message.as_deref(), Some("Unauthorized"));
+        assert_eq!(ErrorParts::parse("upstream went away"), ErrorParts::default());
+        assert_eq!(ErrorParts::parse("<html>").code, None);
+        let odd = ErrorParts::parse(r#"{"error":{"message":7,"code":"rate_limit_exceeded"}}"#);
+        assert_eq!((odd.code.as_deref(), odd.message), (Some("rate_limit_exceeded"), None));
+    }
+
+    #[test]
+    fn a_batch_line_names_its_completion_by_the_line_and_reports_usage_only_when_given() {
+        let bare = json!({"id": "chatcmpl-1", "model": "m", "choices": [{"message": {"content": "{}"}}]});
+        let LineResult::Answer { usage, .. } = parse_batch_completion(&bare, Some("req_1".into())).unwrap() else {
+            panic!()
+        };
+        assert!(usage.is_none(), "no usage field, no charge");
+        let LineResult::Answer { usage, .. } = parse_completion(&bare, None).unwrap() else { panic!() };
+        assert_eq!(usage.unwrap().request_id.as_deref(), Some("chatcmpl-1"));
+        let counted =
+            json!({"id": "chatcmpl-1", "choices": [{"message": {"content": "{}"}}], "usage": {"prompt_tokens": 3}});
+        let LineResult::Answer { usage, .. } = parse_batch_completion(&counted, None).unwrap() else { panic!() };
+        let usage = usage.unwrap();
+        assert_eq!((usage.input_tokens, usage.request_id), (3, None), "only the line's request_id names it");
+    }
+
+    #[test]
+    fn the_budget_goes_in_the_field_the_api_reads() {
+        use crate::domain::identity::ExtractionId;
+        use crate::domain::schema::{BUILTIN_CODE_REVIEW, Registry};
+        let schema = Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap();
+        let member =
+            BatchMember { id: ExtractionId([1; 32]), source_id: "s".into(), content: "c".into(), output_budget: None };
+        let body = request_body(&member, &schema, "m", Some(10), BudgetField::MaxCompletionTokens);
+        assert_eq!((body["max_completion_tokens"].as_u64(), body.get("max_tokens")), (Some(10), None));
+        let body = request_body(&member, &schema, "m", Some(10), BudgetField::MaxTokens);
+        assert_eq!((body["max_tokens"].as_u64(), body.get("max_completion_tokens")), (Some(10), None));
     }
 
     #[test]

@@ -42,6 +42,13 @@ pub(crate) struct ErrorObject {
 }
 
 impl ErrorObject {
+    /// An `error` value wherever it sits (an item, a failed batch's status): the object,
+    /// or a bare string as its message; anything else is an error that says nothing.
+    pub(crate) fn read(error: &Value) -> Self {
+        serde_json::from_value(error.clone())
+            .unwrap_or_else(|_| ErrorObject { message: error.as_str().map(str::to_string), ..ErrorObject::default() })
+    }
+
     pub(crate) fn describe(&self) -> String {
         let mut text =
             format!("{}: {}", self.code.as_deref().unwrap_or("error"), self.message.as_deref().unwrap_or("no message"));
@@ -73,7 +80,7 @@ pub(crate) fn submit_body(
         .map(|member| {
             let mut item = json!({
                 "capability": config.capability,
-                "body": chat::request_body(member, schema, &config.model, config.max_tokens),
+                "body": chat::request_body(member, schema, &config.model, config.max_tokens, chat::BudgetField::MaxTokens),
             });
             item[config.fields.item_id.as_str()] = member.id.to_hex().into();
             item
@@ -234,11 +241,15 @@ pub(crate) fn phase(data: &Value, fields: &GenericFields) -> Result<JobPhase, St
 
 fn failure_reason(data: &Value) -> String {
     let error = &data["error"];
-    let reason = match serde_json::from_value::<ErrorObject>(error.clone()) {
-        Ok(parsed) if parsed.code.is_some() || parsed.message.is_some() => Some(parsed.describe()),
-        _ => error.as_str().or_else(|| data["message"].as_str()).map(str::to_string),
-    };
-    reason.unwrap_or_else(|| "the provider failed the batch".to_string())
+    // A bare string is the whole reason, without the `code: ` prefix `describe` adds.
+    if let Some(text) = error.as_str() {
+        return text.to_string();
+    }
+    let parsed = ErrorObject::read(error);
+    if parsed.code.is_some() || parsed.message.is_some() {
+        return parsed.describe();
+    }
+    data["message"].as_str().map_or_else(|| "the provider failed the batch".to_string(), str::to_string)
 }
 
 /// The provider's figure in US dollars as micro-dollars; nothing for nonsense.
@@ -255,9 +266,7 @@ pub(crate) fn parse_item(item: &Value, fields: &GenericFields) -> Result<ResultL
         .to_string();
     let present = |pointer: &str| item.pointer(pointer).filter(|v| !v.is_null());
     if let Some(error) = present(&fields.item_error) {
-        let parsed: ErrorObject = serde_json::from_value(error.clone())
-            .unwrap_or_else(|_| ErrorObject { message: error.as_str().map(str::to_string), ..ErrorObject::default() });
-        return Ok((custom_id, item_failure(&parsed)));
+        return Ok((custom_id, item_failure(&ErrorObject::read(error))));
     }
     let response = present(&fields.item_response)
         .ok_or_else(|| format!("result item {custom_id} has neither answer nor error"))?;

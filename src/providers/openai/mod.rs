@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 
 use crate::domain::schema::{Dialect, Schema};
 
-use super::chat::wire as chat_wire;
+use super::chat::wire::{self as chat_wire, BudgetField};
 use super::lines::{Line, Lines};
 use super::{
     BatchProvider, BatchSpec, ErrorClass, FailureCause, IntentRef, JobPhase, JobStatus, Lookup,
@@ -119,11 +119,10 @@ impl OpenAiBatches {
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let body = response.text().await.unwrap_or_default();
-        let parsed: Option<wire::ErrorBody> = serde_json::from_str(&body).ok();
-        let code = parsed.as_ref().and_then(|b| b.error.code.clone().or_else(|| b.error.kind.clone()));
-        let message = parsed.as_ref().and_then(|b| b.error.message.clone()).unwrap_or_else(|| truncate(&body));
-        let class = classify_status(status, &headers, code.as_deref());
-        let text = format!("{status} {}: {message}", code.unwrap_or_default());
+        let parts = chat_wire::ErrorParts::parse(&body);
+        let message = parts.message.unwrap_or_else(|| truncate(&body));
+        let class = classify_status(status, &headers, parts.code.as_deref());
+        let text = format!("{status} {}: {message}", parts.code.unwrap_or_default());
         // Named after the platform's flavour, so an Azure operator reads "azure: 429 …".
         let mut failure = ProviderError::new(self.flavour.label, class, Some(status), &text);
         failure.retry_after = parse_retry_after(&headers, crate::domain::clock::now())
@@ -308,12 +307,8 @@ impl BatchProvider for OpenAiBatches {
             ProbeTarget::Model(model) => model.as_str(),
             ProbeTarget::ListOnly => return self.probe_by_listing().await,
         };
-        let mut body = chat_wire::request_body(&probe_member(), schema, model, None);
-        // OpenAI's own parameter; the deprecated `max_tokens` is refused by newer models.
-        if let Some(fields) = body.as_object_mut() {
-            fields.remove("max_tokens");
-            fields.insert("max_completion_tokens".to_string(), PROBE_MAX_OUTPUT_TOKENS.into());
-        }
+        let budget = Some(PROBE_MAX_OUTPUT_TOKENS);
+        let body = chat_wire::request_body(&probe_member(), schema, model, budget, BudgetField::MaxCompletionTokens);
         let path = self.flavour.chat_path(model);
         let request = self.http.post(self.url(&path)).timeout(self.config.request_timeout).json(&body);
         match self.send(request).await {

@@ -3,52 +3,28 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::domain::batch::{BatchMember, LineResult, Usage};
+use crate::domain::batch::{BatchMember, LineResult};
 use crate::domain::lifecycle::FailureClass;
-use crate::domain::schema::{Dialect, Schema};
-use crate::providers::chat::wire as chat;
+use crate::domain::schema::Schema;
+use crate::providers::chat::wire::{self as chat, BudgetField};
 
 pub(crate) const ENDPOINT: &str = "/v1/chat/completions";
 pub(crate) const BATCH_KEY_METADATA: &str = "commitpoint_batch_key";
 
-/// One JSONL input line (`BatchRequestInput`). The output budget is the member's own
-/// (raised after a truncation) or the configured default; none is sent without either.
-/// `max_completion_tokens`, not the deprecated `max_tokens`, which newer models refuse.
+/// One JSONL input line (`BatchRequestInput`) whose body is the chat completion the
+/// chat adapter would send, with the budget as `max_completion_tokens`.
 pub(crate) fn input_line(
     member: &BatchMember,
     schema: &Schema,
     model: &str,
     max_completion_tokens: Option<u32>,
 ) -> Value {
-    let mut line = json!({
+    json!({
         "custom_id": member.id.to_hex(),
         "method": "POST",
         "url": ENDPOINT,
-        "body": {
-            "model": model,
-            "messages": [
-                {"role": "system", "content": schema.instructions()},
-                {"role": "user", "content": format!("source_id: {}\n\n{}", member.source_id, member.content)},
-            ],
-            "response_format": {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": response_format_name(schema.name()),
-                    "schema": schema.provider_schema(Dialect::OpenAiStrict),
-                    "strict": true,
-                },
-            },
-        },
-    });
-    if let Some(max) = member.output_budget.or(max_completion_tokens) {
-        line["body"]["max_completion_tokens"] = max.into();
-    }
-    line
-}
-
-/// `json_schema.name` allows `[a-zA-Z0-9_-]{1,64}`; ours look like `code-review@1`.
-fn response_format_name(schema: &str) -> String {
-    schema.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).take(64).collect()
+        "body": chat::request_body(member, schema, model, max_completion_tokens, BudgetField::MaxCompletionTokens),
+    })
 }
 
 #[derive(Debug, Serialize)]
@@ -139,21 +115,6 @@ pub(crate) struct BatchList {
 }
 
 #[derive(Debug, Deserialize)]
-pub(crate) struct ErrorBody {
-    pub error: ErrorObject,
-}
-
-#[derive(Debug, Deserialize)]
-pub(crate) struct ErrorObject {
-    #[serde(default)]
-    pub message: Option<String>,
-    #[serde(default, rename = "type")]
-    pub kind: Option<String>,
-    #[serde(default)]
-    pub code: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
 struct OutputLine {
     custom_id: String,
     #[serde(default)]
@@ -183,7 +144,11 @@ struct LineError {
 pub(crate) fn parse_line(line: &str) -> Result<(String, LineResult), String> {
     let parsed: OutputLine = serde_json::from_str(line).map_err(|e| format!("unreadable result line: {e}"))?;
     let result = match (parsed.response, parsed.error) {
-        (Some(response), _) if response.status_code == 200 => answer(&response.body, response.request_id)?,
+        // Truncated and refused answers are `Unusable`: paid for and charged, never
+        // committed, even when their content would pass validation.
+        (Some(response), _) if response.status_code == 200 => {
+            chat::parse_batch_completion(&response.body, response.request_id)?
+        }
         (Some(response), _) => http_failure(response.status_code, &response.body),
         (None, Some(error)) => line_error(&error),
         (None, None) => return Err(format!("line for {} has neither response nor error", parsed.custom_id)),
@@ -191,34 +156,8 @@ pub(crate) fn parse_line(line: &str) -> Result<(String, LineResult), String> {
     Ok((parsed.custom_id, result))
 }
 
-/// A 200 line's answer. Truncated (`finish_reason: "length"`) and refused
-/// (`message.refusal`, `finish_reason: "content_filter"`) answers are `Unusable`: paid
-/// for and charged, never committed, even when their content would pass validation.
-fn answer(body: &Value, request_id: Option<String>) -> Result<LineResult, String> {
-    let choice = &body["choices"][0];
-    let unusable = chat::unusable(choice);
-    let output = match (choice["message"]["content"].as_str(), &unusable) {
-        (Some(content), _) => content.to_string(),
-        (None, Some(_)) => String::new(),
-        (None, None) => return Err("a 200 line without choices[0].message.content".to_string()),
-    };
-    let usage = body.get("usage").map(|u| Usage {
-        model: body["model"].as_str().unwrap_or_default().to_string(),
-        input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
-        output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
-        cached_input_tokens: u["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0),
-        reasoning_tokens: u["completion_tokens_details"]["reasoning_tokens"].as_u64().unwrap_or(0),
-        request_id,
-        ..Usage::default()
-    });
-    Ok(match unusable {
-        Some((class, reason)) => LineResult::Unusable { class, reason, usage },
-        None => LineResult::Answer { output, usage },
-    })
-}
-
 fn http_failure(status: u16, body: &Value) -> LineResult {
-    let message = body["error"]["message"].as_str().unwrap_or("no message").to_string();
+    let message = chat::ErrorParts::read(body).message.unwrap_or_else(|| "no message".to_string());
     let reason = format!("provider answered {status} for this request: {message}");
     match status {
         408 | 409 | 429 | 500.. => LineResult::Retry { reason },
@@ -323,10 +262,5 @@ mod tests {
         assert_eq!(batch("null").created_at, None);
         let list: BatchList = serde_json::from_str(r#"{"object":"list","data":[]}"#).unwrap();
         assert!(!list.has_more, "a list without has_more is the whole list");
-    }
-
-    #[test]
-    fn response_format_names_are_sanitised() {
-        assert_eq!(response_format_name("code-review@1"), "code-review_1");
     }
 }
