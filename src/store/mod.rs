@@ -34,6 +34,9 @@ mod retention;
 pub mod seam;
 mod split;
 mod staged;
+mod state_counts;
+#[cfg(test)]
+mod state_counts_tests;
 mod tables;
 mod verify;
 mod write_tables;

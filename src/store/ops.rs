@@ -190,7 +190,7 @@ fn intake(
     t.identity.insert(record.id.as_bytes(), seq)?;
     t.extractions.insert(seq, record_bytes.as_slice())?;
     t.contents.insert(seq, content.as_slice())?;
-    t.state_index.insert((record.state.name().code(), seq), ())?;
+    super::state_counts::index(t, record.state.name().code(), seq)?;
     t.tenant_index.insert((record.tenant.as_str(), seq), ())?;
     Ok((IntakeOutcome { created: true, record }, true))
 }
@@ -357,14 +357,14 @@ fn retry(t: &mut WriteTables<'_>, id: &ExtractionId) -> Result<(RetryOutcome, bo
 /// Persists a new state with its index entries. The only place a record's state changes.
 pub(super) fn transition(t: &mut WriteTables<'_>, record: &mut ExtractionRecord, next: State) -> Result<(), Error> {
     let seq = record.seq;
-    t.state_index.remove((record.state.name().code(), seq))?;
+    super::state_counts::unindex(t, record.state.name().code(), seq)?;
     if let State::Claimed { expires_at_ms, .. } = record.state {
         t.lease_index.remove((expires_at_ms, seq))?;
     }
     if let State::Claimed { expires_at_ms, .. } = next {
         t.lease_index.insert((expires_at_ms, seq), ())?;
     }
-    t.state_index.insert((next.name().code(), seq), ())?;
+    super::state_counts::index(t, next.name().code(), seq)?;
     if let State::Committed { at_ms } = next {
         t.commit_index.insert((record.tenant.as_str(), at_ms, seq), ())?;
     }

@@ -19,6 +19,9 @@ pub const EXTRACTIONS: TableDefinition<u64, &[u8]> = TableDefinition::new("extra
 pub const CONTENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("contents");
 /// (state code, sequence) → (): work queues and listings by state.
 pub const STATE_INDEX: TableDefinition<(u8, u64), ()> = TableDefinition::new("state_index");
+/// state code → how many `STATE_INDEX` entries carry it, moved in the same write
+/// (`store/state_counts.rs`), so status never counts the index.
+pub const STATE_COUNTS: TableDefinition<u8, u64> = TableDefinition::new("state_counts");
 /// (lease expiry ms, sequence) → (): finds expired claims without a scan.
 pub const LEASE_INDEX: TableDefinition<(u64, u64), ()> = TableDefinition::new("lease_index");
 /// (tenant, sequence) → (): listings by tenant.

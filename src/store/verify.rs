@@ -15,6 +15,7 @@ use super::tables;
 mod commit_index;
 mod ledger;
 mod retention;
+mod state_counts;
 use crate::domain::identity::{ExtractionId, FindingKey, SourceHash};
 use crate::domain::lifecycle::State;
 
@@ -93,6 +94,7 @@ pub(crate) fn verify_database(db: &mut Database) -> Result<Report, Error> {
 fn check(txn: &ReadTransaction, report: &mut Report) -> Result<(), Error> {
     let records = check_records(txn, report)?;
     check_indexes(txn, &records, report)?;
+    state_counts::check_state_counts(txn, report)?;
     commit_index::check_commit_index(txn, &records, report)?;
     check_findings(txn, &records, report)?;
     check_results(txn, &records, report)?;
