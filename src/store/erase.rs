@@ -147,6 +147,7 @@ fn erase_one(t: &mut WriteTables<'_>, seq: u64, report: &mut ErasureReport) -> R
     t.identity.remove(record.id.as_bytes())?;
     t.extractions.remove(seq)?;
     super::state_counts::unindex(t, record.state.name().code(), seq)?;
+    super::pending_queue::forget(t, &record)?;
     match record.state {
         State::Claimed { expires_at_ms, .. } => {
             t.lease_index.remove((expires_at_ms, seq))?;

@@ -25,6 +25,9 @@ mod keys;
 mod ledger;
 mod ops;
 mod outbox;
+mod pending_queue;
+#[cfg(test)]
+mod pending_queue_tests;
 mod policies;
 #[cfg(test)]
 mod power_loss;

@@ -191,6 +191,7 @@ fn intake(
     t.extractions.insert(seq, record_bytes.as_slice())?;
     t.contents.insert(seq, content.as_slice())?;
     super::state_counts::index(t, record.state.name().code(), seq)?;
+    t.pending_queue.insert((record.schema.as_str(), record.tenant.as_str(), seq), ())?;
     t.tenant_index.insert((record.tenant.as_str(), seq), ())?;
     Ok((IntakeOutcome { created: true, record }, true))
 }
@@ -229,15 +230,18 @@ fn claim_candidates(t: &WriteTables<'_>, request: &ClaimRequest) -> Result<Vec<E
             picked.push(record);
         }
     }
-    let pending = lifecycle::StateName::Pending.code();
-    for entry in t.state_index.range((pending, 0)..=(pending, u64::MAX))? {
-        if picked.len() >= request.limit {
-            break;
+    let want = request.limit.saturating_sub(picked.len());
+    let seqs = match &request.schema {
+        // Only that schema's queue: work of other schemas is never read.
+        Some(schema) => super::pending_queue::oldest(&t.pending_queue, schema, &|_| true, want)?,
+        None => {
+            let pending = lifecycle::StateName::Pending.code();
+            let range = t.state_index.range((pending, 0)..=(pending, u64::MAX))?;
+            range.take(want).map(|e| Ok(e?.0.value().1)).collect::<Result<_, Error>>()?
         }
-        let record = load(t, entry?.0.value().1)?;
-        if wanted(&record) {
-            picked.push(record);
-        }
+    };
+    for seq in seqs {
+        picked.push(load(t, seq)?);
     }
     Ok(picked)
 }
@@ -365,6 +369,7 @@ pub(super) fn transition(t: &mut WriteTables<'_>, record: &mut ExtractionRecord,
         t.lease_index.insert((expires_at_ms, seq), ())?;
     }
     super::state_counts::index(t, next.name().code(), seq)?;
+    super::pending_queue::follow(t, record, &next)?;
     if let State::Committed { at_ms } = next {
         t.commit_index.insert((record.tenant.as_str(), at_ms, seq), ())?;
     }

@@ -22,6 +22,9 @@ pub const STATE_INDEX: TableDefinition<(u8, u64), ()> = TableDefinition::new("st
 /// state code → how many `STATE_INDEX` entries carry it, moved in the same write
 /// (`store/state_counts.rs`), so status never counts the index.
 pub const STATE_COUNTS: TableDefinition<u8, u64> = TableDefinition::new("state_counts");
+/// (schema, tenant, sequence) → (): pending work by what a claim or a batch can take
+/// (`store/pending_queue.rs`); built on open when absent or its count disagrees.
+pub const PENDING_QUEUE: TableDefinition<(&str, &str, u64), ()> = TableDefinition::new("pending_queue");
 /// (lease expiry ms, sequence) → (): finds expired claims without a scan.
 pub const LEASE_INDEX: TableDefinition<(u64, u64), ()> = TableDefinition::new("lease_index");
 /// (tenant, sequence) → (): listings by tenant.
@@ -67,6 +70,8 @@ pub const META_LAYOUT: &str = "layout";
 pub const LAYOUT_V1: u64 = 1;
 /// `META` key: 1 once `COMMIT_INDEX` holds every committed extraction.
 pub const META_COMMIT_INDEX: &str = "commit_index";
+/// `META` key: 1 once `PENDING_QUEUE` holds every pending extraction.
+pub const META_PENDING_QUEUE: &str = "pending_queue";
 /// `META` key: Unix ms of the last successful online backup.
 pub const META_LAST_BACKUP: &str = "last_backup_ms";
 /// `META` key prefix: `pause:<provider>` = 1 while an operator has paused submissions.

@@ -14,6 +14,7 @@ use super::tables;
 
 mod commit_index;
 mod ledger;
+mod pending_queue;
 mod retention;
 mod state_counts;
 use crate::domain::identity::{ExtractionId, FindingKey, SourceHash};
@@ -95,6 +96,7 @@ fn check(txn: &ReadTransaction, report: &mut Report) -> Result<(), Error> {
     let records = check_records(txn, report)?;
     check_indexes(txn, &records, report)?;
     state_counts::check_state_counts(txn, report)?;
+    pending_queue::check_pending_queue(txn, &records, report)?;
     commit_index::check_commit_index(txn, &records, report)?;
     check_findings(txn, &records, report)?;
     check_results(txn, &records, report)?;
