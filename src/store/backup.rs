@@ -71,6 +71,8 @@ fn copy_all(snapshot: &ReadTransaction, temp: &Path) -> Result<u64, Error> {
     entries += copy(snapshot, &txn, tables::EXTRACTIONS)?;
     entries += copy(snapshot, &txn, tables::CONTENTS)?;
     entries += copy(snapshot, &txn, tables::STATE_INDEX)?;
+    entries += copy(snapshot, &txn, tables::STATE_COUNTS)?;
+    entries += copy(snapshot, &txn, tables::PENDING_QUEUE)?;
     entries += copy(snapshot, &txn, tables::LEASE_INDEX)?;
     entries += copy(snapshot, &txn, tables::TENANT_INDEX)?;
     entries += copy(snapshot, &txn, tables::FINDINGS)?;

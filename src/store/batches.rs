@@ -323,15 +323,15 @@ pub struct CloseReport {
 }
 
 fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(IntentOutcome, bool), Error> {
-    let pending = StateName::Pending.code();
     let mut members: Vec<ExtractionRecord> = Vec::new();
     let mut bytes = 0u64;
     let mut full = false;
-    for entry in t.state_index.range((pending, 0)..=(pending, u64::MAX))? {
-        let record = load(t, entry?.0.value().1)?;
-        if record.schema != request.schema || !(request.accept.0)(&record.tenant, &record.schema) {
-            continue;
-        }
+    let accept = |tenant: &str| (request.accept.0)(tenant, &request.schema);
+    // Only the work this provider may take, oldest first: no other schema's or held
+    // tenant's work is read, so forming a batch costs the batch, not the backlog.
+    let seqs = super::pending_queue::oldest(&t.pending_queue, &request.schema, &accept, request.max_size)?;
+    for seq in seqs {
+        let record = load(t, seq)?;
         // One oversized source still goes alone: a batch always makes progress.
         if !members.is_empty() && bytes + record.content_bytes > request.max_content_bytes {
             full = true;

@@ -13,12 +13,13 @@ use crate::domain::lifecycle::{State, StateName};
 
 /// Fills the index from the committed records unless `META` says it is complete and it
 /// has one entry per committed extraction. Runs in the opening transaction, so the marker
-/// and the entries land together or not at all. The count check (a scan of the committed
-/// keys, no record reads) catches a file that an older binary, which knows no index,
-/// committed to after a rollback. Returns how many entries it wrote.
+/// and the entries land together or not at all. The count check catches a file that an
+/// older binary, which knows no index, committed to after a rollback; it reads the
+/// committed counter, which `state_counts::reconcile` has just checked against the
+/// index. Returns how many entries it wrote.
 pub(super) fn build_if_absent(t: &mut WriteTables<'_>) -> Result<u64, Error> {
     let code = StateName::Committed.code();
-    let committed = t.state_index.range((code, 0)..=(code, u64::MAX))?.count() as u64;
+    let committed = super::state_counts::get(t, StateName::Committed)?;
     if t.meta.get(META_COMMIT_INDEX)?.is_some() && t.commit_index.len()? == committed {
         return Ok(0);
     }

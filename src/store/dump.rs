@@ -29,6 +29,8 @@ pub fn dump_file(path: &Path, out: &mut dyn Write) -> Result<u64, Error> {
             "extractions" => coded::<ExtractionRecord, _>(&txn, tables::EXTRACTIONS, out)?,
             "contents" => coded::<StoredContent, _>(&txn, tables::CONTENTS, out)?,
             "state_index" => plain(&txn, tables::STATE_INDEX, out)?,
+            "state_counts" => plain(&txn, tables::STATE_COUNTS, out)?,
+            "pending_queue" => plain(&txn, tables::PENDING_QUEUE, out)?,
             "lease_index" => plain(&txn, tables::LEASE_INDEX, out)?,
             "tenant_index" => plain(&txn, tables::TENANT_INDEX, out)?,
             "findings" => coded::<FindingRecord, _>(&txn, tables::FINDINGS, out)?,

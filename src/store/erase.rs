@@ -146,7 +146,8 @@ fn erase_one(t: &mut WriteTables<'_>, seq: u64, report: &mut ErasureReport) -> R
     let record = load(t, seq)?;
     t.identity.remove(record.id.as_bytes())?;
     t.extractions.remove(seq)?;
-    t.state_index.remove((record.state.name().code(), seq))?;
+    super::state_counts::unindex(t, record.state.name().code(), seq)?;
+    super::pending_queue::forget(t, &record)?;
     match record.state {
         State::Claimed { expires_at_ms, .. } => {
             t.lease_index.remove((expires_at_ms, seq))?;

@@ -25,6 +25,9 @@ mod keys;
 mod ledger;
 mod ops;
 mod outbox;
+mod pending_queue;
+#[cfg(test)]
+mod pending_queue_tests;
 mod policies;
 #[cfg(test)]
 mod power_loss;
@@ -34,6 +37,9 @@ mod retention;
 pub mod seam;
 mod split;
 mod staged;
+mod state_counts;
+#[cfg(test)]
+mod state_counts_tests;
 mod tables;
 mod verify;
 mod write_tables;

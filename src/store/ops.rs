@@ -191,7 +191,8 @@ fn intake(
     t.identity.insert(record.id.as_bytes(), seq)?;
     t.extractions.insert(seq, record_bytes.as_slice())?;
     t.contents.insert(seq, content.as_slice())?;
-    t.state_index.insert((record.state.name().code(), seq), ())?;
+    super::state_counts::index(t, record.state.name().code(), seq)?;
+    t.pending_queue.insert((record.schema.as_str(), record.tenant.as_str(), seq), ())?;
     t.tenant_index.insert((record.tenant.as_str(), seq), ())?;
     Ok((IntakeOutcome { created: true, record }, true))
 }
@@ -230,15 +231,18 @@ fn claim_candidates(t: &WriteTables<'_>, request: &ClaimRequest) -> Result<Vec<E
             picked.push(record);
         }
     }
-    let pending = lifecycle::StateName::Pending.code();
-    for entry in t.state_index.range((pending, 0)..=(pending, u64::MAX))? {
-        if picked.len() >= request.limit {
-            break;
+    let want = request.limit.saturating_sub(picked.len());
+    let seqs = match &request.schema {
+        // Only that schema's queue: work of other schemas is never read.
+        Some(schema) => super::pending_queue::oldest(&t.pending_queue, schema, &|_| true, want)?,
+        None => {
+            let pending = lifecycle::StateName::Pending.code();
+            let range = t.state_index.range((pending, 0)..=(pending, u64::MAX))?;
+            range.take(want).map(|e| Ok(e?.0.value().1)).collect::<Result<_, Error>>()?
         }
-        let record = load(t, entry?.0.value().1)?;
-        if wanted(&record) {
-            picked.push(record);
-        }
+    };
+    for seq in seqs {
+        picked.push(load(t, seq)?);
     }
     Ok(picked)
 }
@@ -359,14 +363,15 @@ fn retry(t: &mut WriteTables<'_>, id: &ExtractionId) -> Result<(RetryOutcome, bo
 /// Persists a new state with its index entries. The only place a record's state changes.
 pub(super) fn transition(t: &mut WriteTables<'_>, record: &mut ExtractionRecord, next: State) -> Result<(), Error> {
     let seq = record.seq;
-    t.state_index.remove((record.state.name().code(), seq))?;
+    super::state_counts::unindex(t, record.state.name().code(), seq)?;
     if let State::Claimed { expires_at_ms, .. } = record.state {
         t.lease_index.remove((expires_at_ms, seq))?;
     }
     if let State::Claimed { expires_at_ms, .. } = next {
         t.lease_index.insert((expires_at_ms, seq), ())?;
     }
-    t.state_index.insert((next.name().code(), seq), ())?;
+    super::state_counts::index(t, next.name().code(), seq)?;
+    super::pending_queue::follow(t, record, &next)?;
     if let State::Committed { at_ms } = next {
         t.commit_index.insert((record.tenant.as_str(), at_ms, seq), ())?;
     }

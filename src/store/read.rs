@@ -119,9 +119,8 @@ impl Store {
         self.read(|txn| {
             let index = txn.open_table(tables::STATE_INDEX)?;
             let mut counts = Vec::with_capacity(StateName::ALL.len());
-            for state in StateName::ALL {
+            for (state, count) in super::state_counts::read(txn)? {
                 let code = state.code();
-                let count = index.range((code, 0)..=(code, u64::MAX))?.count() as u64;
                 // Intake order approximates waiting order: the first entry is the oldest.
                 let first = index.range((code, 0)..=(code, u64::MAX))?.next().transpose()?;
                 let oldest_since_ms = match first {

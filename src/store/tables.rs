@@ -19,6 +19,12 @@ pub(super) const EXTRACTIONS: TableDefinition<u64, &[u8]> = TableDefinition::new
 pub(super) const CONTENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("contents");
 /// (state code, sequence) → (): work queues and listings by state.
 pub(super) const STATE_INDEX: TableDefinition<(u8, u64), ()> = TableDefinition::new("state_index");
+/// state code → how many `STATE_INDEX` entries carry it, moved in the same write
+/// (`store/state_counts.rs`), so status never counts the index.
+pub(super) const STATE_COUNTS: TableDefinition<u8, u64> = TableDefinition::new("state_counts");
+/// (schema, tenant, sequence) → (): pending work by what a claim or a batch can take
+/// (`store/pending_queue.rs`); built on open when absent or its count disagrees.
+pub(super) const PENDING_QUEUE: TableDefinition<(&str, &str, u64), ()> = TableDefinition::new("pending_queue");
 /// (lease expiry ms, sequence) → (): finds expired claims without a scan.
 pub(super) const LEASE_INDEX: TableDefinition<(u64, u64), ()> = TableDefinition::new("lease_index");
 /// (tenant, sequence) → (): listings by tenant.
@@ -64,6 +70,8 @@ pub(super) const META_LAYOUT: &str = "layout";
 pub(super) const LAYOUT_V1: u64 = 1;
 /// `META` key: 1 once `COMMIT_INDEX` holds every committed extraction.
 pub(super) const META_COMMIT_INDEX: &str = "commit_index";
+/// `META` key: 1 once `PENDING_QUEUE` holds every pending extraction.
+pub(super) const META_PENDING_QUEUE: &str = "pending_queue";
 /// `META` key: Unix ms of the last successful online backup.
 pub(super) const META_LAST_BACKUP: &str = "last_backup_ms";
 /// `META` key prefix: `pause:<provider>` = 1 while an operator has paused submissions.

@@ -14,7 +14,9 @@ use super::tables;
 
 mod commit_index;
 mod ledger;
+mod pending_queue;
 mod retention;
+mod state_counts;
 use crate::domain::identity::{ExtractionId, FindingKey, SourceHash};
 use crate::domain::lifecycle::State;
 use crate::domain::names::BatchKey;
@@ -94,6 +96,8 @@ pub(crate) fn verify_database(db: &mut Database) -> Result<Report, Error> {
 fn check(txn: &ReadTransaction, report: &mut Report) -> Result<(), Error> {
     let records = check_records(txn, report)?;
     check_indexes(txn, &records, report)?;
+    state_counts::check_state_counts(txn, report)?;
+    pending_queue::check_pending_queue(txn, &records, report)?;
     commit_index::check_commit_index(txn, &records, report)?;
     check_findings(txn, &records, report)?;
     check_results(txn, &records, report)?;
