@@ -216,6 +216,23 @@ pub fn assert_submitted(stats: &Stats, ids: &BTreeSet<String>, times: u64) {
     assert_eq!(stats.max_live_batches_per_custom_id, 1, "a member was in two live batches: {stats:#?}");
 }
 
+/// After a restart that had to look its batch up: every source committed from the one
+/// batch created before the restart, found and never created again, and the file
+/// verifies. Returns the simulator's counts for the caller's checks of the lookup itself.
+pub async fn assert_recovered_once(server: Server, stats: impl Fn() -> Stats) -> Stats {
+    let api = server.api();
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = stats();
+    assert_eq!(stats.batches_created, 1, "the batch was created again instead of found: {stats:#?}");
+    assert_submitted(&stats, &corpus_ids(), 1);
+    let health = health(&api).await;
+    assert_eq!(counter(&health, "batches_recovered"), 1, "{health:#}");
+    assert_eq!(counter(&health, "batches_submitted"), 0, "the restarted process submitted nothing: {health:#}");
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+    stats
+}
+
 /// SIGTERM, clean exit, `verify` exit 0; returns the report.
 pub fn finish(server: Server) -> String {
     stop_and_verify(server)

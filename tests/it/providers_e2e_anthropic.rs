@@ -9,8 +9,8 @@ use commitpoint::simulator::Faults;
 use serde_json::json;
 
 use crate::provider::{
-    CORPUS, assert_all_committed_with_model_findings, assert_report_counts, assert_submitted, corpus_ids, counter,
-    finish, health, intake_corpus, settle,
+    CORPUS, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts, assert_submitted,
+    counter, finish, health, intake_corpus, settle,
 };
 use crate::providers_e2e::{AnthropicRig, ONE_BATCH, assert_billed_by, expect_crash};
 use crate::util::assert_verifies;
@@ -94,19 +94,9 @@ async fn anthropic_kill_after_create_before_the_batch_id_is_stored_finds_the_bat
     tokio::time::sleep(COMPLETE_AFTER + Duration::from_millis(100)).await;
 
     let server = rig.serve(ONE_BATCH, None);
-    let api = server.api();
-    assert_all_committed_with_model_findings(&api).await;
-    let stats = rig.stats();
-    assert_eq!(stats.batches_created, 1, "the batch was created again instead of found: {stats:#?}");
+    let stats = assert_recovered_once(server, || rig.stats()).await;
     assert!(stats.batches_listed >= 1, "the restart looked for the batch: {stats:#?}");
-    assert_submitted(&stats, &corpus_ids(), 1);
     assert_eq!(stats.lines_completed, CORPUS.len() as u64, "{stats:#?}");
-    let health = health(&api).await;
-    assert_eq!(counter(&health, "batches_recovered"), 1, "{health:#}");
-    assert_eq!(counter(&health, "batches_submitted"), 0, "the restarted process submitted nothing: {health:#}");
-
-    let report = finish(server);
-    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
 }
 
 /// The simulator ends an expiring batch with the first half of its requests (input order)

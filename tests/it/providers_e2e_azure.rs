@@ -10,8 +10,8 @@ use commitpoint::simulator::{Dialect, Faults, SimulatorConfig};
 use serde_json::json;
 
 use crate::provider::{
-    CORPUS, assert_all_committed_with_model_findings, assert_report_counts, assert_submitted, corpus_ids, counter,
-    finish, health, intake_corpus, settle,
+    CORPUS, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts, assert_submitted,
+    counter, finish, health, intake_corpus, settle,
 };
 use crate::providers_e2e::{KEY, KEY_ENV, ONE_BATCH, expect_crash};
 use crate::providers_e2e_compat::{ShapedRig, assert_discounted, assert_waited_for_the_429, provider_check};
@@ -71,16 +71,7 @@ async fn azure_kill_after_create_before_the_batch_id_is_stored_finds_the_batch()
     assert_report_counts(&report, CORPUS.len(), &[&format!("submitted: {}", CORPUS.len())]);
 
     let server = rig.serve(ONE_BATCH, None);
-    let api = server.api();
-    assert_all_committed_with_model_findings(&api).await;
-    let stats = rig.stats();
-    assert_eq!(stats.batches_created, 1, "the batch was created again instead of found: {stats:#?}");
-    assert_submitted(&stats, &corpus_ids(), 1);
-    let health = health(&api).await;
-    assert_eq!(counter(&health, "batches_recovered"), 1, "{health:#}");
-    assert_eq!(counter(&health, "batches_submitted"), 0, "{health:#}");
-    let report = finish(server);
-    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+    assert_recovered_once(server, || rig.stats()).await;
 }
 
 /// Azure lists `expired` among its statuses although it says it does not expire jobs:
