@@ -2,6 +2,8 @@
 //! finishes its reads and checks before its first write, and routes every state change
 //! through `lifecycle::apply`.
 
+use std::sync::Arc;
+
 use redb::ReadableTable;
 use serde_json::Value;
 
@@ -98,7 +100,8 @@ impl Store {
             return Ok(IntakeOutcome { created: false, record });
         }
         let content_len = new.content.len() as u64;
-        let content = encode(&StoredContent { text: std::mem::take(&mut new.content) })?;
+        // Shared, not copied: the writer clones a job each time it applies it.
+        let content: Arc<[u8]> = encode(&StoredContent { text: std::mem::take(&mut new.content) })?.into();
         self.writer.write(move |t| intake(t, new, content_len, content)).await
     }
 
@@ -115,7 +118,8 @@ impl Store {
             return Ok(DeliveryOutcome::Redelivery(record));
         }
         let content_len = new.content.len() as u64;
-        let content = encode(&StoredContent { text: std::mem::take(&mut new.content) })?;
+        // Shared, not copied: the writer clones a job each time it applies it.
+        let content: Arc<[u8]> = encode(&StoredContent { text: std::mem::take(&mut new.content) })?.into();
         self.writer
             .write(move |t| {
                 if let Some(seq) =
@@ -162,7 +166,7 @@ fn intake(
     t: &mut WriteTables<'_>,
     new: NewExtraction,
     content_len: u64,
-    content: Vec<u8>,
+    content: Arc<[u8]>,
 ) -> Result<(IntakeOutcome, bool), Error> {
     if let Some(seq) = t.identity.get(new.id.as_bytes())?.map(|v| v.value()) {
         let record = load(t, seq)?;
@@ -190,7 +194,7 @@ fn intake(
     let record_bytes = encode(&record)?;
     t.identity.insert(record.id.as_bytes(), seq)?;
     t.extractions.insert(seq, record_bytes.as_slice())?;
-    t.contents.insert(seq, content.as_slice())?;
+    t.contents.insert(seq, &*content)?;
     super::state_counts::index(t, record.state.name().code(), seq)?;
     t.pending_queue.insert((record.schema.as_str(), record.tenant.as_str(), seq), ())?;
     t.tenant_index.insert((record.tenant.as_str(), seq), ())?;
