@@ -18,6 +18,7 @@ import urllib.parse
 import urllib.request
 
 from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -139,7 +140,9 @@ def main():
     failed_id, stats = seed()
     driver = browser()
     try:
-        wait = WebDriverWait(driver, 20)
+        # A wait that reads the page while a post's redirect replaces it may hold an
+        # element of the old page for a moment: look again.
+        wait = WebDriverWait(driver, 20, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException))
         # Not logged in: every page leads to the login form.
         driver.get(URL + "/ui")
         check("the console asks for a token", driver.current_url.endswith("/ui/login"), driver.current_url)
@@ -148,8 +151,13 @@ def main():
         driver.find_element(By.ID, "token").send_keys("not-the-token-at-all")
         driver.find_element(By.ID, "login").click()
         check("a wrong token is refused", "not valid" in text(driver, "login-error"))
-        status, _ = api("POST", "/ui/login", token=None, form={"token": "not-the-token-at-all"})
+        login_csrf = driver.find_element(By.CSS_SELECTOR, "input[name='csrf']").get_attribute("value")
+        login_cookie = {"Cookie": f"cp_login={driver.get_cookie('cp_login')['value']}"}
+        status, _ = api("POST", "/ui/login", token=None, headers=login_cookie,
+                        form={"token": "not-the-token-at-all", "csrf": login_csrf})
         check("a wrong token answers 401", status == 401, status)
+        status, _ = api("POST", "/ui/login", token=None, headers=login_cookie, form={"token": ADMIN})
+        check("a login POST without its CSRF token answers 403", status == 403, status)
 
         driver.find_element(By.ID, "token").send_keys(ADMIN)
         driver.find_element(By.ID, "login").click()

@@ -64,9 +64,28 @@ impl Browser {
         (status, response.text().await.expect("page body"))
     }
 
+    /// Opens the login form: its nonce cookie and CSRF token.
+    async fn login_form(&self) -> (String, String) {
+        let response = self.send(Method::GET, "/ui/login", None).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let set = response.headers()[SET_COOKIE].to_str().expect("ascii cookie").to_string();
+        let html = response.text().await.expect("login page");
+        let marker = "name=\"csrf\" value=\"";
+        let start = html.find(marker).expect("a CSRF field") + marker.len();
+        (set.split(';').next().expect("a cookie pair").to_string(), html[start..start + 64].to_string())
+    }
+
+    /// Posts the login form with `token`.
+    async fn post_login(&self, token: &str) -> reqwest::Response {
+        let (nonce, csrf) = self.login_form().await;
+        let mut with_nonce = Browser::new(&self.base);
+        with_nonce.cookie = Some(nonce);
+        with_nonce.send(Method::POST, "/ui/login", Some(&[("token", token), ("csrf", &csrf)])).await
+    }
+
     /// Logs in; returns the `Set-Cookie` header.
     async fn login(&mut self, token: &str) -> String {
-        let response = self.send(Method::POST, "/ui/login", Some(&[("token", token)])).await;
+        let response = self.post_login(token).await;
         assert_eq!(response.status(), StatusCode::SEE_OTHER);
         let set = response.headers()[SET_COOKIE].to_str().expect("ascii cookie").to_string();
         self.cookie = Some(set.split(';').next().expect("a cookie pair").to_string());
@@ -114,9 +133,19 @@ async fn the_console_logs_in_once_and_shows_the_apis_numbers() {
     }
     assert!(!csp.contains("unsafe-inline"), "{csp}");
 
-    let wrong = browser.send(Method::POST, "/ui/login", Some(&[("token", "not-a-token-of-this-server")])).await;
+    let wrong = browser.post_login("not-a-token-of-this-server").await;
     assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
-    assert!(wrong.headers().get(SET_COOKIE).is_none(), "a refused login gets no session");
+    let set = wrong.headers().get(SET_COOKIE).map(|v| v.to_str().expect("ascii").to_string()).unwrap_or_default();
+    assert!(!set.contains("cp_console"), "a refused login gets no session: {set}");
+    // The login form's post needs its CSRF token and nonce cookie like any other.
+    let bare = browser.send(Method::POST, "/ui/login", Some(&[("token", ADMIN)])).await;
+    assert_eq!(bare.status(), StatusCode::FORBIDDEN);
+    let (nonce, _) = browser.login_form().await;
+    let mut other_form = Browser::new(&base);
+    other_form.cookie = Some(nonce);
+    let (_, foreign_csrf) = browser.login_form().await;
+    let crossed = other_form.send(Method::POST, "/ui/login", Some(&[("token", ADMIN), ("csrf", &foreign_csrf)])).await;
+    assert_eq!(crossed.status(), StatusCode::FORBIDDEN, "a token from another form does not fit");
 
     let cookie = browser.login(ADMIN).await;
     for flag in ["HttpOnly", "SameSite=Strict", "Max-Age=", "Path=/ui"] {

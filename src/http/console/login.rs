@@ -1,19 +1,20 @@
 //! `/ui/login`: the token is asked for once and checked by the API's own access policy;
-//! a session cookie follows. Without an admin token (a loopback-only server) the console
-//! is open and the login page hands out an open session at once.
+//! a session cookie follows. The form itself carries a CSRF token bound to a nonce
+//! cookie. Without an admin token (a loopback-only server) the console is open and the
+//! login page hands out an open session at once.
 
 use std::sync::Arc;
 
 use axum::Extension;
 use axum::Form;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::html;
 use serde::Deserialize;
 
 use super::Console;
-use super::layout::{PageResult, Problem};
-use super::session::{clear_cookie, set_cookie};
+use super::layout::Problem;
+use super::session::{LOGIN_COOKIE, clear_cookie, cookie_value, set_cookie, set_login_cookie};
 use super::viewer::Viewer;
 use crate::http::access::Caller;
 
@@ -21,19 +22,34 @@ pub(super) async fn form(Extension(console): Extension<Arc<Console>>) -> Respons
     if console.policy.is_open() {
         return start(&console, Caller::Open);
     }
-    login_page(StatusCode::OK, None)
+    login_page(&console, StatusCode::OK, None)
 }
 
 #[derive(Debug, Deserialize)]
 pub(super) struct LoginForm {
     #[serde(default)]
     token: String,
+    csrf: Option<String>,
 }
 
-pub(super) async fn submit(Extension(console): Extension<Arc<Console>>, Form(form): Form<LoginForm>) -> Response {
+pub(super) async fn submit(
+    Extension(console): Extension<Arc<Console>>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    let cookies = headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok());
+    let now = crate::domain::clock::now_ms();
+    let fresh = match (cookie_value(cookies, LOGIN_COOKIE), form.csrf.as_deref()) {
+        (Some(cookie), Some(csrf)) => console.key.login_csrf_matches(cookie, csrf, now),
+        _ => false,
+    };
+    if !fresh {
+        return Problem::forbidden("the login form's CSRF token is missing or stale; open /ui/login again")
+            .into_response();
+    }
     match console.policy.identify(Some(&format!("Bearer {}", form.token))) {
         Ok(caller) => start(&console, caller),
-        Err(_) => login_page(StatusCode::UNAUTHORIZED, Some("That token is not valid here.")),
+        Err(_) => login_page(&console, StatusCode::UNAUTHORIZED, Some("That token is not valid here.")),
     }
 }
 
@@ -53,31 +69,30 @@ fn start(console: &Console, caller: Caller) -> Response {
     ([(header::SET_COOKIE, set_cookie(&value))], Redirect::to(home)).into_response()
 }
 
-fn login_page(status: StatusCode, error: Option<&str>) -> Response {
-    let page: PageResult = Ok(Html(
-        html! {
-            (maud::DOCTYPE)
-            html lang="en" {
-                head {
-                    meta charset="utf-8";
-                    meta name="viewport" content="width=device-width, initial-scale=1";
-                    title { "Log in · commitpoint" }
-                    link rel="stylesheet" href=(super::assets::CSS_PATH);
-                }
-                body {
-                    main.login {
-                        h1 { "commitpoint console" }
-                        @if let Some(error) = error { p.problem id="login-error" { (error) } }
-                        form method="post" action="/ui/login" {
-                            label for="token" { "Admin or tenant token" }
-                            input type="password" id="token" name="token" autocomplete="current-password" required autofocus;
-                            button type="submit" id="login" { "Log in" }
-                        }
+fn login_page(console: &Console, status: StatusCode, error: Option<&str>) -> Response {
+    let (nonce, csrf) = console.key.issue_login(crate::domain::clock::now_ms());
+    let page = html! {
+        (maud::DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { "Log in · commitpoint" }
+                link rel="stylesheet" href=(super::assets::CSS_PATH);
+            }
+            body {
+                main.login {
+                    h1 { "commitpoint console" }
+                    @if let Some(error) = error { p.problem id="login-error" { (error) } }
+                    form method="post" action="/ui/login" {
+                        input type="hidden" name="csrf" value=(csrf);
+                        label for="token" { "Admin or tenant token" }
+                        input type="password" id="token" name="token" autocomplete="current-password" required autofocus;
+                        button type="submit" id="login" { "Log in" }
                     }
                 }
             }
         }
-        .into_string(),
-    ));
-    (status, page).into_response()
+    };
+    (status, [(header::SET_COOKIE, set_login_cookie(&nonce))], Html(page.into_string())).into_response()
 }

@@ -14,6 +14,10 @@ use crate::http::access::Caller;
 type HmacSha256 = Hmac<Sha256>;
 
 pub(super) const COOKIE: &str = "cp_console";
+/// The login form's own cookie: a signed nonce its CSRF token is bound to, so even the
+/// one post made before a session exists carries a token a cross-site form cannot know.
+pub(super) const LOGIN_COOKIE: &str = "cp_login";
+const LOGIN_SECONDS: u64 = 3600;
 /// How long a session lasts; the operator logs in again after it.
 pub(super) const SESSION_SECONDS: u64 = 8 * 3600;
 
@@ -91,6 +95,36 @@ impl SessionKey {
         Some(Session { caller, id: id.to_string(), expires_ms })
     }
 
+    /// A login form's nonce cookie value (valid for an hour) and the form's CSRF token.
+    pub(super) fn issue_login(&self, now_ms: u64) -> (String, String) {
+        let nonce: [u8; 16] = rand::random();
+        let payload = format!("{}|{}", now_ms + LOGIN_SECONDS * 1000, hex(&nonce));
+        let tag = self.mac(b"login\0", payload.as_bytes()).finalize().into_bytes();
+        let value = format!("{}.{}", URL_SAFE_NO_PAD.encode(&payload), URL_SAFE_NO_PAD.encode(tag));
+        (value, self.login_csrf(&hex(&nonce)))
+    }
+
+    /// Whether a login post's CSRF token belongs to the nonce cookie it came with.
+    pub(super) fn login_csrf_matches(&self, cookie: &str, presented: &str, now_ms: u64) -> bool {
+        let Some(nonce) = self.open_login(cookie, now_ms) else { return false };
+        let Some(bytes) = unhex(presented) else { return false };
+        self.mac(b"login-csrf\0", nonce.as_bytes()).verify_slice(&bytes).is_ok()
+    }
+
+    fn open_login(&self, value: &str, now_ms: u64) -> Option<String> {
+        let (payload, tag) = value.split_once('.')?;
+        let payload = URL_SAFE_NO_PAD.decode(payload).ok()?;
+        let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
+        self.mac(b"login\0", &payload).verify_slice(&tag).ok()?;
+        let text = String::from_utf8(payload).ok()?;
+        let (expires, nonce) = text.split_once('|')?;
+        (expires.parse::<u64>().ok()? > now_ms).then(|| nonce.to_string())
+    }
+
+    fn login_csrf(&self, nonce: &str) -> String {
+        hex(&self.mac(b"login-csrf\0", nonce.as_bytes()).finalize().into_bytes())
+    }
+
     /// The CSRF token of a session.
     pub(super) fn csrf(&self, session: &Session) -> String {
         hex(&self.mac(b"csrf\0", session.id.as_bytes()).finalize().into_bytes())
@@ -110,17 +144,22 @@ pub(super) fn set_cookie(value: &str) -> String {
     format!("{COOKIE}={value}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={SESSION_SECONDS}")
 }
 
+/// The `Set-Cookie` value of a login form's nonce.
+pub(super) fn set_login_cookie(value: &str) -> String {
+    format!("{LOGIN_COOKIE}={value}; Path=/ui/login; HttpOnly; SameSite=Strict; Max-Age={LOGIN_SECONDS}")
+}
+
 /// The `Set-Cookie` value that ends a session.
 pub(super) fn clear_cookie() -> String {
     format!("{COOKIE}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0")
 }
 
-/// The session cookie's value among a request's `Cookie` headers.
-pub(super) fn cookie_value<'a>(headers: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+/// The value of cookie `name` among a request's `Cookie` headers.
+pub(super) fn cookie_value<'a>(headers: impl Iterator<Item = &'a str>, name: &str) -> Option<&'a str> {
     headers
         .flat_map(|h| h.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
+        .find(|(n, _)| *n == name)
         .map(|(_, value)| value)
 }
 
@@ -164,9 +203,21 @@ mod tests {
     }
 
     #[test]
+    fn login_tokens_belong_to_their_nonce() {
+        let key = SessionKey::new([7; 32], [1; 32]);
+        let (cookie, csrf) = key.issue_login(1_000);
+        assert!(key.login_csrf_matches(&cookie, &csrf, 2_000));
+        assert!(!key.login_csrf_matches(&cookie, &csrf, 1_000 + LOGIN_SECONDS * 1000), "expired");
+        let (other, _) = key.issue_login(1_000);
+        assert!(!key.login_csrf_matches(&other, &csrf, 2_000));
+        assert!(!key.login_csrf_matches(&cookie, "", 2_000));
+        assert_eq!(key.verify(&cookie, 2_000), None, "a login nonce is no session");
+    }
+
+    #[test]
     fn the_cookie_is_found_among_others() {
         let headers = ["a=1; cp_console=abc.def", "b=2"];
-        assert_eq!(cookie_value(headers.into_iter()), Some("abc.def"));
-        assert_eq!(cookie_value(["cp_consolex=1"].into_iter()), None);
+        assert_eq!(cookie_value(headers.into_iter(), COOKIE), Some("abc.def"));
+        assert_eq!(cookie_value(["cp_consolex=1"].into_iter(), COOKIE), None);
     }
 }

@@ -12,7 +12,7 @@ use maud::{Markup, html};
 
 use super::Console;
 use super::layout::Problem;
-use super::session::{Session, cookie_value};
+use super::session::{COOKIE, Session, cookie_value};
 use crate::http::access::Caller;
 
 #[derive(Debug, Clone)]
@@ -88,7 +88,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Viewer {
         let console = parts.extensions.get::<Arc<Console>>().cloned().ok_or(NoSession::Misconfigured)?;
         let cookies = parts.headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok());
         let now = crate::domain::clock::now_ms();
-        match cookie_value(cookies).and_then(|value| console.key.verify(value, now)) {
+        match cookie_value(cookies, COOKIE).and_then(|value| console.key.verify(value, now)) {
             Some(session) => Ok(Viewer { session, console }),
             None if parts.method == Method::GET || parts.method == Method::HEAD => Err(NoSession::Login),
             None => Err(NoSession::Refused),
