@@ -19,6 +19,8 @@ mod cli;
 mod compaction;
 #[path = "it/config_mistakes.rs"]
 mod config_mistakes;
+#[path = "it/console.rs"]
+mod console;
 #[path = "it/crash.rs"]
 mod crash;
 #[path = "it/delivery.rs"]

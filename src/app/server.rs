@@ -167,6 +167,7 @@ impl Server {
             options.retention.sweep_interval,
             &supervisor,
         );
+        supervisor.spawn("throughput", service.clone().sample_throughput(supervisor.token()));
         let reload_service = service.clone();
         let body =
             crate::http::BodyLimits { max_bytes: options.max_body_bytes, deadline: options.limits.body_read_timeout };

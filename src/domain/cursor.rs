@@ -51,6 +51,16 @@ impl CursorKey {
         bool::from(subtle::ConstantTimeEq::ct_eq(&expected[..], tag)).then_some(position)
     }
 
+    /// A key for another purpose (such as signing console sessions), derived from this
+    /// one: it lives and dies with the store's secret, and nothing sealed under one
+    /// purpose opens under another.
+    pub fn derive(&self, purpose: &str) -> [u8; 32] {
+        let mut hasher = blake3::Hasher::new_keyed(&self.0);
+        hasher.update(b"commitpoint derived key\0");
+        hasher.update(purpose.as_bytes());
+        *hasher.finalize().as_bytes()
+    }
+
     fn tag(&self, scope: &str, position: &[u8]) -> [u8; TAG_BYTES] {
         let mut hasher = blake3::Hasher::new_keyed(&self.0);
         hasher.update(b"commitpoint cursor tag\0");

@@ -109,6 +109,27 @@ impl AccessPolicy {
         Self { admin: Some(Token::new(admin)), tenants }
     }
 
+    /// Whether no admin token is configured (the API is open, on loopback only).
+    pub(crate) fn is_open(&self) -> bool {
+        self.admin.is_none()
+    }
+
+    /// A digest of every configured token: keys derived with it stop verifying what they
+    /// signed once a token changes, so a rotated token also ends the console sessions
+    /// opened with the old one.
+    pub(crate) fn fingerprint(&self) -> [u8; 32] {
+        let mut hasher = blake3::Hasher::new();
+        for token in self.admin.iter().chain(self.tenants.iter().map(|(_, t)| t)) {
+            hasher.update(&(token.0.len() as u64).to_le_bytes());
+            hasher.update(&token.0);
+        }
+        for (tenant, _) in &self.tenants {
+            hasher.update(&(tenant.len() as u64).to_le_bytes());
+            hasher.update(tenant.as_bytes());
+        }
+        *hasher.finalize().as_bytes()
+    }
+
     /// Authenticates an `Authorization` header value.
     pub(crate) fn identify(&self, authorization: Option<&str>) -> Result<Caller, Denied> {
         let Some(admin) = &self.admin else {

@@ -28,6 +28,15 @@ impl ApiError {
         Self { status, code, message: message.into(), details: None, challenge: false }
     }
 
+    /// The status and message, for the console's HTML error pages (the same mapping).
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    pub(crate) fn message(&self) -> &str {
+        &self.message
+    }
+
     /// 401 with the `WWW-Authenticate: Bearer` challenge.
     pub(crate) fn unauthenticated(message: impl Into<String>) -> Self {
         Self { challenge: true, ..Self::new(StatusCode::UNAUTHORIZED, "unauthenticated", message) }

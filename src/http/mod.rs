@@ -7,6 +7,7 @@ mod auth;
 mod body;
 mod bulk;
 mod conn;
+mod console;
 mod delivery;
 mod error;
 mod export;
@@ -45,6 +46,13 @@ pub(crate) fn router(service: Service, body: BodyLimits, access: Arc<AccessPolic
     // An unknown path is no route of any group: it answers 404 only to a caller with a
     // token, as the routes under it would.
     let unknown = any(|| async { ApiError::not_found_route() })
-        .layer(axum::middleware::from_fn_with_state(access, auth::any_caller));
-    routes.fallback_service(unknown).layer(Extension(document)).layer(Extension(body)).with_state(service)
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&access), auth::any_caller));
+    // The console does its own authentication (a session cookie after one token check).
+    let console = console::router(&service, Arc::clone(&access));
+    routes
+        .merge(console)
+        .fallback_service(unknown)
+        .layer(Extension(document))
+        .layer(Extension(body))
+        .with_state(service)
 }

@@ -27,6 +27,7 @@ use crate::store::{
 };
 
 mod bulk;
+mod console;
 mod endpoint;
 mod erasure;
 mod intake;
@@ -34,10 +35,12 @@ mod money;
 mod outbox;
 mod pages;
 mod results;
+mod throughput;
 
 pub use endpoint::{Endpoint, EndpointError, Field, MapError, WebhookOptions};
 use intake::{check_tenant, check_text};
 pub use pages::MAX_FINDINGS_PAGE;
+pub use throughput::{MinuteCount, THROUGHPUT_MINUTES};
 
 pub const MAX_CLAIM_LIMIT: usize = 1000;
 pub const MAX_LIST_LIMIT: usize = 1000;
@@ -135,6 +138,8 @@ pub struct Service {
     outbox_wake: Option<Arc<Notify>>,
     /// Background tasks that failed: the process is unhealthy and on its way out.
     task_failures: Failures,
+    /// Committed and failed per minute, sampled while serving (the console's chart).
+    throughput: throughput::Throughput,
 }
 
 impl Service {
@@ -150,6 +155,7 @@ impl Service {
             webhooks: Arc::new(HashMap::new()),
             outbox_wake: None,
             task_failures: Failures::default(),
+            throughput: throughput::Throughput::default(),
         }
     }
 

@@ -29,6 +29,10 @@ pub(super) struct Args {
     /// Keep the database in this directory instead of a temporary one.
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// After the demo, keep its second server (the one with a provider) running so its
+    /// console at /ui can be looked at; stop it with Ctrl-C.
+    #[arg(long)]
+    keep_running: bool,
 }
 
 pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -42,6 +46,7 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         server.addr(),
         first_db.display()
     );
+    println!("Console (open in a browser while the act runs): http://{}/ui\n", server.addr());
     let outcome = scenario::run(&format!("http://{}", server.addr())).await;
     server.stop().await?;
     let mut summary = outcome?;
@@ -70,11 +75,16 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         server.addr(),
         second_db.display()
     );
+    println!("Console (open in a browser while the act runs): http://{}/ui\n", server.addr());
     println!(
         "(The same lifecycle drives Anthropic and Gemini batch mode: [providers.<name>] kind = \"gemini\"; \
          try it keyless with `commitpoint simulator --dialect gemini`.)\n"
     );
     let outcome = provider::run(&server, &mut summary).await;
+    if args.keep_running {
+        println!("\nThe demo is done; its server keeps running. Console: http://{}/ui (Ctrl-C to stop)", server.addr());
+        tokio::signal::ctrl_c().await.context("cannot wait for Ctrl-C")?;
+    }
     server.stop().await?;
     outcome?;
     ok &= verify(&second_db).await?;

@@ -1,0 +1,164 @@
+//! The operator lists: batches in flight, a tenant's costs (with a per-day chart) and
+//! the outbox's dead letters.
+
+use axum::extract::{Query, State};
+use maud::{Markup, html};
+use serde::Deserialize;
+
+use super::layout::{PageResult, age, dollars, page, when};
+use super::svg::{Bar, bars};
+use super::viewer::Viewer;
+use crate::engine::ledger::{Bucket, CostQuery, GroupBy, Split};
+use crate::service::Service;
+use crate::store::{BatchState, OutboxFilter};
+
+const DAYS: u64 = 30;
+const DEAD_PAGE: usize = 200;
+
+pub(super) async fn batches(State(service): State<Service>, viewer: Viewer) -> PageResult {
+    viewer.require_admin()?;
+    let now = crate::domain::clock::now_ms();
+    let batches = service.open_batches().await?;
+    let content = html! {
+        h1 { "Batches in flight" }
+        @if batches.is_empty() { p.muted { "No open batch." } }
+        div.scroll { table id="batches" {
+            thead { tr { th { "provider" } th { "job id" } th { "state" } th { "schema" } th { "members" } th { "age" } th { "next poll" } th { "last error" } } }
+            tbody { @for b in &batches { tr {
+                td { (b.provider.as_str()) }
+                td.mono.wrap { @match &b.state {
+                    BatchState::Intent => "—",
+                    BatchState::Submitted { job_id } => (job_id),
+                    BatchState::Closed { job_id, .. } => (job_id.as_deref().unwrap_or("—")),
+                } }
+                td { @match &b.state {
+                    BatchState::Intent => "submitting",
+                    BatchState::Submitted { .. } => "submitted",
+                    BatchState::Closed { outcome, .. } => (format!("closed: {outcome}")),
+                } }
+                td { (b.schema) }
+                td { (b.members.len()) }
+                td { (age(now.saturating_sub(b.created_at_ms) / 1000)) }
+                td { @if b.next_action_at_ms > now { "in " (age((b.next_action_at_ms - now) / 1000)) } @else { "due" } }
+                td.error { (b.last_error.as_deref().unwrap_or("")) }
+            } } }
+        } }
+    };
+    Ok(page("Batches", &viewer, content))
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct CostsQuery {
+    tenant: Option<String>,
+}
+
+pub(super) async fn costs(State(service): State<Service>, viewer: Viewer, Query(q): Query<CostsQuery>) -> PageResult {
+    let asked = q.tenant.as_deref().map(str::trim).filter(|t| !t.is_empty());
+    let tenant = match (viewer.tenant_scope(), asked) {
+        (Some(own), Some(asked)) => {
+            viewer.caller().may_reach(asked)?;
+            Some(own.to_string())
+        }
+        (Some(own), None) => Some(own.to_string()),
+        (None, asked) => asked.map(str::to_string),
+    };
+    let now = crate::domain::clock::now_ms();
+    let day_ms = crate::store::store_day_ms();
+    let from_ms = (now / day_ms + 1 - DAYS) * day_ms;
+    let report = match &tenant {
+        Some(t) => Some(
+            service
+                .costs(CostQuery { tenant: t.clone(), from_ms, to_ms: now + 1, group_by: Some(GroupBy::Day) })
+                .await?,
+        ),
+        None => None,
+    };
+    let budgets = if viewer.is_admin() { service.budget_status().await? } else { Vec::new() };
+    let content = html! {
+        h1 { "Costs" }
+        @if viewer.tenant_scope().is_none() {
+            form.filters method="get" action="/ui/costs" {
+                label { "tenant " input name="tenant" value=(tenant.as_deref().unwrap_or("")) size="16" required; }
+                button type="submit" { "Show" }
+            }
+            @if !budgets.is_empty() {
+                p { "Budgeted tenants: " @for (t, ..) in &budgets { a href=(format!("/ui/costs?tenant={t}")) { (t) } " " } }
+            }
+        }
+        @if let Some(report) = &report {
+            h2 { (report.tenant) ", last " (DAYS) " days" }
+            p { "Charged " strong id="charged" { (dollars(report.charged_micros)) }
+                @if report.erased_micros > 0 { " (plus " (dollars(report.erased_micros)) " of erased entries)" } }
+            (split_table(&report.totals))
+            h2 { "Per day" }
+            p.legend { span.key.fresh {} "fresh " span.key.failed {} "failed validation " span.key.unusable {} "unusable (cost)" }
+            @let days: Vec<Bar> = (0..DAYS).map(|i| {
+                let day = from_ms / day_ms + i;
+                let key = crate::domain::clock::format_ms(day * day_ms)[..10].to_string();
+                let split = report.groups.as_ref().and_then(|g| g.get(&key));
+                let cost = |pick: fn(&Split) -> &Bucket| split.map_or(0, |s| pick(s).cost_micros);
+                Bar { label: key.clone(), values: vec![cost(|s| &s.fresh), cost(|s| &s.failed_validation), cost(|s| &s.unusable)] }
+            }).collect();
+            (bars("Cost per day", &days, &["fresh", "failed", "unusable"]))
+        } @else {
+            p.muted { "Pick a tenant to see its costs." }
+        }
+    };
+    Ok(page("Costs", &viewer, content))
+}
+
+fn split_table(split: &Split) -> Markup {
+    let row = |name: &str, b: &Bucket| {
+        html! { tr { td { (name) } td { (b.attempts) } td { (b.input_tokens) } td { (b.output_tokens) } td { (dollars(b.cost_micros)) } } }
+    };
+    html! {
+        div.scroll { table id="cost-totals" {
+            thead { tr { th { "" } th { "attempts" } th { "input tokens" } th { "output tokens" } th { "cost" } } }
+            tbody {
+                (row("fresh", &split.fresh))
+                (row("replay", &split.replay))
+                (row("failed validation", &split.failed_validation))
+                (row("unusable", &split.unusable))
+            }
+        } }
+    }
+}
+
+pub(super) async fn dead_letters(State(service): State<Service>, viewer: Viewer) -> PageResult {
+    viewer.require_admin()?;
+    let dead = service.outbox(OutboxFilter::Dead, 0, DEAD_PAGE).await?;
+    let mut sinks: Vec<&str> = dead.iter().map(|e| e.sink.as_str()).collect();
+    sinks.sort_unstable();
+    sinks.dedup();
+    let content = html! {
+        h1 { "Dead letters" }
+        @if dead.is_empty() { p.muted { "No dead outbox event." } }
+        @if !sinks.is_empty() {
+            p { "A sink a receiver disabled with 410 Gone takes deliveries again once re-enabled: "
+                @for sink in &sinks {
+                    form.inline method="post" action=(format!("/ui/sinks/{sink}/enable")) {
+                        (viewer.csrf_field())
+                        button type="submit" { "Re-enable " (sink) }
+                    }
+                }
+            }
+        }
+        div.scroll { table id="dead-letters" {
+            thead { tr { th { "event" } th { "sink" } th { "extraction" } th { "tenant" } th { "deliveries" } th { "created" } th { "last error" } th { "" } } }
+            tbody { @for e in &dead { tr {
+                td { (e.seq) }
+                td { (e.sink) }
+                td.mono { a href=(format!("/ui/extractions/{}", e.extraction_id.to_hex())) { (e.extraction_id.to_hex()[..12]) } }
+                td { (e.tenant) }
+                td { (e.deliveries) }
+                td { (when(e.created_at_ms)) }
+                td.error { (e.last_error.as_deref().unwrap_or("")) }
+                td { form.inline method="post" action=(format!("/ui/dead-letters/{}/redeliver", e.seq)) {
+                    (viewer.csrf_field())
+                    button type="submit" { "Redeliver" }
+                } }
+            } } }
+        } }
+    };
+    Ok(page("Dead letters", &viewer, content))
+}

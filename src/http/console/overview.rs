@@ -1,0 +1,133 @@
+//! `/ui`: counts by state, the last hour's throughput, the oldest waiting work, the
+//! providers (with pause and resume), batches in flight, the outbox and budgets. The
+//! numbers come from the calls `GET /v1/stats` and `GET /v1/admin/providers` make.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::html;
+
+use super::layout::{Problem, age, dollars, page, when};
+use super::svg::{Bar, bars};
+use super::viewer::Viewer;
+use crate::domain::lifecycle::StateName;
+use crate::service::Service;
+
+pub(super) async fn show(State(service): State<Service>, viewer: Viewer) -> Result<Response, Problem> {
+    if !viewer.is_admin() {
+        // The overview is the whole store; a tenant's home is its extractions.
+        return Ok(Redirect::to("/ui/extractions").into_response());
+    }
+    let now = crate::domain::clock::now_ms();
+    let counts = service.counts_by_state().await?;
+    let total: u64 = counts.iter().map(|c| c.count).sum();
+    let providers = service.providers().await?;
+    let batches = service.open_batches().await?;
+    let (outbox_pending, outbox_dead, oldest_pending) = service.outbox_counts().await?;
+    let budgets = service.budget_status().await?;
+    let hour = service.throughput();
+    let chart: Vec<Bar> =
+        hour.iter().map(|m| Bar { label: when(m.minute * 60_000), values: vec![m.committed, m.failed] }).collect();
+    let done_last_hour: u64 = hour.iter().map(|m| m.committed).sum();
+    let failed_last_hour: u64 = hour.iter().map(|m| m.failed).sum();
+    let content = html! {
+        h1 { "Overview" }
+        section.cards {
+            @for c in &counts {
+                a.card href=(format!("/ui/extractions?state={}", c.state.as_str())) {
+                    span.label { (c.state.as_str()) }
+                    span.value id=(format!("count-{}", c.state.as_str())) { (c.count) }
+                }
+            }
+            div.card { span.label { "total" } span.value id="count-total" { (total) } }
+        }
+        section {
+            h2 { "Throughput, last hour" }
+            p.legend {
+                span.key.committed {} "committed " strong { (done_last_hour) } " · "
+                span.key.failed {} "failed " strong { (failed_last_hour) }
+                " (per minute, sampled by this server since it started)"
+            }
+            (bars("Committed and failed per minute", &chart, &["committed", "failed"]))
+        }
+        section {
+            h2 { "Oldest waiting work" }
+            table {
+                thead { tr { th { "state" } th { "oldest for" } th { "since" } } }
+                tbody {
+                    @for c in counts.iter().filter(|c| !matches!(c.state, StateName::Committed | StateName::Failed | StateName::Cancelled)) {
+                        tr {
+                            td { (c.state.as_str()) }
+                            @if let Some(since) = c.oldest_since_ms {
+                                td { (age(now.saturating_sub(since) / 1000)) } td { (when(since)) }
+                            } @else { td { "—" } td { "—" } }
+                        }
+                    }
+                }
+            }
+        }
+        section {
+            h2 { "Providers" }
+            @if providers.is_empty() { p { "No provider is configured: external workers claim the work." } }
+            div.scroll { table id="providers" {
+                thead { tr { th { "name" } th { "state" } th { "open batches" } th { "submitted" } th { "last error" } th { "" } } }
+                tbody {
+                    @for p in &providers {
+                        @let h = &p.health;
+                        tr data-provider=(h.name) {
+                            td { (h.name) }
+                            td.provider-state {
+                                @if h.operator_paused { span.badge.warn { "paused" } }
+                                @else if let Some(until) = h.paused_until_ms.filter(|u| *u > now) {
+                                    span.badge.warn { "backing off until " (when(until)) }
+                                } @else { span.badge.ok { "running" } }
+                                @if let Some(reason) = &h.pause_reason { " " small { (reason) } }
+                            }
+                            td { (p.open_batches) }
+                            td { (h.batches_submitted) }
+                            td.error { (h.last_error.as_deref().unwrap_or("")) }
+                            td {
+                                @if h.operator_paused {
+                                    form.inline method="post" action=(format!("/ui/providers/{}/resume", h.name)) {
+                                        (viewer.csrf_field())
+                                        button type="submit" { "Resume" }
+                                    }
+                                } @else {
+                                    form.inline method="post" action=(format!("/ui/providers/{}/pause", h.name))
+                                        data-confirm=(format!("Pause provider {}? Its known jobs are still polled.", h.name)) {
+                                        (viewer.csrf_field())
+                                        button.danger type="submit" { "Pause" }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            } }
+        }
+        section.split {
+            div {
+                h2 { "Batches in flight" }
+                p { a href="/ui/batches" { strong id="batches-open" { (batches.len()) } " open" } }
+            }
+            div {
+                h2 { "Outbox" }
+                p { strong { (outbox_pending) } " waiting · " a href="/ui/dead-letters" { strong id="outbox-dead" { (outbox_dead) } " dead" } }
+                @if let Some(oldest) = oldest_pending { p { "oldest waiting since " (when(oldest)) } }
+            }
+            div {
+                h2 { "Budgets" }
+                @if budgets.is_empty() { p { "No tenant has a budget." } }
+                ul {
+                    @for (tenant, spent, limit, held) in &budgets {
+                        li {
+                            a href=(format!("/ui/costs?tenant={tenant}")) { (tenant) } ": " (dollars(*spent)) " of " (dollars(*limit))
+                            @if *held { " " span.badge.warn { "held" } }
+                        }
+                    }
+                }
+            }
+        }
+        p.muted { "Last backup: " (service.last_backup_ms().map(when).unwrap_or_else(|| "none since start".to_string())) }
+    };
+    Ok(page("Overview", &viewer, content).into_response())
+}

@@ -1,0 +1,33 @@
+//! Reads the operator console shows that the JSON API answers piecemeal: the batches in
+//! flight, an extraction's stored raw result and its undelivered or dead outbox events.
+
+use super::{Error, Service};
+use crate::domain::identity::ExtractionId;
+use crate::store::{BatchRecord, OutboxFilter, OutboxRecord, ResultRecord};
+
+/// How many outbox events (per list) are searched for one extraction's.
+const OUTBOX_SCAN: usize = 1000;
+
+impl Service {
+    /// Every batch the schedulers still drive, oldest first.
+    pub async fn open_batches(&self) -> Result<Vec<BatchRecord>, Error> {
+        Ok(self.store.open_batches().await?)
+    }
+
+    /// The raw output an extraction committed (`None` before it commits or after retention
+    /// dropped it).
+    pub async fn raw_result(&self, id: ExtractionId) -> Result<Option<ResultRecord>, Error> {
+        Ok(self.store.result(id).await?)
+    }
+
+    /// The extraction's outbox events still waiting or dead (delivered ones leave both
+    /// lists), from the first events of each list.
+    pub async fn outbox_of(&self, id: ExtractionId) -> Result<Vec<OutboxRecord>, Error> {
+        let mut events = Vec::new();
+        for filter in [OutboxFilter::Pending, OutboxFilter::Dead] {
+            let page = self.store.list_outbox(filter, 0, OUTBOX_SCAN).await?;
+            events.extend(page.into_iter().filter(|e| e.extraction_id == id));
+        }
+        Ok(events)
+    }
+}
