@@ -71,8 +71,10 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         second_db.display()
     );
     println!(
-        "(The same lifecycle drives Anthropic and Gemini batch mode: [providers.<name>] kind = \"gemini\"; \
-         try it keyless with `commitpoint simulator --dialect gemini`.)\n"
+        "(The same lifecycle drives Anthropic, Gemini batch mode and Amazon Bedrock batch inference: \
+         [providers.<name>] kind = \"gemini\" or kind = \"bedrock\" (job files in S3, credentials from the \
+         standard AWS chain); try them keyless with `commitpoint simulator --dialect gemini` or \
+         `--dialect bedrock --s3-endpoint URL`.)\n"
     );
     let outcome = provider::run(&server, &mut summary).await;
     server.stop().await?;
