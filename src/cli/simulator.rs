@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::simulator::{Dialect, Faults, Simulator, SimulatorConfig};
+use crate::simulator::{Dialect, Faults, S3Access, Simulator, SimulatorConfig};
 
 #[derive(Debug, clap::Args)]
 pub(super) struct Args {
@@ -30,7 +30,7 @@ pub(super) struct Args {
     #[arg(long, value_name = "JSON")]
     pub faults: Option<String>,
     /// The S3-compatible server the bedrock dialect reads job input from and writes output
-    /// to (credentials from the AWS_* environment, as for any AWS client).
+    /// to (signed with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY from the environment).
     #[arg(long, value_name = "URL")]
     pub s3_endpoint: Option<String>,
     #[command(flatten)]
@@ -67,7 +67,9 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         DialectArg::Bedrock => Dialect::Bedrock,
     };
     if matches!(dialect, Dialect::Bedrock) && args.s3_endpoint.is_none() {
-        anyhow::bail!("--dialect bedrock needs --s3-endpoint URL: jobs read their input from S3 and write their output there");
+        anyhow::bail!(
+            "--dialect bedrock needs --s3-endpoint URL: jobs read their input from S3 and write their output there"
+        );
     }
     let config = SimulatorConfig {
         dialect,
@@ -75,7 +77,11 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         api_key,
         complete_after: args.complete_after,
         variant: args.platform.variant().map_err(anyhow::Error::msg)?,
-        s3_endpoint: args.s3_endpoint.clone(),
+        s3: args.s3_endpoint.as_ref().map(|endpoint| S3Access {
+            endpoint: endpoint.clone(),
+            access_key_id: std::env::var("AWS_ACCESS_KEY_ID").unwrap_or_default(),
+            secret_access_key: std::env::var("AWS_SECRET_ACCESS_KEY").unwrap_or_default(),
+        }),
         ..SimulatorConfig::default()
     };
     let signals = super::signals::Signals::install().context("cannot install signal handlers")?;

@@ -105,9 +105,16 @@ pub struct SimulatorConfig {
     /// How an OpenAI-shaped platform departs from OpenAI (base path, metadata, 429
     /// headers, list paging). `Dialect::Azure` starts from [`Variant::azure`] whatever is here.
     pub variant: Variant,
-    /// Where the Bedrock dialect's S3 is (an S3-compatible server; credentials from the
-    /// environment, as for any AWS client).
-    pub s3_endpoint: Option<String>,
+    /// Where the Bedrock dialect's S3 is (an S3-compatible server) and how to sign for it.
+    pub s3: Option<S3Access>,
+}
+
+/// An S3-compatible server the Bedrock dialect reads job input from and writes output to.
+#[derive(Clone, Debug)]
+pub struct S3Access {
+    pub endpoint: String,
+    pub access_key_id: String,
+    pub secret_access_key: String,
 }
 
 impl Default for SimulatorConfig {
@@ -119,7 +126,7 @@ impl Default for SimulatorConfig {
             complete_after: Duration::from_millis(300),
             seed: 0,
             variant: Variant::default(),
-            s3_endpoint: None,
+            s3: None,
         }
     }
 }
@@ -143,7 +150,7 @@ impl Simulator {
             Dialect::Azure => Variant { azure: true, base_path: variant::AZURE_V1_PATH.to_string(), ..config.variant },
             _ => config.variant,
         };
-        shared.s3_endpoint = config.s3_endpoint;
+        shared.s3 = config.s3;
         let shared = Arc::new(shared);
         let app = match config.dialect {
             Dialect::OpenAi | Dialect::Azure => router(Arc::clone(&shared)),

@@ -97,8 +97,8 @@ pub(super) struct Shared {
     pub timeline: Timeline,
     /// `http://host:port` as clients reach it, for absolute URLs such as `results_url`.
     pub origin: String,
-    /// The S3 endpoint the Bedrock dialect reads input from and writes output to.
-    pub s3_endpoint: Option<String>,
+    /// The S3 the Bedrock dialect reads input from and writes output to.
+    pub s3: Option<super::S3Access>,
     request_ids: AtomicU64,
     inner: Mutex<Inner>,
 }
@@ -137,7 +137,7 @@ impl Shared {
             seed,
             timeline,
             origin,
-            s3_endpoint: None,
+            s3: None,
             request_ids: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 files: HashMap::new(),

@@ -64,9 +64,11 @@ impl Bucket {
     }
 
     pub(super) async fn credentials(&self) -> Result<Arc<object_store::aws::AwsCredential>, ProviderError> {
-        self.store.credentials().get_credential().await.map_err(|e| {
-            error(ErrorClass::Auth, None, format!("no AWS credentials from the standard chain: {e}"))
-        })
+        self.store
+            .credentials()
+            .get_credential()
+            .await
+            .map_err(|e| error(ErrorClass::Auth, None, format!("no AWS credentials from the standard chain: {e}")))
     }
 
     pub(super) async fn put(&self, key: &str, body: Vec<u8>) -> Result<(), ProviderError> {
@@ -77,7 +79,8 @@ impl Bucket {
     /// Every key under `prefix`.
     pub(super) async fn list(&self, prefix: &str) -> Result<Vec<String>, ProviderError> {
         let path = Path::from(prefix);
-        let found: Vec<_> = self.store.list(Some(&path)).try_collect().await.map_err(|e| s3_error("list", prefix, &e))?;
+        let found: Vec<_> =
+            self.store.list(Some(&path)).try_collect().await.map_err(|e| s3_error("list", prefix, &e))?;
         Ok(found.into_iter().map(|meta| meta.location.to_string()).collect())
     }
 

@@ -191,7 +191,11 @@ impl BedrockBatches {
             serde_json::to_writer(&mut jsonl, &record).map_err(|e| invalid(format!("cannot encode: {e}")))?;
             jsonl.push(b'\n');
             if jsonl.len() as u64 > MAX_FILE_BYTES {
-                return Err(error(ErrorClass::TooLarge, None, format!("the input file is over {MAX_FILE_BYTES} bytes")));
+                return Err(error(
+                    ErrorClass::TooLarge,
+                    None,
+                    format!("the input file is over {MAX_FILE_BYTES} bytes"),
+                ));
             }
         }
         Ok(jsonl)
@@ -215,9 +219,10 @@ impl BedrockBatches {
         }
         let request = builder.body(bytes).map_err(|e| error(ErrorClass::Protocol, None, e.to_string()))?;
         let request = aws::signed(&credential, &self.config.region, request)?;
-        let response = self.http.execute(request).await.map_err(|e| {
-            error(ErrorClass::Transient, None, format!("request failed: {}", describe_transport(&e)))
-        })?;
+        let response =
+            self.http.execute(request).await.map_err(|e| {
+                error(ErrorClass::Transient, None, format!("request failed: {}", describe_transport(&e)))
+            })?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let text = response.text().await.map_err(|e| {

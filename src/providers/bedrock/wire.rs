@@ -142,7 +142,9 @@ pub(crate) fn classify(name: &str) -> Option<ErrorClass> {
         "ThrottlingException" | "TooManyRequestsException" => ErrorClass::RateLimited,
         // A quota (jobs in progress, records per job) is not a passing rate limit.
         "ServiceQuotaExceededException" => ErrorClass::Budget,
-        "AccessDeniedException" | "UnrecognizedClientException" | "InvalidSignatureException"
+        "AccessDeniedException"
+        | "UnrecognizedClientException"
+        | "InvalidSignatureException"
         | "ExpiredTokenException" => ErrorClass::Auth,
         "ResourceNotFoundException" => ErrorClass::Gone,
         "InternalServerException" | "ServiceUnavailableException" => ErrorClass::Transient,
@@ -242,7 +244,8 @@ mod tests {
         let LineResult::Answer { output, usage } = result else { panic!("{result:?}") };
         assert_eq!(output, r#"{"findings":[]}"#);
         assert_eq!(usage.map(|u| (u.input_tokens, u.output_tokens)), Some((7, 3)));
-        let bad = r#"{"recordId":"r2","modelInput":{},"error":{"errorCode":400,"errorMessage":"Malformed input request"}}"#;
+        let bad =
+            r#"{"recordId":"r2","modelInput":{},"error":{"errorCode":400,"errorMessage":"Malformed input request"}}"#;
         assert!(matches!(parse_line(bad).unwrap().1, LineResult::Refused { .. }));
         let busy = r#"{"recordId":"r3","modelInput":{},"error":{"errorCode":429,"errorMessage":"Too many requests"}}"#;
         assert!(matches!(parse_line(busy).unwrap().1, LineResult::Retry { .. }));

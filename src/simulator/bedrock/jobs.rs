@@ -18,7 +18,7 @@ use rand::rngs::StdRng;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{AwsError, MAX_RECORDS, MIN_RECORDS};
+use super::{AwsError, MAX_RECORDS};
 use crate::simulator::anthropic::model;
 use crate::simulator::faults::{Faults, every};
 use crate::simulator::net::ConnHandle;
@@ -94,15 +94,17 @@ fn split_s3(uri: &str) -> Option<(String, String)> {
 }
 
 fn bucket(shared: &Shared, name: &str) -> Result<impl ObjectStore, AwsError> {
-    let endpoint = shared
-        .s3_endpoint
-        .as_deref()
+    let s3 = shared
+        .s3
+        .as_ref()
         .ok_or_else(|| AwsError::validation("the simulator was started without an S3 endpoint (--s3-endpoint)"))?;
-    AmazonS3Builder::from_env()
+    AmazonS3Builder::new()
         .with_bucket_name(name)
         .with_region(REGION)
-        .with_endpoint(endpoint)
-        .with_allow_http(true)
+        .with_endpoint(&s3.endpoint)
+        .with_allow_http(s3.endpoint.starts_with("http://"))
+        .with_access_key_id(&s3.access_key_id)
+        .with_secret_access_key(&s3.secret_access_key)
         .build()
         .map_err(|e| AwsError::validation(format!("S3 bucket {name}: {e}")))
 }
@@ -127,7 +129,8 @@ pub(super) async fn create(
     ConnectInfo(conn): ConnectInfo<ConnHandle>,
     body: Bytes,
 ) -> Result<Json<Value>, AwsError> {
-    let body: Value = serde_json::from_slice(&body).map_err(|e| AwsError::validation(format!("Malformed JSON: {e}")))?;
+    let body: Value =
+        serde_json::from_slice(&body).map_err(|e| AwsError::validation(format!("Malformed JSON: {e}")))?;
     let text = |pointer: &str| body.pointer(pointer).and_then(Value::as_str).map(str::to_string);
     let required = |pointer: &str, name: &str| {
         text(pointer).filter(|v| !v.is_empty()).ok_or_else(|| {
@@ -138,13 +141,18 @@ pub(super) async fn create(
     let role = required("/roleArn", "roleArn")?;
     let model = required("/modelId", "modelId")?;
     let input_uri = required("/inputDataConfig/s3InputDataConfig/s3Uri", "inputDataConfig.s3InputDataConfig.s3Uri")?;
-    let output_uri = required("/outputDataConfig/s3OutputDataConfig/s3Uri", "outputDataConfig.s3OutputDataConfig.s3Uri")?;
+    let output_uri =
+        required("/outputDataConfig/s3OutputDataConfig/s3Uri", "outputDataConfig.s3OutputDataConfig.s3Uri")?;
     let token = text("/clientRequestToken");
     if !valid_job_name(&name) {
-        return Err(AwsError::validation(format!("1 validation error detected: Value '{name}' at 'jobName' failed to satisfy constraint: Member must satisfy regular expression pattern: [a-zA-Z0-9]{{1,63}}(-*[a-zA-Z0-9\\+\\-\\.]){{0,63}}")));
+        return Err(AwsError::validation(format!(
+            "1 validation error detected: Value '{name}' at 'jobName' failed to satisfy constraint: Member must satisfy regular expression pattern: [a-zA-Z0-9]{{1,63}}(-*[a-zA-Z0-9\\+\\-\\.]){{0,63}}"
+        )));
     }
     if let Some(token) = token.as_deref().filter(|t| !valid_token(t)) {
-        return Err(AwsError::validation(format!("1 validation error detected: Value '{token}' at 'clientRequestToken' failed to satisfy constraint: Member must satisfy regular expression pattern: [a-zA-Z0-9]{{1,256}}(-*[a-zA-Z0-9]){{0,256}}")));
+        return Err(AwsError::validation(format!(
+            "1 validation error detected: Value '{token}' at 'clientRequestToken' failed to satisfy constraint: Member must satisfy regular expression pattern: [a-zA-Z0-9]{{1,256}}(-*[a-zA-Z0-9]){{0,256}}"
+        )));
     }
     if !role.starts_with("arn:") {
         return Err(AwsError::validation("roleArn must be an IAM role ARN"));
@@ -159,19 +167,28 @@ pub(super) async fn create(
             return Ok(Json(json!({"jobArn": job.arn})));
         }
         if inner.bedrock.iter().any(|j| j.name == name) {
-            return Err(AwsError::new(StatusCode::BAD_REQUEST, "ValidationException", format!("A job with the name {name} already exists.")));
+            return Err(AwsError::new(
+                StatusCode::BAD_REQUEST,
+                "ValidationException",
+                format!("A job with the name {name} already exists."),
+            ));
         }
     }
-    let (in_bucket, in_key) = split_s3(&input_uri).ok_or_else(|| AwsError::validation("inputDataConfig s3Uri must be s3://bucket/key"))?;
+    let (in_bucket, in_key) =
+        split_s3(&input_uri).ok_or_else(|| AwsError::validation("inputDataConfig s3Uri must be s3://bucket/key"))?;
     split_s3(&output_uri).ok_or_else(|| AwsError::validation("outputDataConfig s3Uri must be s3://bucket/prefix"))?;
     let store = bucket(&shared, &in_bucket)?;
-    let object = store.get(&object_store::path::Path::from(in_key.as_str())).await.map_err(|e| {
-        AwsError::validation(format!("Unable to access the input data at {input_uri}: {e}"))
-    })?;
+    let object = store
+        .get(&object_store::path::Path::from(in_key.as_str()))
+        .await
+        .map_err(|e| AwsError::validation(format!("Unable to access the input data at {input_uri}: {e}")))?;
     let bytes = object.bytes().await.map_err(|e| AwsError::validation(format!("Unable to read {input_uri}: {e}")))?;
     let records = parse_records(&bytes);
     let mut inner = shared.lock();
-    let arn = format!("arn:aws:bedrock:{REGION}:{ACCOUNT}:model-invocation-job/{}", inner.new_id("", 12).to_ascii_lowercase());
+    let arn = format!(
+        "arn:aws:bedrock:{REGION}:{ACCOUNT}:model-invocation-job/{}",
+        inner.new_id("", 12).to_ascii_lowercase()
+    );
     let mut job = Job {
         arn: arn.clone(),
         name,
@@ -189,9 +206,10 @@ pub(super) async fn create(
         faults: inner.faults.clone(),
         finishing: false,
     };
+    let min_records = job.faults.bedrock_min_records as usize;
     match records {
-        Ok(records) if records.len() < MIN_RECORDS => {
-            job.fail(format!("The number of records ({}) in the input is less than the minimum required ({MIN_RECORDS}) for a batch inference job.", records.len()));
+        Ok(records) if records.len() < min_records => {
+            job.fail(format!("The number of records ({}) in the input is less than the minimum required ({min_records}) for a batch inference job.", records.len()));
         }
         Ok(records) if records.len() > MAX_RECORDS => {
             job.fail(format!("The number of records ({}) in the input exceeds the maximum ({MAX_RECORDS}) for a batch inference job.", records.len()));
@@ -228,7 +246,8 @@ fn parse_records(bytes: &[u8]) -> Result<Vec<(String, Value)>, String> {
     let text = std::str::from_utf8(bytes).map_err(|_| "The input file is not UTF-8 JSONL.".to_string())?;
     let mut records = Vec::new();
     for (index, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let record: Value = serde_json::from_str(line).map_err(|e| format!("Line {} is not valid JSON: {e}", index + 1))?;
+        let record: Value =
+            serde_json::from_str(line).map_err(|e| format!("Line {} is not valid JSON: {e}", index + 1))?;
         let id = record.get("recordId").and_then(Value::as_str).map(str::to_string);
         let input = record.get("modelInput").filter(|v| v.is_object()).cloned();
         let (Some(id), Some(input)) = (id, input) else {
@@ -271,7 +290,11 @@ async fn settle(shared: &Shared, index: usize) {
     let mut failure = None;
     for (bucket_name, key, bytes) in plan.files {
         let written = match bucket(shared, &bucket_name) {
-            Ok(store) => store.put(&object_store::path::Path::from(key.as_str()), PutPayload::from(bytes)).await.map(drop).map_err(|e| e.to_string()),
+            Ok(store) => store
+                .put(&object_store::path::Path::from(key.as_str()), PutPayload::from(bytes))
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string()),
             Err(e) => Err(e.message),
         };
         if let Err(e) = written {
@@ -354,10 +377,18 @@ fn answer(
     rng: &mut StdRng,
 ) -> Result<(Value, u64, u64), (u16, String)> {
     if every(faults.failed_line_every, position) {
-        return Err((429, "Too many requests, please wait before trying again. (SIMULATED fault: failed_line_every)".into()));
+        return Err((
+            429,
+            "Too many requests, please wait before trying again. (SIMULATED fault: failed_line_every)".into(),
+        ));
     }
     if let Some(key) = ["model", "custom_id"].into_iter().find(|k| input.get(*k).is_some()) {
-        return Err((400, format!("Malformed input request: #: extraneous key [{key}] is not permitted, please reformat your input and try again.")));
+        return Err((
+            400,
+            format!(
+                "Malformed input request: #: extraneous key [{key}] is not permitted, please reformat your input and try again."
+            ),
+        ));
     }
     if input.get("anthropic_version").and_then(Value::as_str) != Some(ANTHROPIC_VERSION) {
         return Err((400, format!("Malformed input request: anthropic_version must be {ANTHROPIC_VERSION}")));
@@ -382,7 +413,8 @@ fn find(inner: &Inner, id: &str) -> Option<usize> {
 
 pub(super) async fn get(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Json<Value>, AwsError> {
     let index = find(&shared.lock(), &id);
-    let index = index.ok_or_else(|| AwsError::not_found(format!("Could not find a batch inference job with identifier {id}")))?;
+    let index = index
+        .ok_or_else(|| AwsError::not_found(format!("Could not find a batch inference job with identifier {id}")))?;
     settle(&shared, index).await;
     let mut inner = shared.lock();
     inner.stats.polls += 1;
@@ -397,7 +429,10 @@ pub(super) struct ListQuery {
     next_token: Option<String>,
 }
 
-pub(super) async fn list(State(shared): State<Arc<Shared>>, Query(query): Query<ListQuery>) -> Result<Json<Value>, AwsError> {
+pub(super) async fn list(
+    State(shared): State<Arc<Shared>>,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<Value>, AwsError> {
     let max = query.max_results.unwrap_or(1000);
     if !(1..=1000).contains(&max) {
         return Err(AwsError::validation("maxResults must be between 1 and 1000"));
@@ -429,7 +464,8 @@ pub(super) async fn list(State(shared): State<Arc<Shared>>, Query(query): Query<
 
 pub(super) async fn stop(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Json<Value>, AwsError> {
     let index = find(&shared.lock(), &id);
-    let index = index.ok_or_else(|| AwsError::not_found(format!("Could not find a batch inference job with identifier {id}")))?;
+    let index = index
+        .ok_or_else(|| AwsError::not_found(format!("Could not find a batch inference job with identifier {id}")))?;
     settle(&shared, index).await;
     let mut inner = shared.lock();
     let job = &mut inner.bedrock[index];

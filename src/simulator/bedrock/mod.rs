@@ -160,16 +160,24 @@ fn admit(shared: &Shared, request: &Request) -> Result<(), AwsError> {
 
 /// The access key id of a well-formed SigV4 `Authorization` header for Bedrock.
 fn check_sigv4(header: Option<&str>, has_date: bool) -> Result<&str, AwsError> {
-    let missing = || AwsError::new(StatusCode::FORBIDDEN, "MissingAuthenticationTokenException", "Missing Authentication Token");
+    let missing =
+        || AwsError::new(StatusCode::FORBIDDEN, "MissingAuthenticationTokenException", "Missing Authentication Token");
     let header = header.ok_or_else(missing)?;
     let refuse = |why: &str| {
-        AwsError::new(StatusCode::FORBIDDEN, "InvalidSignatureException", format!("Invalid SigV4 Authorization header: {why}"))
+        AwsError::new(
+            StatusCode::FORBIDDEN,
+            "InvalidSignatureException",
+            format!("Invalid SigV4 Authorization header: {why}"),
+        )
     };
-    let rest = header.strip_prefix("AWS4-HMAC-SHA256 ").ok_or_else(|| refuse("the algorithm must be AWS4-HMAC-SHA256"))?;
+    let rest =
+        header.strip_prefix("AWS4-HMAC-SHA256 ").ok_or_else(|| refuse("the algorithm must be AWS4-HMAC-SHA256"))?;
     let part = |name: &str| rest.split(',').map(str::trim).find_map(|p| p.strip_prefix(name));
     let credential = part("Credential=").ok_or_else(|| refuse("no Credential"))?;
     let scope: Vec<&str> = credential.split('/').collect();
-    let [key, date, region, service, terminator] = scope[..] else { return Err(refuse("a malformed credential scope")) };
+    let [key, date, region, service, terminator] = scope[..] else {
+        return Err(refuse("a malformed credential scope"));
+    };
     if service != "bedrock" || terminator != "aws4_request" || date.len() != 8 || region.is_empty() || key.is_empty() {
         return Err(refuse("the credential scope must be <key>/<yyyymmdd>/<region>/bedrock/aws4_request"));
     }
