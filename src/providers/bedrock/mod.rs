@@ -126,7 +126,7 @@ impl BedrockBatches {
         let region_ok = !config.region.is_empty()
             && config.region.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
         if !region_ok {
-            return Err(ConfigError::Region(config.region.clone()));
+            return Err(ConfigError::Region(config.region));
         }
         let endpoint = match &config.endpoint {
             Some(url) => url.trim_end_matches('/').to_string(),

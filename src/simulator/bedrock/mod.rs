@@ -49,7 +49,7 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
         .route("/_sim/stats", get(super::sim_stats))
         .route("/_sim/faults", get(super::sim_get_faults).post(super::sim_set_faults))
         .fallback(|request: Request| async move {
-            AwsError::new(StatusCode::NOT_FOUND, "UnknownOperationException", format!("{}", request.uri().path()))
+            AwsError::new(StatusCode::NOT_FOUND, "UnknownOperationException", request.uri().path().to_string())
         })
         .layer(middleware::from_fn_with_state(Arc::clone(&shared), guard))
         .with_state(shared)
