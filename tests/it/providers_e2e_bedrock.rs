@@ -1,10 +1,12 @@
 //! `[providers.bedrock] kind = "bedrock"` through the real binary against the simulator's
 //! Bedrock dialect over a REAL S3 (moto's server on loopback): the corpus committed once
-//! with the records and the create checked field by field, a SIGKILL between create and
-//! persisting the job ARN, a create answered by a dropped connection, a throttled create,
-//! an expired job's partial results, a batch under Bedrock's minimum held rather than
-//! sent, `provider check` and `config check`. The simulator's counters span restarts, so
-//! `batches_created` proves no second job.
+//! with the S3 records checked field by field (the create's fields are checked by the
+//! simulator, which refuses a missing or malformed one in Bedrock's validation words) and the
+//! batch discount charged, a SIGKILL between create and persisting the job ARN, a create
+//! answered by a dropped connection, a throttled create, an expired job's partial results, a
+//! job under the service's minimum failing validation, a batch under the configured minimum
+//! held rather than sent, `provider check` and `config check`. The simulator's counters span
+//! restarts, so `batches_created` proves no second job.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -285,6 +287,37 @@ async fn bedrock_batch_below_the_minimum_is_held_not_sent() {
     assert!(rig.moto.keys(IN_BUCKET, "commitpoint/").await.is_empty(), "nothing uploaded either");
     let report = finish(server);
     assert_report_counts(&report, CORPUS.len(), &[&format!("submitted: {}", CORPUS.len())]);
+}
+
+/// Sent anyway (the provider's `min_records` set below the account's real quota), a job
+/// under Bedrock's minimum fails validation in the simulator as at the service, naming both
+/// counts; no member is blamed or failed: they go back as the same attempt and new
+/// submissions are held with Bedrock's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bedrock_job_under_the_services_minimum_fails_validation_and_holds_submissions() {
+    let rig = BedrockRig::start(Duration::from_millis(300), Faults::default(), "").await;
+    rig.sim.set_faults(Faults::default());
+    assert_eq!(Faults::default().bedrock_min_records, 100, "the simulator's default is Bedrock's quota");
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    let deadline = Instant::now() + SETTLE;
+    let health = loop {
+        let health = health(&api).await;
+        let reason = health["hold_reason"].as_str().unwrap_or_default();
+        if reason.contains("less than the minimum required (100)") {
+            break health;
+        }
+        assert!(Instant::now() < deadline, "never held for the minimum: {health:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(counter(&health, "batches_returned") >= 1, "{health:#}");
+    for id in &ids {
+        let record = api.record(id).await;
+        assert_ne!(record["state"], json!("failed"), "a job-level refusal fails no member: {record:#}");
+        assert_eq!(record["attempts"], json!(1), "returned as the same attempt: {record:#}");
+    }
+    finish(server);
 }
 
 fn provider_check(dir: &Path, rig: &BedrockRig, env: &[(&str, &str)]) -> std::process::Output {
