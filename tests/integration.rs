@@ -43,6 +43,8 @@ mod large_outputs;
 mod leases;
 #[path = "it/money.rs"]
 mod money;
+#[path = "it/moto.rs"]
+mod moto;
 #[path = "it/ops.rs"]
 mod ops;
 #[path = "it/provider.rs"]
@@ -65,6 +67,8 @@ mod providers_e2e;
 mod providers_e2e_anthropic;
 #[path = "it/providers_e2e_azure.rs"]
 mod providers_e2e_azure;
+#[path = "it/providers_e2e_bedrock.rs"]
+mod providers_e2e_bedrock;
 #[path = "it/providers_e2e_chat.rs"]
 mod providers_e2e_chat;
 #[path = "it/providers_e2e_compat.rs"]

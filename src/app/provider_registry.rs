@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::app::config::{self, ProviderKind, ProviderSettings, ProviderSpec};
 use crate::providers::anthropic::{AnthropicBatches, AnthropicConfig};
+use crate::providers::bedrock::{BedrockBatches, BedrockConfig};
 use crate::providers::chat::{ChatCompletions, ChatConfig};
 use crate::providers::gemini::{GeminiBatches, GeminiConfig};
 use crate::providers::generic::{GenericBatches, GenericConfig};
@@ -170,6 +171,20 @@ fn adapter(settings: &ProviderSettings, simulator_url: Option<String>) -> Result
             config.inline_max_bytes = g.inline_max_bytes;
             let adapter =
                 GeminiBatches::new(config).map_err(|e| Error::Setup { name: name.clone(), reason: e.to_string() })?;
+            Arc::new(adapter)
+        }
+        ProviderSpec::Bedrock(b) => {
+            let mut config = BedrockConfig::new(&b.region, &b.model, &b.role_arn, b.input.clone(), b.output.clone());
+            config.name = name.clone();
+            config.endpoint = b.endpoint.clone();
+            config.s3_endpoint = b.s3_endpoint.clone();
+            config.max_tokens = b.max_tokens;
+            config.max_tokens_cap = b.max_tokens_cap;
+            config.min_records = b.min_records;
+            config.max_records = b.max_records;
+            config.timeout_hours = b.timeout_hours;
+            let adapter =
+                BedrockBatches::new(config).map_err(|e| Error::Setup { name: name.clone(), reason: e.to_string() })?;
             Arc::new(adapter)
         }
     };

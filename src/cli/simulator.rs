@@ -1,5 +1,5 @@
 //! `commitpoint simulator`: run the built-in SIMULATED batch provider (OpenAI Batch API,
-//! Anthropic Message Batches or Gemini batch mode) on its own, for trying an adapter or a script against it.
+//! Anthropic Message Batches, Gemini batch mode or Amazon Bedrock batch inference) on its own, for trying an adapter or a script against it.
 //! It is a rule-based stand-in, not a model.
 
 use std::net::SocketAddr;
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::simulator::{Dialect, Faults, Simulator, SimulatorConfig};
+use crate::simulator::{Dialect, Faults, S3Access, Simulator, SimulatorConfig};
 
 #[derive(Debug, clap::Args)]
 pub(super) struct Args {
@@ -29,6 +29,10 @@ pub(super) struct Args {
     /// Fault knobs as JSON, e.g. '{"rate_limit_next":2,"expire_batches":true}'.
     #[arg(long, value_name = "JSON")]
     pub faults: Option<String>,
+    /// The S3-compatible server the bedrock dialect reads job input from and writes output
+    /// to (signed with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY from the environment).
+    #[arg(long, value_name = "URL")]
+    pub s3_endpoint: Option<String>,
     #[command(flatten)]
     pub platform: super::simulator_platform::PlatformArgs,
 }
@@ -40,6 +44,8 @@ pub(super) enum DialectArg {
     Gemini,
     /// Azure OpenAI: `/openai/v1` (and dated `/openai?api-version=`), the `api-key` header.
     Azure,
+    /// Amazon Bedrock batch inference: SigV4-signed control plane, job files in S3 (--s3-endpoint).
+    Bedrock,
 }
 
 pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -58,13 +64,24 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         DialectArg::Anthropic => Dialect::Anthropic,
         DialectArg::Gemini => Dialect::Gemini,
         DialectArg::Azure => Dialect::Azure,
+        DialectArg::Bedrock => Dialect::Bedrock,
     };
+    if matches!(dialect, Dialect::Bedrock) && args.s3_endpoint.is_none() {
+        anyhow::bail!(
+            "--dialect bedrock needs --s3-endpoint URL: jobs read their input from S3 and write their output there"
+        );
+    }
     let config = SimulatorConfig {
         dialect,
         faults,
         api_key,
         complete_after: args.complete_after,
         variant: args.platform.variant().map_err(anyhow::Error::msg)?,
+        s3: args.s3_endpoint.as_ref().map(|endpoint| S3Access {
+            endpoint: endpoint.clone(),
+            access_key_id: std::env::var("AWS_ACCESS_KEY_ID").unwrap_or_default(),
+            secret_access_key: std::env::var("AWS_SECRET_ACCESS_KEY").unwrap_or_default(),
+        }),
         ..SimulatorConfig::default()
     };
     let signals = super::signals::Signals::install().context("cannot install signal handlers")?;
@@ -88,6 +105,10 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         ),
         Dialect::Gemini => println!(
             "commitpoint simulator listening on {} (SIMULATED Gemini API batch mode provider, not a real model)",
+            simulator.base_url()
+        ),
+        Dialect::Bedrock => println!(
+            "commitpoint simulator listening on {} (SIMULATED Amazon Bedrock batch inference control plane, not a real model)",
             simulator.base_url()
         ),
     }

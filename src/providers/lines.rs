@@ -14,7 +14,8 @@ use super::{ErrorClass, ProviderError, describe_transport};
 /// No result line is this long (a request is capped at well under it); longer is garbage.
 pub(crate) const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
-type Body = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+/// Chunks of a body; a broken transfer is already described as text.
+type Body = Pin<Box<dyn Stream<Item = Result<Bytes, String>> + Send>>;
 
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Line {
@@ -59,7 +60,13 @@ impl std::fmt::Debug for Lines {
 
 impl Lines {
     pub(crate) fn new(response: reqwest::Response, provider: &'static str) -> Self {
-        Self::from_stream(Box::pin(response.bytes_stream()), MAX_LINE_BYTES, provider)
+        let body = response.bytes_stream().map(|chunk| chunk.map_err(|e| describe_transport(&e)));
+        Self::from_stream(Box::pin(body), MAX_LINE_BYTES, provider)
+    }
+
+    /// A body from elsewhere than reqwest (an S3 object), its errors already described.
+    pub(crate) fn from_described(body: Body, provider: &'static str) -> Self {
+        Self::from_stream(body, MAX_LINE_BYTES, provider)
     }
 
     fn from_stream(body: Body, max_line: usize, provider: &'static str) -> Self {
@@ -95,7 +102,7 @@ impl Lines {
                         provider: self.provider,
                         class: ErrorClass::Transient,
                         status: None,
-                        message: format!("download broke: {}", describe_transport(&e)),
+                        message: format!("download broke: {e}"),
                         retry_after: None,
                     });
                 }
@@ -115,7 +122,7 @@ impl Lines {
 #[cfg(feature = "fuzzing")]
 pub(crate) fn split(data: &[u8]) -> Vec<Line> {
     use futures_util::FutureExt;
-    let body: Vec<reqwest::Result<Bytes>> = vec![Ok(Bytes::copy_from_slice(data))];
+    let body: Vec<Result<Bytes, String>> = vec![Ok(Bytes::copy_from_slice(data))];
     let mut lines = Lines::from_stream(Box::pin(futures_util::stream::iter(body)), MAX_LINE_BYTES, "fuzzing");
     let mut split = Vec::new();
     // A stream over memory never waits, so every step is ready at once and never fails.
@@ -132,7 +139,7 @@ mod tests {
     /// Every line `chunks` splits into, with a cap of `max_line`, as text (`<oversized>`
     /// for a skipped one), asserting memory stays near the cap throughout.
     async fn read(chunks: &[&[u8]], max_line: usize) -> Vec<String> {
-        let chunks: Vec<reqwest::Result<Bytes>> = chunks.iter().map(|c| Ok(Bytes::copy_from_slice(c))).collect();
+        let chunks: Vec<Result<Bytes, String>> = chunks.iter().map(|c| Ok(Bytes::copy_from_slice(c))).collect();
         let mut lines = Lines::from_stream(Box::pin(futures_util::stream::iter(chunks)), max_line, "test");
         let mut seen = Vec::new();
         while let Some(line) = lines.next().await.unwrap() {

@@ -3,6 +3,7 @@
 //! per-member line results, and errors already sorted into DESIGN §3 classes.
 
 pub mod anthropic;
+pub mod bedrock;
 pub mod chat;
 pub mod gemini;
 pub mod generic;

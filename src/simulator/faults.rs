@@ -78,6 +78,9 @@ pub struct Faults {
     /// Anthropic, alternately: `stop_reason: "refusal"` with no content, and `end_turn`
     /// with that sentence as text and no call of the forced tool.
     pub refuse_every: u32,
+    /// Bedrock dialect: the account's "minimum number of records per batch inference job"
+    /// quota (Bedrock's default 100); a job with fewer records fails validation.
+    pub bedrock_min_records: u32,
 }
 
 impl Default for Faults {
@@ -106,6 +109,7 @@ impl Default for Faults {
             truncate_every: 0,
             long_answer_tokens: DEFAULT_LONG_ANSWER_TOKENS,
             refuse_every: 0,
+            bedrock_min_records: super::bedrock::MIN_RECORDS as u32,
         }
     }
 }

@@ -24,6 +24,7 @@
 
 mod anthropic;
 mod batches;
+mod bedrock;
 mod chat;
 mod error;
 mod faults;
@@ -86,6 +87,8 @@ pub enum Dialect {
     /// Azure OpenAI: the OpenAI Batch API under `/openai/v1` (and the dated `/openai` with
     /// `?api-version=`), the `api-key` header, Azure's file limits (see [`Variant::azure`]).
     Azure,
+    /// Amazon Bedrock batch inference: a SigV4-checked control plane over a real S3.
+    Bedrock,
 }
 
 #[derive(Clone, Debug)]
@@ -102,6 +105,16 @@ pub struct SimulatorConfig {
     /// How an OpenAI-shaped platform departs from OpenAI (base path, metadata, 429
     /// headers, list paging). `Dialect::Azure` starts from [`Variant::azure`] whatever is here.
     pub variant: Variant,
+    /// Where the Bedrock dialect's S3 is (an S3-compatible server) and how to sign for it.
+    pub s3: Option<S3Access>,
+}
+
+/// An S3-compatible server the Bedrock dialect reads job input from and writes output to.
+#[derive(Clone, Debug)]
+pub struct S3Access {
+    pub endpoint: String,
+    pub access_key_id: String,
+    pub secret_access_key: String,
 }
 
 impl Default for SimulatorConfig {
@@ -113,6 +126,7 @@ impl Default for SimulatorConfig {
             complete_after: Duration::from_millis(300),
             seed: 0,
             variant: Variant::default(),
+            s3: None,
         }
     }
 }
@@ -136,11 +150,13 @@ impl Simulator {
             Dialect::Azure => Variant { azure: true, base_path: variant::AZURE_V1_PATH.to_string(), ..config.variant },
             _ => config.variant,
         };
+        shared.s3 = config.s3;
         let shared = Arc::new(shared);
         let app = match config.dialect {
             Dialect::OpenAi | Dialect::Azure => router(Arc::clone(&shared)),
             Dialect::Anthropic => anthropic::router(Arc::clone(&shared)),
             Dialect::Gemini => gemini::router(Arc::clone(&shared)),
+            Dialect::Bedrock => bedrock::router(Arc::clone(&shared)),
         };
         let app = app.into_make_service_with_connect_info::<ConnHandle>();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -168,7 +184,7 @@ impl Simulator {
     pub fn base_url(&self) -> String {
         match self.dialect {
             Dialect::OpenAi | Dialect::Azure => format!("{}{}", origin(self.addr), self.shared.variant.base_path),
-            Dialect::Anthropic | Dialect::Gemini => origin(self.addr),
+            Dialect::Anthropic | Dialect::Gemini | Dialect::Bedrock => origin(self.addr),
         }
     }
 

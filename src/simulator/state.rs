@@ -97,6 +97,8 @@ pub(super) struct Shared {
     pub timeline: Timeline,
     /// `http://host:port` as clients reach it, for absolute URLs such as `results_url`.
     pub origin: String,
+    /// The S3 the Bedrock dialect reads input from and writes output to.
+    pub s3: Option<super::S3Access>,
     request_ids: AtomicU64,
     inner: Mutex<Inner>,
 }
@@ -110,6 +112,8 @@ pub(super) struct Inner {
     pub message_batches: Vec<super::anthropic::Record>,
     /// Gemini batches, files and uploads (Gemini dialect only).
     pub gemini: super::gemini::Store,
+    /// Bedrock model invocation jobs, creation order (Bedrock dialect only).
+    pub bedrock: Vec<super::bedrock::Job>,
     pub faults: Faults,
     pub stats: Stats,
     pub timeline: Timeline,
@@ -133,12 +137,14 @@ impl Shared {
             seed,
             timeline,
             origin,
+            s3: None,
             request_ids: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 files: HashMap::new(),
                 batches: Vec::new(),
                 message_batches: Vec::new(),
                 gemini: super::gemini::Store::default(),
+                bedrock: Vec::new(),
                 faults,
                 stats: Stats::default(),
                 timeline,

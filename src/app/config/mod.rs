@@ -4,6 +4,7 @@
 mod azure;
 mod extras;
 mod file;
+mod kind_bedrock;
 mod kind_gemini;
 mod kinds;
 mod limits;

@@ -13,6 +13,7 @@ use super::ProviderChoice;
 use super::azure::{AzureOptions, RawAzure};
 use super::extras::name_ok;
 use super::file::RawProvider;
+use super::kind_bedrock::{BedrockOptions, RawBedrock};
 use super::kind_gemini::{GeminiOptions, RawGemini};
 use super::kinds::{
     AnthropicOptions, ChatOptions, GenericOptions, OpenAiBudget, OpenAiOptions, RawAnthropic, RawChat, RawGeneric,
@@ -30,10 +31,11 @@ pub(crate) enum ProviderKind {
     Simulator,
     Gemini,
     Azure,
+    Bedrock,
 }
 
 impl ProviderKind {
-    const ALL: [ProviderKind; 7] = [
+    const ALL: [ProviderKind; 8] = [
         ProviderKind::Openai,
         ProviderKind::Anthropic,
         ProviderKind::Generic,
@@ -41,6 +43,7 @@ impl ProviderKind {
         ProviderKind::Simulator,
         ProviderKind::Gemini,
         ProviderKind::Azure,
+        ProviderKind::Bedrock,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -52,6 +55,7 @@ impl ProviderKind {
             ProviderKind::Simulator => "simulator",
             ProviderKind::Gemini => "gemini",
             ProviderKind::Azure => "azure",
+            ProviderKind::Bedrock => "bedrock",
         }
     }
 
@@ -63,7 +67,7 @@ impl ProviderKind {
     /// items and the chat adapter both carry a strict chat body.
     pub(crate) fn dialect(self) -> Dialect {
         match self {
-            ProviderKind::Anthropic => Dialect::AnthropicTool,
+            ProviderKind::Anthropic | ProviderKind::Bedrock => Dialect::AnthropicTool,
             ProviderKind::Gemini => Dialect::GeminiJson,
             ProviderKind::Openai
             | ProviderKind::Generic
@@ -98,6 +102,8 @@ pub(crate) enum ProviderSpec {
     Gemini(GeminiOptions),
     /// Azure OpenAI's Batch API through the OpenAI adapter.
     Azure(Box<AzureOptions>),
+    /// Amazon Bedrock batch inference (Claude's Messages body).
+    Bedrock(Box<BedrockOptions>),
 }
 
 impl ProviderSettings {
@@ -110,6 +116,7 @@ impl ProviderSettings {
             ProviderSpec::Chat(_) => ProviderKind::Chat,
             ProviderSpec::Gemini(_) => ProviderKind::Gemini,
             ProviderSpec::Azure(_) => ProviderKind::Azure,
+            ProviderSpec::Bedrock(_) => ProviderKind::Bedrock,
         }
     }
 
@@ -121,7 +128,8 @@ impl ProviderSettings {
             ProviderSpec::Chat(c) => c.key.as_ref(),
             ProviderSpec::Gemini(g) => Some(&g.key),
             ProviderSpec::Azure(a) => Some(&a.key),
-            ProviderSpec::Simulator(_) => None,
+            // Credentials come from the standard AWS chain, never from the config.
+            ProviderSpec::Simulator(_) | ProviderSpec::Bedrock(_) => None,
         }
     }
 
@@ -169,6 +177,7 @@ impl ProviderSettings {
                 budget(&mut lines, "max_tokens_cap", Some(g.max_tokens_cap), "");
             }
             ProviderSpec::Azure(a) => super::azure::describe(a, &mut lines),
+            ProviderSpec::Bedrock(b) => super::kind_bedrock::describe(b, &mut lines),
             ProviderSpec::Chat(c) => {
                 line(&mut lines, "base_url", &c.base_url);
                 line(&mut lines, "model", &c.model);
@@ -360,6 +369,9 @@ fn resolve_table(name: String, mut table: toml::Table) -> Result<(ProviderSettin
         }
         ProviderKind::Azure => ProviderSpec::Azure(Box::new(
             value.try_into::<RawAzure>().map_err(parse_error)?.resolve().map_err(in_table)?,
+        )),
+        ProviderKind::Bedrock => ProviderSpec::Bedrock(Box::new(
+            value.try_into::<RawBedrock>().map_err(parse_error)?.resolve().map_err(in_table)?,
         )),
     };
     Ok((ProviderSettings { name, spec }, implied))

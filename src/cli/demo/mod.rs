@@ -77,8 +77,10 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     println!("Console (open in a browser while the act runs): http://{}/ui\n", server.addr());
     println!(
-        "(The same lifecycle drives Anthropic and Gemini batch mode: [providers.<name>] kind = \"gemini\"; \
-         try it keyless with `commitpoint simulator --dialect gemini`.)\n"
+        "(The same lifecycle drives Anthropic, Gemini batch mode and Amazon Bedrock batch inference: \
+         [providers.<name>] kind = \"gemini\" or kind = \"bedrock\" (job files in S3, credentials from the \
+         standard AWS chain); try them keyless with `commitpoint simulator --dialect gemini` or \
+         `--dialect bedrock --s3-endpoint URL`.)\n"
     );
     let outcome = provider::run(&server, &mut summary).await;
     if args.keep_running {

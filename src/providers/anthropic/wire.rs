@@ -36,28 +36,39 @@ pub(crate) fn request(
     model: &str,
     max_tokens: u32,
 ) -> Value {
+    let mut params = params(member, schema, input_schema, max_tokens);
+    params["model"] = json!(model);
+    json!({"custom_id": member.id.to_hex(), "params": params})
+}
+
+/// The Messages body without `model`: the part every host of Claude takes as is (Bedrock
+/// names the model in the job and wants `anthropic_version` in the body instead).
+pub(crate) fn params(member: &BatchMember, schema: &Schema, input_schema: &Value, max_tokens: u32) -> Value {
     let tool = tool_name(schema.name());
     json!({
-        "custom_id": member.id.to_hex(),
-        "params": {
-            "model": model,
-            "max_tokens": max_tokens,
-            "system": schema.instructions(),
-            "messages": [
-                // Same user turn as the OpenAI adapter, so both providers see the same prompt.
-                {"role": "user", "content": format!("source_id: {}\n\n{}", member.source_id, member.content)},
-            ],
-            "tools": [{
-                "name": tool,
-                "description": format!(
-                    "Record the extraction for `{}`. The input is the whole answer and must satisfy the schema.",
-                    schema.name()
-                ),
-                "input_schema": input_schema,
-            }],
-            "tool_choice": {"type": "tool", "name": tool, "disable_parallel_tool_use": true},
-        },
+        "max_tokens": max_tokens,
+        "system": schema.instructions(),
+        "messages": [
+            // Same user turn as the OpenAI adapter, so both providers see the same prompt.
+            {"role": "user", "content": format!("source_id: {}\n\n{}", member.source_id, member.content)},
+        ],
+        "tools": [{
+            "name": tool,
+            "description": format!(
+                "Record the extraction for `{}`. The input is the whole answer and must satisfy the schema.",
+                schema.name()
+            ),
+            "input_schema": input_schema,
+        }],
+        "tool_choice": {"type": "tool", "name": tool, "disable_parallel_tool_use": true},
     })
+}
+
+/// A Messages response (as Bedrock returns it in `modelOutput`) read the way a batch's
+/// succeeded result is read here.
+pub(crate) fn parse_message(message: Value) -> Result<LineResult, String> {
+    let message: Message = serde_json::from_value(message).map_err(|e| format!("unreadable message: {e}"))?;
+    Ok(answer(message))
 }
 
 #[derive(Debug, Deserialize)]

@@ -14,7 +14,7 @@ mod error;
 mod handlers;
 mod lifecycle;
 mod messages;
-mod model;
+pub(super) mod model;
 mod results;
 mod wire;
 

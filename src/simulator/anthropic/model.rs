@@ -12,7 +12,7 @@ use crate::simulator::output::random_id;
 
 /// What the model produced for one request.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) struct Answer {
+pub(in crate::simulator) struct Answer {
     pub content: Value,
     pub stop_reason: &'static str,
     pub input_tokens: u64,
@@ -25,7 +25,7 @@ pub(super) struct Answer {
 /// `max_tokens`); a refusal is stop_reason `refusal` with no content, or (the other kind) an
 /// `end_turn` text that declines without calling the forced tool (Messages API reference,
 /// `stop_reason`; "Handling stop reasons" guide).
-pub(super) fn respond(params: &Value, behaviour: Behaviour, rng: &mut StdRng) -> Result<Answer, String> {
+pub(in crate::simulator) fn respond(params: &Value, behaviour: Behaviour, rng: &mut StdRng) -> Result<Answer, String> {
     let messages = params.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let system = system_text(params.get("system"));
     let tools = params.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();

@@ -1,0 +1,353 @@
+//! `[providers.bedrock] kind = "bedrock"` through the real binary against the simulator's
+//! Bedrock dialect over a REAL S3 (moto's server on loopback): the corpus committed once
+//! with the S3 records checked field by field (the create's fields are checked by the
+//! simulator, which refuses a missing or malformed one in Bedrock's validation words) and the
+//! batch discount charged, a SIGKILL between create and persisting the job ARN, a create
+//! answered by a dropped connection, a throttled create, an expired job's partial results, a
+//! job under the service's minimum failing validation, a batch under the configured minimum
+//! held rather than sent, `provider check` and `config check`. The simulator's counters span
+//! restarts, so `batches_created` proves no second job.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use commitpoint::simulator::{Dialect, Faults, S3Access, Simulator, SimulatorConfig, Stats};
+use serde_json::{Value, json};
+
+use crate::moto::{ACCESS_KEY_ID, Moto, SECRET_ACCESS_KEY};
+use crate::provider::{
+    CORPUS, SETTLE, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts,
+    assert_submitted, counter, finish, health, intake_corpus, settle,
+};
+use crate::providers_e2e::{ONE_BATCH, assert_billed_by, expect_crash, write_config};
+use crate::util::{Server, cli_with_env, run_to_end, stderr, stdout, temp_dir};
+
+const IN_BUCKET: &str = "cp-batch-in";
+const OUT_BUCKET: &str = "cp-batch-out";
+const ROLE: &str = "arn:aws:iam::123456789012:role/commitpoint-batch";
+const MODEL: &str = "anthropic.claude-3-5-haiku-20241022-v1:0";
+
+struct BedrockRig {
+    moto: Moto,
+    sim: Simulator,
+    dir: tempfile::TempDir,
+    config: String,
+}
+
+impl BedrockRig {
+    /// The simulator's minimum is lowered to 1 and so is the provider's (an account whose
+    /// quota was adjusted) unless `extra` sets `min_records` itself.
+    async fn start(complete_after: Duration, faults: Faults, extra: &str) -> BedrockRig {
+        let moto = Moto::start(&[IN_BUCKET, OUT_BUCKET]).await;
+        let config = SimulatorConfig {
+            dialect: Dialect::Bedrock,
+            api_key: Some(ACCESS_KEY_ID.into()),
+            complete_after,
+            faults: Faults { bedrock_min_records: 1, ..faults },
+            s3: Some(S3Access {
+                endpoint: moto.endpoint.clone(),
+                access_key_id: ACCESS_KEY_ID.into(),
+                secret_access_key: SECRET_ACCESS_KEY.into(),
+            }),
+            ..SimulatorConfig::default()
+        };
+        let sim = Simulator::start("127.0.0.1:0".parse().expect("loopback address"), config)
+            .await
+            .expect("start the simulator");
+        let dir = temp_dir();
+        let config = write_config(dir.path(), &section(&sim, &moto, extra), "bedrock");
+        BedrockRig { moto, sim, dir, config }
+    }
+
+    fn serve(&self, extra: &[&str], failpoint: Option<&str>) -> Server {
+        let mut args = vec!["--config", self.config.as_str(), "--poll-interval", "100ms"];
+        if !extra.contains(&"--batch-max-wait") {
+            args.extend(["--batch-max-wait", "200ms"]);
+        }
+        args.extend_from_slice(extra);
+        let mut env = aws_env().to_vec();
+        if let Some(point) = failpoint {
+            env.push(("COMMITPOINT_FAILPOINTS", point));
+        }
+        Server::start_with_env(self.dir.path(), &args, &env)
+    }
+
+    fn stats(&self) -> Stats {
+        self.sim.stats()
+    }
+
+    async fn wait_stats(&self, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
+        let deadline = Instant::now() + SETTLE;
+        loop {
+            let stats = self.stats();
+            if done(&stats) {
+                return stats;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; simulator stats: {stats:#?}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// The standard chain's first link: fake keys in the environment, never in the config.
+fn aws_env() -> [(&'static str, &'static str); 3] {
+    [
+        ("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID),
+        ("AWS_SECRET_ACCESS_KEY", SECRET_ACCESS_KEY),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ]
+}
+
+fn section(sim: &Simulator, moto: &Moto, extra: &str) -> String {
+    let min = if extra.contains("min_records") { "" } else { "min_records = 1\n" };
+    format!(
+        "[providers.bedrock]\nkind = \"bedrock\"\nregion = \"us-east-1\"\nmodel = \"{MODEL}\"\nrole_arn = \"{ROLE}\"\n\
+         input_s3_uri = \"s3://{IN_BUCKET}/commitpoint/in/\"\noutput_s3_uri = \"s3://{OUT_BUCKET}/commitpoint/out/\"\n\
+         endpoint = \"{}\"\ns3_endpoint = \"{}\"\n{min}{extra}\n",
+        sim.base_url(),
+        moto.endpoint
+    )
+}
+
+/// The records commitpoint wrote to S3, checked field by field against the documented
+/// contract: `{recordId, modelInput}`, Claude's Messages body with Bedrock's
+/// `anthropic_version`, no `model`, and the forced tool of the Anthropic adapter.
+async fn assert_records_follow_the_contract(moto: &Moto, ids: &BTreeSet<String>) {
+    let keys = moto.keys(IN_BUCKET, "commitpoint/in/").await;
+    assert_eq!(keys.len(), 1, "one input file per job: {keys:?}");
+    assert!(keys[0].starts_with("commitpoint/in/commitpoint-cpb-") && keys[0].ends_with("/records.jsonl"), "{keys:?}");
+    let text = moto.object(IN_BUCKET, &keys[0]).await;
+    let mut seen = BTreeSet::new();
+    for line in text.lines() {
+        let record: Value = serde_json::from_str(line).expect("a JSON record");
+        let fields: BTreeSet<&str> = record.as_object().expect("object").keys().map(String::as_str).collect();
+        assert_eq!(fields, BTreeSet::from(["modelInput", "recordId"]), "{record:#}");
+        seen.insert(record["recordId"].as_str().expect("recordId").to_string());
+        let input = &record["modelInput"];
+        assert_eq!(input["anthropic_version"], json!("bedrock-2023-05-31"), "{input:#}");
+        assert!(input.get("model").is_none(), "Bedrock names the model in the job: {input:#}");
+        assert!(input["max_tokens"].as_u64().is_some_and(|n| n > 0), "{input:#}");
+        assert_eq!(input["tool_choice"]["type"], json!("tool"), "{input:#}");
+        assert_eq!(input["tool_choice"]["name"], input["tools"][0]["name"], "{input:#}");
+        assert_eq!(input["tools"][0]["input_schema"]["type"], json!("object"), "{input:#}");
+        assert_eq!(input["messages"][0]["role"], json!("user"), "{input:#}");
+    }
+    assert_eq!(&seen, ids, "one record per extraction, keyed by its id");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bedrock_commits_the_corpus_once_through_s3_with_signed_calls() {
+    let prices = format!(
+        "[[prices]]\nprovider = \"bedrock\"\nmodel = \"{MODEL}\"\ninput_per_mtok = 800\noutput_per_mtok = 4000\n"
+    );
+    let rig = BedrockRig::start(Duration::from_millis(300), Faults::default(), &prices).await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+
+    assert_all_committed_with_model_findings(&api).await;
+    let records = settle(&api, &ids).await;
+    assert!(records.values().all(|r| r["attempts"] == json!(1)), "{records:#?}");
+    let stats = rig.stats();
+    assert_submitted(&stats, &ids, 1);
+    assert_eq!(stats.batches_created, 1, "{stats:#?}");
+    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "each extraction billed once: {stats:#?}");
+    assert_records_follow_the_contract(&rig.moto, &ids).await;
+    // Bedrock wrote the output and the manifest under {prefix}/{job id}/; once ingested,
+    // the output records are deleted (their answers are in the store), the manifest stays.
+    let deadline = Instant::now() + SETTLE;
+    let out = loop {
+        let out = rig.moto.keys(OUT_BUCKET, "commitpoint/out/").await;
+        if !out.iter().any(|k| k.ends_with("/records.jsonl.out")) {
+            break out;
+        }
+        assert!(Instant::now() < deadline, "the ingested output was never deleted: {out:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(out.len(), 1, "{out:?}");
+    let manifest: Value = serde_json::from_str(&rig.moto.object(OUT_BUCKET, &out[0]).await).expect("manifest JSON");
+    assert_eq!(manifest["successRecordCount"], json!(CORPUS.len()), "{manifest:#}");
+    assert!(manifest["inputTokenCount"].as_u64().is_some_and(|n| n > 0), "{manifest:#}");
+
+    let health = health(&api).await;
+    assert_eq!(health["name"], json!("bedrock"), "{health:#}");
+    assert_eq!(counter(&health, "lines_ingested"), CORPUS.len() as u64, "{health:#}");
+    assert_billed_by(&api, &ids, "bedrock").await;
+    for id in &ids {
+        let costs = api.get(&format!("/v1/extractions/{id}/costs")).await;
+        let attempt = &costs.body["attempts"][0];
+        assert!(attempt["input_tokens"].as_u64().is_some_and(|n| n > 0), "{attempt:#}");
+        let tokens = |k: &str| attempt[k].as_u64().unwrap_or(0);
+        // $800 and $4000 per million tokens is 800 and 4000 micros a token, on demand.
+        let on_demand = tokens("input_tokens") * 800 + tokens("output_tokens") * 4000;
+        let cost = tokens("cost_micros");
+        assert!(cost > 0 && cost.abs_diff(on_demand / 2) <= 1, "charged at half the on-demand price: {attempt:#}");
+    }
+
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+/// Killed after the create, before the job ARN was stored: the restart finds the job by
+/// its name (and a repeated create would carry the same clientRequestToken anyway).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bedrock_kill_after_create_before_the_arn_is_stored_finds_the_job() {
+    let rig = BedrockRig::start(Duration::from_millis(500), Faults::default(), "").await;
+    let mut server = rig.serve(ONE_BATCH, Some("after-submit-before-job-id"));
+    intake_corpus(&server.api()).await;
+    expect_crash(&mut server, "after-submit-before-job-id");
+    assert_eq!(rig.stats().batches_created, 1);
+
+    let server = rig.serve(ONE_BATCH, None);
+    let stats = assert_recovered_once(server, || rig.stats()).await;
+    assert!(stats.batches_listed >= 1, "looked up by name: {stats:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bedrock_create_answered_by_a_dropped_connection_makes_no_second_job() {
+    let faults = Faults { drop_after_create_next: 1, ..Faults::default() };
+    let rig = BedrockRig::start(Duration::from_millis(300), faults, "").await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert_eq!(stats.dropped_connections, 1, "{stats:#?}");
+    assert_eq!(stats.batches_created, 1, "the unanswered create was resolved, not repeated: {stats:#?}");
+    assert_submitted(&stats, &ids, 1);
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bedrock_throttling_is_waited_out_then_the_job_runs() {
+    let faults = Faults { rate_limit_next: 2, ..Faults::default() };
+    let rig = BedrockRig::start(Duration::from_millis(300), faults, "").await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert_eq!((stats.rate_limited, stats.batches_created), (2, 1), "{stats:#?}");
+    assert_submitted(&stats, &ids, 1);
+    let health = health(&api).await;
+    assert_eq!(counter(&health, "rate_limited"), 2, "{health:#}");
+    assert!(health["last_error"].as_str().is_some_and(|e| e.contains("ThrottlingException")), "{health:#}");
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+/// An expired job leaves what ran in its output: those records commit from it, the rest
+/// go back to the queue and commit once from the next job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bedrock_expired_job_keeps_its_partial_results_and_requeues_the_rest() {
+    let faults = Faults { expire_batches: true, ..Faults::default() };
+    let rig = BedrockRig::start(Duration::from_millis(300), faults, "").await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    rig.wait_stats("the first job", |s| s.batches_created >= 1).await;
+    rig.sim.set_faults(Faults { bedrock_min_records: 1, ..Faults::default() });
+
+    let records = settle(&api, &ids).await;
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 2, "{stats:#?}");
+    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "nothing answered twice: {stats:#?}");
+    let first = records.values().filter(|r| r["attempts"] == json!(1)).count();
+    let second = records.values().filter(|r| r["attempts"] == json!(2)).count();
+    assert_eq!((first, second), (CORPUS.len() / 2, CORPUS.len() - CORPUS.len() / 2), "{records:#?}");
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+/// With Bedrock's default minimum of 100 records, six are held with a clear reason and
+/// never sent as a job the service would refuse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bedrock_batch_below_the_minimum_is_held_not_sent() {
+    let rig = BedrockRig::start(Duration::from_millis(300), Faults::default(), "min_records = 100").await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    intake_corpus(&api).await;
+    let deadline = Instant::now() + SETTLE;
+    let health = loop {
+        let health = health(&api).await;
+        if health["last_error"].as_str().is_some_and(|e| e.contains("below the 100")) {
+            break health;
+        }
+        assert!(Instant::now() < deadline, "never held: {health:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(health["last_error"].as_str().is_some_and(|e| e.contains("min_records")), "{health:#}");
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 0, "no job under the minimum: {stats:#?}");
+    assert!(rig.moto.keys(IN_BUCKET, "commitpoint/").await.is_empty(), "nothing uploaded either");
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("submitted: {}", CORPUS.len())]);
+}
+
+/// Sent anyway (the provider's `min_records` set below the account's real quota), a job
+/// under Bedrock's minimum fails validation in the simulator as at the service, naming both
+/// counts; no member is blamed or failed: they go back as the same attempt and new
+/// submissions are held with Bedrock's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bedrock_job_under_the_services_minimum_fails_validation_and_holds_submissions() {
+    let rig = BedrockRig::start(Duration::from_millis(300), Faults::default(), "").await;
+    rig.sim.set_faults(Faults::default());
+    assert_eq!(Faults::default().bedrock_min_records, 100, "the simulator's default is Bedrock's quota");
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    let deadline = Instant::now() + SETTLE;
+    let health = loop {
+        let health = health(&api).await;
+        let reason = health["hold_reason"].as_str().unwrap_or_default();
+        if reason.contains("less than the minimum required (100)") {
+            break health;
+        }
+        assert!(Instant::now() < deadline, "never held for the minimum: {health:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(counter(&health, "batches_returned") >= 1, "{health:#}");
+    for id in &ids {
+        let record = api.record(id).await;
+        assert_ne!(record["state"], json!("failed"), "a job-level refusal fails no member: {record:#}");
+        assert_eq!(record["attempts"], json!(1), "returned as the same attempt: {record:#}");
+    }
+    finish(server);
+}
+
+fn provider_check(dir: &Path, rig: &BedrockRig, env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_commitpoint"));
+    cmd.args(["provider", "check", "--config", &rig.config]).current_dir(dir);
+    cmd.env("COMMITPOINT_LOG", "warn").env_remove("AWS_ACCESS_KEY_ID").env_remove("AWS_SECRET_ACCESS_KEY");
+    for (name, value) in env {
+        cmd.env(name, value);
+    }
+    run_to_end(cmd)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bedrock_provider_check_and_config_check() {
+    let rig = BedrockRig::start(Duration::from_millis(300), Faults::default(), "").await;
+    let dir = temp_dir();
+    let out = provider_check(dir.path(), &rig, &aws_env());
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("accepted"), "{}", stdout(&out));
+    let wrong =
+        [("AWS_ACCESS_KEY_ID", "AKIAWRONGKEY"), ("AWS_SECRET_ACCESS_KEY", "x"), ("AWS_EC2_METADATA_DISABLED", "true")];
+    let out = provider_check(dir.path(), &rig, &wrong);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stdout(&out).contains("UnrecognizedClientException"), "{}", stdout(&out));
+    assert_eq!(rig.stats().batches_created, 0, "a check creates no job");
+
+    let out = cli_with_env(&["config", "check", "--config", &rig.config], &aws_env());
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
+    assert!(text.contains("kind = \"bedrock\""), "{text}");
+    assert!(text.contains(&format!("role_arn = \"{ROLE}\"")), "{text}");
+    assert!(!text.contains(SECRET_ACCESS_KEY), "no credential is ever printed: {text}");
+}
