@@ -43,6 +43,8 @@ mod leases;
 mod money;
 #[path = "it/ops.rs"]
 mod ops;
+#[path = "it/postgres.rs"]
+mod postgres;
 #[path = "it/provider.rs"]
 mod provider;
 #[path = "it/provider_answers.rs"]
