@@ -7,7 +7,7 @@ use crate::domain::identity::ExtractionId;
 use crate::domain::lifecycle::StateName;
 use crate::store::codec::decode;
 use crate::store::records::{FindingRecord, ResultRecord};
-use crate::store::{ExtractionRecord, StateCount};
+use crate::store::{ExtractionRecord, ListFilter, ListPage, StateCount};
 
 impl PgStore {
     pub(super) async fn get(&self, id: ExtractionId) -> Result<Option<ExtractionRecord>, Error> {
@@ -17,6 +17,26 @@ impl PgStore {
             .await
             .map_err(pg("cannot read an extraction"))?;
         row.map(|r| decode_record(r.get(0))).transpose()
+    }
+
+    /// A page in intake order after the cursor; `next` is set only when more follow.
+    pub(super) async fn list(&self, filter: ListFilter) -> Result<ListPage, Error> {
+        let client = self.client().await?;
+        let state = filter.state.map(|s| i16::from(s.code()));
+        let fetch = big(filter.limit as u64).saturating_add(1);
+        let rows = client
+            .query(
+                "SELECT record FROM extractions WHERE seq > $1 AND ($2::text IS NULL OR tenant = $2) \
+                 AND ($3::smallint IS NULL OR state_code = $3) ORDER BY seq LIMIT $4",
+                &[&big(filter.after), &filter.tenant, &state, &fetch],
+            )
+            .await
+            .map_err(pg("cannot list extractions"))?;
+        let more = rows.len() > filter.limit;
+        let records =
+            rows.iter().take(filter.limit).map(|r| decode_record(r.get(0))).collect::<Result<Vec<_>, _>>()?;
+        let next = if more { records.last().map(|r| r.seq) } else { None };
+        Ok(ListPage { records, next })
     }
 
     pub(super) async fn get_by_seq(&self, seq: u64) -> Result<Option<ExtractionRecord>, Error> {

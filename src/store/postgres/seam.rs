@@ -46,7 +46,7 @@ pg_seam! {
         fn delivered(&self, endpoint: String, delivery_id: String) -> Option<ExtractionRecord> = delegate;
         fn get(&self, id: ExtractionId) -> Option<ExtractionRecord> = delegate;
         fn get_by_seq(&self, seq: u64) -> Option<ExtractionRecord> = delegate;
-        fn list(&self, filter: ListFilter) -> ListPage = not_yet;
+        fn list(&self, filter: ListFilter) -> ListPage = delegate;
         fn findings(&self, id: ExtractionId) -> Option<Vec<FindingRecord>> = delegate;
         fn findings_page(&self, id: ExtractionId, after: Option<[u8; 32]>, limit: usize)
             -> Option<(Vec<FindingRecord>, bool)> = delegate;
