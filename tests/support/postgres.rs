@@ -100,13 +100,16 @@ fn start() -> Cluster {
         data = data.display(),
         root = root.display(),
     );
-    Command::new("setsid")
-        .args(["sh", "-c", &watcher])
+    // `setsid -f` forks the watcher into its own session and returns at once.
+    // Its output goes nowhere: a pipe it held would keep this call waiting.
+    let started = Command::new("setsid")
+        .args(["-f", "sh", "-c", &watcher])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .spawn()
+        .status()
         .expect("start the PostgreSQL watcher");
+    assert!(started.success(), "the PostgreSQL watcher did not start: {started}");
     Cluster { bin, data, port }
 }
 

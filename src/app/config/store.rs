@@ -123,14 +123,18 @@ mod tests {
         let ok = raw("backend = \"postgres\"\nurl = \"postgres://cp@db:5432/cp\"\npassword_env = \"PGPASS\"");
         assert_eq!(
             StoreChoice::resolve(&ok, None).unwrap(),
-            StoreChoice::Postgres { url: "postgres://cp@db:5432/cp".into(), password: Some(KeySource::Env("PGPASS".into())) }
+            StoreChoice::Postgres {
+                url: "postgres://cp@db:5432/cp".into(),
+                password: Some(KeySource::Env("PGPASS".into()))
+            }
         );
         let inline = raw("backend = \"postgres\"\nurl = \"postgres://cp:hunter2@db:5432/cp\"");
         let err = StoreChoice::resolve(&inline, None).unwrap_err().to_string();
         assert!(err.contains("holds a password") && !err.contains("hunter2"), "{err}");
         let missing = raw("backend = \"postgres\"");
         assert!(StoreChoice::resolve(&missing, None).unwrap_err().to_string().contains("needs url"));
-        let two = raw("backend = \"postgres\"\nurl = \"postgres://db/cp\"\npassword_env = \"A\"\npassword_file = \"/p\"");
+        let two =
+            raw("backend = \"postgres\"\nurl = \"postgres://db/cp\"\npassword_env = \"A\"\npassword_file = \"/p\"");
         assert!(StoreChoice::resolve(&two, None).is_err());
         let stray = raw("url = \"postgres://db/cp\"");
         assert!(StoreChoice::resolve(&stray, None).unwrap_err().to_string().contains("backend is redb"));

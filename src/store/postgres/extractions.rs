@@ -57,7 +57,9 @@ impl PgStore {
             drop(tx);
             return match self.delivered(endpoint, delivery_id).await? {
                 Some(record) => Ok(DeliveryOutcome::Redelivery(record)),
-                None => Err(Error::Corrupt { kind: "webhook delivery", reason: "recorded without its extraction".into() }),
+                None => {
+                    Err(Error::Corrupt { kind: "webhook delivery", reason: "recorded without its extraction".into() })
+                }
             };
         }
         tx.commit().await.map_err(pg("intake commit failed"))?;

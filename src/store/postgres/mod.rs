@@ -73,10 +73,9 @@ fn not_yet(operation: &'static str) -> Error {
 /// Parses a `postgres://` URL (or key=value string) and applies what this store needs of
 /// every session: results acknowledged only once durable.
 pub fn parse_url(options: &PgOptions) -> Result<tokio_postgres::Config, Error> {
-    let mut config: tokio_postgres::Config = options
-        .url
-        .parse()
-        .map_err(|e: tokio_postgres::Error| Error::Postgres { context: "the store URL is invalid", source: Box::new(e) })?;
+    let mut config: tokio_postgres::Config = options.url.parse().map_err(|e: tokio_postgres::Error| {
+        Error::Postgres { context: "the store URL is invalid", source: Box::new(e) }
+    })?;
     if let Some(password) = &options.password {
         config.password(password);
     }
@@ -92,10 +91,10 @@ impl PgStore {
         let config = parse_url(options)?;
         migrate(&config).await?;
         let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
-        let pool = Pool::builder(manager).max_size(POOL_SIZE).build().map_err(|e| Error::Postgres {
-            context: "cannot build the connection pool",
-            source: Box::new(e),
-        })?;
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .build()
+            .map_err(|e| Error::Postgres { context: "cannot build the connection pool", source: Box::new(e) })?;
         let store = PgStore { pool, policies: Arc::default(), cursor_key: CursorKey::new([0; 32]) };
         let cursor_key = store.load_cursor_key().await?;
         Ok(PgStore { cursor_key, ..store })
@@ -141,9 +140,8 @@ impl PgStore {
             .await
             .map_err(pg("cannot read the cursor key"))?;
         let bytes: Vec<u8> = row.get(0);
-        let key: [u8; 32] = bytes
-            .try_into()
-            .map_err(|_| Error::Corrupt { kind: "cursor key", reason: "not 32 bytes".into() })?;
+        let key: [u8; 32] =
+            bytes.try_into().map_err(|_| Error::Corrupt { kind: "cursor key", reason: "not 32 bytes".into() })?;
         Ok(CursorKey::new(key))
     }
 }

@@ -266,7 +266,11 @@ impl PgStore {
         events(&rows)
     }
 
-    pub(super) async fn record_delivery(&self, seq: u64, report: DeliveryReport) -> Result<Option<OutboxRecord>, Error> {
+    pub(super) async fn record_delivery(
+        &self,
+        seq: u64,
+        report: DeliveryReport,
+    ) -> Result<Option<OutboxRecord>, Error> {
         let now_ms = clock::now_ms();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;

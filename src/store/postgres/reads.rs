@@ -33,8 +33,7 @@ impl PgStore {
             .await
             .map_err(pg("cannot list extractions"))?;
         let more = rows.len() > filter.limit;
-        let records =
-            rows.iter().take(filter.limit).map(|r| decode_record(r.get(0))).collect::<Result<Vec<_>, _>>()?;
+        let records = rows.iter().take(filter.limit).map(|r| decode_record(r.get(0))).collect::<Result<Vec<_>, _>>()?;
         let next = if more { records.last().map(|r| r.seq) } else { None };
         Ok(ListPage { records, next })
     }
@@ -48,7 +47,11 @@ impl PgStore {
         row.map(|r| decode_record(r.get(0))).transpose()
     }
 
-    pub(super) async fn delivered(&self, endpoint: String, delivery_id: String) -> Result<Option<ExtractionRecord>, Error> {
+    pub(super) async fn delivered(
+        &self,
+        endpoint: String,
+        delivery_id: String,
+    ) -> Result<Option<ExtractionRecord>, Error> {
         let client = self.client().await?;
         let row = client
             .query_opt(

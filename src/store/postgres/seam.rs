@@ -8,13 +8,15 @@ use super::{PgStore, not_yet};
 use crate::domain::batch::{BatchMember, LineResult};
 use crate::domain::cursor::CursorKey;
 use crate::domain::identity::ExtractionId;
-use crate::store::seam::{Backend, Batches, Extractions, ExportSink, Ledger, LedgerVisitor, Outbox, StoreFuture, Upkeep};
+use crate::store::seam::{
+    Backend, Batches, ExportSink, Extractions, Ledger, LedgerVisitor, Outbox, StoreFuture, Upkeep,
+};
 use crate::store::{
-    BackupReport, BatchRecord, CancelOutcome, ClaimRequest, CloseReport, DeliveryOutcome, DeliveryReport, Error,
-    ErasureReport, ExportFilter, ExtractionRecord, FindingRecord, Grant, IntakeOutcome, IntentOutcome, IntentRequest,
-    LedgerRecord, Leftover, ListFilter, ListPage, MemberRules, NewExtraction, OutboxFilter, OutboxRecord, PostOutcome,
-    PostResult, ReadyItem, ResultRecord, RetentionPolicy, RetentionStep, RetryFilter, RetryOutcome, StageReport,
-    StateCount,
+    BackupReport, BatchRecord, CancelOutcome, ClaimRequest, CloseReport, DeliveryOutcome, DeliveryReport,
+    ErasureReport, Error, ExportFilter, ExtractionRecord, FindingRecord, Grant, IntakeOutcome, IntentOutcome,
+    IntentRequest, LedgerRecord, Leftover, ListFilter, ListPage, MemberRules, NewExtraction, OutboxFilter,
+    OutboxRecord, PostOutcome, PostResult, ReadyItem, ResultRecord, RetentionPolicy, RetentionStep, RetryFilter,
+    RetryOutcome, StageReport, StateCount,
 };
 
 /// Implements seam methods by delegating to `PgStore`'s own method of the same name, or
