@@ -15,6 +15,11 @@ use crate::store::records::{ChargeKind, DeliveryState, ExtractionRecord, LedgerR
 use crate::store::seam::LedgerVisitor;
 use crate::store::{DeliveryReport, OutboxFilter, Policies};
 
+/// How long a claimed event stays invisible to other instances, and so the most a
+/// crashed instance's events wait before they are sent again. An attempt that outlasts it
+/// may be sent by a second instance too; receivers deduplicate on the event id.
+const CLAIM_MS: u64 = 10_000;
+
 const DUE: i16 = 1;
 const DELIVERED: i16 = 2;
 const DEAD: i16 = 3;
@@ -253,17 +258,25 @@ impl PgStore {
         }
     }
 
+    /// Claims up to `limit` due events for this instance: each is pushed `CLAIM_MS` into
+    /// the future (its record keeps the real due time), so other instances skip it while
+    /// it is being delivered, and it is due again if this one dies before recording the
+    /// outcome. Rows another instance is claiming are skipped, not waited for.
     pub(super) async fn due_events(&self, now_ms: u64, limit: usize) -> Result<Vec<OutboxRecord>, Error> {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT record FROM outbox WHERE state_code = 1 AND next_attempt_at_ms <= $1 \
-                 ORDER BY next_attempt_at_ms, seq LIMIT $2",
-                &[&big(now_ms), &big(limit as u64)],
+                "UPDATE outbox SET next_attempt_at_ms = $3 WHERE seq IN (SELECT seq FROM outbox \
+                 WHERE state_code = 1 AND next_attempt_at_ms <= $1 ORDER BY next_attempt_at_ms, seq LIMIT $2 \
+                 FOR UPDATE SKIP LOCKED) RETURNING record",
+                &[&big(now_ms), &big(limit as u64), &big(now_ms.saturating_add(CLAIM_MS))],
             )
             .await
-            .map_err(pg("cannot read the outbox"))?;
-        events(&rows)
+            .map_err(pg("cannot claim due outbox events"))?;
+        let mut due = events(&rows)?;
+        // Most overdue first, as on redb (RETURNING keeps no order).
+        due.sort_by_key(|e| (e.next_attempt_at_ms, e.seq));
+        Ok(due)
     }
 
     pub(super) async fn record_delivery(
