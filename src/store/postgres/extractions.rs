@@ -7,14 +7,14 @@ use super::rows::{big, decode_record, insert_new, lock_by_id, transition, unbig}
 use super::{Error, PgStore, pg};
 use crate::domain::clock;
 use crate::domain::identity::{ExtractionId, FindingKey};
-use crate::domain::lifecycle::{self, Event, Outcome, State};
+use crate::domain::lifecycle::{self, Event, Outcome, State, StateName};
 use crate::domain::names::LeaseToken;
 use crate::domain::schema::ValidatedFinding;
 use crate::store::codec::{decode, encode};
 use crate::store::records::{ChargeKind, Fence, FindingRecord, ResultRecord, StoredContent};
 use crate::store::{
     Authority, CancelOutcome, ClaimRequest, DeliveryOutcome, ExtractionRecord, Grant, IntakeOutcome, NewExtraction,
-    PostOutcome, PostResult, RetryOutcome, Submission,
+    PostOutcome, PostResult, RETRY_CHUNK, RetryFilter, RetryOutcome, Submission,
 };
 
 impl PgStore {
@@ -230,6 +230,59 @@ impl PgStore {
             Ok(Outcome::Replay) => Ok(RetryOutcome::Retried(Box::new(record))),
             Err(e) => Ok(RetryOutcome::Rejected(e)),
         }
+    }
+
+    /// Moves up to `limit` matching failed extractions back to pending in intake order,
+    /// `RETRY_CHUNK` per transaction (so no transaction holds many rows for long); returns
+    /// how many moved. Rows another transaction holds are skipped, as a retry issued a
+    /// moment later would.
+    pub(super) async fn retry_failed(&self, filter: RetryFilter, limit: u64) -> Result<u64, Error> {
+        const SCAN: i64 = 4 * RETRY_CHUNK as i64;
+        let policies = self.policies();
+        let mut client = self.client().await?;
+        let (mut retried, mut after) = (0u64, 0i64);
+        while retried < limit {
+            let want = (limit - retried).min(RETRY_CHUNK as u64);
+            let now_ms = clock::now_ms();
+            let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
+            let rows = tx
+                .query(
+                    "SELECT seq, record FROM extractions WHERE state_code = $1 AND seq > $2 \
+                     AND ($3::text IS NULL OR tenant = $3) AND ($4::text IS NULL OR schema_name = $4) \
+                     ORDER BY seq LIMIT $5 FOR UPDATE SKIP LOCKED",
+                    &[&i16::from(StateName::Failed.code()), &after, &filter.tenant, &filter.schema, &SCAN],
+                )
+                .await
+                .map_err(pg("cannot select failed extractions"))?;
+            let exhausted = (rows.len() as i64) < SCAN;
+            let (mut moved, mut full) = (0u64, false);
+            for row in &rows {
+                after = row.get(0);
+                let mut record = decode_record(row.get(1))?;
+                let State::Failed { class, .. } = &record.state else { continue };
+                if filter.failure_class.is_some_and(|c| c != *class) {
+                    continue;
+                }
+                if let Ok(Outcome::Changed(next)) = lifecycle::apply(&record.state, Event::Retry, now_ms) {
+                    // The same fresh start as a single retry.
+                    record.attempt += 1;
+                    record.requeues = 0;
+                    record.truncation_retried = false;
+                    transition(&tx, &policies, now_ms, &mut record, next).await?;
+                    moved += 1;
+                    if moved == want {
+                        full = true;
+                        break;
+                    }
+                }
+            }
+            tx.commit().await.map_err(pg("bulk retry commit failed"))?;
+            retried += moved;
+            if exhausted && !full {
+                break;
+            }
+        }
+        Ok(retried)
     }
 
     pub(super) async fn cancel(&self, id: ExtractionId) -> Result<CancelOutcome, Error> {

@@ -58,7 +58,7 @@ pg_seam! {
         fn post_result(&self, post: PostResult) -> PostOutcome = delegate;
         fn retry(&self, id: ExtractionId) -> RetryOutcome = delegate;
         fn cancel(&self, id: ExtractionId) -> CancelOutcome = delegate;
-        fn retry_failed(&self, filter: RetryFilter, limit: u64) -> u64 = not_yet;
+        fn retry_failed(&self, filter: RetryFilter, limit: u64) -> u64 = delegate;
         fn export_to(&self, filter: ExportFilter, sink: ExportSink) -> () = not_yet;
         fn retired(&self, seqs: Vec<u64>) -> HashMap<u64, u8> = delegate;
     }
