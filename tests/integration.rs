@@ -47,6 +47,8 @@ mod money;
 mod moto;
 #[path = "it/ops.rs"]
 mod ops;
+#[path = "it/postgres.rs"]
+mod postgres;
 #[path = "it/provider.rs"]
 mod provider;
 #[path = "it/provider_answers.rs"]

@@ -25,7 +25,8 @@ use crate::service::Endpoint;
 use crate::service::Service;
 use crate::simulator::Simulator;
 use crate::store::Policies;
-use crate::store::{self, Store, WriterGuard};
+use crate::store::postgres::PgStore;
+use crate::store::{self, SharedStore, Store, WriterGuard};
 
 /// How long shutdown waits for in-flight HTTP requests (kept well under systemd's
 /// default stop timeout).
@@ -79,12 +80,53 @@ pub(crate) struct Server {
     http: JoinHandle<()>,
     /// What a reload can change: routing and budgets, and the prices the writer applies.
     router: Arc<Router>,
-    store: Store,
+    store: Opened,
     sink_names: Vec<String>,
     service: Service,
     /// The embedded simulators of `simulator`-kind providers.
     simulators: Vec<Simulator>,
-    writer: WriterGuard,
+}
+
+/// The store backend `serve` opened: the embedded redb file (with its writer thread), or
+/// a PostgreSQL database shared with other instances.
+#[derive(Debug)]
+enum Opened {
+    Redb { store: Store, writer: WriterGuard },
+    Postgres(PgStore),
+}
+
+impl Opened {
+    async fn open(options: &ServeOptions) -> Result<Opened, Error> {
+        match &options.store {
+            config::StoreChoice::Redb => {
+                let data_dir = options.data_dir.clone();
+                let cache_bytes = options.cache_bytes;
+                let (store, writer) = tokio::task::spawn_blocking(move || Store::open(&data_dir, cache_bytes))
+                    .await
+                    .map_err(|e| Error::Task(e.to_string()))??;
+                Ok(Opened::Redb { store, writer })
+            }
+            config::StoreChoice::Postgres { url, password } => {
+                let password = password.as_ref().map(|p| p.load_secret()).transpose().map_err(config::Error::from)?;
+                let options = store::postgres::PgOptions { url: url.clone(), password };
+                Ok(Opened::Postgres(PgStore::open(&options).await?))
+            }
+        }
+    }
+
+    fn set_policies(&self, policies: Policies) {
+        match self {
+            Opened::Redb { store, .. } => store.set_policies(policies),
+            Opened::Postgres(store) => store.set_policies(policies),
+        }
+    }
+
+    fn shared(&self) -> SharedStore {
+        match self {
+            Opened::Redb { store, .. } => Arc::new(store.clone()),
+            Opened::Postgres(store) => Arc::new(store.clone()),
+        }
+    }
 }
 
 impl Server {
@@ -100,11 +142,8 @@ impl Server {
             .await
             .map_err(|e| Error::Task(e.to_string()))??;
         registry.check_providers(&options.schema_targets())?;
-        let data_dir = options.data_dir.clone();
-        let cache_bytes = options.cache_bytes;
-        let (store, writer) = tokio::task::spawn_blocking(move || Store::open(&data_dir, cache_bytes))
-            .await
-            .map_err(|e| Error::Task(e.to_string()))??;
+        options.store.check_features(options).map_err(Error::Config)?;
+        let store = Opened::open(options).await?;
         crate::http::metrics::init();
         let provider_registry::Providers { providers, simulators } =
             provider_registry::build(&options.providers).await?;
@@ -115,10 +154,10 @@ impl Server {
             pricing: Arc::new(options.prices.clone()),
         });
         let supervisor = Supervisor::new();
-        crate::app::systemd::spawn_watchdog(store.clone(), &supervisor);
+        crate::app::systemd::spawn_watchdog(store.shared(), &supervisor);
         let router = Arc::new(Router::new(options.routes.clone(), options.budgets.clone()));
         let outbox_wake = Arc::new(Notify::new());
-        let mut service = Service::new(store.clone(), registry)
+        let mut service = Service::over(store.shared(), registry)
             .with_backup_dir(options.data_dir.join("backups"))
             .with_router(Arc::clone(&router))
             .with_webhooks(webhooks)
@@ -130,7 +169,7 @@ impl Server {
         }
         let mut wakes = Vec::new();
         for provider in &providers {
-            let paused = store.provider_paused(provider.adapter.name().to_string()).await?;
+            let paused = service.store().provider_paused(provider.adapter.name().to_string()).await?;
             router.set_paused(provider.adapter.name(), paused);
             wakes.push((Arc::new(Notify::new()), paused));
         }
@@ -155,7 +194,6 @@ impl Server {
             };
             Scheduler::spawn(context, provider.adapter, settings, &supervisor);
         }
-        let reload_store = store.clone();
         let sink_names: Vec<String> = sinks.iter().map(|s| s.name.clone()).collect();
         if !sinks.is_empty() {
             crate::engine::outbox::spawn(Arc::clone(service.store()), sinks, outbox_wake, &supervisor)
@@ -182,11 +220,10 @@ impl Server {
             supervisor,
             http,
             router,
-            store: reload_store,
+            store,
             sink_names,
             service: reload_service,
             simulators,
-            writer,
         })
     }
 
@@ -244,12 +281,15 @@ impl Server {
         for simulator in self.simulators.drain(..) {
             simulator.stop().await;
         }
-        let writer = self.writer;
+        let Opened::Redb { store, writer } = self.store else {
+            // Every PostgreSQL write was committed before it was answered: nothing to flush.
+            return Ok(());
+        };
         tokio::task::spawn_blocking(move || writer.join()).await.map_err(|e| Error::Task(e.to_string()))?;
         // A read started by a request that was cut off may still hold the file for a
         // moment; the file is closed (its lock released) only when the last handle goes.
         drop(self.service);
-        if !self.store.wait_until_last_handle(FILE_CLOSE_DEADLINE).await {
+        if !store.wait_until_last_handle(FILE_CLOSE_DEADLINE).await {
             tracing::warn!("the database file is still referenced at exit; the OS releases it with the process");
         }
         Ok(())

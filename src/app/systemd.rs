@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::engine::supervisor::Supervisor;
-use crate::store::Store;
+use crate::store::SharedStore;
 use sd_notify::NotifyState;
 
 pub(crate) fn ready(status: &str) {
@@ -25,7 +25,7 @@ fn send(states: &[NotifyState<'_>]) {
 /// Pings the watchdog at half its interval, but only while the writer thread still
 /// answers: a wedged writer means no pings, and systemd restarts the service. It ends
 /// when shutdown starts (systemd has been told STOPPING by then).
-pub(crate) fn spawn_watchdog(store: Store, supervisor: &Supervisor) {
+pub(crate) fn spawn_watchdog(store: SharedStore, supervisor: &Supervisor) {
     let Some(interval) = sd_notify::watchdog_enabled() else { return };
     let period = (interval / 2).max(Duration::from_millis(100));
     let stop = supervisor.token();
@@ -38,7 +38,7 @@ pub(crate) fn spawn_watchdog(store: Store, supervisor: &Supervisor) {
     });
 }
 
-async fn ping(store: &Store, period: Duration) {
+async fn ping(store: &SharedStore, period: Duration) {
     loop {
         tokio::time::sleep(period).await;
         match tokio::time::timeout(period, store.ping_writer()).await {

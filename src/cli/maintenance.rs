@@ -9,6 +9,19 @@ use anyhow::Context;
 
 use super::EXIT_PROBLEMS;
 
+/// `verify`, `compact` and `debug-dump` read a redb file. A PostgreSQL store is given a
+/// clear refusal: it is kept with the database's own tools.
+pub(super) fn redb_only(path: &Path, command: &str) -> anyhow::Result<()> {
+    let text = path.to_string_lossy();
+    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+        anyhow::bail!(
+            "{command} needs a redb file (commitpoint.redb); a PostgreSQL store is backed up, compacted \
+             (VACUUM) and inspected with PostgreSQL's own tools, see docs/SCALE-OUT.md"
+        );
+    }
+    Ok(())
+}
+
 /// A missing file is an I/O error (74), not a new empty database.
 fn existing(path: &Path) -> anyhow::Result<String> {
     let shown = path.display().to_string();
@@ -20,6 +33,7 @@ fn existing(path: &Path) -> anyhow::Result<String> {
 }
 
 pub(super) async fn compact(path: PathBuf) -> anyhow::Result<ExitCode> {
+    redb_only(&path, "compact")?;
     let shown = existing(&path)?;
     let report = tokio::task::spawn_blocking(move || crate::store::compact_file(&path))
         .await?
@@ -32,6 +46,7 @@ pub(super) async fn compact(path: PathBuf) -> anyhow::Result<ExitCode> {
 }
 
 pub(super) async fn dump(path: PathBuf) -> anyhow::Result<ExitCode> {
+    redb_only(&path, "debug-dump")?;
     let shown = existing(&path)?;
     let text = tokio::task::spawn_blocking(move || {
         let mut out = Vec::new();

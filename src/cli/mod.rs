@@ -229,6 +229,7 @@ async fn get(id: &str, server: &str, token: Option<&str>) -> anyhow::Result<Exit
 }
 
 async fn verify(path: PathBuf) -> anyhow::Result<ExitCode> {
+    maintenance::redb_only(&path, "verify")?;
     let shown = path.display().to_string();
     if !path.exists() {
         let missing = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");

@@ -24,6 +24,10 @@ pub(super) struct Args {
     /// Directory holding commitpoint.redb [default: /var/lib/commitpoint].
     #[arg(long, env = "COMMITPOINT_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// PostgreSQL store instead of redb, e.g. `postgres://commitpoint@db:5432/commitpoint`;
+    /// the password comes from `[store] password_env`/`_file`/`_credential`, never the URL.
+    #[arg(long, env = "COMMITPOINT_STORE_URL")]
+    store_url: Option<String>,
     /// HTTP listen address [default: 127.0.0.1:7878].
     #[arg(long, env = "COMMITPOINT_LISTEN")]
     listen: Option<SocketAddr>,
@@ -81,6 +85,7 @@ impl Args {
             batch_max_size: self.batch_max_size,
             batch_max_wait: self.batch_max_wait,
             poll_interval: self.poll_interval,
+            store_url: self.store_url,
         };
         ServeOptions::load(&path, explicit, overrides)
     }

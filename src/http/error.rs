@@ -160,7 +160,10 @@ fn storage(e: &store::Error) -> ApiError {
     // The full chain goes to the log; the client gets the operator-facing summary.
     tracing::error!(error = %crate::store::error_chain(e), "store error");
     match e {
-        store::Error::Unavailable { .. } => {
+        store::Error::NotOnBackend { .. } => {
+            ApiError::new(StatusCode::NOT_IMPLEMENTED, "not_on_backend", e.to_string())
+        }
+        store::Error::Unavailable { .. } | store::Error::Postgres { .. } => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string())
         }
         _ if e.is_corruption() => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "store_corrupt", e.to_string()),

@@ -144,8 +144,13 @@ pub struct Service {
 
 impl Service {
     pub fn new(store: impl Backend + 'static, registry: Registry) -> Self {
+        Self::over(Arc::new(store), registry)
+    }
+
+    /// The service over a backend chosen at start.
+    pub fn over(store: crate::store::SharedStore, registry: Registry) -> Self {
         Self {
-            store: Arc::new(store),
+            store,
             judge: Judge::new(registry, DEFAULT_MAX_FINDINGS),
             signals: WorkSignals::default(),
             providers: Vec::new(),

@@ -29,6 +29,7 @@ mod pending_queue;
 #[cfg(test)]
 mod pending_queue_tests;
 mod policies;
+pub mod postgres;
 #[cfg(test)]
 mod power_loss;
 mod read;
@@ -101,6 +102,19 @@ pub enum Error {
     Corrupt { kind: &'static str, reason: String },
     #[error("cannot encode {kind} value: {reason}")]
     Encode { kind: &'static str, reason: String },
+    #[error("PostgreSQL: {context}")]
+    Postgres {
+        context: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("{operation} is not available on the {backend} store: {hint}")]
+    NotOnBackend { operation: &'static str, backend: &'static str, hint: &'static str },
+    #[error(
+        "the database schema is at version {found}, newer than this build knows ({known}): \
+         run the commitpoint version that migrated it"
+    )]
+    SchemaTooNew { found: i64, known: i64 },
     #[error("the store is not accepting writes: {reason}")]
     Unavailable {
         reason: String,

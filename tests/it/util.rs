@@ -91,6 +91,10 @@ pub fn stderr(o: &Output) -> String {
 
 /// Asserts `verify` exits 0 and reports every invariant as holding; returns stdout.
 pub fn assert_verifies(db: &Path) -> String {
+    if crate::support::postgres::enabled() {
+        let data_dir = db.parent().expect("the database file's directory");
+        return crate::support::postgres::assert_invariants(data_dir);
+    }
     let out = verify(db);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "verify failed\nstdout:\n{text}\nstderr:\n{}", stderr(&out));

@@ -5,4 +5,5 @@
 // Each including crate uses its own part of this module.
 #![allow(dead_code)]
 
+pub mod postgres;
 pub mod process;

@@ -29,6 +29,7 @@ impl Server {
     /// Spawns `cmd` (a `serve` on `127.0.0.1:0` over `data_dir`) and waits for the line
     /// that names its address; panics with the server's stderr if none comes.
     pub fn spawn(mut cmd: Command, data_dir: &Path) -> Server {
+        super::postgres::apply(&mut cmd, data_dir);
         let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn commitpoint serve");
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr = drain(child.stderr.take().expect("piped stderr"));

@@ -47,6 +47,8 @@ pub(crate) struct RawConfig {
     pub limits: RawLimits,
     #[serde(default)]
     pub retention: super::retention::RawRetention,
+    #[serde(default)]
+    pub store: super::store::RawStore,
 }
 
 /// Bounds on what one request may make the server hold or write.

@@ -10,6 +10,7 @@ mod kinds;
 mod limits;
 mod providers;
 mod retention;
+mod store;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -25,6 +26,7 @@ pub(crate) use file::{DEFAULT_CONFIG_PATH, RawConfig};
 pub(crate) use kinds::{OpenAiBudget, SIMULATOR_MODEL, SimulatorOptions};
 pub(crate) use providers::{ProviderKind, ProviderSettings, ProviderSpec};
 pub(crate) use retention::RetentionOptions;
+pub(crate) use store::StoreChoice;
 
 pub(crate) use crate::domain::secret::{KeySource, SecretError};
 use crate::engine::scheduler;
@@ -67,6 +69,8 @@ pub(crate) struct ServeOptions {
     pub max_findings: usize,
     /// `[retention]`: what is dropped how long after commit.
     pub retention: RetentionOptions,
+    /// `[store]`: redb under `data_dir`, or PostgreSQL.
+    pub store: StoreChoice,
 }
 
 /// Where the API tokens come from. None configured: the API is open, loopback only.
@@ -127,6 +131,8 @@ pub(crate) struct Overrides {
     pub batch_max_size: Option<u32>,
     pub batch_max_wait: Option<Duration>,
     pub poll_interval: Option<Duration>,
+    /// `--store-url`: PostgreSQL at this URL instead of redb.
+    pub store_url: Option<String>,
 }
 
 impl ServeOptions {
@@ -217,6 +223,7 @@ impl ServeOptions {
                 }
             },
             retention: RetentionOptions::resolve(&raw.retention)?,
+            store: StoreChoice::resolve(&raw.store, o.store_url.clone())?,
             access,
             data_dir: o.data_dir.or(raw.server.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
             listen,
@@ -260,6 +267,7 @@ impl ServeOptions {
         ));
         extra.push(format!("[limits]\nmax_findings_per_output = {}", self.max_findings));
         extra.push(self.retention.describe());
+        extra.push(self.store.describe());
         text.push('\n');
         text.push_str(&extra.join("\n\n"));
         text.push('\n');

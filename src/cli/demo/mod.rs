@@ -103,6 +103,7 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn serve_options(data_dir: PathBuf, providers: Vec<ProviderSettings>, scheduler: scheduler::Settings) -> ServeOptions {
     ServeOptions {
         retention: crate::app::config::RetentionOptions::default(),
+        store: crate::app::config::StoreChoice::Redb,
         data_dir,
         listen: ([127, 0, 0, 1], 0).into(),
         schema_dir: None,

@@ -1,0 +1,142 @@
+//! `[store]`: which backend holds the data. redb (one file under `data_dir`) is the
+//! default; `postgres` is for deployments that outgrow one host (docs/SCALE-OUT.md).
+
+use serde::Deserialize;
+
+use super::file::one_source;
+use super::{Error, KeySource, ServeOptions};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawStore {
+    pub backend: Option<BackendKind>,
+    /// `postgres://user@host:5432/db`; the password is never part of it.
+    pub url: Option<String>,
+    pub password_env: Option<String>,
+    pub password_file: Option<std::path::PathBuf>,
+    pub password_credential: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum BackendKind {
+    Redb,
+    Postgres,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum StoreChoice {
+    Redb,
+    Postgres { url: String, password: Option<KeySource> },
+}
+
+impl StoreChoice {
+    /// `--store-url` (or `COMMITPOINT_STORE_URL`) chooses PostgreSQL and overrides the file's URL.
+    pub(super) fn resolve(raw: &RawStore, url_override: Option<String>) -> Result<StoreChoice, Error> {
+        let password = one_source("store.password_*", &raw.password_env, &raw.password_file, &raw.password_credential)?;
+        let backend = match (raw.backend, &url_override) {
+            (_, Some(_)) => BackendKind::Postgres,
+            (Some(kind), None) => kind,
+            (None, None) => BackendKind::Redb,
+        };
+        match backend {
+            BackendKind::Redb => {
+                if raw.url.is_some() || password.is_some() {
+                    return Err(Error::Invalid {
+                        key: "store.url",
+                        reason: "a URL or password is set but the backend is redb; set backend = \"postgres\"".into(),
+                    });
+                }
+                Ok(StoreChoice::Redb)
+            }
+            BackendKind::Postgres => {
+                let Some(url) = url_override.or_else(|| raw.url.clone()) else {
+                    return Err(Error::Invalid {
+                        key: "store.url",
+                        reason: "backend = \"postgres\" needs url = \"postgres://user@host:5432/db\" or --store-url"
+                            .into(),
+                    });
+                };
+                let options = crate::store::postgres::PgOptions { url: url.clone(), password: None };
+                let parsed = crate::store::postgres::parse_url(&options)
+                    .map_err(|e| Error::Invalid { key: "store.url", reason: crate::store::error_chain(&e) })?;
+                if parsed.get_password().is_some() {
+                    return Err(Error::Invalid {
+                        key: "store.url",
+                        reason: "the URL holds a password; name it with store.password_env, _file or _credential"
+                            .into(),
+                    });
+                }
+                Ok(StoreChoice::Postgres { url, password })
+            }
+        }
+    }
+
+    /// What the PostgreSQL backend cannot do yet is refused at start, not on first use.
+    pub(crate) fn check_features(&self, options: &ServeOptions) -> Result<(), Error> {
+        if *self == StoreChoice::Redb {
+            return Ok(());
+        }
+        let refuse = |key: &'static str, what: &str| {
+            Err(Error::Invalid {
+                key,
+                reason: format!("{what} do(es) not run on the postgres store yet (docs/SCALE-OUT.md); use redb"),
+            })
+        };
+        if !options.providers.is_empty() {
+            return refuse("providers", "provider batches");
+        }
+        if !options.retention.policy().keeps_everything() {
+            return refuse("retention", "retention sweeps");
+        }
+        Ok(())
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            StoreChoice::Redb => "[store]\nbackend = \"redb\"".to_string(),
+            StoreChoice::Postgres { url, password } => format!(
+                "[store]\nbackend = \"postgres\"\nurl = {url:?}\n# password: {}",
+                password.as_ref().map_or_else(|| "none".to_string(), |p| format!("{p} (value redacted)"))
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(text: &str) -> RawStore {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn redb_is_the_default_and_the_flag_chooses_postgres() {
+        assert_eq!(StoreChoice::resolve(&RawStore::default(), None).unwrap(), StoreChoice::Redb);
+        let flag = StoreChoice::resolve(&RawStore::default(), Some("postgres://cp@127.0.0.1:5432/cp".into())).unwrap();
+        assert!(matches!(flag, StoreChoice::Postgres { password: None, .. }), "{flag:?}");
+    }
+
+    #[test]
+    fn postgres_takes_its_password_by_reference_only() {
+        let ok = raw("backend = \"postgres\"\nurl = \"postgres://cp@db:5432/cp\"\npassword_env = \"PGPASS\"");
+        assert_eq!(
+            StoreChoice::resolve(&ok, None).unwrap(),
+            StoreChoice::Postgres {
+                url: "postgres://cp@db:5432/cp".into(),
+                password: Some(KeySource::Env("PGPASS".into()))
+            }
+        );
+        let inline = raw("backend = \"postgres\"\nurl = \"postgres://cp:hunter2@db:5432/cp\"");
+        let err = StoreChoice::resolve(&inline, None).unwrap_err().to_string();
+        assert!(err.contains("holds a password") && !err.contains("hunter2"), "{err}");
+        let missing = raw("backend = \"postgres\"");
+        assert!(StoreChoice::resolve(&missing, None).unwrap_err().to_string().contains("needs url"));
+        let two =
+            raw("backend = \"postgres\"\nurl = \"postgres://db/cp\"\npassword_env = \"A\"\npassword_file = \"/p\"");
+        assert!(StoreChoice::resolve(&two, None).is_err());
+        let stray = raw("url = \"postgres://db/cp\"");
+        assert!(StoreChoice::resolve(&stray, None).unwrap_err().to_string().contains("backend is redb"));
+    }
+}

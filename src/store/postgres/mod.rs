@@ -1,0 +1,198 @@
+//! The store on PostgreSQL: the second backend behind the seam, for deployments that
+//! outgrow one host. Several `serve` processes may share one database.
+//!
+//! The invariants are the redb store's, kept by PostgreSQL's own means: the identity is
+//! the primary key and intake is `INSERT … ON CONFLICT DO NOTHING`; claims take rows with
+//! `FOR UPDATE SKIP LOCKED`; a result's `UPDATE` repeats the fence it was checked against
+//! in its `WHERE`; every write of one operation is one transaction, and the answer is
+//! given only after `COMMIT` returns with `synchronous_commit = on`. Values keep the
+//! store's encoding (format byte + bincode), so the lifecycle and the records are shared
+//! with redb; only the indexes are SQL.
+
+mod extractions;
+mod money;
+mod reads;
+mod rows;
+mod seam;
+
+use std::sync::{Arc, RwLock};
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+use super::{Error, Policies};
+use crate::domain::cursor::CursorKey;
+
+mod embedded {
+    refinery::embed_migrations!("src/store/postgres/migrations");
+}
+
+/// The advisory lock key migrations hold (any constant no other user of the database takes).
+const MIGRATION_LOCK: i64 = 0x636f_6d6d_6974;
+
+/// Connections one process keeps open at most.
+const POOL_SIZE: usize = 16;
+
+/// Where the database is and how to log in. The password comes from a secret reference
+/// the caller has already read; it is never part of the URL in a configuration file.
+#[derive(Clone)]
+pub struct PgOptions {
+    pub url: String,
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for PgOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgOptions")
+            .field("url", &self.url)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// A cheap, cloneable handle on the PostgreSQL store.
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: Pool,
+    policies: Arc<RwLock<Arc<Policies>>>,
+    cursor_key: CursorKey,
+}
+
+pub(super) fn pg(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> Error {
+    move |e| Error::Postgres { context, source: Box::new(e) }
+}
+
+fn not_yet(operation: &'static str) -> Error {
+    Error::NotOnBackend {
+        operation,
+        backend: "postgres",
+        hint: "not implemented on PostgreSQL yet (docs/SCALE-OUT.md lists what is)",
+    }
+}
+
+/// Parses a `postgres://` URL (or key=value string) and applies what this store needs of
+/// every session: results acknowledged only once durable.
+pub fn parse_url(options: &PgOptions) -> Result<tokio_postgres::Config, Error> {
+    let mut config: tokio_postgres::Config = options.url.parse().map_err(|e: tokio_postgres::Error| {
+        Error::Postgres { context: "the store URL is invalid", source: Box::new(e) }
+    })?;
+    if let Some(password) = &options.password {
+        config.password(password);
+    }
+    config.application_name("commitpoint");
+    config.options("-c synchronous_commit=on -c default_transaction_isolation=read\\ committed");
+    Ok(config)
+}
+
+impl PgStore {
+    /// Connects, applies the migrations this build carries (refusing a database whose
+    /// schema is newer), and reads (or makes) the cursor key.
+    pub async fn open(options: &PgOptions) -> Result<PgStore, Error> {
+        let config = parse_url(options)?;
+        migrate(&config).await?;
+        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .build()
+            .map_err(|e| Error::Postgres { context: "cannot build the connection pool", source: Box::new(e) })?;
+        let store = PgStore { pool, policies: Arc::default(), cursor_key: CursorKey::new([0; 32]) };
+        let cursor_key = store.load_cursor_key().await?;
+        Ok(PgStore { cursor_key, ..store })
+    }
+
+    /// Sets the outbox sinks and the pricing used from the next write on.
+    pub fn set_policies(&self, policies: Policies) {
+        let next = Arc::new(policies);
+        match self.policies.write() {
+            Ok(mut current) => *current = next,
+            Err(poisoned) => *poisoned.into_inner() = next,
+        }
+    }
+
+    pub fn cursor_key(&self) -> &CursorKey {
+        &self.cursor_key
+    }
+
+    fn policies(&self) -> Arc<Policies> {
+        match self.policies.read() {
+            Ok(current) => Arc::clone(&current),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, Error> {
+        self.pool.get().await.map_err(|e| Error::Postgres { context: "no database connection", source: Box::new(e) })
+    }
+
+    async fn load_cursor_key(&self) -> Result<CursorKey, Error> {
+        let client = self.client().await?;
+        let fresh: [u8; 32] = rand::random();
+        // Two instances starting at once both offer a key; the first insert wins for both.
+        client
+            .execute(
+                "INSERT INTO meta (key, value) VALUES ('cursor_key', $1) ON CONFLICT (key) DO NOTHING",
+                &[&fresh.as_slice()],
+            )
+            .await
+            .map_err(pg("cannot store the cursor key"))?;
+        let row = client
+            .query_one("SELECT value FROM meta WHERE key = 'cursor_key'", &[])
+            .await
+            .map_err(pg("cannot read the cursor key"))?;
+        let bytes: Vec<u8> = row.get(0);
+        let key: [u8; 32] =
+            bytes.try_into().map_err(|_| Error::Corrupt { kind: "cursor key", reason: "not 32 bytes".into() })?;
+        Ok(CursorKey::new(key))
+    }
+}
+
+/// The newest schema version this build's migrations create.
+pub fn known_schema_version() -> i64 {
+    embedded::migrations::runner().get_migrations().iter().map(|m| i64::from(m.version())).max().unwrap_or(0)
+}
+
+/// Applies the embedded migrations in one connection. A database migrated by a newer
+/// build is refused before anything is written: this build would not know its tables.
+async fn migrate(config: &tokio_postgres::Config) -> Result<(), Error> {
+    let (mut client, connection) = config.connect(NoTls).await.map_err(pg("cannot connect"))?;
+    let task = tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::warn!(error = %e, "migration connection ended");
+        }
+    });
+    let result = async {
+        // Instances started together migrate one after the other.
+        client
+            .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+            .await
+            .map_err(pg("cannot take the migration lock"))?;
+        let has_history: bool = client
+            .query_one("SELECT to_regclass('refinery_schema_history') IS NOT NULL", &[])
+            .await
+            .map_err(pg("cannot read the schema version"))?
+            .get(0);
+        let found: Option<i64> = if has_history {
+            client
+                .query_one("SELECT max(version)::bigint FROM refinery_schema_history", &[])
+                .await
+                .map_err(pg("cannot read the schema version"))?
+                .get(0)
+        } else {
+            None
+        };
+        let known = known_schema_version();
+        if let Some(found) = found.filter(|&found| found > known) {
+            return Err(Error::SchemaTooNew { found, known });
+        }
+        embedded::migrations::runner()
+            .set_abort_divergent(true)
+            .run_async(&mut client)
+            .await
+            .map_err(|e| Error::Postgres { context: "schema migration failed", source: Box::new(e) })?;
+        Ok(())
+    }
+    .await;
+    drop(client);
+    let _ = task.await;
+    result
+}

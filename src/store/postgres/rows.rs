@@ -1,0 +1,131 @@
+//! Extraction rows: the encoded record and the columns derived from it, written together
+//! by the one function that changes a state.
+
+use tokio_postgres::Transaction;
+use tokio_postgres::types::ToSql;
+
+use super::{Error, pg};
+use crate::domain::lifecycle::State;
+use crate::store::Policies;
+use crate::store::codec::{decode, encode};
+use crate::store::records::ExtractionRecord;
+
+/// Every u64 the store keeps (sequence numbers, Unix ms, micro-dollars) fits i64 for
+/// centuries; a value that does not is clamped rather than wrapped.
+pub(super) fn big(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+pub(super) fn unbig(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// What a result must present to change this state: a lease token or a batch key.
+pub(super) fn fence_of(state: &State) -> Option<String> {
+    match state {
+        State::Claimed { lease_token, .. } => Some(lease_token.as_str().to_string()),
+        other => other.batch_key().map(|k| k.as_str().to_string()),
+    }
+}
+
+fn lease_expiry(state: &State) -> Option<i64> {
+    match state {
+        State::Claimed { expires_at_ms, .. } => Some(big(*expires_at_ms)),
+        _ => None,
+    }
+}
+
+fn committed_at(state: &State) -> Option<i64> {
+    match state {
+        State::Committed { at_ms } => Some(big(*at_ms)),
+        _ => None,
+    }
+}
+
+pub(super) fn decode_record(bytes: &[u8]) -> Result<ExtractionRecord, Error> {
+    decode(bytes)
+}
+
+/// The extraction with this identity, locked for the rest of the transaction.
+pub(super) async fn lock_by_id(tx: &Transaction<'_>, id: &[u8; 32]) -> Result<Option<ExtractionRecord>, Error> {
+    let row = tx
+        .query_opt("SELECT record FROM extractions WHERE id = $1 FOR UPDATE", &[&id.as_slice()])
+        .await
+        .map_err(pg("cannot read an extraction"))?;
+    row.map(|r| decode_record(r.get(0))).transpose()
+}
+
+/// Inserts a new extraction unless its identity exists. `None`: it existed.
+pub(super) async fn insert_new(
+    tx: &Transaction<'_>,
+    record: &ExtractionRecord,
+    content: &[u8],
+) -> Result<Option<()>, Error> {
+    let bytes = encode(record)?;
+    let format = i16::from(bytes[0]);
+    let params: [&(dyn ToSql + Sync); 10] = [
+        &record.id.as_bytes().as_slice(),
+        &big(record.seq),
+        &record.tenant,
+        &record.schema,
+        &i16::from(record.state.name().code()),
+        &big(record.updated_at_ms),
+        &format,
+        &bytes,
+        &content,
+        &fence_of(&record.state),
+    ];
+    let inserted = tx
+        .query_opt(
+            "INSERT INTO extractions (id, seq, tenant, schema_name, state_code, updated_at_ms, format, record, content, fence) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING RETURNING seq",
+            &params,
+        )
+        .await
+        .map_err(pg("cannot insert an extraction"))?;
+    Ok(inserted.map(|_| ()))
+}
+
+/// Persists a new state with its columns and outbox events. The only place a row's state
+/// changes. The `UPDATE` repeats the fence the caller checked under its row lock, so a
+/// write that lost its authority changes nothing and fails.
+pub(super) async fn transition(
+    tx: &Transaction<'_>,
+    policies: &Policies,
+    now_ms: u64,
+    record: &mut ExtractionRecord,
+    next: State,
+) -> Result<(), Error> {
+    let expected_fence = fence_of(&record.state);
+    super::money::enqueue_events(tx, policies, now_ms, record, &next).await?;
+    record.state = next;
+    record.updated_at_ms = now_ms;
+    let bytes = encode(&*record)?;
+    let format = i16::from(bytes[0]);
+    let params: [&(dyn ToSql + Sync); 9] = [
+        &big(record.seq),
+        &expected_fence,
+        &i16::from(record.state.name().code()),
+        &fence_of(&record.state),
+        &lease_expiry(&record.state),
+        &committed_at(&record.state),
+        &big(now_ms),
+        &format,
+        &bytes,
+    ];
+    let changed = tx
+        .execute(
+            "UPDATE extractions SET state_code = $3, fence = $4, lease_expires_at_ms = $5, committed_at_ms = $6, \
+             updated_at_ms = $7, format = $8, record = $9 WHERE seq = $1 AND fence IS NOT DISTINCT FROM $2",
+            &params,
+        )
+        .await
+        .map_err(pg("cannot update an extraction"))?;
+    if changed != 1 {
+        return Err(Error::Unavailable {
+            reason: format!("extraction {} changed under its lock (fence moved); nothing was written", record.seq),
+            cause: None,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,194 @@
+//! `COMMITPOINT_TEST_STORE=postgres`: the integration tests' servers use PostgreSQL
+//! instead of redb. One PostgreSQL server is started for the test process (its own data
+//! directory in a temp dir, on a free loopback port, trust auth: tests only) and each
+//! commitpoint data directory gets its own database, so a test that restarts its server
+//! over the same directory finds its data again.
+//!
+//! The server runs as the `postgres` OS user (initdb refuses root). A watcher process
+//! stops it (`pg_ctl stop -m immediate`) and removes its files once the test process is
+//! gone, however it ended.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+pub const STORE_ENV: &str = "COMMITPOINT_TEST_STORE";
+
+/// Whether the tests run against PostgreSQL.
+pub fn enabled() -> bool {
+    std::env::var(STORE_ENV).as_deref() == Ok("postgres")
+}
+
+#[derive(Debug)]
+pub struct Cluster {
+    pub bin: PathBuf,
+    pub data: PathBuf,
+    pub port: u16,
+}
+
+static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+
+/// The test process's PostgreSQL server, started on first use.
+pub fn cluster() -> &'static Cluster {
+    CLUSTER.get_or_init(start)
+}
+
+/// The newest installed server's binaries (Debian: /usr/lib/postgresql/<major>/bin).
+fn bin_dir() -> PathBuf {
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("PostgreSQL server binaries under /usr/lib/postgresql (apt-get install postgresql)")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let major = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("postgres").exists().then_some((major, bin))
+        })
+        .collect();
+    found.sort();
+    found.pop().expect("a PostgreSQL server under /usr/lib/postgresql/*/bin").1
+}
+
+fn run(cmd: &mut Command, what: &str) {
+    let out = cmd.stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn as_postgres(bin: &Path, tool: &str) -> Command {
+    let mut cmd = Command::new("runuser");
+    cmd.args(["-u", "postgres", "--"]).arg(bin.join(tool));
+    cmd
+}
+
+fn start() -> Cluster {
+    let bin = bin_dir();
+    let root = std::env::temp_dir().join(format!("commitpoint-pg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("sock")).expect("create the PostgreSQL temp dir");
+    run(Command::new("chown").args(["-R", "postgres:postgres"]).arg(&root), "chown the PostgreSQL temp dir");
+    let data = root.join("data");
+    run(
+        as_postgres(&bin, "initdb").args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync", "-D"]).arg(&data),
+        "initdb",
+    );
+    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+    let options = format!(
+        "-h 127.0.0.1 -p {port} -k {} -c max_connections=300 -c shared_buffers=32MB",
+        root.join("sock").display()
+    );
+    run(
+        as_postgres(&bin, "pg_ctl")
+            .args(["-w", "-t", "60", "-D"])
+            .arg(&data)
+            .args(["-l"])
+            .arg(root.join("log"))
+            .args(["-o", &options, "start"])
+            .stdout(Stdio::null()),
+        "pg_ctl start",
+    );
+    // Stops the server and removes its files once this process is gone.
+    let watcher = format!(
+        "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
+         runuser -u postgres -- {pg_ctl} -D {data} stop -m immediate >/dev/null 2>&1; rm -rf {root}",
+        pid = std::process::id(),
+        pg_ctl = bin.join("pg_ctl").display(),
+        data = data.display(),
+        root = root.display(),
+    );
+    // `setsid -f` forks the watcher into its own session and returns at once.
+    // Its output goes nowhere: a pipe it held would keep this call waiting.
+    let started = Command::new("setsid")
+        .args(["-f", "sh", "-c", &watcher])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("start the PostgreSQL watcher");
+    assert!(started.success(), "the PostgreSQL watcher did not start: {started}");
+    Cluster { bin, data, port }
+}
+
+impl Cluster {
+    /// Runs SQL as the superuser in `database`; the output is psql's unaligned rows.
+    pub fn psql(&self, database: &str, sql: &str) -> String {
+        let out = Command::new(self.bin.join("psql"))
+            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-U", "postgres"])
+            .args(["-p", &self.port.to_string(), "-d", database, "-c", sql])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run psql");
+        assert!(out.status.success(), "psql {sql:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+}
+
+/// The database a commitpoint data directory maps to, created on first use.
+pub fn database_for(data_dir: &Path) -> String {
+    let hash = blake3::hash(data_dir.as_os_str().as_encoded_bytes());
+    let name = format!("t_{}", &hash.to_hex()[..20]);
+    let cluster = cluster();
+    let exists = cluster.psql("postgres", &format!("SELECT 1 FROM pg_database WHERE datname = '{name}'"));
+    if exists.is_empty() {
+        cluster.psql("postgres", &format!("CREATE DATABASE {name}"));
+    }
+    name
+}
+
+/// `serve` commands get the PostgreSQL store when the switch is on.
+pub fn apply(cmd: &mut Command, data_dir: &Path) {
+    if enabled() {
+        let database = database_for(data_dir);
+        cmd.env("COMMITPOINT_STORE_URL", cluster().url(&database));
+    }
+}
+
+/// The store invariants checked with SQL, for tests on PostgreSQL (the product's own
+/// `verify` reads redb files only, so far). Each query counts violations.
+const INVARIANTS: [(&str, &str); 6] = [
+    (
+        "every committed extraction has its raw result",
+        "SELECT count(*) FROM extractions e WHERE state_code = 3 \
+         AND NOT EXISTS (SELECT 1 FROM results r WHERE r.extraction_seq = e.seq)",
+    ),
+    (
+        "only committed extractions have findings",
+        "SELECT count(*) FROM findings f JOIN extractions e ON e.seq = f.extraction_seq WHERE e.state_code <> 3",
+    ),
+    (
+        "claimed extractions, and only they, have a lease expiry and a fence",
+        "SELECT count(*) FROM extractions WHERE (state_code = 2) <> (lease_expires_at_ms IS NOT NULL) \
+         OR (state_code = 2 AND fence IS NULL)",
+    ),
+    (
+        "committed extractions, and only they, have a commit time",
+        "SELECT count(*) FROM extractions WHERE (state_code = 3) <> (committed_at_ms IS NOT NULL)",
+    ),
+    (
+        "every row's format column matches its record's format byte",
+        "SELECT count(*) FROM extractions WHERE format <> get_byte(record, 0)",
+    ),
+    ("sequence numbers are unique", "SELECT count(*) - count(DISTINCT seq) FROM extractions"),
+];
+
+/// Asserts every invariant holds in the database of `data_dir`; returns a report that
+/// ends like `verify`'s.
+pub fn assert_invariants(data_dir: &Path) -> String {
+    let database = database_for(data_dir);
+    let mut report = String::new();
+    for (name, sql) in INVARIANTS {
+        let violations = cluster().psql(&database, sql);
+        assert_eq!(violations, "0", "postgres invariant broken: {name} ({violations} rows)");
+        report.push_str(&format!("ok: {name}\n"));
+    }
+    report.push_str("ok: every invariant holds\n");
+    report
+}
