@@ -27,6 +27,7 @@
 //! | `COMMITPOINT_BENCH_PRELOAD` | 0 | fill both stores with this many extractions first (also `-- --preload N`) |
 //! | `COMMITPOINT_BENCH_POSTGRES` | 1 | set to 0 to skip the PostgreSQL side |
 //! | `COMMITPOINT_BENCH_PG_CLIENTS` | 32 | pgbench connections |
+//! | `COMMITPOINT_BENCH_PRELOAD_KEEP` | unset | a directory: keep commitpoint's preloaded store there and reuse it next time |
 //! | `COMMITPOINT_BENCH_CACHE_BYTES` | unset (the server's default) | redb page cache of the server (`[server] cache_bytes`) |
 //!
 //! Side by side: after commitpoint's levels it starts a throw-away PostgreSQL (see
@@ -212,19 +213,10 @@ async fn run(config: &Config) -> Result<bool> {
     .await??;
     print_probes(config, &probes, "disk baseline");
 
-    let template = match config.preload {
-        0 => None,
-        n => {
-            let dir = tempfile::Builder::new().prefix("intake-preload-").tempdir_in(&base)?;
-            let took =
-                common::preload::fill(&dir.path().join("data"), n, SCHEMA, "preload", config.content_bytes).await?;
-            println!("commitpoint preload: {n} extractions through Store::intake in {:.1} s", took.as_secs_f64());
-            Some(dir)
-        }
-    };
+    let template = preload(config, &base).await?;
     let mut levels = Vec::new();
     for &clients in &config.levels {
-        let result = run_level(config, &base, clients, template.as_ref().map(|d| d.path())).await;
+        let result = run_level(config, &base, clients, template.as_ref().map(Template::path)).await;
         match result {
             Ok(level) => levels.push(level),
             Err(e) => {
@@ -256,6 +248,46 @@ async fn run(config: &Config) -> Result<bool> {
     // PostgreSQL is a reference, not the thing under test: a failure on its side is
     // printed but does not fail the run (CI machines may lack it or run it badly).
     Ok(levels.iter().all(LevelResult::is_clean))
+}
+
+/// Where commitpoint's preloaded store lives: a temp dir, or one kept between runs.
+#[derive(Debug)]
+enum Template {
+    Temporary(tempfile::TempDir),
+    Kept(PathBuf),
+}
+
+impl Template {
+    fn path(&self) -> &Path {
+        match self {
+            Template::Temporary(dir) => dir.path(),
+            Template::Kept(dir) => dir,
+        }
+    }
+}
+
+/// Fills a store with `config.preload` extractions once; each level copies it. With
+/// `COMMITPOINT_BENCH_PRELOAD_KEEP`, a store already there (from a run with the same N and
+/// content size) is reused.
+async fn preload(config: &Config, base: &Path) -> Result<Option<Template>> {
+    let n = config.preload;
+    if n == 0 {
+        return Ok(None);
+    }
+    let template = match env_var("COMMITPOINT_BENCH_PRELOAD_KEEP") {
+        Some(dir) => {
+            let dir = PathBuf::from(dir);
+            if dir.join("data").join("commitpoint.redb").is_file() {
+                println!("commitpoint preload: reusing {} (must hold {n} extractions)", dir.display());
+                return Ok(Some(Template::Kept(dir)));
+            }
+            Template::Kept(dir)
+        }
+        None => Template::Temporary(tempfile::Builder::new().prefix("intake-preload-").tempdir_in(base)?),
+    };
+    let took = common::preload::fill(&template.path().join("data"), n, SCHEMA, "preload", config.content_bytes).await?;
+    println!("commitpoint preload: {n} extractions through Store::intake in {:.1} s", took.as_secs_f64());
+    Ok(Some(template))
 }
 
 // ---------------------------------------------------------------------------------------
