@@ -475,6 +475,8 @@ struct LevelResult {
     verify: Option<VerifyOutcome>,
     /// Bytes the server caused to be written over the measured window.
     write_bytes: Option<u64>,
+    /// Bytes the server handed to write calls over the window (pwrite + responses).
+    wchar: Option<u64>,
     shutdown: Option<Duration>,
     server_exit: Option<String>,
     server_log_problems: Vec<String>,
@@ -636,6 +638,7 @@ async fn run_level(config: &Config, base: &Path, clients: usize, template: Optio
     tokio::time::sleep_until(measure_from.into()).await;
     let cpu_before = CpuSnapshot::take(server.pid());
     let io_before = common::postgres::write_bytes(server.pid());
+    let wchar_before = common::postgres::wchar(server.pid());
 
     let mut result = LevelResult { clients, ..LevelResult::default() };
     let mut latencies = Vec::new();
@@ -659,6 +662,7 @@ async fn run_level(config: &Config, base: &Path, clients: usize, template: Optio
     }
     let cpu_after = CpuSnapshot::take(server.pid());
     result.write_bytes = common::postgres::write_bytes(server.pid()).zip(io_before).map(|(a, b)| a.saturating_sub(b));
+    result.wchar = common::postgres::wchar(server.pid()).zip(wchar_before).map(|(a, b)| a.saturating_sub(b));
     result.elapsed = last_finish.saturating_duration_since(measure_from);
     result.latencies = Latencies::from(latencies);
     result.cpu = cpu_use(cpu_before, cpu_after, Instant::now() - measure_from);
@@ -906,7 +910,7 @@ fn fmt_pct(v: Option<f64>) -> String {
 fn print_levels(levels: &[LevelResult]) {
     println!("intake: POST /v1/extractions, each 2xx acknowledged after a Durability::Immediate commit");
     println!(
-        "  {:>7} {:>9} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7} {:>6} {:>7} {:>8}",
+        "  {:>7} {:>9} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7} {:>6} {:>7} {:>8} {:>8}",
         "clients",
         "acked/s",
         "requests",
@@ -920,7 +924,8 @@ fn print_levels(levels: &[LevelResult]) {
         "server",
         "bench",
         "machine",
-        "KiB/ack"
+        "KiB/ack",
+        "wchar"
     );
     for l in levels {
         if let Some(reason) = &l.failure {
@@ -928,7 +933,7 @@ fn print_levels(levels: &[LevelResult]) {
             continue;
         }
         println!(
-            "  {:>7} {:>9.0} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7} {:>6} {:>7} {:>8}",
+            "  {:>7} {:>9.0} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7} {:>6} {:>7} {:>8} {:>8}",
             l.clients,
             l.rate(),
             l.requests,
@@ -944,12 +949,14 @@ fn print_levels(levels: &[LevelResult]) {
             fmt_pct(l.cpu.machine),
             l.write_bytes
                 .map_or_else(|| "?".to_string(), |b| format!("{:.1}", b as f64 / 1024.0 / l.acked().max(1) as f64)),
+            l.wchar.map_or_else(|| "?".to_string(), |b| format!("{:.1}", b as f64 / 1024.0 / l.acked().max(1) as f64)),
         );
     }
     println!(
         "  (requests and latencies: measured window; errors: whole level, warm-up included;\n   \
          server/bench: CPU as % of one core; machine: busy share of all cores, including other load;\n   \
-         KiB/ack: write_bytes of the server's /proc/PID/io over the window per acknowledged intake)"
+         KiB/ack: write_bytes of the server's /proc/PID/io over the window per acknowledged intake;\n   \
+         wchar: the same for wchar, bytes the server handed to pwrite and to its sockets)"
     );
     println!();
     for l in levels.iter().filter(|l| l.failure.is_none()) {

@@ -250,6 +250,11 @@ pub fn write_bytes(pid: u32) -> Option<u64> {
     io_field(pid, "write_bytes:")
 }
 
+/// `wchar` of /proc/PID/io: bytes handed to write(2)-family calls, sockets included.
+pub fn wchar(pid: u32) -> Option<u64> {
+    io_field(pid, "wchar:")
+}
+
 fn io_field(pid: u32, name: &str) -> Option<u64> {
     let io = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
     io.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok())
