@@ -24,6 +24,20 @@
 //! | `COMMITPOINT_BENCH_CLIENT_THREADS` | 1 | tokio worker threads driving the clients |
 //! | `COMMITPOINT_BENCH_VERIFY` | 1 | set to 0 to skip `commitpoint verify` after each level |
 //! | `COMMITPOINT_BENCH_DIR` | `target/tmp` | parent of the data directories (avoid tmpfs) |
+//! | `COMMITPOINT_BENCH_PRELOAD` | 0 | fill both stores with this many extractions first (also `-- --preload N`) |
+//! | `COMMITPOINT_BENCH_POSTGRES` | 1 | set to 0 to skip the PostgreSQL side |
+//! | `COMMITPOINT_BENCH_PG_CLIENTS` | 32 | pgbench connections |
+//! | `COMMITPOINT_BENCH_PRELOAD_KEEP` | unset | a directory: keep commitpoint's preloaded store there and reuse it next time |
+//! | `COMMITPOINT_BENCH_CACHE_BYTES` | unset (the server's default) | redb page cache of the server (`[server] cache_bytes`) |
+//!
+//! Side by side: after commitpoint's levels it starts a throw-away PostgreSQL (see
+//! `common/postgres.rs`; "PostgreSQL: skipped (…)" when its binaries are absent) and runs
+//! `pgbench` with `INSERT … ON CONFLICT (id) DO NOTHING` into a table of the same shape,
+//! the same duplicate share and content size, for the same duration, and prints both and
+//! their ratio. For both it prints the bytes written per acknowledged intake, from
+//! /proc/PID/io: commitpoint's `write_bytes`; PostgreSQL's `wchar` summed over the
+//! postmaster and its children (see `common/postgres.rs` for why), during the run and
+//! with the CHECKPOINT after it that writes the data pages the run dirtied.
 
 use std::fmt::Write as _;
 use std::io::Write;
@@ -43,7 +57,10 @@ use hyper_util::rt::TokioIo;
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "pg_side/intake.rs"]
+mod pg_side;
 
+use common::stats::{Latencies, fmt_us, micros, rate};
 use common::{
     BINARY, Filesystem, Result, ServerProcess, env_var, filesystem_of, load_average, process_cpu_secs, run_verify,
 };
@@ -96,6 +113,27 @@ struct Config {
     client_threads: usize,
     verify: bool,
     base_dir: PathBuf,
+    preload: u64,
+    postgres: bool,
+    pg_clients: usize,
+    cache_bytes: Option<u64>,
+}
+
+/// `--preload N` or `--preload=N` among the arguments (cargo bench adds `--bench`).
+fn preload_arg() -> Result<Option<u64>> {
+    let args: Vec<String> = std::env::args().collect();
+    for (i, arg) in args.iter().enumerate() {
+        let value = if arg == "--preload" {
+            args.get(i + 1).cloned()
+        } else if let Some(v) = arg.strip_prefix("--preload=") {
+            Some(v.to_string())
+        } else {
+            continue;
+        };
+        let value = value.unwrap_or_default();
+        return value.trim().parse().map(Some).map_err(|_| format!("--preload {value:?}: want a count").into());
+    }
+    Ok(None)
 }
 
 fn env_parse<T: std::str::FromStr>(name: &str, default: T) -> Result<T> {
@@ -146,6 +184,16 @@ impl Config {
             client_threads,
             verify: env_var("COMMITPOINT_BENCH_VERIFY").is_none_or(|v| v != "0"),
             base_dir,
+            preload: match preload_arg()? {
+                Some(n) => n,
+                None => env_parse("COMMITPOINT_BENCH_PRELOAD", 0u64)?,
+            },
+            postgres: env_var("COMMITPOINT_BENCH_POSTGRES").is_none_or(|v| v != "0"),
+            pg_clients: env_parse("COMMITPOINT_BENCH_PG_CLIENTS", 32usize)?.max(1),
+            cache_bytes: match env_var("COMMITPOINT_BENCH_CACHE_BYTES") {
+                None => None,
+                Some(_) => Some(env_parse("COMMITPOINT_BENCH_CACHE_BYTES", 0u64)?),
+            },
         })
     }
 }
@@ -165,9 +213,10 @@ async fn run(config: &Config) -> Result<bool> {
     .await??;
     print_probes(config, &probes, "disk baseline");
 
+    let template = preload(config, &base).await?;
     let mut levels = Vec::new();
     for &clients in &config.levels {
-        let result = run_level(config, &base, clients).await;
+        let result = run_level(config, &base, clients, template.as_ref().map(Template::path)).await;
         match result {
             Ok(level) => levels.push(level),
             Err(e) => {
@@ -183,10 +232,62 @@ async fn run(config: &Config) -> Result<bool> {
         move || overwrite_probe(&base, duration, "overwrite, after")
     })
     .await??;
+    drop(template);
     print_levels(&levels);
+    let postgres = if config.postgres {
+        let config = config.clone();
+        let base = base.clone();
+        tokio::task::spawn_blocking(move || pg_side::run(&config, &base)).await?
+    } else {
+        pg_side::Outcome::Skipped("COMMITPOINT_BENCH_POSTGRES=0".to_string())
+    };
     print_probes(config, std::slice::from_ref(&after), "disk again after the levels");
     print_summary(&probes, &levels);
+    pg_side::print(config, &postgres, &levels);
+    let _ = std::io::stdout().flush();
+    // PostgreSQL is a reference, not the thing under test: a failure on its side is
+    // printed but does not fail the run (CI machines may lack it or run it badly).
     Ok(levels.iter().all(LevelResult::is_clean))
+}
+
+/// Where commitpoint's preloaded store lives: a temp dir, or one kept between runs.
+#[derive(Debug)]
+enum Template {
+    Temporary(tempfile::TempDir),
+    Kept(PathBuf),
+}
+
+impl Template {
+    fn path(&self) -> &Path {
+        match self {
+            Template::Temporary(dir) => dir.path(),
+            Template::Kept(dir) => dir,
+        }
+    }
+}
+
+/// Fills a store with `config.preload` extractions once; each level copies it. With
+/// `COMMITPOINT_BENCH_PRELOAD_KEEP`, a store already there (from a run with the same N and
+/// content size) is reused.
+async fn preload(config: &Config, base: &Path) -> Result<Option<Template>> {
+    let n = config.preload;
+    if n == 0 {
+        return Ok(None);
+    }
+    let template = match env_var("COMMITPOINT_BENCH_PRELOAD_KEEP") {
+        Some(dir) => {
+            let dir = PathBuf::from(dir);
+            if dir.join("data").join("commitpoint.redb").is_file() {
+                println!("commitpoint preload: reusing {} (must hold {n} extractions)", dir.display());
+                return Ok(Some(Template::Kept(dir)));
+            }
+            Template::Kept(dir)
+        }
+        None => Template::Temporary(tempfile::Builder::new().prefix("intake-preload-").tempdir_in(base)?),
+    };
+    let took = common::preload::fill(&template.path().join("data"), n, SCHEMA, "preload", config.content_bytes).await?;
+    println!("commitpoint preload: {n} extractions through Store::intake in {:.1} s", took.as_secs_f64());
+    Ok(Some(template))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -212,6 +313,9 @@ fn print_header(config: &Config, base: &Path, fs: Option<&Filesystem>) {
         config.content_bytes,
         if config.quick { " (QUICK mode)" } else { "" },
     );
+    if let Some(cache_bytes) = config.cache_bytes {
+        println!("  server        [server] cache_bytes = {cache_bytes}");
+    }
     println!(
         "  bench client  hyper http1, one keep-alive connection per client, {} tokio thread(s), same machine",
         config.client_threads
@@ -369,6 +473,10 @@ struct LevelResult {
     /// 201s over the whole level, warm-up included (what the file must hold).
     created_total: u64,
     verify: Option<VerifyOutcome>,
+    /// Bytes the server caused to be written over the measured window.
+    write_bytes: Option<u64>,
+    /// Bytes the server handed to write calls over the window (pwrite + responses).
+    wchar: Option<u64>,
     shutdown: Option<Duration>,
     server_exit: Option<String>,
     server_log_problems: Vec<String>,
@@ -491,10 +599,22 @@ impl Plan {
     }
 }
 
-async fn run_level(config: &Config, base: &Path, clients: usize) -> Result<LevelResult> {
+async fn run_level(config: &Config, base: &Path, clients: usize, template: Option<&Path>) -> Result<LevelResult> {
     let dir = tempfile::Builder::new().prefix(&format!("intake-{clients}c-")).tempdir_in(base)?;
+    if let Some(template) = template {
+        std::fs::create_dir_all(dir.path().join("data"))?;
+        std::fs::copy(
+            template.join("data").join("commitpoint.redb"),
+            dir.path().join("data").join("commitpoint.redb"),
+        )?;
+    }
     let mut serve = Command::new(BINARY);
     serve.arg("serve").arg("--data-dir").arg(dir.path().join("data")).args(["--listen", "127.0.0.1:0"]);
+    if let Some(cache_bytes) = config.cache_bytes {
+        let path = dir.path().join("commitpoint.toml");
+        std::fs::write(&path, format!("[server]\ncache_bytes = {cache_bytes}\n"))?;
+        serve.arg("--config").arg(path);
+    }
     let mut server = ServerProcess::start(serve, &dir.path().join("server.log"))?;
 
     let start = Instant::now();
@@ -517,6 +637,8 @@ async fn run_level(config: &Config, base: &Path, clients: usize) -> Result<Level
 
     tokio::time::sleep_until(measure_from.into()).await;
     let cpu_before = CpuSnapshot::take(server.pid());
+    let io_before = common::postgres::write_bytes(server.pid());
+    let wchar_before = common::postgres::wchar(server.pid());
 
     let mut result = LevelResult { clients, ..LevelResult::default() };
     let mut latencies = Vec::new();
@@ -539,6 +661,8 @@ async fn run_level(config: &Config, base: &Path, clients: usize) -> Result<Level
         }
     }
     let cpu_after = CpuSnapshot::take(server.pid());
+    result.write_bytes = common::postgres::write_bytes(server.pid()).zip(io_before).map(|(a, b)| a.saturating_sub(b));
+    result.wchar = common::postgres::wchar(server.pid()).zip(wchar_before).map(|(a, b)| a.saturating_sub(b));
     result.elapsed = last_finish.saturating_duration_since(measure_from);
     result.latencies = Latencies::from(latencies);
     result.cpu = cpu_use(cpu_before, cpu_after, Instant::now() - measure_from);
@@ -557,10 +681,10 @@ async fn run_level(config: &Config, base: &Path, clients: usize) -> Result<Level
         let db = dir.path().join("data").join("commitpoint.redb");
         let verified = tokio::task::spawn_blocking(move || verify(&db)).await?;
         result.verify = Some(match verified {
-            VerifyOutcome::Ok { extractions } if extractions != result.created_total => {
+            VerifyOutcome::Ok { extractions } if extractions != result.created_total + config.preload => {
                 VerifyOutcome::Problem(format!(
-                    "the file holds {extractions} extractions but {} intakes were acknowledged as created",
-                    result.created_total
+                    "the file holds {extractions} extractions but {} were preloaded and {} intakes acknowledged as created",
+                    config.preload, result.created_total
                 ))
             }
             other => other,
@@ -779,52 +903,6 @@ async fn client(id: usize, plan: Arc<Plan>) -> ClientStats {
 // ---------------------------------------------------------------------------------------
 // Statistics and printing
 
-#[derive(Debug, Default, Clone, Copy)]
-struct Latencies {
-    mean: f64,
-    p50: f64,
-    p99: f64,
-    max: f64,
-}
-
-impl From<Vec<u32>> for Latencies {
-    fn from(mut v: Vec<u32>) -> Self {
-        if v.is_empty() {
-            return Self::default();
-        }
-        v.sort_unstable();
-        // Nearest-rank percentiles.
-        let rank = |p: f64| {
-            let idx = ((p / 100.0) * v.len() as f64).ceil() as usize;
-            f64::from(v[idx.clamp(1, v.len()) - 1])
-        };
-        Self {
-            mean: v.iter().map(|&x| f64::from(x)).sum::<f64>() / v.len() as f64,
-            p50: rank(50.0),
-            p99: rank(99.0),
-            max: f64::from(v[v.len() - 1]),
-        }
-    }
-}
-
-fn micros(d: Duration) -> u32 {
-    u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
-}
-
-fn rate(ops: u64, elapsed: Duration) -> f64 {
-    if elapsed.is_zero() { 0.0 } else { ops as f64 / elapsed.as_secs_f64() }
-}
-
-fn fmt_us(us: f64) -> String {
-    if us < 1000.0 {
-        format!("{us:.0} µs")
-    } else if us < 100_000.0 {
-        format!("{:.1} ms", us / 1000.0)
-    } else {
-        format!("{:.0} ms", us / 1000.0)
-    }
-}
-
 fn fmt_pct(v: Option<f64>) -> String {
     v.map_or_else(|| "?".to_string(), |v| format!("{v:.0}%"))
 }
@@ -832,7 +910,7 @@ fn fmt_pct(v: Option<f64>) -> String {
 fn print_levels(levels: &[LevelResult]) {
     println!("intake: POST /v1/extractions, each 2xx acknowledged after a Durability::Immediate commit");
     println!(
-        "  {:>7} {:>9} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7} {:>6} {:>7}",
+        "  {:>7} {:>9} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7} {:>6} {:>7} {:>8} {:>8}",
         "clients",
         "acked/s",
         "requests",
@@ -845,7 +923,9 @@ fn print_levels(levels: &[LevelResult]) {
         "errors",
         "server",
         "bench",
-        "machine"
+        "machine",
+        "KiB/ack",
+        "wchar"
     );
     for l in levels {
         if let Some(reason) = &l.failure {
@@ -853,7 +933,7 @@ fn print_levels(levels: &[LevelResult]) {
             continue;
         }
         println!(
-            "  {:>7} {:>9.0} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7} {:>6} {:>7}",
+            "  {:>7} {:>9.0} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7} {:>6} {:>7} {:>8} {:>8}",
             l.clients,
             l.rate(),
             l.requests,
@@ -867,11 +947,16 @@ fn print_levels(levels: &[LevelResult]) {
             fmt_pct(l.cpu.server),
             fmt_pct(l.cpu.bench),
             fmt_pct(l.cpu.machine),
+            l.write_bytes
+                .map_or_else(|| "?".to_string(), |b| format!("{:.1}", b as f64 / 1024.0 / l.acked().max(1) as f64)),
+            l.wchar.map_or_else(|| "?".to_string(), |b| format!("{:.1}", b as f64 / 1024.0 / l.acked().max(1) as f64)),
         );
     }
     println!(
         "  (requests and latencies: measured window; errors: whole level, warm-up included;\n   \
-         server/bench: CPU as % of one core; machine: busy share of all cores, including other load)"
+         server/bench: CPU as % of one core; machine: busy share of all cores, including other load;\n   \
+         KiB/ack: write_bytes of the server's /proc/PID/io over the window per acknowledged intake;\n   \
+         wchar: the same for wchar, bytes the server handed to pwrite and to its sockets)"
     );
     println!();
     for l in levels.iter().filter(|l| l.failure.is_none()) {

@@ -7,6 +7,11 @@
 // Each bench uses its own part of this module.
 #![allow(dead_code)]
 
+pub mod http;
+pub mod postgres;
+pub mod preload;
+pub mod stats;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
