@@ -5,6 +5,7 @@
 use redb::ReadableTable;
 
 use super::codec::{decode, encode};
+use super::policies::Pricing;
 use super::records::{ChargeKind, ExtractionRecord, LedgerRecord};
 use super::tables::{self, required};
 use super::write_tables::WriteTables;
@@ -39,10 +40,32 @@ pub(super) fn record_charge(
     // call again: one provider request id is charged once per extraction.
     let kind =
         if kind != ChargeKind::Replay && already_charged(t, record.seq, charge)? { ChargeKind::Replay } else { kind };
-    let (list_cost, source) = t.policies.pricing.price(&charge.provider, &charge.usage, charge.batch);
-    let cost_micros = if kind == ChargeKind::Replay { 0 } else { list_cost };
     let seq = t.allocate_ledger_seq();
-    let entry = LedgerRecord {
+    let entry = priced_entry(seq, t.policies.pricing.as_ref(), record, charge, kind, t.now_ms);
+    let cost_micros = entry.cost_micros;
+    t.ledger.insert(seq, encode(&entry)?.as_slice())?;
+    t.ledger_by_tenant.insert((record.tenant.as_str(), t.now_ms, seq), ())?;
+    t.ledger_by_extraction.insert((record.seq, seq), ())?;
+    if cost_micros > 0 {
+        let day = t.now_ms / DAY_MS;
+        let spent = t.spend.get((record.tenant.as_str(), day))?.map_or(0, |v| v.value());
+        t.spend.insert((record.tenant.as_str(), day), spent.saturating_add(cost_micros))?;
+    }
+    Ok(())
+}
+
+/// The ledger entry of one charge, priced at list price; a replay costs nothing. Every
+/// backend writes entries made here, so a report reads the same on either.
+pub(crate) fn priced_entry(
+    seq: u64,
+    pricing: &dyn Pricing,
+    record: &ExtractionRecord,
+    charge: &Charge,
+    kind: ChargeKind,
+    now_ms: u64,
+) -> LedgerRecord {
+    let (list_cost, source) = pricing.price(&charge.provider, &charge.usage, charge.batch);
+    LedgerRecord {
         seq,
         tenant: record.tenant.clone(),
         extraction_id: record.id,
@@ -53,20 +76,11 @@ pub(super) fn record_charge(
         job_id: charge.job_id.clone(),
         usage: charge.usage.clone(),
         latency_ms: charge.latency_ms,
-        cost_micros,
+        cost_micros: if kind == ChargeKind::Replay { 0 } else { list_cost },
         list_cost_micros: list_cost,
         cost_source: source,
-        at_ms: t.now_ms,
-    };
-    t.ledger.insert(seq, encode(&entry)?.as_slice())?;
-    t.ledger_by_tenant.insert((record.tenant.as_str(), t.now_ms, seq), ())?;
-    t.ledger_by_extraction.insert((record.seq, seq), ())?;
-    if cost_micros > 0 {
-        let day = t.now_ms / DAY_MS;
-        let spent = t.spend.get((record.tenant.as_str(), day))?.map_or(0, |v| v.value());
-        t.spend.insert((record.tenant.as_str(), day), spent.saturating_add(cost_micros))?;
+        at_ms: now_ms,
     }
-    Ok(())
 }
 
 fn already_charged(t: &WriteTables<'_>, extraction_seq: u64, charge: &Charge) -> Result<bool, Error> {

@@ -73,6 +73,38 @@ pub struct PostResult {
     pub charge: Option<Charge>,
 }
 
+impl PostResult {
+    /// The lifecycle event this post asks for, and the fence its commit is recorded under;
+    /// the same for every backend, so both judge a late or stale reporter alike.
+    pub(crate) fn event_and_fence(&self) -> (Event, Fence) {
+        let event = match (&self.authority, &self.submission) {
+            (Authority::Lease(token), Submission::Valid { .. }) => Event::ValidResult { lease_token: token.clone() },
+            (Authority::Lease(token), Submission::Invalid { reason }) => {
+                Event::InvalidResult { lease_token: token.clone(), reason: reason.clone() }
+            }
+            (Authority::Batch(key), Submission::Valid { .. }) => Event::ReadyValid { batch_key: key.clone() },
+            (Authority::Batch(key), Submission::Invalid { reason }) => {
+                Event::ReadyInvalid { batch_key: key.clone(), reason: reason.clone() }
+            }
+        };
+        let fence = match &self.authority {
+            Authority::Lease(token) => Fence::Lease(token.clone()),
+            Authority::Batch(key) => Fence::Batch(key.clone()),
+        };
+        (event, fence)
+    }
+}
+
+/// Who produced an answer, as the result record names it: the worker holding the lease or
+/// the provider whose batch answered.
+pub(crate) fn producer_of(state: &State) -> String {
+    match state {
+        State::Claimed { worker, .. } => worker.clone(),
+        State::Ready { provider, .. } => provider.to_string(),
+        _ => String::new(),
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PostOutcome {
     Committed { findings: u64 },
@@ -256,25 +288,8 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
         return Ok((PostOutcome::NotFound, false));
     };
     let mut record = load(t, seq)?;
-    let producer = match &record.state {
-        State::Claimed { worker, .. } => worker.clone(),
-        State::Ready { provider, .. } => provider.to_string(),
-        _ => String::new(),
-    };
-    let event = match (&post.authority, &post.submission) {
-        (Authority::Lease(token), Submission::Valid { .. }) => Event::ValidResult { lease_token: token.clone() },
-        (Authority::Lease(token), Submission::Invalid { reason }) => {
-            Event::InvalidResult { lease_token: token.clone(), reason: reason.clone() }
-        }
-        (Authority::Batch(key), Submission::Valid { .. }) => Event::ReadyValid { batch_key: key.clone() },
-        (Authority::Batch(key), Submission::Invalid { reason }) => {
-            Event::ReadyInvalid { batch_key: key.clone(), reason: reason.clone() }
-        }
-    };
-    let fence = match post.authority {
-        Authority::Lease(token) => Fence::Lease(token),
-        Authority::Batch(key) => Fence::Batch(key),
-    };
+    let producer = producer_of(&record.state);
+    let (event, fence) = post.event_and_fence();
     let next = match lifecycle::apply(&record.state, event, t.now_ms) {
         Ok(Outcome::Changed(next)) => next,
         Ok(Outcome::Replay) => {

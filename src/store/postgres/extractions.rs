@@ -11,10 +11,11 @@ use crate::domain::lifecycle::{self, Event, Outcome, State, StateName};
 use crate::domain::names::LeaseToken;
 use crate::domain::schema::ValidatedFinding;
 use crate::store::codec::{decode, encode};
-use crate::store::records::{ChargeKind, Fence, FindingRecord, ResultRecord, StoredContent};
+use crate::store::ops::producer_of;
+use crate::store::records::{ChargeKind, FindingRecord, ResultRecord, StoredContent};
 use crate::store::{
-    Authority, CancelOutcome, ClaimRequest, DeliveryOutcome, ExtractionRecord, Grant, IntakeOutcome, NewExtraction,
-    PostOutcome, PostResult, RETRY_CHUNK, RetryFilter, RetryOutcome, Submission,
+    CancelOutcome, ClaimRequest, DeliveryOutcome, ExtractionRecord, Grant, IntakeOutcome, NewExtraction, PostOutcome,
+    PostResult, RETRY_CHUNK, RetryFilter, RetryOutcome, Submission,
 };
 
 impl PgStore {
@@ -122,25 +123,8 @@ impl PgStore {
         let Some(mut record) = lock_by_id(&tx, post.id.as_bytes()).await? else {
             return Ok(PostOutcome::NotFound);
         };
-        let producer = match &record.state {
-            State::Claimed { worker, .. } => worker.clone(),
-            State::Ready { provider, .. } => provider.to_string(),
-            _ => String::new(),
-        };
-        let event = match (&post.authority, &post.submission) {
-            (Authority::Lease(token), Submission::Valid { .. }) => Event::ValidResult { lease_token: token.clone() },
-            (Authority::Lease(token), Submission::Invalid { reason }) => {
-                Event::InvalidResult { lease_token: token.clone(), reason: reason.clone() }
-            }
-            (Authority::Batch(key), Submission::Valid { .. }) => Event::ReadyValid { batch_key: key.clone() },
-            (Authority::Batch(key), Submission::Invalid { reason }) => {
-                Event::ReadyInvalid { batch_key: key.clone(), reason: reason.clone() }
-            }
-        };
-        let fence = match post.authority {
-            Authority::Lease(token) => Fence::Lease(token),
-            Authority::Batch(key) => Fence::Batch(key),
-        };
+        let producer = producer_of(&record.state);
+        let (event, fence) = post.event_and_fence();
         let charge = |kind| {
             let record = record.clone();
             let policies = &policies;

@@ -10,7 +10,7 @@ use crate::domain::clock;
 use crate::domain::identity::ExtractionId;
 use crate::domain::lifecycle::State;
 use crate::store::codec::{decode, encode};
-use crate::store::ledger::{Charge, DAY_MS};
+use crate::store::ledger::{Charge, DAY_MS, priced_entry};
 use crate::store::records::{ChargeKind, DeliveryState, ExtractionRecord, LedgerRecord, OutboxKind, OutboxRecord};
 use crate::store::seam::LedgerVisitor;
 use crate::store::{DeliveryReport, OutboxFilter, Policies};
@@ -44,25 +44,9 @@ pub(super) async fn record_charge(
     } else {
         kind
     };
-    let (list_cost, source) = policies.pricing.price(&charge.provider, &charge.usage, charge.batch);
-    let cost_micros = if kind == ChargeKind::Replay { 0 } else { list_cost };
     let seq = next_seq(tx, "ledger_seq").await?;
-    let entry = LedgerRecord {
-        seq,
-        tenant: record.tenant.clone(),
-        extraction_id: record.id,
-        extraction_seq: record.seq,
-        attempt: record.attempt,
-        kind,
-        provider: charge.provider.clone(),
-        job_id: charge.job_id.clone(),
-        usage: charge.usage.clone(),
-        latency_ms: charge.latency_ms,
-        cost_micros,
-        list_cost_micros: list_cost,
-        cost_source: source,
-        at_ms: now_ms,
-    };
+    let entry = priced_entry(seq, policies.pricing.as_ref(), record, charge, kind, now_ms);
+    let cost_micros = entry.cost_micros;
     let bytes = encode(&entry)?;
     let params: [&(dyn ToSql + Sync); 10] = [
         &big(seq),
