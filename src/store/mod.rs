@@ -52,7 +52,7 @@ use redb::{Database, ReadableDatabase};
 
 pub use backup::BackupReport;
 pub use batches::{
-    CloseReport, IntentOutcome, IntentRequest, Leftover, MemberRules, ReadyItem, StageReport, WorkFilter,
+    CloseReport, IngestLine, IntentOutcome, IntentRequest, Leftover, MemberRules, ReadyItem, StageReport, WorkFilter,
 };
 pub use cancel::{CancelOutcome, RETRY_CHUNK, RetryFilter};
 pub use compact::{CompactReport, compact_file};

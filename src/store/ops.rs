@@ -293,22 +293,40 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
             return Ok((PostOutcome::Rejected(e), post.charge.is_some()));
         }
     };
-    if let Some(charge) = &post.charge {
+    // A provider's staged raw answer has served its purpose once the extraction leaves Ready.
+    t.staged.remove(seq)?;
+    let outcome = settle(t, &mut record, next, &post.submission, post.charge.as_ref(), producer, fence)?;
+    Ok((outcome, true))
+}
+
+/// Applies a result's outcome (`next`: committed or failed) to a record whose lifecycle
+/// check passed: the charge, the result and its findings, the state change. Shared by a
+/// post and by ingestion, which commits a provider's judged answer as it stages it.
+pub(super) fn settle(
+    t: &mut WriteTables<'_>,
+    record: &mut ExtractionRecord,
+    next: State,
+    submission: &Submission,
+    charge: Option<&Charge>,
+    producer: String,
+    fence: Fence,
+) -> Result<PostOutcome, Error> {
+    if let Some(charge) = charge {
         let kind = if matches!(next, State::Failed { .. }) { ChargeKind::FailedValidation } else { ChargeKind::Fresh };
-        record_charge(t, &record, charge, kind)?;
+        record_charge(t, record, charge, kind)?;
     }
-    let outcome = match (&next, post.submission) {
+    let outcome = match (&next, submission) {
         (State::Committed { .. }, Submission::Valid { findings, output }) => {
             let result = ResultRecord {
                 output_json: output.to_string(),
                 producer,
                 fence,
-                usage: post.charge.as_ref().map(|c| c.usage.clone()),
-                latency_ms: post.charge.as_ref().and_then(|c| c.latency_ms),
+                usage: charge.map(|c| c.usage.clone()),
+                latency_ms: charge.and_then(|c| c.latency_ms),
                 received_at_ms: t.now_ms,
             };
-            let written = write_findings(t, &record, &findings)?;
-            t.results.insert(seq, encode(&result)?.as_slice())?;
+            let written = write_findings(t, record, findings)?;
+            t.results.insert(record.seq, encode(&result)?.as_slice())?;
             PostOutcome::Committed { findings: written }
         }
         (State::Failed { reason, .. }, _) => PostOutcome::Failed { reason: reason.clone() },
@@ -319,10 +337,8 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
             });
         }
     };
-    // A provider's staged raw answer has served its purpose once the extraction leaves Ready.
-    t.staged.remove(seq)?;
-    transition(t, &mut record, next)?;
-    Ok((outcome, true))
+    transition(t, record, next)?;
+    Ok(outcome)
 }
 
 /// Upserts by finding key, so an output that repeats a finding stores it once.
