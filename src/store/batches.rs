@@ -854,6 +854,53 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_judged_answer_commits_as_it_is_staged_and_a_refetch_changes_nothing() {
+        let rig = rig().await;
+        let batch = rig.submitted().await;
+        let usage = Usage { model: "m".into(), output_tokens: 9, request_id: Some("r1".into()), ..Usage::default() };
+        let output = serde_json::json!({"findings": [{"k": 1}]});
+        let finding = crate::domain::schema::ValidatedFinding {
+            canonical_identity: "[1]".into(),
+            body: output["findings"][0].clone(),
+        };
+        let line = IngestLine {
+            id: rig.id,
+            result: LineResult::Answer { output: output.to_string(), usage: Some(usage) },
+            judged: Some(Submission::Valid { findings: vec![finding], output }),
+        };
+        let report = rig.store.ingest_results(batch, vec![line.clone()], RULES).await.unwrap();
+        assert_eq!((report.committed, report.staged, report.failed_validation), (1, 0, 0), "{report:?}");
+        assert!(matches!(rig.record().await.state, State::Committed { .. }));
+        assert!(rig.store.ready_items("p".into(), 10).await.unwrap().is_empty(), "nothing was staged");
+        assert_eq!(rig.store.findings(rig.id).await.unwrap().unwrap().len(), 1);
+        let result = rig.store.result(rig.id).await.unwrap().unwrap();
+        assert_eq!(result.usage.as_ref().map(|u| u.output_tokens), Some(9));
+        // The same file read again after a crash: a replay, counted and never charged again.
+        let again = rig.store.ingest_results(batch, vec![line], RULES).await.unwrap();
+        assert_eq!((again.committed, again.replays), (0, 1), "{again:?}");
+        assert_eq!(rig.store.findings(rig.id).await.unwrap().unwrap().len(), 1);
+        let ledger = rig.store.extraction_ledger(rig.id).await.unwrap().unwrap();
+        assert_eq!(ledger.iter().map(|e| e.kind).collect::<Vec<_>>(), [ChargeKind::Fresh, ChargeKind::Replay]);
+    }
+
+    #[tokio::test]
+    async fn a_judged_invalid_answer_fails_validation_and_is_charged() {
+        let rig = rig().await;
+        let batch = rig.submitted().await;
+        let usage = Usage { model: "m".into(), output_tokens: 9, ..Usage::default() };
+        let line = IngestLine {
+            id: rig.id,
+            result: LineResult::Answer { output: "{}".into(), usage: Some(usage) },
+            judged: Some(Submission::Invalid { reason: "/: findings is required".into() }),
+        };
+        let report = rig.store.ingest_results(batch, vec![line], RULES).await.unwrap();
+        assert_eq!((report.committed, report.failed_validation), (0, 1), "{report:?}");
+        assert_eq!(failure(&rig.record().await).0, FailureClass::Validation);
+        let ledger = rig.store.extraction_ledger(rig.id).await.unwrap().unwrap();
+        assert_eq!(ledger.iter().map(|e| e.kind).collect::<Vec<_>>(), [ChargeKind::FailedValidation]);
+    }
+
+    #[tokio::test]
     async fn a_refusal_fails_refused_and_is_charged() {
         let rig = rig().await;
         let usage = Usage { model: "m".into(), output_tokens: 9, ..Usage::default() };
