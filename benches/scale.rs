@@ -26,6 +26,7 @@
 //! | `COMMITPOINT_BENCH_QUICK=1` | off | smoke run: N = 20,000 |
 //! | `COMMITPOINT_BENCH_EXTRACTIONS` | 1000000 (quick: 20000) | N |
 //! | `COMMITPOINT_BENCH_DIR` | `target/tmp` | parent of the data directory (avoid tmpfs) |
+//! | `COMMITPOINT_BENCH_CLAIMS` | 20 | claims of 100 timed (more, to profile them) |
 //! | `COMMITPOINT_BENCH_IDLE_SECS` | 10 (quick: 3) | idle window; `0` skips the idle footprint |
 
 use std::future::Future;
@@ -220,7 +221,11 @@ async fn measure(store: &Store, n: u64) -> Result<()> {
         lease_ms: 3_600_000,
         schema: schema.map(str::to_string),
     };
-    report("claim of 100, any schema", &time(20, || store.claim(claim(None))).await?);
+    let claims = match env_var("COMMITPOINT_BENCH_CLAIMS") {
+        Some(v) => v.parse().map_err(|e| format!("COMMITPOINT_BENCH_CLAIMS={v:?}: {e}"))?,
+        None => 20,
+    };
+    report("claim of 100, any schema", &time(claims, || store.claim(claim(None))).await?);
     report(
         &format!("claim of 100, schema {RARE_SCHEMA} ({RARE} of them behind {pending} others)"),
         &time(1, || store.claim(claim(Some(RARE_SCHEMA)))).await?,

@@ -11,7 +11,7 @@ use redb::ReadableTable;
 
 use super::codec::{decode, encode};
 use super::ledger::{Charge, record_charge};
-use super::ops::{PostOutcome, Submission, load, settle, transition};
+use super::ops::{Judged, PostOutcome, load, settle, transition};
 use super::records::{BatchRecord, BatchState, ChargeKind, Fence, StoredContent};
 use super::staged::StagedAnswer;
 use super::tables;
@@ -93,7 +93,7 @@ pub struct IngestLine {
     /// An answer validated outside the writer against the batch's schema: it is committed
     /// (or failed) in the same transaction that takes it, instead of being staged as
     /// `Ready` and written a second time by a later commit.
-    pub judged: Option<Submission>,
+    pub judged: Option<Judged>,
 }
 
 /// A `Ready` extraction with its staged raw answer.
@@ -568,13 +568,13 @@ fn commit_judged(
     member: &mut ExtractionRecord,
     ready: State,
     batch: &BatchRecord,
-    submission: &Submission,
+    answer: &Judged,
     charge: Option<Charge>,
 ) -> Result<PostOutcome, Error> {
     let batch_key = batch.batch_key.clone();
-    let event = match submission {
-        Submission::Valid { .. } => Event::ReadyValid { batch_key: batch_key.clone() },
-        Submission::Invalid { reason } => Event::ReadyInvalid { batch_key: batch_key.clone(), reason: reason.clone() },
+    let event = match answer {
+        Judged::Valid { .. } => Event::ReadyValid { batch_key: batch_key.clone() },
+        Judged::Invalid { reason } => Event::ReadyInvalid { batch_key: batch_key.clone(), reason: reason.clone() },
     };
     let Ok(Outcome::Changed(next)) = lifecycle::apply(&ready, event, t.now_ms) else {
         return Err(Error::Corrupt {
@@ -583,7 +583,7 @@ fn commit_judged(
         });
     };
     let producer = batch.provider.to_string();
-    settle(t, member, next, submission, charge.as_ref(), producer, Fence::Batch(batch_key))
+    settle(t, member, next, answer, charge.as_ref(), producer, Fence::Batch(batch_key))
 }
 
 /// What a state change does to the record besides its state.
@@ -732,7 +732,7 @@ pub(super) fn save_batch(t: &mut WriteTables<'_>, record: &BatchRecord) -> Resul
 mod tests {
     use super::*;
     use crate::domain::identity::SourceHash;
-    use crate::store::{NewExtraction, RetryOutcome};
+    use crate::store::{NewExtraction, RetryOutcome, Submission};
 
     #[test]
     fn a_raised_budget_doubles_the_last_one_up_to_the_cap() {
@@ -866,7 +866,7 @@ mod tests {
         let line = IngestLine {
             id: rig.id,
             result: LineResult::Answer { output: output.to_string(), usage: Some(usage) },
-            judged: Some(Submission::Valid { findings: vec![finding], output }),
+            judged: Some(Judged::from(&Submission::Valid { findings: vec![finding], output })),
         };
         let report = rig.store.ingest_results(batch, vec![line.clone()], RULES).await.unwrap();
         assert_eq!((report.committed, report.staged, report.failed_validation), (1, 0, 0), "{report:?}");
@@ -891,7 +891,7 @@ mod tests {
         let line = IngestLine {
             id: rig.id,
             result: LineResult::Answer { output: "{}".into(), usage: Some(usage) },
-            judged: Some(Submission::Invalid { reason: "/: findings is required".into() }),
+            judged: Some(Judged::Invalid { reason: "/: findings is required".into() }),
         };
         let report = rig.store.ingest_results(batch, vec![line], RULES).await.unwrap();
         assert_eq!((report.committed, report.failed_validation), (0, 1), "{report:?}");

@@ -61,7 +61,8 @@ pub use erase::ErasureReport;
 pub use export::{ExportFilter, Exported};
 pub use ledger::{Charge, store_day_ms};
 pub use ops::{
-    Authority, ClaimRequest, DeliveryOutcome, Grant, IntakeOutcome, PostOutcome, PostResult, RetryOutcome, Submission,
+    Authority, ClaimRequest, DeliveryOutcome, EncodedFinding, Grant, IntakeOutcome, Judged, PostOutcome, PostResult,
+    RetryOutcome, Submission,
 };
 pub use outbox::{DeliveryReport, OutboxFilter};
 pub use policies::{Policies, Pricing, ProviderReportedOnly};

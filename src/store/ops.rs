@@ -55,6 +55,40 @@ pub enum Submission {
     Invalid { reason: String },
 }
 
+/// An answer in the form it is stored: its output and findings already serialised, so
+/// that work (and the parsed trees, which take many times the text's memory) stays off the
+/// writer thread. Ingestion judges whole chunks of answers into this form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Judged {
+    Valid { output_json: String, findings: Vec<EncodedFinding> },
+    Invalid { reason: String },
+}
+
+/// A validated finding's identity and its body as JSON text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedFinding {
+    pub canonical_identity: String,
+    pub body_json: String,
+}
+
+impl From<&Submission> for Judged {
+    fn from(submission: &Submission) -> Self {
+        match submission {
+            Submission::Valid { findings, output } => Judged::Valid {
+                output_json: output.to_string(),
+                findings: findings
+                    .iter()
+                    .map(|f| EncodedFinding {
+                        canonical_identity: f.canonical_identity.clone(),
+                        body_json: f.body.to_string(),
+                    })
+                    .collect(),
+            },
+            Submission::Invalid { reason } => Judged::Invalid { reason: reason.clone() },
+        }
+    }
+}
+
 /// Who is entitled to commit: the worker holding the current lease, or the batch the
 /// extraction currently belongs to. Either one fences out late and stale reporters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -295,7 +329,7 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
     };
     // A provider's staged raw answer has served its purpose once the extraction leaves Ready.
     t.staged.remove(seq)?;
-    let outcome = settle(t, &mut record, next, &post.submission, post.charge.as_ref(), producer, fence)?;
+    let outcome = settle(t, &mut record, next, &Judged::from(&post.submission), post.charge.as_ref(), producer, fence)?;
     Ok((outcome, true))
 }
 
@@ -306,7 +340,7 @@ pub(super) fn settle(
     t: &mut WriteTables<'_>,
     record: &mut ExtractionRecord,
     next: State,
-    submission: &Submission,
+    answer: &Judged,
     charge: Option<&Charge>,
     producer: String,
     fence: Fence,
@@ -315,10 +349,10 @@ pub(super) fn settle(
         let kind = if matches!(next, State::Failed { .. }) { ChargeKind::FailedValidation } else { ChargeKind::Fresh };
         record_charge(t, record, charge, kind)?;
     }
-    let outcome = match (&next, submission) {
-        (State::Committed { .. }, Submission::Valid { findings, output }) => {
+    let outcome = match (&next, answer) {
+        (State::Committed { .. }, Judged::Valid { output_json, findings }) => {
             let result = ResultRecord {
-                output_json: output.to_string(),
+                output_json: output_json.clone(),
                 producer,
                 fence,
                 usage: charge.map(|c| c.usage.clone()),
@@ -345,14 +379,14 @@ pub(super) fn settle(
 fn write_findings(
     t: &mut WriteTables<'_>,
     record: &ExtractionRecord,
-    findings: &[ValidatedFinding],
+    findings: &[EncodedFinding],
 ) -> Result<u64, Error> {
     for finding in findings {
         let key = FindingKey::compute(&record.id, &finding.canonical_identity);
         let stored = FindingRecord {
             key,
             canonical_identity: finding.canonical_identity.clone(),
-            body_json: finding.body.to_string(),
+            body_json: finding.body_json.clone(),
             committed_at_ms: t.now_ms,
         };
         t.findings.insert((record.seq, key.as_bytes()), encode(&stored)?.as_slice())?;

@@ -16,7 +16,7 @@ use crate::domain::lifecycle::FailureClass;
 use crate::domain::schema::Schema;
 use crate::engine::commit::Judge;
 use crate::providers::{FailureCause, JobPhase, JobStatus, ResultLine};
-use crate::store::{self, BatchRecord, IngestLine, Leftover, StageReport};
+use crate::store::{self, BatchRecord, IngestLine, Judged, Leftover, StageReport};
 
 impl Scheduler {
     pub(super) async fn poll(&mut self, batch: BatchRecord, job_id: &str) -> Result<Option<u64>, store::Error> {
@@ -103,8 +103,7 @@ impl Scheduler {
     }
 
     /// Downloads, judges and stores the result files as a pipeline: while the writer
-    /// commits one chunk, the next is validated on a blocking thread and the download
-    /// goes on. Every stage holds a bounded number of lines, whatever the file's size.
+    /// commits one chunk, the next is parsed and validated here. Every stage holds a bounded number of lines, whatever the file's size.
     async fn ingest(&self, batch: &BatchRecord, status: &JobStatus) -> Result<StageReport, IngestError> {
         let (lines, mut incoming) = mpsc::channel::<ResultLine>(STAGE_CHUNK * 2);
         let (judged_out, mut judged_in) = mpsc::channel::<JudgedChunk>(JUDGED_CHUNKS);
@@ -122,16 +121,13 @@ impl Scheduler {
             let mut chunk = Vec::with_capacity(STAGE_CHUNK);
             loop {
                 if incoming.recv_many(&mut chunk, STAGE_CHUNK).await == 0 {
-                    return Ok(());
+                    return;
                 }
-                let raw = std::mem::replace(&mut chunk, Vec::with_capacity(STAGE_CHUNK));
-                let (judge, schema) = (judge.clone(), schema.clone());
-                let judged =
-                    tokio::task::spawn_blocking(move || judge_chunk(&judge, schema.as_deref(), raw)).await.map_err(
-                        |e| store::Error::Unavailable { reason: format!("judging answers failed: {e}"), cause: None },
-                    )?;
+                // On this task: the writer, on its own thread, is the bottleneck, and a chunk
+                // leaves here as stored text, its parsed trees already freed.
+                let judged = judge_chunk(&judge, schema.as_deref(), chunk.drain(..));
                 if judged_out.send(judged).await.is_err() {
-                    return Ok(());
+                    return;
                 }
             }
         };
@@ -158,9 +154,8 @@ impl Scheduler {
             }
             Ok::<_, store::Error>(report)
         };
-        let (counts, judged, report) = tokio::join!(download, judging, stage);
+        let (counts, (), report) = tokio::join!(download, judging, stage);
         let report = report.map_err(IngestError::Store)?;
-        judged.map_err(IngestError::Store)?;
         let counts = counts.map_err(IngestError::Provider)?;
         self.committer.count_ingested(report.committed, report.failed_validation);
         self.health.update(|h| {
@@ -172,7 +167,7 @@ impl Scheduler {
 }
 
 /// Chunks judged ahead of the writer: enough to keep it busy, few enough to keep memory flat.
-const JUDGED_CHUNKS: usize = 2;
+const JUDGED_CHUNKS: usize = 1;
 
 /// Lines ready for the writer, and how many named no extraction at all.
 struct JudgedChunk {
@@ -181,7 +176,7 @@ struct JudgedChunk {
 }
 
 /// Parses each line's extraction id and judges each answer against the batch's schema.
-fn judge_chunk(judge: &Judge, schema: Option<&Schema>, raw: Vec<ResultLine>) -> JudgedChunk {
+fn judge_chunk(judge: &Judge, schema: Option<&Schema>, raw: impl ExactSizeIterator<Item = ResultLine>) -> JudgedChunk {
     let mut lines = Vec::with_capacity(raw.len());
     let mut unnamed = 0;
     for (custom_id, result) in raw {
@@ -190,7 +185,9 @@ fn judge_chunk(judge: &Judge, schema: Option<&Schema>, raw: Vec<ResultLine>) -> 
             continue;
         };
         let judged = match (&result, schema) {
-            (LineResult::Answer { output, .. }, Some(schema)) => Some(judge.judge_answer(schema, output)),
+            (LineResult::Answer { output, .. }, Some(schema)) => {
+                Some(Judged::from(&judge.judge_answer(schema, output)))
+            }
             _ => None,
         };
         lines.push(IngestLine { id, result, judged });
