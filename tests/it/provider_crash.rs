@@ -14,7 +14,7 @@ use crate::provider::{
     CORPUS, Rig, SETTLE, TENANT, assert_all_committed_with_model_findings, assert_report_counts, assert_submitted,
     corpus_ids, counter, expected_id, finish, health, intake_corpus, settle,
 };
-use crate::util::{Server, assert_verifies, id_of};
+use crate::util::{Api, Server, assert_verifies, id_of};
 
 /// The whole corpus in one batch: formed the moment the last source arrives.
 const ONE_BATCH: &[&str] = &["--batch-max-size", "6", "--batch-max-wait", "2s"];
@@ -48,7 +48,8 @@ async fn kill_after_submit_before_job_id_recovers_the_batch_by_its_key() {
     assert!(stats.batches_listed >= 1, "the restart looked the batch key up: {stats:#?}");
     assert_submitted(&stats, &corpus_ids(), 1);
     assert_eq!(stats.lines_completed, CORPUS.len() as u64, "{stats:#?}");
-    let health = health(&api).await;
+    // Answers commit as they are ingested, before the batch is closed.
+    let health = health_once_closed(&api).await;
     assert!(counter(&health, "batches_recovered") >= 1, "{health:#}");
     assert_eq!(counter(&health, "batches_submitted"), 0, "the restarted process submitted nothing: {health:#}");
     assert_eq!(counter(&health, "batches_closed"), 1, "{health:#}");
@@ -82,14 +83,7 @@ async fn kill_after_staging_before_commit_commits_each_result_once_after_restart
     // The restarted process reads the result files again (to close the batch); the
     // replayed lines change nothing and nothing more is bought from the provider. The
     // commits may land before the batch is closed, so wait for the close.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let health = loop {
-        let health = health(&api).await;
-        if counter(&health, "batches_closed") >= 1 || std::time::Instant::now() > deadline {
-            break health;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let health = health_once_closed(&api).await;
     assert_eq!(counter(&health, "batches_closed"), 1, "{health:#}");
     assert_eq!(counter(&health, "members_requeued"), 0, "{health:#}");
     let stats = rig.stats();
@@ -212,4 +206,17 @@ async fn retried_members_reformed_before_their_old_batch_closes_still_verify() {
     let stats = rig.stats();
     assert_eq!(stats.max_live_batches_per_custom_id, 1, "{stats:#?}");
     finish(server);
+}
+
+/// `/healthz` once the provider reports a closed batch (or after 20 s, for the assertion
+/// to show): ingestion commits answers before the batch closes.
+async fn health_once_closed(api: &Api) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let health = health(api).await;
+        if counter(&health, "batches_closed") >= 1 || std::time::Instant::now() > deadline {
+            return health;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
