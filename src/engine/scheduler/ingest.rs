@@ -7,7 +7,7 @@
 
 use tokio::sync::mpsc;
 
-use super::{STAGE_CHUNK, Scheduler};
+use super::Scheduler;
 use crate::domain::batch::LineResult;
 use crate::domain::clock;
 use crate::domain::failpoint;
@@ -105,7 +105,7 @@ impl Scheduler {
     /// Downloads, judges and stores the result files as a pipeline: while the writer
     /// commits one chunk, the next is parsed and validated here. Every stage holds a bounded number of lines, whatever the file's size.
     async fn ingest(&self, batch: &BatchRecord, status: &JobStatus) -> Result<StageReport, IngestError> {
-        let (lines, mut incoming) = mpsc::channel::<ResultLine>(STAGE_CHUNK * 2);
+        let (lines, mut incoming) = mpsc::channel::<ResultLine>(INGEST_CHUNK);
         let (judged_out, mut judged_in) = mpsc::channel::<JudgedChunk>(JUDGED_CHUNKS);
         let provider = self.provider.clone();
         let download = async move {
@@ -118,9 +118,9 @@ impl Scheduler {
         let judge = self.committer.judge().clone();
         // `incoming` moves in: if judging stops, dropping it stops the download too.
         let judging = async move {
-            let mut chunk = Vec::with_capacity(STAGE_CHUNK);
+            let mut chunk = Vec::with_capacity(INGEST_CHUNK);
             loop {
-                if incoming.recv_many(&mut chunk, STAGE_CHUNK).await == 0 {
+                if incoming.recv_many(&mut chunk, INGEST_CHUNK).await == 0 {
                     return;
                 }
                 // On this task: the writer, on its own thread, is the bottleneck, and a chunk
@@ -165,6 +165,11 @@ impl Scheduler {
         Ok(report)
     }
 }
+
+/// Result lines per write transaction. Larger chunks commit less often, but redb holds a
+/// transaction's dirty pages in memory: 2,048 ran faster once and broke the flat-RSS target
+/// (docs/PERFORMANCE.md, item 2).
+const INGEST_CHUNK: usize = 512;
 
 /// Chunks judged ahead of the writer: enough to keep it busy, few enough to keep memory flat.
 const JUDGED_CHUNKS: usize = 1;
