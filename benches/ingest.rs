@@ -907,7 +907,9 @@ fn print_details(r: &SizeResult) {
 }
 
 fn print_table(results: &[Result<SizeResult, (usize, String)>]) {
-    println!("result ingestion: restarted `serve`, poll -> stream -> stage (512 lines/txn) -> commit");
+    println!(
+        "result ingestion: restarted `serve`, poll -> stream -> judge -> commit (one transaction per chunk of lines)"
+    );
     println!(
         "  {:>7} {:>12} {:>9} {:>14} {:>12} {:>10} {:>9} {:>7}",
         "lines", "result file", "ingest", "extractions/s", "startup RSS", "peak RSS", "CPU", "verify"

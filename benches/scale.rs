@@ -14,11 +14,20 @@
 //! Writes include their group commit's fsync. It prints each figure; it exits 1 only if
 //! a step fails, and never asserts a target (status, list < 5 ms; claim of 100 < 10 ms).
 //!
+//! Then the idle footprint (issue 14, item 5): the release binary serves the same file
+//! with a simulated OpenAI provider configured (and paused, as `ctl pause` would, so the
+//! half-million pending extractions are not submitted while the server is watched). After
+//! a settling time it reads the process's CPU time (utime + stime), its threads' context
+//! switches, VmRSS and VmHWM from `/proc`, over an idle window (targets: no CPU between
+//! polls, RSS under 64 MiB).
+//!
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `COMMITPOINT_BENCH_QUICK=1` | off | smoke run: N = 20,000 |
 //! | `COMMITPOINT_BENCH_EXTRACTIONS` | 1000000 (quick: 20000) | N |
 //! | `COMMITPOINT_BENCH_DIR` | `target/tmp` | parent of the data directory (avoid tmpfs) |
+//! | `COMMITPOINT_BENCH_CLAIMS` | 20 | claims of 100 timed (more, to profile them) |
+//! | `COMMITPOINT_BENCH_IDLE_SECS` | 10 (quick: 3) | idle window; `0` skips the idle footprint |
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -38,7 +47,8 @@ use serde_json::json;
 #[path = "common/mod.rs"]
 mod common;
 
-use common::{Result, env_var, filesystem_of};
+use commitpoint::simulator::{Simulator, SimulatorConfig};
+use common::{BINARY, Result, ServerProcess, env_var, filesystem_of, process_cpu_secs};
 
 const SCHEMA: &str = "code-review@1";
 const RARE_SCHEMA: &str = "rare@1";
@@ -90,9 +100,99 @@ async fn run() -> Result<()> {
     let (store, guard) = Store::open(&data, 16 << 20)?;
     println!("open (recounts the per-state counters): {:.1} ms", ms(started.elapsed()));
     let result = measure(&store, n).await;
+    // The idle server's provider stays paused: see the module comment.
+    let paused = store.set_provider_paused(IDLE_PROVIDER.into(), true).await;
     drop(store);
     tokio::task::spawn_blocking(move || guard.join()).await?;
-    result
+    result?;
+    paused?;
+    let idle_secs: u64 = match env_var("COMMITPOINT_BENCH_IDLE_SECS") {
+        Some(v) => v.parse().map_err(|e| format!("COMMITPOINT_BENCH_IDLE_SECS={v:?}: {e}"))?,
+        None if quick => 3,
+        None => 10,
+    };
+    if idle_secs > 0 {
+        idle(work.path(), &data, Duration::from_secs(idle_secs)).await?;
+    }
+    Ok(())
+}
+
+const IDLE_PROVIDER: &str = "sim";
+const IDLE_KEY_ENV: &str = "COMMITPOINT_BENCH_SCALE_KEY";
+/// Startup (the open recounts nothing, but the runtime and caches warm up) before watching.
+const IDLE_SETTLE: Duration = Duration::from_secs(2);
+
+/// Serves the large file with a provider configured and watches the process do nothing.
+async fn idle(work: &Path, data: &Path, window: Duration) -> Result<()> {
+    let sim = Simulator::start(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), SimulatorConfig::default()).await?;
+    let config = work.join("idle.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[providers.{IDLE_PROVIDER}]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key_env = \"{IDLE_KEY_ENV}\"\n",
+            sim.base_url()
+        ),
+    )?;
+    let mut cmd = std::process::Command::new(BINARY);
+    cmd.arg("serve").arg("--config").arg(&config).arg("--data-dir").arg(data);
+    cmd.args(["--listen", "127.0.0.1:0"]).env(IDLE_KEY_ENV, "x");
+    let started = Instant::now();
+    let mut server = ServerProcess::start(cmd, &work.join("idle-server.log"))?;
+    println!("idle server: ready {:.0} ms after spawn (pid {})", ms(started.elapsed()), server.pid());
+    tokio::time::sleep(IDLE_SETTLE).await;
+    let pid = server.pid().to_string();
+    let (cpu_before, switches_before) = (process_cpu_secs(&pid), context_switches(&pid));
+    let watched = Instant::now();
+    tokio::time::sleep(window).await;
+    let (cpu_after, switches_after) = (process_cpu_secs(&pid), context_switches(&pid));
+    let secs = watched.elapsed().as_secs_f64();
+    let status = |field: &str| status_mib(&pid, field).map_or_else(|| "?".to_string(), |m| format!("{m:.1} MiB"));
+    let cpu = match (cpu_before, cpu_after) {
+        (Some(a), Some(b)) => format!("{:.0} ms ({:.2}% of one core)", (b - a) * 1000.0, (b - a) / secs * 100.0),
+        _ => "?".to_string(),
+    };
+    let switches = match (switches_before, switches_after) {
+        (Some(a), Some(b)) => format!("{} ({:.1}/s)", b.saturating_sub(a), b.saturating_sub(a) as f64 / secs),
+        _ => "?".to_string(),
+    };
+    println!(
+        "idle {secs:.1} s (provider configured, paused; {n} threads): CPU {cpu}, context switches {switches}",
+        n = thread_count(&pid).unwrap_or(0)
+    );
+    println!("idle RSS: VmRSS {}, VmHWM {} (target: under 64 MiB)", status("VmRSS:"), status("VmHWM:"));
+    let stopped = tokio::task::block_in_place(|| server.stop());
+    sim.stop().await;
+    let (exit, _) = stopped?;
+    if !exit.success() {
+        return Err(format!("the idle server exited with {exit}: {}", server.log_tail()).into());
+    }
+    Ok(())
+}
+
+/// A field of /proc/PID/status, in MiB.
+fn status_mib(pid: &str, field: &str) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// Voluntary + involuntary context switches of every thread: how often the process woke.
+fn context_switches(pid: &str) -> Option<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let status = std::fs::read_to_string(task.ok()?.path().join("status")).ok()?;
+        for line in status.lines() {
+            if line.starts_with("voluntary_ctxt_switches:") || line.starts_with("nonvoluntary_ctxt_switches:") {
+                total += line.split_whitespace().nth(1)?.parse::<u64>().ok()?;
+            }
+        }
+    }
+    Some(total)
+}
+
+fn thread_count(pid: &str) -> Option<usize> {
+    Some(std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.count())
 }
 
 async fn measure(store: &Store, n: u64) -> Result<()> {
@@ -121,7 +221,11 @@ async fn measure(store: &Store, n: u64) -> Result<()> {
         lease_ms: 3_600_000,
         schema: schema.map(str::to_string),
     };
-    report("claim of 100, any schema", &time(20, || store.claim(claim(None))).await?);
+    let claims = match env_var("COMMITPOINT_BENCH_CLAIMS") {
+        Some(v) => v.parse().map_err(|e| format!("COMMITPOINT_BENCH_CLAIMS={v:?}: {e}"))?,
+        None => 20,
+    };
+    report("claim of 100, any schema", &time(claims, || store.claim(claim(None))).await?);
     report(
         &format!("claim of 100, schema {RARE_SCHEMA} ({RARE} of them behind {pending} others)"),
         &time(1, || store.claim(claim(Some(RARE_SCHEMA)))).await?,

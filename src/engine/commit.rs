@@ -95,6 +95,18 @@ impl Judge {
             Err(issues) => (Submission::Invalid { reason: summarize(&issues) }, Some(Refusal::Invalid(issues))),
         }
     }
+
+    /// The submission a provider's raw answer makes: parsed, normalised for the dialect's
+    /// quirks, then judged. CPU work, kept off the writer thread.
+    pub fn judge_answer(&self, schema: &Schema, raw: &str) -> Submission {
+        match serde_json::from_str::<Value>(raw) {
+            Ok(mut output) => {
+                schema.normalize_provider_answer(&mut output);
+                self.judge(schema, output).0
+            }
+            Err(e) => Submission::Invalid { reason: format!("the model's answer is not JSON: {e}") },
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -120,6 +132,22 @@ impl Committer {
         Self { store, judge, signals }
     }
 
+    pub fn judge(&self) -> &Judge {
+        &self.judge
+    }
+
+    /// Counts answers ingestion judged and committed (or failed) as it took them, as
+    /// `commit_ready` counts the staged ones.
+    pub fn count_ingested(&self, committed: u64, failed: u64) {
+        if committed > 0 {
+            metrics::counter!(crate::domain::metric_names::COMMITS_TOTAL, "path" => "provider").increment(committed);
+        }
+        if failed > 0 {
+            metrics::counter!(crate::domain::metric_names::FAILURES_TOTAL, "class" => "validation").increment(failed);
+            self.signals.wake_all();
+        }
+    }
+
     /// Validates a provider's staged answer and commits it (or fails it) under the
     /// authority of the batch it came from. `batch_api`: the answer came through a batch
     /// API and is priced at its discount (never for a synchronous provider).
@@ -136,13 +164,7 @@ impl Committer {
             latency_ms: item.staged.latency_ms,
             batch: batch_api,
         });
-        let submission = match serde_json::from_str::<Value>(&item.staged.output_json) {
-            Ok(mut output) => {
-                schema.normalize_provider_answer(&mut output);
-                self.judge.judge(&schema, output).0
-            }
-            Err(e) => Submission::Invalid { reason: format!("the model's answer is not JSON: {e}") },
-        };
+        let submission = self.judge.judge_answer(&schema, &item.staged.output_json);
         let outcome = self
             .store
             .post_result(PostResult { id, authority: Authority::Batch(batch_key), submission, charge })

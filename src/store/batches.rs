@@ -11,8 +11,8 @@ use redb::ReadableTable;
 
 use super::codec::{decode, encode};
 use super::ledger::{Charge, record_charge};
-use super::ops::{load, transition};
-use super::records::{BatchRecord, BatchState, ChargeKind, StoredContent};
+use super::ops::{Judged, PostOutcome, load, settle, transition};
+use super::records::{BatchRecord, BatchState, ChargeKind, Fence, StoredContent};
 use super::staged::StagedAnswer;
 use super::tables;
 use super::tables::required;
@@ -79,6 +79,21 @@ pub struct StageReport {
     pub replays: u64,
     /// Lines that name no member of this batch.
     pub strangers: u64,
+    /// Answers judged before staging and committed in the staging transaction.
+    pub committed: u64,
+    /// Of the judged answers, those that failed validation.
+    pub failed_validation: u64,
+}
+
+/// One result line, with the engine's verdict on its answer when it could give one.
+#[derive(Debug, Clone)]
+pub struct IngestLine {
+    pub id: ExtractionId,
+    pub result: LineResult,
+    /// An answer validated outside the writer against the batch's schema: it is committed
+    /// (or failed) in the same transaction that takes it, instead of being staged as
+    /// `Ready` and written a second time by a later commit.
+    pub judged: Option<Judged>,
 }
 
 /// A `Ready` extraction with its staged raw answer.
@@ -161,7 +176,22 @@ impl Store {
         lines: Vec<(ExtractionId, LineResult)>,
         rules: MemberRules,
     ) -> Result<StageReport, Error> {
-        self.writer.write(move |t| stage_results(t, batch, lines, &rules)).await
+        let lines = lines.into_iter().map(|(id, result)| IngestLine { id, result, judged: None }).collect();
+        self.ingest_results(batch, lines, rules).await
+    }
+
+    /// Stores one chunk of result lines in one transaction, committing every judged
+    /// answer there and then. Safe to call again with the same lines: an answer already
+    /// taken is a replay.
+    pub async fn ingest_results(
+        &self,
+        batch: u64,
+        lines: Vec<IngestLine>,
+        rules: MemberRules,
+    ) -> Result<StageReport, Error> {
+        // Shared, not copied: the writer clones a job each time it applies it.
+        let lines: Arc<[IngestLine]> = lines.into();
+        self.writer.write(move |t| stage_results(t, batch, &lines, &rules)).await
     }
 
     /// Ends a batch: members still without an answer are requeued (a new attempt of the
@@ -419,7 +449,7 @@ fn record_job(
 fn stage_results(
     t: &mut WriteTables<'_>,
     batch: u64,
-    lines: Vec<(ExtractionId, LineResult)>,
+    lines: &[IngestLine],
     rules: &MemberRules,
 ) -> Result<(StageReport, bool), Error> {
     let record = load_batch(t, batch)?;
@@ -427,22 +457,23 @@ fn stage_results(
         BatchState::Submitted { job_id } => job_id.clone(),
         _ => String::new(),
     };
-    let charge = |usage: Usage| Charge {
+    let latency_ms = t.now_ms.saturating_sub(record.created_at_ms);
+    let charge = |usage: &Usage, latency_ms: Option<u64>| Charge {
         provider: record.provider.to_string(),
         job_id: Some(job_id.clone()).filter(|j| !j.is_empty()),
-        usage,
-        latency_ms: None,
+        usage: usage.clone(),
+        latency_ms,
         batch: rules.batch_api,
     };
     let mut report = StageReport::default();
     let mut wrote = false;
-    for (id, line) in lines {
+    for IngestLine { id, result: line, judged } in lines {
         let Some(seq) = t.identity.get(id.as_bytes())?.map(|v| v.value()) else {
             report.strangers += 1;
             continue;
         };
         let mut member = load(t, seq)?;
-        let (event, effect) = plan_line(&member, &line, record.batch_key.clone(), rules);
+        let (event, effect) = plan_line(&member, line, record.batch_key.clone(), rules);
         let next = match lifecycle::apply(&member.state, event, t.now_ms) {
             Ok(Outcome::Changed(next)) => next,
             Ok(Outcome::Replay) => {
@@ -451,7 +482,7 @@ fn stage_results(
                 if let LineResult::Answer { usage: Some(usage), .. } | LineResult::Unusable { usage: Some(usage), .. } =
                     line
                 {
-                    record_charge(t, &member, &charge(usage), ChargeKind::Replay)?;
+                    record_charge(t, &member, &charge(usage, None), ChargeKind::Replay)?;
                     wrote = true;
                 }
                 continue;
@@ -463,7 +494,7 @@ fn stage_results(
                 if let (State::Cancelled { .. }, LineResult::Answer { usage: Some(usage), .. })
                 | (State::Cancelled { .. }, LineResult::Unusable { usage: Some(usage), .. }) = (&member.state, line)
                 {
-                    record_charge(t, &member, &charge(usage), ChargeKind::Fresh)?;
+                    record_charge(t, &member, &charge(usage, None), ChargeKind::Fresh)?;
                     wrote = true;
                 }
                 continue;
@@ -471,12 +502,31 @@ fn stage_results(
         };
         match line {
             LineResult::Answer { output, usage } => {
+                // Judged against this schema outside the writer: Ready is only a step of
+                // this transaction, and the answer is written once, as its result.
+                if let Some(submission) = judged.as_ref().filter(|_| member.schema == record.schema) {
+                    let outcome = commit_judged(
+                        t,
+                        &mut member,
+                        next,
+                        &record,
+                        submission,
+                        usage.as_ref().map(|u| charge(u, Some(latency_ms))),
+                    )?;
+                    match outcome {
+                        PostOutcome::Committed { .. } => report.committed += 1,
+                        PostOutcome::Failed { .. } => report.failed_validation += 1,
+                        _ => {}
+                    }
+                    wrote = true;
+                    continue;
+                }
                 let staged = StagedAnswer {
                     provider: record.provider.to_string(),
                     job_id: job_id.clone(),
-                    output_json: output,
-                    usage,
-                    latency_ms: Some(t.now_ms.saturating_sub(record.created_at_ms)),
+                    output_json: output.clone(),
+                    usage: usage.clone(),
+                    latency_ms: Some(latency_ms),
                     received_at_ms: t.now_ms,
                 };
                 t.staged.insert(seq, encode(&staged)?.as_slice())?;
@@ -487,9 +537,9 @@ fn stage_results(
             LineResult::Unusable { class, usage, .. } => {
                 // Paid for, and charged to the attempt that paid, before any requeue.
                 if let Some(usage) = usage {
-                    record_charge(t, &member, &charge(usage), ChargeKind::Unusable)?;
+                    record_charge(t, &member, &charge(usage, None), ChargeKind::Unusable)?;
                 }
-                if class == FailureClass::Truncated {
+                if *class == FailureClass::Truncated {
                     report.truncated += 1;
                 }
             }
@@ -509,6 +559,31 @@ fn stage_results(
         wrote = true;
     }
     Ok((report, wrote))
+}
+
+/// Takes a judged answer from `Submitted` through `ready` to committed or failed, as a
+/// later commit of the staged answer would have, under the batch's authority.
+fn commit_judged(
+    t: &mut WriteTables<'_>,
+    member: &mut ExtractionRecord,
+    ready: State,
+    batch: &BatchRecord,
+    answer: &Judged,
+    charge: Option<Charge>,
+) -> Result<PostOutcome, Error> {
+    let batch_key = batch.batch_key.clone();
+    let event = match answer {
+        Judged::Valid { .. } => Event::ReadyValid { batch_key: batch_key.clone() },
+        Judged::Invalid { reason } => Event::ReadyInvalid { batch_key: batch_key.clone(), reason: reason.clone() },
+    };
+    let Ok(Outcome::Changed(next)) = lifecycle::apply(&ready, event, t.now_ms) else {
+        return Err(Error::Corrupt {
+            kind: "lifecycle",
+            reason: format!("a ready answer of extraction #{} could not be committed", member.seq),
+        });
+    };
+    let producer = batch.provider.to_string();
+    settle(t, member, next, answer, charge.as_ref(), producer, Fence::Batch(batch_key))
 }
 
 /// What a state change does to the record besides its state.
@@ -657,7 +732,7 @@ pub(super) fn save_batch(t: &mut WriteTables<'_>, record: &BatchRecord) -> Resul
 mod tests {
     use super::*;
     use crate::domain::identity::SourceHash;
-    use crate::store::{NewExtraction, RetryOutcome};
+    use crate::store::{NewExtraction, RetryOutcome, Submission};
 
     #[test]
     fn a_raised_budget_doubles_the_last_one_up_to_the_cap() {
@@ -776,6 +851,53 @@ mod tests {
         let (class, reason) = failure(&rig.record().await);
         assert_eq!(class, FailureClass::Truncated);
         assert!(reason.contains("no larger output budget"), "{reason}");
+    }
+
+    #[tokio::test]
+    async fn a_judged_answer_commits_as_it_is_staged_and_a_refetch_changes_nothing() {
+        let rig = rig().await;
+        let batch = rig.submitted().await;
+        let usage = Usage { model: "m".into(), output_tokens: 9, request_id: Some("r1".into()), ..Usage::default() };
+        let output = serde_json::json!({"findings": [{"k": 1}]});
+        let finding = crate::domain::schema::ValidatedFinding {
+            canonical_identity: "[1]".into(),
+            body: output["findings"][0].clone(),
+        };
+        let line = IngestLine {
+            id: rig.id,
+            result: LineResult::Answer { output: output.to_string(), usage: Some(usage) },
+            judged: Some(Judged::from(&Submission::Valid { findings: vec![finding], output })),
+        };
+        let report = rig.store.ingest_results(batch, vec![line.clone()], RULES).await.unwrap();
+        assert_eq!((report.committed, report.staged, report.failed_validation), (1, 0, 0), "{report:?}");
+        assert!(matches!(rig.record().await.state, State::Committed { .. }));
+        assert!(rig.store.ready_items("p".into(), 10).await.unwrap().is_empty(), "nothing was staged");
+        assert_eq!(rig.store.findings(rig.id).await.unwrap().unwrap().len(), 1);
+        let result = rig.store.result(rig.id).await.unwrap().unwrap();
+        assert_eq!(result.usage.as_ref().map(|u| u.output_tokens), Some(9));
+        // The same file read again after a crash: a replay, counted and never charged again.
+        let again = rig.store.ingest_results(batch, vec![line], RULES).await.unwrap();
+        assert_eq!((again.committed, again.replays), (0, 1), "{again:?}");
+        assert_eq!(rig.store.findings(rig.id).await.unwrap().unwrap().len(), 1);
+        let ledger = rig.store.extraction_ledger(rig.id).await.unwrap().unwrap();
+        assert_eq!(ledger.iter().map(|e| e.kind).collect::<Vec<_>>(), [ChargeKind::Fresh, ChargeKind::Replay]);
+    }
+
+    #[tokio::test]
+    async fn a_judged_invalid_answer_fails_validation_and_is_charged() {
+        let rig = rig().await;
+        let batch = rig.submitted().await;
+        let usage = Usage { model: "m".into(), output_tokens: 9, ..Usage::default() };
+        let line = IngestLine {
+            id: rig.id,
+            result: LineResult::Answer { output: "{}".into(), usage: Some(usage) },
+            judged: Some(Judged::Invalid { reason: "/: findings is required".into() }),
+        };
+        let report = rig.store.ingest_results(batch, vec![line], RULES).await.unwrap();
+        assert_eq!((report.committed, report.failed_validation), (0, 1), "{report:?}");
+        assert_eq!(failure(&rig.record().await).0, FailureClass::Validation);
+        let ledger = rig.store.extraction_ledger(rig.id).await.unwrap().unwrap();
+        assert_eq!(ledger.iter().map(|e| e.kind).collect::<Vec<_>>(), [ChargeKind::FailedValidation]);
     }
 
     #[tokio::test]

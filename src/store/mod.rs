@@ -53,7 +53,7 @@ use redb::{Database, ReadableDatabase};
 
 pub use backup::BackupReport;
 pub use batches::{
-    CloseReport, IntentOutcome, IntentRequest, Leftover, MemberRules, ReadyItem, StageReport, WorkFilter,
+    CloseReport, IngestLine, IntentOutcome, IntentRequest, Leftover, MemberRules, ReadyItem, StageReport, WorkFilter,
 };
 pub use cancel::{CancelOutcome, RETRY_CHUNK, RetryFilter};
 pub use compact::{CompactReport, compact_file};
@@ -62,7 +62,8 @@ pub use erase::ErasureReport;
 pub use export::{ExportFilter, Exported};
 pub use ledger::{Charge, store_day_ms};
 pub use ops::{
-    Authority, ClaimRequest, DeliveryOutcome, Grant, IntakeOutcome, PostOutcome, PostResult, RetryOutcome, Submission,
+    Authority, ClaimRequest, DeliveryOutcome, EncodedFinding, Grant, IntakeOutcome, Judged, PostOutcome, PostResult,
+    RetryOutcome, Submission,
 };
 pub use outbox::{DeliveryReport, OutboxFilter};
 pub use policies::{Policies, Pricing, ProviderReportedOnly};

@@ -55,6 +55,40 @@ pub enum Submission {
     Invalid { reason: String },
 }
 
+/// An answer in the form it is stored: its output and findings already serialised, so
+/// that work (and the parsed trees, which take many times the text's memory) stays off the
+/// writer thread. Ingestion judges whole chunks of answers into this form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Judged {
+    Valid { output_json: String, findings: Vec<EncodedFinding> },
+    Invalid { reason: String },
+}
+
+/// A validated finding's identity and its body as JSON text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedFinding {
+    pub canonical_identity: String,
+    pub body_json: String,
+}
+
+impl From<&Submission> for Judged {
+    fn from(submission: &Submission) -> Self {
+        match submission {
+            Submission::Valid { findings, output } => Judged::Valid {
+                output_json: output.to_string(),
+                findings: findings
+                    .iter()
+                    .map(|f| EncodedFinding {
+                        canonical_identity: f.canonical_identity.clone(),
+                        body_json: f.body.to_string(),
+                    })
+                    .collect(),
+            },
+            Submission::Invalid { reason } => Judged::Invalid { reason: reason.clone() },
+        }
+    }
+}
+
 /// Who is entitled to commit: the worker holding the current lease, or the batch the
 /// extraction currently belongs to. Either one fences out late and stale reporters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -308,22 +342,40 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
             return Ok((PostOutcome::Rejected(e), post.charge.is_some()));
         }
     };
-    if let Some(charge) = &post.charge {
+    // A provider's staged raw answer has served its purpose once the extraction leaves Ready.
+    t.staged.remove(seq)?;
+    let outcome = settle(t, &mut record, next, &Judged::from(&post.submission), post.charge.as_ref(), producer, fence)?;
+    Ok((outcome, true))
+}
+
+/// Applies a result's outcome (`next`: committed or failed) to a record whose lifecycle
+/// check passed: the charge, the result and its findings, the state change. Shared by a
+/// post and by ingestion, which commits a provider's judged answer as it stages it.
+pub(super) fn settle(
+    t: &mut WriteTables<'_>,
+    record: &mut ExtractionRecord,
+    next: State,
+    answer: &Judged,
+    charge: Option<&Charge>,
+    producer: String,
+    fence: Fence,
+) -> Result<PostOutcome, Error> {
+    if let Some(charge) = charge {
         let kind = if matches!(next, State::Failed { .. }) { ChargeKind::FailedValidation } else { ChargeKind::Fresh };
-        record_charge(t, &record, charge, kind)?;
+        record_charge(t, record, charge, kind)?;
     }
-    let outcome = match (&next, post.submission) {
-        (State::Committed { .. }, Submission::Valid { findings, output }) => {
+    let outcome = match (&next, answer) {
+        (State::Committed { .. }, Judged::Valid { output_json, findings }) => {
             let result = ResultRecord {
-                output_json: output.to_string(),
+                output_json: output_json.clone(),
                 producer,
                 fence,
-                usage: post.charge.as_ref().map(|c| c.usage.clone()),
-                latency_ms: post.charge.as_ref().and_then(|c| c.latency_ms),
+                usage: charge.map(|c| c.usage.clone()),
+                latency_ms: charge.and_then(|c| c.latency_ms),
                 received_at_ms: t.now_ms,
             };
-            let written = write_findings(t, &record, &findings)?;
-            t.results.insert(seq, encode(&result)?.as_slice())?;
+            let written = write_findings(t, record, findings)?;
+            t.results.insert(record.seq, encode(&result)?.as_slice())?;
             PostOutcome::Committed { findings: written }
         }
         (State::Failed { reason, .. }, _) => PostOutcome::Failed { reason: reason.clone() },
@@ -334,24 +386,22 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
             });
         }
     };
-    // A provider's staged raw answer has served its purpose once the extraction leaves Ready.
-    t.staged.remove(seq)?;
-    transition(t, &mut record, next)?;
-    Ok((outcome, true))
+    transition(t, record, next)?;
+    Ok(outcome)
 }
 
 /// Upserts by finding key, so an output that repeats a finding stores it once.
 fn write_findings(
     t: &mut WriteTables<'_>,
     record: &ExtractionRecord,
-    findings: &[ValidatedFinding],
+    findings: &[EncodedFinding],
 ) -> Result<u64, Error> {
     for finding in findings {
         let key = FindingKey::compute(&record.id, &finding.canonical_identity);
         let stored = FindingRecord {
             key,
             canonical_identity: finding.canonical_identity.clone(),
-            body_json: finding.body.to_string(),
+            body_json: finding.body_json.clone(),
             committed_at_ms: t.now_ms,
         };
         t.findings.insert((record.seq, key.as_bytes()), encode(&stored)?.as_slice())?;

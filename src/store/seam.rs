@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 use super::{
     BackupReport, BatchRecord, CancelOutcome, ClaimRequest, CloseReport, DeliveryOutcome, DeliveryReport,
-    ErasureReport, Error, ExportFilter, Exported, ExtractionRecord, FindingRecord, Grant, IntakeOutcome, IntentOutcome,
-    IntentRequest, LedgerRecord, Leftover, ListFilter, ListPage, MemberRules, NewExtraction, OutboxFilter,
-    OutboxRecord, PostOutcome, PostResult, ReadyItem, ResultRecord, RetentionPolicy, RetentionStep, RetryFilter,
-    RetryOutcome, StageReport, StateCount, Store,
+    ErasureReport, Error, ExportFilter, Exported, ExtractionRecord, FindingRecord, Grant, IngestLine, IntakeOutcome,
+    IntentOutcome, IntentRequest, LedgerRecord, Leftover, ListFilter, ListPage, MemberRules, NewExtraction,
+    OutboxFilter, OutboxRecord, PostOutcome, PostResult, ReadyItem, ResultRecord, RetentionPolicy, RetentionStep,
+    RetryFilter, RetryOutcome, StageReport, StateCount, Store,
 };
 use crate::domain::batch::{BatchMember, LineResult};
 use crate::domain::cursor::CursorKey;
@@ -102,6 +102,8 @@ seam! {
         fn batch_members(&self, batch: u64) -> Vec<BatchMember>;
         fn stage_results(&self, batch: u64, lines: Vec<(ExtractionId, LineResult)>, rules: MemberRules)
             -> StageReport;
+        /// Result lines with the engine's verdicts: judged answers commit in the same transaction.
+        fn ingest_results(&self, batch: u64, lines: Vec<IngestLine>, rules: MemberRules) -> StageReport;
         fn ready_items(&self, provider: String, limit: usize) -> Vec<ReadyItem>;
         fn close_batch(&self, batch: u64, outcome: String, leftover: Leftover, rules: MemberRules) -> CloseReport;
         fn reschedule_batch(&self, batch: u64, next_action_at_ms: u64, note: Option<String>, count_failure: bool)

@@ -14,7 +14,7 @@ use crate::provider::{
     CORPUS, Rig, SETTLE, TENANT, assert_all_committed_with_model_findings, assert_report_counts, assert_submitted,
     corpus_ids, counter, expected_id, finish, health, intake_corpus, settle,
 };
-use crate::util::{Server, assert_verifies, id_of};
+use crate::util::{Api, Server, assert_verifies, id_of};
 
 /// The whole corpus in one batch: formed the moment the last source arrives.
 const ONE_BATCH: &[&str] = &["--batch-max-size", "6", "--batch-max-wait", "2s"];
@@ -48,7 +48,8 @@ async fn kill_after_submit_before_job_id_recovers_the_batch_by_its_key() {
     assert!(stats.batches_listed >= 1, "the restart looked the batch key up: {stats:#?}");
     assert_submitted(&stats, &corpus_ids(), 1);
     assert_eq!(stats.lines_completed, CORPUS.len() as u64, "{stats:#?}");
-    let health = health(&api).await;
+    // Answers commit as they are ingested, before the batch is closed.
+    let health = health_once_closed(&api).await;
     assert!(counter(&health, "batches_recovered") >= 1, "{health:#}");
     assert_eq!(counter(&health, "batches_submitted"), 0, "the restarted process submitted nothing: {health:#}");
     assert_eq!(counter(&health, "batches_closed"), 1, "{health:#}");
@@ -64,10 +65,12 @@ async fn kill_after_staging_before_commit_commits_each_result_once_after_restart
     intake_corpus(&server.api()).await;
     expect_crash(&mut server, "after-stage-before-commit");
 
-    // Every answer is staged (Ready), none committed, and the file is consistent.
+    // Ingestion judged each answer and committed it in the transaction that took it; the
+    // kill came before the batch was closed. The file is consistent.
+    let findings: usize = CORPUS.iter().map(|s| s.findings.len()).sum();
     let report = assert_verifies(&rig.db());
-    assert_report_counts(&report, CORPUS.len(), &[&format!("ready: {}", CORPUS.len())]);
-    assert!(report.contains("findings: 0\n"), "{report}");
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+    assert!(report.contains(&format!("findings: {findings}\n")), "{report}");
     let before = rig.stats();
     assert_eq!((before.batches_created, before.lines_completed), (1, CORPUS.len() as u64), "{before:#?}");
 
@@ -80,14 +83,7 @@ async fn kill_after_staging_before_commit_commits_each_result_once_after_restart
     // The restarted process reads the result files again (to close the batch); the
     // replayed lines change nothing and nothing more is bought from the provider. The
     // commits may land before the batch is closed, so wait for the close.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let health = loop {
-        let health = health(&api).await;
-        if counter(&health, "batches_closed") >= 1 || std::time::Instant::now() > deadline {
-            break health;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let health = health_once_closed(&api).await;
     assert_eq!(counter(&health, "batches_closed"), 1, "{health:#}");
     assert_eq!(counter(&health, "members_requeued"), 0, "{health:#}");
     let stats = rig.stats();
@@ -98,8 +94,7 @@ async fn kill_after_staging_before_commit_commits_each_result_once_after_restart
 
     let report = finish(server);
     assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
-    let findings: usize = CORPUS.iter().map(|s| s.findings.len()).sum();
-    assert!(report.contains(&format!("findings: {findings}\n")), "{report}");
+    assert!(report.contains(&format!("findings: {findings}\n")), "the replayed lines stored nothing twice: {report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,4 +206,17 @@ async fn retried_members_reformed_before_their_old_batch_closes_still_verify() {
     let stats = rig.stats();
     assert_eq!(stats.max_live_batches_per_custom_id, 1, "{stats:#?}");
     finish(server);
+}
+
+/// `/healthz` once the provider reports a closed batch (or after 20 s, for the assertion
+/// to show): ingestion commits answers before the batch closes.
+async fn health_once_closed(api: &Api) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let health = health(api).await;
+        if counter(&health, "batches_closed") >= 1 || std::time::Instant::now() > deadline {
+            return health;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -177,9 +177,10 @@ async fn chat_kill_after_the_answers_before_the_job_id_asks_once_more_and_commit
     assert!(calls.values().all(|n| *n == 2), "the lost answers were asked for again: {calls:?}");
 }
 
-/// The answers were staged before the kill: they commit from the store after the restart.
+/// Ingestion judged and committed the answers as it took them, before the kill: the
+/// restart asks for none again and commits none twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_kill_after_staging_before_commit_commits_each_answer_once() {
-    let calls = kill_at_and_restart("after-stage-before-commit", "ready").await;
+    let calls = kill_at_and_restart("after-stage-before-commit", "committed").await;
     assert!(calls.values().all(|n| *n == 1), "a staged answer is not asked for again: {calls:?}");
 }

@@ -7,14 +7,16 @@
 
 use tokio::sync::mpsc;
 
-use super::{STAGE_CHUNK, Scheduler};
+use super::Scheduler;
 use crate::domain::batch::LineResult;
 use crate::domain::clock;
 use crate::domain::failpoint;
 use crate::domain::identity::ExtractionId;
 use crate::domain::lifecycle::FailureClass;
+use crate::domain::schema::Schema;
+use crate::engine::commit::Judge;
 use crate::providers::{FailureCause, JobPhase, JobStatus, ResultLine};
-use crate::store::{self, BatchRecord, Leftover, StageReport};
+use crate::store::{self, BatchRecord, IngestLine, Judged, Leftover, StageReport};
 
 impl Scheduler {
     pub(super) async fn poll(&mut self, batch: BatchRecord, job_id: &str) -> Result<Option<u64>, store::Error> {
@@ -76,7 +78,8 @@ impl Scheduler {
             batch_key = %batch.batch_key, %outcome, staged = report.staged, refused = report.refused,
             truncated = report.truncated, retried_with_larger_budget = report.budget_retries,
             model_refusals = report.model_refusals, attempts_exhausted = report.exhausted + closed.exhausted,
-            replays = report.replays, unanswered = closed.requeued + report.requeued, "batch closed"
+            replays = report.replays, committed = report.committed, failed_validation = report.failed_validation,
+            unanswered = closed.requeued + report.requeued, "batch closed"
         );
         Ok(None)
     }
@@ -99,30 +102,43 @@ impl Scheduler {
         Ok(self.store.stage_results(batch.seq, blamed, self.rules()).await?.refused)
     }
 
+    /// Downloads, judges and stores the result files as a pipeline: while the writer
+    /// commits one chunk, the next is parsed and validated here. Every stage holds a bounded number of lines, whatever the file's size.
     async fn ingest(&self, batch: &BatchRecord, status: &JobStatus) -> Result<StageReport, IngestError> {
-        let (lines, mut incoming) = mpsc::channel::<ResultLine>(STAGE_CHUNK * 2);
+        let (lines, mut incoming) = mpsc::channel::<ResultLine>(INGEST_CHUNK);
+        let (judged_out, mut judged_in) = mpsc::channel::<JudgedChunk>(JUDGED_CHUNKS);
         let provider = self.provider.clone();
         let download = async move {
             let counts = provider.stream_results(status, &lines).await;
             drop(lines);
             counts
         };
+        // A schema no longer registered: its answers are staged as Ready and wait for it.
+        let schema = self.registry.get(&batch.schema).ok();
+        let judge = self.committer.judge().clone();
+        // `incoming` moves in: if judging stops, dropping it stops the download too.
+        let judging = async move {
+            let mut chunk = Vec::with_capacity(INGEST_CHUNK);
+            loop {
+                if incoming.recv_many(&mut chunk, INGEST_CHUNK).await == 0 {
+                    return;
+                }
+                // On this task: the writer, on its own thread, is the bottleneck, and a chunk
+                // leaves here as stored text, its parsed trees already freed.
+                let judged = judge_chunk(&judge, schema.as_deref(), chunk.drain(..));
+                if judged_out.send(judged).await.is_err() {
+                    return;
+                }
+            }
+        };
         let store = &self.store;
         let seq = batch.seq;
         let rules = self.rules();
-        // `incoming` moves in: if staging fails, dropping it stops the download too.
+        // `judged_in` moves in: if storing fails, dropping it stops judging, then the download.
         let stage = async move {
             let mut report = StageReport::default();
-            let mut chunk = Vec::with_capacity(STAGE_CHUNK);
-            loop {
-                let received = incoming.recv_many(&mut chunk, STAGE_CHUNK).await;
-                if received == 0 {
-                    break;
-                }
-                let parsed: Vec<(ExtractionId, LineResult)> =
-                    chunk.drain(..).filter_map(|(custom_id, result)| Some((custom_id.parse().ok()?, result))).collect();
-                let got = received - parsed.len();
-                let part = store.stage_results(seq, parsed, rules).await?;
+            while let Some(JudgedChunk { lines, unnamed }) = judged_in.recv().await {
+                let part = store.ingest_results(seq, lines, rules).await?;
                 report.staged += part.staged;
                 report.refused += part.refused;
                 report.requeued += part.requeued;
@@ -132,19 +148,56 @@ impl Scheduler {
                 report.model_refusals += part.model_refusals;
                 report.exhausted += part.exhausted;
                 report.replays += part.replays;
-                report.strangers += part.strangers + got as u64;
+                report.strangers += part.strangers + unnamed;
+                report.committed += part.committed;
+                report.failed_validation += part.failed_validation;
             }
             Ok::<_, store::Error>(report)
         };
-        let (counts, report) = tokio::join!(download, stage);
+        let (counts, (), report) = tokio::join!(download, judging, stage);
         let report = report.map_err(IngestError::Store)?;
         let counts = counts.map_err(IngestError::Provider)?;
+        self.committer.count_ingested(report.committed, report.failed_validation);
         self.health.update(|h| {
             h.lines_ingested += counts.lines;
             h.malformed_lines += counts.malformed;
         });
         Ok(report)
     }
+}
+
+/// Result lines per write transaction. Larger chunks commit less often, but redb holds a
+/// transaction's dirty pages in memory: 2,048 ran faster once and broke the flat-RSS target
+/// (docs/PERFORMANCE.md, item 2).
+const INGEST_CHUNK: usize = 512;
+
+/// Chunks judged ahead of the writer: enough to keep it busy, few enough to keep memory flat.
+const JUDGED_CHUNKS: usize = 1;
+
+/// Lines ready for the writer, and how many named no extraction at all.
+struct JudgedChunk {
+    lines: Vec<IngestLine>,
+    unnamed: u64,
+}
+
+/// Parses each line's extraction id and judges each answer against the batch's schema.
+fn judge_chunk(judge: &Judge, schema: Option<&Schema>, raw: impl ExactSizeIterator<Item = ResultLine>) -> JudgedChunk {
+    let mut lines = Vec::with_capacity(raw.len());
+    let mut unnamed = 0;
+    for (custom_id, result) in raw {
+        let Ok(id) = custom_id.parse::<ExtractionId>() else {
+            unnamed += 1;
+            continue;
+        };
+        let judged = match (&result, schema) {
+            (LineResult::Answer { output, .. }, Some(schema)) => {
+                Some(Judged::from(&judge.judge_answer(schema, output)))
+            }
+            _ => None,
+        };
+        lines.push(IngestLine { id, result, judged });
+    }
+    JudgedChunk { lines, unnamed }
 }
 
 enum IngestError {
