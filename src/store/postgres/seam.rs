@@ -13,10 +13,10 @@ use crate::store::seam::{
 };
 use crate::store::{
     BackupReport, BatchRecord, CancelOutcome, ClaimRequest, CloseReport, DeliveryOutcome, DeliveryReport,
-    ErasureReport, Error, ExportFilter, ExtractionRecord, FindingRecord, Grant, IntakeOutcome, IntentOutcome,
-    IntentRequest, LedgerRecord, Leftover, ListFilter, ListPage, MemberRules, NewExtraction, OutboxFilter,
-    OutboxRecord, PostOutcome, PostResult, ReadyItem, ResultRecord, RetentionPolicy, RetentionStep, RetryFilter,
-    RetryOutcome, StageReport, StateCount,
+    ErasureReport, Error, ExportFilter, ExtractionRecord, FindingRecord, Grant, IngestLine, IntakeOutcome,
+    IntentOutcome, IntentRequest, LedgerRecord, Leftover, ListFilter, ListPage, MemberRules, NewExtraction,
+    OutboxFilter, OutboxRecord, PostOutcome, PostResult, ReadyItem, ResultRecord, RetentionPolicy, RetentionStep,
+    RetryFilter, RetryOutcome, StageReport, StateCount,
 };
 
 /// Implements seam methods by delegating to `PgStore`'s own method of the same name, or
@@ -73,6 +73,7 @@ pg_seam! {
         fn batch_members(&self, batch: u64) -> Vec<BatchMember> = not_yet;
         fn stage_results(&self, batch: u64, lines: Vec<(ExtractionId, LineResult)>, rules: MemberRules)
             -> StageReport = not_yet;
+        fn ingest_results(&self, batch: u64, lines: Vec<IngestLine>, rules: MemberRules) -> StageReport = not_yet;
         fn ready_items(&self, provider: String, limit: usize) -> Vec<ReadyItem> = not_yet;
         fn close_batch(&self, batch: u64, outcome: String, leftover: Leftover, rules: MemberRules)
             -> CloseReport = not_yet;
