@@ -7,6 +7,7 @@ pub mod bedrock;
 pub mod chat;
 pub mod gemini;
 pub mod generic;
+mod job_list;
 pub(crate) mod lines;
 pub mod openai;
 mod ratelimit;

@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 
 pub use aws::S3Uri;
 
+use super::job_list::{JobListPage, find_in_job_list};
 use super::lines::{Line, Lines};
 use super::{
     BatchProvider, BatchSpec, ErrorClass, FailureCause, IntentRef, JobPhase, JobStatus, Lookup, Probe, ProviderError,
@@ -300,29 +301,24 @@ impl BatchProvider for BedrockBatches {
 
     async fn find_job(&self, intent: &IntentRef<'_>) -> Result<Lookup, ProviderError> {
         let Some(wanted) = wire::job_name(intent.batch_key) else { return Ok(Lookup::Absent) };
-        let mut token: Option<String> = None;
-        for _ in 0..MAX_LIST_PAGES {
-            let mut query = format!("/model-invocation-jobs?maxResults=100&nameContains={wanted}");
-            if let Some(next) = &token {
-                query.push_str(&format!("&nextToken={}", aws::encode_segment(next)));
+        let read_page = |token: Option<String>| {
+            let wanted = &wanted;
+            async move {
+                let mut query = format!("/model-invocation-jobs?maxResults=100&nameContains={wanted}");
+                if let Some(next) = &token {
+                    query.push_str(&format!("&nextToken={}", aws::encode_segment(next)));
+                }
+                let page: wire::JobList = self.call(http::Method::GET, &query, None).await?;
+                let ours = page
+                    .invocation_job_summaries
+                    .into_iter()
+                    .find(|j| j.job_name.as_deref() == Some(wanted.as_str()) && !intent.known_jobs.contains(&j.job_arn))
+                    .map(|j| j.job_arn);
+                Ok(JobListPage { ours, next: page.next_token })
             }
-            let page: wire::JobList = self.call(http::Method::GET, &query, None).await?;
-            let ours = page
-                .invocation_job_summaries
-                .iter()
-                .find(|j| j.job_name.as_deref() == Some(wanted.as_str()) && !intent.known_jobs.contains(&j.job_arn));
-            if let Some(job) = ours {
-                return Ok(Lookup::Found(job.job_arn.clone()));
-            }
-            match page.next_token.filter(|t| !t.is_empty()) {
-                Some(next) => token = Some(next),
-                None => return Ok(Lookup::Absent),
-            }
-        }
-        Ok(Lookup::Undecided {
-            recheck_after: RECHECK_AFTER,
-            reason: format!("more than {MAX_LIST_PAGES} pages of jobs named like {wanted}"),
-        })
+        };
+        let unfinished = || format!("more than {MAX_LIST_PAGES} pages of jobs named like {wanted}");
+        find_in_job_list(MAX_LIST_PAGES, RECHECK_AFTER, unfinished, read_page).await
     }
 
     async fn poll(&self, job_id: &str) -> Result<JobStatus, ProviderError> {

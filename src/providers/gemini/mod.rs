@@ -28,6 +28,7 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use super::job_list::{JobListPage, find_in_job_list};
 use super::lines::{Line, Lines};
 use super::{
     BatchProvider, BatchSpec, ErrorClass, FailureCause, IntentRef, JobPhase, JobStatus, Lookup,
@@ -263,26 +264,22 @@ impl BatchProvider for GeminiBatches {
 
     async fn find_job(&self, intent: &IntentRef<'_>) -> Result<Lookup, ProviderError> {
         let wanted = display_name(intent.batch_key);
-        let mut token: Option<String> = None;
-        for _ in 0..MAX_LIST_PAGES {
-            let page = self.list_page(token.as_deref()).await?;
-            let ours = page
-                .operations
-                .iter()
-                .find(|op| op.display_name() == Some(wanted.as_str()) && !intent.known_jobs.contains(&op.name));
-            if let Some(op) = ours {
-                job_name(&op.name)?;
-                return Ok(Lookup::Found(op.name.clone()));
+        let read_page = |token: Option<String>| {
+            let wanted = &wanted;
+            async move {
+                let page = self.list_page(token.as_deref()).await?;
+                let ours = page
+                    .operations
+                    .into_iter()
+                    .find(|op| op.display_name() == Some(wanted.as_str()) && !intent.known_jobs.contains(&op.name));
+                if let Some(op) = &ours {
+                    job_name(&op.name)?;
+                }
+                Ok(JobListPage { ours: ours.map(|op| op.name), next: page.next_page_token })
             }
-            match page.next_page_token.filter(|t| !t.is_empty()) {
-                Some(next) => token = Some(next),
-                None => return Ok(Lookup::Absent),
-            }
-        }
-        Ok(Lookup::Undecided {
-            recheck_after: RECHECK_AFTER,
-            reason: format!("more than {MAX_LIST_PAGES} pages of batches; cannot rule out one named {wanted}"),
-        })
+        };
+        let unfinished = || format!("more than {MAX_LIST_PAGES} pages of batches; cannot rule out one named {wanted}");
+        find_in_job_list(MAX_LIST_PAGES, RECHECK_AFTER, unfinished, read_page).await
     }
 
     async fn poll(&self, job_id: &str) -> Result<JobStatus, ProviderError> {
