@@ -9,12 +9,16 @@
 //! store's encoding (format byte + bincode), so the lifecycle and the records are shared
 //! with redb; only the indexes are SQL.
 
+mod batches;
 mod extractions;
 mod money;
 mod reads;
 mod rows;
 mod seam;
+mod staging;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -26,6 +30,9 @@ use crate::domain::cursor::CursorKey;
 mod embedded {
     refinery::embed_migrations!("src/store/postgres/migrations");
 }
+
+/// The work of one transaction, borrowing it.
+type TxFuture<'t, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 't>>;
 
 /// The advisory lock key migrations hold (any constant no other user of the database takes).
 const MIGRATION_LOCK: i64 = 0x636f_6d6d_6974;
