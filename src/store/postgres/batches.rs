@@ -215,8 +215,7 @@ impl PgStore {
                 let mut returned = 0;
                 for &seq in &excess {
                     let Some(mut member) = lock_member(tx, seq).await? else { continue };
-                    if !matches!(&member.state, State::Submitted { batch_key, .. } if *batch_key == record.batch_key)
-                    {
+                    if !matches!(&member.state, State::Submitted { batch_key, .. } if *batch_key == record.batch_key) {
                         continue;
                     }
                     let event = Event::Requeue { batch_key: record.batch_key.clone() };

@@ -10,6 +10,7 @@
 //! with redb; only the indexes are SQL.
 
 mod batches;
+mod drivers;
 mod extractions;
 mod money;
 mod reads;
@@ -61,6 +62,8 @@ impl std::fmt::Debug for PgOptions {
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: Pool,
+    /// For connections outside the pool (the provider driver locks).
+    config: tokio_postgres::Config,
     policies: Arc<RwLock<Arc<Policies>>>,
     cursor_key: CursorKey,
 }
@@ -97,12 +100,13 @@ impl PgStore {
     pub async fn open(options: &PgOptions) -> Result<PgStore, Error> {
         let config = parse_url(options)?;
         migrate(&config).await?;
-        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let manager =
+            Manager::from_config(config.clone(), NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = Pool::builder(manager)
             .max_size(POOL_SIZE)
             .build()
             .map_err(|e| Error::Postgres { context: "cannot build the connection pool", source: Box::new(e) })?;
-        let store = PgStore { pool, policies: Arc::default(), cursor_key: CursorKey::new([0; 32]) };
+        let store = PgStore { pool, config, policies: Arc::default(), cursor_key: CursorKey::new([0; 32]) };
         let cursor_key = store.load_cursor_key().await?;
         Ok(PgStore { cursor_key, ..store })
     }

@@ -212,7 +212,9 @@ async fn close_in(
 enum Effect {
     None,
     /// Back to the queue as a new attempt; `raise_to` is a larger output budget after a truncation.
-    Requeue { raise_to: Option<u32> },
+    Requeue {
+        raise_to: Option<u32>,
+    },
 }
 
 /// The event one result line means for its member, and what else it changes.
