@@ -63,7 +63,7 @@ impl std::fmt::Debug for PgOptions {
 pub struct PgStore {
     pool: Pool,
     /// For connections outside the pool (the provider driver locks).
-    config: tokio_postgres::Config,
+    config: Arc<tokio_postgres::Config>,
     policies: Arc<RwLock<Arc<Policies>>>,
     cursor_key: CursorKey,
 }
@@ -106,7 +106,7 @@ impl PgStore {
             .max_size(POOL_SIZE)
             .build()
             .map_err(|e| Error::Postgres { context: "cannot build the connection pool", source: Box::new(e) })?;
-        let store = PgStore { pool, config, policies: Arc::default(), cursor_key: CursorKey::new([0; 32]) };
+        let store = PgStore { pool, config: Arc::new(config), policies: Arc::default(), cursor_key: CursorKey::new([0; 32]) };
         let cursor_key = store.load_cursor_key().await?;
         Ok(PgStore { cursor_key, ..store })
     }
