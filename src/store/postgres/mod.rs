@@ -9,6 +9,7 @@
 //! store's encoding (format byte + bincode), so the lifecycle and the records are shared
 //! with redb; only the indexes are SQL.
 
+mod batch_reads;
 mod batches;
 mod drivers;
 mod extractions;
@@ -106,7 +107,8 @@ impl PgStore {
             .max_size(POOL_SIZE)
             .build()
             .map_err(|e| Error::Postgres { context: "cannot build the connection pool", source: Box::new(e) })?;
-        let store = PgStore { pool, config: Arc::new(config), policies: Arc::default(), cursor_key: CursorKey::new([0; 32]) };
+        let store =
+            PgStore { pool, config: Arc::new(config), policies: Arc::default(), cursor_key: CursorKey::new([0; 32]) };
         let cursor_key = store.load_cursor_key().await?;
         Ok(PgStore { cursor_key, ..store })
     }
