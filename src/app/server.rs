@@ -129,6 +129,30 @@ impl Opened {
     }
 }
 
+/// On a shared database one instance drives each provider's batches: this one takes
+/// their driver locks before any scheduler starts, or refuses to start. Losing the locks'
+/// connection later is a task failure, so the process exits rather than keep driving
+/// batches another instance may now drive (docs/SCALE-OUT.md).
+async fn hold_provider_drivers(pg: &PgStore, names: Vec<String>, supervisor: &Supervisor) -> Result<(), Error> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    let hold = pg.hold_drivers(names).await?.map_err(|name| {
+        Error::Setup(format!(
+            "provider {name:?} is driven by another commitpoint instance on this database; only one instance \
+             may have [providers.{name}] (docs/SCALE-OUT.md)"
+        ))
+    })?;
+    let stop = supervisor.token();
+    supervisor.spawn("provider driver locks", async move {
+        tokio::select! {
+            ended = hold => ended,
+            () = stop.cancelled() => Ok(()),
+        }
+    });
+    Ok(())
+}
+
 impl Server {
     pub(crate) async fn start(options: &ServeOptions) -> Result<Server, Error> {
         // Secrets first: a bad token file is a configuration error, before anything binds.
@@ -154,6 +178,10 @@ impl Server {
             pricing: Arc::new(options.prices.clone()),
         });
         let supervisor = Supervisor::new();
+        if let Opened::Postgres(pg) = &store {
+            let names: Vec<String> = providers.iter().map(|p| p.adapter.name().to_string()).collect();
+            hold_provider_drivers(pg, names, &supervisor).await?;
+        }
         crate::app::systemd::spawn_watchdog(store.shared(), &supervisor);
         let router = Arc::new(Router::new(options.routes.clone(), options.budgets.clone()));
         let outbox_wake = Arc::new(Notify::new());

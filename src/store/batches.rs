@@ -11,6 +11,7 @@ use redb::ReadableTable;
 
 use super::codec::{decode, encode};
 use super::ledger::{Charge, record_charge};
+use super::member_rules::{Effect, MemberRules, plan_line, release, requeue};
 use super::ops::{Judged, PostOutcome, load, settle, transition};
 use super::records::{BatchRecord, BatchState, ChargeKind, Fence, StoredContent};
 use super::staged::StagedAnswer;
@@ -18,10 +19,9 @@ use super::tables;
 use super::tables::required;
 use super::write_tables::WriteTables;
 use super::{Error, ExtractionRecord, Store};
-use crate::domain::batch::{BatchMember, LineResult, OutputBudget, Usage};
+use crate::domain::batch::{BatchMember, LineResult, Usage};
 use crate::domain::identity::{ExtractionId, batch_key};
 use crate::domain::lifecycle::{self, Event, FailureClass, Outcome, State, StateName};
-use crate::domain::names::BatchKey;
 
 /// Decides, by (tenant, schema), whether pending work may join a batch for this provider:
 /// routing and budget holds, decided outside the store.
@@ -47,16 +47,6 @@ pub struct IntentRequest {
     pub max_content_bytes: u64,
     /// Form a batch smaller than `max_size` only once its oldest member waited this long.
     pub max_wait_ms: u64,
-}
-
-/// How a provider's scheduler treats the members it releases and the answers it stages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MemberRules {
-    /// Provider attempts one extraction may use across requeues (at least 1).
-    pub max_attempts: u32,
-    pub budget: OutputBudget,
-    /// Calls go through a batch API, billed at its discount (false: a synchronous API).
-    pub batch_api: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -586,81 +576,6 @@ fn commit_judged(
     settle(t, member, next, answer, charge.as_ref(), producer, Fence::Batch(batch_key))
 }
 
-/// What a state change does to the record besides its state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Effect {
-    None,
-    /// Back to the queue as a new attempt; `raise_to` is a larger output budget after a truncation.
-    Requeue {
-        raise_to: Option<u32>,
-    },
-}
-
-/// The event one result line means for its member, and what else it changes.
-fn plan_line(
-    member: &ExtractionRecord,
-    line: &LineResult,
-    batch_key: BatchKey,
-    rules: &MemberRules,
-) -> (Event, Effect) {
-    let failed = |class, reason| (Event::ProviderFailed { batch_key: batch_key.clone(), class, reason }, Effect::None);
-    match line {
-        LineResult::Answer { .. } => (Event::ResultStored { batch_key }, Effect::None),
-        LineResult::Refused { class, reason } => failed(*class, reason.clone()),
-        LineResult::Retry { reason } => release(member, batch_key, rules, None, reason),
-        LineResult::Unusable { class: FailureClass::Truncated, reason, usage } => {
-            let billed = usage.as_ref().map(|u| u.output_tokens);
-            let raised = rules.budget.raised(member.output_budget, billed);
-            match (member.truncation_retried, raised) {
-                (false, Some(budget)) => release(member, batch_key, rules, Some(budget), reason),
-                (true, _) => {
-                    let used = member.output_budget.map_or_else(|| "the default".to_string(), |b| b.to_string());
-                    failed(
-                        FailureClass::Truncated,
-                        format!("{reason}; already retried once with an output budget of {used} tokens"),
-                    )
-                }
-                (false, None) => failed(
-                    FailureClass::Truncated,
-                    format!("{reason}; no larger output budget to retry with (cap {} tokens)", rules.budget.cap),
-                ),
-            }
-        }
-        LineResult::Unusable { class, reason, .. } => failed(*class, reason.clone()),
-    }
-}
-
-/// Another attempt for a member its batch did not answer usably, or — once it has used
-/// `max_attempts` provider attempts — a permanent failure instead of a requeue for ever.
-fn release(
-    member: &ExtractionRecord,
-    batch_key: BatchKey,
-    rules: &MemberRules,
-    raise_to: Option<u32>,
-    why: &str,
-) -> (Event, Effect) {
-    let attempts = member.requeues.saturating_add(1);
-    if attempts >= rules.max_attempts {
-        let reason =
-            format!("{attempts} provider attempts used (max_attempts {}); the last: {why}", rules.max_attempts);
-        let event = Event::ProviderFailed { batch_key, class: FailureClass::AttemptsExhausted, reason };
-        return (event, Effect::None);
-    }
-    (Event::Requeue { batch_key }, Effect::Requeue { raise_to })
-}
-
-/// A requeue is a new attempt of the same identity, one more used of its allowance.
-fn requeue(member: &mut ExtractionRecord, effect: Effect) {
-    if let Effect::Requeue { raise_to } = effect {
-        member.attempt += 1;
-        member.requeues += 1;
-        if let Some(budget) = raise_to {
-            member.output_budget = Some(budget);
-            member.truncation_retried = true;
-        }
-    }
-}
-
 fn close_batch(
     t: &mut WriteTables<'_>,
     batch: u64,
@@ -731,6 +646,7 @@ pub(super) fn save_batch(t: &mut WriteTables<'_>, record: &BatchRecord) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::batch::OutputBudget;
     use crate::domain::identity::SourceHash;
     use crate::store::{NewExtraction, RetryOutcome, Submission};
 

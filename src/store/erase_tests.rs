@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use super::batches::{IntentOutcome, IntentRequest, MemberRules, WorkFilter};
+use super::MemberRules;
+use super::batches::{IntentOutcome, IntentRequest, WorkFilter};
 use super::records::{BatchState, NewExtraction};
 use super::{Leftover, Store, WriterGuard, verify_file};
 use crate::domain::batch::{LineResult, OutputBudget, Usage};

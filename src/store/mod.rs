@@ -23,6 +23,7 @@ mod export;
 mod export_tests;
 mod keys;
 mod ledger;
+mod member_rules;
 mod ops;
 mod outbox;
 mod pending_queue;
@@ -53,7 +54,7 @@ use redb::{Database, ReadableDatabase};
 
 pub use backup::BackupReport;
 pub use batches::{
-    CloseReport, IngestLine, IntentOutcome, IntentRequest, Leftover, MemberRules, ReadyItem, StageReport, WorkFilter,
+    CloseReport, IngestLine, IntentOutcome, IntentRequest, Leftover, ReadyItem, StageReport, WorkFilter,
 };
 pub use cancel::{CancelOutcome, RETRY_CHUNK, RetryFilter};
 pub use compact::{CompactReport, compact_file};
@@ -61,6 +62,7 @@ pub use dump::dump_file;
 pub use erase::ErasureReport;
 pub use export::{ExportFilter, Exported};
 pub use ledger::{Charge, store_day_ms};
+pub use member_rules::MemberRules;
 pub use ops::{
     Authority, ClaimRequest, DeliveryOutcome, EncodedFinding, Grant, IntakeOutcome, Judged, PostOutcome, PostResult,
     RetryOutcome, Submission,

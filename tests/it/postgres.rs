@@ -160,3 +160,43 @@ fn a_newer_schema_is_refused_at_start() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("schema is at version 999"), "{err}");
 }
+
+/// One instance at a time drives a provider's batches: a second `serve` with the same
+/// provider on the same database is refused at start, naming the provider, and starts
+/// once the first has stopped (its driver lock went with its session).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_instance_with_the_same_provider_is_refused_until_the_first_stops() {
+    if skip() {
+        return;
+    }
+    let rig = crate::provider::Rig::start(Duration::from_millis(50), commitpoint::simulator::Faults::default()).await;
+    let first = rig.serve(&[], None);
+    let other_dir = temp_dir();
+    let base = rig.sim.base_url();
+    let provider = ["--provider", "openai", "--provider-base-url", &base, "--provider-key-env", "SIM_KEY"];
+    let second = || {
+        let mut cmd = crate::util::serve_command(other_dir.path(), &provider);
+        cmd.env("SIM_KEY", "sk-test");
+        // The first instance's database, from another data directory.
+        postgres::apply(&mut cmd, rig.dir.path());
+        cmd
+    };
+    let out = crate::util::run_to_end(second());
+    assert!(!out.status.success(), "a second driver of openai must be refused");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("provider \"openai\" is driven by another commitpoint instance"), "{err}");
+
+    // The first instance still drives its provider: a source is committed through it.
+    let api = first.api();
+    let reply = api.intake("acme", "PR-1", "fn main() {}").await;
+    assert_eq!(reply.status, 201, "{:#}", reply.body);
+    rig.wait_stats("one batch", |s| s.batches_created >= 1).await;
+    let (exit, log) = first.terminate();
+    assert_eq!(exit.code(), Some(0), "{log}");
+
+    let restarted = Server::spawn(second(), rig.dir.path());
+    let health = restarted.api().get("/healthz").await;
+    assert_eq!(health.status, 200, "{:#}", health.body);
+    let (exit, log) = restarted.terminate();
+    assert_eq!(exit.code(), Some(0), "{log}");
+}

@@ -153,7 +153,7 @@ pub fn apply(cmd: &mut Command, data_dir: &Path) {
 
 /// The store invariants checked with SQL, for tests on PostgreSQL (the product's own
 /// `verify` reads redb files only, so far). Each query counts violations.
-const INVARIANTS: [(&str, &str); 6] = [
+const INVARIANTS: [(&str, &str); 9] = [
     (
         "every committed extraction has its raw result",
         "SELECT count(*) FROM extractions e WHERE state_code = 3 \
@@ -177,13 +177,43 @@ const INVARIANTS: [(&str, &str); 6] = [
         "SELECT count(*) FROM extractions WHERE format <> get_byte(record, 0)",
     ),
     ("sequence numbers are unique", "SELECT count(*) - count(DISTINCT seq) FROM extractions"),
+    (
+        "ready extractions, and only they, have a staged answer",
+        "SELECT count(*) FROM extractions e WHERE (state_code = 6) <> \
+         EXISTS (SELECT 1 FROM staged s WHERE s.extraction_seq = e.seq)",
+    ),
+    (
+        "submitted and ready extractions belong to a batch under their batch key",
+        "SELECT count(*) FROM extractions e WHERE state_code IN (5, 6) AND NOT EXISTS \
+         (SELECT 1 FROM batches b JOIN batch_members m ON m.batch_seq = b.seq \
+          WHERE b.batch_key = e.fence AND m.extraction_seq = e.seq)",
+    ),
+    (
+        "a batch's job id column matches its record's format byte and state",
+        "SELECT count(*) FROM batches WHERE format <> get_byte(record, 0) OR (state_code = 1 AND job_id IS NULL) \
+         OR (state_code = 0 AND job_id IS NOT NULL)",
+    ),
 ];
+
+/// The counts `verify` prints first, in its format, so tests read one report shape.
+const STATES: [&str; 7] = ["pending", "claimed", "committed", "failed", "submitted", "ready", "cancelled"];
 
 /// Asserts every invariant holds in the database of `data_dir`; returns a report that
 /// ends like `verify`'s.
 pub fn assert_invariants(data_dir: &Path) -> String {
     let database = database_for(data_dir);
-    let mut report = String::new();
+    let count = |sql: &str| cluster().psql(&database, sql);
+    let mut report = format!("extractions: {}\n", count("SELECT count(*) FROM extractions"));
+    for (code, state) in (1..).zip(STATES) {
+        let n = count(&format!("SELECT count(*) FROM extractions WHERE state_code = {code}"));
+        if n != "0" {
+            report.push_str(&format!("  {state}: {n}\n"));
+        }
+    }
+    report.push_str(&format!("findings: {}\n", count("SELECT count(*) FROM findings")));
+    report.push_str(&format!("raw results: {}\n", count("SELECT count(*) FROM results")));
+    report.push_str(&format!("ledger entries: {}\n", count("SELECT count(*) FROM ledger")));
+    report.push_str(&format!("outbox events: {}\n", count("SELECT count(*) FROM outbox")));
     for (name, sql) in INVARIANTS {
         let violations = cluster().psql(&database, sql);
         assert_eq!(violations, "0", "postgres invariant broken: {name} ({violations} rows)");

@@ -83,9 +83,6 @@ impl StoreChoice {
                 reason: format!("{what} do(es) not run on the postgres store yet (docs/SCALE-OUT.md); use redb"),
             })
         };
-        if !options.providers.is_empty() {
-            return refuse("providers", "provider batches");
-        }
         if !options.retention.policy().keeps_everything() {
             return refuse("retention", "retention sweeps");
         }

@@ -9,12 +9,18 @@
 //! store's encoding (format byte + bincode), so the lifecycle and the records are shared
 //! with redb; only the indexes are SQL.
 
+mod batch_reads;
+mod batches;
+mod drivers;
 mod extractions;
 mod money;
 mod reads;
 mod rows;
 mod seam;
+mod staging;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -26,6 +32,9 @@ use crate::domain::cursor::CursorKey;
 mod embedded {
     refinery::embed_migrations!("src/store/postgres/migrations");
 }
+
+/// The work of one transaction, borrowing it.
+type TxFuture<'t, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 't>>;
 
 /// The advisory lock key migrations hold (any constant no other user of the database takes).
 const MIGRATION_LOCK: i64 = 0x636f_6d6d_6974;
@@ -54,6 +63,8 @@ impl std::fmt::Debug for PgOptions {
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: Pool,
+    /// For connections outside the pool (the provider driver locks).
+    config: Arc<tokio_postgres::Config>,
     policies: Arc<RwLock<Arc<Policies>>>,
     cursor_key: CursorKey,
 }
@@ -90,12 +101,14 @@ impl PgStore {
     pub async fn open(options: &PgOptions) -> Result<PgStore, Error> {
         let config = parse_url(options)?;
         migrate(&config).await?;
-        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let manager =
+            Manager::from_config(config.clone(), NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = Pool::builder(manager)
             .max_size(POOL_SIZE)
             .build()
             .map_err(|e| Error::Postgres { context: "cannot build the connection pool", source: Box::new(e) })?;
-        let store = PgStore { pool, policies: Arc::default(), cursor_key: CursorKey::new([0; 32]) };
+        let store =
+            PgStore { pool, config: Arc::new(config), policies: Arc::default(), cursor_key: CursorKey::new([0; 32]) };
         let cursor_key = store.load_cursor_key().await?;
         Ok(PgStore { cursor_key, ..store })
     }

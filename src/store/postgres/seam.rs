@@ -66,21 +66,21 @@ pg_seam! {
 
 pg_seam! {
     impl Batches {
-        fn create_intent(&self, request: IntentRequest) -> IntentOutcome = not_yet;
-        fn shrink_intent(&self, batch: u64, keep: usize) -> u64 = not_yet;
-        fn record_job(&self, batch: u64, job_id: String, next_poll_at_ms: u64) -> BatchRecord = not_yet;
-        fn open_batches(&self) -> Vec<BatchRecord> = not_yet;
-        fn batch_members(&self, batch: u64) -> Vec<BatchMember> = not_yet;
+        fn create_intent(&self, request: IntentRequest) -> IntentOutcome = delegate;
+        fn shrink_intent(&self, batch: u64, keep: usize) -> u64 = delegate;
+        fn record_job(&self, batch: u64, job_id: String, next_poll_at_ms: u64) -> BatchRecord = delegate;
+        fn open_batches(&self) -> Vec<BatchRecord> = delegate;
+        fn batch_members(&self, batch: u64) -> Vec<BatchMember> = delegate;
         fn stage_results(&self, batch: u64, lines: Vec<(ExtractionId, LineResult)>, rules: MemberRules)
-            -> StageReport = not_yet;
-        fn ingest_results(&self, batch: u64, lines: Vec<IngestLine>, rules: MemberRules) -> StageReport = not_yet;
-        fn ready_items(&self, provider: String, limit: usize) -> Vec<ReadyItem> = not_yet;
+            -> StageReport = delegate;
+        fn ingest_results(&self, batch: u64, lines: Vec<IngestLine>, rules: MemberRules) -> StageReport = delegate;
+        fn ready_items(&self, provider: String, limit: usize) -> Vec<ReadyItem> = delegate;
         fn close_batch(&self, batch: u64, outcome: String, leftover: Leftover, rules: MemberRules)
-            -> CloseReport = not_yet;
+            -> CloseReport = delegate;
         fn reschedule_batch(&self, batch: u64, next_action_at_ms: u64, note: Option<String>, count_failure: bool)
-            -> () = not_yet;
-        fn note_not_found(&self, batch: u64, since_ms: u64, next_action_at_ms: u64, note: String) -> () = not_yet;
-        fn recorded_jobs_since(&self, provider: String, since_ms: u64) -> Vec<String> = not_yet;
+            -> () = delegate;
+        fn note_not_found(&self, batch: u64, since_ms: u64, next_action_at_ms: u64, note: String) -> () = delegate;
+        fn recorded_jobs_since(&self, provider: String, since_ms: u64) -> Vec<String> = delegate;
         fn provider_paused(&self, provider: String) -> bool = delegate;
         fn set_provider_paused(&self, provider: String, paused: bool) -> () = delegate;
     }

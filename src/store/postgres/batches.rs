@@ -1,0 +1,330 @@
+//! Provider batches on PostgreSQL: submit intents, job ids and the polling schedule (the
+//! reads are in `batch_reads`). The order of durable facts is the redb store's: the intent
+//! (members `Submitted` under a deterministic batch key) commits before any provider
+//! call, and the job id commits before anything else is done with it.
+//!
+//! Where redb relied on its single writer, each operation here locks its batch row
+//! (`FOR UPDATE`) and then its members, always in that order, so two instances working on
+//! one batch take turns and never deadlock on it.
+
+use tokio_postgres::Transaction;
+use tokio_postgres::types::ToSql;
+
+use super::rows::{big, decode_record, transition, unbig};
+use super::{Error, PgStore, pg};
+use crate::domain::clock;
+use crate::domain::identity::{ExtractionId, batch_key};
+use crate::domain::lifecycle::{self, Event, Outcome, State, StateName};
+use crate::store::codec::{decode, encode};
+use crate::store::records::{BatchRecord, BatchState};
+use crate::store::{ExtractionRecord, IntentOutcome, IntentRequest};
+
+const INTENT: i16 = 0;
+const SUBMITTED: i16 = 1;
+pub(super) const CLOSED: i16 = 2;
+
+fn state_code(state: &BatchState) -> i16 {
+    match state {
+        BatchState::Intent => INTENT,
+        BatchState::Submitted { .. } => SUBMITTED,
+        BatchState::Closed { .. } => CLOSED,
+    }
+}
+
+/// The provider's job id, where the batch has one: what an orphan lookup may skip.
+fn job_of(state: &BatchState) -> Option<&str> {
+    match state {
+        BatchState::Submitted { job_id } | BatchState::Closed { job_id: Some(job_id), .. } => Some(job_id),
+        _ => None,
+    }
+}
+
+/// The batch, locked for the rest of the transaction.
+pub(super) async fn lock_batch(tx: &Transaction<'_>, batch: u64) -> Result<BatchRecord, Error> {
+    let row = tx
+        .query_opt("SELECT record FROM batches WHERE seq = $1 FOR UPDATE", &[&big(batch)])
+        .await
+        .map_err(pg("cannot read a batch"))?
+        .ok_or_else(|| Error::Corrupt { kind: "batch", reason: format!("batch #{batch} does not exist") })?;
+    decode(row.get(0))
+}
+
+/// Writes the batch's record and the columns derived from it in one statement.
+pub(super) async fn save_batch(tx: &Transaction<'_>, record: &BatchRecord) -> Result<(), Error> {
+    let bytes = encode(record)?;
+    let params: [&(dyn ToSql + Sync); 9] = [
+        &big(record.seq),
+        &record.batch_key.as_str(),
+        &record.provider.as_str(),
+        &state_code(&record.state),
+        &job_of(&record.state),
+        &big(record.next_action_at_ms),
+        &big(record.created_at_ms),
+        &i16::from(bytes[0]),
+        &bytes,
+    ];
+    tx.execute(
+        "INSERT INTO batches (seq, batch_key, provider, state_code, job_id, next_action_at_ms, created_at_ms, format, record) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (seq) DO UPDATE SET state_code = excluded.state_code, \
+         job_id = excluded.job_id, next_action_at_ms = excluded.next_action_at_ms, format = excluded.format, \
+         record = excluded.record",
+        &params,
+    )
+    .await
+    .map_err(pg("cannot write a batch"))?;
+    Ok(())
+}
+
+/// A batch member, locked. `None`: it is gone (kept for parity with redb's erasure).
+pub(super) async fn lock_member(tx: &Transaction<'_>, seq: u64) -> Result<Option<ExtractionRecord>, Error> {
+    let row = tx
+        .query_opt("SELECT record FROM extractions WHERE seq = $1 FOR UPDATE", &[&big(seq)])
+        .await
+        .map_err(pg("cannot read a batch member"))?;
+    row.map(|r| decode_record(r.get(0))).transpose()
+}
+
+impl PgStore {
+    async fn in_transaction<T, F>(&self, context: &'static str, work: F) -> Result<T, Error>
+    where
+        F: for<'t> FnOnce(&'t Transaction<'t>, u64) -> super::TxFuture<'t, T>,
+    {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
+        let value = work(&tx, clock::now_ms()).await?;
+        tx.commit().await.map_err(pg(context))?;
+        Ok(value)
+    }
+
+    /// Persists a submit intent for up to `max_size` pending extractions of one schema,
+    /// unless there is not yet enough (or old enough) work.
+    pub(super) async fn create_intent(&self, request: IntentRequest) -> Result<IntentOutcome, Error> {
+        let policies = self.policies();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
+        let now_ms = clock::now_ms();
+        // Only tenants this provider may take (routing, budget holds) are read.
+        let tenants: Vec<String> = tx
+            .query(
+                "SELECT DISTINCT tenant FROM extractions WHERE state_code = $1 AND schema_name = $2",
+                &[&i16::from(StateName::Pending.code()), &request.schema],
+            )
+            .await
+            .map_err(pg("cannot list tenants with pending work"))?
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .filter(|tenant| (request.accept.0)(tenant, &request.schema))
+            .collect();
+        if tenants.is_empty() {
+            return Ok(IntentOutcome::Nothing);
+        }
+        // Rows a worker is claiming right now are skipped: they are that worker's.
+        let rows = tx
+            .query(
+                "SELECT record FROM extractions WHERE state_code = $1 AND schema_name = $2 AND tenant = ANY($3) \
+                 ORDER BY seq LIMIT $4 FOR UPDATE SKIP LOCKED",
+                &[&i16::from(StateName::Pending.code()), &request.schema, &tenants, &big(request.max_size as u64)],
+            )
+            .await
+            .map_err(pg("cannot select pending work"))?;
+        let mut members: Vec<ExtractionRecord> = Vec::new();
+        let (mut bytes, mut full) = (0u64, false);
+        for row in rows {
+            let record = decode_record(row.get(0))?;
+            // One oversized source still goes alone: a batch always makes progress.
+            if !members.is_empty() && bytes + record.content_bytes > request.max_content_bytes {
+                full = true;
+                break;
+            }
+            bytes += record.content_bytes;
+            members.push(record);
+            if members.len() >= request.max_size {
+                full = true;
+                break;
+            }
+        }
+        let oldest = members.iter().map(|m| m.updated_at_ms).min();
+        let due = full || oldest.is_some_and(|at| now_ms.saturating_sub(at) >= request.max_wait_ms);
+        match oldest {
+            None => return Ok(IntentOutcome::Nothing),
+            Some(at) if !due => {
+                return Ok(IntentOutcome::Waiting {
+                    due_at_ms: at.saturating_add(request.max_wait_ms),
+                    members: members.len(),
+                });
+            }
+            Some(_) => {}
+        }
+        let seq: i64 = tx
+            .query_one("SELECT nextval('batch_seq')", &[])
+            .await
+            .map_err(pg("cannot allocate a batch number"))?
+            .get(0);
+        let seq = unbig(seq);
+        let identities: Vec<(ExtractionId, u32)> = members.iter().map(|m| (m.id, m.attempt)).collect();
+        let key = batch_key(&request.provider, &request.schema, seq, &identities);
+        let batch = BatchRecord {
+            seq,
+            batch_key: key.clone(),
+            provider: request.provider.clone().into(),
+            schema: request.schema.clone(),
+            members: members.iter().map(|m| m.seq).collect(),
+            state: BatchState::Intent,
+            next_action_at_ms: now_ms,
+            failures: 0,
+            last_error: None,
+            created_at_ms: now_ms,
+            updated_at_ms: now_ms,
+            not_found_since_ms: None,
+        };
+        save_batch(&tx, &batch).await?;
+        let member_seqs: Vec<i64> = batch.members.iter().map(|&s| big(s)).collect();
+        tx.execute(
+            "INSERT INTO batch_members (batch_seq, extraction_seq) SELECT $1, unnest($2::bigint[])",
+            &[&big(seq), &member_seqs],
+        )
+        .await
+        .map_err(pg("cannot write batch members"))?;
+        for mut member in members {
+            let event = Event::Enqueue { provider: request.provider.clone().into(), batch_key: key.clone() };
+            if let Ok(Outcome::Changed(next)) = lifecycle::apply(&member.state, event, now_ms) {
+                transition(&tx, &policies, now_ms, &mut member, next).await?;
+            }
+        }
+        // Committed before the provider is called: the intent is how the job is found again.
+        tx.commit().await.map_err(pg("intent commit failed"))?;
+        Ok(IntentOutcome::Created(Box::new(batch)))
+    }
+
+    /// Keeps the first `keep` members of an intent (at least one) and returns the rest to
+    /// the queue as the same attempt: none of them was ever sent.
+    pub(super) async fn shrink_intent(&self, batch: u64, keep: usize) -> Result<u64, Error> {
+        let keep = keep.max(1);
+        let policies = self.policies();
+        self.in_transaction("shrink commit failed", move |tx, now_ms| {
+            Box::pin(async move {
+                let mut record = lock_batch(tx, batch).await?;
+                if !matches!(record.state, BatchState::Intent) || record.members.len() <= keep {
+                    return Ok(0);
+                }
+                let excess = record.members.split_off(keep);
+                let mut returned = 0;
+                for &seq in &excess {
+                    let Some(mut member) = lock_member(tx, seq).await? else { continue };
+                    if !matches!(&member.state, State::Submitted { batch_key, .. } if *batch_key == record.batch_key) {
+                        continue;
+                    }
+                    let event = Event::Requeue { batch_key: record.batch_key.clone() };
+                    if let Ok(Outcome::Changed(next)) = lifecycle::apply(&member.state, event, now_ms) {
+                        transition(tx, &policies, now_ms, &mut member, next).await?;
+                        returned += 1;
+                    }
+                }
+                let gone: Vec<i64> = excess.iter().map(|&s| big(s)).collect();
+                tx.execute(
+                    "DELETE FROM batch_members WHERE batch_seq = $1 AND extraction_seq = ANY($2)",
+                    &[&big(batch), &gone],
+                )
+                .await
+                .map_err(pg("cannot drop batch members"))?;
+                record.next_action_at_ms = now_ms;
+                record.updated_at_ms = now_ms;
+                save_batch(tx, &record).await?;
+                Ok(returned)
+            })
+        })
+        .await
+    }
+
+    /// Persists the provider's job id, moving the members under it, before anything else
+    /// is done with it. A job already recorded, or a closed batch, is left as it is.
+    pub(super) async fn record_job(
+        &self,
+        batch: u64,
+        job_id: String,
+        next_poll_at_ms: u64,
+    ) -> Result<BatchRecord, Error> {
+        let policies = self.policies();
+        self.in_transaction("job id commit failed", move |tx, now_ms| {
+            Box::pin(async move {
+                let mut record = lock_batch(tx, batch).await?;
+                if let BatchState::Submitted { job_id: known } = &record.state
+                    && *known == job_id
+                {
+                    return Ok(record);
+                }
+                if matches!(record.state, BatchState::Closed { .. }) {
+                    return Ok(record);
+                }
+                for seq in record.members.clone() {
+                    let Some(mut member) = lock_member(tx, seq).await? else { continue };
+                    let event = Event::JobAccepted { batch_key: record.batch_key.clone(), job_id: job_id.clone() };
+                    if let Ok(Outcome::Changed(next)) = lifecycle::apply(&member.state, event, now_ms) {
+                        transition(tx, &policies, now_ms, &mut member, next).await?;
+                    }
+                }
+                record.state = BatchState::Submitted { job_id };
+                record.next_action_at_ms = next_poll_at_ms;
+                record.failures = 0;
+                record.not_found_since_ms = None;
+                record.last_error = None;
+                record.updated_at_ms = now_ms;
+                save_batch(tx, &record).await?;
+                Ok(record)
+            })
+        })
+        .await
+    }
+
+    /// When the scheduler looks at the batch again, and why (see the redb store's method).
+    pub(super) async fn reschedule_batch(
+        &self,
+        batch: u64,
+        next_action_at_ms: u64,
+        note: Option<String>,
+        count_failure: bool,
+    ) -> Result<(), Error> {
+        self.in_transaction("reschedule commit failed", move |tx, now_ms| {
+            Box::pin(async move {
+                let mut record = lock_batch(tx, batch).await?;
+                record.next_action_at_ms = next_action_at_ms;
+                match note {
+                    Some(reason) => {
+                        if count_failure {
+                            record.failures += 1;
+                        }
+                        record.last_error = Some(reason);
+                    }
+                    None => {
+                        record.failures = 0;
+                        record.not_found_since_ms = None;
+                    }
+                }
+                record.updated_at_ms = now_ms;
+                save_batch(tx, &record).await
+            })
+        })
+        .await
+    }
+
+    /// One more 404 for the batch's job; the window opened at `since_ms` is kept if open.
+    pub(super) async fn note_not_found(
+        &self,
+        batch: u64,
+        since_ms: u64,
+        next_action_at_ms: u64,
+        note: String,
+    ) -> Result<(), Error> {
+        self.in_transaction("not-found commit failed", move |tx, now_ms| {
+            Box::pin(async move {
+                let mut record = lock_batch(tx, batch).await?;
+                record.not_found_since_ms = Some(record.not_found_since_ms.unwrap_or(since_ms));
+                record.next_action_at_ms = next_action_at_ms;
+                record.last_error = Some(note);
+                record.updated_at_ms = now_ms;
+                save_batch(tx, &record).await
+            })
+        })
+        .await
+    }
+}
