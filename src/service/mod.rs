@@ -149,10 +149,14 @@ impl Service {
 
     /// The service over a backend chosen at start.
     pub fn over(store: crate::store::SharedStore, registry: Registry) -> Self {
+        let throughput = throughput::Throughput::default();
+        let mut signals = WorkSignals::default();
+        // New work wakes the sampler, which sleeps while nothing is in flight.
+        signals.add_scheduler(throughput.wake());
         Self {
             store,
             judge: Judge::new(registry, DEFAULT_MAX_FINDINGS),
-            signals: WorkSignals::default(),
+            signals,
             providers: Vec::new(),
             backup_dir: None,
             last_backup_ms: Arc::new(AtomicU64::new(0)),
@@ -160,7 +164,7 @@ impl Service {
             webhooks: Arc::new(HashMap::new()),
             outbox_wake: None,
             task_failures: Failures::default(),
-            throughput: throughput::Throughput::default(),
+            throughput,
         }
     }
 

@@ -18,7 +18,11 @@ impl Service {
         if let Some(schema) = &request.schema {
             self.judge.registry().get(schema)?;
         }
-        Ok(self.store.claim(request).await?)
+        let grants = self.store.claim(request).await?;
+        if !grants.is_empty() {
+            self.work_in_flight();
+        }
+        Ok(grants)
     }
 
     /// Validates the output against the extraction's schema outside the writer, then

@@ -1,11 +1,14 @@
 //! Throughput over the last hour, for the console's chart: the server samples the
 //! committed and failed counts (seven numbers from the state index) and keeps the
 //! per-minute increase in memory. A restart starts a fresh hour; nothing is stored.
+//! While nothing is in flight the sampler sleeps until new work arrives, so an idle
+//! server does not wake for it.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::{Error, Service};
@@ -32,11 +35,20 @@ struct Ring {
 }
 
 #[derive(Debug, Clone, Default)]
-pub(super) struct Throughput(Arc<Mutex<Ring>>);
+pub(super) struct Throughput {
+    ring: Arc<Mutex<Ring>>,
+    wake: Arc<Notify>,
+}
 
 impl Throughput {
-    fn record(&self, now_ms: u64, committed: u64, failed: u64) {
-        let mut ring = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+    /// Notified when new work arrives.
+    pub(super) fn wake(&self) -> Arc<Notify> {
+        Arc::clone(&self.wake)
+    }
+
+    /// Adds what finished since the last sample to its minute; true when anything did.
+    fn record(&self, now_ms: u64, committed: u64, failed: u64) -> bool {
+        let mut ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
         let minute = now_ms / 60_000;
         // A retry moves a failed extraction back to pending, so totals can fall: count
         // only increases.
@@ -55,11 +67,12 @@ impl Throughput {
         while ring.minutes.front().is_some_and(|m| m.minute + THROUGHPUT_MINUTES as u64 <= minute) {
             ring.minutes.pop_front();
         }
+        dc + df > 0
     }
 
     /// The last hour, one entry per minute (oldest first), zeros where nothing was seen.
     fn hour(&self, now_ms: u64) -> Vec<MinuteCount> {
-        let ring = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
         let now = now_ms / 60_000;
         let first = now + 1 - THROUGHPUT_MINUTES as u64;
         (first..=now)
@@ -75,22 +88,36 @@ impl Throughput {
 }
 
 impl Service {
+    /// Work started moving without a new arrival (a worker's claim): the sampler looks.
+    pub(super) fn work_in_flight(&self) {
+        self.throughput.wake.notify_one();
+    }
+
     /// Committed and failed extractions per minute over the last hour.
     pub fn throughput(&self) -> Vec<MinuteCount> {
         self.throughput.hour(crate::domain::clock::now_ms())
     }
 
-    /// Samples the state counts every few seconds until `stop`; run it under the
-    /// supervisor. A failed read is skipped (the next sample catches up).
+    /// Samples the state counts every few seconds while work is in flight, and otherwise
+    /// waits for new work, until `stop`; run it under the supervisor. A failed read is
+    /// skipped (the next sample catches up).
     pub async fn sample_throughput(self, stop: CancellationToken) -> Result<(), Error> {
+        let wake = self.throughput.wake();
         loop {
+            let mut in_flight = true;
             if let Ok(counts) = self.store.counts_by_state().await {
                 let of = |name| counts.iter().find(|c| c.state == name).map_or(0, |c| c.count);
-                self.throughput.record(crate::domain::clock::now_ms(), of(StateName::Committed), of(StateName::Failed));
+                let totals = (of(StateName::Committed), of(StateName::Failed));
+                let moved = self.throughput.record(crate::domain::clock::now_ms(), totals.0, totals.1);
+                // Pending work alone (no worker, a paused provider) finishes nothing: the
+                // sampler waits for arrivals, claims or a resume instead of polling it.
+                in_flight = moved
+                    || [StateName::Claimed, StateName::Submitted, StateName::Ready].into_iter().any(|s| of(s) > 0);
             }
             tokio::select! {
                 () = stop.cancelled() => return Ok(()),
-                () = tokio::time::sleep(SAMPLE_EVERY) => {}
+                () = tokio::time::sleep(SAMPLE_EVERY), if in_flight => {}
+                () = wake.notified(), if !in_flight => {}
             }
         }
     }
@@ -104,8 +131,9 @@ mod tests {
     fn minutes_hold_increases_and_roll_off() {
         let t = Throughput::default();
         let m = 60_000;
-        t.record(100 * m, 10, 1);
-        t.record(100 * m + 5_000, 13, 1);
+        assert!(!t.record(100 * m, 10, 1), "the first sample is the baseline");
+        assert!(t.record(100 * m + 5_000, 13, 1));
+        assert!(!t.record(100 * m + 6_000, 13, 1), "nothing finished since");
         t.record(101 * m, 20, 3);
         // A retry lowers the failed total: not a negative count.
         t.record(101 * m + 1, 20, 2);
