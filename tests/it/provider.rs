@@ -17,6 +17,11 @@ use crate::util::{Api, SCHEMA, Server, id_of, stop_and_verify, temp_dir};
 pub const TENANT: &str = "acme";
 const SIM_KEY: &str = "sk-test";
 /// Every wait for the system to settle is bounded by this.
+/// The whole corpus in one batch: formed the moment the last source arrives, however slowly
+/// a loaded machine delivers the six intakes. Tests that count batches need it; the 200 ms
+/// default splits the corpus when intake is slower than that.
+pub const ONE_BATCH: &[&str] = &["--batch-max-size", "6", "--batch-max-wait", "2s"];
+
 pub const SETTLE: Duration = Duration::from_secs(20);
 
 /// A source and what the simulator's rule-based reviewer must find in it:

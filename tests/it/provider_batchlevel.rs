@@ -10,8 +10,8 @@ use commitpoint::simulator::Faults;
 use serde_json::json;
 
 use crate::provider::{
-    CORPUS, Rig, TENANT, assert_all_committed_with_model_findings, assert_submitted, corpus_ids, counter, finish,
-    health, settle,
+    CORPUS, ONE_BATCH, Rig, TENANT, assert_all_committed_with_model_findings, assert_submitted, corpus_ids, counter,
+    finish, health, settle,
 };
 use crate::util::Api;
 
@@ -91,7 +91,7 @@ async fn a_failed_validation_naming_a_line_refuses_that_member_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_few_404s_on_a_live_job_do_not_resubmit_it() {
     let rig = Rig::start(Duration::from_secs(1), Faults { poll_not_found_next: 4, ..Faults::default() }).await;
-    let server = rig.serve(&[], None);
+    let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     let ids = intake(&api, CORPUS).await;
 
@@ -151,7 +151,7 @@ async fn the_404_window_survives_a_restart() {
 async fn a_server_error_marked_should_retry_false_is_retried_not_failed() {
     let faults = Faults { server_error_next: 2, should_retry_false: true, ..Faults::default() };
     let rig = Rig::start(Duration::from_millis(300), faults).await;
-    let server = rig.serve(&[], None);
+    let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     let ids = intake(&api, CORPUS).await;
 
@@ -168,7 +168,7 @@ async fn a_lookup_that_runs_out_of_pages_never_resubmits() {
     // of another client than the lookup may page through.
     let faults = Faults { drop_after_create_next: 1, foreign_batches: 2_500, ..Faults::default() };
     let rig = Rig::start(Duration::from_millis(300), faults).await;
-    let server = rig.serve(&[], None);
+    let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     let ids = intake(&api, CORPUS).await;
     rig.wait_stats("the lost create", |s| s.dropped_connections >= 1).await;
@@ -213,7 +213,7 @@ async fn a_batch_over_the_input_file_limit_is_split_not_failed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provider_files_are_deleted_after_ingestion_unless_configured_off() {
     let rig = Rig::start(Duration::from_millis(300), Faults::default()).await;
-    let server = rig.serve(&[], None);
+    let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     let ids = intake(&api, CORPUS).await;
     assert_attempts(&api, &ids, 1).await;

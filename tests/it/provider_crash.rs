@@ -11,13 +11,10 @@ use commitpoint::simulator::{Faults, Stats};
 use serde_json::json;
 
 use crate::provider::{
-    CORPUS, Rig, SETTLE, TENANT, assert_all_committed_with_model_findings, assert_report_counts, assert_submitted,
-    corpus_ids, counter, expected_id, finish, health, intake_corpus, settle,
+    CORPUS, ONE_BATCH, Rig, SETTLE, TENANT, assert_all_committed_with_model_findings, assert_report_counts,
+    assert_submitted, corpus_ids, counter, expected_id, finish, health, intake_corpus, settle,
 };
 use crate::util::{Api, Server, assert_verifies, id_of, state_after_staging};
-
-/// The whole corpus in one batch: formed the moment the last source arrives.
-const ONE_BATCH: &[&str] = &["--batch-max-size", "6", "--batch-max-wait", "2s"];
 
 /// Waits for the server to kill itself at `point`; asserts it died of SIGKILL there.
 fn expect_crash(server: &mut Server, point: &str) {
@@ -135,7 +132,7 @@ async fn kill_after_intake_commit_before_ack_then_redelivery_finds_the_extractio
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_whose_answer_was_lost_is_found_by_its_batch_key() {
     let rig = Rig::start(Duration::from_millis(200), Faults { drop_after_create_next: 1, ..Faults::default() }).await;
-    let server = rig.serve(&[], None);
+    let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     intake_corpus(&api).await;
 

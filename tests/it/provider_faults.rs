@@ -10,8 +10,9 @@ use commitpoint::simulator::Faults;
 use serde_json::json;
 
 use crate::provider::{
-    CORPUS, Rig, SETTLE, TENANT, assert_all_committed_with_model_findings, assert_findings, assert_report_counts,
-    assert_submitted, corpus_ids, counter, expected_id, finish, health, intake_corpus, settle, settle_within,
+    CORPUS, ONE_BATCH, Rig, SETTLE, TENANT, assert_all_committed_with_model_findings, assert_findings,
+    assert_report_counts, assert_submitted, corpus_ids, counter, expected_id, finish, health, intake_corpus, settle,
+    settle_within,
 };
 use crate::util::id_of;
 
@@ -23,7 +24,7 @@ const SAMPLING_SLACK: Duration = Duration::from_millis(100);
 async fn rate_limited_submits_wait_for_retry_after_then_succeed() {
     let faults = Faults { rate_limit_next: 2, retry_after_secs: RETRY_AFTER_SECS, ..Faults::default() };
     let rig = Rig::start(Duration::from_millis(200), faults).await;
-    let server = rig.serve(&[], None);
+    let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     let started = Instant::now();
     intake_corpus(&api).await;
@@ -68,7 +69,7 @@ async fn rate_limited_submits_wait_for_retry_after_then_succeed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_batch_commits_its_answers_and_requeues_the_rest_once() {
     let rig = Rig::start(Duration::from_millis(300), Faults { expire_batches: true, ..Faults::default() }).await;
-    let server = rig.serve(&[], None);
+    let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
     rig.wait_stats("the first batch", |s| s.batches_created >= 1).await;
@@ -104,7 +105,7 @@ async fn an_expired_batch_commits_its_answers_and_requeues_the_rest_once() {
 async fn malformed_result_lines_requeue_their_members_which_commit_later() {
     // Every second output line of the first batch is torn in half.
     let rig = Rig::start(Duration::from_millis(200), Faults { malformed_line_every: 2, ..Faults::default() }).await;
-    let server = rig.serve(&[], None);
+    let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
     rig.wait_stats("the first batch", |s| s.batches_created >= 1).await;
@@ -176,7 +177,7 @@ async fn insufficient_quota_pauses_submissions_and_keeps_the_work_queued() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schema_violating_answers_fail_validation_and_retry_commits_them() {
     let rig = Rig::start(Duration::from_millis(200), Faults { invalid_output_every: 1, ..Faults::default() }).await;
-    let server = rig.serve(&[], None);
+    let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
     rig.wait_stats("the first batch", |s| s.batches_created >= 1).await;
@@ -221,7 +222,7 @@ async fn schema_violating_answers_fail_validation_and_retry_commits_them() {
 async fn rate_limits_do_not_use_up_the_retries_of_transient_errors() {
     let faults = Faults { rate_limit_next: 7, retry_after_secs: 1, server_error_next: 1, ..Faults::default() };
     let rig = Rig::start(Duration::from_millis(200), faults).await;
-    let server = rig.serve(&[], None);
+    let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     intake_corpus(&api).await;
 
@@ -242,7 +243,7 @@ async fn rate_limits_do_not_use_up_the_retries_of_transient_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quota_error_on_a_poll_does_not_hold_the_job_for_the_pause() {
     let rig = Rig::start(Duration::from_millis(1000), Faults::default()).await;
-    let server = rig.serve(&[], None);
+    let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
     rig.wait_stats("the batch", |s| s.batches_created >= 1).await;

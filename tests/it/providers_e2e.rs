@@ -20,8 +20,7 @@ use crate::util::{Api, Server, temp_dir};
 pub const KEY: &str = "sk-e2e-provider";
 pub const KEY_ENV: &str = "E2E_PROVIDER_KEY";
 
-/// The whole corpus in one batch, formed the moment the last source arrives.
-pub const ONE_BATCH: &[&str] = &["--batch-max-size", "6", "--batch-max-wait", "2s"];
+pub use crate::provider::ONE_BATCH;
 
 /// Writes `config.toml` into `dir`: the provider sections, and routing of all work to `provider`.
 pub fn write_config(dir: &Path, sections: &str, provider: &str) -> String {

@@ -47,7 +47,7 @@ async fn anthropic_overloaded_529_waits_for_retry_after_then_succeeds() {
     const RETRY_AFTER_SECS: u32 = 2;
     let faults = Faults { overloaded_next: 1, retry_after_secs: RETRY_AFTER_SECS, ..Faults::default() };
     let rig = AnthropicRig::start(Duration::from_millis(200), faults).await;
-    let server = rig.serve(&[], None);
+    let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
 

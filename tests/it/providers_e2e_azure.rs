@@ -35,7 +35,7 @@ async fn azure_rig(faults: Faults, complete_after: Duration, extra: &str) -> Sha
 async fn azure_commits_the_corpus_once_billed_at_the_batch_discount() {
     for extra in ["", "api_version = \"2024-10-21\""] {
         let rig = azure_rig(Faults::default(), Duration::from_millis(200), extra).await;
-        let server = rig.serve(&[], None);
+        let server = rig.serve(ONE_BATCH, None);
         let api = server.api();
         let ids = intake_corpus(&api).await;
 
