@@ -102,7 +102,13 @@ pub(super) async fn run(command: Command) -> anyhow::Result<ExitCode> {
 }
 
 fn describe(stats: &Value) -> String {
-    let mut out = format!("extractions: {}\n", stats["total"]);
+    let store = &stats["store"];
+    let mut out = format!(
+        "store: {} (this instance: {})\n",
+        store["backend"].as_str().unwrap_or("?"),
+        store["instance"].as_str().unwrap_or("?")
+    );
+    out += &format!("extractions: {}\n", stats["total"]);
     if let Some(states) = stats["extractions"].as_object() {
         for (state, n) in states {
             let age = stats["oldest_age_seconds"][state].as_f64().filter(|a| *a > 0.0);
@@ -122,9 +128,10 @@ fn describe(stats: &Value) -> String {
         } else {
             "active".to_string()
         };
+        let name = p["name"].as_str().unwrap_or("?");
         out += &format!(
-            "provider {}: {paused}; batches {} submitted, {} recovered, {} closed; last error: {}\n",
-            p["name"].as_str().unwrap_or("?"),
+            "provider {name}: {paused}; {}; batches {} submitted, {} recovered, {} closed; last error: {}\n",
+            driven_by(stats, name),
             p["batches_submitted"],
             p["batches_recovered"],
             p["batches_closed"],
@@ -150,6 +157,16 @@ fn describe(stats: &Value) -> String {
     }
     out += &format!("last backup: {}\n", stats["last_backup_at"].as_str().unwrap_or("none recorded"));
     out
+}
+
+/// Who drives `provider`'s batches, as `/v1/stats` reports it.
+fn driven_by(stats: &Value, provider: &str) -> String {
+    let this = stats["store"]["instance"].as_str();
+    match stats["store"]["drivers"][provider].as_str() {
+        Some(instance) if Some(instance) == this => "driven by this instance".to_string(),
+        Some(instance) => format!("driven by {instance}"),
+        None => "driven by no instance now".to_string(),
+    }
 }
 
 fn human_age(seconds: f64) -> String {

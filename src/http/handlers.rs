@@ -275,9 +275,21 @@ pub(crate) struct Stats {
     providers: Vec<ProviderStatus>,
     /// The last successful backup since the store was created.
     last_backup_at: Option<String>,
+    store: StoreView,
     outbox: OutboxStatus,
     /// Tenants with a budget: spend this period, the budget, and whether work is held.
     budgets: Vec<BudgetStatus>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct StoreView {
+    /// `redb` or `postgres`.
+    backend: String,
+    /// This server as the other instances see it: `host:pid`.
+    instance: String,
+    /// For each provider this server configures, the instance driving its batches now;
+    /// null while none does (on PostgreSQL, between a driver's end and a takeover).
+    drivers: BTreeMap<String, Option<String>>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -321,6 +333,14 @@ pub(crate) async fn stats(State(service): State<Service>) -> Reply<Stats> {
         oldest_age_seconds,
         providers: service.provider_health().iter().map(ProviderStatus::from).collect(),
         last_backup_at: service.last_backup_ms().map(crate::domain::clock::format_ms),
+        store: {
+            let status = service.store_status().await?;
+            StoreView {
+                backend: status.backend.to_string(),
+                instance: status.instance.to_string(),
+                drivers: status.drivers.into_iter().map(|d| (d.provider, d.instance)).collect(),
+            }
+        },
         outbox: {
             let (pending, dead, oldest) = service.outbox_counts().await?;
             OutboxStatus { pending, dead, oldest_pending_at: oldest.map(crate::domain::clock::format_ms) }

@@ -93,6 +93,15 @@ fn invalid(field: &'static str, message: impl Into<String>) -> Error {
     Error::InvalidInput { field, message: message.into() }
 }
 
+/// What `ctl status` says of the store: which backend, this instance's name, and who
+/// drives each provider.
+#[derive(Debug, Clone)]
+pub struct StoreStatus {
+    pub backend: &'static str,
+    pub instance: &'static str,
+    pub drivers: Vec<crate::store::ProviderDriver>,
+}
+
 #[derive(Debug, Clone)]
 pub struct IntakeRequest {
     pub tenant: String,
@@ -308,6 +317,18 @@ impl Service {
 
     pub fn provider_health(&self) -> Vec<ProviderHealth> {
         self.providers.iter().map(SharedHealth::snapshot).collect()
+    }
+
+    /// The store's backend and, for each provider this server configures, the instance
+    /// driving its batches now (on PostgreSQL possibly another one, or none during a
+    /// takeover).
+    pub async fn store_status(&self) -> Result<StoreStatus, Error> {
+        let names = self.provider_health().into_iter().map(|h| h.name).collect();
+        Ok(StoreStatus {
+            backend: self.store.backend_name(),
+            instance: crate::store::this_instance(),
+            drivers: self.store.provider_drivers(names).await?,
+        })
     }
 
     pub fn registry(&self) -> &Registry {

@@ -13,6 +13,7 @@ mod cancel_tests;
 pub(crate) mod codec;
 mod commit_index;
 mod compact;
+mod drivers;
 mod dump;
 mod erase;
 mod erase_refs;
@@ -58,6 +59,7 @@ pub use batches::{
 };
 pub use cancel::{CancelOutcome, RETRY_CHUNK, RetryFilter};
 pub use compact::{CompactReport, compact_file};
+pub use drivers::{ProviderDriver, this_instance};
 pub use dump::dump_file;
 pub use erase::ErasureReport;
 pub use export::{ExportFilter, Exported};

@@ -16,8 +16,8 @@ use super::{
     BackupReport, BatchRecord, CancelOutcome, ClaimRequest, CloseReport, DeliveryOutcome, DeliveryReport,
     ErasureReport, Error, ExportFilter, Exported, ExtractionRecord, FindingRecord, Grant, IngestLine, IntakeOutcome,
     IntentOutcome, IntentRequest, LedgerRecord, Leftover, ListFilter, ListPage, MemberRules, NewExtraction,
-    OutboxFilter, OutboxRecord, PostOutcome, PostResult, ReadyItem, ResultRecord, RetentionPolicy, RetentionStep,
-    RetryFilter, RetryOutcome, StageReport, StateCount, Store,
+    OutboxFilter, OutboxRecord, PostOutcome, PostResult, ProviderDriver, ReadyItem, ResultRecord, RetentionPolicy,
+    RetentionStep, RetryFilter, RetryOutcome, StageReport, StateCount, Store,
 };
 use crate::domain::batch::{BatchMember, LineResult};
 use crate::domain::cursor::CursorKey;
@@ -157,6 +157,8 @@ seam! {
         fn retention_step(&self, policy: RetentionPolicy, after: u64, scan: usize) -> RetentionStep;
         /// Erases everything of a tenant but its spend totals, in bounded transactions.
         fn erase_tenant(&self, tenant: String) -> ErasureReport;
+        /// The instance driving each of `providers`' batches now, if one is.
+        fn provider_drivers(&self, providers: Vec<String>) -> Vec<ProviderDriver>;
     }
 }
 
@@ -166,6 +168,8 @@ pub trait Backend: Extractions + Batches + Ledger + Outbox + Upkeep {
     fn cursor_key(&self) -> &CursorKey;
     /// The size of the store's file, where it has one.
     fn file_size(&self) -> Option<u64>;
+    /// `redb` or `postgres`, as `[store] backend` names it.
+    fn backend_name(&self) -> &'static str;
 }
 
 impl Backend for Store {
@@ -175,6 +179,10 @@ impl Backend for Store {
 
     fn file_size(&self) -> Option<u64> {
         Store::file_size(self)
+    }
+
+    fn backend_name(&self) -> &'static str {
+        "redb"
     }
 }
 

@@ -16,12 +16,12 @@ use crate::util::{Api, SCHEMA, Server, id_of, stop_and_verify, temp_dir};
 
 pub const TENANT: &str = "acme";
 const SIM_KEY: &str = "sk-test";
-/// Every wait for the system to settle is bounded by this.
 /// The whole corpus in one batch: formed the moment the last source arrives, however slowly
 /// a loaded machine delivers the six intakes. Tests that count batches need it; the 200 ms
 /// default splits the corpus when intake is slower than that.
 pub const ONE_BATCH: &[&str] = &["--batch-max-size", "6", "--batch-max-wait", "2s"];
 
+/// Every wait for the system to settle is bounded by this.
 pub const SETTLE: Duration = Duration::from_secs(20);
 
 /// A source and what the simulator's rule-based reviewer must find in it:
@@ -359,4 +359,28 @@ async fn a_batch_this_process_just_formed_is_submitted_without_a_lookup() {
 
     let report = finish(server);
     assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+/// `ctl status` names the store's backend and who drives each provider's batches: on redb,
+/// and on a PostgreSQL store with one instance, this very process (`host:pid`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctl_status_names_the_backend_and_the_instance_driving_each_provider() {
+    let rig = Rig::start(Duration::from_millis(200), Faults::default()).await;
+    let server = rig.serve(&[], None);
+    let backend = if crate::support::postgres::enabled() { "postgres" } else { "redb" };
+
+    let json = crate::util::cli(&["ctl", "status", "--json", "--admin", &server.url]);
+    assert!(json.status.success(), "{}", crate::util::stderr(&json));
+    let status: Value = serde_json::from_str(&crate::util::stdout(&json)).expect("status JSON");
+    assert_eq!(status["store"]["backend"], json!(backend), "{status:#}");
+    let instance = status["store"]["instance"].as_str().expect("the instance's name").to_string();
+    assert!(instance.ends_with(&format!(":{}", server.pid())), "host:pid of the server: {status:#}");
+    let provider = status["providers"][0]["name"].as_str().expect("the configured provider").to_string();
+    assert_eq!(status["store"]["drivers"], json!({ provider.clone(): instance }), "{status:#}");
+
+    let text = crate::util::cli(&["ctl", "status", "--admin", &server.url]);
+    let text = crate::util::stdout(&text);
+    assert!(text.starts_with(&format!("store: {backend} (this instance: {instance})\n")), "{text}");
+    assert!(text.contains(&format!("provider {provider}: active; driven by this instance;")), "{text}");
+    finish(server);
 }

@@ -12,7 +12,7 @@ use super::{Error, PgStore, pg};
 
 /// The first key of every provider's advisory lock ('prov'); the second is the name's
 /// hash. Distinct from the migration lock's key.
-const DRIVER_LOCK_CLASS: i32 = 0x7072_6f76;
+pub(super) const DRIVER_LOCK_CLASS: i32 = 0x7072_6f76;
 
 impl PgStore {
     /// Takes the driver lock of every provider in `providers`. `Ok(Err(name))`: another

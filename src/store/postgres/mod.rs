@@ -11,6 +11,7 @@
 
 mod batch_reads;
 mod batches;
+mod driver_status;
 mod drivers;
 mod extractions;
 mod money;
@@ -90,7 +91,7 @@ pub fn parse_url(options: &PgOptions) -> Result<tokio_postgres::Config, Error> {
     if let Some(password) = &options.password {
         config.password(password);
     }
-    config.application_name("commitpoint");
+    config.application_name(driver_status::application_name());
     config.options("-c synchronous_commit=on -c default_transaction_isolation=read\\ committed");
     Ok(config)
 }

@@ -15,8 +15,8 @@ use crate::store::{
     BackupReport, BatchRecord, CancelOutcome, ClaimRequest, CloseReport, DeliveryOutcome, DeliveryReport,
     ErasureReport, Error, ExportFilter, ExtractionRecord, FindingRecord, Grant, IngestLine, IntakeOutcome,
     IntentOutcome, IntentRequest, LedgerRecord, Leftover, ListFilter, ListPage, MemberRules, NewExtraction,
-    OutboxFilter, OutboxRecord, PostOutcome, PostResult, ReadyItem, ResultRecord, RetentionPolicy, RetentionStep,
-    RetryFilter, RetryOutcome, StageReport, StateCount,
+    OutboxFilter, OutboxRecord, PostOutcome, PostResult, ProviderDriver, ReadyItem, ResultRecord, RetentionPolicy,
+    RetentionStep, RetryFilter, RetryOutcome, StageReport, StateCount,
 };
 
 /// Implements seam methods by delegating to `PgStore`'s own method of the same name, or
@@ -115,6 +115,7 @@ pg_seam! {
         fn ping_writer(&self) -> () = delegate;
         fn retention_step(&self, policy: RetentionPolicy, after: u64, scan: usize) -> RetentionStep = not_yet;
         fn erase_tenant(&self, tenant: String) -> ErasureReport = not_yet;
+        fn provider_drivers(&self, providers: Vec<String>) -> Vec<ProviderDriver> = delegate;
     }
 }
 
@@ -125,6 +126,10 @@ impl Backend for PgStore {
 
     fn file_size(&self) -> Option<u64> {
         None
+    }
+
+    fn backend_name(&self) -> &'static str {
+        "postgres"
     }
 }
 
