@@ -11,6 +11,7 @@ pub mod http;
 pub mod postgres;
 pub mod preload;
 pub mod stats;
+pub mod workers;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
