@@ -175,6 +175,10 @@ def main():
                   f"{text(driver, f'count-{state}')} != {count}")
         check("overview total = /v1/stats", text(driver, "count-total") == str(stats["total"]))
         check("the throughput chart is an SVG", driver.find_elements(By.CSS_SELECTOR, "svg.chart rect"))
+        driven = driver.find_element(By.CSS_SELECTOR, "tr[data-provider='simulator'] .driver").text
+        check("the provider is driven by this instance (/v1/stats)",
+              stats["store"]["drivers"].get("simulator") == stats["store"]["instance"] and driven == "this instance",
+              f"{driven!r}, {stats['store']}")
         shoot(driver, "overview")
 
         # Pause the provider (confirming the dialog) and see it paused.

@@ -161,6 +161,12 @@ async fn the_console_logs_in_once_and_shows_the_apis_numbers() {
     }
     assert!(html.contains(&format!("id=\"count-total\">{}<", stats["total"])));
     assert_eq!(stats["extractions"]["failed"], 1, "the failed extraction is counted");
+    let store = format!(
+        "Store: <strong>{}</strong> · this instance: <code>{}</code>",
+        stats["store"]["backend"].as_str().expect("backend"),
+        stats["store"]["instance"].as_str().expect("instance")
+    );
+    assert!(html.contains(&store), "{store} not in the overview");
 
     let (status, html) = browser.page(&format!("/ui/extractions/{id}")).await;
     assert_eq!(status, StatusCode::OK);

@@ -24,6 +24,8 @@ pub(super) async fn show(State(service): State<Service>, viewer: Viewer) -> Resu
     let batches = service.open_batches().await?;
     let (outbox_pending, outbox_dead, oldest_pending) = service.outbox_counts().await?;
     let budgets = service.budget_status().await?;
+    let store = service.store_status().await?;
+    let driver_of = |name: &str| store.drivers.iter().find(|d| d.provider == name).and_then(|d| d.instance.clone());
     let hour = service.throughput();
     let chart: Vec<Bar> =
         hour.iter().map(|m| Bar { label: when(m.minute * 60_000), values: vec![m.committed, m.failed] }).collect();
@@ -31,6 +33,7 @@ pub(super) async fn show(State(service): State<Service>, viewer: Viewer) -> Resu
     let failed_last_hour: u64 = hour.iter().map(|m| m.failed).sum();
     let content = html! {
         h1 { "Overview" }
+        p.legend id="store" { "Store: " strong { (store.backend) } " · this instance: " code { (store.instance) } }
         section.cards {
             @for c in &counts {
                 a.card href=(format!("/ui/extractions?state={}", c.state.as_str())) {
@@ -69,7 +72,7 @@ pub(super) async fn show(State(service): State<Service>, viewer: Viewer) -> Resu
             h2 { "Providers" }
             @if providers.is_empty() { p { "No provider is configured: external workers claim the work." } }
             div.scroll { table id="providers" {
-                thead { tr { th { "name" } th { "state" } th { "open batches" } th { "submitted" } th { "last error" } th { "" } } }
+                thead { tr { th { "name" } th { "state" } th { "driven by" } th { "open batches" } th { "submitted" } th { "last error" } th { "" } } }
                 tbody {
                     @for p in &providers {
                         @let h = &p.health;
@@ -81,6 +84,13 @@ pub(super) async fn show(State(service): State<Service>, viewer: Viewer) -> Resu
                                     span.badge.warn { "backing off until " (when(until)) }
                                 } @else { span.badge.ok { "running" } }
                                 @if let Some(reason) = &h.pause_reason { " " small { (reason) } }
+                            }
+                            td.driver {
+                                @match driver_of(&h.name) {
+                                    Some(instance) if instance == store.instance => { "this instance" }
+                                    Some(instance) => { code { (instance) } }
+                                    None => { span.badge.warn { "no instance" } }
+                                }
                             }
                             td { (p.open_batches) }
                             td { (h.batches_submitted) }
