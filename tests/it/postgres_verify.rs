@@ -5,6 +5,8 @@
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -83,6 +85,66 @@ async fn verify_holds_on_a_live_database_and_counts_what_sql_counts() {
     assert!(report.starts_with("postgres://"), "the report names the store it read: {report}");
     let api = server.api();
     assert_eq!(api.create(TENANT, "c.rs", "after verify").await.len(), 64, "the server still takes intake");
+}
+
+/// The number a report line `label: N` gives.
+fn count_in(report: &str, label: &str) -> u64 {
+    let line = report.lines().find_map(|l| l.strip_prefix(label)).unwrap_or("0");
+    line.trim().parse().unwrap_or_else(|_| panic!("{label} in\n{report}"))
+}
+
+/// `verify` beside a server that keeps committing: each run reads one snapshot, so the
+/// counts it prints agree with each other exactly (two findings, one raw result and one
+/// ledger entry per committed extraction), however the commits interleave with its reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn verify_while_workers_commit_reads_one_consistent_snapshot() {
+    if skip() {
+        return;
+    }
+    let dir = temp_dir();
+    let server = Server::start(dir.path());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let (stop, api) = (Arc::clone(&stop), server.api());
+        workers.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                api.create(TENANT, &format!("w{w}-{n}.rs"), &format!("fn f{w}_{n}() {{}}")).await;
+                // Each worker claims after its own intake, so there is always one to take.
+                let (id, token) = api.claim_one(&format!("w{w}"), 60).await;
+                let body = json!({
+                    "lease_token": token,
+                    "output": output(&[finding("R1", "a.rs", 1, "one"), finding("R2", "a.rs", 2, "two")]),
+                    "usage": {"model": "m", "input_tokens": 10, "output_tokens": 1, "cost_micros": 5},
+                });
+                let reply = api.post(&format!("/v1/extractions/{id}/result"), &body).await;
+                assert_eq!(reply.status, 200, "{:#}", reply.body);
+                n += 1;
+            }
+            n
+        }));
+    }
+    let mut seen = Vec::new();
+    for _ in 0..10 {
+        let path = dir.path().to_path_buf();
+        let out = tokio::task::spawn_blocking(move || run_to_end(verify_command(&path))).await.expect("verify task");
+        let text = stdout(&out);
+        assert_eq!(out.status.code(), Some(0), "stdout:\n{text}\nstderr:\n{}", stderr(&out));
+        let committed = count_in(&text, "  committed: ");
+        assert_eq!(count_in(&text, "findings: "), 2 * committed, "{text}");
+        assert_eq!(count_in(&text, "raw results: "), committed, "{text}");
+        assert_eq!(count_in(&text, "ledger entries: "), committed, "{text}");
+        seen.push(committed);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut posted = 0;
+    for worker in workers {
+        posted += worker.await.expect("worker task");
+    }
+    assert!(posted > 0 && seen.iter().any(|&c| c > 0), "the worker committed nothing while verify ran: {seen:?}");
+    let report = crate::util::stop_and_verify(server);
+    assert_eq!(count_in(&report, "  committed: "), posted, "{report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
