@@ -177,59 +177,77 @@ pub(super) async fn check_ledger(tx: &Transaction<'_>, report: &mut Report) -> R
 /// Every outbox event decodes, its state column puts it on the list its state needs (due,
 /// delivered, dead), and it names an existing extraction.
 pub(super) async fn check_outbox(tx: &Transaction<'_>, report: &mut Report) -> Result<(), Error> {
-    const SQL: &str =
-        "SELECT seq, event_id, sink, state_code, next_attempt_at_ms, format, record FROM outbox ORDER BY seq";
-    // (event, extraction seq, extraction id), looked up together once the events are read.
-    let mut named: (Vec<i64>, Vec<i64>, Vec<Vec<u8>>) = Default::default();
-    each_row(tx, SQL, &[], |row| {
-        let seq = unbig(row.get("seq"));
-        let bytes: &[u8] = row.get("record");
-        let e: OutboxRecord = match decode(bytes) {
-            Ok(e) => e,
-            Err(err) => {
-                report.problem(format!("outbox #{seq}: {err}"));
-                return;
+    // Read a page at a time: the extraction each event names is looked up per page.
+    const SQL: &str = "SELECT seq, event_id, sink, state_code, next_attempt_at_ms, format, record FROM outbox \
+                       WHERE seq > $1 ORDER BY seq LIMIT $2";
+    const PAGE: i64 = 10_000;
+    let mut after = 0i64;
+    loop {
+        // (event, extraction seq, extraction id) of this page's events.
+        let mut named: (Vec<i64>, Vec<i64>, Vec<Vec<u8>>) = Default::default();
+        let (mut rows, from) = (0i64, after);
+        each_row(tx, SQL, &[&from, &PAGE], |row| {
+            rows += 1;
+            after = row.get("seq");
+            if let Some(e) = check_event(&row, report) {
+                named.0.push(big(e.seq));
+                named.1.push(big(e.extraction_seq));
+                named.2.push(e.extraction_id.as_bytes().to_vec());
             }
-        };
-        report.outbox_events += 1;
-        named.0.push(big(seq));
-        named.1.push(big(e.extraction_seq));
-        named.2.push(e.extraction_id.as_bytes().to_vec());
-        let (code, due) = (row.get::<_, i16>("state_code"), row.get::<_, i64>("next_attempt_at_ms"));
-        let listed = match e.state {
-            DeliveryState::Pending => code == DUE,
-            DeliveryState::Delivered { .. } => code == DELIVERED,
-            DeliveryState::Dead { .. } => code == DEAD,
-        };
-        if !listed {
-            report.problem(format!("outbox #{seq} is not on the list its state needs"));
+        })
+        .await?;
+        let orphans = tx
+            .query(
+                "SELECT x.seq FROM unnest($1::bigint[], $2::bigint[], $3::bytea[]) AS x (seq, extraction_seq, id) \
+                 LEFT JOIN extractions e ON e.seq = x.extraction_seq WHERE e.id IS DISTINCT FROM x.id ORDER BY 1",
+                &[&named.0, &named.1, &named.2],
+            )
+            .await
+            .map_err(pg("verify cannot read the database"))?;
+        for row in orphans {
+            report.problem(format!("outbox #{} names an extraction that does not exist", unbig(row.get(0))));
         }
-        // A claimed pending event is pushed ahead in its column while it is being sent;
-        // its record keeps the real due time.
-        let due_agrees = match e.state {
-            DeliveryState::Pending => due >= big(e.next_attempt_at_ms),
-            _ => due == big(e.next_attempt_at_ms),
-        };
-        let columns = [
-            ("seq", e.seq == seq),
-            ("event_id", row.get::<_, &str>("event_id") == e.event_id),
-            ("sink", row.get::<_, &str>("sink") == e.sink),
-            ("next_attempt_at_ms", due_agrees),
-            ("format", format_agrees(&row, bytes)),
-        ];
-        column_problem(report, &format!("outbox #{seq}"), &columns);
-    })
-    .await?;
-    let orphans = tx
-        .query(
-            "SELECT x.seq FROM unnest($1::bigint[], $2::bigint[], $3::bytea[]) AS x (seq, extraction_seq, id) \
-             LEFT JOIN extractions e ON e.seq = x.extraction_seq WHERE e.id IS DISTINCT FROM x.id ORDER BY 1",
-            &[&named.0, &named.1, &named.2],
-        )
-        .await
-        .map_err(pg("verify cannot read the database"))?;
-    for row in orphans {
-        report.problem(format!("outbox #{} names an extraction that does not exist", unbig(row.get(0))));
+        if rows < PAGE {
+            return Ok(());
+        }
     }
-    Ok(())
+}
+
+/// One event's own checks; the event, if it decodes.
+fn check_event(row: &tokio_postgres::Row, report: &mut Report) -> Option<OutboxRecord> {
+    let seq = unbig(row.get("seq"));
+    let bytes: &[u8] = row.get("record");
+    let e: OutboxRecord = match decode(bytes) {
+        Ok(e) => e,
+        Err(err) => {
+            report.problem(format!("outbox #{seq}: {err}"));
+            return None;
+        }
+    };
+    report.outbox_events += 1;
+    let (code, due) = (row.get::<_, i16>("state_code"), row.get::<_, i64>("next_attempt_at_ms"));
+    let listed = match e.state {
+        DeliveryState::Pending => code == DUE,
+        DeliveryState::Delivered { .. } => code == DELIVERED,
+        DeliveryState::Dead { .. } => code == DEAD,
+    };
+    if !listed {
+        report.problem(format!("outbox #{seq} is not on the list its state needs"));
+    }
+    // A claimed pending event is pushed ahead in its column while it is being sent;
+    // its record keeps the real due time.
+    let due_agrees = match e.state {
+        DeliveryState::Pending => due >= big(e.next_attempt_at_ms),
+        _ => due == big(e.next_attempt_at_ms),
+    };
+    let columns = [
+        ("seq", e.seq == seq),
+        ("event_id", row.get::<_, &str>("event_id") == e.event_id),
+        ("sink", row.get::<_, &str>("sink") == e.sink),
+        ("next_attempt_at_ms", due_agrees),
+        ("format", format_agrees(row, bytes)),
+    ];
+    column_problem(report, &format!("outbox #{seq}"), &columns);
+    // The lookup is by the row's number, which the report names.
+    Some(OutboxRecord { seq, ..e })
 }
