@@ -188,6 +188,39 @@ async fn a_spend_row_that_disagrees_with_its_ledger_entries_fails_verify() {
     assert_fails_with(dir.path(), &format!("spend of {TENANT} on day"));
 }
 
+/// Outbox events: the state column puts an event on the list its state needs, and the
+/// extraction it names exists with the identity it names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_event_off_its_list_or_naming_a_missing_extraction_fails_verify() {
+    if skip() {
+        return;
+    }
+    let dir = temp_dir();
+    // A sink nobody listens on: the event stays pending (due).
+    let config = dir.path().join("config.toml");
+    let sink =
+        "[[outbox.sinks]]\nname = \"downstream\"\nurl = \"http://127.0.0.1:1/hook\"\nsecret_env = \"SINK_SECRET\"\n";
+    std::fs::write(&config, sink).expect("write the config file");
+    let config = config.to_str().expect("utf-8 temp path");
+    let secret = ("SINK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+    let server = Server::start_with_env(dir.path(), &["--config", config], &[secret]);
+    let api = server.api();
+    let id = api.create(TENANT, "a.rs", "fn main() {}").await;
+    let (_, token) = api.claim_one("w1", 60).await;
+    let reply = api.post_result(&id, &token, &output(&[finding("R1", "a.rs", 1, "one")])).await;
+    assert_eq!(reply.status, 200, "{:#}", reply.body);
+    let (status, log) = server.terminate();
+    assert_eq!(status.code(), Some(0), "{log}");
+    let report = assert_verifies(&crate::support::process::db_path(dir.path()));
+    assert!(report.lines().any(|l| l == "outbox events: 1"), "{report}");
+
+    let database = database_for(dir.path());
+    cluster().psql(&database, "UPDATE outbox SET state_code = 3");
+    assert_fails_with(dir.path(), "outbox #1 is not on the list its state needs");
+    cluster().psql(&database, "UPDATE extractions SET id = sha256(id)");
+    assert_fails_with(dir.path(), "outbox #1 names an extraction that does not exist");
+}
+
 /// Invariant 4: a member of a live job is in no second live batch. A second live batch
 /// (a copy of the first under another key) listing the same submitted members breaks it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
