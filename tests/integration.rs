@@ -49,6 +49,8 @@ mod moto;
 mod ops;
 #[path = "it/postgres.rs"]
 mod postgres;
+#[path = "it/postgres_verify.rs"]
+mod postgres_verify;
 #[path = "it/provider.rs"]
 mod provider;
 #[path = "it/provider_answers.rs"]

@@ -9,7 +9,7 @@ use anyhow::Context;
 
 use super::EXIT_PROBLEMS;
 
-/// `verify`, `compact` and `debug-dump` read a redb file. A PostgreSQL store is given a
+/// `compact` and `debug-dump` read a redb file. A PostgreSQL store is given a
 /// clear refusal: it is kept with the database's own tools.
 pub(super) fn redb_only(path: &Path, command: &str) -> anyhow::Result<()> {
     let text = path.to_string_lossy();

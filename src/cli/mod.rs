@@ -20,6 +20,7 @@ mod signals;
 mod simulator;
 mod simulator_platform;
 mod submit;
+mod verify;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -96,8 +97,9 @@ enum Command {
         #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },
-    /// Check a database file offline: redb integrity and every commitpoint invariant.
-    Verify { path: PathBuf },
+    /// Check every commitpoint invariant: a redb file offline (with redb's own integrity
+    /// check), or a PostgreSQL store with --store-url (read-only, safe while serving).
+    Verify(verify::Args),
     /// Compact a database file offline (the server stopped), print its size before and
     /// after, then verify it.
     Compact { path: PathBuf },
@@ -196,7 +198,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Export(args) => export::run(args).await,
         Command::Ctl(command) => ctl::run(command).await,
         Command::Get { id, admin, token } => get(&id, &admin.resolve(), token.as_deref()).await,
-        Command::Verify { path } => verify(path).await,
+        Command::Verify(args) => verify::run(args).await,
         Command::Compact { path } => maintenance::compact(path).await,
         Command::EraseTenant(args) => erase::run(args).await,
         Command::DebugDump { path } => maintenance::dump(path).await,
@@ -226,18 +228,4 @@ async fn get(id: &str, server: &str, token: Option<&str>) -> anyhow::Result<Exit
     let body: serde_json::Value = response.json().await.context("the server sent a non-JSON answer")?;
     println!("{}", serde_json::to_string_pretty(&body)?);
     Ok(if status.is_success() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROBLEMS) })
-}
-
-async fn verify(path: PathBuf) -> anyhow::Result<ExitCode> {
-    maintenance::redb_only(&path, "verify")?;
-    let shown = path.display().to_string();
-    if !path.exists() {
-        let missing = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
-        return Err(anyhow::Error::new(missing).context(shown));
-    }
-    let report = tokio::task::spawn_blocking(move || crate::store::verify_file(&path))
-        .await?
-        .with_context(|| format!("{shown}: cannot verify (is a server still running on it?)"))?;
-    print!("{shown}\n{report}");
-    Ok(if report.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROBLEMS) })
 }

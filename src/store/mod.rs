@@ -120,6 +120,13 @@ pub enum Error {
          run the commitpoint version that migrated it"
     )]
     SchemaTooNew { found: i64, known: i64 },
+    #[error(
+        "the database schema is at version {found}, older than this build's ({known}): start this build's \
+         `serve` on it once to migrate it, or use the commitpoint version that wrote it"
+    )]
+    SchemaTooOld { found: i64, known: i64 },
+    #[error("the database holds no commitpoint schema (no refinery_schema_history table): is the URL right?")]
+    NoSchema,
     #[error("the store is not accepting writes: {reason}")]
     Unavailable {
         reason: String,

@@ -20,6 +20,7 @@ mod state_counts;
 use crate::domain::identity::{ExtractionId, FindingKey, SourceHash};
 use crate::domain::lifecycle::State;
 use crate::domain::names::BatchKey;
+pub(super) use ledger::left_behind;
 
 /// Problems beyond this many are counted, not listed.
 const MAX_LISTED: usize = 50;
@@ -253,7 +254,8 @@ fn check_records(txn: &ReadTransaction, report: &mut Report) -> Result<BTreeMap<
 }
 
 /// Every requeue is a new attempt, and a truncation retry always leaves its raised budget.
-fn check_attempts(record: &ExtractionRecord, report: &mut Report) {
+/// (PostgreSQL's `verify` applies it too.)
+pub(super) fn check_attempts(record: &ExtractionRecord, report: &mut Report) {
     if record.attempt == 0 || record.requeues >= record.attempt {
         report.problem(format!(
             "{}: {} requeues cannot fit in attempt {} (each requeue is a new attempt)",

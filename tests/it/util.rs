@@ -96,16 +96,19 @@ pub fn state_after_staging() -> &'static str {
     if crate::support::postgres::enabled() { "ready" } else { "committed" }
 }
 
-/// Asserts `verify` exits 0 and reports every invariant as holding; returns stdout.
+/// Asserts `verify` exits 0 and reports every invariant as holding; returns stdout. On
+/// PostgreSQL (`COMMITPOINT_TEST_STORE=postgres`) it is `verify --store-url` on the data
+/// directory's database.
 pub fn assert_verifies(db: &Path) -> String {
-    if crate::support::postgres::enabled() {
-        let data_dir = db.parent().expect("the database file's directory");
-        return crate::support::postgres::assert_invariants(data_dir);
-    }
-    let out = verify(db);
+    let postgres = crate::support::postgres::enabled();
+    let data_dir = db.parent().expect("the database file's directory");
+    let out = if postgres { run_to_end(crate::support::postgres::verify_command(data_dir)) } else { verify(db) };
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "verify failed\nstdout:\n{text}\nstderr:\n{}", stderr(&out));
     assert!(text.contains("ok: every invariant holds"), "{text}");
+    if postgres {
+        crate::support::postgres::assert_counts_match(data_dir, &text);
+    }
     text
 }
 

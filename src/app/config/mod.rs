@@ -312,6 +312,13 @@ pub(crate) fn listen_in_file(path: &Path) -> Option<SocketAddr> {
     file::load(path, false).ok()?.server.listen?.parse().ok()
 }
 
+/// The store a config file's `[store]` and `--store-url` choose, resolved as `serve`
+/// resolves them (`explicit`: the file was named, so it must exist). Commands that only
+/// open the store (`verify`) read no other setting, so nothing else must be set up for them.
+pub(crate) fn store_in_file(path: &Path, explicit: bool, url_override: Option<String>) -> Result<StoreChoice, Error> {
+    StoreChoice::resolve(&file::load(path, explicit)?.store, url_override)
+}
+
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 7878))
 }

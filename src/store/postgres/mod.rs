@@ -19,6 +19,7 @@ mod reads;
 mod rows;
 mod seam;
 mod staging;
+mod verify;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,6 +30,7 @@ use tokio_postgres::NoTls;
 
 use super::{Error, Policies};
 use crate::domain::cursor::CursorKey;
+pub use verify::verify;
 
 mod embedded {
     refinery::embed_migrations!("src/store/postgres/migrations");
@@ -165,6 +167,23 @@ pub fn known_schema_version() -> i64 {
     embedded::migrations::runner().get_migrations().iter().map(|m| i64::from(m.version())).max().unwrap_or(0)
 }
 
+/// The newest migration applied to the database; `None` before the first.
+async fn schema_version(client: &tokio_postgres::Client) -> Result<Option<i64>, Error> {
+    let has_history: bool = client
+        .query_one("SELECT to_regclass('refinery_schema_history') IS NOT NULL", &[])
+        .await
+        .map_err(pg("cannot read the schema version"))?
+        .get(0);
+    if !has_history {
+        return Ok(None);
+    }
+    client
+        .query_one("SELECT max(version)::bigint FROM refinery_schema_history", &[])
+        .await
+        .map_err(pg("cannot read the schema version"))
+        .map(|row| row.get(0))
+}
+
 /// Applies the embedded migrations in one connection. A database migrated by a newer
 /// build is refused before anything is written: this build would not know its tables.
 async fn migrate(config: &tokio_postgres::Config) -> Result<(), Error> {
@@ -180,20 +199,7 @@ async fn migrate(config: &tokio_postgres::Config) -> Result<(), Error> {
             .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
             .await
             .map_err(pg("cannot take the migration lock"))?;
-        let has_history: bool = client
-            .query_one("SELECT to_regclass('refinery_schema_history') IS NOT NULL", &[])
-            .await
-            .map_err(pg("cannot read the schema version"))?
-            .get(0);
-        let found: Option<i64> = if has_history {
-            client
-                .query_one("SELECT max(version)::bigint FROM refinery_schema_history", &[])
-                .await
-                .map_err(pg("cannot read the schema version"))?
-                .get(0)
-        } else {
-            None
-        };
+        let found = schema_version(&client).await?;
         let known = known_schema_version();
         if let Some(found) = found.filter(|&found| found > known) {
             return Err(Error::SchemaTooNew { found, known });

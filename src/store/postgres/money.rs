@@ -20,9 +20,9 @@ use crate::store::{DeliveryReport, OutboxFilter, Policies};
 /// may be sent by a second instance too; receivers deduplicate on the event id.
 const CLAIM_MS: u64 = 10_000;
 
-const DUE: i16 = 1;
-const DELIVERED: i16 = 2;
-const DEAD: i16 = 3;
+pub(super) const DUE: i16 = 1;
+pub(super) const DELIVERED: i16 = 2;
+pub(super) const DEAD: i16 = 3;
 
 async fn next_seq(tx: &Transaction<'_>, sequence: &'static str) -> Result<u64, Error> {
     let query = format!("SELECT nextval('{sequence}')");

@@ -84,7 +84,7 @@ pub(super) fn check_ledger(
 
 /// A truncated or refused answer never stays the current attempt's answer: the extraction
 /// was requeued (a later attempt) or failed for it in the same transaction.
-fn left_behind(record: &ExtractionRecord, attempt: u32) -> bool {
+pub(in crate::store) fn left_behind(record: &ExtractionRecord, attempt: u32) -> bool {
     use crate::domain::lifecycle::{FailureClass as C, State};
     attempt < record.attempt
         || matches!(record.state, State::Failed { class: C::Truncated | C::Refused | C::AttemptsExhausted, .. })

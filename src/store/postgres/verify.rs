@@ -1,0 +1,159 @@
+//! `verify` on PostgreSQL: the redb store's invariants, asked of a live database in one
+//! read-only REPEATABLE READ snapshot, so every count and every check sees the same
+//! commits while servers keep writing. SQL judges what the columns can tell (which rows
+//! exist beside which, sums, uniqueness, sequences); the stored records are decoded with
+//! the store's own codec where only they can (identities, source hashes, finding keys,
+//! and that every column agrees with the record it was written from).
+
+mod links;
+mod records;
+
+use std::pin::pin;
+
+use futures_util::TryStreamExt;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{IsolationLevel, NoTls, Row, Transaction};
+
+use super::rows::{big, committed_at, fence_of, lease_expiry, unbig};
+use super::{Error, PgOptions, known_schema_version, parse_url, pg, schema_version};
+use crate::domain::identity::{ExtractionId, SourceHash};
+use crate::domain::lifecycle::State;
+use crate::store::Report;
+use crate::store::codec::decode;
+use crate::store::records::{ExtractionRecord, StoredContent};
+use crate::store::verify::check_attempts;
+
+/// Connects, refuses a schema this build does not know, and checks the database in one
+/// read-only snapshot. Nothing is written, so it is safe beside running servers.
+pub async fn verify(options: &PgOptions) -> Result<Report, Error> {
+    let config = parse_url(options)?;
+    let (mut client, connection) = config.connect(NoTls).await.map_err(pg("cannot connect"))?;
+    let task = tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::warn!(error = %e, "verify connection ended");
+        }
+    });
+    let result = async {
+        let known = known_schema_version();
+        match schema_version(&client).await? {
+            None => return Err(Error::NoSchema),
+            Some(found) if found > known => return Err(Error::SchemaTooNew { found, known }),
+            Some(found) if found < known => return Err(Error::SchemaTooOld { found, known }),
+            Some(_) => {}
+        }
+        let tx = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(pg("cannot start a read-only snapshot"))?;
+        let mut report = Report::default();
+        check_extractions(&tx, &mut report).await?;
+        records::check_findings(&tx, &mut report).await?;
+        records::check_results(&tx, &mut report).await?;
+        records::check_staged(&tx, &mut report).await?;
+        records::check_batches(&tx, &mut report).await?;
+        records::check_ledger(&tx, &mut report).await?;
+        records::check_outbox(&tx, &mut report).await?;
+        links::check(&tx, &mut report).await?;
+        tx.rollback().await.map_err(pg("cannot end the snapshot"))?;
+        Ok(report)
+    }
+    .await;
+    drop(client);
+    let _ = task.await;
+    result
+}
+
+/// Runs `sql` in the snapshot and hands each row to `visit` as it arrives, so a large
+/// table is never held in memory at once.
+async fn each_row(
+    tx: &Transaction<'_>,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+    mut visit: impl FnMut(Row),
+) -> Result<(), Error> {
+    let rows = tx.query_raw(sql, params.iter().copied()).await.map_err(pg("verify cannot read the database"))?;
+    let mut rows = pin!(rows);
+    while let Some(row) = rows.try_next().await.map_err(pg("verify cannot read the database"))? {
+        visit(row);
+    }
+    Ok(())
+}
+
+/// The format column repeats the record's first byte.
+fn format_agrees(row: &Row, bytes: &[u8]) -> bool {
+    bytes.first().map(|&b| i16::from(b)) == Some(row.get::<_, i16>("format"))
+}
+
+/// Each row's job id is joined in from the batch its fence names, for submitted members.
+const EXTRACTIONS: &str = "SELECT e.seq, e.id, e.tenant, e.schema_name, e.state_code, e.fence, e.lease_expires_at_ms, \
+     e.committed_at_ms, e.updated_at_ms, e.format, e.record, e.content, b.seq AS batch_seq, b.job_id AS batch_job \
+     FROM extractions e LEFT JOIN batches b ON b.batch_key = e.fence AND e.state_code = 5 ORDER BY e.seq";
+
+async fn check_extractions(tx: &Transaction<'_>, report: &mut Report) -> Result<(), Error> {
+    each_row(tx, EXTRACTIONS, &[], |row| check_extraction(&row, report)).await
+}
+
+/// Every record decodes, its identity and source hash recompute, and every column beside
+/// it says what the record says (SQL selects, locks and checks on the columns).
+fn check_extraction(row: &Row, report: &mut Report) {
+    let seq = unbig(row.get("seq"));
+    let bytes: &[u8] = row.get("record");
+    let record: ExtractionRecord = match decode(bytes) {
+        Ok(r) => r,
+        Err(e) => {
+            report.problem(format!("extraction #{seq}: {e}"));
+            return;
+        }
+    };
+    report.extractions += 1;
+    *report.by_state.entry(record.state.name().as_str()).or_default() += 1;
+    if record.seq != seq {
+        report.problem(format!("extraction #{seq} says it is #{}", record.seq));
+    }
+    let id: &[u8] = row.get("id");
+    if id != record.id.as_bytes() {
+        report.problem(format!("{}: its id column holds another identity (invariant 1)", record.id));
+    }
+    for column in disagreeing_columns(row, &record, bytes) {
+        report.problem(format!(
+            "{}: its {column} column disagrees with its record, which is {}",
+            record.id,
+            record.state.name().as_str()
+        ));
+    }
+    match decode::<StoredContent>(row.get("content")) {
+        Ok(content) if SourceHash::compute(content.text.as_bytes(), &record.schema) != record.source_hash => {
+            report.problem(format!("{}: content does not match its source hash", record.id));
+        }
+        Ok(_) => {}
+        Err(e) => report.problem(format!("{}: content: {e}", record.id)),
+    }
+    let expected = ExtractionId::compute(&record.tenant, &record.source_id, &record.source_hash, &record.schema);
+    if expected != record.id {
+        report.problem(format!("{}: id does not match (tenant, source_id, source_hash, schema)", record.id));
+    }
+    check_attempts(&record, report);
+    if let State::Submitted { batch_key, job_id, .. } = &record.state
+        && row.get::<_, Option<i64>>("batch_seq").is_some()
+        && row.get::<_, Option<&str>>("batch_job") != job_id.as_deref()
+    {
+        report.problem(format!("{}: its job id disagrees with its batch {batch_key}", record.id));
+    }
+}
+
+fn disagreeing_columns(row: &Row, record: &ExtractionRecord, bytes: &[u8]) -> Vec<&'static str> {
+    let checks = [
+        ("tenant", row.get::<_, &str>("tenant") == record.tenant),
+        ("schema_name", row.get::<_, &str>("schema_name") == record.schema),
+        ("state_code", row.get::<_, i16>("state_code") == i16::from(record.state.name().code())),
+        ("fence", row.get::<_, Option<String>>("fence") == fence_of(&record.state)),
+        ("lease_expires_at_ms", row.get::<_, Option<i64>>("lease_expires_at_ms") == lease_expiry(&record.state)),
+        ("committed_at_ms", row.get::<_, Option<i64>>("committed_at_ms") == committed_at(&record.state)),
+        ("updated_at_ms", row.get::<_, i64>("updated_at_ms") == big(record.updated_at_ms)),
+        ("format", format_agrees(row, bytes)),
+    ];
+    checks.into_iter().filter(|(_, agrees)| !agrees).map(|(column, _)| column).collect()
+}

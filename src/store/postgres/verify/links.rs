@@ -1,0 +1,187 @@
+//! `verify`'s questions that SQL answers alone: which rows may exist beside which
+//! extraction state (invariants 2 and 4), unique finding keys (invariant 3), per-day spend
+//! against the charged ledger entries, and sequences that will not hand a number out twice.
+
+use tokio_postgres::{Row, Transaction};
+
+use super::each_row;
+use crate::domain::lifecycle::StateName;
+use crate::store::Error;
+use crate::store::Report;
+use crate::store::ledger::DAY_MS;
+use crate::store::postgres::pg;
+use crate::store::postgres::rows::{big, unbig};
+
+/// One question: each row the query returns is one violation, worded by `says`.
+struct Rule {
+    sql: &'static str,
+    says: fn(&Row) -> String,
+}
+
+fn state(row: &Row) -> &'static str {
+    let code = row.get::<_, i16>("state_code");
+    StateName::ALL.into_iter().find(|s| i16::from(s.code()) == code).map_or("of an unknown state", |s| s.as_str())
+}
+
+fn id(row: &Row) -> String {
+    row.get("id")
+}
+
+fn seq(row: &Row) -> u64 {
+    unbig(row.get("seq"))
+}
+
+/// Codes: 3 committed, 5 submitted, 6 ready (`StateName::code`); batch state 2 is closed.
+const RULES: [Rule; 14] = [
+    Rule {
+        sql: "SELECT DISTINCT f.extraction_seq AS seq FROM findings f \
+              WHERE NOT EXISTS (SELECT 1 FROM extractions e WHERE e.seq = f.extraction_seq) ORDER BY 1",
+        says: |r| format!("finding under unknown extraction #{}", seq(r)),
+    },
+    Rule {
+        sql: "SELECT encode(e.id, 'hex') AS id, e.state_code FROM extractions e WHERE e.state_code <> 3 \
+              AND EXISTS (SELECT 1 FROM findings f WHERE f.extraction_seq = e.seq) ORDER BY e.seq",
+        says: |r| format!("{}: has findings but is {}", id(r), state(r)),
+    },
+    Rule {
+        sql: "SELECT encode(key, 'hex') AS key FROM findings GROUP BY key HAVING count(*) > 1 ORDER BY 1",
+        says: |r| format!("finding key {} appears twice (invariant 3)", r.get::<_, String>("key")),
+    },
+    Rule {
+        sql: "SELECT r.extraction_seq AS seq FROM results r \
+              WHERE NOT EXISTS (SELECT 1 FROM extractions e WHERE e.seq = r.extraction_seq) ORDER BY 1",
+        says: |r| format!("raw result under unknown extraction #{}", seq(r)),
+    },
+    Rule {
+        sql: "SELECT encode(e.id, 'hex') AS id, e.state_code FROM extractions e WHERE e.state_code <> 3 \
+              AND EXISTS (SELECT 1 FROM results r WHERE r.extraction_seq = e.seq) ORDER BY e.seq",
+        says: |r| format!("{}: has a raw result but is {}", id(r), state(r)),
+    },
+    Rule {
+        sql: "SELECT encode(e.id, 'hex') AS id FROM extractions e WHERE e.state_code = 3 \
+              AND NOT EXISTS (SELECT 1 FROM results r WHERE r.extraction_seq = e.seq) ORDER BY e.seq",
+        says: |r| format!("{}: committed without its raw result (invariant 2)", id(r)),
+    },
+    Rule {
+        sql: "SELECT s.extraction_seq AS seq FROM staged s \
+              WHERE NOT EXISTS (SELECT 1 FROM extractions e WHERE e.seq = s.extraction_seq) ORDER BY 1",
+        says: |r| format!("staged answer under unknown extraction #{}", seq(r)),
+    },
+    Rule {
+        sql: "SELECT encode(e.id, 'hex') AS id, e.state_code FROM extractions e WHERE e.state_code <> 6 \
+              AND EXISTS (SELECT 1 FROM staged s WHERE s.extraction_seq = e.seq) ORDER BY e.seq",
+        says: |r| format!("{}: has a staged answer but is {}", id(r), state(r)),
+    },
+    Rule {
+        sql: "SELECT encode(e.id, 'hex') AS id FROM extractions e WHERE e.state_code = 6 \
+              AND NOT EXISTS (SELECT 1 FROM staged s WHERE s.extraction_seq = e.seq) ORDER BY e.seq",
+        says: |r| format!("{}: ready without its staged answer", id(r)),
+    },
+    // A submitted member belongs to the live batch its batch key names, which lists it.
+    Rule {
+        sql: "SELECT encode(e.id, 'hex') AS id, e.fence FROM extractions e WHERE e.state_code = 5 AND NOT EXISTS \
+              (SELECT 1 FROM batches b JOIN batch_members m ON m.batch_seq = b.seq AND m.extraction_seq = e.seq \
+               WHERE b.batch_key = e.fence AND b.state_code <> 2) ORDER BY e.seq",
+        says: |r| {
+            let key = r.get::<_, Option<String>>("fence").unwrap_or_default();
+            format!("{}: belongs to batch {key}, which is not live or does not list it", id(r))
+        },
+    },
+    // A ready answer may outlive its batch (closed while the commit was pending), but the
+    // batch it came from still lists it.
+    Rule {
+        sql: "SELECT encode(e.id, 'hex') AS id, e.fence FROM extractions e WHERE e.state_code = 6 AND NOT EXISTS \
+              (SELECT 1 FROM batches b JOIN batch_members m ON m.batch_seq = b.seq AND m.extraction_seq = e.seq \
+               WHERE b.batch_key = e.fence) ORDER BY e.seq",
+        says: |r| {
+            let key = r.get::<_, Option<String>>("fence").unwrap_or_default();
+            format!("{}: ready with an answer of batch {key}, which does not list it", id(r))
+        },
+    },
+    // Invariant 4. A live batch may still list a member it released for retry, and that
+    // member may since be in a newer batch; it can never be bound to the older one again,
+    // since batches take only pending work and number themselves as they do.
+    Rule {
+        sql: "SELECT encode(e.id, 'hex') AS id, own.batch_key AS bound, b.batch_key AS other FROM extractions e \
+              JOIN batches own ON own.batch_key = e.fence JOIN batch_members m ON m.extraction_seq = e.seq \
+              JOIN batches b ON b.seq = m.batch_seq WHERE e.state_code = 5 AND b.state_code <> 2 AND b.seq > own.seq \
+              ORDER BY e.seq, b.seq",
+        says: |r| {
+            format!(
+                "{} is a member of two live batches (invariant 4): bound to {}, listed by the newer {}",
+                id(r),
+                r.get::<_, String>("bound"),
+                r.get::<_, String>("other")
+            )
+        },
+    },
+    Rule {
+        sql: "SELECT m.batch_seq AS seq, m.extraction_seq FROM batch_members m \
+              WHERE NOT EXISTS (SELECT 1 FROM batches b WHERE b.seq = m.batch_seq) \
+              OR NOT EXISTS (SELECT 1 FROM extractions e WHERE e.seq = m.extraction_seq) ORDER BY 1, 2",
+        says: |r| {
+            format!(
+                "batch #{} lists extraction #{}, and one of them does not exist",
+                seq(r),
+                unbig(r.get("extraction_seq"))
+            )
+        },
+    },
+    Rule {
+        sql: "SELECT w.endpoint, w.delivery_id FROM webhook_deliveries w \
+              WHERE NOT EXISTS (SELECT 1 FROM extractions e WHERE e.seq = w.extraction_seq) ORDER BY 1, 2",
+        says: |r| {
+            format!(
+                "webhook {} delivery {} points at no extraction",
+                r.get::<_, String>("endpoint"),
+                r.get::<_, String>("delivery_id")
+            )
+        },
+    },
+];
+
+pub(super) async fn check(tx: &Transaction<'_>, report: &mut Report) -> Result<(), Error> {
+    for rule in &RULES {
+        each_row(tx, rule.sql, &[], |row| report.problem((rule.says)(&row))).await?;
+    }
+    check_spend(tx, report).await?;
+    check_sequences(tx, report).await
+}
+
+/// Per tenant and UTC day, the spend row equals the sum of the charged ledger entries.
+async fn check_spend(tx: &Transaction<'_>, report: &mut Report) -> Result<(), Error> {
+    const SQL: &str = "WITH charged AS (SELECT tenant, at_ms / $1 AS day, sum(cost_micros)::bigint AS micros \
+                       FROM ledger WHERE cost_micros > 0 GROUP BY 1, 2) \
+                       SELECT coalesce(s.tenant, c.tenant) AS tenant, coalesce(s.day, c.day) AS day, \
+                       s.micros AS stored FROM spend s FULL JOIN charged c ON c.tenant = s.tenant AND c.day = s.day \
+                       WHERE s.micros IS DISTINCT FROM c.micros ORDER BY 1, 2";
+    each_row(tx, SQL, &[&big(DAY_MS)], |row| {
+        let (tenant, day) = (row.get::<_, String>("tenant"), row.get::<_, i64>("day"));
+        match row.get::<_, Option<i64>>("stored") {
+            Some(_) => report.problem(format!("spend of {tenant} on day {day} disagrees with its ledger entries")),
+            None => report.problem(format!("charged entries of {tenant} on day {day} have no spend row")),
+        }
+    })
+    .await
+}
+
+/// Each sequence's next number is past every row numbered from it: an intake, entry,
+/// event or batch would otherwise collide with (or, for extractions, be refused by) a row
+/// that exists.
+async fn check_sequences(tx: &Transaction<'_>, report: &mut Report) -> Result<(), Error> {
+    for (sequence, table) in [
+        ("extraction_seq", "extractions"),
+        ("ledger_seq", "ledger"),
+        ("outbox_seq", "outbox"),
+        ("batch_seq", "batches"),
+    ] {
+        let sql = format!("SELECT s.last_value, s.is_called, (SELECT max(seq) FROM {table}) FROM {sequence} s");
+        let row = tx.query_one(&sql, &[]).await.map_err(pg("verify cannot read a sequence"))?;
+        let (last, called, max): (i64, bool, Option<i64>) = (row.get(0), row.get(1), row.get(2));
+        let next = if called { last.saturating_add(1) } else { last };
+        if let Some(max) = max.filter(|&max| max >= next) {
+            report.problem(format!("sequence {sequence} would hand out #{next} next, but {table} holds up to #{max}"));
+        }
+    }
+    Ok(())
+}
