@@ -15,6 +15,7 @@ mod commit_index;
 mod compact;
 mod dump;
 mod erase;
+mod erase_rules;
 mod erase_refs;
 #[cfg(test)]
 mod erase_tests;
@@ -36,6 +37,7 @@ mod power_loss;
 mod read;
 mod records;
 mod retention;
+mod retention_rules;
 pub mod seam;
 mod split;
 mod staged;
@@ -76,7 +78,7 @@ pub use records::{
     BatchRecord, BatchState, ChargeKind, CostSource, DeliveryState, ExtractionRecord, Fence, FindingRecord,
     LedgerRecord, NewExtraction, OutboxKind, OutboxRecord, ResultRecord,
 };
-pub use retention::{RetentionPolicy, RetentionStep};
+pub use retention_rules::{RetentionPolicy, RetentionStep};
 pub use seam::{Backend, SharedStore};
 pub use staged::StagedAnswer;
 pub use tables::{RETIRED_CONTENT, RETIRED_RAW_RESULT};

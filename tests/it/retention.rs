@@ -39,6 +39,9 @@ async fn wait_record(api: &Api, id: &str, what: &str, done: impl Fn(&Value) -> b
 }
 
 fn dump(db: &Path) -> String {
+    if crate::support::postgres::enabled() {
+        return crate::support::postgres::dump(db.parent().expect("the store's data directory"));
+    }
     let mut cmd = Command::new(BIN);
     cmd.arg("debug-dump").arg(db);
     let out = run_to_end(cmd);

@@ -153,11 +153,12 @@ pub fn apply(cmd: &mut Command, data_dir: &Path) {
 
 /// The store invariants checked with SQL, for tests on PostgreSQL (the product's own
 /// `verify` reads redb files only, so far). Each query counts violations.
-const INVARIANTS: [(&str, &str); 9] = [
+const INVARIANTS: [(&str, &str); 11] = [
     (
-        "every committed extraction has its raw result",
+        "every committed extraction has its raw result, unless retention dropped it",
         "SELECT count(*) FROM extractions e WHERE state_code = 3 \
-         AND NOT EXISTS (SELECT 1 FROM results r WHERE r.extraction_seq = e.seq)",
+         AND NOT EXISTS (SELECT 1 FROM results r WHERE r.extraction_seq = e.seq) \
+         AND NOT EXISTS (SELECT 1 FROM retired t WHERE t.extraction_seq = e.seq AND t.bits & 2 <> 0)",
     ),
     (
         "only committed extractions have findings",
@@ -175,6 +176,16 @@ const INVARIANTS: [(&str, &str); 9] = [
     (
         "every row's format column matches its record's format byte",
         "SELECT count(*) FROM extractions WHERE format <> get_byte(record, 0)",
+    ),
+    (
+        "only committed extractions have content dropped by retention, and it is marked",
+        "SELECT count(*) FROM extractions e WHERE (content IS NULL) <> EXISTS \
+         (SELECT 1 FROM retired t WHERE t.extraction_seq = e.seq AND t.bits & 1 <> 0) \
+         OR (content IS NULL AND state_code <> 3)",
+    ),
+    (
+        "retention marks only committed extractions",
+        "SELECT count(*) FROM retired t JOIN extractions e ON e.seq = t.extraction_seq WHERE e.state_code <> 3",
     ),
     ("sequence numbers are unique", "SELECT count(*) - count(DISTINCT seq) FROM extractions"),
     (
@@ -221,4 +232,17 @@ pub fn assert_invariants(data_dir: &Path) -> String {
     }
     report.push_str("ok: every invariant holds\n");
     report
+}
+
+/// Every row of the store of `data_dir`, decoded, one line per row (`table`, TAB, …): the
+/// PostgreSQL counterpart of `commitpoint debug-dump` on a redb file.
+pub fn dump(data_dir: &Path) -> String {
+    let options = commitpoint::store::postgres::PgOptions { url: cluster().url(&database_for(data_dir)), password: None };
+    // Tests call this from inside their own runtime: the dump gets a thread and runtime of its own.
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        runtime.block_on(commitpoint::store::postgres::dump_database(&options)).expect("dump the PostgreSQL store")
+    })
+    .join()
+    .expect("the dump thread")
 }
