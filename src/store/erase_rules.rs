@@ -74,7 +74,7 @@ mod tests {
 
     #[test]
     fn an_intent_sheds_erased_members_and_closes_when_empty_but_a_submitted_batch_keeps_its_list() {
-        let erased = |m: u64| m % 2 == 0;
+        let erased = |m: u64| m.is_multiple_of(2);
         let mut intent = batch(BatchState::Intent, vec![1, 2, 3]);
         assert_eq!(release_intent(&mut intent, erased, 7), BatchAfterErasure::Shrunk);
         assert_eq!((intent.members.clone(), intent.updated_at_ms), (vec![1, 3], 7));

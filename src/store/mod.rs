@@ -15,8 +15,8 @@ mod commit_index;
 mod compact;
 mod dump;
 mod erase;
-mod erase_rules;
 mod erase_refs;
+mod erase_rules;
 #[cfg(test)]
 mod erase_tests;
 mod export;

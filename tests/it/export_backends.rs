@@ -53,7 +53,8 @@ async fn populate(api: &Api) {
             let body = if i % 7 == 6 {
                 serde_json::json!({"findings": "not a list"})
             } else {
-                let findings: Vec<_> = (0..i % 4).map(|k| finding(&format!("R{k}"), "a.rs", k as u32 + 1, "x")).collect();
+                let findings: Vec<_> =
+                    (0..i % 4).map(|k| finding(&format!("R{k}"), "a.rs", k as u32 + 1, "x")).collect();
                 output(&findings)
             };
             let reply = api.post_result(id, &tokens[id], &body).await;
@@ -122,7 +123,16 @@ async fn copy_into_postgres(rows: &[Committed], data_dir: &Path) {
             .execute(
                 "INSERT INTO extractions (id, seq, tenant, schema_name, state_code, committed_at_ms, updated_at_ms, \
                  format, record, content) VALUES ($1, $2, $3, $4, 3, $5, $5, $6, $7, $8)",
-                &[&row.id, &row.seq, &row.tenant, &SCHEMA, &row.at_ms, &i16::from(row.record[0]), &row.record, &row.content],
+                &[
+                    &row.id,
+                    &row.seq,
+                    &row.tenant,
+                    &SCHEMA,
+                    &row.at_ms,
+                    &i16::from(row.record[0]),
+                    &row.record,
+                    &row.content,
+                ],
             )
             .await
             .expect("insert an extraction");

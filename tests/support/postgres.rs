@@ -237,7 +237,8 @@ pub fn assert_invariants(data_dir: &Path) -> String {
 /// Every row of the store of `data_dir`, decoded, one line per row (`table`, TAB, …): the
 /// PostgreSQL counterpart of `commitpoint debug-dump` on a redb file.
 pub fn dump(data_dir: &Path) -> String {
-    let options = commitpoint::store::postgres::PgOptions { url: cluster().url(&database_for(data_dir)), password: None };
+    let options =
+        commitpoint::store::postgres::PgOptions { url: cluster().url(&database_for(data_dir)), password: None };
     // Tests call this from inside their own runtime: the dump gets a thread and runtime of its own.
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");

@@ -19,7 +19,10 @@ use crate::store::records::{
 /// How each known table is read: its plain columns, and the decoder of its record column.
 const TABLES: [(&str, &str); 16] = [
     ("meta", "SELECT key, value FROM meta ORDER BY key"),
-    ("extractions", "SELECT seq, tenant, schema_name, state_code, fence, record, content FROM extractions ORDER BY seq"),
+    (
+        "extractions",
+        "SELECT seq, tenant, schema_name, state_code, fence, record, content FROM extractions ORDER BY seq",
+    ),
     ("findings", "SELECT extraction_seq, key, record FROM findings ORDER BY extraction_seq, key"),
     ("results", "SELECT extraction_seq, record FROM results ORDER BY extraction_seq"),
     ("ledger", "SELECT seq, tenant, extraction_seq, record FROM ledger ORDER BY seq"),

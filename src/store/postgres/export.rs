@@ -32,11 +32,13 @@ impl PgStore {
             .await
             .map_err(pg("cannot begin a transaction"))?;
         let mut after = (big(filter.since_ms), 0i64);
-        while filter.since_ms < filter.until_ms {
+        // An empty window (`since >= until`) reads nothing and is complete at once.
+        let mut more = filter.since_ms < filter.until_ms;
+        while more {
             let page = read_page(&tx, &filter, after).await?;
             let Some(last) = page.last() else { break };
             after = (big(last.committed_at_ms), big(last.record.seq));
-            let full = page.len() as i64 == PAGE;
+            more = page.len() as i64 == PAGE;
             let (returned, go_on) = tokio::task::spawn_blocking(move || {
                 for item in page {
                     if !sink(Some(item)) {
@@ -50,9 +52,6 @@ impl PgStore {
             sink = returned;
             if !go_on {
                 return Ok(());
-            }
-            if !full {
-                break;
             }
         }
         // The walk is complete: the sink learns so (its last line may be a summary).
