@@ -127,3 +127,37 @@ async fn results_under_leases_racing_an_erasure_commit_before_it_or_find_nothing
     assert_eq!(api.record(&kept).await["state"], json!("committed"));
     stop_and_verify(server);
 }
+
+/// A submit intent (members taken, nothing sent yet: the process died before the job id)
+/// whose every member's tenant is erased is closed, so their content is never sent; the
+/// closed batch names the erasure, and `verify` passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intent_whose_members_are_all_erased_is_closed_unsent() {
+    use std::os::unix::process::ExitStatusExt;
+
+    let rig = Rig::start(Duration::from_millis(200), Faults::default()).await;
+    let mut server = rig.serve(crate::provider::ONE_BATCH, Some("after-submit-before-job-id"));
+    intake_corpus(&server.api()).await;
+    let (status, _) = server.wait_exit(SETTLE).expect("the server reached its crash point");
+    assert_eq!(status.signal(), Some(9), "{status:?}");
+    // Without [providers] nothing resumes the intent: it is still an intent when erased.
+    let server = crate::util::Server::start(rig.dir.path());
+    let api = server.api();
+    assert!(api.list_all("").await.iter().all(|r| r["state"] == json!("submitted")));
+    let reply = api.send(Method::DELETE, &format!("/v1/tenants/{TENANT}"), None).await;
+    assert_eq!(reply.status, 200, "{:#}", reply.body);
+    assert_eq!(reply.body["extractions"], json!(CORPUS.len()), "{:#}", reply.body);
+    assert_eq!(reply.body["intents_closed"], json!(1), "{:#}", reply.body);
+    stop_and_verify(server);
+    let rows = if crate::support::postgres::enabled() {
+        crate::support::postgres::dump(rig.dir.path())
+    } else {
+        let mut cmd = std::process::Command::new(crate::util::BIN);
+        cmd.arg("debug-dump").arg(rig.db());
+        crate::util::stdout(&crate::util::run_to_end(cmd))
+    };
+    let batches: Vec<&str> = rows.lines().filter(|r| r.starts_with("batches\t")).collect();
+    assert_eq!(batches.len(), 1, "{rows}");
+    assert!(batches[0].contains("Closed { job_id: None, outcome: \"erased: "), "{}", batches[0]);
+    assert!(batches[0].contains("members: []"), "the erased members left the intent: {}", batches[0]);
+}
