@@ -33,6 +33,8 @@ mod erasure;
 mod erasure_inflight;
 #[path = "it/export.rs"]
 mod export;
+#[path = "it/export_backends.rs"]
+mod export_backends;
 #[path = "it/hostile_net.rs"]
 mod hostile_net;
 #[path = "it/intake.rs"]

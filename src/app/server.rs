@@ -166,7 +166,6 @@ impl Server {
             .await
             .map_err(|e| Error::Task(e.to_string()))??;
         registry.check_providers(&options.schema_targets())?;
-        options.store.check_features(options).map_err(Error::Config)?;
         let store = Opened::open(options).await?;
         crate::http::metrics::init();
         let provider_registry::Providers { providers, simulators } =

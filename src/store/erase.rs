@@ -22,9 +22,9 @@ use redb::ReadableTable;
 
 use super::batches::{load_batch, save_batch};
 use super::codec::decode;
-use super::ledger::DAY_MS;
+use super::erase_rules::{BatchAfterErasure, erased_charge, erased_days, release_intent};
 use super::ops::load;
-use super::records::{BatchRecord, BatchState, LedgerRecord, OutboxRecord};
+use super::records::{BatchRecord, LedgerRecord, OutboxRecord};
 use super::tables::{META_SEQ_FLOOR, required};
 use super::write_tables::WriteTables;
 use super::{Error, Store};
@@ -88,7 +88,7 @@ impl Store {
     pub async fn erased_spend(&self, tenant: String, from_ms: u64, to_ms: u64) -> Result<u64, Error> {
         self.read(move |txn| {
             let table = txn.open_table(super::tables::ERASED_SPEND)?;
-            let (first, last) = (from_ms / DAY_MS, to_ms.saturating_sub(1) / DAY_MS);
+            let (first, last) = erased_days(from_ms, to_ms);
             let mut sum = 0u64;
             for entry in table.range((tenant.as_str(), first)..=(tenant.as_str(), last))? {
                 sum = sum.saturating_add(entry?.1.value());
@@ -182,18 +182,16 @@ fn erase_one(t: &mut WriteTables<'_>, seq: u64, report: &mut ErasureReport) -> R
         t.ledger.remove(ledger_seq)?;
         t.ledger_by_tenant.remove((entry.tenant.as_str(), entry.at_ms, ledger_seq))?;
         t.ledger_by_extraction.remove((seq, ledger_seq))?;
-        if entry.cost_micros > 0 {
-            let key = (entry.tenant.as_str(), entry.at_ms / DAY_MS);
+        if let Some((key, micros)) = erased_charge(&entry) {
             let kept = t.erased_spend.get(key)?.map_or(0, |v| v.value());
-            t.erased_spend.insert(key, kept.saturating_add(entry.cost_micros))?;
+            t.erased_spend.insert(key, kept.saturating_add(micros))?;
         }
         report.ledger_entries += 1;
     }
     Ok(())
 }
 
-/// Intents drop erased members (their content must not be sent); an intent left empty is
-/// closed. Submitted and closed batches keep their lists: positions name file lines.
+/// Intents drop erased members; an intent left empty is closed (`erase_rules`).
 fn release_intents(t: &mut WriteTables<'_>, erased: &HashSet<u64>) -> Result<u64, Error> {
     let mut open = Vec::new();
     for entry in t.open_batches.iter()? {
@@ -202,16 +200,13 @@ fn release_intents(t: &mut WriteTables<'_>, erased: &HashSet<u64>) -> Result<u64
     let mut closed = 0;
     for seq in open {
         let mut batch: BatchRecord = load_batch(t, seq)?;
-        if !matches!(batch.state, BatchState::Intent) || !batch.members.iter().any(|m| erased.contains(m)) {
-            continue;
-        }
-        batch.members.retain(|m| !erased.contains(m));
-        batch.updated_at_ms = t.now_ms;
-        if batch.members.is_empty() {
-            batch.state =
-                BatchState::Closed { job_id: None, outcome: "erased: every member's tenant was erased".into() };
-            t.open_batches.remove(seq)?;
-            closed += 1;
+        match release_intent(&mut batch, |m| erased.contains(&m), t.now_ms) {
+            BatchAfterErasure::Kept => continue,
+            BatchAfterErasure::Shrunk => {}
+            BatchAfterErasure::Closed => {
+                t.open_batches.remove(seq)?;
+                closed += 1;
+            }
         }
         save_batch(t, &batch)?;
     }

@@ -17,6 +17,7 @@ mod drivers;
 mod dump;
 mod erase;
 mod erase_refs;
+mod erase_rules;
 #[cfg(test)]
 mod erase_tests;
 mod export;
@@ -37,6 +38,7 @@ mod power_loss;
 mod read;
 mod records;
 mod retention;
+mod retention_rules;
 pub mod seam;
 mod split;
 mod staged;
@@ -78,7 +80,7 @@ pub use records::{
     BatchRecord, BatchState, ChargeKind, CostSource, DeliveryState, ExtractionRecord, Fence, FindingRecord,
     LedgerRecord, NewExtraction, OutboxKind, OutboxRecord, ResultRecord,
 };
-pub use retention::{RetentionPolicy, RetentionStep};
+pub use retention_rules::{RetentionPolicy, RetentionStep};
 pub use seam::{Backend, SharedStore};
 pub use staged::StagedAnswer;
 pub use tables::{RETIRED_CONTENT, RETIRED_RAW_RESULT};

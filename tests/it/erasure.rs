@@ -62,6 +62,10 @@ async fn webhook(server: &Server, delivery: &str, source: &str) -> Value {
 }
 
 fn dump(db: &Path) -> Vec<String> {
+    if crate::support::postgres::enabled() {
+        let data_dir = db.parent().expect("the store's data directory");
+        return crate::support::postgres::dump(data_dir).lines().map(str::to_string).collect();
+    }
     let mut cmd = Command::new(BIN);
     cmd.arg("debug-dump").arg(db);
     let out = run_to_end(cmd);
@@ -95,7 +99,10 @@ async fn erasure_leaves_nothing_of_the_tenant_but_spend_totals_and_spares_the_ot
     let before = dump(&db);
     let mut gone_needles: Vec<String> = gone.clone();
     gone_needles.extend([GONE, "g1", "g2", "g3", "g4", "msg_gone_1", "body of g"].map(String::from));
-    assert!(mentioning(&before, &gone_needles).len() > 20, "the tenant is all over the file before");
+    // redb keeps index tables of its own (identity, state, tenant, commit and ledger
+    // indexes); PostgreSQL's indexes are not rows, so fewer rows name the tenant there.
+    let least = if crate::support::postgres::enabled() { 12 } else { 20 };
+    assert!(mentioning(&before, &gone_needles).len() > least, "the tenant is all over the store before");
     let kept_needles: Vec<String> = kept.iter().chain([&pending_kept]).cloned().chain([KEPT.to_string()]).collect();
     let kept_before: Vec<String> =
         mentioning(&before, &kept_needles).into_iter().filter(|r| !r.starts_with("outbox")).cloned().collect();

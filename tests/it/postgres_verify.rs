@@ -154,7 +154,28 @@ async fn a_committed_extraction_without_its_raw_result_fails_verify() {
     }
     let (dir, server) = committed_and_pending().await;
     corrupt(dir.path(), server, "DELETE FROM results");
-    assert_fails_with(dir.path(), "committed without its raw result (invariant 2)");
+    assert_fails_with(dir.path(), "committed without its raw result, and retention did not drop it (invariant 2)");
+}
+
+/// Retention's marks must say what is gone: content emptied without a mark, or a mark on
+/// work that is not committed, is damage; with the right mark the same row verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn content_or_raw_results_gone_without_a_retention_mark_fail_verify() {
+    if skip() {
+        return;
+    }
+    let (dir, server) = committed_and_pending().await;
+    let committed = "(SELECT min(seq) FROM extractions WHERE state_code = 3)";
+    corrupt(dir.path(), server, &format!("UPDATE extractions SET content = NULL WHERE seq = {committed}"));
+    assert_fails_with(dir.path(), "its content is missing without a retention mark");
+
+    let database = database_for(dir.path());
+    cluster().psql(&database, &format!("INSERT INTO retired (extraction_seq, bits) VALUES ({committed}, 1)"));
+    crate::util::assert_verifies(&dir.path().join(commitpoint::store::FILE_NAME));
+
+    let pending = "(SELECT min(seq) FROM extractions WHERE state_code = 1)";
+    cluster().psql(&database, &format!("INSERT INTO retired (extraction_seq, bits) VALUES ({pending}, 2)"));
+    assert_fails_with(dir.path(), "marked as retired but is pending");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -39,6 +39,9 @@ async fn wait_record(api: &Api, id: &str, what: &str, done: impl Fn(&Value) -> b
 }
 
 fn dump(db: &Path) -> String {
+    if crate::support::postgres::enabled() {
+        return crate::support::postgres::dump(db.parent().expect("the store's data directory"));
+    }
     let mut cmd = Command::new(BIN);
     cmd.arg("debug-dump").arg(db);
     let out = run_to_end(cmd);
@@ -110,4 +113,79 @@ fn bad_retention_values_are_configuration_errors() {
     assert_eq!(out.status.code(), Some(78), "{}", String::from_utf8_lossy(&out.stderr));
     let text = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("retention.content_after_commit"), "{text}");
+}
+
+/// Commits, fails and leaves claimed seven sources in intake order: committed are the
+/// 1st, 2nd, 4th, 5th and 7th, so a sweep's steps cross work it must not touch.
+async fn interleaved(api: &Api) {
+    let mut ids = Vec::new();
+    for i in 1..=7 {
+        ids.push(api.create("acme", &format!("s{i}.rs"), &format!("fn s{i}() {{}}")).await);
+    }
+    let grants = api.claim("w", 7, 600).await;
+    for (i, id) in ids.iter().enumerate() {
+        let grant = grants.iter().find(|g| g["extraction_id"] == json!(id)).expect("granted");
+        let token = grant["lease_token"].as_str().expect("token");
+        let (body, status) = match i + 1 {
+            3 => (json!({"findings": "not a list"}), 422),
+            6 => continue,
+            _ => (output(&[finding("R1", "a.rs", 1, "x")]), 200),
+        };
+        assert_eq!(api.post_result(id, token, &body).await.status, status);
+    }
+}
+
+/// A whole sweep in steps of two: (contents dropped, raw results dropped, next start).
+async fn sweep(store: &dyn commitpoint::store::seam::Upkeep) -> Vec<(u64, u64, Option<u64>)> {
+    let policy = commitpoint::store::RetentionPolicy { content_after_ms: Some(0), raw_results_after_ms: Some(0) };
+    let (mut steps, mut after) = (Vec::new(), 0);
+    loop {
+        let step = store.retention_step(policy, after, 2).await.expect("a retention step");
+        steps.push((step.contents_dropped, step.raw_results_dropped, step.next_after));
+        match step.next_after {
+            Some(next) => after = next,
+            None => return steps,
+        }
+        assert!(steps.len() < 10, "the sweep never ends: {steps:?}");
+    }
+}
+
+/// Each step looks at no more than `scan` committed extractions and says where the next
+/// one starts; a second sweep finds nothing left to drop. redb and PostgreSQL take the
+/// same steps over the same work (the PostgreSQL half with COMMITPOINT_TEST_STORE=postgres).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_goes_in_steps_of_scan_and_both_backends_take_the_same_steps() {
+    let dir = temp_dir();
+    let redb_dir = dir.path().join("redb");
+    let server = Server::spawn_as_is(crate::util::serve_command(&redb_dir, &[]), &redb_dir);
+    interleaved(&server.api()).await;
+    let (status, log) = server.terminate();
+    assert_eq!(status.code(), Some(0), "{log}");
+    let (store, guard) = commitpoint::store::Store::open(&redb_dir, 16 << 20).expect("open the redb store");
+    let steps = sweep(&store).await;
+    let again = sweep(&store).await;
+    drop(store);
+    tokio::task::spawn_blocking(move || guard.join()).await.expect("close the writer");
+    let counts: Vec<(u64, u64)> = steps.iter().map(|s| (s.0, s.1)).collect();
+    assert_eq!(counts, [(2, 2), (2, 2), (1, 1)], "{steps:?}");
+    assert!(steps[0].2 < steps[1].2 && steps[1].2.is_some() && steps[2].2.is_none(), "{steps:?}");
+    assert!(again.iter().all(|s| (s.0, s.1) == (0, 0)), "everything was dropped already: {again:?}");
+    let verified = crate::util::verify(&redb_dir.join(commitpoint::store::FILE_NAME));
+    assert_eq!(verified.status.code(), Some(0), "{}", stdout(&verified));
+
+    if !crate::support::postgres::enabled() {
+        eprintln!("PostgreSQL half skipped: needs {}=postgres", crate::support::postgres::STORE_ENV);
+        return;
+    }
+    let pg_dir = dir.path().join("pg");
+    let server = Server::start(&pg_dir);
+    interleaved(&server.api()).await;
+    let (status, log) = server.terminate();
+    assert_eq!(status.code(), Some(0), "{log}");
+    let url = crate::support::postgres::cluster().url(&crate::support::postgres::database_for(&pg_dir));
+    let options = commitpoint::store::postgres::PgOptions { url, password: None };
+    let store = commitpoint::store::postgres::PgStore::open(&options).await.expect("open the PostgreSQL store");
+    assert_eq!(sweep(&store).await, steps, "the same steps as on redb");
+    assert_eq!(sweep(&store).await, again);
+    crate::util::assert_verifies(&pg_dir.join(commitpoint::store::FILE_NAME));
 }

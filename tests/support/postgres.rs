@@ -182,3 +182,17 @@ pub fn assert_counts_match(data_dir: &Path, report: &str) {
         assert!(report.lines().any(|l| l == line), "expected {line:?} (SQL count) in verify's report:\n{report}");
     }
 }
+
+/// Every row of the store of `data_dir`, decoded, one line per row (`table`, TAB, …): the
+/// PostgreSQL counterpart of `commitpoint debug-dump` on a redb file.
+pub fn dump(data_dir: &Path) -> String {
+    let options =
+        commitpoint::store::postgres::PgOptions { url: cluster().url(&database_for(data_dir)), password: None };
+    // Tests call this from inside their own runtime: the dump gets a thread and runtime of its own.
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        runtime.block_on(commitpoint::store::postgres::dump_database(&options)).expect("dump the PostgreSQL store")
+    })
+    .join()
+    .expect("the dump thread")
+}

@@ -30,6 +30,12 @@ impl Server {
     /// that names its address; panics with the server's stderr if none comes.
     pub fn spawn(mut cmd: Command, data_dir: &Path) -> Server {
         super::postgres::apply(&mut cmd, data_dir);
+        Server::spawn_as_is(cmd, data_dir)
+    }
+
+    /// [`Server::spawn`] on the store `cmd` names (redb unless it says otherwise), whatever
+    /// `COMMITPOINT_TEST_STORE` says: for tests that compare the two backends.
+    pub fn spawn_as_is(mut cmd: Command, data_dir: &Path) -> Server {
         let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn commitpoint serve");
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr = drain(child.stderr.take().expect("piped stderr"));

@@ -4,7 +4,7 @@
 use serde::Deserialize;
 
 use super::file::one_source;
-use super::{Error, KeySource, ServeOptions};
+use super::{Error, KeySource};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -70,23 +70,6 @@ impl StoreChoice {
                 Ok(StoreChoice::Postgres { url, password })
             }
         }
-    }
-
-    /// What the PostgreSQL backend cannot do yet is refused at start, not on first use.
-    pub(crate) fn check_features(&self, options: &ServeOptions) -> Result<(), Error> {
-        if *self == StoreChoice::Redb {
-            return Ok(());
-        }
-        let refuse = |key: &'static str, what: &str| {
-            Err(Error::Invalid {
-                key,
-                reason: format!("{what} do(es) not run on the postgres store yet (docs/SCALE-OUT.md); use redb"),
-            })
-        };
-        if !options.retention.policy().keeps_everything() {
-            return refuse("retention", "retention sweeps");
-        }
-        Ok(())
     }
 
     pub(crate) fn describe(&self) -> String {

@@ -3,7 +3,7 @@
 //! locks: each answer is one statement's snapshot, as each is one read transaction on redb.
 
 use super::batches::CLOSED;
-use super::rows::{big, decode_record, unbig};
+use super::rows::{big, decode_record, stored_content, unbig};
 use super::{Error, PgStore, pg};
 use crate::domain::batch::BatchMember;
 use crate::domain::identity::ExtractionId;
@@ -58,7 +58,7 @@ impl PgStore {
         let mut found = std::collections::HashMap::with_capacity(rows.len());
         for row in &rows {
             let extraction = decode_record(row.get(1))?;
-            let content: StoredContent = decode(row.get(2))?;
+            let content: StoredContent = decode(stored_content(row.get(2), extraction.seq)?)?;
             found.insert(unbig(row.get(0)), (extraction, content.text));
         }
         Ok(record

@@ -3,7 +3,7 @@
 
 use tokio_postgres::Transaction;
 
-use super::rows::{big, decode_record, insert_new, lock_by_id, transition, unbig};
+use super::rows::{big, decode_record, insert_new, lock_by_id, stored_content, transition, unbig};
 use super::{Error, PgStore, pg};
 use crate::domain::clock;
 use crate::domain::identity::{ExtractionId, FindingKey};
@@ -99,7 +99,7 @@ impl PgStore {
         let mut grants = Vec::with_capacity(rows.len());
         for row in rows {
             let mut record = decode_record(row.get(0))?;
-            let content = decode::<StoredContent>(row.get(1))?.text;
+            let content = decode::<StoredContent>(stored_content(row.get(1), record.seq)?)?.text;
             let lease_token = new_lease_token(record.claims + 1);
             let expires_at_ms = now_ms.saturating_add(request.lease_ms);
             let event =

@@ -13,9 +13,13 @@ mod batch_reads;
 mod batches;
 mod driver_status;
 mod drivers;
+mod dump;
+mod erase;
+mod export;
 mod extractions;
 mod money;
 mod reads;
+mod retention;
 mod rows;
 mod seam;
 mod staging;
@@ -27,6 +31,8 @@ use std::sync::{Arc, RwLock};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
+
+pub use dump::dump_database;
 
 use super::{Error, Policies};
 use crate::domain::cursor::CursorKey;
@@ -74,14 +80,6 @@ pub struct PgStore {
 
 pub(super) fn pg(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> Error {
     move |e| Error::Postgres { context, source: Box::new(e) }
-}
-
-fn not_yet(operation: &'static str) -> Error {
-    Error::NotOnBackend {
-        operation,
-        backend: "postgres",
-        hint: "not implemented on PostgreSQL yet (docs/SCALE-OUT.md lists what is)",
-    }
 }
 
 /// Parses a `postgres://` URL (or key=value string) and applies what this store needs of

@@ -46,6 +46,15 @@ pub(super) fn decode_record(bytes: &[u8]) -> Result<ExtractionRecord, Error> {
     decode(bytes)
 }
 
+/// An extraction's content column. Only retention empties it, and only for committed work,
+/// which no claim or batch reads: an empty one where content is needed is a broken row.
+pub(super) fn stored_content(column: Option<&[u8]>, seq: u64) -> Result<&[u8], Error> {
+    column.ok_or_else(|| Error::Corrupt {
+        kind: "content",
+        reason: format!("extraction {seq} has no content (retention dropped it) but is being worked on"),
+    })
+}
+
 /// The extraction with this identity, locked for the rest of the transaction.
 pub(super) async fn lock_by_id(tx: &Transaction<'_>, id: &[u8; 32]) -> Result<Option<ExtractionRecord>, Error> {
     let row = tx

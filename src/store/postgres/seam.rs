@@ -1,10 +1,11 @@
-//! The seam traits for [`PgStore`]. What is not implemented on PostgreSQL yet answers a
-//! typed `NotOnBackend` error naming the operation, never a panic or a silent nothing.
+//! The seam traits for [`PgStore`]. What PostgreSQL never does through commitpoint
+//! (`backup`) answers a typed `NotOnBackend` error naming the operation and what to use
+//! instead, never a panic or a silent nothing.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use super::{PgStore, not_yet};
+use super::PgStore;
 use crate::domain::batch::{BatchMember, LineResult};
 use crate::domain::cursor::CursorKey;
 use crate::domain::identity::ExtractionId;
@@ -19,8 +20,7 @@ use crate::store::{
     RetentionStep, RetryFilter, RetryOutcome, StageReport, StateCount,
 };
 
-/// Implements seam methods by delegating to `PgStore`'s own method of the same name, or
-/// (`not_yet`) by answering that the operation is not available on PostgreSQL yet.
+/// Implements seam methods by delegating to `PgStore`'s own method of the same name.
 macro_rules! pg_seam {
     (impl $trait:ident {
         $( fn $method:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty = $how:ident; )*
@@ -32,11 +32,6 @@ macro_rules! pg_seam {
     (@method delegate $method:ident ($($arg:ident: $ty:ty),*) -> $ret:ty) => {
         fn $method(&self $(, $arg: $ty)*) -> StoreFuture<'_, $ret> {
             Box::pin(PgStore::$method(self $(, $arg)*))
-        }
-    };
-    (@method not_yet $method:ident ($($arg:ident: $ty:ty),*) -> $ret:ty) => {
-        fn $method(&self $(, _: $ty)*) -> StoreFuture<'_, $ret> {
-            Box::pin(async { Err(not_yet(stringify!($method))) })
         }
     };
 }
@@ -59,7 +54,7 @@ pg_seam! {
         fn retry(&self, id: ExtractionId) -> RetryOutcome = delegate;
         fn cancel(&self, id: ExtractionId) -> CancelOutcome = delegate;
         fn retry_failed(&self, filter: RetryFilter, limit: u64) -> u64 = delegate;
-        fn export_to(&self, filter: ExportFilter, sink: ExportSink) -> () = not_yet;
+        fn export_to(&self, filter: ExportFilter, sink: ExportSink) -> () = delegate;
         fn retired(&self, seqs: Vec<u64>) -> HashMap<u64, u8> = delegate;
     }
 }
@@ -113,8 +108,8 @@ pg_seam! {
         fn backup(&self, dest: PathBuf) -> BackupReport = delegate;
         fn last_backup_ms(&self) -> Option<u64> = delegate;
         fn ping_writer(&self) -> () = delegate;
-        fn retention_step(&self, policy: RetentionPolicy, after: u64, scan: usize) -> RetentionStep = not_yet;
-        fn erase_tenant(&self, tenant: String) -> ErasureReport = not_yet;
+        fn retention_step(&self, policy: RetentionPolicy, after: u64, scan: usize) -> RetentionStep = delegate;
+        fn erase_tenant(&self, tenant: String) -> ErasureReport = delegate;
         fn provider_drivers(&self, providers: Vec<String>) -> Vec<ProviderDriver> = delegate;
     }
 }
@@ -134,16 +129,6 @@ impl Backend for PgStore {
 }
 
 impl PgStore {
-    /// Retention does not run on PostgreSQL yet, so nothing was ever retired.
-    async fn retired(&self, _seqs: Vec<u64>) -> Result<HashMap<u64, u8>, Error> {
-        Ok(HashMap::new())
-    }
-
-    /// Erasure does not run on PostgreSQL yet, so no erased entry charged anything.
-    async fn erased_spend(&self, _tenant: String, _from_ms: u64, _to_ms: u64) -> Result<u64, Error> {
-        Ok(0)
-    }
-
     /// PostgreSQL is backed up with its own tools; commitpoint does not copy it.
     async fn backup(&self, _dest: PathBuf) -> Result<BackupReport, Error> {
         Err(Error::NotOnBackend {

@@ -32,7 +32,7 @@ fn seq(row: &Row) -> u64 {
 }
 
 /// Codes: 3 committed, 5 submitted, 6 ready (`StateName::code`); batch state 2 is closed.
-const RULES: [Rule; 14] = [
+const RULES: [Rule; 18] = [
     Rule {
         sql: "SELECT DISTINCT f.extraction_seq AS seq FROM findings f \
               WHERE NOT EXISTS (SELECT 1 FROM extractions e WHERE e.seq = f.extraction_seq) ORDER BY 1",
@@ -59,8 +59,32 @@ const RULES: [Rule; 14] = [
     },
     Rule {
         sql: "SELECT encode(e.id, 'hex') AS id FROM extractions e WHERE e.state_code = 3 \
-              AND NOT EXISTS (SELECT 1 FROM results r WHERE r.extraction_seq = e.seq) ORDER BY e.seq",
-        says: |r| format!("{}: committed without its raw result (invariant 2)", id(r)),
+              AND NOT EXISTS (SELECT 1 FROM results r WHERE r.extraction_seq = e.seq) \
+              AND NOT EXISTS (SELECT 1 FROM retired t WHERE t.extraction_seq = e.seq AND t.bits & 2 <> 0) \
+              ORDER BY e.seq",
+        says: |r| format!("{}: committed without its raw result, and retention did not drop it (invariant 2)", id(r)),
+    },
+    // Retention marks: what the store says it dropped is gone, and only that.
+    Rule {
+        sql: "SELECT encode(e.id, 'hex') AS id, e.state_code FROM retired t JOIN extractions e ON e.seq = t.extraction_seq \
+              WHERE e.state_code <> 3 ORDER BY e.seq",
+        says: |r| format!("{}: marked as retired but is {} (only committed work is retired)", id(r), state(r)),
+    },
+    Rule {
+        sql: "SELECT t.extraction_seq AS seq FROM retired t WHERE t.bits <= 0 OR t.bits & ~3 <> 0 ORDER BY 1",
+        says: |r| format!("retention mark of extraction #{} holds unknown bits", seq(r)),
+    },
+    Rule {
+        sql: "SELECT encode(e.id, 'hex') AS id FROM extractions e \
+              WHERE (e.content IS NULL) <> EXISTS \
+                    (SELECT 1 FROM retired t WHERE t.extraction_seq = e.seq AND t.bits & 1 <> 0) \
+              ORDER BY e.seq",
+        says: |r| format!("{}: its content is missing without a retention mark, or marked dropped but present", id(r)),
+    },
+    Rule {
+        sql: "SELECT encode(e.id, 'hex') AS id FROM retired t JOIN extractions e ON e.seq = t.extraction_seq \
+              WHERE t.bits & 2 <> 0 AND EXISTS (SELECT 1 FROM results r WHERE r.extraction_seq = e.seq) ORDER BY e.seq",
+        says: |r| format!("{}: its raw result is marked dropped but present", id(r)),
     },
     Rule {
         sql: "SELECT s.extraction_seq AS seq FROM staged s \
@@ -148,17 +172,21 @@ pub(super) async fn check(tx: &Transaction<'_>, report: &mut Report) -> Result<(
     check_sequences(tx, report).await
 }
 
-/// Per tenant and UTC day, the spend row equals the sum of the charged ledger entries.
+/// Per tenant and UTC day, the spend row equals the sum of the charged ledger entries plus
+/// what a tenant erasure removed of them (kept in `erased_spend`, so budgets still add up).
 async fn check_spend(tx: &Transaction<'_>, report: &mut Report) -> Result<(), Error> {
-    const SQL: &str = "WITH charged AS (SELECT tenant, at_ms / $1 AS day, sum(cost_micros)::bigint AS micros \
-                       FROM ledger WHERE cost_micros > 0 GROUP BY 1, 2) \
+    const SQL: &str = "WITH charged AS (SELECT tenant, day, sum(micros)::bigint AS micros FROM \
+                       (SELECT tenant, at_ms / $1 AS day, cost_micros AS micros FROM ledger WHERE cost_micros > 0 \
+                        UNION ALL SELECT tenant, day, micros FROM erased_spend) parts GROUP BY 1, 2) \
                        SELECT coalesce(s.tenant, c.tenant) AS tenant, coalesce(s.day, c.day) AS day, \
                        s.micros AS stored FROM spend s FULL JOIN charged c ON c.tenant = s.tenant AND c.day = s.day \
                        WHERE s.micros IS DISTINCT FROM c.micros ORDER BY 1, 2";
     each_row(tx, SQL, &[&big(DAY_MS)], |row| {
         let (tenant, day) = (row.get::<_, String>("tenant"), row.get::<_, i64>("day"));
         match row.get::<_, Option<i64>>("stored") {
-            Some(_) => report.problem(format!("spend of {tenant} on day {day} disagrees with its ledger entries")),
+            Some(_) => report.problem(format!(
+                "spend of {tenant} on day {day} disagrees with its ledger entries (and erased spend)"
+            )),
             None => report.problem(format!("charged entries of {tenant} on day {day} have no spend row")),
         }
     })

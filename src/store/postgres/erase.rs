@@ -1,0 +1,242 @@
+//! Tenant erasure on PostgreSQL: everything of a tenant but its spend totals, in ONE
+//! transaction, so it happens entirely or not at all (redb takes small transactions that
+//! each leave a valid file; here a reader or a crash never sees half a tenant).
+//!
+//! It must not race work in flight. The tenant's extraction rows are locked (`FOR
+//! UPDATE`) before anything is removed: a result, a staged answer or a claim holding one of
+//! them finishes first, and everything that would touch one later (a late provider answer,
+//! a worker's post under an old lease, the committer of a staged answer) finds no row and
+//! is treated as a stranger, neither committed nor charged. Batches that list the tenant's
+//! rows are locked before those rows, the order every batch operation takes (batch, then
+//! members), so an erasure and a batch step take turns instead of deadlocking; a batch that
+//! took the tenant's work between the two steps sends the erasure round again with it.
+//!
+//! What each step decides is `store::erase_rules`, shared with the redb store: the
+//! erased-spend totals (the `spend` rows stay as they are), intents shedding erased
+//! members. Sequence numbers come from a PostgreSQL sequence and are never handed out
+//! again, so a submitted batch's member list never comes to name someone else's row.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use tokio_postgres::Transaction;
+use tokio_postgres::error::SqlState;
+
+use super::batches::save_batch;
+use super::rows::{big, unbig};
+use super::{Error, PgStore, pg};
+use crate::domain::clock;
+use crate::store::ErasureReport;
+use crate::store::codec::decode;
+use crate::store::erase_rules::{BatchAfterErasure, erased_charge, erased_days, release_intent};
+use crate::store::records::{BatchRecord, LedgerRecord, OutboxRecord};
+
+/// Rows read or removed per statement where a tenant can have very many.
+const CHUNK: usize = 1000;
+
+/// How often a round that lost a lock race (a deadlock PostgreSQL broke, or a batch that
+/// took the tenant's work meanwhile) is tried again before the erasure reports failure.
+const ROUNDS: usize = 8;
+
+enum Round {
+    Done(ErasureReport),
+    /// Batches listing the tenant's rows that this round had not locked first.
+    LockAlso(BTreeSet<i64>),
+}
+
+impl PgStore {
+    /// Erases `tenant`. Idempotent: a tenant with nothing stored erases nothing.
+    pub(super) async fn erase_tenant(&self, tenant: String) -> Result<ErasureReport, Error> {
+        let mut batches = BTreeSet::new();
+        let mut last_error = None;
+        for _ in 0..ROUNDS {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
+            match erase_in(&tx, &tenant, &batches, clock::now_ms()).await {
+                Ok(Round::Done(report)) => {
+                    tx.commit().await.map_err(pg("erasure commit failed"))?;
+                    return Ok(report);
+                }
+                // Rolled back (the transaction is dropped): nothing of this round stays.
+                Ok(Round::LockAlso(more)) => batches.extend(more),
+                Err(e) if lost_a_race(&e) => last_error = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| Error::Unavailable {
+            reason: format!("erasing tenant {tenant:?} kept racing provider batches; try again"),
+            cause: None,
+        }))
+    }
+
+    /// Micro-dollars erased from `tenant`'s ledger on the UTC days that overlap
+    /// `from_ms..to_ms`.
+    pub(super) async fn erased_spend(&self, tenant: String, from_ms: u64, to_ms: u64) -> Result<u64, Error> {
+        let (first, last) = erased_days(from_ms, to_ms);
+        let client = self.client().await?;
+        let sum: i64 = client
+            .query_one(
+                "SELECT coalesce(sum(micros), 0)::bigint FROM erased_spend WHERE tenant = $1 AND day BETWEEN $2 AND $3",
+                &[&tenant, &big(first), &big(last)],
+            )
+            .await
+            .map_err(pg("cannot read erased spend"))?
+            .get(0);
+        Ok(unbig(sum))
+    }
+}
+
+fn lost_a_race(e: &Error) -> bool {
+    let Error::Postgres { source, .. } = e else { return false };
+    source.downcast_ref::<tokio_postgres::Error>().and_then(tokio_postgres::Error::code)
+        == Some(&SqlState::T_R_DEADLOCK_DETECTED)
+}
+
+async fn erase_in(tx: &Transaction<'_>, tenant: &str, known: &BTreeSet<i64>, now_ms: u64) -> Result<Round, Error> {
+    let mut batches: BTreeSet<i64> = batches_listing(tx, tenant).await?;
+    batches.extend(known);
+    let wanted: Vec<i64> = batches.iter().copied().collect();
+    tx.query("SELECT seq FROM batches WHERE seq = ANY($1) ORDER BY seq FOR UPDATE", &[&wanted])
+        .await
+        .map_err(pg("cannot lock the tenant's batches"))?;
+    let seqs: Vec<i64> = tx
+        .query("SELECT seq FROM extractions WHERE tenant = $1 ORDER BY seq FOR UPDATE", &[&tenant])
+        .await
+        .map_err(pg("cannot lock the tenant's extractions"))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // With the rows locked no batch can take them any more: this list is final.
+    let listing: BTreeSet<i64> = batches_of(tx, &seqs).await?;
+    let missed: BTreeSet<i64> = listing.difference(&batches).copied().collect();
+    if !missed.is_empty() {
+        return Ok(Round::LockAlso(missed));
+    }
+    let mut report = ErasureReport { outbox_events: drop_events(tx, tenant).await?, ..ErasureReport::default() };
+    let erased: HashSet<u64> = seqs.iter().map(|&s| unbig(s)).collect();
+    report.intents_closed = release_intents(tx, &listing, &erased, now_ms).await?;
+    let mut spent: HashMap<(String, u64), u64> = HashMap::new();
+    for chunk in seqs.chunks(CHUNK) {
+        let chunk = chunk.to_vec();
+        let delete = |table: &'static str| {
+            let sql = format!("DELETE FROM {table} WHERE extraction_seq = ANY($1)");
+            let chunk = &chunk;
+            async move { tx.execute(sql.as_str(), &[chunk]).await.map_err(pg("cannot erase a tenant's rows")) }
+        };
+        report.webhook_deliveries += delete("webhook_deliveries").await?;
+        report.findings += delete("findings").await?;
+        report.raw_results += delete("results").await?;
+        report.staged_answers += delete("staged").await?;
+        delete("retired").await?;
+        delete("batch_members").await?;
+        for row in tx
+            .query("DELETE FROM ledger WHERE extraction_seq = ANY($1) RETURNING record", &[&chunk])
+            .await
+            .map_err(pg("cannot erase ledger entries"))?
+        {
+            let entry: LedgerRecord = decode(row.get(0))?;
+            if let Some(((tenant, day), micros)) = erased_charge(&entry) {
+                let total = spent.entry((tenant.to_string(), day)).or_default();
+                *total = total.saturating_add(micros);
+            }
+            report.ledger_entries += 1;
+        }
+        let row = tx
+            .query_one(
+                "WITH gone AS (DELETE FROM extractions WHERE seq = ANY($1) RETURNING content IS NOT NULL AS kept) \
+                 SELECT count(*), count(*) FILTER (WHERE kept) FROM gone",
+                &[&chunk],
+            )
+            .await
+            .map_err(pg("cannot erase extractions"))?;
+        report.extractions += unbig(row.get(0));
+        report.contents += unbig(row.get(1));
+    }
+    for ((tenant, day), micros) in spent {
+        tx.execute(
+            "INSERT INTO erased_spend (tenant, day, micros) VALUES ($1, $2, $3) \
+             ON CONFLICT (tenant, day) DO UPDATE SET micros = erased_spend.micros + excluded.micros",
+            &[&tenant, &big(day), &big(micros)],
+        )
+        .await
+        .map_err(pg("cannot record erased spend"))?;
+    }
+    Ok(Round::Done(report))
+}
+
+/// Batches listing any of the tenant's extractions, read without locks (a first guess).
+async fn batches_listing(tx: &Transaction<'_>, tenant: &str) -> Result<BTreeSet<i64>, Error> {
+    let rows = tx
+        .query(
+            "SELECT DISTINCT m.batch_seq FROM batch_members m JOIN extractions e ON e.seq = m.extraction_seq \
+             WHERE e.tenant = $1",
+            &[&tenant],
+        )
+        .await
+        .map_err(pg("cannot find the tenant's batches"))?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+async fn batches_of(tx: &Transaction<'_>, seqs: &[i64]) -> Result<BTreeSet<i64>, Error> {
+    let mut found = BTreeSet::new();
+    for chunk in seqs.chunks(CHUNK) {
+        let rows = tx
+            .query("SELECT DISTINCT batch_seq FROM batch_members WHERE extraction_seq = ANY($1)", &[&chunk.to_vec()])
+            .await
+            .map_err(pg("cannot find the tenant's batches"))?;
+        found.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
+    }
+    Ok(found)
+}
+
+/// The tenant's outbox events, whatever their state. The outbox has no tenant column, so
+/// every event is read, a page at a time; none can be added for the locked rows meanwhile.
+async fn drop_events(tx: &Transaction<'_>, tenant: &str) -> Result<u64, Error> {
+    let (mut after, mut dropped) = (0i64, 0u64);
+    loop {
+        let rows = tx
+            .query("SELECT seq, record FROM outbox WHERE seq > $1 ORDER BY seq LIMIT $2", &[&after, &big(CHUNK as u64)])
+            .await
+            .map_err(pg("cannot read the outbox"))?;
+        let mut gone = Vec::new();
+        for row in &rows {
+            after = row.get(0);
+            if decode::<OutboxRecord>(row.get(1))?.tenant == tenant {
+                gone.push(after);
+            }
+        }
+        if !gone.is_empty() {
+            dropped += tx
+                .execute("DELETE FROM outbox WHERE seq = ANY($1)", &[&gone])
+                .await
+                .map_err(pg("cannot erase outbox events"))?;
+        }
+        if rows.len() < CHUNK {
+            return Ok(dropped);
+        }
+    }
+}
+
+/// Applies `erase_rules::release_intent` to each (locked) batch; returns how many closed.
+async fn release_intents(
+    tx: &Transaction<'_>,
+    batches: &BTreeSet<i64>,
+    erased: &HashSet<u64>,
+    now_ms: u64,
+) -> Result<u64, Error> {
+    let wanted: Vec<i64> = batches.iter().copied().collect();
+    let rows = tx
+        .query("SELECT record FROM batches WHERE seq = ANY($1) ORDER BY seq", &[&wanted])
+        .await
+        .map_err(pg("cannot read the tenant's batches"))?;
+    let mut closed = 0;
+    for row in rows {
+        let mut batch: BatchRecord = decode(row.get(0))?;
+        match release_intent(&mut batch, |m| erased.contains(&m), now_ms) {
+            BatchAfterErasure::Kept => continue,
+            BatchAfterErasure::Shrunk => {}
+            BatchAfterErasure::Closed => closed += 1,
+        }
+        save_batch(tx, &batch).await?;
+    }
+    Ok(closed)
+}
