@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use crate::app::config::{self, ProviderKind, ServeOptions};
 use crate::app::provider_registry;
@@ -133,7 +134,14 @@ impl Opened {
 /// their driver locks before any scheduler starts, or refuses to start. Losing the locks'
 /// connection later is a task failure, so the process exits rather than keep driving
 /// batches another instance may now drive (docs/SCALE-OUT.md).
-async fn hold_provider_drivers(pg: &PgStore, names: Vec<String>, supervisor: &Supervisor) -> Result<(), Error> {
+/// `authority` is cancelled the moment the locks' connection ends, before the failure
+/// starts the shutdown, so the schedulers drop their step in flight.
+async fn hold_provider_drivers(
+    pg: &PgStore,
+    names: Vec<String>,
+    supervisor: &Supervisor,
+    authority: CancellationToken,
+) -> Result<(), Error> {
     if names.is_empty() {
         return Ok(());
     }
@@ -146,7 +154,10 @@ async fn hold_provider_drivers(pg: &PgStore, names: Vec<String>, supervisor: &Su
     let stop = supervisor.token();
     supervisor.spawn("provider driver locks", async move {
         tokio::select! {
-            ended = hold => ended,
+            ended = hold => {
+                authority.cancel();
+                ended
+            }
             () = stop.cancelled() => Ok(()),
         }
     });
@@ -177,9 +188,11 @@ impl Server {
             pricing: Arc::new(options.prices.clone()),
         });
         let supervisor = Supervisor::new();
+        // Never cancelled on redb: the one process owns its file.
+        let authority = CancellationToken::new();
         if let Opened::Postgres(pg) = &store {
             let names: Vec<String> = providers.iter().map(|p| p.adapter.name().to_string()).collect();
-            hold_provider_drivers(pg, names, &supervisor).await?;
+            hold_provider_drivers(pg, names, &supervisor, authority.clone()).await?;
         }
         crate::app::systemd::spawn_watchdog(store.shared(), &supervisor);
         let router = Arc::new(Router::new(options.routes.clone(), options.budgets.clone()));
@@ -218,6 +231,7 @@ impl Server {
                 registry: service.registry().clone(),
                 wake,
                 health,
+                authority: authority.clone(),
             };
             Scheduler::spawn(context, provider.adapter, settings, &supervisor);
         }

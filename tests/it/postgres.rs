@@ -200,3 +200,47 @@ async fn a_second_instance_with_the_same_provider_is_refused_until_the_first_sto
     let (exit, log) = restarted.terminate();
     assert_eq!(exit.code(), Some(0), "{log}");
 }
+
+/// A driver that loses its lock while a step is in flight drops that step at once: it
+/// does not finish a provider call and act on the answer after another instance may have
+/// taken the provider over. Here the lock's session is ended while the scheduler waits on
+/// a slow upload; without the abandonment the step would go on to create the batch during
+/// the shutdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_that_loses_its_lock_abandons_its_step_in_flight() {
+    if skip() {
+        return;
+    }
+    let slow = commitpoint::simulator::Faults { slow_ms: 3_000, ..Default::default() };
+    let rig = crate::provider::Rig::start(Duration::from_millis(50), slow).await;
+    let mut driver = rig.serve(&[], None);
+    let reply = driver.api().intake("acme", "PR-1", "fn main() { x.unwrap() }").await;
+    assert_eq!(reply.status, 201, "{:#}", reply.body);
+    let database = database_for(rig.dir.path());
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while rows(&database, "SELECT count(*) FROM batches") == 0 {
+        assert!(std::time::Instant::now() < deadline, "no submit intent was formed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The scheduler is now in the provider's upload, which takes 3 s.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ended = cluster().psql(
+        &database,
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' \
+         AND classid::bigint = 1886547830 AND objsubid = 2 \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    );
+    assert_eq!(ended, "1", "one session held the driver lock");
+    let (status, log) = driver.wait_exit(Duration::from_secs(30)).expect("the driver exits once its lock is gone");
+    assert_eq!(status.code(), Some(70), "{log}");
+    assert_eq!(rig.stats().batches_created, 0, "the step went on after the lock was lost: {:#?}\n{log}", rig.stats());
+    assert!(log.contains("scheduler step abandoned"), "{log}");
+
+    // The next driver takes the intent over and finishes it, once.
+    rig.sim.set_faults(commitpoint::simulator::Faults::default());
+    let restarted = rig.serve(&[], None);
+    let stats = rig.wait_stats("the member answered", |s| s.lines_completed >= 1).await;
+    assert_eq!(stats.batches_created, 1, "{stats:#?}");
+    assert_eq!(stats.max_live_batches_per_custom_id, 1, "{stats:#?}");
+    drop(restarted);
+}

@@ -7,6 +7,10 @@
 //! The server runs as the `postgres` OS user (initdb refuses root). A watcher process
 //! stops it (`pg_ctl stop -m immediate`) and removes its files once the test process is
 //! gone, however it ended.
+//!
+//! A test that must restart or crash the server itself (the multi-instance torture) starts
+//! a dedicated one with [`Cluster::start`]: the same code path as the shared one, stopped
+//! when dropped, so the other tests' server is never disturbed.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -25,14 +29,19 @@ pub struct Cluster {
     pub bin: PathBuf,
     pub data: PathBuf,
     pub port: u16,
+    /// The temp dir holding the data directory, the socket dir and the server log.
+    root: PathBuf,
 }
 
 static CLUSTER: OnceLock<Cluster> = OnceLock::new();
 
 /// The test process's PostgreSQL server, started on first use.
 pub fn cluster() -> &'static Cluster {
-    CLUSTER.get_or_init(start)
+    CLUSTER.get_or_init(Cluster::start)
 }
+
+/// Dedicated clusters of this process get distinct directories.
+static DEDICATED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// The newest installed server's binaries (Debian: /usr/lib/postgresql/<major>/bin).
 fn bin_dir() -> PathBuf {
@@ -65,9 +74,17 @@ fn as_postgres(bin: &Path, tool: &str) -> Command {
     cmd
 }
 
-fn start() -> Cluster {
+impl Cluster {
+    /// Starts a PostgreSQL server of its own (the shared one is [`cluster`]). It is stopped
+    /// and removed when dropped, or by the watcher when the test process ends.
+    pub fn start() -> Cluster {
+        let n = DEDICATED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        start_in(std::env::temp_dir().join(format!("commitpoint-pg-{}-{n}", std::process::id())))
+    }
+}
+
+fn start_in(root: PathBuf) -> Cluster {
     let bin = bin_dir();
-    let root = std::env::temp_dir().join(format!("commitpoint-pg-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(root.join("sock")).expect("create the PostgreSQL temp dir");
     run(Command::new("chown").args(["-R", "postgres:postgres"]).arg(&root), "chown the PostgreSQL temp dir");
@@ -110,10 +127,34 @@ fn start() -> Cluster {
         .status()
         .expect("start the PostgreSQL watcher");
     assert!(started.success(), "the PostgreSQL watcher did not start: {started}");
-    Cluster { bin, data, port }
+    Cluster { bin, data, port, root }
 }
 
 impl Cluster {
+    /// `pg_ctl restart -m immediate`: every session is cut without a checkpoint and the
+    /// server recovers from its WAL, like a crash of the database host's server process.
+    /// Waits until it accepts connections again.
+    pub fn restart_immediate(&self) {
+        run(
+            as_postgres(&self.bin, "pg_ctl")
+                .args(["-w", "-t", "60", "-m", "immediate", "-D"])
+                .arg(&self.data)
+                .args(["-l"])
+                .arg(self.root.join("log"))
+                .arg("restart")
+                .stdout(Stdio::null()),
+            "pg_ctl restart -m immediate",
+        );
+    }
+
+    /// Creates `database` unless it exists.
+    pub fn create_database(&self, name: &str) {
+        let exists = self.psql("postgres", &format!("SELECT 1 FROM pg_database WHERE datname = '{name}'"));
+        if exists.is_empty() {
+            self.psql("postgres", &format!("CREATE DATABASE {name}"));
+        }
+    }
+
     /// Runs SQL as the superuser in `database`; the output is psql's unaligned rows.
     pub fn psql(&self, database: &str, sql: &str) -> String {
         let out = Command::new(self.bin.join("psql"))
@@ -135,52 +176,80 @@ impl Cluster {
 pub fn database_for(data_dir: &Path) -> String {
     let hash = blake3::hash(data_dir.as_os_str().as_encoded_bytes());
     let name = format!("t_{}", &hash.to_hex()[..20]);
-    let cluster = cluster();
-    let exists = cluster.psql("postgres", &format!("SELECT 1 FROM pg_database WHERE datname = '{name}'"));
-    if exists.is_empty() {
-        cluster.psql("postgres", &format!("CREATE DATABASE {name}"));
-    }
+    cluster().create_database(&name);
     name
 }
 
-/// `serve` commands get the PostgreSQL store when the switch is on.
+/// The variable `serve` reads its PostgreSQL URL from.
+pub const STORE_URL_ENV: &str = "COMMITPOINT_STORE_URL";
+
+/// `serve` commands get the PostgreSQL store when the switch is on, unless the command
+/// names a database itself (a test's dedicated cluster).
 pub fn apply(cmd: &mut Command, data_dir: &Path) {
-    if enabled() {
+    let named = cmd.get_envs().any(|(name, value)| name == STORE_URL_ENV && value.is_some());
+    if enabled() && !named {
         let database = database_for(data_dir);
-        cmd.env("COMMITPOINT_STORE_URL", cluster().url(&database));
+        cmd.env(STORE_URL_ENV, cluster().url(&database));
     }
 }
 
 /// `commitpoint verify --store-url` on the database of `data_dir`, with no URL or config
 /// file from the environment.
 pub fn verify_command(data_dir: &Path) -> Command {
-    let mut cmd = Command::new(super::process::BIN);
-    cmd.arg("verify")
-        .arg("--store-url")
-        .arg(cluster().url(&database_for(data_dir)))
-        .env_remove("COMMITPOINT_STORE_URL")
-        .env_remove("COMMITPOINT_CONFIG")
-        .stdin(Stdio::null());
-    cmd
+    cluster().verify_command(&database_for(data_dir))
 }
 
-/// A cross-check of `verify`'s report by plain SQL: the counts it prints (read from the
-/// decoded records) are the tables' row counts, so a `verify` that skipped rows would be
-/// caught here.
-pub fn assert_counts_match(data_dir: &Path, report: &str) {
-    let database = database_for(data_dir);
-    let count = |table: &str| cluster().psql(&database, &format!("SELECT count(*) FROM {table}"));
-    let lines = [
-        ("extractions", "extractions"),
-        ("findings", "findings"),
-        ("raw results", "results"),
-        ("ledger entries", "ledger"),
-        ("outbox events", "outbox"),
-    ];
-    for (label, table) in lines {
-        let line = format!("{label}: {}", count(table));
-        assert!(report.lines().any(|l| l == line), "expected {line:?} (SQL count) in verify's report:\n{report}");
+impl Cluster {
+    /// `commitpoint verify --store-url` on `database` of this server.
+    pub fn verify_command(&self, database: &str) -> Command {
+        let mut cmd = Command::new(super::process::BIN);
+        cmd.arg("verify")
+            .arg("--store-url")
+            .arg(self.url(database))
+            .env_remove("COMMITPOINT_STORE_URL")
+            .env_remove("COMMITPOINT_CONFIG")
+            .stdin(Stdio::null());
+        cmd
     }
+
+    /// Asserts `commitpoint verify` finds every invariant holding in `database`, and that
+    /// its counts are the tables' own; returns its report.
+    pub fn assert_verifies(&self, database: &str) -> String {
+        let out = self.verify_command(database).output().expect("run commitpoint verify");
+        let report = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "verify failed\nstdout:\n{report}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(report.contains("ok: every invariant holds"), "{report}");
+        self.assert_counts_match(database, &report);
+        report
+    }
+
+    /// A cross-check of `verify`'s report by plain SQL: the counts it prints (read from
+    /// the decoded records) are the tables' row counts, so a `verify` that skipped rows
+    /// would be caught here.
+    pub fn assert_counts_match(&self, database: &str, report: &str) {
+        let count = |table: &str| self.psql(database, &format!("SELECT count(*) FROM {table}"));
+        let lines = [
+            ("extractions", "extractions"),
+            ("findings", "findings"),
+            ("raw results", "results"),
+            ("ledger entries", "ledger"),
+            ("outbox events", "outbox"),
+        ];
+        for (label, table) in lines {
+            let line = format!("{label}: {}", count(table));
+            assert!(report.lines().any(|l| l == line), "expected {line:?} (SQL count) in verify's report:\n{report}");
+        }
+    }
+}
+
+/// [`Cluster::assert_counts_match`] for the database of `data_dir`.
+pub fn assert_counts_match(data_dir: &Path, report: &str) {
+    cluster().assert_counts_match(&database_for(data_dir), report);
 }
 
 /// Every row of the store of `data_dir`, decoded, one line per row (`table`, TAB, …): the
@@ -195,4 +264,20 @@ pub fn dump(data_dir: &Path) -> String {
     })
     .join()
     .expect("the dump thread")
+}
+
+/// A dedicated cluster is stopped and removed with its owner (the shared one is a static,
+/// never dropped; the watcher ends it).
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = as_postgres(&self.bin, "pg_ctl")
+            .args(["-D"])
+            .arg(&self.data)
+            .args(["stop", "-m", "immediate"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
 }

@@ -28,14 +28,24 @@ pub struct Server {
 impl Server {
     /// Spawns `cmd` (a `serve` on `127.0.0.1:0` over `data_dir`) and waits for the line
     /// that names its address; panics with the server's stderr if none comes.
-    pub fn spawn(mut cmd: Command, data_dir: &Path) -> Server {
+    pub fn spawn(cmd: Command, data_dir: &Path) -> Server {
+        Self::try_spawn(cmd, data_dir).unwrap_or_else(|failure| panic!("{failure}"))
+    }
+
+    /// Like [`Server::spawn`], but a server that does not come up is an `Err` with its
+    /// stderr (for tests where a refusal at start is a possible outcome).
+    pub fn try_spawn(mut cmd: Command, data_dir: &Path) -> Result<Server, String> {
         super::postgres::apply(&mut cmd, data_dir);
-        Server::spawn_as_is(cmd, data_dir)
+        Server::try_spawn_as_is(cmd, data_dir)
     }
 
     /// [`Server::spawn`] on the store `cmd` names (redb unless it says otherwise), whatever
     /// `COMMITPOINT_TEST_STORE` says: for tests that compare the two backends.
-    pub fn spawn_as_is(mut cmd: Command, data_dir: &Path) -> Server {
+    pub fn spawn_as_is(cmd: Command, data_dir: &Path) -> Server {
+        Self::try_spawn_as_is(cmd, data_dir).unwrap_or_else(|failure| panic!("{failure}"))
+    }
+
+    fn try_spawn_as_is(mut cmd: Command, data_dir: &Path) -> Result<Server, String> {
         let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn commitpoint serve");
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr = drain(child.stderr.take().expect("piped stderr"));
@@ -54,11 +64,11 @@ impl Server {
         match line.trim_end().strip_prefix(LISTENING) {
             Some(url) if url.starts_with("http://127.0.0.1:") => {
                 server.url = url.to_string();
-                server
+                Ok(server)
             }
             _ => {
                 let stderr = server.kill9();
-                panic!("serve did not report its address (stdout line {line:?}); stderr:\n{stderr}");
+                Err(format!("serve did not report its address (stdout line {line:?}); stderr:\n{stderr}"))
             }
         }
     }

@@ -139,6 +139,10 @@ pub(crate) struct Context {
     pub registry: Registry,
     pub wake: Arc<Notify>,
     pub health: SharedHealth,
+    /// Cancelled when this instance loses the right to drive the provider (on PostgreSQL,
+    /// its driver lock's session ended): the step in flight is dropped at its next await
+    /// instead of being finished, because another instance may be driving already.
+    pub authority: CancellationToken,
 }
 
 impl Scheduler {
@@ -149,7 +153,7 @@ impl Scheduler {
         settings: Settings,
         supervisor: &Supervisor,
     ) {
-        let Context { store, committer, signals, router, registry, wake, health } = context;
+        let Context { store, committer, signals, router, registry, wake, health, authority } = context;
         let name = format!("scheduler {}", provider.name());
         let stop = supervisor.token();
         let scheduler = Scheduler {
@@ -169,15 +173,26 @@ impl Scheduler {
             holds_in_a_row: 0,
         };
         supervisor.spawn(name, async move {
-            scheduler.run(stop).await;
+            scheduler.run(stop, authority).await;
             Ok::<(), std::convert::Infallible>(())
         });
     }
 
-    async fn run(mut self, stop: CancellationToken) {
+    async fn run(mut self, stop: CancellationToken, authority: CancellationToken) {
         tracing::info!(provider = self.provider.name(), "scheduler started");
         loop {
-            let next = match self.step().await {
+            // A shutdown lets the step finish (10 s at most); a lost driver lock does not.
+            // Dropping a step is what a SIGKILL does to it, which every step survives.
+            let stepped = tokio::select! {
+                biased;
+                () = authority.cancelled() => None,
+                stepped = self.step() => Some(stepped),
+            };
+            let Some(stepped) = stepped else {
+                tracing::warn!(provider = self.provider.name(), "driver lock lost: scheduler step abandoned");
+                break;
+            };
+            let next = match stepped {
                 Ok(next) => next,
                 Err(e) => {
                     tracing::error!(error = %crate::store::error_chain(&e), "scheduler step failed");
