@@ -46,7 +46,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::runtime::Runtime;
 
-use crate::fleet::{DRIVER, Fleet, INSTANCES, Started};
+use crate::fleet::{DRIVERS, Fleet, INSTANCES, Started};
 use crate::support::postgres::{self, Cluster};
 use crate::world::{World, lock};
 
@@ -271,7 +271,10 @@ fn three_instances_on_one_database_survive_kills_and_a_database_restart() {
         audit.by_workers
     );
     assert!(n(&c.duplicate_sends) > 0 && n(&c.stale_refused) > 0, "duplicates and stale posts must occur");
-    assert!(timeline.kills.iter().any(|(_, slot)| *slot == DRIVER), "the driver must be killed at least once");
+    assert!(
+        timeline.kills.iter().any(|(_, slot)| DRIVERS.contains(slot)),
+        "an instance with the provider must be killed at least once"
+    );
     rt.block_on(sim.stop());
 }
 
@@ -281,13 +284,14 @@ fn refusing_url() -> String {
     format!("http://127.0.0.1:{port}/events")
 }
 
-/// An instance that exits by itself fails the test, except the driver after the database
-/// restart: its lock session died with the server, and it must exit (70) rather than keep
+/// An instance that exits by itself fails the test, except the one driving the provider
+/// when the database restarted (either of [`DRIVERS`]; the other stands by and does not
+/// exit): its lock session died with the server, and it must exit (70) rather than keep
 /// driving; it is started again, as systemd's `Restart=on-failure` would.
 fn supervise(fleet: &mut Fleet, timeline: &mut Timeline, traffic: Instant) {
     for (slot, status, stderr) in fleet.exited() {
         let after_pg = timeline.pg_restart.map(|(at, _)| traffic.elapsed().saturating_sub(at));
-        let lost_lock = slot == DRIVER
+        let lost_lock = DRIVERS.contains(&slot)
             && after_pg.is_some()
             && timeline.driver_exit.is_none()
             && status.code() == Some(70)

@@ -130,29 +130,50 @@ impl Opened {
     }
 }
 
-/// On a shared database one instance drives each provider's batches: this one takes
-/// their driver locks before any scheduler starts, or refuses to start. Losing the locks'
-/// connection later is a task failure, so the process exits rather than keep driving
-/// batches another instance may now drive (docs/SCALE-OUT.md).
-/// `authority` is cancelled the moment the locks' connection ends, before the failure
-/// starts the shutdown, so the schedulers drop their step in flight.
+/// How often a standby tries the driver locks: a killed driver's session ends at once, so
+/// a standby takes over within this long.
+const STANDBY_RETRY: Duration = Duration::from_secs(2);
+
+/// On a shared database one instance drives each provider's batches, under its driver
+/// locks. An instance that cannot take them stands by: its schedulers wait (the returned
+/// receiver turns true) while it retries the locks every [`STANDBY_RETRY`], and take over
+/// when the driving instance's session ends. Losing the locks' connection later is a task
+/// failure, so the process exits rather than keep driving batches another instance may
+/// now drive (docs/SCALE-OUT.md). `authority` is cancelled the moment that connection
+/// ends, before the failure starts the shutdown, so the schedulers drop their step.
 async fn hold_provider_drivers(
     pg: &PgStore,
     names: Vec<String>,
     supervisor: &Supervisor,
     authority: CancellationToken,
-) -> Result<(), Error> {
+) -> Result<tokio::sync::watch::Receiver<bool>, Error> {
     if names.is_empty() {
-        return Ok(());
+        return Ok(tokio::sync::watch::channel(true).1);
     }
-    let hold = pg.hold_drivers(names).await?.map_err(|name| {
-        Error::Setup(format!(
-            "provider {name:?} is driven by another commitpoint instance on this database; only one instance \
-             may have [providers.{name}] (docs/SCALE-OUT.md)"
-        ))
-    })?;
+    let first = pg.hold_drivers(names.clone()).await?;
+    let (granted, receiver) = tokio::sync::watch::channel(first.is_ok());
     let stop = supervisor.token();
+    let pg = pg.clone();
     supervisor.spawn("provider driver locks", async move {
+        let hold = match first {
+            Ok(hold) => hold,
+            Err(driven) => {
+                tracing::info!(provider = %driven, "another instance drives this provider; standing by");
+                loop {
+                    tokio::select! {
+                        () = stop.cancelled() => return Ok(()),
+                        () = tokio::time::sleep(STANDBY_RETRY) => {}
+                    }
+                    match pg.hold_drivers(names.clone()).await {
+                        Ok(Ok(hold)) => break hold,
+                        Ok(Err(_)) => {}
+                        // The database may be restarting: a standby keeps trying.
+                        Err(e) => tracing::warn!(error = %e, "standby cannot try the provider driver locks"),
+                    }
+                }
+            }
+        };
+        let _ = granted.send(true);
         tokio::select! {
             ended = hold => {
                 authority.cancel();
@@ -161,7 +182,7 @@ async fn hold_provider_drivers(
             () = stop.cancelled() => Ok(()),
         }
     });
-    Ok(())
+    Ok(receiver)
 }
 
 impl Server {
@@ -190,10 +211,13 @@ impl Server {
         let supervisor = Supervisor::new();
         // Never cancelled on redb: the one process owns its file.
         let authority = CancellationToken::new();
-        if let Opened::Postgres(pg) = &store {
-            let names: Vec<String> = providers.iter().map(|p| p.adapter.name().to_string()).collect();
-            hold_provider_drivers(pg, names, &supervisor, authority.clone()).await?;
-        }
+        let granted = match &store {
+            Opened::Postgres(pg) => {
+                let names: Vec<String> = providers.iter().map(|p| p.adapter.name().to_string()).collect();
+                hold_provider_drivers(pg, names, &supervisor, authority.clone()).await?
+            }
+            Opened::Redb { .. } => tokio::sync::watch::channel(true).1,
+        };
         crate::app::systemd::spawn_watchdog(store.shared(), &supervisor);
         let router = Arc::new(Router::new(options.routes.clone(), options.budgets.clone()));
         let outbox_wake = Arc::new(Notify::new());
@@ -232,6 +256,7 @@ impl Server {
                 wake,
                 health,
                 authority: authority.clone(),
+                granted: granted.clone(),
             };
             Scheduler::spawn(context, provider.adapter, settings, &supervisor);
         }

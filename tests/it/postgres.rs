@@ -161,11 +161,12 @@ fn a_newer_schema_is_refused_at_start() {
     assert!(err.contains("schema is at version 999"), "{err}");
 }
 
-/// One instance at a time drives a provider's batches: a second `serve` with the same
-/// provider on the same database is refused at start, naming the provider, and starts
-/// once the first has stopped (its driver lock went with its session).
+/// One instance at a time drives a provider's batches. A second `serve` with the same
+/// provider on the same database starts and stands by: it takes intake and serves reads
+/// while the first drives (`/v1/stats` names the driver), and it takes the provider over
+/// when the first stops, its lock having gone with its session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_instance_with_the_same_provider_is_refused_until_the_first_stops() {
+async fn a_second_instance_with_the_same_provider_stands_by_and_takes_over_when_the_first_stops() {
     if skip() {
         return;
     }
@@ -174,31 +175,43 @@ async fn a_second_instance_with_the_same_provider_is_refused_until_the_first_sto
     let other_dir = temp_dir();
     let base = rig.sim.base_url();
     let provider = ["--provider", "openai", "--provider-base-url", &base, "--provider-key-env", "SIM_KEY"];
-    let second = || {
-        let mut cmd = crate::util::serve_command(other_dir.path(), &provider);
-        cmd.env("SIM_KEY", "sk-test");
-        // The first instance's database, from another data directory.
-        postgres::apply(&mut cmd, rig.dir.path());
-        cmd
-    };
-    let out = crate::util::run_to_end(second());
-    assert!(!out.status.success(), "a second driver of openai must be refused");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("provider \"openai\" is driven by another commitpoint instance"), "{err}");
+    let mut cmd = crate::util::serve_command(other_dir.path(), &provider);
+    cmd.args(["--batch-max-wait", "200ms", "--poll-interval", "100ms"]).env("SIM_KEY", "sk-test");
+    // The first instance's database, from another data directory.
+    postgres::apply(&mut cmd, rig.dir.path());
+    let second = Server::spawn(cmd, rig.dir.path());
+    let driver_of = |stats: &serde_json::Value| stats["store"]["drivers"]["openai"].as_str().map(str::to_string);
 
-    // The first instance still drives its provider: a source is committed through it.
-    let api = first.api();
-    let reply = api.intake("acme", "PR-1", "fn main() {}").await;
-    assert_eq!(reply.status, 201, "{:#}", reply.body);
-    rig.wait_stats("one batch", |s| s.batches_created >= 1).await;
+    // Both take intake; the first drives the batches of both.
+    let mut ids = std::collections::BTreeSet::new();
+    for (api, source) in [(first.api(), "PR-1"), (second.api(), "PR-2")] {
+        let reply = api.intake("acme", source, &format!("fn {}() {{ x.unwrap() }}", source.replace('-', "_"))).await;
+        assert_eq!(reply.status, 201, "{:#}", reply.body);
+        ids.insert(crate::util::id_of(&reply.body));
+    }
+    let records = crate::provider::settle(&second.api(), &ids).await;
+    assert!(records.values().all(|r| r["state"] == "committed"), "{records:#?}");
+    let stats = second.api().get("/v1/stats").await.body;
+    let first_instance = driver_of(&stats).expect("a driver of openai");
+    assert!(first_instance.ends_with(&format!(":{}", first.pid())), "the first drives: {stats:#}");
+    assert_ne!(stats["store"]["instance"].as_str(), Some(first_instance.as_str()), "{stats:#}");
     let (exit, log) = first.terminate();
     assert_eq!(exit.code(), Some(0), "{log}");
 
-    let restarted = Server::spawn(second(), rig.dir.path());
-    let health = restarted.api().get("/healthz").await;
-    assert_eq!(health.status, 200, "{:#}", health.body);
-    let (exit, log) = restarted.terminate();
+    // The standby takes over: new work is submitted through it and commits.
+    let reply = second.api().intake("acme", "PR-3", "fn later() { y.unwrap() }").await;
+    assert_eq!(reply.status, 201, "{:#}", reply.body);
+    let later = std::collections::BTreeSet::from([crate::util::id_of(&reply.body)]);
+    let records = crate::provider::settle(&second.api(), &later).await;
+    assert!(records.values().all(|r| r["state"] == "committed"), "{records:#?}");
+    let stats = second.api().get("/v1/stats").await.body;
+    assert_eq!(driver_of(&stats).as_deref(), stats["store"]["instance"].as_str(), "the second drives now: {stats:#}");
+    let batches = rig.stats();
+    assert_eq!(batches.max_live_batches_per_custom_id, 1, "{batches:#?}");
+    assert!(batches.submissions_per_custom_id.values().all(|n| *n == 1), "{batches:#?}");
+    let (exit, log) = second.terminate();
     assert_eq!(exit.code(), Some(0), "{log}");
+    assert!(log.contains("standing by") && log.contains("took over driving"), "{log}");
 }
 
 /// A driver that loses its lock while a step is in flight drops that step at once: it

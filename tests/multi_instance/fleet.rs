@@ -11,9 +11,10 @@ use crate::support::process::{BIN, Server};
 
 pub const INSTANCES: usize = 3;
 pub const SIM_KEY: &str = "sk-multi";
-/// The slot whose instance has `[providers.openai]`: one driver per provider on a
-/// database (docs/SCALE-OUT.md), so the others take intake, claims and reads only.
-pub const DRIVER: usize = 0;
+/// The slots whose instances have `[providers.openai]`. One drives at a time (its driver
+/// lock, docs/SCALE-OUT.md); the other stands by and takes over when the driver is killed.
+/// The third has no provider: intake, claims and reads only.
+pub const DRIVERS: [usize; 2] = [0, 1];
 /// How long a start may keep being refused (the killed driver's session not yet gone, the
 /// database restarting) before the test fails.
 const START_DEADLINE: Duration = Duration::from_secs(40);
@@ -105,7 +106,7 @@ impl Fleet {
             .env_remove("COMMITPOINT_FAILPOINTS")
             .env_remove("COMMITPOINT_CONFIG")
             .stdin(Stdio::null());
-        if slot == DRIVER {
+        if DRIVERS.contains(&slot) {
             cmd.args(["--provider", "openai", "--provider-base-url", &self.sim_url, "--provider-key-env", "MULTI_KEY"])
                 .args(["--batch-max-size", "24", "--batch-max-wait", "300ms", "--poll-interval", "100ms"])
                 .env("MULTI_KEY", SIM_KEY);

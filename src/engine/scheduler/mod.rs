@@ -143,6 +143,9 @@ pub(crate) struct Context {
     /// its driver lock's session ended): the step in flight is dropped at its next await
     /// instead of being finished, because another instance may be driving already.
     pub authority: CancellationToken,
+    /// True once this instance may drive the provider. On PostgreSQL a standby waits here
+    /// until the driving instance's lock is free; on redb it is true from the start.
+    pub granted: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Scheduler {
@@ -153,7 +156,7 @@ impl Scheduler {
         settings: Settings,
         supervisor: &Supervisor,
     ) {
-        let Context { store, committer, signals, router, registry, wake, health, authority } = context;
+        let Context { store, committer, signals, router, registry, wake, health, authority, granted } = context;
         let name = format!("scheduler {}", provider.name());
         let stop = supervisor.token();
         let scheduler = Scheduler {
@@ -173,9 +176,28 @@ impl Scheduler {
             holds_in_a_row: 0,
         };
         supervisor.spawn(name, async move {
-            scheduler.run(stop, authority).await;
+            if scheduler.stand_by(&stop, granted).await {
+                scheduler.run(stop, authority).await;
+            }
             Ok::<(), std::convert::Infallible>(())
         });
+    }
+
+    /// Waits until this instance may drive the provider; false if it is stopped first.
+    async fn stand_by(&self, stop: &CancellationToken, mut granted: tokio::sync::watch::Receiver<bool>) -> bool {
+        if *granted.borrow() {
+            return true;
+        }
+        let provider = self.provider.name();
+        tracing::info!(provider, "standing by: another instance drives this provider's batches");
+        let took_over = tokio::select! {
+            () = stop.cancelled() => false,
+            granted = granted.wait_for(|g| *g) => granted.is_ok(),
+        };
+        if took_over {
+            tracing::info!(provider, "took over driving this provider's batches");
+        }
+        took_over
     }
 
     async fn run(mut self, stop: CancellationToken, authority: CancellationToken) {

@@ -21,7 +21,7 @@ impl PgStore {
     pub async fn hold_drivers(
         &self,
         providers: Vec<String>,
-    ) -> Result<Result<impl Future<Output = Result<(), Error>> + Send + 'static, String>, Error> {
+    ) -> Result<Result<impl Future<Output = Result<(), Error>> + Send + 'static + use<>, String>, Error> {
         let (client, connection) =
             self.config.connect(NoTls).await.map_err(pg("cannot connect for the provider driver locks"))?;
         let connection = tokio::spawn(connection);
