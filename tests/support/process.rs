@@ -30,6 +30,12 @@ impl Server {
     /// that names its address; panics with the server's stderr if none comes.
     pub fn spawn(mut cmd: Command, data_dir: &Path) -> Server {
         super::postgres::apply(&mut cmd, data_dir);
+        Self::spawn_as_given(cmd, data_dir)
+    }
+
+    /// [`Server::spawn`] without the PostgreSQL switch: the store is whatever `cmd` says
+    /// (redb unless it names a database), for tests that need both backends at once.
+    pub fn spawn_as_given(mut cmd: Command, data_dir: &Path) -> Server {
         let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn commitpoint serve");
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr = drain(child.stderr.take().expect("piped stderr"));

@@ -23,7 +23,7 @@ const INTENT: i16 = 0;
 const SUBMITTED: i16 = 1;
 pub(super) const CLOSED: i16 = 2;
 
-fn state_code(state: &BatchState) -> i16 {
+pub(super) fn state_code(state: &BatchState) -> i16 {
     match state {
         BatchState::Intent => INTENT,
         BatchState::Submitted { .. } => SUBMITTED,
@@ -32,7 +32,7 @@ fn state_code(state: &BatchState) -> i16 {
 }
 
 /// The provider's job id, where the batch has one: what an orphan lookup may skip.
-fn job_of(state: &BatchState) -> Option<&str> {
+pub(super) fn job_of(state: &BatchState) -> Option<&str> {
     match state {
         BatchState::Submitted { job_id } | BatchState::Closed { job_id: Some(job_id), .. } => Some(job_id),
         _ => None,

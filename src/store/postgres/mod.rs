@@ -13,6 +13,7 @@ mod batch_reads;
 mod batches;
 mod drivers;
 mod extractions;
+mod import;
 mod money;
 mod reads;
 mod rows;
@@ -28,6 +29,7 @@ use tokio_postgres::NoTls;
 
 use super::{Error, Policies};
 use crate::domain::cursor::CursorKey;
+pub use import::{ExtractionRow, ImportError, ImportRows, Importer, Settings as ImportSettings, TableCounts};
 
 mod embedded {
     refinery::embed_migrations!("src/store/postgres/migrations");
@@ -99,6 +101,14 @@ impl PgStore {
     /// Connects, applies the migrations this build carries (refusing a database whose
     /// schema is newer), and reads (or makes) the cursor key.
     pub async fn open(options: &PgOptions) -> Result<PgStore, Error> {
+        let store = Self::open_unchecked(options).await?;
+        import::refuse_unverified(&*store.client().await?).await?;
+        Ok(store)
+    }
+
+    /// `open` without the refusal of an unverified `migrate-store` copy: what the
+    /// migration itself uses to compare that copy with its source.
+    pub async fn open_unchecked(options: &PgOptions) -> Result<PgStore, Error> {
         let config = parse_url(options)?;
         migrate(&config).await?;
         let manager =

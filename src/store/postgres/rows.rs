@@ -28,14 +28,14 @@ pub(super) fn fence_of(state: &State) -> Option<String> {
     }
 }
 
-fn lease_expiry(state: &State) -> Option<i64> {
+pub(super) fn lease_expiry(state: &State) -> Option<i64> {
     match state {
         State::Claimed { expires_at_ms, .. } => Some(big(*expires_at_ms)),
         _ => None,
     }
 }
 
-fn committed_at(state: &State) -> Option<i64> {
+pub(super) fn committed_at(state: &State) -> Option<i64> {
     match state {
         State::Committed { at_ms } => Some(big(*at_ms)),
         _ => None,
