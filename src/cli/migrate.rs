@@ -90,7 +90,9 @@ fn target(args: &Args) -> Result<PgOptions, String> {
 fn exit_code(e: &MigrateError) -> u8 {
     match e {
         MigrateError::Source { .. } => EXIT_IO,
-        MigrateError::Unmappable(_) | MigrateError::Mismatch(_) => EXIT_PROBLEMS,
+        MigrateError::Unmappable(_) | MigrateError::Mismatch(_) | MigrateError::Target(ImportError::Counts(_)) => {
+            EXIT_PROBLEMS
+        }
         MigrateError::Target(ImportError::NotEmpty(_)) => EXIT_CONFIG,
         MigrateError::Target(ImportError::InUse) => EXIT_UNAVAILABLE,
         MigrateError::Target(ImportError::Store(e)) | MigrateError::Store(e) => match e {

@@ -117,6 +117,10 @@ pub enum ImportError {
     NotEmpty(String),
     #[error("the target database is in use (its tables stayed locked for 10 s); stop every server on it first")]
     InUse,
+    /// The rows read back in the copy's transaction are not what the source holds; the
+    /// transaction was rolled back.
+    #[error("the copy was rolled back: {}", .0.join("; "))]
+    Counts(Vec<String>),
     #[error(transparent)]
     Store(#[from] Error),
 }
@@ -149,11 +153,13 @@ impl Importer {
 
     /// Refuses a database holding anything, takes every table exclusively, writes each
     /// chunk `rows` yields, moves the sequences past the copied numbers, counts every
-    /// table, and commits with the `unverified` marker. `progress` hears of each chunk
-    /// written.
+    /// table, and commits with the `unverified` marker only if each count is the
+    /// `expected` one: a sender that stopped early (a read error) leaves nothing behind.
+    /// `progress` hears of each chunk written.
     pub async fn import(
         &mut self,
         mut rows: mpsc::Receiver<ImportRows>,
+        expected: &[(&'static str, u64)],
         progress: &(dyn Fn(&ImportRows) + Send + Sync),
     ) -> Result<TableCounts, ImportError> {
         let tx = self.client.transaction().await.map_err(pg("cannot begin the copy's transaction"))?;
@@ -162,10 +168,13 @@ impl Importer {
             write_chunk(&tx, &chunk).await?;
             progress(&chunk);
         }
-        for (sequence, table) in [("extraction_seq", "extractions"), ("ledger_seq", "ledger"), ("outbox_seq", "outbox")]
-            .into_iter()
-            .chain([("batch_seq", "batches")])
-        {
+        let sequences = [
+            ("extraction_seq", "extractions"),
+            ("ledger_seq", "ledger"),
+            ("outbox_seq", "outbox"),
+            ("batch_seq", "batches"),
+        ];
+        for (sequence, table) in sequences {
             // The next number handed out follows the highest one copied, as on redb.
             let sql = format!(
                 "SELECT setval('{sequence}', coalesce((SELECT max(seq) FROM {table}), 1), \
@@ -177,6 +186,16 @@ impl Importer {
             .await
             .map_err(pg("cannot write the migration marker"))?;
         let counts = count_tables(&tx).await?;
+        let differ: Vec<String> = expected
+            .iter()
+            .filter_map(|(table, want)| {
+                let got = counts.iter().find(|(t, _)| t == table).map_or(0, |(_, n)| *n);
+                (got != *want).then(|| format!("table {table}: {want} rows in the source, {got} copied"))
+            })
+            .collect();
+        if !differ.is_empty() {
+            return Err(ImportError::Counts(differ));
+        }
         tx.commit().await.map_err(pg("the copy's commit failed"))?;
         Ok(counts)
     }
