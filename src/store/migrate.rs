@@ -145,7 +145,9 @@ async fn migrate_open(
     let copy = started.elapsed();
     let started = Instant::now();
     let target = PgStore::open_unchecked(to).await?;
-    let comparison = compare(store, &target, flags, Arc::clone(&progress)).await?;
+    let comparison =
+        compare(store, &target, flags, &|total| progress.phase("comparing", total), &|steps| progress.advance(steps))
+            .await?;
     if !comparison.mismatches.is_empty() {
         return Err(MigrateError::Mismatch(comparison.mismatches));
     }

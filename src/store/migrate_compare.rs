@@ -6,11 +6,9 @@
 //! one did.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use futures_util::{StreamExt, TryStreamExt};
 
-use super::migrate::MigrateProgress;
 use super::seam::Backend;
 use super::{Error, ListFilter, OutboxFilter};
 use crate::domain::identity::ExtractionId;
@@ -58,16 +56,17 @@ async fn detail(store: &dyn Backend, id: ExtractionId) -> Result<Detail, Error> 
     Ok(Detail { findings, result: store.result(id).await?, ledger: store.extraction_ledger(id).await? })
 }
 
-/// `paused` and `sinks`: the providers and sinks the source has a flag for.
+/// `paused` and `sinks`: the providers and sinks the source has a flag for. `started`
+/// hears how many extractions there are to compare, `advance` how many more were.
 pub(super) async fn compare(
     source: &dyn Backend,
     target: &dyn Backend,
     (paused, sinks): (Vec<String>, Vec<String>),
-    progress: Arc<dyn MigrateProgress>,
+    started: &(dyn Fn(u64) + Send + Sync),
+    advance: &(dyn Fn(u64) + Send + Sync),
 ) -> Result<Comparison, Error> {
     let mut out = Comparison::default();
-    let total: u64 = source.counts_by_state().await?.iter().map(|c| c.count).sum();
-    progress.phase("comparing", total);
+    started(source.counts_by_state().await?.iter().map(|c| c.count).sum());
     let mut tenants = BTreeSet::new();
     let mut providers: BTreeSet<String> = paused.into_iter().collect();
     let mut after = 0;
@@ -92,7 +91,7 @@ pub(super) async fn compare(
         }
         tenants.extend(a.records.iter().map(|r| r.tenant.clone()));
         out.extractions += a.records.len() as u64;
-        progress.advance(a.records.len() as u64);
+        advance(a.records.len() as u64);
         match a.next {
             Some(next) => after = next,
             None => break,
