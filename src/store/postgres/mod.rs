@@ -14,6 +14,7 @@ mod batches;
 mod drivers;
 mod extractions;
 mod import;
+mod import_copy;
 mod money;
 mod reads;
 mod rows;
@@ -29,7 +30,8 @@ use tokio_postgres::NoTls;
 
 use super::{Error, Policies};
 use crate::domain::cursor::CursorKey;
-pub use import::{ExtractionRow, ImportError, ImportRows, Importer, Settings as ImportSettings, TableCounts};
+pub use import::{ImportError, Importer, TableCounts};
+pub use import_copy::{ExtractionRow, ImportRows, Settings as ImportSettings};
 
 mod embedded {
     refinery::embed_migrations!("src/store/postgres/migrations");
