@@ -43,6 +43,8 @@ mod intake;
 mod large_outputs;
 #[path = "it/leases.rs"]
 mod leases;
+#[path = "it/migrate.rs"]
+mod migrate;
 #[path = "it/money.rs"]
 mod money;
 #[path = "it/moto.rs"]

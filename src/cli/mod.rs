@@ -13,6 +13,7 @@ mod demo;
 mod erase;
 mod export;
 mod maintenance;
+mod migrate;
 mod provider;
 mod retry;
 mod serve;
@@ -106,6 +107,9 @@ enum Command {
     /// Erase a tenant on a running server: its extractions, contents, findings, results,
     /// staged answers, outbox events and webhook delivery ids.
     EraseTenant(erase::Args),
+    /// Copy a redb store (the server stopped) into an empty PostgreSQL database, then
+    /// compare the two record by record (docs/SCALE-OUT.md).
+    MigrateStore(migrate::Args),
     /// Print every row of every table of a database file (offline), decoded.
     #[command(hide = true)]
     DebugDump { path: PathBuf },
@@ -201,6 +205,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Verify(args) => verify::run(args).await,
         Command::Compact { path } => maintenance::compact(path).await,
         Command::EraseTenant(args) => erase::run(args).await,
+        Command::MigrateStore(args) => migrate::run(args).await,
         Command::DebugDump { path } => maintenance::dump(path).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Simulator(args) => simulator::run(args).await,

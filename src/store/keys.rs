@@ -43,3 +43,16 @@ pub(super) fn cursor_key(db: &Database) -> Result<CursorKey, Error> {
     }
     Ok(CursorKey::new(bytes))
 }
+
+/// The cursor key as `META` holds it, if it was ever made (read-only: `migrate-store`
+/// copies it so cursors and console sessions stay valid on the new store).
+pub(super) fn stored_cursor_key(meta: &impl ReadableTable<&'static str, u64>) -> Result<Option<[u8; 32]>, Error> {
+    let mut bytes = [0u8; 32];
+    for (chunk, name) in bytes.chunks_exact_mut(8).zip(CURSOR_KEY_WORDS) {
+        match meta.get(name)? {
+            Some(word) => chunk.copy_from_slice(&word.value().to_le_bytes()),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(bytes))
+}

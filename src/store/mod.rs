@@ -26,6 +26,8 @@ mod export_tests;
 mod keys;
 mod ledger;
 mod member_rules;
+mod migrate;
+mod migrate_compare;
 mod ops;
 mod outbox;
 mod pending_queue;
@@ -67,6 +69,8 @@ pub use erase::ErasureReport;
 pub use export::{ExportFilter, Exported};
 pub use ledger::{Charge, store_day_ms};
 pub use member_rules::MemberRules;
+pub use migrate::{MigrateError, MigrateProgress, MigrateReport, migrate_store};
+pub use migrate_compare::Comparison;
 pub use ops::{
     Authority, ClaimRequest, DeliveryOutcome, EncodedFinding, Grant, IntakeOutcome, Judged, PostOutcome, PostResult,
     RetryOutcome, Submission,

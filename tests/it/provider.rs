@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::util::{Api, SCHEMA, Server, id_of, stop_and_verify, temp_dir};
 
 pub const TENANT: &str = "acme";
-const SIM_KEY: &str = "sk-test";
+pub const SIM_KEY: &str = "sk-test";
 /// The whole corpus in one batch: formed the moment the last source arrives, however slowly
 /// a loaded machine delivers the six intakes. Tests that count batches need it; the 200 ms
 /// default splits the corpus when intake is slower than that.

@@ -17,6 +17,8 @@ mod dump;
 mod erase;
 mod export;
 mod extractions;
+mod import;
+mod import_copy;
 mod money;
 mod reads;
 mod retention;
@@ -36,6 +38,8 @@ pub use dump::dump_database;
 
 use super::{Error, Policies};
 use crate::domain::cursor::CursorKey;
+pub use import::{ImportError, Importer, TableCounts};
+pub use import_copy::{ExtractionRow, ImportRows, Settings as ImportSettings};
 pub use verify::verify;
 
 mod embedded {
@@ -100,6 +104,14 @@ impl PgStore {
     /// Connects, applies the migrations this build carries (refusing a database whose
     /// schema is newer), and reads (or makes) the cursor key.
     pub async fn open(options: &PgOptions) -> Result<PgStore, Error> {
+        let store = Self::open_unchecked(options).await?;
+        import::refuse_unverified(&*store.client().await?).await?;
+        Ok(store)
+    }
+
+    /// `open` without the refusal of an unverified `migrate-store` copy: what the
+    /// migration itself uses to compare that copy with its source.
+    pub async fn open_unchecked(options: &PgOptions) -> Result<PgStore, Error> {
         let config = parse_url(options)?;
         migrate(&config).await?;
         let manager =

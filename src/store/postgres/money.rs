@@ -143,13 +143,18 @@ pub(super) async fn enqueue_events(
     Ok(())
 }
 
-async fn write_event(tx: &Transaction<'_>, event: &OutboxRecord, insert: bool) -> Result<(), Error> {
-    let bytes = encode(event)?;
-    let state = match event.state {
+/// The `state_code` column of an outbox row.
+pub(super) fn delivery_code(state: &DeliveryState) -> i16 {
+    match state {
         DeliveryState::Pending => DUE,
         DeliveryState::Delivered { .. } => DELIVERED,
         DeliveryState::Dead { .. } => DEAD,
-    };
+    }
+}
+
+async fn write_event(tx: &Transaction<'_>, event: &OutboxRecord, insert: bool) -> Result<(), Error> {
+    let bytes = encode(event)?;
+    let state = delivery_code(&event.state);
     let params: [&(dyn ToSql + Sync); 7] = [
         &big(event.seq),
         &event.event_id,
