@@ -37,21 +37,7 @@ const CONTENT_BYTES: usize = 1024;
 const CONCURRENCY: usize = 256;
 
 fn main() -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("migrate bench: cannot start the tokio runtime: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match runtime.block_on(run()) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
-        Err(e) => {
-            eprintln!("migrate bench: {e}");
-            ExitCode::from(1)
-        }
-    }
+    common::bench_main("migrate", 2, || Ok(run()))
 }
 
 /// `--preload N` or `--preload=N` among the arguments (cargo bench adds `--bench`).

@@ -44,28 +44,10 @@ use common::{BINARY, Filesystem, Result, ServerProcess, env_var, filesystem_of, 
 const SCHEMA: &str = "code-review@1";
 
 fn main() -> ExitCode {
-    let config = match Config::from_env() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("worker bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("worker bench: cannot start the tokio runtime: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match runtime.block_on(run(&config)) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
-        Err(e) => {
-            eprintln!("worker bench: {e}");
-            ExitCode::from(1)
-        }
-    }
+    common::bench_main("worker", 1, || {
+        let config = Config::from_env()?;
+        Ok(async move { run(&config).await })
+    })
 }
 
 #[derive(Debug, Clone)]

@@ -30,6 +30,37 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(60);
 /// Linux reports process CPU time in USER_HZ ticks, fixed at 100 per second for userspace.
 const USER_HZ: f64 = 100.0;
 
+/// Every bench's `main`: a configuration error exits 2; then `run` on a runtime of
+/// `workers` threads, whose `Ok(false)` (a failed check) or error exits 1.
+pub fn bench_main<F>(name: &str, workers: usize, run: impl FnOnce() -> Result<F>) -> std::process::ExitCode
+where
+    F: std::future::Future<Output = Result<bool>>,
+{
+    use std::process::ExitCode;
+    let future = match run() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("{name} bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("{name} bench: cannot start the tokio runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(future) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("{name} bench: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 /// A set, non-blank environment variable.
 pub fn env_var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
