@@ -106,7 +106,8 @@ async fn run() -> Result<bool> {
     println!("migrate-store wall time: {wall:.1} s for {n} extractions ({:.0} extractions/s)", n as f64 / wall);
     let size = cluster.psql("SELECT pg_size_pretty(pg_database_size('migrated'))")?;
     println!("database size after: {size}");
-    let passed = output.status.success() && report.contains("comparison passed");
+    let passed =
+        output.status.success() && report.contains("comparison passed") && report.contains("verify passed on the copy");
     println!("comparison: {}", if passed { "passed" } else { "FAILED" });
     Ok(passed)
 }

@@ -66,6 +66,8 @@ pub struct MigrateReport {
     pub copy: Duration,
     pub comparison: Comparison,
     pub compare: Duration,
+    /// `verify` on the copy, after the comparison.
+    pub verify: Duration,
     /// What redb kept that has no meaning on PostgreSQL and was left behind, said aloud.
     pub not_copied: Vec<String>,
 }
@@ -151,8 +153,11 @@ async fn migrate_open(
     if !comparison.mismatches.is_empty() {
         return Err(MigrateError::Mismatch(comparison.mismatches));
     }
+    let compare = started.elapsed();
     progress.phase("verifying", 0);
+    let started = Instant::now();
     verify_target(to).await?;
+    let verify = started.elapsed();
     importer.mark_verified().await?;
     importer.close().await;
     Ok(MigrateReport {
@@ -160,7 +165,8 @@ async fn migrate_open(
         tables: copied,
         copy,
         comparison,
-        compare: started.elapsed(),
+        compare,
+        verify,
         not_copied: survey.not_copied,
     })
 }

@@ -182,6 +182,7 @@ async fn a_migrated_store_serves_the_same_answers_and_finishes_its_work_once() {
     let text = stdout(&moved);
     assert_eq!(moved.status.code(), Some(0), "stdout:\n{text}\nstderr:\n{}", stderr(&moved));
     assert!(text.contains("comparison passed") && text.contains("7 extractions"), "{text}");
+    assert!(text.contains("verify passed on the copy"), "{text}");
     assert_eq!(cluster().psql(&database, "SELECT count(*) FROM extractions"), "7");
     // A second run finds the database full and touches nothing.
     let again = migrate(&db, &url, &[]);
