@@ -10,6 +10,7 @@ use std::sync::Arc;
 use redb::ReadableTable;
 
 use super::codec::{decode, encode};
+use super::intent_rules::{self, Filling, IntentOutcome, IntentRequest};
 use super::ledger::{Charge, record_charge};
 use super::member_rules::{Effect, MemberRules, plan_line, release, requeue};
 use super::ops::{Judged, PostOutcome, load, settle, transition};
@@ -20,34 +21,8 @@ use super::tables::required;
 use super::write_tables::WriteTables;
 use super::{Error, ExtractionRecord, Store};
 use crate::domain::batch::{BatchMember, LineResult, Usage};
-use crate::domain::identity::{ExtractionId, batch_key};
+use crate::domain::identity::ExtractionId;
 use crate::domain::lifecycle::{self, Event, FailureClass, Outcome, State, StateName};
-
-/// Decides, by (tenant, schema), whether pending work may join a batch for this provider:
-/// routing and budget holds, decided outside the store.
-#[derive(Clone)]
-pub struct WorkFilter(pub Arc<AcceptFn>);
-
-/// `(tenant, schema) -> may this provider take it`.
-pub(super) type AcceptFn = dyn Fn(&str, &str) -> bool + Send + Sync;
-
-impl std::fmt::Debug for WorkFilter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("WorkFilter")
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct IntentRequest {
-    pub provider: String,
-    pub schema: String,
-    pub accept: WorkFilter,
-    pub max_size: usize,
-    /// Most content bytes in one batch (providers cap the input file's size).
-    pub max_content_bytes: u64,
-    /// Form a batch smaller than `max_size` only once its oldest member waited this long.
-    pub max_wait_ms: u64,
-}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StageReport {
@@ -304,18 +279,6 @@ impl Store {
     }
 }
 
-#[derive(Debug, Clone)]
-pub enum IntentOutcome {
-    Created(Box<BatchRecord>),
-    /// Some work is waiting; a batch is due at this time unless it fills up first.
-    Waiting {
-        due_at_ms: u64,
-        /// How many extractions of this schema are waiting now.
-        members: usize,
-    },
-    Nothing,
-}
-
 /// What happens to members a closed batch never answered.
 #[derive(Debug, Clone)]
 pub enum Leftover {
@@ -343,58 +306,21 @@ pub struct CloseReport {
 }
 
 fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(IntentOutcome, bool), Error> {
-    let mut members: Vec<ExtractionRecord> = Vec::new();
-    let mut bytes = 0u64;
-    let mut full = false;
     let accept = |tenant: &str| (request.accept.0)(tenant, &request.schema);
     // Only the work this provider may take, oldest first: no other schema's or held
     // tenant's work is read, so forming a batch costs the batch, not the backlog.
     let seqs = super::pending_queue::oldest(&t.pending_queue, &request.schema, &accept, request.max_size)?;
-    for seq in seqs {
-        let record = load(t, seq)?;
-        // One oversized source still goes alone: a batch always makes progress.
-        if !members.is_empty() && bytes + record.content_bytes > request.max_content_bytes {
-            full = true;
-            break;
-        }
-        bytes += record.content_bytes;
-        members.push(record);
-        if members.len() >= request.max_size {
-            full = true;
-            break;
-        }
-    }
-    let oldest = members.iter().map(|m| m.updated_at_ms).min();
-    let due = full || oldest.is_some_and(|at| t.now_ms.saturating_sub(at) >= request.max_wait_ms);
-    match oldest {
-        None => return Ok((IntentOutcome::Nothing, false)),
-        Some(at) if !due => {
-            let waiting =
-                IntentOutcome::Waiting { due_at_ms: at.saturating_add(request.max_wait_ms), members: members.len() };
-            return Ok((waiting, false));
-        }
-        Some(_) => {}
-    }
-    let identities: Vec<(ExtractionId, u32)> = members.iter().map(|m| (m.id, m.attempt)).collect();
-    let seq = t.allocate_batch_seq();
-    let key = batch_key(&request.provider, &request.schema, seq, &identities);
-    let batch = BatchRecord {
-        seq,
-        batch_key: key.clone(),
-        provider: request.provider.clone().into(),
-        schema: request.schema.clone(),
-        members: members.iter().map(|m| m.seq).collect(),
-        state: BatchState::Intent,
-        next_action_at_ms: t.now_ms,
-        failures: 0,
-        last_error: None,
-        created_at_ms: t.now_ms,
-        updated_at_ms: t.now_ms,
-        not_found_since_ms: None,
+    let now_ms = t.now_ms;
+    // Loaded one by one as `fill` asks: it stops at the batch's byte or count limit.
+    let candidates = seqs.into_iter().map(|seq| load(t, seq));
+    let members = match intent_rules::fill(candidates, request, now_ms)? {
+        Filling::NotYet(outcome) => return Ok((outcome, false)),
+        Filling::Due(members) => members,
     };
+    let seq = t.allocate_batch_seq();
+    let (batch, enqueue) = intent_rules::intent(request, seq, &members, t.now_ms);
     for mut member in members {
-        let event = Event::Enqueue { provider: request.provider.clone().into(), batch_key: key.clone() };
-        if let Ok(Outcome::Changed(next)) = lifecycle::apply(&member.state, event, t.now_ms) {
+        if let Ok(Outcome::Changed(next)) = lifecycle::apply(&member.state, enqueue.clone(), t.now_ms) {
             transition(t, &mut member, next)?;
         }
     }
@@ -648,7 +574,7 @@ mod tests {
     use super::*;
     use crate::domain::batch::OutputBudget;
     use crate::domain::identity::SourceHash;
-    use crate::store::{NewExtraction, RetryOutcome, Submission};
+    use crate::store::{NewExtraction, RetryOutcome, Submission, WorkFilter};
 
     #[test]
     fn a_raised_budget_doubles_the_last_one_up_to_the_cap() {

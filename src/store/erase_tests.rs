@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::MemberRules;
-use super::batches::{IntentOutcome, IntentRequest, WorkFilter};
+use super::intent_rules::{IntentOutcome, IntentRequest, WorkFilter};
 use super::records::{BatchState, NewExtraction};
 use super::{Leftover, Store, WriterGuard, verify_file};
 use crate::domain::batch::{LineResult, OutputBudget, Usage};

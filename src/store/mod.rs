@@ -23,6 +23,7 @@ mod erase_tests;
 mod export;
 #[cfg(test)]
 mod export_tests;
+mod intent_rules;
 mod keys;
 mod ledger;
 mod member_rules;
@@ -58,15 +59,14 @@ use std::sync::Arc;
 use redb::{Database, ReadableDatabase};
 
 pub use backup::BackupReport;
-pub use batches::{
-    CloseReport, IngestLine, IntentOutcome, IntentRequest, Leftover, ReadyItem, StageReport, WorkFilter,
-};
+pub use batches::{CloseReport, IngestLine, Leftover, ReadyItem, StageReport};
 pub use cancel::{CancelOutcome, RETRY_CHUNK, RetryFilter};
 pub use compact::{CompactReport, compact_file};
 pub use drivers::{ProviderDriver, this_instance};
 pub use dump::dump_file;
 pub use erase::ErasureReport;
 pub use export::{ExportFilter, Exported};
+pub use intent_rules::{IntentOutcome, IntentRequest, WorkFilter};
 pub use ledger::{Charge, store_day_ms};
 pub use member_rules::MemberRules;
 pub use migrate::{MigrateError, MigrateProgress, MigrateReport, migrate_store};

@@ -239,24 +239,7 @@ fn intake(
         return Ok((IntakeOutcome { created: false, record }, false));
     }
     let seq = t.allocate_seq();
-    let record = ExtractionRecord {
-        id: new.id,
-        seq,
-        tenant: new.tenant,
-        source_id: new.source_id,
-        source_hash: new.source_hash,
-        schema: new.schema,
-        metadata_json: new.metadata_json,
-        state: State::Pending,
-        attempt: 1,
-        claims: 0,
-        content_bytes: content_len,
-        created_at_ms: t.now_ms,
-        updated_at_ms: t.now_ms,
-        requeues: 0,
-        output_budget: None,
-        truncation_retried: false,
-    };
+    let record = new.pending(seq, content_len, t.now_ms);
     let record_bytes = encode(&record)?;
     t.identity.insert(record.id.as_bytes(), seq)?;
     t.extractions.insert(seq, record_bytes.as_slice())?;

@@ -64,21 +64,7 @@ pub(super) fn enqueue_events(t: &mut WriteTables<'_>, record: &ExtractionRecord,
     let policies = std::sync::Arc::clone(&t.policies);
     for sink in &policies.sinks {
         let seq = t.allocate_outbox_seq();
-        let event = OutboxRecord {
-            seq,
-            event_id: id.clone(),
-            sink: sink.clone(),
-            kind: kind.clone(),
-            extraction_seq: record.seq,
-            extraction_id: record.id,
-            tenant: record.tenant.clone(),
-            attempt: record.attempt,
-            state: DeliveryState::Pending,
-            deliveries: 0,
-            next_attempt_at_ms: t.now_ms,
-            last_error: None,
-            created_at_ms: t.now_ms,
-        };
+        let event = OutboxRecord::due_now(seq, id.clone(), sink.clone(), kind.clone(), record, t.now_ms);
         t.outbox.insert(seq, encode(&event)?.as_slice())?;
         t.outbox_due.insert((t.now_ms, seq), ())?;
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use redb::Database;
 
-use super::batches::{IntentOutcome, IntentRequest, WorkFilter};
+use super::intent_rules::{IntentOutcome, IntentRequest, WorkFilter};
 use super::records::NewExtraction;
 use super::{ClaimRequest, Store, WriterGuard, tables, verify_file};
 use crate::domain::identity::{ExtractionId, SourceHash};

@@ -408,6 +408,34 @@ impl Versioned for OutboxRecord {
     const VERSION: u8 = 1;
 }
 
+impl OutboxRecord {
+    /// A new event of `kind` about `record` for `sink`: undelivered and due at once.
+    pub(crate) fn due_now(
+        seq: u64,
+        event_id: String,
+        sink: String,
+        kind: OutboxKind,
+        record: &ExtractionRecord,
+        now_ms: u64,
+    ) -> Self {
+        OutboxRecord {
+            seq,
+            event_id,
+            sink,
+            kind,
+            extraction_seq: record.seq,
+            extraction_id: record.id,
+            tenant: record.tenant.clone(),
+            attempt: record.attempt,
+            state: DeliveryState::Pending,
+            deliveries: 0,
+            next_attempt_at_ms: now_ms,
+            last_error: None,
+            created_at_ms: now_ms,
+        }
+    }
+}
+
 /// What intake asks the store to create.
 #[derive(Debug, Clone)]
 pub struct NewExtraction {
@@ -418,6 +446,31 @@ pub struct NewExtraction {
     pub schema: String,
     pub metadata_json: Option<String>,
     pub content: String,
+}
+
+impl NewExtraction {
+    /// The pending first attempt this intake creates, numbered `seq`; its content is
+    /// stored beside it, so only its size is kept here.
+    pub(crate) fn pending(self, seq: u64, content_bytes: u64, now_ms: u64) -> ExtractionRecord {
+        ExtractionRecord {
+            id: self.id,
+            seq,
+            tenant: self.tenant,
+            source_id: self.source_id,
+            source_hash: self.source_hash,
+            schema: self.schema,
+            metadata_json: self.metadata_json,
+            state: State::Pending,
+            attempt: 1,
+            claims: 0,
+            content_bytes,
+            created_at_ms: now_ms,
+            updated_at_ms: now_ms,
+            requeues: 0,
+            output_budget: None,
+            truncation_retried: false,
+        }
+    }
 }
 
 #[cfg(test)]

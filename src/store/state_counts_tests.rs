@@ -8,7 +8,7 @@ use std::sync::Arc;
 use redb::{Database, ReadableDatabase};
 use serde_json::json;
 
-use super::batches::{IntentOutcome, IntentRequest, WorkFilter};
+use super::intent_rules::{IntentOutcome, IntentRequest, WorkFilter};
 use super::records::NewExtraction;
 use super::{Authority, ClaimRequest, PostOutcome, PostResult, Store, Submission, WriterGuard, tables, verify_file};
 use crate::domain::identity::{ExtractionId, SourceHash};

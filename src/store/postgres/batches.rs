@@ -13,9 +13,9 @@ use tokio_postgres::types::ToSql;
 use super::rows::{big, decode_record, transition, unbig};
 use super::{Error, PgStore, pg};
 use crate::domain::clock;
-use crate::domain::identity::{ExtractionId, batch_key};
 use crate::domain::lifecycle::{self, Event, Outcome, State, StateName};
 use crate::store::codec::{decode, encode};
+use crate::store::intent_rules::{self, Filling};
 use crate::store::records::{BatchRecord, BatchState};
 use crate::store::{ExtractionRecord, IntentOutcome, IntentRequest};
 
@@ -127,56 +127,18 @@ impl PgStore {
             )
             .await
             .map_err(pg("cannot select pending work"))?;
-        let mut members: Vec<ExtractionRecord> = Vec::new();
-        let (mut bytes, mut full) = (0u64, false);
-        for row in rows {
-            let record = decode_record(row.get(0))?;
-            // One oversized source still goes alone: a batch always makes progress.
-            if !members.is_empty() && bytes + record.content_bytes > request.max_content_bytes {
-                full = true;
-                break;
-            }
-            bytes += record.content_bytes;
-            members.push(record);
-            if members.len() >= request.max_size {
-                full = true;
-                break;
-            }
-        }
-        let oldest = members.iter().map(|m| m.updated_at_ms).min();
-        let due = full || oldest.is_some_and(|at| now_ms.saturating_sub(at) >= request.max_wait_ms);
-        match oldest {
-            None => return Ok(IntentOutcome::Nothing),
-            Some(at) if !due => {
-                return Ok(IntentOutcome::Waiting {
-                    due_at_ms: at.saturating_add(request.max_wait_ms),
-                    members: members.len(),
-                });
-            }
-            Some(_) => {}
-        }
+        let candidates = rows.iter().map(|row| decode_record(row.get(0)));
+        let members = match intent_rules::fill(candidates, &request, now_ms)? {
+            Filling::NotYet(outcome) => return Ok(outcome),
+            Filling::Due(members) => members,
+        };
         let seq: i64 = tx
             .query_one("SELECT nextval('batch_seq')", &[])
             .await
             .map_err(pg("cannot allocate a batch number"))?
             .get(0);
         let seq = unbig(seq);
-        let identities: Vec<(ExtractionId, u32)> = members.iter().map(|m| (m.id, m.attempt)).collect();
-        let key = batch_key(&request.provider, &request.schema, seq, &identities);
-        let batch = BatchRecord {
-            seq,
-            batch_key: key.clone(),
-            provider: request.provider.clone().into(),
-            schema: request.schema.clone(),
-            members: members.iter().map(|m| m.seq).collect(),
-            state: BatchState::Intent,
-            next_action_at_ms: now_ms,
-            failures: 0,
-            last_error: None,
-            created_at_ms: now_ms,
-            updated_at_ms: now_ms,
-            not_found_since_ms: None,
-        };
+        let (batch, enqueue) = intent_rules::intent(&request, seq, &members, now_ms);
         save_batch(&tx, &batch).await?;
         let member_seqs: Vec<i64> = batch.members.iter().map(|&s| big(s)).collect();
         tx.execute(
@@ -186,8 +148,7 @@ impl PgStore {
         .await
         .map_err(pg("cannot write batch members"))?;
         for mut member in members {
-            let event = Event::Enqueue { provider: request.provider.clone().into(), batch_key: key.clone() };
-            if let Ok(Outcome::Changed(next)) = lifecycle::apply(&member.state, event, now_ms) {
+            if let Ok(Outcome::Changed(next)) = lifecycle::apply(&member.state, enqueue.clone(), now_ms) {
                 transition(&tx, &policies, now_ms, &mut member, next).await?;
             }
         }

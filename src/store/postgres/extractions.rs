@@ -291,37 +291,20 @@ impl PgStore {
 
 /// Inserts unless the identity exists; the existing row is the answer otherwise (the
 /// conflicting insert waited for its writer's commit, so it is visible now).
-async fn intake_in(tx: &Transaction<'_>, new: NewExtraction, now_ms: u64) -> Result<IntakeOutcome, Error> {
+async fn intake_in(tx: &Transaction<'_>, mut new: NewExtraction, now_ms: u64) -> Result<IntakeOutcome, Error> {
     let seq: i64 = tx
         .query_one("SELECT nextval('extraction_seq')", &[])
         .await
         .map_err(pg("cannot allocate a sequence number"))?
         .get(0);
     let content_bytes = new.content.len() as u64;
-    let content = encode(&StoredContent { text: new.content })?;
-    let record = ExtractionRecord {
-        id: new.id,
-        seq: unbig(seq),
-        tenant: new.tenant,
-        source_id: new.source_id,
-        source_hash: new.source_hash,
-        schema: new.schema,
-        metadata_json: new.metadata_json,
-        state: State::Pending,
-        attempt: 1,
-        claims: 0,
-        content_bytes,
-        created_at_ms: now_ms,
-        updated_at_ms: now_ms,
-        requeues: 0,
-        output_budget: None,
-        truncation_retried: false,
-    };
+    let content = encode(&StoredContent { text: std::mem::take(&mut new.content) })?;
+    let record = new.pending(unbig(seq), content_bytes, now_ms);
     if insert_new(tx, &record, &content).await?.is_some() {
         return Ok(IntakeOutcome { created: true, record });
     }
     let row = tx
-        .query_one("SELECT record FROM extractions WHERE id = $1", &[&new.id.as_bytes().as_slice()])
+        .query_one("SELECT record FROM extractions WHERE id = $1", &[&record.id.as_bytes().as_slice()])
         .await
         .map_err(pg("cannot read the existing extraction"))?;
     Ok(IntakeOutcome { created: false, record: decode_record(row.get(0))? })

@@ -123,21 +123,7 @@ pub(super) async fn enqueue_events(
     let id = event_id(record, &kind);
     for sink in &policies.sinks {
         let seq = next_seq(tx, "outbox_seq").await?;
-        let event = OutboxRecord {
-            seq,
-            event_id: id.clone(),
-            sink: sink.clone(),
-            kind: kind.clone(),
-            extraction_seq: record.seq,
-            extraction_id: record.id,
-            tenant: record.tenant.clone(),
-            attempt: record.attempt,
-            state: DeliveryState::Pending,
-            deliveries: 0,
-            next_attempt_at_ms: now_ms,
-            last_error: None,
-            created_at_ms: now_ms,
-        };
+        let event = OutboxRecord::due_now(seq, id.clone(), sink.clone(), kind.clone(), record, now_ms);
         write_event(tx, &event, true).await?;
     }
     Ok(())
@@ -276,14 +262,9 @@ impl PgStore {
         let now_ms = clock::now_ms();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
-        let Some(row) = tx
-            .query_opt("SELECT record FROM outbox WHERE seq = $1 FOR UPDATE", &[&big(seq)])
-            .await
-            .map_err(pg("cannot read an outbox event"))?
-        else {
+        let Some(mut event) = lock_event(&tx, seq).await? else {
             return Ok(None);
         };
-        let mut event: OutboxRecord = decode(row.get(0))?;
         if event.state != DeliveryState::Pending {
             return Ok(Some(event));
         }
@@ -358,14 +339,9 @@ impl PgStore {
         let now_ms = clock::now_ms();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
-        let Some(row) = tx
-            .query_opt("SELECT record FROM outbox WHERE seq = $1 FOR UPDATE", &[&big(seq)])
-            .await
-            .map_err(pg("cannot read an outbox event"))?
-        else {
+        let Some(mut event) = lock_event(&tx, seq).await? else {
             return Ok(None);
         };
-        let mut event: OutboxRecord = decode(row.get(0))?;
         if !matches!(event.state, DeliveryState::Dead { .. }) {
             return Ok(Some(event));
         }
@@ -395,4 +371,13 @@ impl PgStore {
             .map_err(pg("cannot read a sink's state"))?;
         Ok(row.is_some())
     }
+}
+
+/// An outbox event, locked until the transaction ends.
+async fn lock_event(tx: &Transaction<'_>, seq: u64) -> Result<Option<OutboxRecord>, Error> {
+    let row = tx
+        .query_opt("SELECT record FROM outbox WHERE seq = $1 FOR UPDATE", &[&big(seq)])
+        .await
+        .map_err(pg("cannot read an outbox event"))?;
+    row.map(|row| decode(row.get(0))).transpose()
 }
