@@ -150,6 +150,8 @@ def main():
 
         driver.find_element(By.ID, "token").send_keys("not-the-token-at-all")
         driver.find_element(By.ID, "login").click()
+        # The refusal is a new page: wait for it rather than read the old one.
+        wait.until(EC.presence_of_element_located((By.ID, "login-error")))
         check("a wrong token is refused", "not valid" in text(driver, "login-error"))
         login_csrf = driver.find_element(By.CSS_SELECTOR, "input[name='csrf']").get_attribute("value")
         login_cookie = {"Cookie": f"cp_login={driver.get_cookie('cp_login')['value']}"}
