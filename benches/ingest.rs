@@ -7,8 +7,8 @@
 //! 1. a SIMULATED OpenAI Batch API in this process (`commitpoint::simulator`, no faults,
 //!    `complete_after` long enough to stop the server before the batch completes);
 //! 2. the release binary, `serve --provider openai` against it, `--batch-max-size N`;
-//! 3. N intakes (`POST /v1/extractions`, 64 at a time, 1-3 KB of code with a few `unwrap()`
-//!    and `TODO` lines each) — the batch forms when all N are pending and is submitted;
+//! 3. N intakes (`POST /v1/extractions`, 64 at a time, 1-3 KB of code with two reviewable
+//!    lines each, an `unwrap()` and a `TODO`, so two findings per answer) — the batch forms when all N are pending and is submitted;
 //! 4. once `/healthz` shows the batch submitted and the simulator has seen a poll (so the
 //!    job id is persisted), SIGTERM: the process that built the upload in memory is gone;
 //! 5. the bench waits for the simulated batch to complete (its listing generates the
@@ -32,6 +32,8 @@
 //! | `COMMITPOINT_BENCH_COMPLETE_AFTER_SECS` | 5 | simulated batch duration, create to `completed` |
 //! | `COMMITPOINT_BENCH_DIR` | the temp dir, or `target/tmp` if that is tmpfs | parent of the data dirs |
 //! | `COMMITPOINT_BENCH_KEEP=1` | off | keep the data directories (paths are printed) |
+//! | `COMMITPOINT_BENCH_CACHE_BYTES` | unset (the server's default) | redb page cache of the server (`[server] cache_bytes`) |
+//! | `COMMITPOINT_BENCH_FINDINGS` | 2 | findings per answer (0..=9; the issue's workload is 2) |
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -108,6 +110,10 @@ struct Config {
     complete_after: Duration,
     base_dir: PathBuf,
     keep: bool,
+    /// Reviewable lines per source, so findings per answer.
+    findings: usize,
+    /// `[server] cache_bytes` for the server, when set.
+    cache_bytes: Option<usize>,
 }
 
 impl Config {
@@ -144,7 +150,24 @@ impl Config {
             }
         };
         let keep = env_var("COMMITPOINT_BENCH_KEEP").is_some_and(|v| v != "0");
-        Ok(Self { quick, sizes, complete_after, base_dir, keep })
+        let findings = match env_var("COMMITPOINT_BENCH_FINDINGS") {
+            None => 2,
+            Some(raw) => raw
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n <= 9)
+                .ok_or_else(|| format!("COMMITPOINT_BENCH_FINDINGS={raw:?}: want 0..=9"))?,
+        };
+        let cache_bytes = match env_var("COMMITPOINT_BENCH_CACHE_BYTES") {
+            None => None,
+            Some(raw) => Some(
+                raw.trim()
+                    .parse::<usize>()
+                    .map_err(|_| format!("COMMITPOINT_BENCH_CACHE_BYTES={raw:?}: want a number of bytes"))?,
+            ),
+        };
+        Ok(Self { quick, sizes, complete_after, base_dir, keep, findings, cache_bytes })
     }
 }
 
@@ -195,8 +218,9 @@ fn print_header(config: &Config, base: &Path) {
     let cores = std::thread::available_parallelism().map_or(0, usize::from);
     println!("  machine       {cores} cores, load average {} (1/5/15 min) at start", load_average());
     println!(
-        "  per size      simulator complete_after {:.1} s, {INTAKE_CONCURRENCY} concurrent intakes, poll interval 200 ms{}",
+        "  per size      simulator complete_after {:.1} s, {INTAKE_CONCURRENCY} concurrent intakes, {} findings per answer, poll interval 200 ms{}",
         config.complete_after.as_secs_f64(),
+        config.findings,
         if config.quick { " (QUICK mode)" } else { "" },
     );
     println!("  measured      restart of `serve` on the filled data dir -> GET /v1/stats committed == N");
@@ -312,9 +336,10 @@ async fn measure(
     // An empty configuration file, so a host's /etc/commitpoint/config.toml (tokens, limits)
     // does not leak into the measurement.
     let config_file = dir.join("bench.toml");
+    let server = config.cache_bytes.map(|bytes| format!("[server]\ncache_bytes = {bytes}\n")).unwrap_or_default();
     let provider = format!(
         "# commitpoint ingest bench: built-in defaults, the simulator as provider, plus flags\n\
-         [providers.openai]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key_env = \"{KEY_ENV}\"\n",
+         {server}[providers.openai]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key_env = \"{KEY_ENV}\"\n",
         sim.base_url()
     );
     std::fs::write(&config_file, provider)?;
@@ -323,7 +348,7 @@ async fn measure(
     // Phase 1: fill and submit the batch, then stop the process that built the upload.
     let mut first = ServerProcess::start(serve_command(&args), &dir.join("server-1.log"))?;
     let started = Instant::now();
-    let (created, content_bytes) = post_intakes(http, first.addr, lines).await?;
+    let (created, content_bytes) = post_intakes(http, first.addr, lines, config.findings).await?;
     result.intake = started.elapsed();
     result.content_bytes = content_bytes;
     if created != lines as u64 {
@@ -467,27 +492,33 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// About 1-2.5 KB of Rust-looking code (28 to 70 lines, 1.7 KB on average); every 16th
-/// line from the 6th has an `unwrap()`, every 16th from the 13th a `TODO`: about five
-/// findings per source. 50,000 of them stay under the scheduler's 100 MiB content cap
-/// per batch, so they form one batch.
-fn source_content(i: usize) -> String {
+/// About 1-2.5 KB of Rust-looking code (28 to 70 lines, 1.7 KB on average) with `findings`
+/// reviewable lines: an `unwrap()` on line 5 and a `TODO` on line 12 of every 16, up to that
+/// many (the issue's workload is two findings per answer; each line needs 16 lines more
+/// than the one before, so a short source can hold fewer than a large count asks).
+/// 50,000 of them stay under the scheduler's 100 MiB content cap per batch, so they form
+/// one batch.
+fn source_content(i: usize, findings: usize) -> String {
     let lines = 28 + (mix(i as u64) % 43) as usize;
     let mut out = format!("pub fn item_{i:05}(x: &[u64], w: &[u64]) -> u64 {{\n");
+    let mut placed = 0;
     for j in 1..lines - 1 {
         let line = match j % 16 {
-            5 => format!("    let v{j} = x.get({j}).unwrap(); // {i}\n"),
-            12 => format!("    // TODO: empty case, item {i}\n"),
+            5 if placed < findings => format!("    let v{j} = x.get({j}).unwrap(); // {i}\n"),
+            12 if placed < findings => format!("    // TODO: empty case, item {i}\n"),
             _ => format!("    acc += w[{j}] * x[{j}]; // {i}\n"),
         };
+        if matches!(j % 16, 5 | 12) && placed < findings {
+            placed += 1;
+        }
         out.push_str(&line);
     }
     out.push_str("}\n");
     out
 }
 
-fn intake_body(i: usize) -> (Value, usize) {
-    let content = source_content(i);
+fn intake_body(i: usize, findings: usize) -> (Value, usize) {
+    let content = source_content(i, findings);
     let len = content.len();
     (
         json!({"tenant": TENANT, "source_id": format!("bench/src/item_{i:05}.rs"), "schema": SCHEMA, "content": content}),
@@ -496,7 +527,7 @@ fn intake_body(i: usize) -> (Value, usize) {
 }
 
 /// Posts sources 0..n with `INTAKE_CONCURRENCY` requests in flight. Returns (created, content bytes).
-async fn post_intakes(http: &reqwest::Client, addr: SocketAddr, n: usize) -> Result<(u64, u64)> {
+async fn post_intakes(http: &reqwest::Client, addr: SocketAddr, n: usize, findings: usize) -> Result<(u64, u64)> {
     let next = Arc::new(AtomicUsize::new(0));
     let created = Arc::new(AtomicU64::new(0));
     let bytes = Arc::new(AtomicU64::new(0));
@@ -512,7 +543,7 @@ async fn post_intakes(http: &reqwest::Client, addr: SocketAddr, n: usize) -> Res
                     if i >= n {
                         return Ok::<(), String>(());
                     }
-                    let (body, len) = intake_body(i);
+                    let (body, len) = intake_body(i, findings);
                     let mut attempt = 0;
                     loop {
                         if Instant::now() > deadline {

@@ -19,7 +19,7 @@ use super::staged::StagedAnswer;
 use super::tables;
 use super::tables::required;
 use super::write_tables::WriteTables;
-use super::{Error, ExtractionRecord, Store};
+use super::{Error, ExtractionRecord, Flush, Store};
 use crate::domain::batch::{BatchMember, LineResult, Usage};
 use crate::domain::identity::ExtractionId;
 use crate::domain::lifecycle::{self, Event, FailureClass, Outcome, State, StateName};
@@ -48,6 +48,24 @@ pub struct StageReport {
     pub committed: u64,
     /// Of the judged answers, those that failed validation.
     pub failed_validation: u64,
+}
+
+impl StageReport {
+    /// Adds one chunk's report, with `unnamed` lines that never reached the store.
+    pub fn add(&mut self, part: &StageReport, unnamed: u64) {
+        self.staged += part.staged;
+        self.refused += part.refused;
+        self.requeued += part.requeued;
+        self.truncated += part.truncated;
+        self.budget_retries += part.budget_retries;
+        self.failed_truncated += part.failed_truncated;
+        self.model_refusals += part.model_refusals;
+        self.exhausted += part.exhausted;
+        self.replays += part.replays;
+        self.strangers += part.strangers + unnamed;
+        self.committed += part.committed;
+        self.failed_validation += part.failed_validation;
+    }
 }
 
 /// One result line, with the engine's verdict on its answer when it could give one.
@@ -142,21 +160,29 @@ impl Store {
         rules: MemberRules,
     ) -> Result<StageReport, Error> {
         let lines = lines.into_iter().map(|(id, result)| IngestLine { id, result, judged: None }).collect();
-        self.ingest_results(batch, lines, rules).await
+        self.ingest_results(batch, lines, rules, Flush::Now).await
     }
 
     /// Stores one chunk of result lines in one transaction, committing every judged
     /// answer there and then. Safe to call again with the same lines: an answer already
-    /// taken is a replay.
+    /// taken is a replay. With `Flush::Later` the chunk reaches the disk with the next
+    /// flushed commit (a file's last chunk asks for `Now`).
     pub async fn ingest_results(
         &self,
         batch: u64,
         lines: Vec<IngestLine>,
         rules: MemberRules,
+        flush: Flush,
     ) -> Result<StageReport, Error> {
         // Shared, not copied: the writer clones a job each time it applies it.
         let lines: Arc<[IngestLine]> = lines.into();
-        self.writer.write(move |t| stage_results(t, batch, &lines, &rules)).await
+        self.writer.write_flushed(flush, move |t| stage_results(t, batch, &lines, &rules)).await
+    }
+
+    /// A flushed commit that writes nothing: it puts every `Flush::Later` commit before it
+    /// on disk.
+    pub async fn flush(&self) -> Result<(), Error> {
+        self.writer.write(|_| Ok(((), true))).await
     }
 
     /// Ends a batch: members still without an answer are requeued (a new attempt of the
@@ -710,7 +736,7 @@ mod tests {
             result: LineResult::Answer { output: output.to_string(), usage: Some(usage) },
             judged: Some(Judged::from(&Submission::Valid { findings: vec![finding], output })),
         };
-        let report = rig.store.ingest_results(batch, vec![line.clone()], RULES).await.unwrap();
+        let report = rig.store.ingest_results(batch, vec![line.clone()], RULES, Flush::Now).await.unwrap();
         assert_eq!((report.committed, report.staged, report.failed_validation), (1, 0, 0), "{report:?}");
         assert!(matches!(rig.record().await.state, State::Committed { .. }));
         assert!(rig.store.ready_items("p".into(), 10).await.unwrap().is_empty(), "nothing was staged");
@@ -718,7 +744,7 @@ mod tests {
         let result = rig.store.result(rig.id).await.unwrap().unwrap();
         assert_eq!(result.usage.as_ref().map(|u| u.output_tokens), Some(9));
         // The same file read again after a crash: a replay, counted and never charged again.
-        let again = rig.store.ingest_results(batch, vec![line], RULES).await.unwrap();
+        let again = rig.store.ingest_results(batch, vec![line], RULES, Flush::Now).await.unwrap();
         assert_eq!((again.committed, again.replays), (0, 1), "{again:?}");
         assert_eq!(rig.store.findings(rig.id).await.unwrap().unwrap().len(), 1);
         let ledger = rig.store.extraction_ledger(rig.id).await.unwrap().unwrap();
@@ -735,7 +761,7 @@ mod tests {
             result: LineResult::Answer { output: "{}".into(), usage: Some(usage) },
             judged: Some(Judged::Invalid { reason: "/: findings is required".into() }),
         };
-        let report = rig.store.ingest_results(batch, vec![line], RULES).await.unwrap();
+        let report = rig.store.ingest_results(batch, vec![line], RULES, Flush::Now).await.unwrap();
         assert_eq!((report.committed, report.failed_validation), (0, 1), "{report:?}");
         assert_eq!(failure(&rig.record().await).0, FailureClass::Validation);
         let ledger = rig.store.extraction_ledger(rig.id).await.unwrap().unwrap();

@@ -89,7 +89,7 @@ pub use seam::{Backend, SharedStore};
 pub use staged::StagedAnswer;
 pub use tables::{RETIRED_CONTENT, RETIRED_RAW_RESULT};
 pub use verify::{Report, verify_file};
-pub use writer::{WriterGuard, chain as error_chain};
+pub use writer::{Flush, WriterGuard, chain as error_chain};
 
 pub const FILE_NAME: &str = "commitpoint.redb";
 

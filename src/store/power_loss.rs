@@ -234,3 +234,40 @@ fn every_acknowledgement_survives_power_loss_at_every_sync() {
     }
     assert!(crash_points >= 5, "only {crash_points} crash points were exercised");
 }
+
+/// The synced image of a disk, opened as a restarted process would; whether `provider`
+/// is paused there.
+fn paused_after_power_loss(image: Vec<u8>, provider: &str) -> bool {
+    let (db, _) = reopen(image).expect("the synced image opens");
+    let (store, guard) = Store::start(db, PathBuf::from("reopened")).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let paused = runtime.block_on(store.provider_paused(provider.to_string())).unwrap();
+    drop(store);
+    guard.join();
+    paused
+}
+
+#[test]
+fn a_write_left_unflushed_is_visible_at_once_and_durable_only_after_a_flush() {
+    let disk = SimDisk(Arc::new(Disk::default()));
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let db = Database::builder().create_with_backend(disk.clone()).unwrap();
+    let (store, guard) = Store::start(db, PathBuf::from("simulated")).unwrap();
+    let pause = |t: &mut super::write_tables::WriteTables<'_>| {
+        t.meta.insert(format!("{}sim", super::tables::META_PAUSE_PREFIX).as_str(), 1)?;
+        Ok(((), true))
+    };
+    runtime.block_on(async {
+        store.writer.write_flushed(super::Flush::Later, pause).await.unwrap();
+        assert!(store.provider_paused("sim".into()).await.unwrap(), "an unflushed commit is visible to readers");
+    });
+    let before_flush = disk.0.synced.lock().unwrap().clone();
+    let syncs = disk.0.syncs.load(Ordering::SeqCst);
+    runtime.block_on(store.flush()).unwrap();
+    assert!(disk.0.syncs.load(Ordering::SeqCst) > syncs, "a flush syncs the disk");
+    let after_flush = disk.0.synced.lock().unwrap().clone();
+    drop(store);
+    guard.join();
+    assert!(!paused_after_power_loss(before_flush, "sim"), "power lost before the flush takes the write back");
+    assert!(paused_after_power_loss(after_flush, "sim"), "the flush put the earlier write on disk");
+}

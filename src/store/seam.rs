@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::{
     BackupReport, BatchRecord, CancelOutcome, ClaimRequest, CloseReport, DeliveryOutcome, DeliveryReport,
-    ErasureReport, Error, ExportFilter, Exported, ExtractionRecord, FindingRecord, Grant, IngestLine, IntakeOutcome,
+    ErasureReport, Error, ExportFilter, Exported, ExtractionRecord, FindingRecord, Flush, Grant, IngestLine, IntakeOutcome,
     IntentOutcome, IntentRequest, LedgerRecord, Leftover, ListFilter, ListPage, MemberRules, NewExtraction,
     OutboxFilter, OutboxRecord, PostOutcome, PostResult, ProviderDriver, ReadyItem, ResultRecord, RetentionPolicy,
     RetentionStep, RetryFilter, RetryOutcome, StageReport, StateCount, Store,
@@ -102,8 +102,11 @@ seam! {
         fn batch_members(&self, batch: u64) -> Vec<BatchMember>;
         fn stage_results(&self, batch: u64, lines: Vec<(ExtractionId, LineResult)>, rules: MemberRules)
             -> StageReport;
-        /// Result lines with the engine's verdicts: judged answers commit in the same transaction.
-        fn ingest_results(&self, batch: u64, lines: Vec<IngestLine>, rules: MemberRules) -> StageReport;
+        /// Result lines with the engine's verdicts: judged answers commit in the same
+        /// transaction, flushed to disk now or with a later commit as `flush` says.
+        fn ingest_results(&self, batch: u64, lines: Vec<IngestLine>, rules: MemberRules, flush: Flush) -> StageReport;
+        /// Returns once every write committed so far, flushed or not, is on disk.
+        fn flush(&self) -> ();
         fn ready_items(&self, provider: String, limit: usize) -> Vec<ReadyItem>;
         fn close_batch(&self, batch: u64, outcome: String, leftover: Leftover, rules: MemberRules) -> CloseReport;
         fn reschedule_batch(&self, batch: u64, next_action_at_ms: u64, note: Option<String>, count_failure: bool)

@@ -2,7 +2,8 @@
 //!
 //! Callers enqueue a closure and wait. The writer takes the first waiting job, drains
 //! whatever else has queued up behind it, applies them all inside one write
-//! transaction, commits once with `Durability::Immediate`, then answers every caller.
+//! transaction, commits once with `Durability::Immediate` (unless every job of the group
+//! let its flush wait, see [`Flush`]), then answers every caller.
 //! Throughput therefore scales with the number of concurrent callers instead of being
 //! capped at the disk's fsync rate. A batch that wrote nothing is aborted, not
 //! committed: an empty commit still costs an fsync.
@@ -33,12 +34,16 @@ trait Job: Send {
     /// Takes the job out of its group with its own error; it is answered with it.
     fn reject(&mut self, error: Error);
     fn is_rejected(&self) -> bool;
+    /// Whether the caller needs its write on disk when answered; a group is flushed
+    /// when any of its jobs does.
+    fn needs_flush(&self) -> bool;
     fn finish(self: Box<Self>, commit: Result<(), &Arc<Error>>);
 }
 
 struct TypedJob<F, R> {
     /// Cloned for each application, so a group can be applied again.
     work: F,
+    flush: Flush,
     result: Option<R>,
     rejected: Option<Error>,
     reply: oneshot::Sender<Result<R, Error>>,
@@ -64,6 +69,10 @@ where
         self.rejected.is_some()
     }
 
+    fn needs_flush(&self) -> bool {
+        self.flush == Flush::Now
+    }
+
     fn finish(self: Box<Self>, commit: Result<(), &Arc<Error>>) {
         let answer = match (self.rejected, commit, self.result) {
             (Some(own), _, _) => Err(own),
@@ -80,6 +89,17 @@ where
         // A caller that went away (client disconnected) no longer needs the answer.
         let _ = self.reply.send(answer);
     }
+}
+
+/// When a write must reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flush {
+    /// Before the caller is answered: what every acknowledgement needs.
+    Now,
+    /// With the next flushed commit, whoever makes it. Until then the write is visible
+    /// but a crash takes it back, so only a caller that can redo it after a restart
+    /// (ingestion, whose result file is read again) may ask for this.
+    Later,
 }
 
 #[derive(Debug, Clone)]
@@ -108,8 +128,17 @@ impl WriterHandle {
         R: Send + 'static,
         F: FnOnce(&mut WriteTables<'_>) -> Result<(R, bool), Error> + Clone + Send + 'static,
     {
+        self.write_flushed(Flush::Now, work).await
+    }
+
+    /// `write` whose commit may be left unflushed (see [`Flush::Later`]).
+    pub(super) async fn write_flushed<R, F>(&self, flush: Flush, work: F) -> Result<R, Error>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut WriteTables<'_>) -> Result<(R, bool), Error> + Clone + Send + 'static,
+    {
         let (reply, answer) = oneshot::channel();
-        let job = Box::new(TypedJob { work, result: None, rejected: None, reply });
+        let job = Box::new(TypedJob { work, flush, result: None, rejected: None, reply });
         let stopped = || Error::Unavailable { reason: "the writer thread has stopped".to_string(), cause: None };
         self.jobs.send(Message::Job(job)).await.map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
@@ -273,7 +302,9 @@ fn commit_batch(
 ) -> Result<Sequences, Error> {
     loop {
         let mut txn = db.begin_write()?;
-        txn.set_durability(Durability::Immediate)?;
+        // A durable commit also makes every unflushed one before it durable.
+        let flush = batch.iter().any(|job| !job.is_rejected() && job.needs_flush());
+        txn.set_durability(if flush { Durability::Immediate } else { Durability::None })?;
         let mut tables = WriteTables::open(&txn, clock::now_ms(), next_seq, Arc::clone(&policies))?;
         let mut wrote = false;
         let mut failed = None;

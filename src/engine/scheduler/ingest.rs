@@ -16,7 +16,7 @@ use crate::domain::lifecycle::FailureClass;
 use crate::domain::schema::Schema;
 use crate::engine::commit::Judge;
 use crate::providers::{FailureCause, JobPhase, JobStatus, ResultLine};
-use crate::store::{self, BatchRecord, IngestLine, Judged, Leftover, StageReport};
+use crate::store::{self, BatchRecord, Flush, IngestLine, Judged, Leftover, StageReport};
 
 impl Scheduler {
     pub(super) async fn poll(&mut self, batch: BatchRecord, job_id: &str) -> Result<Option<u64>, store::Error> {
@@ -135,23 +135,16 @@ impl Scheduler {
         let seq = batch.seq;
         let rules = self.rules();
         // `judged_in` moves in: if storing fails, dropping it stops judging, then the download.
+        // Chunks commit without waiting for the disk; one flush at the end puts them all
+        // there. A crash before it takes them back, and the file is read again after the
+        // restart, as it would be after a crash mid-file anyway.
         let stage = async move {
             let mut report = StageReport::default();
-            while let Some(JudgedChunk { lines, unnamed }) = judged_in.recv().await {
-                let part = store.ingest_results(seq, lines, rules).await?;
-                report.staged += part.staged;
-                report.refused += part.refused;
-                report.requeued += part.requeued;
-                report.truncated += part.truncated;
-                report.budget_retries += part.budget_retries;
-                report.failed_truncated += part.failed_truncated;
-                report.model_refusals += part.model_refusals;
-                report.exhausted += part.exhausted;
-                report.replays += part.replays;
-                report.strangers += part.strangers + unnamed;
-                report.committed += part.committed;
-                report.failed_validation += part.failed_validation;
+            while let Some(chunk) = judged_in.recv().await {
+                let part = store.ingest_results(seq, chunk.lines, rules, Flush::Later).await?;
+                report.add(&part, chunk.unnamed);
             }
+            store.flush().await?;
             Ok::<_, store::Error>(report)
         };
         let (counts, (), report) = tokio::join!(download, judging, stage);

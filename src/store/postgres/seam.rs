@@ -14,7 +14,7 @@ use crate::store::seam::{
 };
 use crate::store::{
     BackupReport, BatchRecord, CancelOutcome, ClaimRequest, CloseReport, DeliveryOutcome, DeliveryReport,
-    ErasureReport, Error, ExportFilter, ExtractionRecord, FindingRecord, Grant, IngestLine, IntakeOutcome,
+    ErasureReport, Error, ExportFilter, ExtractionRecord, FindingRecord, Flush, Grant, IngestLine, IntakeOutcome,
     IntentOutcome, IntentRequest, LedgerRecord, Leftover, ListFilter, ListPage, MemberRules, NewExtraction,
     OutboxFilter, OutboxRecord, PostOutcome, PostResult, ProviderDriver, ReadyItem, ResultRecord, RetentionPolicy,
     RetentionStep, RetryFilter, RetryOutcome, StageReport, StateCount,
@@ -68,7 +68,8 @@ pg_seam! {
         fn batch_members(&self, batch: u64) -> Vec<BatchMember> = delegate;
         fn stage_results(&self, batch: u64, lines: Vec<(ExtractionId, LineResult)>, rules: MemberRules)
             -> StageReport = delegate;
-        fn ingest_results(&self, batch: u64, lines: Vec<IngestLine>, rules: MemberRules) -> StageReport = delegate;
+        fn ingest_results(&self, batch: u64, lines: Vec<IngestLine>, rules: MemberRules, flush: Flush) -> StageReport = delegate;
+        fn flush(&self) -> () = delegate;
         fn ready_items(&self, provider: String, limit: usize) -> Vec<ReadyItem> = delegate;
         fn close_batch(&self, batch: u64, outcome: String, leftover: Leftover, rules: MemberRules)
             -> CloseReport = delegate;

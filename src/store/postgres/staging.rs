@@ -19,7 +19,7 @@ use crate::store::codec::encode;
 use crate::store::ledger::Charge;
 use crate::store::member_rules::{Effect, plan_line, release, requeue};
 use crate::store::records::{BatchState, ChargeKind};
-use crate::store::{CloseReport, IngestLine, Leftover, MemberRules, Policies, StageReport, StagedAnswer};
+use crate::store::{CloseReport, Flush, IngestLine, Leftover, MemberRules, Policies, StageReport, StagedAnswer};
 
 impl PgStore {
     /// Stores one chunk of result lines. Safe to call again with the same lines.
@@ -41,14 +41,21 @@ impl PgStore {
     /// used yet: every answer is staged as ready here and committed by its own
     /// `post_result` transaction afterwards (the redb store commits a judged answer in the
     /// staging transaction). Both ways commit each answer once; this one writes it twice.
+    /// Every staging commit is flushed, so `Flush::Later` asks for nothing less here.
     pub(super) async fn ingest_results(
         &self,
         batch: u64,
         lines: Vec<IngestLine>,
         rules: MemberRules,
+        _flush: Flush,
     ) -> Result<StageReport, Error> {
         let lines = lines.into_iter().map(|line| (line.id, line.result)).collect();
         self.stage_results(batch, lines, rules).await
+    }
+
+    /// Every commit here is already flushed.
+    pub(super) async fn flush(&self) -> Result<(), Error> {
+        Ok(())
     }
 
     /// Ends a batch: members still without an answer are requeued or failed as `leftover`
