@@ -72,7 +72,7 @@ const INGEST_TIMEOUT: Duration = Duration::from_secs(900);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(60);
 const VERIFY_TIMEOUT: Duration = Duration::from_secs(600);
 
-fn main() -> ExitCode {
+pub fn main() -> ExitCode {
     let config = match Config::from_env() {
         Ok(c) => c,
         Err(e) => {
@@ -960,6 +960,12 @@ fn print_table(results: &[Result<SizeResult, (usize, String)>]) {
                 if r.is_clean() { "ok" } else { "PROBLEM" },
             ),
         }
+        if let Ok(r) = r.as_ref()
+            && r.is_clean()
+        {
+            common::figures::record(&format!("ingest.{}.secs", r.lines), r.ingest.as_secs_f64());
+            common::figures::record(&format!("ingest.{}.peak_rss_mib", r.lines), mib(r.peak_rss()));
+        }
     }
     println!("  (ingest: spawn of the restarted server -> /v1/stats committed == N; peak RSS: VmHWM of that process)");
     let ok: Vec<&SizeResult> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
@@ -970,6 +976,7 @@ fn print_table(results: &[Result<SizeResult, (usize, String)>]) {
         && small.peak_rss() > 0
     {
         let ratio = large.peak_rss() as f64 / small.peak_rss() as f64;
+        common::figures::record("ingest.rss_ratio", ratio);
         println!(
             "peak RSS {} lines / {} lines = {:.1} / {:.1} MiB = {ratio:.2} (target <= {RSS_TARGET_RATIO:.2}): {}",
             large.lines,

@@ -74,7 +74,7 @@ const VERIFY_TIMEOUT: Duration = Duration::from_secs(600);
 /// Error responses kept verbatim for the report.
 const MAX_SAMPLES: usize = 5;
 
-fn main() -> ExitCode {
+pub fn main() -> ExitCode {
     let config = match Config::from_env() {
         Ok(c) => c,
         Err(e) => {
@@ -233,7 +233,7 @@ async fn run(config: &Config) -> Result<bool> {
     })
     .await??;
     drop(template);
-    print_levels(&levels);
+    print_levels(&levels, config.preload > 0);
     let postgres = if config.postgres {
         let config = config.clone();
         let base = base.clone();
@@ -907,7 +907,7 @@ fn fmt_pct(v: Option<f64>) -> String {
     v.map_or_else(|| "?".to_string(), |v| format!("{v:.0}%"))
 }
 
-fn print_levels(levels: &[LevelResult]) {
+fn print_levels(levels: &[LevelResult], preloaded: bool) {
     println!("intake: POST /v1/extractions, each 2xx acknowledged after a Durability::Immediate commit");
     println!(
         "  {:>7} {:>9} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7} {:>6} {:>7} {:>8} {:>8}",
@@ -951,6 +951,19 @@ fn print_levels(levels: &[LevelResult]) {
                 .map_or_else(|| "?".to_string(), |b| format!("{:.1}", b as f64 / 1024.0 / l.acked().max(1) as f64)),
             l.wchar.map_or_else(|| "?".to_string(), |b| format!("{:.1}", b as f64 / 1024.0 / l.acked().max(1) as f64)),
         );
+        if l.failure.is_none() {
+            let store = if preloaded { "preloaded" } else { "empty" };
+            common::figures::record(&format!("intake.{store}.cp.rate.c{}", l.clients), l.rate());
+            common::figures::record(&format!("intake.{store}.cp.p99_ms.c{}", l.clients), l.latencies.p99 / 1000.0);
+            if let Some(bytes) = l.wchar {
+                let per_ack = bytes as f64 / 1024.0 / l.acked().max(1) as f64;
+                common::figures::record(&format!("intake.{store}.cp.wchar_kib_per_ack.c{}", l.clients), per_ack);
+            }
+            if let Some(bytes) = l.write_bytes {
+                let per_ack = bytes as f64 / 1024.0 / l.acked().max(1) as f64;
+                common::figures::record(&format!("intake.{store}.cp.write_kib_per_ack.c{}", l.clients), per_ack);
+            }
+        }
     }
     println!(
         "  (requests and latencies: measured window; errors: whole level, warm-up included;\n   \

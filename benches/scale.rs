@@ -56,7 +56,7 @@ const RARE: u64 = 10;
 const TENANTS: u64 = 100;
 const CONCURRENCY: usize = 256;
 
-fn main() -> ExitCode {
+pub fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -112,7 +112,7 @@ async fn run() -> Result<()> {
         None => 10,
     };
     if idle_secs > 0 {
-        idle(work.path(), &data, Duration::from_secs(idle_secs)).await?;
+        idle(work.path(), &data, Duration::from_secs(idle_secs), n).await?;
     }
     Ok(())
 }
@@ -123,7 +123,7 @@ const IDLE_KEY_ENV: &str = "COMMITPOINT_BENCH_SCALE_KEY";
 const IDLE_SETTLE: Duration = Duration::from_secs(2);
 
 /// Serves the large file with a provider configured and watches the process do nothing.
-async fn idle(work: &Path, data: &Path, window: Duration) -> Result<()> {
+async fn idle(work: &Path, data: &Path, window: Duration, n: u64) -> Result<()> {
     let sim = Simulator::start(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), SimulatorConfig::default()).await?;
     let config = work.join("idle.toml");
     std::fs::write(
@@ -160,6 +160,17 @@ async fn idle(work: &Path, data: &Path, window: Duration) -> Result<()> {
         n = thread_count(&pid).unwrap_or(0)
     );
     println!("idle RSS: VmRSS {}, VmHWM {} (target: under 64 MiB)", status("VmRSS:"), status("VmHWM:"));
+    if let (Some(a), Some(b)) = (cpu_before, cpu_after) {
+        common::figures::record("idle.cpu_ms", (b - a) * 1000.0);
+    }
+    if let (Some(a), Some(b)) = (switches_before, switches_after) {
+        common::figures::record("idle.context_switches", b.saturating_sub(a) as f64);
+    }
+    if let Some(mib) = status_mib(&pid, "VmHWM:") {
+        common::figures::record("idle.vmhwm_mib", mib);
+    }
+    common::figures::record("idle.window_s", secs);
+    common::figures::record("scale.extractions", n as f64);
     let stopped = tokio::task::block_in_place(|| server.stop());
     sim.stop().await;
     let (exit, _) = stopped?;
@@ -278,6 +289,8 @@ fn ms(d: Duration) -> f64 {
 
 fn report(what: &str, sorted: &[Duration]) {
     let at = |q: f64| sorted.get(((sorted.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or_default();
+    common::figures::record(&format!("scale.{what}.median_ms"), ms(at(0.5)));
+    common::figures::record(&format!("scale.{what}.p99_ms"), ms(at(0.99)));
     println!(
         "{what}: median {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} runs)",
         ms(at(0.5)),

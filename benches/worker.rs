@@ -43,7 +43,7 @@ use common::{BINARY, Filesystem, Result, ServerProcess, env_var, filesystem_of, 
 
 const SCHEMA: &str = "code-review@1";
 
-fn main() -> ExitCode {
+pub fn main() -> ExitCode {
     common::bench_main("worker", 1, || {
         let config = Config::from_env()?;
         Ok(async move { run(&config).await })
@@ -132,6 +132,10 @@ async fn run(config: &Config) -> Result<bool> {
     };
     if let Some(side) = &ours {
         print_side("commitpoint (HTTP, release binary)", side, "per claim", "per result");
+        common::figures::record("worker.cp.items_per_s", side.rate());
+        let p99_ms = |us: &[u32]| common::stats::Latencies::from(us.to_vec()).p99 / 1000.0;
+        common::figures::record("worker.cp.claim_p99_ms", p99_ms(&side.claim_us));
+        common::figures::record("worker.cp.result_p99_ms", p99_ms(&side.result_us));
     }
     let theirs = if config.postgres {
         let config = config.clone();
@@ -153,8 +157,10 @@ async fn run(config: &Config) -> Result<bool> {
                 "per pgbench transaction (claim + 10 completions)",
                 "",
             );
+            common::figures::record("worker.pg.items_per_s", side.rate());
             if let Some(ours) = &ours {
                 let ratio = ours.rate() / side.rate().max(1e-9);
+                common::figures::record("worker.ratio", ratio);
                 println!(
                     "commitpoint {:.0} items/s / PostgreSQL {:.0} items/s = {ratio:.2}× (target >= 1.5×: {})",
                     ours.rate(),

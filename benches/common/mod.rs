@@ -7,6 +7,7 @@
 // Each bench uses its own part of this module.
 #![allow(dead_code)]
 
+pub mod figures;
 pub mod http;
 pub mod postgres;
 pub mod preload;

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::common::figures::record;
 use super::common::postgres::{self, Cluster};
 use super::common::stats::{Latencies, fmt_us};
 use super::common::{Result, load_average};
@@ -146,9 +147,19 @@ pub(super) fn print(config: &Config, outcome: &Outcome, levels: &[LevelResult]) 
         per_ack(figures.write_bytes),
         per_ack(figures.write_bytes + figures.checkpoint_bytes),
     );
+    let store = if config.preload > 0 { "preloaded" } else { "empty" };
+    record(&format!("intake.{store}.pg.tps"), figures.tps);
+    record(&format!("intake.{store}.pg.p99_ms"), figures.latencies.p99 / 1000.0);
+    record(&format!("intake.{store}.pg.kib_per_txn"), per_ack(figures.write_bytes));
+    record(
+        &format!("intake.{store}.pg.kib_per_txn_with_checkpoint"),
+        per_ack(figures.write_bytes + figures.checkpoint_bytes),
+    );
+    record(&format!("intake.{store}.preload"), config.preload as f64);
     for level in levels.iter().filter(|l| l.failure.is_none() && l.clients >= figures.clients) {
         let ratio = level.rate() / figures.tps.max(1e-9);
         let target = if config.preload >= 1_000_000 { 1.5 } else { 2.0 };
+        record(&format!("intake.{store}.ratio.c{}", level.clients), ratio);
         println!(
             "  commitpoint {} clients {:.0} acks/s (p99 {}) / PostgreSQL {} clients {:.0} tps = {:.2}× \
              (target >= {target}×: {})",

@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 use super::{
     BackupReport, BatchRecord, CancelOutcome, ClaimRequest, CloseReport, DeliveryOutcome, DeliveryReport,
-    ErasureReport, Error, ExportFilter, Exported, ExtractionRecord, FindingRecord, Flush, Grant, IngestLine, IntakeOutcome,
-    IntentOutcome, IntentRequest, LedgerRecord, Leftover, ListFilter, ListPage, MemberRules, NewExtraction,
-    OutboxFilter, OutboxRecord, PostOutcome, PostResult, ProviderDriver, ReadyItem, ResultRecord, RetentionPolicy,
-    RetentionStep, RetryFilter, RetryOutcome, StageReport, StateCount, Store,
+    ErasureReport, Error, ExportFilter, Exported, ExtractionRecord, FindingRecord, Flush, Grant, IngestLine,
+    IntakeOutcome, IntentOutcome, IntentRequest, LedgerRecord, Leftover, ListFilter, ListPage, MemberRules,
+    NewExtraction, OutboxFilter, OutboxRecord, PostOutcome, PostResult, ProviderDriver, ReadyItem, ResultRecord,
+    RetentionPolicy, RetentionStep, RetryFilter, RetryOutcome, StageReport, StateCount, Store,
 };
 use crate::domain::batch::{BatchMember, LineResult};
 use crate::domain::cursor::CursorKey;
