@@ -1,7 +1,8 @@
 //! Throughput over the last hour, for the console's chart: the server samples the
 //! committed and failed counts (seven numbers from the state index) and keeps the
 //! per-minute increase in memory. A restart starts a fresh hour; nothing is stored.
-//! While nothing is in flight the sampler sleeps until new work arrives, so an idle
+//! While nothing is in flight the sampler sleeps until new work arrives, and while work
+//! is in flight on a store only this process writes, until something commits, so an idle
 //! server does not wake for it.
 
 use std::collections::VecDeque;
@@ -103,7 +104,11 @@ impl Service {
     /// skipped (the next sample catches up).
     pub async fn sample_throughput(self, stop: CancellationToken) -> Result<(), Error> {
         let wake = self.throughput.wake();
+        let mut commits = self.store.commits();
         loop {
+            if let Some(commits) = commits.as_mut() {
+                commits.borrow_and_update();
+            }
             let mut in_flight = true;
             if let Ok(counts) = self.store.counts_by_state().await {
                 let of = |name| counts.iter().find(|c| c.state == name).map_or(0, |c| c.count);
@@ -116,16 +121,43 @@ impl Service {
             }
             tokio::select! {
                 () = stop.cancelled() => return Ok(()),
-                () = tokio::time::sleep(SAMPLE_EVERY), if in_flight => {}
+                () = next_sample(commits.as_mut(), SAMPLE_EVERY), if in_flight => {}
                 () = wake.notified(), if !in_flight => {}
             }
         }
     }
 }
 
+/// Waits for the next sample of work in flight. Where this process sees every commit,
+/// counts cannot move without one, so it first waits for a commit: a server whose work
+/// sits claimed or submitted without news does not wake. Elsewhere (other instances
+/// commit unseen) it samples on the clock.
+async fn next_sample(commits: Option<&mut tokio::sync::watch::Receiver<u64>>, every: Duration) {
+    if let Some(commits) = commits
+        && commits.changed().await.is_err()
+    {
+        // The writer is gone: nothing will ever change.
+        std::future::pending::<()>().await;
+    }
+    tokio::time::sleep(every).await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn work_in_flight_is_sampled_after_a_commit_or_on_the_clock_where_commits_are_unseen() {
+        let every = Duration::from_millis(10);
+        let (committed, mut commits) = tokio::sync::watch::channel(0u64);
+        let quiet = tokio::time::timeout(Duration::from_millis(300), next_sample(Some(&mut commits), every)).await;
+        assert!(quiet.is_err(), "no commit, no sample, however short the interval");
+        committed.send_modify(|n| *n += 1);
+        let after_commit = tokio::time::timeout(Duration::from_secs(5), next_sample(Some(&mut commits), every)).await;
+        assert!(after_commit.is_ok(), "a commit is sampled one interval later");
+        let unseen = tokio::time::timeout(Duration::from_secs(5), next_sample(None, every)).await;
+        assert!(unseen.is_ok(), "without a commit watch the clock decides");
+    }
 
     #[test]
     fn minutes_hold_increases_and_roll_off() {

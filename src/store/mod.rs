@@ -206,6 +206,12 @@ impl Store {
         Ok((Store { db, writer, path, policies, cursor_key }, guard))
     }
 
+    /// Changes with every commit of this store. Every change to the file passes through
+    /// this process's writer, so waiting on it misses nothing.
+    pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.writer.commits()
+    }
+
     /// The key page cursors are sealed with (see `crate::domain::cursor`).
     pub fn cursor_key(&self) -> &crate::domain::cursor::CursorKey {
         &self.cursor_key

@@ -173,6 +173,9 @@ pub trait Backend: Extractions + Batches + Ledger + Outbox + Upkeep {
     fn file_size(&self) -> Option<u64>;
     /// `redb` or `postgres`, as `[store] backend` names it.
     fn backend_name(&self) -> &'static str;
+    /// Changes with every commit, where this process sees every commit (redb: the file
+    /// is locked to one process); `None` where other processes write too.
+    fn commits(&self) -> Option<tokio::sync::watch::Receiver<u64>>;
 }
 
 impl Backend for Store {
@@ -186,6 +189,10 @@ impl Backend for Store {
 
     fn backend_name(&self) -> &'static str {
         "redb"
+    }
+
+    fn commits(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(Store::commits(self))
     }
 }
 

@@ -12,7 +12,7 @@ use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 
 use redb::{Database, Durability, ReadableTable};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::Error;
 use super::policies::Policies;
@@ -105,6 +105,9 @@ pub enum Flush {
 #[derive(Debug, Clone)]
 pub(super) struct WriterHandle {
     jobs: mpsc::Sender<Message>,
+    /// Counts the commits: every change to the file passes through this writer, so a
+    /// watcher can sleep until something changed instead of polling.
+    commits: watch::Receiver<u64>,
 }
 
 /// What the writer's queue carries: work, or the order to finish and close.
@@ -129,6 +132,11 @@ impl WriterHandle {
         F: FnOnce(&mut WriteTables<'_>) -> Result<(R, bool), Error> + Clone + Send + 'static,
     {
         self.write_flushed(Flush::Now, work).await
+    }
+
+    /// Changes with every commit (not with an aborted, empty group).
+    pub(super) fn commits(&self) -> watch::Receiver<u64> {
+        self.commits.clone()
     }
 
     /// `write` whose commit may be left unflushed (see [`Flush::Later`]).
@@ -221,14 +229,21 @@ pub(super) fn spawn(
     policies: PolicyCell,
 ) -> Result<(WriterHandle, WriterGuard), Error> {
     let (jobs, queue) = mpsc::channel(QUEUE_DEPTH);
+    let (committed, commits) = watch::channel(0);
     let thread = std::thread::Builder::new()
         .name("store-writer".to_string())
-        .spawn(move || run(&db, queue, next_seq, &policies))
+        .spawn(move || run(&db, queue, next_seq, &policies, &committed))
         .map_err(|e| Error::Unavailable { reason: format!("cannot start the writer thread: {e}"), cause: None })?;
-    Ok((WriterHandle { jobs: jobs.clone() }, WriterGuard { thread: Some(thread), close: jobs }))
+    Ok((WriterHandle { jobs: jobs.clone(), commits }, WriterGuard { thread: Some(thread), close: jobs }))
 }
 
-fn run(db: &Database, mut queue: mpsc::Receiver<Message>, mut next_seq: Sequences, policies: &PolicyCell) {
+fn run(
+    db: &Database,
+    mut queue: mpsc::Receiver<Message>,
+    mut next_seq: Sequences,
+    policies: &PolicyCell,
+    committed: &watch::Sender<u64>,
+) {
     let mut halted: Option<Arc<Error>> = None;
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
     let mut closing = false;
@@ -252,8 +267,11 @@ fn run(db: &Database, mut queue: mpsc::Receiver<Message>, mut next_seq: Sequence
                 Err(poisoned) => Arc::clone(&poisoned.into_inner()),
             };
             match commit_batch(db, &mut batch, next_seq, policies) {
-                Ok(advanced) => {
+                Ok((advanced, wrote)) => {
                     next_seq = advanced;
+                    if wrote {
+                        committed.send_modify(|n| *n = n.wrapping_add(1));
+                    }
                     batch.drain(..).for_each(|job| job.finish(Ok(())));
                 }
                 Err(e) => {
@@ -288,7 +306,8 @@ fn refuse_the_rest(queue: &mut mpsc::Receiver<Message>) {
     }
 }
 
-/// Applies every job in one transaction. Returns the next free sequence numbers.
+/// Applies every job in one transaction. Returns the next free sequence numbers, and
+/// whether anything was committed.
 ///
 /// A job that fails on its own (a record it reads does not decode, a value does not
 /// encode) is taken out with its error and the others are applied again in a fresh
@@ -299,7 +318,7 @@ fn commit_batch(
     batch: &mut [Box<dyn Job>],
     next_seq: Sequences,
     policies: Arc<Policies>,
-) -> Result<Sequences, Error> {
+) -> Result<(Sequences, bool), Error> {
     loop {
         let mut txn = db.begin_write()?;
         // A durable commit also makes every unflushed one before it durable.
@@ -326,10 +345,10 @@ fn commit_batch(
         let Some((index, error)) = failed else {
             return if wrote {
                 txn.commit()?;
-                Ok(advanced)
+                Ok((advanced, true))
             } else {
                 txn.abort()?;
-                Ok(next_seq)
+                Ok((next_seq, false))
             };
         };
         // What the failed job may already have written goes with the rollback.

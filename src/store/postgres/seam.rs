@@ -127,6 +127,11 @@ impl Backend for PgStore {
     fn backend_name(&self) -> &'static str {
         "postgres"
     }
+
+    /// Other instances commit to the same database unseen.
+    fn commits(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
 }
 
 impl PgStore {
