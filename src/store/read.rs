@@ -52,7 +52,7 @@ impl Store {
     }
 
     pub async fn get(&self, id: ExtractionId) -> Result<Option<ExtractionRecord>, Error> {
-        self.read(move |txn| get(txn, &id)).await
+        self.read_point(|txn| get(txn, &id))
     }
 
     /// The findings of an extraction, or `None` when the extraction does not exist.
