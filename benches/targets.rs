@@ -19,6 +19,9 @@
 //!
 //! Every part's own variables (see each bench) pass through to it.
 
+// Each bench includes `common` itself so that it also builds alone; here they meet.
+#![allow(clippy::duplicate_mod)]
+
 use std::collections::BTreeMap;
 use std::process::{Command, ExitCode};
 use std::time::Instant;

@@ -34,7 +34,7 @@ pub struct ListPage {
 impl Store {
     /// The extraction a webhook delivery created, if that delivery was seen before.
     pub async fn delivered(&self, endpoint: String, delivery_id: String) -> Result<Option<ExtractionRecord>, Error> {
-        self.read(move |txn| {
+        self.read_point(|txn| {
             let deliveries = txn.open_table(tables::WEBHOOK_DELIVERIES)?;
             let Some(seq) = deliveries.get((endpoint.as_str(), delivery_id.as_str()))?.map(|v| v.value()) else {
                 return Ok(None);
@@ -42,13 +42,11 @@ impl Store {
             let extractions = txn.open_table(tables::EXTRACTIONS)?;
             extractions.get(seq)?.map(|v| decode(v.value())).transpose()
         })
-        .await
     }
 
     /// An extraction by its sequence number (the outbox refers to records this way).
     pub async fn get_by_seq(&self, seq: u64) -> Result<Option<ExtractionRecord>, Error> {
-        self.read(move |txn| txn.open_table(tables::EXTRACTIONS)?.get(seq)?.map(|v| decode(v.value())).transpose())
-            .await
+        self.read_point(|txn| txn.open_table(tables::EXTRACTIONS)?.get(seq)?.map(|v| decode(v.value())).transpose())
     }
 
     pub async fn get(&self, id: ExtractionId) -> Result<Option<ExtractionRecord>, Error> {
