@@ -140,6 +140,11 @@ impl StateName {
             Self::Cancelled => 7,
         }
     }
+
+    /// The state a stored code names; `None` for a code no state has.
+    pub fn from_code(code: i64) -> Option<StateName> {
+        Self::ALL.into_iter().find(|s| i64::from(s.code()) == code)
+    }
 }
 
 impl State {

@@ -51,13 +51,7 @@ pub async fn dump_database(options: &PgOptions) -> Result<String, Error> {
         }
     });
     let result = async {
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await
-            .map_err(pg("cannot begin a transaction"))?;
+        let tx = super::snapshot(&mut client).await?;
         let present = tx
             .query("SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema() ORDER BY 1", &[])
             .await

@@ -24,13 +24,7 @@ impl PgStore {
     /// complete; a sink that returns `false` ends the walk early (no `None` then).
     pub(super) async fn export_to(&self, filter: ExportFilter, mut sink: ExportSink) -> Result<(), Error> {
         let mut client = self.client().await?;
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await
-            .map_err(pg("cannot begin a transaction"))?;
+        let tx = super::snapshot(&mut client).await?;
         let mut after = (big(filter.since_ms), 0i64);
         // An empty window (`since >= until`) reads nothing and is complete at once.
         let mut more = filter.since_ms < filter.until_ms;

@@ -86,6 +86,18 @@ pub(super) fn pg(context: &'static str) -> impl FnOnce(tokio_postgres::Error) ->
     move |e| Error::Postgres { context, source: Box::new(e) }
 }
 
+/// A read-only REPEATABLE READ transaction: one consistent view of every table while
+/// instances keep committing (export, dump, verify).
+pub(super) async fn snapshot(client: &mut tokio_postgres::Client) -> Result<tokio_postgres::Transaction<'_>, Error> {
+    client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(pg("cannot start a read-only snapshot"))
+}
+
 /// Parses a `postgres://` URL (or key=value string) and applies what this store needs of
 /// every session: results acknowledged only once durable.
 pub fn parse_url(options: &PgOptions) -> Result<tokio_postgres::Config, Error> {

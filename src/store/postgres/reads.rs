@@ -128,7 +128,7 @@ impl PgStore {
         let mut counts = Vec::with_capacity(rows.len());
         for row in rows {
             let code: i16 = row.get(0);
-            let Some(state) = StateName::ALL.into_iter().find(|s| i16::from(s.code()) == code) else {
+            let Some(state) = StateName::from_code(code.into()) else {
                 continue;
             };
             let (count, oldest): (i64, Option<i64>) = (row.get(1), row.get(2));

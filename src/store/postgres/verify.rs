@@ -12,14 +12,14 @@ use std::pin::pin;
 
 use futures_util::TryStreamExt;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{IsolationLevel, NoTls, Row, Transaction};
+use tokio_postgres::{NoTls, Row, Transaction};
 
 use super::rows::{big, committed_at, fence_of, lease_expiry, unbig};
 use super::{Error, PgOptions, known_schema_version, parse_url, pg, schema_version};
 use crate::domain::identity::{ExtractionId, SourceHash};
 use crate::domain::lifecycle::State;
 use crate::store::Report;
-use crate::store::codec::decode;
+use crate::store::codec::{Versioned, decode};
 use crate::store::records::{ExtractionRecord, StoredContent};
 use crate::store::verify::check_attempts;
 
@@ -41,13 +41,7 @@ pub async fn verify(options: &PgOptions) -> Result<Report, Error> {
             Some(found) if found < known => return Err(Error::SchemaTooOld { found, known }),
             Some(_) => {}
         }
-        let tx = client
-            .build_transaction()
-            .isolation_level(IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await
-            .map_err(pg("cannot start a read-only snapshot"))?;
+        let tx = super::snapshot(&mut client).await?;
         let mut report = Report::default();
         check_extractions(&tx, &mut report).await?;
         records::check_findings(&tx, &mut report).await?;
@@ -83,6 +77,11 @@ async fn each_row(
 }
 
 /// The format column repeats the record's first byte.
+/// `bytes` decoded, or `None` once the failure is reported as "`what`: error".
+fn decoded<T: Versioned>(bytes: &[u8], what: impl FnOnce() -> String, report: &mut Report) -> Option<T> {
+    decode(bytes).map_err(|e| report.problem(format!("{}: {e}", what()))).ok()
+}
+
 fn format_agrees(row: &Row, bytes: &[u8]) -> bool {
     bytes.first().map(|&b| i16::from(b)) == Some(row.get::<_, i16>("format"))
 }
@@ -101,12 +100,8 @@ async fn check_extractions(tx: &Transaction<'_>, report: &mut Report) -> Result<
 fn check_extraction(row: &Row, report: &mut Report) {
     let seq = unbig(row.get("seq"));
     let bytes: &[u8] = row.get("record");
-    let record: ExtractionRecord = match decode(bytes) {
-        Ok(r) => r,
-        Err(e) => {
-            report.problem(format!("extraction #{seq}: {e}"));
-            return;
-        }
+    let Some(record) = decoded::<ExtractionRecord>(bytes, || format!("extraction #{seq}"), report) else {
+        return;
     };
     report.extractions += 1;
     *report.by_state.entry(record.state.name().as_str()).or_default() += 1;

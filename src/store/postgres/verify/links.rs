@@ -19,8 +19,7 @@ struct Rule {
 }
 
 fn state(row: &Row) -> &'static str {
-    let code = row.get::<_, i16>("state_code");
-    StateName::ALL.into_iter().find(|s| i16::from(s.code()) == code).map_or("of an unknown state", |s| s.as_str())
+    StateName::from_code(row.get::<_, i16>("state_code").into()).map_or("of an unknown state", StateName::as_str)
 }
 
 fn id(row: &Row) -> String {

@@ -3,7 +3,7 @@
 
 use tokio_postgres::Transaction;
 
-use super::{each_row, format_agrees};
+use super::{decoded, each_row, format_agrees};
 use crate::domain::identity::{ExtractionId, FindingKey};
 use crate::store::Error;
 use crate::store::Report;
@@ -33,12 +33,8 @@ pub(super) async fn check_findings(tx: &Transaction<'_>, report: &mut Report) ->
         report.findings += 1;
         let seq = unbig(row.get("extraction_seq"));
         let bytes: &[u8] = row.get("record");
-        let finding: FindingRecord = match decode(bytes) {
-            Ok(f) => f,
-            Err(e) => {
-                report.problem(format!("finding of #{seq}: {e}"));
-                return;
-            }
+        let Some(finding) = decoded::<FindingRecord>(bytes, || format!("finding of #{seq}"), report) else {
+            return;
         };
         let Some(id) = row.get::<_, Option<&[u8]>>("extraction_id").and_then(|b| <[u8; 32]>::try_from(b).ok()) else {
             return;
@@ -95,12 +91,8 @@ pub(super) async fn check_batches(tx: &Transaction<'_>, report: &mut Report) -> 
     each_row(tx, SQL, &[], |row| {
         let seq = unbig(row.get("seq"));
         let bytes: &[u8] = row.get("record");
-        let batch: BatchRecord = match decode(bytes) {
-            Ok(b) => b,
-            Err(e) => {
-                report.problem(format!("batch #{seq}: {e}"));
-                return;
-            }
+        let Some(batch) = decoded::<BatchRecord>(bytes, || format!("batch #{seq}"), report) else {
+            return;
         };
         let mut listed: Vec<u64> = batch.members.clone();
         listed.sort_unstable();
@@ -150,12 +142,8 @@ pub(super) async fn check_ledger(tx: &Transaction<'_>, report: &mut Report) -> R
     each_row(tx, SQL, &[], |row| {
         let seq = unbig(row.get("seq"));
         let bytes: &[u8] = row.get("record");
-        let e: LedgerRecord = match decode(bytes) {
-            Ok(e) => e,
-            Err(err) => {
-                report.problem(format!("ledger #{seq}: {err}"));
-                return;
-            }
+        let Some(e) = decoded::<LedgerRecord>(bytes, || format!("ledger #{seq}"), report) else {
+            return;
         };
         report.ledger_entries += 1;
         let extraction = row.get::<_, Option<&[u8]>>("extraction").map(decode::<ExtractionRecord>);
@@ -234,13 +222,7 @@ pub(super) async fn check_outbox(tx: &Transaction<'_>, report: &mut Report) -> R
 fn check_event(row: &tokio_postgres::Row, report: &mut Report) -> Option<OutboxRecord> {
     let seq = unbig(row.get("seq"));
     let bytes: &[u8] = row.get("record");
-    let e: OutboxRecord = match decode(bytes) {
-        Ok(e) => e,
-        Err(err) => {
-            report.problem(format!("outbox #{seq}: {err}"));
-            return None;
-        }
-    };
+    let e = decoded::<OutboxRecord>(bytes, || format!("outbox #{seq}"), report)?;
     report.outbox_events += 1;
     let (code, due) = (row.get::<_, i16>("state_code"), row.get::<_, i64>("next_attempt_at_ms"));
     let listed = match e.state {
