@@ -94,6 +94,7 @@ async fn run() -> Result<()> {
 
     let started = Instant::now();
     fill(&data, n).await?;
+    common::figures::record("scale.extractions", n as f64);
     println!("fill (library: intake, claim, commit): {:.1} s", started.elapsed().as_secs_f64());
 
     let started = Instant::now();
@@ -112,7 +113,7 @@ async fn run() -> Result<()> {
         None => 10,
     };
     if idle_secs > 0 {
-        idle(work.path(), &data, Duration::from_secs(idle_secs), n).await?;
+        idle(work.path(), &data, Duration::from_secs(idle_secs)).await?;
     }
     Ok(())
 }
@@ -123,7 +124,7 @@ const IDLE_KEY_ENV: &str = "COMMITPOINT_BENCH_SCALE_KEY";
 const IDLE_SETTLE: Duration = Duration::from_secs(2);
 
 /// Serves the large file with a provider configured and watches the process do nothing.
-async fn idle(work: &Path, data: &Path, window: Duration, n: u64) -> Result<()> {
+async fn idle(work: &Path, data: &Path, window: Duration) -> Result<()> {
     let sim = Simulator::start(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), SimulatorConfig::default()).await?;
     let config = work.join("idle.toml");
     std::fs::write(
@@ -170,7 +171,6 @@ async fn idle(work: &Path, data: &Path, window: Duration, n: u64) -> Result<()> 
         common::figures::record("idle.vmhwm_mib", mib);
     }
     common::figures::record("idle.window_s", secs);
-    common::figures::record("scale.extractions", n as f64);
     let stopped = tokio::task::block_in_place(|| server.stop());
     sim.stop().await;
     let (exit, _) = stopped?;

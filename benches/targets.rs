@@ -49,9 +49,13 @@ struct Part {
     env: Vec<(&'static str, String)>,
 }
 
+/// Extractions stored before the preloaded intake part.
+fn preload(quick: bool) -> String {
+    env_var("COMMITPOINT_BENCH_TARGETS_PRELOAD").unwrap_or_else(|| if quick { "20000" } else { "1000000" }.to_string())
+}
+
 fn parts(quick: bool) -> Vec<Part> {
-    let preload = env_var("COMMITPOINT_BENCH_TARGETS_PRELOAD")
-        .unwrap_or_else(|| if quick { "20000" } else { "1000000" }.to_string());
+    let preload = preload(quick);
     vec![
         Part {
             name: "intake",
@@ -132,7 +136,7 @@ fn run_all() -> ExitCode {
         .filter_map(|line| line.split_once('\t'))
         .filter_map(|(key, value)| Some((key.to_string(), value.parse().ok()?)))
         .collect();
-    print_targets(&Figures(figures), quick, &started_load, started.elapsed().as_secs_f64());
+    print_targets(&Figures(figures), &preload(quick), quick, &started_load, started.elapsed().as_secs_f64());
     if failed.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -166,27 +170,29 @@ fn row(target: &str, measured: Option<String>, met: Option<bool>) {
     println!("  {target:<58} {measured:<52} {verdict}");
 }
 
-fn print_targets(f: &Figures, quick: bool, load: &str, secs: f64) {
+fn print_targets(f: &Figures, preload: &str, quick: bool, load: &str, secs: f64) {
     println!("\n===== issue 14 targets, all measured in this run ({secs:.0} s; load average {load} at start) =====");
     if quick {
         println!("  QUICK run: smoke sizes, so the figures say the benches work, not whether targets are met");
     }
-    let ratio_row = |store: &str, target: &str, want: f64| {
+    // The part's own rule: 1.5× once a million are stored, 2.0× below that.
+    let ratio_row = |store: &str, what: &str| {
         let ratio = f.get(&format!("intake.{store}.ratio.c128"));
+        let want = f.get(&format!("intake.{store}.target")).unwrap_or(f64::NAN);
         let measured = ratio.map(|r| {
             format!(
-                "{r:.2}× ({:.0}/s vs {:.0} tps)",
+                "{r:.2}× ({:.0}/s vs {:.0} tps at {:.0} conns)",
                 f.get(&format!("intake.{store}.cp.rate.c128")).unwrap_or(f64::NAN),
-                f.get(&format!("intake.{store}.pg.tps")).unwrap_or(f64::NAN)
+                f.get(&format!("intake.{store}.pg.tps")).unwrap_or(f64::NAN),
+                f.get(&format!("intake.{store}.pg.clients")).unwrap_or(f64::NAN),
             )
         });
-        row(target, measured, ratio.map(|r| r >= want));
+        row(&format!("1. intake, {what}: >= {want:.1}× PostgreSQL, 128 conns"), measured, ratio.map(|r| r >= want));
     };
-    ratio_row("empty", "1. intake, empty store: >= 2.0× PostgreSQL at 128 conns", 2.0);
+    ratio_row("empty", "empty store");
     let p99 = f.get("intake.empty.cp.p99_ms.c128");
     row("   p99 at 128 connections < 25 ms", p99.map(|v| format!("{v:.1} ms")), p99.map(|v| v < 25.0));
-    let preload = f.get("intake.preloaded.preload").unwrap_or(0.0);
-    ratio_row("preloaded", &format!("1. intake, {preload:.0} stored: >= 1.5× PostgreSQL"), 1.5);
+    ratio_row("preloaded", &format!("{preload} stored"));
     for store in ["empty", "preloaded"] {
         let ours = f.get(&format!("intake.{store}.cp.wchar_kib_per_ack.c128"));
         let pg = f.get(&format!("intake.{store}.pg.kib_per_txn"));
@@ -198,7 +204,8 @@ fn print_targets(f: &Figures, quick: bool, load: &str, secs: f64) {
                 pg_ckpt.unwrap_or(f64::NAN)
             )
         });
-        row(&format!("   bytes written per acknowledged intake ({store})"), measured, None);
+        // commitpoint's wchar also counts its HTTP responses; pgbench's server answers by send.
+        row(&format!("   bytes to write/pwrite per intake ({store}; ours with HTTP)"), measured, None);
     }
     // The largest file measured: 50,000 lines unless the run was quick or sized otherwise.
     let largest =

@@ -347,6 +347,8 @@ fn drain(rt: &Runtime, world: &World, fleet: &mut Fleet, timeline: &mut Timeline
             }
             assert!(started.elapsed() < DRAIN_TIMEOUT, "not drained within {DRAIN_TIMEOUT:?}: {stats:#}");
         }
+        // Also when /v1/stats keeps failing: the test fails instead of hanging.
+        assert!(started.elapsed() < DRAIN_TIMEOUT, "not drained within {DRAIN_TIMEOUT:?}: /v1/stats does not answer");
         std::thread::sleep(Duration::from_millis(200));
     }
 }

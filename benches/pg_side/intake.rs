@@ -155,10 +155,11 @@ pub(super) fn print(config: &Config, outcome: &Outcome, levels: &[LevelResult]) 
         &format!("intake.{store}.pg.kib_per_txn_with_checkpoint"),
         per_ack(figures.write_bytes + figures.checkpoint_bytes),
     );
-    record(&format!("intake.{store}.preload"), config.preload as f64);
+    record(&format!("intake.{store}.pg.clients"), figures.clients as f64);
+    let target = if config.preload >= 1_000_000 { 1.5 } else { 2.0 };
+    record(&format!("intake.{store}.target"), target);
     for level in levels.iter().filter(|l| l.failure.is_none() && l.clients >= figures.clients) {
         let ratio = level.rate() / figures.tps.max(1e-9);
-        let target = if config.preload >= 1_000_000 { 1.5 } else { 2.0 };
         record(&format!("intake.{store}.ratio.c{}", level.clients), ratio);
         println!(
             "  commitpoint {} clients {:.0} acks/s (p99 {}) / PostgreSQL {} clients {:.0} tps = {:.2}× \

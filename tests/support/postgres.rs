@@ -247,11 +247,6 @@ impl Cluster {
     }
 }
 
-/// [`Cluster::assert_counts_match`] for the database of `data_dir`.
-pub fn assert_counts_match(data_dir: &Path, report: &str) {
-    cluster().assert_counts_match(&database_for(data_dir), report);
-}
-
 /// Every row of the store of `data_dir`, decoded, one line per row (`table`, TAB, …): the
 /// PostgreSQL counterpart of `commitpoint debug-dump` on a redb file.
 pub fn dump(data_dir: &Path) -> String {
