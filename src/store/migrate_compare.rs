@@ -9,9 +9,9 @@ use std::collections::BTreeSet;
 
 use futures_util::{StreamExt, TryStreamExt};
 
-use super::seam::Backend;
-use super::{Error, ListFilter, OutboxFilter};
 use crate::domain::identity::ExtractionId;
+use crate::store::seam::Backend;
+use crate::store::{Error, ListFilter, OutboxFilter};
 
 /// Reads the comparison runs at once on each side.
 const IN_FLIGHT: usize = 16;
@@ -43,9 +43,9 @@ impl Comparison {
 /// What one extraction's reads found on one side, and how much of it.
 #[derive(PartialEq)]
 struct Detail {
-    findings: Option<Vec<super::FindingRecord>>,
-    result: Option<super::ResultRecord>,
-    ledger: Option<Vec<super::LedgerRecord>>,
+    findings: Option<Vec<crate::store::FindingRecord>>,
+    result: Option<crate::store::ResultRecord>,
+    ledger: Option<Vec<crate::store::LedgerRecord>>,
 }
 
 async fn detail(store: &dyn Backend, id: ExtractionId) -> Result<Detail, Error> {

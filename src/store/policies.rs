@@ -4,8 +4,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::records::CostSource;
 use crate::domain::batch::Usage;
+use crate::store::records::CostSource;
 
 /// Turns one call's usage into micro-dollars.
 pub trait Pricing: Send + Sync + fmt::Debug {

@@ -3,11 +3,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::codec::{Versioned, decode_body};
 use crate::domain::batch::Usage;
 use crate::domain::identity::{ExtractionId, FindingKey, SourceHash};
 use crate::domain::lifecycle::State;
 use crate::domain::names::{BatchKey, LeaseToken, ProviderName};
+use crate::store::codec::{Versioned, decode_body};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExtractionRecord {
@@ -142,7 +142,7 @@ mod legacy {
         updated_at_ms: u64,
     }
 
-    impl From<ExtractionRecordV1> for super::ExtractionRecord {
+    impl From<ExtractionRecordV1> for crate::store::ExtractionRecord {
         /// An old record has used none of its requeues and asks for the default budget.
         fn from(v1: ExtractionRecordV1) -> Self {
             Self {
@@ -190,7 +190,7 @@ mod legacy {
         pub provider: String,
         pub schema: String,
         pub members: Vec<u64>,
-        pub state: super::BatchState,
+        pub state: crate::store::BatchState,
         pub next_action_at_ms: u64,
         pub failures: u32,
         pub last_error: Option<String>,
@@ -198,7 +198,7 @@ mod legacy {
         pub updated_at_ms: u64,
     }
 
-    impl From<BatchRecordV1> for super::BatchRecord {
+    impl From<BatchRecordV1> for crate::store::BatchRecord {
         fn from(v1: BatchRecordV1) -> Self {
             Self {
                 seq: v1.seq,
@@ -225,19 +225,19 @@ mod legacy {
         pub output_json: String,
         pub worker: String,
         pub lease_token: String,
-        pub usage: Option<super::Usage>,
+        pub usage: Option<crate::domain::batch::Usage>,
         pub latency_ms: Option<u64>,
         pub received_at_ms: u64,
     }
 
-    impl From<ResultRecordV2> for super::ResultRecord {
+    impl From<ResultRecordV2> for crate::store::ResultRecord {
         /// Batch keys are the only fences made by `identity::batch_key` (`cpb-…`); lease
         /// tokens start `lt-`.
         fn from(v2: ResultRecordV2) -> Self {
             let fence = if v2.lease_token.starts_with("cpb-") {
-                super::Fence::Batch(v2.lease_token.into())
+                crate::store::Fence::Batch(v2.lease_token.into())
             } else {
-                super::Fence::Lease(v2.lease_token.into())
+                crate::store::Fence::Lease(v2.lease_token.into())
             };
             Self {
                 output_json: v2.output_json,
@@ -256,7 +256,7 @@ mod legacy {
                 output_json: v1.output_json,
                 worker: v1.worker,
                 lease_token: v1.lease_token,
-                usage: v1.usage.map(|u| super::Usage {
+                usage: v1.usage.map(|u| crate::domain::batch::Usage {
                     model: u.model,
                     input_tokens: u.input_tokens,
                     output_tokens: u.output_tokens,

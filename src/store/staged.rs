@@ -5,9 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::codec::Versioned;
-use super::records::ResultRecord;
 use crate::domain::batch::Usage;
+use crate::store::codec::Versioned;
+use crate::store::records::ResultRecord;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StagedAnswer {
@@ -33,7 +33,7 @@ impl Versioned for StagedAnswer {
         bytes.push(version);
         bytes.extend_from_slice(body);
         (version == 1 || version == 2).then(|| {
-            super::codec::decode::<ResultRecord>(&bytes).map(Self::from_result_shape).map_err(|e| e.to_string())
+            crate::store::codec::decode::<ResultRecord>(&bytes).map(Self::from_result_shape).map_err(|e| e.to_string())
         })
     }
 }

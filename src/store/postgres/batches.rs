@@ -15,8 +15,8 @@ use super::{Error, PgStore, pg};
 use crate::domain::clock;
 use crate::domain::lifecycle::{self, Event, Outcome, State, StateName};
 use crate::store::codec::{decode, encode};
-use crate::store::intent_rules::{self, Filling};
 use crate::store::records::{BatchRecord, BatchState};
+use crate::store::rules::intent::{self, Filling};
 use crate::store::{ExtractionRecord, IntentOutcome, IntentRequest};
 
 const INTENT: i16 = 0;
@@ -128,7 +128,7 @@ impl PgStore {
             .await
             .map_err(pg("cannot select pending work"))?;
         let candidates = rows.iter().map(|row| decode_record(row.get(0)));
-        let members = match intent_rules::fill(candidates, &request, now_ms)? {
+        let members = match intent::fill(candidates, &request, now_ms)? {
             Filling::NotYet(outcome) => return Ok(outcome),
             Filling::Due(members) => members,
         };
@@ -138,7 +138,7 @@ impl PgStore {
             .map_err(pg("cannot allocate a batch number"))?
             .get(0);
         let seq = unbig(seq);
-        let (batch, enqueue) = intent_rules::intent(&request, seq, &members, now_ms);
+        let (batch, enqueue) = intent::intent(&request, seq, &members, now_ms);
         save_batch(&tx, &batch).await?;
         let member_seqs: Vec<i64> = batch.members.iter().map(|&s| big(s)).collect();
         tx.execute(

@@ -27,8 +27,8 @@ use super::{Error, PgStore, pg};
 use crate::domain::clock;
 use crate::store::ErasureReport;
 use crate::store::codec::decode;
-use crate::store::erase_rules::{BatchAfterErasure, erased_charge, erased_days, release_intent};
 use crate::store::records::{BatchRecord, LedgerRecord, OutboxRecord};
+use crate::store::rules::erase::{BatchAfterErasure, erased_charge, erased_days, release_intent};
 
 /// Rows read or removed per statement where a tenant can have very many.
 const CHUNK: usize = 1000;

@@ -11,8 +11,8 @@ use crate::domain::lifecycle::{self, Event, Outcome, State, StateName};
 use crate::domain::names::LeaseToken;
 use crate::domain::schema::ValidatedFinding;
 use crate::store::codec::{decode, encode};
-use crate::store::ops::producer_of;
 use crate::store::records::{ChargeKind, FindingRecord, ResultRecord, StoredContent};
+use crate::store::seam::producer_of;
 use crate::store::{
     CancelOutcome, ClaimRequest, DeliveryOutcome, ExtractionRecord, Grant, IntakeOutcome, NewExtraction, PostOutcome,
     PostResult, RETRY_CHUNK, RetryFilter, RetryOutcome, Submission,
@@ -132,7 +132,7 @@ impl PgStore {
             let tx = &tx;
             async move {
                 match &charge {
-                    Some(c) => super::money::record_charge(tx, policies, now_ms, &record, c, kind).await,
+                    Some(c) => super::ledger::record_charge(tx, policies, now_ms, &record, c, kind).await,
                     None => Ok(()),
                 }
             }

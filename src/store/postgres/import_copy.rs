@@ -9,7 +9,7 @@ use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::batches::{job_of, state_code};
-use super::money::delivery_code;
+use super::outbox::delivery_code;
 use super::rows::{big, committed_at, fence_of, lease_expiry};
 use super::{Error, pg};
 use crate::store::records::{BatchRecord, ChargeKind, ExtractionRecord, LedgerRecord, OutboxRecord};

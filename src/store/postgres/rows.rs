@@ -106,7 +106,7 @@ pub(super) async fn transition(
     next: State,
 ) -> Result<(), Error> {
     let expected_fence = fence_of(&record.state);
-    super::money::enqueue_events(tx, policies, now_ms, record, &next).await?;
+    super::outbox::enqueue_events(tx, policies, now_ms, record, &next).await?;
     record.state = next;
     record.updated_at_ms = now_ms;
     let bytes = encode(&*record)?;

@@ -8,7 +8,7 @@
 use tokio_postgres::Transaction;
 
 use super::batches::{lock_batch, lock_member, save_batch};
-use super::money::record_charge;
+use super::ledger::record_charge;
 use super::rows::{big, lock_by_id, transition};
 use super::{Error, PgStore, pg};
 use crate::domain::batch::{LineResult, Usage};
@@ -16,9 +16,9 @@ use crate::domain::clock;
 use crate::domain::identity::ExtractionId;
 use crate::domain::lifecycle::{self, Event, FailureClass, Outcome, State};
 use crate::store::codec::encode;
-use crate::store::ledger::Charge;
-use crate::store::member_rules::{Effect, plan_line, release, requeue};
 use crate::store::records::{BatchState, ChargeKind};
+use crate::store::rules::member::{Effect, plan_line, release, requeue};
+use crate::store::seam::Charge;
 use crate::store::{CloseReport, Flush, IngestLine, Leftover, MemberRules, Policies, StageReport, StagedAnswer};
 
 impl PgStore {

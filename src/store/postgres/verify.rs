@@ -21,7 +21,7 @@ use crate::domain::lifecycle::State;
 use crate::store::Report;
 use crate::store::codec::{Versioned, decode};
 use crate::store::records::{ExtractionRecord, StoredContent};
-use crate::store::verify::check_attempts;
+use crate::store::rules::verify::check_attempts;
 
 /// Connects, refuses a schema this build does not know, and checks the database in one
 /// read-only snapshot. Nothing is written, so it is safe beside running servers.

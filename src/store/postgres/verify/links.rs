@@ -8,9 +8,9 @@ use super::each_row;
 use crate::domain::lifecycle::StateName;
 use crate::store::Error;
 use crate::store::Report;
-use crate::store::ledger::DAY_MS;
 use crate::store::postgres::pg;
 use crate::store::postgres::rows::{big, unbig};
+use crate::store::seam::DAY_MS;
 
 /// One question: each row the query returns is one violation, worded by `says`.
 struct Rule {

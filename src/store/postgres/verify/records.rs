@@ -10,13 +10,13 @@ use crate::store::Report;
 use crate::store::StagedAnswer;
 use crate::store::codec::decode;
 use crate::store::postgres::batches::{job_of, state_code};
-use crate::store::postgres::money::{DEAD, DELIVERED, DUE};
+use crate::store::postgres::outbox::{DEAD, DELIVERED, DUE};
 use crate::store::postgres::pg;
 use crate::store::postgres::rows::{big, unbig};
 use crate::store::records::{
     BatchRecord, ChargeKind, DeliveryState, ExtractionRecord, FindingRecord, LedgerRecord, OutboxRecord, ResultRecord,
 };
-use crate::store::verify::left_behind;
+use crate::store::rules::verify::left_behind;
 
 fn column_problem(report: &mut Report, what: &str, columns: &[(&'static str, bool)]) {
     for (column, _) in columns.iter().filter(|(_, agrees)| !agrees) {

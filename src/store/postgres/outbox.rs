@@ -1,0 +1,233 @@
+//! Outbox events on PostgreSQL, written inside the transaction of the state change they
+//! belong to, as on redb; and their delivery.
+
+use tokio_postgres::Transaction;
+use tokio_postgres::types::ToSql;
+
+use super::ledger::next_seq;
+use super::rows::{big, unbig};
+use super::{Error, PgStore, pg};
+use crate::domain::clock;
+use crate::domain::lifecycle::State;
+use crate::store::codec::{decode, encode};
+use crate::store::records::{DeliveryState, ExtractionRecord, OutboxKind, OutboxRecord};
+use crate::store::rules::outbox::event_id;
+use crate::store::{DeliveryReport, OutboxFilter, Policies};
+
+/// How long a claimed event stays invisible to other instances, and so the most a
+/// crashed instance's events wait before they are sent again. An attempt that outlasts it
+/// may be sent by a second instance too; receivers deduplicate on the event id.
+const CLAIM_MS: u64 = 10_000;
+
+pub(super) const DUE: i16 = 1;
+pub(super) const DELIVERED: i16 = 2;
+pub(super) const DEAD: i16 = 3;
+
+/// Called by `transition` for every state change: terminal states get their events.
+pub(super) async fn enqueue_events(
+    tx: &Transaction<'_>,
+    policies: &Policies,
+    now_ms: u64,
+    record: &ExtractionRecord,
+    next: &State,
+) -> Result<(), Error> {
+    let kind = match next {
+        State::Committed { .. } => OutboxKind::Committed,
+        State::Failed { class, reason } => OutboxKind::Failed { class: *class, reason: reason.clone() },
+        State::Cancelled { .. } => OutboxKind::Cancelled,
+        _ => return Ok(()),
+    };
+    let id = event_id(record, &kind);
+    for sink in &policies.sinks {
+        let seq = next_seq(tx, "outbox_seq").await?;
+        let event = OutboxRecord::due_now(seq, id.clone(), sink.clone(), kind.clone(), record, now_ms);
+        write_event(tx, &event, true).await?;
+    }
+    Ok(())
+}
+
+/// The `state_code` column of an outbox row.
+pub(super) fn delivery_code(state: &DeliveryState) -> i16 {
+    match state {
+        DeliveryState::Pending => DUE,
+        DeliveryState::Delivered { .. } => DELIVERED,
+        DeliveryState::Dead { .. } => DEAD,
+    }
+}
+
+async fn write_event(tx: &Transaction<'_>, event: &OutboxRecord, insert: bool) -> Result<(), Error> {
+    let bytes = encode(event)?;
+    let state = delivery_code(&event.state);
+    let params: [&(dyn ToSql + Sync); 7] = [
+        &big(event.seq),
+        &event.event_id,
+        &event.sink,
+        &state,
+        &big(event.next_attempt_at_ms),
+        &i16::from(bytes[0]),
+        &bytes,
+    ];
+    let sql = if insert {
+        "INSERT INTO outbox (seq, event_id, sink, state_code, next_attempt_at_ms, format, record) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)"
+    } else {
+        "UPDATE outbox SET state_code = $4, next_attempt_at_ms = $5, format = $6, record = $7 \
+         WHERE seq = $1 AND event_id = $2 AND sink = $3"
+    };
+    tx.execute(sql, &params).await.map_err(pg("cannot write an outbox event"))?;
+    Ok(())
+}
+
+fn events(rows: &[tokio_postgres::Row]) -> Result<Vec<OutboxRecord>, Error> {
+    rows.iter().map(|r| decode(r.get(0))).collect()
+}
+
+impl PgStore {
+    /// Claims up to `limit` due events for this instance: each is pushed `CLAIM_MS` into
+    /// the future (its record keeps the real due time), so other instances skip it while
+    /// it is being delivered, and it is due again if this one dies before recording the
+    /// outcome. Rows another instance is claiming are skipped, not waited for.
+    pub(super) async fn due_events(&self, now_ms: u64, limit: usize) -> Result<Vec<OutboxRecord>, Error> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "UPDATE outbox SET next_attempt_at_ms = $3 WHERE seq IN (SELECT seq FROM outbox \
+                 WHERE state_code = 1 AND next_attempt_at_ms <= $1 ORDER BY next_attempt_at_ms, seq LIMIT $2 \
+                 FOR UPDATE SKIP LOCKED) RETURNING record",
+                &[&big(now_ms), &big(limit as u64), &big(now_ms.saturating_add(CLAIM_MS))],
+            )
+            .await
+            .map_err(pg("cannot claim due outbox events"))?;
+        let mut due = events(&rows)?;
+        // Most overdue first, as on redb (RETURNING keeps no order).
+        due.sort_by_key(|e| (e.next_attempt_at_ms, e.seq));
+        Ok(due)
+    }
+
+    pub(super) async fn record_delivery(
+        &self,
+        seq: u64,
+        report: DeliveryReport,
+    ) -> Result<Option<OutboxRecord>, Error> {
+        let now_ms = clock::now_ms();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
+        let Some(mut event) = lock_event(&tx, seq).await? else {
+            return Ok(None);
+        };
+        if event.state != DeliveryState::Pending {
+            return Ok(Some(event));
+        }
+        event.deliveries += 1;
+        match report {
+            DeliveryReport::Delivered { status } => event.state = DeliveryState::Delivered { at_ms: now_ms, status },
+            DeliveryReport::Retry { at_ms, error } => {
+                event.next_attempt_at_ms = at_ms;
+                event.last_error = Some(error);
+            }
+            DeliveryReport::Dead { reason } => {
+                event.last_error = Some(reason.clone());
+                event.state = DeliveryState::Dead { reason };
+            }
+        }
+        write_event(&tx, &event, false).await?;
+        tx.commit().await.map_err(pg("delivery commit failed"))?;
+        Ok(Some(event))
+    }
+
+    pub(super) async fn next_event_due(&self) -> Result<Option<u64>, Error> {
+        let client = self.client().await?;
+        let due: Option<i64> = client
+            .query_one("SELECT min(next_attempt_at_ms) FROM outbox WHERE state_code = 1", &[])
+            .await
+            .map_err(pg("cannot read the outbox"))?
+            .get(0);
+        Ok(due.map(unbig))
+    }
+
+    pub(super) async fn list_outbox(
+        &self,
+        filter: OutboxFilter,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<OutboxRecord>, Error> {
+        let state = match filter {
+            OutboxFilter::Pending => DUE,
+            OutboxFilter::Dead => DEAD,
+        };
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT record FROM outbox WHERE state_code = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                &[&state, &big(after), &big(limit as u64)],
+            )
+            .await
+            .map_err(pg("cannot read the outbox"))?;
+        events(&rows)
+    }
+
+    pub(super) async fn outbox_counts(&self) -> Result<(u64, u64, Option<u64>), Error> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT count(*) FILTER (WHERE state_code = 1), count(*) FILTER (WHERE state_code = 3) FROM outbox",
+                &[],
+            )
+            .await
+            .map_err(pg("cannot count the outbox"))?;
+        let (pending, dead): (i64, i64) = (row.get(0), row.get(1));
+        // Bounded, as on redb: a huge backlog's oldest is among its most overdue entries.
+        let oldest = client
+            .query("SELECT record FROM outbox WHERE state_code = 1 ORDER BY next_attempt_at_ms, seq LIMIT 1000", &[])
+            .await
+            .map_err(pg("cannot read the outbox"))?;
+        let oldest = events(&oldest)?.iter().map(|e| e.created_at_ms).min();
+        Ok((unbig(pending), unbig(dead), oldest))
+    }
+
+    pub(super) async fn redeliver(&self, seq: u64) -> Result<Option<OutboxRecord>, Error> {
+        let now_ms = clock::now_ms();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
+        let Some(mut event) = lock_event(&tx, seq).await? else {
+            return Ok(None);
+        };
+        if !matches!(event.state, DeliveryState::Dead { .. }) {
+            return Ok(Some(event));
+        }
+        event.state = DeliveryState::Pending;
+        event.next_attempt_at_ms = now_ms;
+        write_event(&tx, &event, false).await?;
+        tx.commit().await.map_err(pg("redeliver commit failed"))?;
+        Ok(Some(event))
+    }
+
+    pub(super) async fn set_sink_disabled(&self, sink: String, disabled: bool) -> Result<(), Error> {
+        let client = self.client().await?;
+        let sql = if disabled {
+            "INSERT INTO sink_disabled (sink) VALUES ($1) ON CONFLICT DO NOTHING"
+        } else {
+            "DELETE FROM sink_disabled WHERE sink = $1"
+        };
+        client.execute(sql, &[&sink]).await.map_err(pg("cannot record a sink's state"))?;
+        Ok(())
+    }
+
+    pub(super) async fn sink_disabled(&self, sink: String) -> Result<bool, Error> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt("SELECT 1 FROM sink_disabled WHERE sink = $1", &[&sink])
+            .await
+            .map_err(pg("cannot read a sink's state"))?;
+        Ok(row.is_some())
+    }
+}
+
+/// An outbox event, locked until the transaction ends.
+async fn lock_event(tx: &Transaction<'_>, seq: u64) -> Result<Option<OutboxRecord>, Error> {
+    let row = tx
+        .query_opt("SELECT record FROM outbox WHERE seq = $1 FOR UPDATE", &[&big(seq)])
+        .await
+        .map_err(pg("cannot read an outbox event"))?;
+    row.map(|row| decode(row.get(0))).transpose()
+}

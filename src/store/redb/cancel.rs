@@ -1,0 +1,99 @@
+//! Operator and tenant actions on many or one extraction: cancelling one, and retrying
+//! every failed extraction that matches a filter. A bulk retry is cut into write jobs of
+//! bounded size, so it never holds the writer (and everyone's intake) for long, and each
+//! job leaves every invariant in place on its own.
+
+use redb::ReadableTable;
+
+use super::extractions::{load, transition};
+use super::write_tables::WriteTables;
+use super::{Error, Store};
+use crate::domain::identity::ExtractionId;
+use crate::domain::lifecycle::{self, Event, Outcome, StateName};
+use crate::store::seam::{CancelOutcome, RETRY_CHUNK, RetryFilter};
+
+/// Most failed entries one job looks at, so a filter that matches little still commits
+/// (and yields the writer) often.
+const SCAN_CHUNK: usize = 4 * RETRY_CHUNK;
+
+impl Store {
+    pub async fn cancel(&self, id: ExtractionId) -> Result<CancelOutcome, Error> {
+        self.writer.write(move |t| cancel(t, &id)).await
+    }
+
+    /// Moves up to `limit` failed extractions matching `filter` back to pending, in intake
+    /// order, `RETRY_CHUNK` per transaction. Returns how many moved. Extractions that fail
+    /// while it runs may or may not be taken, as with any retry issued a moment later.
+    pub async fn retry_failed(&self, filter: RetryFilter, limit: u64) -> Result<u64, Error> {
+        let mut retried = 0u64;
+        let mut after = 0u64;
+        while retried < limit {
+            let want = usize::try_from(limit - retried).unwrap_or(usize::MAX).min(RETRY_CHUNK);
+            let f = filter.clone();
+            let (moved, next) = self.writer.write(move |t| retry_chunk(t, &f, after, want)).await?;
+            retried += moved;
+            match next {
+                Some(seq) => after = seq,
+                None => break,
+            }
+        }
+        Ok(retried)
+    }
+}
+
+fn cancel(t: &mut WriteTables<'_>, id: &ExtractionId) -> Result<(CancelOutcome, bool), Error> {
+    let Some(seq) = t.identity.get(id.as_bytes())?.map(|v| v.value()) else {
+        return Ok((CancelOutcome::NotFound, false));
+    };
+    let mut record = load(t, seq)?;
+    match lifecycle::apply(&record.state, Event::Cancel, t.now_ms) {
+        Ok(Outcome::Changed(next)) => {
+            transition(t, &mut record, next)?;
+            Ok((CancelOutcome::Cancelled(Box::new(record)), true))
+        }
+        Ok(Outcome::Replay) => Ok((CancelOutcome::Cancelled(Box::new(record)), false)),
+        Err(e) => Ok((CancelOutcome::Rejected(e), false)),
+    }
+}
+
+/// One bounded job: returns how many moved, and where the next job starts (`None`: the
+/// failed queue is exhausted).
+pub(super) fn retry_chunk(
+    t: &mut WriteTables<'_>,
+    filter: &RetryFilter,
+    after: u64,
+    want: usize,
+) -> Result<((u64, Option<u64>), bool), Error> {
+    let code = StateName::Failed.code();
+    // Collected first: each retry removes its entry from the range being walked.
+    let mut seqs = Vec::with_capacity(SCAN_CHUNK);
+    for entry in t.state_index.range((code, after.saturating_add(1))..=(code, u64::MAX))? {
+        seqs.push(entry?.0.value().1);
+        if seqs.len() == SCAN_CHUNK {
+            break;
+        }
+    }
+    let exhausted = seqs.len() < SCAN_CHUNK;
+    let mut moved = 0u64;
+    let mut last = after;
+    for seq in seqs {
+        last = seq;
+        let mut record = load(t, seq)?;
+        if !filter.matches(&record) {
+            continue;
+        }
+        if let Ok(Outcome::Changed(next)) = lifecycle::apply(&record.state, Event::Retry, t.now_ms) {
+            // The same fresh start as a single retry (see `ops::retry`).
+            record.attempt += 1;
+            record.requeues = 0;
+            record.truncation_retried = false;
+            transition(t, &mut record, next)?;
+            moved += 1;
+            if moved as usize == want {
+                return Ok(((moved, Some(last)), true));
+            }
+        }
+    }
+    let next = if exhausted { None } else { Some(last) };
+    Ok(((moved, next), moved > 0))
+}

@@ -1,0 +1,116 @@
+//! How a provider's intent is formed from the oldest pending work, and the record it
+//! starts as. Both backends fill intents by these rules, so a batch takes the same members
+//! at the same moment on redb and on PostgreSQL.
+
+use crate::store::records::{BatchRecord, BatchState};
+use std::sync::Arc;
+
+use crate::domain::identity::{ExtractionId, batch_key};
+use crate::domain::lifecycle::Event;
+use crate::store::{Error, ExtractionRecord};
+
+/// Decides, by (tenant, schema), whether pending work may join a batch for this provider:
+/// routing and budget holds, decided outside the store.
+#[derive(Clone)]
+pub struct WorkFilter(pub Arc<AcceptFn>);
+
+/// `(tenant, schema) -> may this provider take it`.
+pub(in crate::store) type AcceptFn = dyn Fn(&str, &str) -> bool + Send + Sync;
+
+impl std::fmt::Debug for WorkFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WorkFilter")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct IntentRequest {
+    pub provider: String,
+    pub schema: String,
+    pub accept: WorkFilter,
+    pub max_size: usize,
+    /// Most content bytes in one batch (providers cap the input file's size).
+    pub max_content_bytes: u64,
+    /// Form a batch smaller than `max_size` only once its oldest member waited this long.
+    pub max_wait_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+pub enum IntentOutcome {
+    Created(Box<BatchRecord>),
+    /// Some work is waiting; a batch is due at this time unless it fills up first.
+    Waiting {
+        due_at_ms: u64,
+        /// How many extractions of this schema are waiting now.
+        members: usize,
+    },
+    Nothing,
+}
+
+/// What the oldest pending work amounts to for one intent.
+pub(crate) enum Filling {
+    /// No batch now: nothing is pending, or too little has waited too briefly.
+    NotYet(IntentOutcome),
+    /// These members form a batch now.
+    Due(Vec<ExtractionRecord>),
+}
+
+/// Takes `candidates` (oldest first) until the batch is full by count or by content bytes.
+/// One oversized source still goes alone, so a batch always makes progress. A batch that
+/// is not full is due once its oldest member has waited `max_wait_ms`.
+pub(crate) fn fill(
+    candidates: impl IntoIterator<Item = Result<ExtractionRecord, Error>>,
+    request: &IntentRequest,
+    now_ms: u64,
+) -> Result<Filling, Error> {
+    let mut members: Vec<ExtractionRecord> = Vec::new();
+    let (mut bytes, mut full) = (0u64, false);
+    for record in candidates {
+        let record = record?;
+        if !members.is_empty() && bytes + record.content_bytes > request.max_content_bytes {
+            full = true;
+            break;
+        }
+        bytes += record.content_bytes;
+        members.push(record);
+        if members.len() >= request.max_size {
+            full = true;
+            break;
+        }
+    }
+    let Some(oldest) = members.iter().map(|m| m.updated_at_ms).min() else {
+        return Ok(Filling::NotYet(IntentOutcome::Nothing));
+    };
+    if !full && now_ms.saturating_sub(oldest) < request.max_wait_ms {
+        let due_at_ms = oldest.saturating_add(request.max_wait_ms);
+        return Ok(Filling::NotYet(IntentOutcome::Waiting { due_at_ms, members: members.len() }));
+    }
+    Ok(Filling::Due(members))
+}
+
+/// The new intent numbered `seq` over `members`, and the event that enqueues each of them.
+pub(crate) fn intent(
+    request: &IntentRequest,
+    seq: u64,
+    members: &[ExtractionRecord],
+    now_ms: u64,
+) -> (BatchRecord, Event) {
+    let identities: Vec<(ExtractionId, u32)> = members.iter().map(|m| (m.id, m.attempt)).collect();
+    let key = batch_key(&request.provider, &request.schema, seq, &identities);
+    let enqueue = Event::Enqueue { provider: request.provider.clone().into(), batch_key: key.clone() };
+    let batch = BatchRecord {
+        seq,
+        batch_key: key,
+        provider: request.provider.clone().into(),
+        schema: request.schema.clone(),
+        members: members.iter().map(|m| m.seq).collect(),
+        state: BatchState::Intent,
+        next_action_at_ms: now_ms,
+        failures: 0,
+        last_error: None,
+        created_at_ms: now_ms,
+        updated_at_ms: now_ms,
+        not_found_since_ms: None,
+    };
+    (batch, enqueue)
+}

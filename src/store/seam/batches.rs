@@ -1,0 +1,132 @@
+//! Provider batches through the seam: intents, job ids, staged and judged result lines,
+//! closing, and what each reports.
+
+use super::*;
+
+seam! {
+    /// Provider batches: intents, job ids, polling schedule, staged answers (the scheduler).
+    pub trait Batches {
+        /// Commits a submit intent (members → `Submitted`, a batch key) before any call.
+        fn create_intent(&self, request: IntentRequest) -> IntentOutcome;
+        /// Releases members past `keep` from an intent the provider found too large.
+        fn shrink_intent(&self, batch: u64, keep: usize) -> u64;
+        /// Persists the provider's job id before anything else is done with it.
+        fn record_job(&self, batch: u64, job_id: String, next_poll_at_ms: u64) -> BatchRecord;
+        fn open_batches(&self) -> Vec<BatchRecord>;
+        fn batch_members(&self, batch: u64) -> Vec<BatchMember>;
+        fn stage_results(&self, batch: u64, lines: Vec<(ExtractionId, LineResult)>, rules: MemberRules)
+            -> StageReport;
+        /// Result lines with the engine's verdicts: judged answers commit in the same
+        /// transaction, flushed to disk now or with a later commit as `flush` says.
+        fn ingest_results(&self, batch: u64, lines: Vec<IngestLine>, rules: MemberRules, flush: Flush) -> StageReport;
+        /// Returns once every write committed so far, flushed or not, is on disk.
+        fn flush(&self) -> ();
+        fn ready_items(&self, provider: String, limit: usize) -> Vec<ReadyItem>;
+        fn close_batch(&self, batch: u64, outcome: String, leftover: Leftover, rules: MemberRules) -> CloseReport;
+        fn reschedule_batch(&self, batch: u64, next_action_at_ms: u64, note: Option<String>, count_failure: bool)
+            -> ();
+        fn note_not_found(&self, batch: u64, since_ms: u64, next_action_at_ms: u64, note: String) -> ();
+        /// Job ids recorded for `provider` since a time: what an orphan lookup may skip.
+        fn recorded_jobs_since(&self, provider: String, since_ms: u64) -> Vec<String>;
+        fn provider_paused(&self, provider: String) -> bool;
+        fn set_provider_paused(&self, provider: String, paused: bool) -> ();
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StageReport {
+    pub staged: u64,
+    pub refused: u64,
+    pub requeued: u64,
+    /// Answers cut off at their output budget: retried with a larger budget, failed
+    /// `truncated`, or failed `attempts_exhausted`.
+    pub truncated: u64,
+    /// Of those, the ones sent back with a larger budget.
+    pub budget_retries: u64,
+    /// Members failed `truncated`.
+    pub failed_truncated: u64,
+    /// Answers the model declined (failed `refused`).
+    pub model_refusals: u64,
+    /// Members that would have been requeued past their attempt cap (failed `attempts_exhausted`).
+    pub exhausted: u64,
+    /// Lines for members that already had an answer (duplicate lines, re-fetched files).
+    pub replays: u64,
+    /// Lines that name no member of this batch.
+    pub strangers: u64,
+    /// Answers judged before staging and committed in the staging transaction.
+    pub committed: u64,
+    /// Of the judged answers, those that failed validation.
+    pub failed_validation: u64,
+}
+
+impl StageReport {
+    /// Adds one chunk's report, with `unnamed` lines that never reached the store.
+    pub fn add(&mut self, part: &StageReport, unnamed: u64) {
+        self.staged += part.staged;
+        self.refused += part.refused;
+        self.requeued += part.requeued;
+        self.truncated += part.truncated;
+        self.budget_retries += part.budget_retries;
+        self.failed_truncated += part.failed_truncated;
+        self.model_refusals += part.model_refusals;
+        self.exhausted += part.exhausted;
+        self.replays += part.replays;
+        self.strangers += part.strangers + unnamed;
+        self.committed += part.committed;
+        self.failed_validation += part.failed_validation;
+    }
+}
+
+/// One result line, with the engine's verdict on its answer when it could give one.
+#[derive(Debug, Clone)]
+pub struct IngestLine {
+    pub id: ExtractionId,
+    pub result: LineResult,
+    /// An answer validated outside the writer against the batch's schema: it is committed
+    /// (or failed) in the same transaction that takes it, instead of being staged as
+    /// `Ready` and written a second time by a later commit.
+    pub judged: Option<Judged>,
+}
+
+/// A `Ready` extraction with its staged raw answer.
+#[derive(Debug, Clone)]
+pub struct ReadyItem {
+    pub record: ExtractionRecord,
+    pub staged: StagedAnswer,
+}
+
+#[derive(Debug, Clone)]
+pub enum Leftover {
+    /// Another attempt in a new batch, unless the member has used its attempt cap: the
+    /// provider tried and did not answer.
+    Requeue,
+    /// Back to the queue as the same attempt, outside the attempt cap: the provider never
+    /// ran them (it had no room, or failed the batch without blaming a member), so nothing
+    /// was spent on them.
+    Return,
+    Fail {
+        class: FailureClass,
+        reason: String,
+    },
+}
+
+/// What closing a batch did to the members it had not answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CloseReport {
+    pub requeued: u64,
+    /// Failed as the leftover said.
+    pub failed: u64,
+    /// Failed `attempts_exhausted` instead of a requeue.
+    pub exhausted: u64,
+}
+
+/// When a write must reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flush {
+    /// Before the caller is answered: what every acknowledgement needs.
+    Now,
+    /// With the next flushed commit, whoever makes it. Until then the write is visible
+    /// but a crash takes it back, so only a caller that can redo it after a restart
+    /// (ingestion, whose result file is read again) may ask for this.
+    Later,
+}

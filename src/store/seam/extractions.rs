@@ -1,0 +1,248 @@
+//! Intake, reads of extractions, workers' claims and results, and what they answer.
+
+use super::*;
+use crate::domain::lifecycle::Event;
+use serde_json::Value;
+
+seam! {
+    /// Intake, reads of extractions, and workers' claims and results (the service).
+    pub trait Extractions {
+        /// Inserts unless the identity exists; a known identity is answered without a write.
+        fn intake(&self, new: NewExtraction) -> IntakeOutcome;
+        /// Intake keyed by a webhook delivery id too, in one transaction.
+        fn intake_delivery(&self, endpoint: String, delivery_id: String, new: NewExtraction) -> DeliveryOutcome;
+        /// The extraction a webhook delivery created, if it was seen.
+        fn delivered(&self, endpoint: String, delivery_id: String) -> Option<ExtractionRecord>;
+        fn get(&self, id: ExtractionId) -> Option<ExtractionRecord>;
+        fn get_by_seq(&self, seq: u64) -> Option<ExtractionRecord>;
+        fn list(&self, filter: ListFilter) -> ListPage;
+        fn findings(&self, id: ExtractionId) -> Option<Vec<FindingRecord>>;
+        fn findings_page(&self, id: ExtractionId, after: Option<[u8; 32]>, limit: usize)
+            -> Option<(Vec<FindingRecord>, bool)>;
+        /// The raw output a committed extraction was committed with.
+        fn result(&self, id: ExtractionId) -> Option<ResultRecord>;
+        /// How many extractions are in each state, and since when the oldest waits.
+        fn counts_by_state(&self) -> Vec<StateCount>;
+        /// Hands out leases with fencing tokens.
+        fn claim(&self, request: ClaimRequest) -> Vec<Grant>;
+        /// Commits (or fails) an output under a lease or a batch's authority, re-checked
+        /// in the same transaction as the findings, raw result, ledger and outbox writes.
+        fn post_result(&self, post: PostResult) -> PostOutcome;
+        fn retry(&self, id: ExtractionId) -> RetryOutcome;
+        /// Moves a pending, claimed, submitted or failed extraction to `Cancelled`.
+        fn cancel(&self, id: ExtractionId) -> CancelOutcome;
+        /// Moves up to `limit` matching failed extractions back to pending, in bounded
+        /// transactions; returns how many moved.
+        fn retry_failed(&self, filter: RetryFilter, limit: u64) -> u64;
+        /// A tenant's committed extractions in commit order, from one snapshot.
+        fn export_to(&self, filter: ExportFilter, sink: ExportSink) -> ();
+        /// What retention dropped of each of `seqs` (`RETIRED_*` bits; absent: nothing).
+        fn retired(&self, seqs: Vec<u64>) -> HashMap<u64, u8>;
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct IntakeOutcome {
+    pub created: bool,
+    pub record: ExtractionRecord,
+}
+
+#[derive(Debug, Clone)]
+pub enum DeliveryOutcome {
+    /// The first delivery of this id: an intake (which may itself be a duplicate identity).
+    First(IntakeOutcome),
+    /// This delivery id was seen before; here is what it created.
+    Redelivery(ExtractionRecord),
+}
+
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    pub worker: String,
+    pub limit: usize,
+    pub lease_ms: u64,
+    pub schema: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Grant {
+    pub record: ExtractionRecord,
+    pub content: String,
+    pub lease_token: LeaseToken,
+    pub lease_expires_at_ms: u64,
+}
+
+/// A worker's output, already checked against the extraction's schema.
+#[derive(Debug, Clone)]
+pub enum Submission {
+    Valid { findings: Vec<ValidatedFinding>, output: Value },
+    Invalid { reason: String },
+}
+
+/// An answer in the form it is stored: its output and findings already serialised, so
+/// that work (and the parsed trees, which take many times the text's memory) stays off the
+/// writer thread. Ingestion judges whole chunks of answers into this form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Judged {
+    Valid { output_json: String, findings: Vec<EncodedFinding> },
+    Invalid { reason: String },
+}
+
+/// A validated finding's identity and its body as JSON text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedFinding {
+    pub canonical_identity: String,
+    pub body_json: String,
+}
+
+impl From<&Submission> for Judged {
+    fn from(submission: &Submission) -> Self {
+        match submission {
+            Submission::Valid { findings, output } => Judged::Valid {
+                output_json: output.to_string(),
+                findings: findings
+                    .iter()
+                    .map(|f| EncodedFinding {
+                        canonical_identity: f.canonical_identity.clone(),
+                        body_json: f.body.to_string(),
+                    })
+                    .collect(),
+            },
+            Submission::Invalid { reason } => Judged::Invalid { reason: reason.clone() },
+        }
+    }
+}
+
+/// Who is entitled to commit: the worker holding the current lease, or the batch the
+/// extraction currently belongs to. Either one fences out late and stale reporters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Authority {
+    Lease(LeaseToken),
+    Batch(BatchKey),
+}
+
+#[derive(Debug, Clone)]
+pub struct PostResult {
+    pub id: ExtractionId,
+    pub authority: Authority,
+    pub submission: Submission,
+    /// The model call that produced the answer, when its usage is known: the ledger
+    /// entry is written in the same transaction as the outcome.
+    pub charge: Option<Charge>,
+}
+
+impl PostResult {
+    /// The lifecycle event this post asks for, and the fence its commit is recorded under;
+    /// the same for every backend, so both judge a late or stale reporter alike.
+    pub(crate) fn event_and_fence(&self) -> (Event, Fence) {
+        let event = match (&self.authority, &self.submission) {
+            (Authority::Lease(token), Submission::Valid { .. }) => Event::ValidResult { lease_token: token.clone() },
+            (Authority::Lease(token), Submission::Invalid { reason }) => {
+                Event::InvalidResult { lease_token: token.clone(), reason: reason.clone() }
+            }
+            (Authority::Batch(key), Submission::Valid { .. }) => Event::ReadyValid { batch_key: key.clone() },
+            (Authority::Batch(key), Submission::Invalid { reason }) => {
+                Event::ReadyInvalid { batch_key: key.clone(), reason: reason.clone() }
+            }
+        };
+        let fence = match &self.authority {
+            Authority::Lease(token) => Fence::Lease(token.clone()),
+            Authority::Batch(key) => Fence::Batch(key.clone()),
+        };
+        (event, fence)
+    }
+}
+
+/// Who produced an answer, as the result record names it: the worker holding the lease or
+/// the provider whose batch answered.
+pub(crate) fn producer_of(state: &State) -> String {
+    match state {
+        State::Claimed { worker, .. } => worker.clone(),
+        State::Ready { provider, .. } => provider.to_string(),
+        _ => String::new(),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PostOutcome {
+    Committed { findings: u64 },
+    Replay { findings: u64 },
+    Failed { reason: String },
+    NotFound,
+    Rejected(TransitionError),
+}
+
+#[derive(Debug, Clone)]
+pub enum RetryOutcome {
+    Retried(Box<ExtractionRecord>),
+    NotFound,
+    Rejected(TransitionError),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub tenant: Option<String>,
+    pub state: Option<StateName>,
+    pub limit: usize,
+    /// Exclusive cursor: the sequence number of the last record of the previous page.
+    pub after: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateCount {
+    pub state: StateName,
+    pub count: u64,
+    pub oldest_since_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ListPage {
+    pub records: Vec<ExtractionRecord>,
+    pub next: Option<u64>,
+}
+
+/// Most extractions one bulk-retry job moves back to pending.
+pub const RETRY_CHUNK: usize = 500;
+
+#[derive(Debug, Clone)]
+pub enum CancelOutcome {
+    /// Cancelled now, or already cancelled before (nothing written then).
+    Cancelled(Box<ExtractionRecord>),
+    NotFound,
+    Rejected(TransitionError),
+}
+
+/// Which failed extractions a bulk retry takes; `None` matches anything.
+#[derive(Debug, Clone, Default)]
+pub struct RetryFilter {
+    pub tenant: Option<String>,
+    pub schema: Option<String>,
+    pub failure_class: Option<FailureClass>,
+}
+
+impl RetryFilter {
+    pub(crate) fn matches(&self, record: &ExtractionRecord) -> bool {
+        let State::Failed { class, .. } = &record.state else {
+            return false;
+        };
+        self.tenant.as_ref().is_none_or(|t| *t == record.tenant)
+            && self.schema.as_ref().is_none_or(|s| *s == record.schema)
+            && self.failure_class.is_none_or(|c| c == *class)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ExportFilter {
+    pub tenant: String,
+    pub schema: Option<String>,
+    /// Commit time window, `since_ms <= committed < until_ms`.
+    pub since_ms: u64,
+    pub until_ms: u64,
+}
+
+/// One committed extraction and its findings (in key order).
+#[derive(Debug, Clone)]
+pub struct Exported {
+    pub record: ExtractionRecord,
+    pub committed_at_ms: u64,
+    pub findings: Vec<FindingRecord>,
+}
