@@ -34,6 +34,10 @@ pub const EXIT_USAGE: u8 = 64;
 pub const EXIT_UNAVAILABLE: u8 = 69;
 pub const EXIT_SOFTWARE: u8 = 70;
 pub const EXIT_IO: u8 = 74;
+/// A file the command would create exists already.
+pub const EXIT_CANTCREAT: u8 = 73;
+/// Try again: the store refused for now (a conflict, a halted writer, a shutdown).
+pub const EXIT_TEMPFAIL: u8 = 75;
 pub const EXIT_CONFIG: u8 = 78;
 const DEFAULT_SERVER: &str = "http://127.0.0.1:7878";
 
@@ -173,13 +177,28 @@ fn exit_code_for(e: &anyhow::Error) -> u8 {
         {
             return EXIT_UNAVAILABLE;
         }
-        if matches!(cause.downcast_ref::<crate::store::Error>(), Some(crate::store::Error::Open { .. }))
-            || cause.downcast_ref::<std::io::Error>().is_some()
+        if let Some(store) = cause.downcast_ref::<crate::store::Error>()
+            && let Some(code) = store_exit_code(store)
         {
+            return code;
+        }
+        if cause.downcast_ref::<std::io::Error>().is_some() {
             return EXIT_IO;
         }
     }
     EXIT_SOFTWARE
+}
+
+/// The store's failures that say more than "internal": each has its one exit code.
+fn store_exit_code(e: &crate::store::Error) -> Option<u8> {
+    use crate::store::Error as E;
+    match e {
+        E::Open { .. } | E::CreateDir { .. } | E::Io { .. } => Some(EXIT_IO),
+        E::TargetExists { .. } => Some(EXIT_CANTCREAT),
+        E::Conflict { .. } | E::Halted { .. } | E::Closing | E::DriverLockLost { .. } => Some(EXIT_TEMPFAIL),
+        E::SchemaTooNew { .. } | E::SchemaTooOld { .. } | E::NoSchema | E::UnverifiedCopy => Some(EXIT_CONFIG),
+        _ => None,
+    }
 }
 
 fn init_tracing() {
@@ -233,4 +252,21 @@ async fn get(id: &str, server: &str, token: Option<&str>) -> anyhow::Result<Exit
     let body: serde_json::Value = response.json().await.context("the server sent a non-JSON answer")?;
     println!("{}", serde_json::to_string_pretty(&body)?);
     Ok(if status.is_success() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROBLEMS) })
+}
+
+#[cfg(test)]
+mod exit_code_tests {
+    use super::*;
+
+    #[test]
+    fn store_failures_map_to_their_sysexits_code() {
+        use crate::store::Error as E;
+        let wrapped = |e: E| exit_code_for(&anyhow::Error::new(e).context("the command"));
+        assert_eq!(wrapped(E::TargetExists { path: "/tmp/b".into() }), EXIT_CANTCREAT);
+        assert_eq!(wrapped(E::Conflict { reason: "raced".into(), cause: None }), EXIT_TEMPFAIL);
+        assert_eq!(wrapped(E::Closing), EXIT_TEMPFAIL);
+        assert_eq!(wrapped(E::UnverifiedCopy), EXIT_CONFIG);
+        assert_eq!(wrapped(E::Io { path: "/b".into(), what: "write", source: std::io::Error::other("x") }), EXIT_IO);
+        assert_eq!(wrapped(E::Task { what: "read", reason: "panicked".into() }), EXIT_SOFTWARE);
+    }
 }

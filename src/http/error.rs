@@ -163,8 +163,15 @@ fn storage(e: &store::Error) -> ApiError {
         store::Error::NotOnBackend { .. } => {
             ApiError::new(StatusCode::NOT_IMPLEMENTED, "not_on_backend", e.to_string())
         }
-        store::Error::Unavailable { .. } | store::Error::Postgres { .. } => {
+        store::Error::Halted { .. } | store::Error::Postgres { .. } | store::Error::DriverLockLost { .. } => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string())
+        }
+        store::Error::Closing => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", e.to_string()),
+        store::Error::Conflict { .. } => ApiError::new(StatusCode::CONFLICT, "write_conflict", e.to_string()),
+        store::Error::TargetExists { .. } => ApiError::new(StatusCode::CONFLICT, "target_exists", e.to_string()),
+        store::Error::Io { .. } => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "storage_io", e.to_string()),
+        store::Error::UnverifiedCopy => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unverified", e.to_string())
         }
         _ if e.is_corruption() => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "store_corrupt", e.to_string()),
         _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "storage failure; see the server log"),
@@ -176,4 +183,34 @@ pub(super) type Reply<T> = Result<(StatusCode, Json<T>), ApiError>;
 
 pub(super) fn ok<T>(body: T) -> Reply<T> {
     Ok((StatusCode::OK, Json(body)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// Each store failure a caller must tell apart has its own status and code.
+    #[test]
+    fn store_failures_keep_their_meaning_over_http() {
+        let io = || std::io::Error::other("disk full");
+        let cases = [
+            (store::Error::Halted { reason: "stopped".into(), cause: None }, 503, "store_unavailable"),
+            (store::Error::Closing, 503, "shutting_down"),
+            (store::Error::Conflict { reason: "raced".into(), cause: None }, 409, "write_conflict"),
+            (store::Error::TargetExists { path: "/b/x.redb".into() }, 409, "target_exists"),
+            (store::Error::Io { path: "/b".into(), what: "create it", source: io() }, 500, "storage_io"),
+            (store::Error::UnverifiedCopy, 503, "store_unverified"),
+            (store::Error::Task { what: "read", reason: "panicked".into() }, 500, "internal"),
+            (store::Error::Storage(Box::new(io())), 500, "internal"),
+        ];
+        for (error, status, code) in cases {
+            let mapped = storage(&error);
+            assert_eq!((mapped.status.as_u16(), mapped.code), (status, code), "{error}");
+        }
+        // The cause chain survives the split: the log still names the first failure.
+        let halted = store::Error::Halted { reason: "stopped".into(), cause: Some(Arc::new(store::Error::Closing)) };
+        assert!(store::error_chain(&halted).contains("shutting down"));
+    }
 }

@@ -24,8 +24,8 @@ impl Service {
         // The visitor is dropped once the visit ends, so the report has one owner again.
         let report = Arc::into_inner(report).and_then(|cell| cell.into_inner().ok());
         let mut report = report.ok_or_else(|| {
-            Error::Store(crate::store::Error::Unavailable {
-                reason: "the cost report could not be completed; retry".to_string(),
+            Error::Store(crate::store::Error::Conflict {
+                reason: "the cost report's visit did not end".to_string(),
                 cause: None,
             })
         })?;

@@ -44,19 +44,67 @@ pub enum Error {
     SchemaTooOld { found: i64, known: i64 },
     #[error("the database holds no commitpoint schema (no refinery_schema_history table): is the URL right?")]
     NoSchema,
+    /// The writer refuses writes until restart: a storage failure stopped it, a group
+    /// commit failed under this write, or its thread is gone.
     #[error("the store is not accepting writes: {reason}")]
-    Unavailable {
+    Halted {
         reason: String,
         /// What made it so, kept for the log.
         #[source]
         cause: Option<Arc<Error>>,
     },
+    /// The server is stopping; the write was not made.
+    #[error("commitpoint is shutting down; the write was not made")]
+    Closing,
+    /// Something else changed the same rows first (a PostgreSQL serialization failure or
+    /// deadlock, a fence that moved under a lock, an aborted group): nothing was written,
+    /// and the same call may simply be made again.
+    #[error("a concurrent change got there first ({reason}); nothing was written, retry")]
+    Conflict {
+        reason: String,
+        #[source]
+        cause: Option<Box<Error>>,
+    },
+    /// A backup (or another file the store creates) would replace an existing file.
+    #[error("{path}: already exists; choose a new name")]
+    TargetExists { path: PathBuf },
+    /// A file the store reads or writes beside its database failed.
+    #[error("{path}: cannot {what}")]
+    Io {
+        path: PathBuf,
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Work handed to another thread ended without an answer (it panicked or the runtime
+    /// is stopping).
+    #[error("a store task ended without an answer: {what}: {reason}")]
+    Task { what: &'static str, reason: String },
+    /// The PostgreSQL database holds a `migrate-store` copy that never passed its checks.
+    #[error(
+        "this database holds a migrate-store copy that was never verified (the migration failed or was \
+         interrupted): drop it, create an empty database and run migrate-store again"
+    )]
+    UnverifiedCopy,
+    /// The PostgreSQL session holding this instance's provider driver locks ended.
+    #[error("the connection holding the provider driver locks ended ({ended}); another instance may drive them now")]
+    DriverLockLost { ended: String },
 }
 
 impl Error {
     /// An I/O or redb failure after which the writer refuses further writes until restart.
     pub fn is_fatal(&self) -> bool {
         matches!(self, Error::Storage(_))
+    }
+
+    /// Whether the same call may be made again as it is: nothing was written.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Conflict { .. })
+    }
+
+    /// A blocking task that ended without answering.
+    pub(crate) fn task(what: &'static str, e: impl std::fmt::Display) -> Error {
+        Error::Task { what, reason: e.to_string() }
     }
 
     pub fn is_corruption(&self) -> bool {

@@ -46,12 +46,7 @@ impl PgStore {
                 Ok(Err(e)) => e.to_string(),
                 Err(e) => e.to_string(),
             };
-            Err(Error::Unavailable {
-                reason: format!(
-                    "the connection holding the provider driver locks ended ({ended}); another instance may drive them now"
-                ),
-                cause: None,
-            })
+            Err(Error::DriverLockLost { ended })
         }))
     }
 }

@@ -19,7 +19,6 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use tokio_postgres::Transaction;
-use tokio_postgres::error::SqlState;
 
 use super::batches::save_batch;
 use super::rows::{big, unbig};
@@ -62,8 +61,8 @@ impl PgStore {
                 Err(e) => return Err(e),
             }
         }
-        Err(last_error.unwrap_or_else(|| Error::Unavailable {
-            reason: format!("erasing tenant {tenant:?} kept racing provider batches; try again"),
+        Err(last_error.unwrap_or_else(|| Error::Conflict {
+            reason: format!("erasing tenant {tenant:?} kept racing provider batches"),
             cause: None,
         }))
     }
@@ -86,9 +85,7 @@ impl PgStore {
 }
 
 fn lost_a_race(e: &Error) -> bool {
-    let Error::Postgres { source, .. } = e else { return false };
-    source.downcast_ref::<tokio_postgres::Error>().and_then(tokio_postgres::Error::code)
-        == Some(&SqlState::T_R_DEADLOCK_DETECTED)
+    e.is_conflict()
 }
 
 async fn erase_in(tx: &Transaction<'_>, tenant: &str, known: &BTreeSet<i64>, now_ms: u64) -> Result<Round, Error> {

@@ -42,7 +42,7 @@ impl PgStore {
                 (sink, true)
             })
             .await
-            .map_err(|e| Error::Unavailable { reason: format!("export task failed: {e}"), cause: None })?;
+            .map_err(|e| Error::task("export", e))?;
             sink = returned;
             if !go_on {
                 return Ok(());
@@ -53,7 +53,7 @@ impl PgStore {
             sink(None);
         })
         .await
-        .map_err(|e| Error::Unavailable { reason: format!("export task failed: {e}"), cause: None })?;
+        .map_err(|e| Error::task("export", e))?;
         tx.commit().await.map_err(pg("export snapshot ended badly"))?;
         Ok(())
     }

@@ -156,12 +156,7 @@ pub(super) async fn refuse_unverified(client: &Client) -> Result<(), Error> {
         .await
         .map_err(pg("cannot read the migration marker"))?;
     match row.map(|r| r.get::<_, Vec<u8>>(0)) {
-        Some(value) if value != VERIFIED => Err(Error::Unavailable {
-            reason: "this database holds a migrate-store copy that was never verified (the migration failed or \
-                     was interrupted): drop it, create an empty database and run migrate-store again"
-                .into(),
-            cause: None,
-        }),
+        Some(value) if value != VERIFIED => Err(Error::UnverifiedCopy),
         _ => Ok(()),
     }
 }

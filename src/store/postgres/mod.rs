@@ -84,7 +84,12 @@ pub struct PgStore {
 }
 
 pub(super) fn pg(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> Error {
-    move |e| Error::Postgres { context, source: Box::new(e) }
+    move |e| {
+        use tokio_postgres::error::SqlState;
+        let raced = matches!(e.code(), Some(&SqlState::T_R_SERIALIZATION_FAILURE | &SqlState::T_R_DEADLOCK_DETECTED));
+        let failure = Error::Postgres { context, source: Box::new(e) };
+        if raced { Error::Conflict { reason: context.to_string(), cause: Some(Box::new(failure)) } } else { failure }
+    }
 }
 
 /// A read-only REPEATABLE READ transaction: one consistent view of every table while

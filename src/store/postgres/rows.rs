@@ -131,8 +131,8 @@ pub(super) async fn transition(
         .await
         .map_err(pg("cannot update an extraction"))?;
     if changed != 1 {
-        return Err(Error::Unavailable {
-            reason: format!("extraction {} changed under its lock (fence moved); nothing was written", record.seq),
+        return Err(Error::Conflict {
+            reason: format!("extraction {} changed under its lock (its fence moved)", record.seq),
             cause: None,
         });
     }

@@ -29,19 +29,16 @@ impl Store {
     }
 }
 
-fn io_error(path: &Path, what: &str, e: &std::io::Error) -> Error {
-    Error::Unavailable { reason: format!("{}: cannot {what}: {e}", path.display()), cause: None }
+fn io_error(path: &Path, what: &'static str, e: std::io::Error) -> Error {
+    Error::Io { path: path.to_path_buf(), what, source: e }
 }
 
 fn write_snapshot(snapshot: &ReadTransaction, dest: &Path) -> Result<BackupReport, Error> {
     if dest.exists() {
-        return Err(Error::Unavailable {
-            reason: format!("{}: already exists; choose a new name", dest.display()),
-            cause: None,
-        });
+        return Err(Error::TargetExists { path: dest.to_path_buf() });
     }
     let dir = dest.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| io_error(dir, "create the backup directory", &e))?;
+    std::fs::create_dir_all(dir).map_err(|e| io_error(dir, "create the backup directory", e))?;
     let temp = dest.with_extension("redb.partial");
     let _ = std::fs::remove_file(&temp);
     let copied = copy_all(snapshot, &temp);
@@ -49,9 +46,9 @@ fn write_snapshot(snapshot: &ReadTransaction, dest: &Path) -> Result<BackupRepor
         let _ = std::fs::remove_file(&temp);
     }
     let entries = copied?;
-    std::fs::rename(&temp, dest).map_err(|e| io_error(dest, "move the finished backup into place", &e))?;
-    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_error(dir, "sync the directory", &e))?;
-    let bytes = std::fs::metadata(dest).map_err(|e| io_error(dest, "stat the backup", &e))?.len();
+    std::fs::rename(&temp, dest).map_err(|e| io_error(dest, "move the finished backup into place", e))?;
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_error(dir, "sync the directory", e))?;
+    let bytes = std::fs::metadata(dest).map_err(|e| io_error(dest, "stat the backup", e))?.len();
     Ok(BackupReport { path: dest.to_path_buf(), bytes, entries })
 }
 

@@ -40,8 +40,9 @@ pub fn compact_file(path: &Path) -> Result<CompactReport, Error> {
 }
 
 fn size(path: &Path) -> Result<u64, Error> {
-    std::fs::metadata(path).map(|m| m.len()).map_err(|e| Error::Unavailable {
-        reason: format!("{}: cannot read its size: {e}", path.display()),
-        cause: None,
+    std::fs::metadata(path).map(|m| m.len()).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        what: "read its size",
+        source,
     })
 }

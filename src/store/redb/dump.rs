@@ -61,8 +61,11 @@ pub fn dump_file(path: &Path, out: &mut dyn Write) -> Result<u64, Error> {
 }
 
 fn write_row(out: &mut dyn Write, table: &str, key: &dyn Debug, value: &dyn Debug) -> Result<(), Error> {
-    writeln!(out, "{table}\t{key:?}\t{value:?}")
-        .map_err(|e| Error::Unavailable { reason: format!("cannot write the dump: {e}"), cause: None })
+    writeln!(out, "{table}\t{key:?}\t{value:?}").map_err(|source| Error::Io {
+        path: "standard output".into(),
+        what: "write the dump",
+        source,
+    })
 }
 
 fn plain<K, V>(txn: &ReadTransaction, def: TableDefinition<K, V>, out: &mut dyn Write) -> Result<u64, Error>

@@ -107,7 +107,7 @@ async fn open_source(from: &Path) -> Result<(Store, super::WriterGuard), Migrate
         Store::start(db, path)
     })
     .await
-    .map_err(|e| Error::Unavailable { reason: format!("open task failed: {e}"), cause: None })?;
+    .map_err(|e| Error::task("open the redb file", e))?;
     opened.map_err(|source| MigrateError::Source { path: from.to_path_buf(), source })
 }
 
@@ -183,7 +183,7 @@ async fn verify_target(to: &PgOptions) -> Result<(), MigrateError> {
 }
 
 fn task(e: tokio::task::JoinError) -> Error {
-    Error::Unavailable { reason: format!("migration task failed: {e}"), cause: None }
+    Error::task("migration", e)
 }
 
 fn table_len<K: redb::Key + 'static, V: redb::Value + 'static>(
@@ -315,8 +315,7 @@ fn read_meta(txn: &ReadTransaction, survey: &mut Survey) -> Result<(), Error> {
 /// Sends every row, table by table, in an order that satisfies the target's foreign keys.
 fn read_all(txn: &ReadTransaction, settings: ImportSettings, send: &mpsc::Sender<ImportRows>) -> Result<(), Error> {
     let sent = |rows: ImportRows| -> Result<(), Error> {
-        send.blocking_send(rows)
-            .map_err(|_| Error::Unavailable { reason: "the copy's writer stopped".into(), cause: None })
+        send.blocking_send(rows).map_err(|_| Error::task("migration", "the copy's writer stopped"))
     };
     sent(ImportRows::Settings(settings))?;
     {

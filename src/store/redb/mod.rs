@@ -173,7 +173,7 @@ impl Store {
             f(&txn)
         })
         .await
-        .map_err(|e| Error::Unavailable { reason: format!("read task failed: {e}"), cause: None })?
+        .map_err(|e| Error::task("read", e))?
     }
 }
 

@@ -32,7 +32,7 @@ impl Store {
         let db = std::sync::Arc::clone(&self.db);
         let (due, next_after) = tokio::task::spawn_blocking(move || candidates(&db, &policy, after, scan.max(1)))
             .await
-            .map_err(|e| Error::Unavailable { reason: format!("read task failed: {e}"), cause: None })??;
+            .map_err(|e| Error::task("read", e))??;
         if due.is_empty() {
             return Ok(RetentionStep { next_after, ..RetentionStep::default() });
         }

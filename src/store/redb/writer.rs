@@ -79,14 +79,14 @@ where
         let answer = match (self.rejected, commit, self.result) {
             (Some(own), _, _) => Err(own),
             (None, Ok(()), Some(result)) => Ok(result),
-            (None, Err(e), _) => Err(Error::Unavailable {
+            (None, Err(e), _) if matches!(**e, Error::Closing) => Err(Error::Closing),
+            (None, Err(e), _) => Err(Error::Halted {
                 reason: "the write batch it belonged to was not committed".to_string(),
                 cause: Some(Arc::clone(e)),
             }),
-            (None, Ok(()), None) => Err(Error::Unavailable {
-                reason: "the batch this write belonged to was aborted; retry".to_string(),
-                cause: None,
-            }),
+            (None, Ok(()), None) => {
+                Err(Error::Conflict { reason: "the group this write belonged to was aborted".to_string(), cause: None })
+            }
         };
         // A caller that went away (client disconnected) no longer needs the answer.
         let _ = self.reply.send(answer);
@@ -138,7 +138,7 @@ impl WriterHandle {
     {
         let (reply, answer) = oneshot::channel();
         let job = Box::new(TypedJob { work, flush, result: None, rejected: None, reply });
-        let stopped = || Error::Unavailable { reason: "the writer thread has stopped".to_string(), cause: None };
+        let stopped = || Error::Halted { reason: "the writer thread has stopped".to_string(), cause: None };
         self.jobs.send(Message::Job(job)).await.map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
@@ -224,7 +224,7 @@ pub(super) fn spawn(
     let thread = std::thread::Builder::new()
         .name("store-writer".to_string())
         .spawn(move || run(&db, queue, next_seq, &policies, &committed))
-        .map_err(|e| Error::Unavailable { reason: format!("cannot start the writer thread: {e}"), cause: None })?;
+        .map_err(|e| Error::task("start the writer thread", e))?;
     Ok((WriterHandle { jobs: jobs.clone(), commits }, WriterGuard { thread: Some(thread), close: jobs }))
 }
 
@@ -270,7 +270,7 @@ fn run(
                     tracing::error!(error = %chain(e.as_ref()), jobs = batch.len(), "write batch aborted");
                     if e.is_fatal() {
                         tracing::error!("the store writer refuses further writes until commitpoint restarts");
-                        halted = Some(Arc::new(Error::Unavailable {
+                        halted = Some(Arc::new(Error::Halted {
                             reason: "a storage error stopped the writer; restart commitpoint".to_string(),
                             cause: Some(Arc::clone(&e)),
                         }));
@@ -289,7 +289,7 @@ fn run(
 /// After `Close`: nothing more is written; whoever still waits gets a clear answer.
 fn refuse_the_rest(queue: &mut mpsc::Receiver<Message>) {
     queue.close();
-    let refusal = Arc::new(Error::Unavailable { reason: "commitpoint is shutting down".to_string(), cause: None });
+    let refusal = Arc::new(Error::Closing);
     while let Some(message) = queue.blocking_recv() {
         if let Message::Job(job) = message {
             job.finish(Err(&refusal));
@@ -401,7 +401,7 @@ mod tests {
     fn the_chain_keeps_every_cause() {
         let io = std::io::Error::other("disk on fire");
         let storage = Error::Storage(redb::Error::Io(io).into());
-        let outer = Error::Unavailable { reason: "writer stopped".into(), cause: Some(Arc::new(storage)) };
+        let outer = Error::Halted { reason: "writer stopped".into(), cause: Some(Arc::new(storage)) };
         let text = chain(&outer);
         assert!(
             text.contains("writer stopped") && text.contains("storage failure") && text.contains("disk on fire"),
