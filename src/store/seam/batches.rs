@@ -95,6 +95,7 @@ pub struct ReadyItem {
     pub staged: StagedAnswer,
 }
 
+/// What happens to members a closed batch never answered.
 #[derive(Debug, Clone)]
 pub enum Leftover {
     /// Another attempt in a new batch, unless the member has used its attempt cap: the
