@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Fails when a `crate::` path in src/ runs against the layer order, or when modules
-within one layer depend on each other in a cycle.
+within one layer depend on each other in a cycle; and, inside the store, when the neutral
+part names a backend, a backend names the other, or a file outside a backend uses that
+backend's crates.
 
 The order is the one src/lib.rs states. Test code (files named tests.rs or *_tests.rs,
 `tests/` directories, and a trailing `#[cfg(test)] mod tests`) is left out: tests may reach
@@ -27,6 +29,12 @@ RANK = {
     "cli": 7,
     "fuzzing": 8,
 }
+# Inside `store`: the neutral part (seam, rules, records, codec, ...) is below both
+# backends, and a backend's crates are used by its own files only. `migrate-store` copies a
+# redb file into PostgreSQL, the one place where a backend reaches the other.
+BACKENDS = {"redb": ("redb",), "postgres": ("tokio_postgres", "deadpool_postgres", "postgres_types", "refinery")}
+BACKEND_CROSSING_ALLOWED = {("redb", "migrate")}
+
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 
 
@@ -103,6 +111,7 @@ def main():
             if layer not in RANK:
                 problems.append(f"src/{rel}: layer {layer!r} is not in the order (add it to .ci/check-layers.py and lib.rs)")
                 continue
+            problems.extend(store_boundaries(rel, module, text))
             for target in references(text, module):
                 other = target[0]
                 if other not in RANK:
@@ -119,6 +128,27 @@ def main():
         return 1
     print(f"layer check: {len(RANK)} layers, arrows run one way, no cycle within a layer")
     return 0
+
+
+def store_boundaries(rel, module, text):
+    """The store's own arrows: neutral part <- each backend, and no backend crate elsewhere."""
+    backend = module[1] if module[0] == "store" and len(module) > 1 and module[1] in BACKENDS else None
+    for name, crates in BACKENDS.items():
+        if name == backend:
+            continue
+        for crate in crates:
+            if re.search(rf"(?<![\w:])(?:::)?{crate}::|\buse {crate}\b", text):
+                yield f"src/{rel}: uses the {crate} crate, which only src/store/{name}/ may use"
+                break
+    if module[0] != "store":
+        return
+    for target in references(text, module):
+        if target[0] != "store" or len(target) < 2 or target[1] not in BACKENDS:
+            continue
+        if backend is None:
+            yield f"src/{rel}: the neutral store uses crate::{'::'.join(target)}, a backend"
+        elif target[1] != backend and (backend, module[2] if len(module) > 2 else "") not in BACKEND_CROSSING_ALLOWED:
+            yield f"src/{rel}: the {backend} backend uses crate::{'::'.join(target)}, the other backend"
 
 
 def cycles(edges):
