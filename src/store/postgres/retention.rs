@@ -14,7 +14,7 @@ use super::rows::{big, decode_record, unbig};
 use super::{Error, PgStore, pg};
 use crate::domain::clock;
 use crate::domain::lifecycle::StateName;
-use crate::store::{RETIRED_CONTENT, RETIRED_RAW_RESULT, RetentionPolicy, RetentionStep};
+use crate::store::{RetentionPolicy, RetentionStep};
 
 impl PgStore {
     /// Looks at up to `scan` committed extractions after sequence `after` and drops what
@@ -65,26 +65,26 @@ impl PgStore {
         for row in &locked {
             let seq: i64 = row.get(0);
             let already = retired_bits(row.get(2));
-            let bits = policy.due(&decode_record(row.get(1))?, already, now_ms);
-            if bits == 0 {
+            let Some(retire) = policy.plan(&decode_record(row.get(1))?, already, now_ms) else {
                 continue;
-            }
-            if bits & RETIRED_CONTENT != 0 {
-                step.contents_dropped += tx
+            };
+            let content = retire.content
+                && tx
                     .execute("UPDATE extractions SET content = NULL WHERE seq = $1 AND content IS NOT NULL", &[&seq])
                     .await
-                    .map_err(pg("cannot drop content"))?;
-            }
-            if bits & RETIRED_RAW_RESULT != 0 {
-                step.raw_results_dropped += tx
+                    .map_err(pg("cannot drop content"))?
+                    > 0;
+            let raw_result = retire.raw_result
+                && tx
                     .execute("DELETE FROM results WHERE extraction_seq = $1", &[&seq])
                     .await
-                    .map_err(pg("cannot drop a raw result"))?;
-            }
+                    .map_err(pg("cannot drop a raw result"))?
+                    > 0;
+            step.count(content, raw_result);
             tx.execute(
                 "INSERT INTO retired (extraction_seq, bits) VALUES ($1, $2) \
                  ON CONFLICT (extraction_seq) DO UPDATE SET bits = excluded.bits",
-                &[&seq, &i16::from(already | bits)],
+                &[&seq, &i16::from(retire.marks)],
             )
             .await
             .map_err(pg("cannot mark what retention dropped"))?;

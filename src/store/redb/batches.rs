@@ -246,8 +246,6 @@ impl Store {
     }
 }
 
-/// What happens to members a closed batch never answered.
-
 fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(IntentOutcome, bool), Error> {
     let accept = |tenant: &str| (request.accept.0)(tenant, &request.schema);
     // Only the work this provider may take, oldest first: no other schema's or held

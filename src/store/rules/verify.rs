@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::store::records::ExtractionRecord;
+use crate::domain::identity::{ExtractionId, FindingKey, SourceHash};
+use crate::store::records::{ChargeKind, ExtractionRecord, FindingRecord, LedgerRecord, ResultRecord, StoredContent};
 
 /// Problems beyond this many are counted, not listed.
 const MAX_LISTED: usize = 50;
@@ -75,9 +76,82 @@ pub(crate) fn check_attempts(record: &ExtractionRecord, report: &mut Report) {
     }
 }
 
+/// A decoded extraction's own checks, whichever backend read it (stored under `seq`):
+/// its number, its identity, its attempts; and it is counted. `content` is its stored
+/// content, if it has any (which backend may lack it, and why, is the backend's to say).
+pub(crate) fn check_record<E: fmt::Display>(
+    seq: u64,
+    record: &ExtractionRecord,
+    content: Option<Result<StoredContent, E>>,
+    report: &mut Report,
+) {
+    report.extractions += 1;
+    *report.by_state.entry(record.state.name().as_str()).or_default() += 1;
+    if record.seq != seq {
+        report.problem(format!("extraction #{seq} says it is #{}", record.seq));
+    }
+    match content {
+        Some(Ok(content)) if SourceHash::compute(content.text.as_bytes(), &record.schema) != record.source_hash => {
+            report.problem(format!("{}: content does not match its source hash", record.id));
+        }
+        Some(Ok(_)) | None => {}
+        Some(Err(e)) => report.problem(format!("{}: content: {e}", record.id)),
+    }
+    let expected = ExtractionId::compute(&record.tenant, &record.source_id, &record.source_hash, &record.schema);
+    if expected != record.id {
+        report.problem(format!("{}: id does not match (tenant, source_id, source_hash, schema)", record.id));
+    }
+    check_attempts(record, report);
+}
+
+/// A finding's key recomputes from its extraction's identity and its identifying fields,
+/// and the key it is stored under is that key.
+pub(crate) fn check_finding_key(id: &ExtractionId, stored_under: &[u8], finding: &FindingRecord, report: &mut Report) {
+    let expected = FindingKey::compute(id, &finding.canonical_identity);
+    if expected.as_bytes() != stored_under || finding.key != expected {
+        report.problem(format!("{id}: finding key {} does not match its identifying fields", finding.key));
+    }
+}
+
+/// A raw result (stored under `seq`) decodes and holds JSON.
+pub(crate) fn check_result<E: fmt::Display>(seq: u64, result: Result<ResultRecord, E>, report: &mut Report) {
+    match result {
+        Ok(result) if serde_json::from_str::<serde_json::Value>(&result.output_json).is_err() => {
+            report.problem(format!("raw result #{seq} is not valid JSON"));
+        }
+        Ok(_) => {}
+        Err(e) => report.problem(format!("raw result #{seq}: {e}")),
+    }
+}
+
+/// A ledger entry (`seq`) names an extraction of its tenant (`named`: the extraction
+/// under its number, if one is there); a replay costs nothing; an unusable answer never
+/// stays the current attempt's.
+pub(crate) fn check_ledger_entry(
+    seq: u64,
+    entry: &LedgerRecord,
+    named: Option<&ExtractionRecord>,
+    report: &mut Report,
+) {
+    match named {
+        Some(r) if r.id == entry.extraction_id && r.tenant == entry.tenant => {
+            if entry.kind == ChargeKind::Unusable && !left_behind(r, entry.attempt) {
+                report.problem(format!(
+                    "ledger #{seq}: an unusable answer of attempt {} is {}'s current attempt, which is not failed for it",
+                    entry.attempt, r.id
+                ));
+            }
+        }
+        _ => report.problem(format!("ledger #{seq} names an extraction or tenant that does not exist")),
+    }
+    if entry.kind == ChargeKind::Replay && entry.cost_micros != 0 {
+        report.problem(format!("ledger #{seq}: a replay was charged"));
+    }
+}
+
 /// A truncated or refused answer never stays the current attempt's answer: the extraction
 /// was requeued (a later attempt) or failed for it in the same transaction.
-pub(crate) fn left_behind(record: &ExtractionRecord, attempt: u32) -> bool {
+fn left_behind(record: &ExtractionRecord, attempt: u32) -> bool {
     use crate::domain::lifecycle::{FailureClass as C, State};
     attempt < record.attempt
         || matches!(record.state, State::Failed { class: C::Truncated | C::Refused | C::AttemptsExhausted, .. })
