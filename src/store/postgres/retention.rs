@@ -10,6 +10,8 @@
 
 use std::collections::HashMap;
 
+use tokio_postgres::Transaction;
+
 use super::rows::{big, decode_record, unbig};
 use super::{Error, PgStore, pg};
 use crate::domain::clock;
@@ -68,18 +70,8 @@ impl PgStore {
             let Some(retire) = policy.plan(&decode_record(row.get(1))?, already, now_ms) else {
                 continue;
             };
-            let content = retire.content
-                && tx
-                    .execute("UPDATE extractions SET content = NULL WHERE seq = $1 AND content IS NOT NULL", &[&seq])
-                    .await
-                    .map_err(pg("cannot drop content"))?
-                    > 0;
-            let raw_result = retire.raw_result
-                && tx
-                    .execute("DELETE FROM results WHERE extraction_seq = $1", &[&seq])
-                    .await
-                    .map_err(pg("cannot drop a raw result"))?
-                    > 0;
+            let content = retire.content && removed(&tx, DROP_CONTENT, seq, "cannot drop content").await?;
+            let raw_result = retire.raw_result && removed(&tx, DROP_RESULT, seq, "cannot drop a raw result").await?;
             step.count(content, raw_result);
             tx.execute(
                 "INSERT INTO retired (extraction_seq, bits) VALUES ($1, $2) \
@@ -103,6 +95,14 @@ impl PgStore {
             .map_err(pg("cannot read what retention dropped"))?;
         Ok(rows.iter().map(|r| (unbig(r.get(0)), retired_bits(r.get(1)))).collect())
     }
+}
+
+const DROP_CONTENT: &str = "UPDATE extractions SET content = NULL WHERE seq = $1 AND content IS NOT NULL";
+const DROP_RESULT: &str = "DELETE FROM results WHERE extraction_seq = $1";
+
+/// Runs one of the drops on extraction `seq`; whether it found something to drop.
+async fn removed(tx: &Transaction<'_>, sql: &str, seq: i64, what: &'static str) -> Result<bool, Error> {
+    Ok(tx.execute(sql, &[&seq]).await.map_err(pg(what))? > 0)
 }
 
 /// The stored bits; the column holds only values this store wrote (`RETIRED_*`).

@@ -156,3 +156,112 @@ fn left_behind(record: &ExtractionRecord, attempt: u32) -> bool {
     attempt < record.attempt
         || matches!(record.state, State::Failed { class: C::Truncated | C::Refused | C::AttemptsExhausted, .. })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::lifecycle::{FailureClass, State};
+    use crate::store::ProviderReportedOnly;
+    use crate::store::rules::fixtures::record;
+    use crate::store::rules::ledger::plan_charge;
+    use crate::store::seam::Charge;
+
+    /// A record whose identity and source hash recompute from its fields and `text`.
+    fn sound(text: &str) -> ExtractionRecord {
+        let mut r = record(State::Pending);
+        r.source_hash = SourceHash::compute(text.as_bytes(), &r.schema);
+        r.id = ExtractionId::compute(&r.tenant, &r.source_id, &r.source_hash, &r.schema);
+        r
+    }
+
+    fn content(text: &str) -> Option<Result<StoredContent, String>> {
+        Some(Ok(StoredContent { text: text.into() }))
+    }
+
+    #[test]
+    fn a_sound_record_is_counted_and_passes_and_each_broken_part_is_named() {
+        let mut report = Report::default();
+        check_record(1, &sound("body"), content("body"), &mut report);
+        check_record(1, &sound("body"), None::<Result<StoredContent, String>>, &mut report);
+        assert!(report.is_ok(), "{report}");
+        assert_eq!((report.extractions, report.by_state.get("pending")), (2, Some(&2)));
+        let mut moved = sound("body");
+        moved.tenant = "other".into();
+        let cases = [
+            (2, sound("body"), content("body"), "says it is #1"),
+            (1, sound("body"), content("changed"), "does not match its source hash"),
+            (1, sound("body"), Some(Err("bad format byte".to_string())), "content: bad format byte"),
+            (1, moved, None, "id does not match"),
+        ];
+        for (seq, record, content, expected) in cases {
+            let mut report = Report::default();
+            check_record(seq, &record, content, &mut report);
+            assert_eq!(report.problems.len(), 1, "{report}");
+            assert!(report.problems[0].contains(expected), "{report}");
+        }
+    }
+
+    #[test]
+    fn a_finding_key_must_recompute_and_be_the_key_it_is_stored_under() {
+        let id = sound("body").id;
+        let key = FindingKey::compute(&id, "{\"line\":1}");
+        let finding = FindingRecord {
+            key,
+            canonical_identity: "{\"line\":1}".into(),
+            body_json: "{}".into(),
+            committed_at_ms: 0,
+        };
+        let mut report = Report::default();
+        check_finding_key(&id, key.as_bytes(), &finding, &mut report);
+        assert!(report.is_ok(), "{report}");
+        check_finding_key(&id, &[0; 32], &finding, &mut report);
+        let other = FindingRecord { canonical_identity: "{\"line\":2}".into(), ..finding };
+        check_finding_key(&id, key.as_bytes(), &other, &mut report);
+        assert_eq!(report.problems.len(), 2, "{report}");
+    }
+
+    #[test]
+    fn a_raw_result_must_decode_and_hold_json() {
+        let result = |output: &str| ResultRecord {
+            output_json: output.into(),
+            producer: "w".into(),
+            fence: crate::store::records::Fence::Lease(crate::domain::names::LeaseToken::new("lt-1")),
+            usage: None,
+            latency_ms: None,
+            received_at_ms: 0,
+        };
+        let mut report = Report::default();
+        check_result(3, Ok::<_, String>(result("{\"a\":1}")), &mut report);
+        assert!(report.is_ok(), "{report}");
+        check_result(3, Ok::<_, String>(result("{\"a\":")), &mut report);
+        check_result(4, Err("truncated".to_string()), &mut report);
+        assert_eq!(report.problems, vec!["raw result #3 is not valid JSON", "raw result #4: truncated"]);
+    }
+
+    #[test]
+    fn a_ledger_entry_names_its_extraction_costs_nothing_as_a_replay_and_leaves_no_unusable_answer_current() {
+        let charged = |r: &ExtractionRecord, kind| {
+            let usage = crate::domain::batch::Usage { provider_cost_micros: Some(9), ..Default::default() };
+            let charge = Charge { provider: "p".into(), job_id: None, usage, latency_ms: None, batch: false };
+            plan_charge(5, &ProviderReportedOnly, r, &charge, kind, false, 0).entry
+        };
+        let mut r = sound("body");
+        let mut report = Report::default();
+        check_ledger_entry(5, &charged(&r, ChargeKind::Fresh), Some(&r), &mut report);
+        assert!(report.is_ok(), "{report}");
+        check_ledger_entry(5, &charged(&r, ChargeKind::Fresh), None, &mut report);
+        assert!(report.problems[0].contains("names an extraction or tenant that does not exist"), "{report}");
+        let mut paid_replay = charged(&r, ChargeKind::Replay);
+        paid_replay.cost_micros = 9;
+        check_ledger_entry(5, &paid_replay, Some(&r), &mut report);
+        assert!(report.problems[1].contains("a replay was charged"), "{report}");
+        let unusable = charged(&r, ChargeKind::Unusable);
+        check_ledger_entry(5, &unusable, Some(&r), &mut report);
+        assert!(report.problems[2].contains("an unusable answer of attempt 1"), "{report}");
+        assert_eq!(report.problems.len(), 3);
+        r.state = State::Failed { class: FailureClass::Truncated, reason: "cut".into() };
+        let mut failed_for_it = Report::default();
+        check_ledger_entry(5, &unusable, Some(&r), &mut failed_for_it);
+        assert!(failed_for_it.is_ok(), "{failed_for_it}");
+    }
+}
