@@ -16,7 +16,7 @@
 //! members. Sequence numbers come from a PostgreSQL sequence and are never handed out
 //! again, so a submitted batch's member list never comes to name someone else's row.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 
 use tokio_postgres::Transaction;
 
@@ -27,7 +27,7 @@ use crate::domain::clock;
 use crate::store::ErasureReport;
 use crate::store::codec::decode;
 use crate::store::records::{BatchRecord, LedgerRecord, OutboxRecord};
-use crate::store::rules::erase::{BatchAfterErasure, erased_charge, erased_days, release_intent};
+use crate::store::rules::erase::{self, ErasedSpend, erased_days};
 
 /// Rows read or removed per statement where a tenant can have very many.
 const CHUNK: usize = 1000;
@@ -111,7 +111,7 @@ async fn erase_in(tx: &Transaction<'_>, tenant: &str, known: &BTreeSet<i64>, now
     let mut report = ErasureReport { outbox_events: drop_events(tx, tenant).await?, ..ErasureReport::default() };
     let erased: HashSet<u64> = seqs.iter().map(|&s| unbig(s)).collect();
     report.intents_closed = release_intents(tx, &listing, &erased, now_ms).await?;
-    let mut spent: HashMap<(String, u64), u64> = HashMap::new();
+    let mut spent = ErasedSpend::default();
     for chunk in seqs.chunks(CHUNK) {
         let chunk = chunk.to_vec();
         let delete = |table: &'static str| {
@@ -130,11 +130,7 @@ async fn erase_in(tx: &Transaction<'_>, tenant: &str, known: &BTreeSet<i64>, now
             .await
             .map_err(pg("cannot erase ledger entries"))?
         {
-            let entry: LedgerRecord = decode(row.get(0))?;
-            if let Some(((tenant, day), micros)) = erased_charge(&entry) {
-                let total = spent.entry((tenant.to_string(), day)).or_default();
-                *total = total.saturating_add(micros);
-            }
+            spent.add(&decode::<LedgerRecord>(row.get(0))?);
             report.ledger_entries += 1;
         }
         let row = tx
@@ -148,7 +144,7 @@ async fn erase_in(tx: &Transaction<'_>, tenant: &str, known: &BTreeSet<i64>, now
         report.extractions += unbig(row.get(0));
         report.contents += unbig(row.get(1));
     }
-    for ((tenant, day), micros) in spent {
+    for ((tenant, day), micros) in spent.totals() {
         tx.execute(
             "INSERT INTO erased_spend (tenant, day, micros) VALUES ($1, $2, $3) \
              ON CONFLICT (tenant, day) DO UPDATE SET micros = erased_spend.micros + excluded.micros",
@@ -213,7 +209,7 @@ async fn drop_events(tx: &Transaction<'_>, tenant: &str) -> Result<u64, Error> {
     }
 }
 
-/// Applies `erase_rules::release_intent` to each (locked) batch; returns how many closed.
+/// Applies `rules::erase::release_intents` to the (locked) batches; returns how many closed.
 async fn release_intents(
     tx: &Transaction<'_>,
     batches: &BTreeSet<i64>,
@@ -225,14 +221,10 @@ async fn release_intents(
         .query("SELECT record FROM batches WHERE seq = ANY($1) ORDER BY seq", &[&wanted])
         .await
         .map_err(pg("cannot read the tenant's batches"))?;
+    let listing = rows.iter().map(|row| decode::<BatchRecord>(row.get(0))).collect::<Result<Vec<_>, _>>()?;
     let mut closed = 0;
-    for row in rows {
-        let mut batch: BatchRecord = decode(row.get(0))?;
-        match release_intent(&mut batch, |m| erased.contains(&m), now_ms) {
-            BatchAfterErasure::Kept => continue,
-            BatchAfterErasure::Shrunk => {}
-            BatchAfterErasure::Closed => closed += 1,
-        }
+    for (batch, emptied) in erase::release_intents(listing, erased, now_ms) {
+        closed += u64::from(emptied);
         save_batch(tx, &batch).await?;
     }
     Ok(closed)

@@ -3,19 +3,19 @@
 
 use tokio_postgres::Transaction;
 
+use super::ledger::record_charge;
 use super::rows::{big, decode_record, insert_new, lock_by_id, stored_content, transition, unbig};
 use super::{Error, PgStore, pg};
 use crate::domain::clock;
-use crate::domain::identity::{ExtractionId, FindingKey};
-use crate::domain::lifecycle::{self, Event, Outcome, State, StateName};
-use crate::domain::names::LeaseToken;
-use crate::domain::schema::ValidatedFinding;
+use crate::domain::identity::ExtractionId;
+use crate::domain::lifecycle::StateName;
 use crate::store::codec::{decode, encode};
-use crate::store::records::{ChargeKind, FindingRecord, ResultRecord, StoredContent};
-use crate::store::seam::producer_of;
+use crate::store::records::{FindingRecord, StoredContent};
+use crate::store::rules::operator::{self, SCAN_CHUNK, Step};
+use crate::store::rules::{claim, post};
 use crate::store::{
-    CancelOutcome, ClaimRequest, DeliveryOutcome, ExtractionRecord, Grant, IntakeOutcome, NewExtraction, PostOutcome,
-    PostResult, RETRY_CHUNK, RetryFilter, RetryOutcome, Submission,
+    CancelOutcome, ClaimRequest, DeliveryOutcome, ExtractionRecord, Grant, IntakeOutcome, NewExtraction, Policies,
+    PostOutcome, PostResult, RETRY_CHUNK, RetryFilter, RetryOutcome,
 };
 
 impl PgStore {
@@ -99,17 +99,12 @@ impl PgStore {
         let mut grants = Vec::with_capacity(rows.len());
         for row in rows {
             let mut record = decode_record(row.get(0))?;
-            let content = decode::<StoredContent>(stored_content(row.get(1), record.seq)?)?.text;
-            let lease_token = new_lease_token(record.claims + 1);
-            let expires_at_ms = now_ms.saturating_add(request.lease_ms);
-            let event =
-                Event::Claim { worker: request.worker.clone(), lease_token: lease_token.clone(), expires_at_ms };
-            let Ok(Outcome::Changed(next)) = lifecycle::apply(&record.state, event, now_ms) else {
+            let Some((next, lease)) = claim::claim(&mut record, &request, now_ms, rand::random()) else {
                 continue;
             };
-            record.claims += 1;
+            let content = decode::<StoredContent>(stored_content(row.get(1), record.seq)?)?.text;
             transition(&tx, &policies, now_ms, &mut record, next).await?;
-            grants.push(Grant { record, content, lease_token, lease_expires_at_ms: expires_at_ms });
+            grants.push(lease.grant(record, content));
         }
         tx.commit().await.map_err(pg("claim commit failed"))?;
         Ok(grants)
@@ -123,72 +118,8 @@ impl PgStore {
         let Some(mut record) = lock_by_id(&tx, post.id.as_bytes()).await? else {
             return Ok(PostOutcome::NotFound);
         };
-        let producer = producer_of(&record.state);
-        let (event, fence) = post.event_and_fence();
-        let charge = |kind| {
-            let record = record.clone();
-            let policies = &policies;
-            let charge = post.charge.clone();
-            let tx = &tx;
-            async move {
-                match &charge {
-                    Some(c) => super::ledger::record_charge(tx, policies, now_ms, &record, c, kind).await,
-                    None => Ok(()),
-                }
-            }
-        };
-        let next = match lifecycle::apply(&record.state, event, now_ms) {
-            Ok(Outcome::Changed(next)) => next,
-            Ok(Outcome::Replay) => {
-                // The same answer again: counted, never charged.
-                charge(ChargeKind::Replay).await?;
-                let findings = count_findings(&tx, record.seq).await?;
-                tx.commit().await.map_err(pg("result commit failed"))?;
-                return Ok(PostOutcome::Replay { findings });
-            }
-            Err(e) => {
-                // A stale reporter's call was still paid for; its answer is just not used.
-                charge(ChargeKind::Fresh).await?;
-                tx.commit().await.map_err(pg("result commit failed"))?;
-                return Ok(PostOutcome::Rejected(e));
-            }
-        };
-        let kind = if matches!(next, State::Failed { .. }) { ChargeKind::FailedValidation } else { ChargeKind::Fresh };
-        charge(kind).await?;
-        let outcome = match (&next, post.submission) {
-            (State::Committed { .. }, Submission::Valid { findings, output }) => {
-                let result = ResultRecord {
-                    output_json: output.to_string(),
-                    producer,
-                    fence,
-                    usage: post.charge.as_ref().map(|c| c.usage.clone()),
-                    latency_ms: post.charge.as_ref().and_then(|c| c.latency_ms),
-                    received_at_ms: now_ms,
-                };
-                let written = write_findings(&tx, &record, &findings, now_ms).await?;
-                let bytes = encode(&result)?;
-                tx.execute(
-                    "INSERT INTO results (extraction_seq, format, record) VALUES ($1, $2, $3) \
-                     ON CONFLICT (extraction_seq) DO UPDATE SET format = excluded.format, record = excluded.record",
-                    &[&big(record.seq), &i16::from(bytes[0]), &bytes],
-                )
-                .await
-                .map_err(pg("cannot write a result"))?;
-                PostOutcome::Committed { findings: written }
-            }
-            (State::Failed { reason, .. }, _) => PostOutcome::Failed { reason: reason.clone() },
-            _ => {
-                return Err(Error::Corrupt {
-                    kind: "lifecycle",
-                    reason: format!("result produced unexpected state {:?}", next.name()),
-                });
-            }
-        };
-        // A provider's staged raw answer has served its purpose once the extraction leaves Ready.
-        tx.execute("DELETE FROM staged WHERE extraction_seq = $1", &[&big(record.seq)])
-            .await
-            .map_err(pg("cannot drop a staged answer"))?;
-        transition(&tx, &policies, now_ms, &mut record, next).await?;
+        let plan = post::plan_post(&record, &post, now_ms)?;
+        let outcome = carry_out(&tx, &policies, now_ms, &mut record, plan).await?;
         tx.commit().await.map_err(pg("result commit failed"))?;
         Ok(outcome)
     }
@@ -201,18 +132,13 @@ impl PgStore {
         let Some(mut record) = lock_by_id(&tx, id.as_bytes()).await? else {
             return Ok(RetryOutcome::NotFound);
         };
-        match lifecycle::apply(&record.state, Event::Retry, now_ms) {
-            Ok(Outcome::Changed(next)) => {
-                // As on redb: a fresh allowance of attempts and truncation retries.
-                record.attempt += 1;
-                record.requeues = 0;
-                record.truncation_retried = false;
+        match operator::retry(&mut record, now_ms) {
+            Step::Move(next) => {
                 transition(&tx, &policies, now_ms, &mut record, next).await?;
                 tx.commit().await.map_err(pg("retry commit failed"))?;
                 Ok(RetryOutcome::Retried(Box::new(record)))
             }
-            Ok(Outcome::Replay) => Ok(RetryOutcome::Retried(Box::new(record))),
-            Err(e) => Ok(RetryOutcome::Rejected(e)),
+            Step::Answer(outcome) => Ok(outcome),
         }
     }
 
@@ -221,49 +147,39 @@ impl PgStore {
     /// how many moved. Rows another transaction holds are skipped, as a retry issued a
     /// moment later would.
     pub(super) async fn retry_failed(&self, filter: RetryFilter, limit: u64) -> Result<u64, Error> {
-        const SCAN: i64 = 4 * RETRY_CHUNK as i64;
         let policies = self.policies();
         let mut client = self.client().await?;
-        let (mut retried, mut after) = (0u64, 0i64);
+        let (mut retried, mut after) = (0u64, 0u64);
         while retried < limit {
-            let want = (limit - retried).min(RETRY_CHUNK as u64);
+            let want = usize::try_from(limit - retried).unwrap_or(usize::MAX).min(RETRY_CHUNK);
             let now_ms = clock::now_ms();
             let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
             let rows = tx
                 .query(
-                    "SELECT seq, record FROM extractions WHERE state_code = $1 AND seq > $2 \
+                    "SELECT record FROM extractions WHERE state_code = $1 AND seq > $2 \
                      AND ($3::text IS NULL OR tenant = $3) AND ($4::text IS NULL OR schema_name = $4) \
                      ORDER BY seq LIMIT $5 FOR UPDATE SKIP LOCKED",
-                    &[&i16::from(StateName::Failed.code()), &after, &filter.tenant, &filter.schema, &SCAN],
+                    &[
+                        &i16::from(StateName::Failed.code()),
+                        &big(after),
+                        &filter.tenant,
+                        &filter.schema,
+                        &big(SCAN_CHUNK as u64),
+                    ],
                 )
                 .await
                 .map_err(pg("cannot select failed extractions"))?;
-            let exhausted = (rows.len() as i64) < SCAN;
-            let (mut moved, mut full) = (0u64, false);
-            for row in &rows {
-                after = row.get(0);
-                let mut record = decode_record(row.get(1))?;
-                let State::Failed { class, .. } = &record.state else { continue };
-                if filter.failure_class.is_some_and(|c| c != *class) {
-                    continue;
-                }
-                if let Ok(Outcome::Changed(next)) = lifecycle::apply(&record.state, Event::Retry, now_ms) {
-                    // The same fresh start as a single retry.
-                    record.attempt += 1;
-                    record.requeues = 0;
-                    record.truncation_retried = false;
-                    transition(&tx, &policies, now_ms, &mut record, next).await?;
-                    moved += 1;
-                    if moved == want {
-                        full = true;
-                        break;
-                    }
-                }
+            let exhausted = rows.len() < SCAN_CHUNK;
+            let scanned = rows.iter().map(|row| decode_record(row.get(0)));
+            let step = operator::bulk_retry(scanned, exhausted, &filter, after, want, now_ms)?;
+            retried += step.moves.len() as u64;
+            for (mut record, next) in step.moves {
+                transition(&tx, &policies, now_ms, &mut record, next).await?;
             }
             tx.commit().await.map_err(pg("bulk retry commit failed"))?;
-            retried += moved;
-            if exhausted && !full {
-                break;
+            match step.next_after {
+                Some(seq) => after = seq,
+                None => break,
             }
         }
         Ok(retried)
@@ -277,14 +193,13 @@ impl PgStore {
         let Some(mut record) = lock_by_id(&tx, id.as_bytes()).await? else {
             return Ok(CancelOutcome::NotFound);
         };
-        match lifecycle::apply(&record.state, Event::Cancel, now_ms) {
-            Ok(Outcome::Changed(next)) => {
+        match operator::cancel(&record, now_ms) {
+            Step::Move(next) => {
                 transition(&tx, &policies, now_ms, &mut record, next).await?;
                 tx.commit().await.map_err(pg("cancel commit failed"))?;
                 Ok(CancelOutcome::Cancelled(Box::new(record)))
             }
-            Ok(Outcome::Replay) => Ok(CancelOutcome::Cancelled(Box::new(record))),
-            Err(e) => Ok(CancelOutcome::Rejected(e)),
+            Step::Answer(outcome) => Ok(outcome),
         }
     }
 }
@@ -310,13 +225,46 @@ async fn intake_in(tx: &Transaction<'_>, mut new: NewExtraction, now_ms: u64) ->
     Ok(IntakeOutcome { created: false, record: decode_record(row.get(0))? })
 }
 
-/// Upserts by finding key, so an output that repeats a finding stores it once.
-async fn write_findings(
+/// Makes a result's writes (`rules::post`) in this transaction: a post's, or (planned by
+/// `post::plan_settle`) a judged answer's that ingestion commits as it stages it.
+pub(super) async fn carry_out(
     tx: &Transaction<'_>,
-    record: &ExtractionRecord,
-    findings: &[ValidatedFinding],
+    policies: &Policies,
     now_ms: u64,
-) -> Result<u64, Error> {
+    record: &mut ExtractionRecord,
+    plan: post::Plan<'_>,
+) -> Result<PostOutcome, Error> {
+    if let Some((charge, kind)) = plan.charge {
+        record_charge(tx, policies, now_ms, record, charge, kind).await?;
+    }
+    if plan.drop_staged {
+        tx.execute("DELETE FROM staged WHERE extraction_seq = $1", &[&big(record.seq)])
+            .await
+            .map_err(pg("cannot drop a staged answer"))?;
+    }
+    write_findings(tx, record.seq, &plan.findings).await?;
+    if let Some(result) = &plan.result {
+        let bytes = encode(result)?;
+        tx.execute(
+            "INSERT INTO results (extraction_seq, format, record) VALUES ($1, $2, $3) \
+             ON CONFLICT (extraction_seq) DO UPDATE SET format = excluded.format, record = excluded.record",
+            &[&big(record.seq), &i16::from(bytes[0]), &bytes],
+        )
+        .await
+        .map_err(pg("cannot write a result"))?;
+    }
+    if let Some(next) = plan.next {
+        transition(tx, policies, now_ms, record, next).await?;
+    }
+    let findings = if plan.answer.counts_findings() { count_findings(tx, record.seq).await? } else { 0 };
+    Ok(plan.answer.outcome(findings))
+}
+
+/// Upserts by finding key, so an output that repeats a finding stores it once.
+async fn write_findings(tx: &Transaction<'_>, seq: u64, findings: &[FindingRecord]) -> Result<(), Error> {
+    if findings.is_empty() {
+        return Ok(());
+    }
     let statement = tx
         .prepare(
             "INSERT INTO findings (extraction_seq, key, format, record) VALUES ($1, $2, $3, $4) \
@@ -325,19 +273,12 @@ async fn write_findings(
         .await
         .map_err(pg("cannot prepare the findings insert"))?;
     for finding in findings {
-        let key = FindingKey::compute(&record.id, &finding.canonical_identity);
-        let stored = FindingRecord {
-            key,
-            canonical_identity: finding.canonical_identity.clone(),
-            body_json: finding.body.to_string(),
-            committed_at_ms: now_ms,
-        };
-        let bytes = encode(&stored)?;
-        tx.execute(&statement, &[&big(record.seq), &key.as_bytes().as_slice(), &i16::from(bytes[0]), &bytes])
+        let bytes = encode(finding)?;
+        tx.execute(&statement, &[&big(seq), &finding.key.as_bytes().as_slice(), &i16::from(bytes[0]), &bytes])
             .await
             .map_err(pg("cannot write a finding"))?;
     }
-    count_findings(tx, record.seq).await
+    Ok(())
 }
 
 async fn count_findings(tx: &Transaction<'_>, seq: u64) -> Result<u64, Error> {
@@ -347,10 +288,4 @@ async fn count_findings(tx: &Transaction<'_>, seq: u64) -> Result<u64, Error> {
         .map_err(pg("cannot count findings"))?
         .get(0);
     Ok(unbig(n))
-}
-
-/// Fencing tokens: the claim number orders them for humans, the random part makes them
-/// unguessable for other workers (the same shape as on redb).
-fn new_lease_token(claim_number: u32) -> LeaseToken {
-    LeaseToken::new(format!("lt-{claim_number}-{:032x}", rand::random::<u128>()))
 }

@@ -10,8 +10,8 @@ use crate::domain::identity::ExtractionId;
 use crate::store::Policies;
 use crate::store::codec::{decode, encode};
 use crate::store::records::{ChargeKind, ExtractionRecord, LedgerRecord};
-use crate::store::seam::LedgerVisitor;
-use crate::store::seam::{Charge, DAY_MS, priced_entry};
+use crate::store::rules::ledger;
+use crate::store::seam::{Charge, LedgerVisitor};
 
 pub(super) async fn next_seq(tx: &Transaction<'_>, sequence: &'static str) -> Result<u64, Error> {
     let query = format!("SELECT nextval('{sequence}')");
@@ -19,6 +19,7 @@ pub(super) async fn next_seq(tx: &Transaction<'_>, sequence: &'static str) -> Re
     Ok(unbig(seq))
 }
 
+/// Writes the entry `rules::ledger` plans for a charge, with its spend, as on redb.
 pub(super) async fn record_charge(
     tx: &Transaction<'_>,
     policies: &Policies,
@@ -27,16 +28,14 @@ pub(super) async fn record_charge(
     charge: &Charge,
     kind: ChargeKind,
 ) -> Result<(), Error> {
-    // One provider request id is charged once per extraction, as on redb.
-    let kind = if kind != ChargeKind::Replay && already_charged(tx, record.seq, charge).await? {
-        ChargeKind::Replay
-    } else {
-        kind
+    let charged = match ledger::request_to_look_up(charge, kind) {
+        Some(request_id) => already_charged(tx, record.seq, request_id, charge).await?,
+        None => false,
     };
     let seq = next_seq(tx, "ledger_seq").await?;
-    let entry = priced_entry(seq, policies.pricing.as_ref(), record, charge, kind, now_ms);
-    let cost_micros = entry.cost_micros;
-    let bytes = encode(&entry)?;
+    let planned = ledger::plan_charge(seq, policies.pricing.as_ref(), record, charge, kind, charged, now_ms);
+    let entry = &planned.entry;
+    let bytes = encode(entry)?;
     let params: [&(dyn ToSql + Sync); 10] = [
         &big(seq),
         &entry.tenant,
@@ -44,8 +43,8 @@ pub(super) async fn record_charge(
         &big(record.seq),
         &entry.provider,
         &entry.usage.request_id,
-        &(kind == ChargeKind::Replay),
-        &big(cost_micros),
+        &(entry.kind == ChargeKind::Replay),
+        &big(entry.cost_micros),
         &i16::from(bytes[0]),
         &bytes,
     ];
@@ -56,11 +55,11 @@ pub(super) async fn record_charge(
     )
     .await
     .map_err(pg("cannot write a ledger entry"))?;
-    if cost_micros > 0 {
+    if planned.spend > 0 {
         tx.execute(
             "INSERT INTO spend (tenant, day, micros) VALUES ($1, $2, $3) \
              ON CONFLICT (tenant, day) DO UPDATE SET micros = spend.micros + excluded.micros",
-            &[&entry.tenant, &big(now_ms / DAY_MS), &big(cost_micros)],
+            &[&entry.tenant, &big(planned.day), &big(planned.spend)],
         )
         .await
         .map_err(pg("cannot add to the spend total"))?;
@@ -68,18 +67,27 @@ pub(super) async fn record_charge(
     Ok(())
 }
 
-async fn already_charged(tx: &Transaction<'_>, extraction_seq: u64, charge: &Charge) -> Result<bool, Error> {
-    let Some(request_id) = charge.usage.request_id.as_deref() else {
-        return Ok(false);
-    };
-    let row = tx
-        .query_opt(
-            "SELECT 1 FROM ledger WHERE extraction_seq = $1 AND NOT replay AND provider = $2 AND request_id = $3 LIMIT 1",
-            &[&big(extraction_seq), &charge.provider, &request_id],
+/// The earlier entries of the extraction under the same request id, judged by the rule
+/// redb applies to them too.
+async fn already_charged(
+    tx: &Transaction<'_>,
+    extraction_seq: u64,
+    request_id: &str,
+    charge: &Charge,
+) -> Result<bool, Error> {
+    let rows = tx
+        .query(
+            "SELECT record FROM ledger WHERE extraction_seq = $1 AND request_id = $2",
+            &[&big(extraction_seq), &request_id],
         )
         .await
         .map_err(pg("cannot read the ledger"))?;
-    Ok(row.is_some())
+    for row in &rows {
+        if ledger::charged_before(&decode(row.get(0))?, charge) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 impl PgStore {

@@ -10,8 +10,8 @@ use super::{Error, PgStore, pg};
 use crate::domain::clock;
 use crate::domain::lifecycle::State;
 use crate::store::codec::{decode, encode};
-use crate::store::records::{DeliveryState, ExtractionRecord, OutboxKind, OutboxRecord};
-use crate::store::rules::outbox::event_id;
+use crate::store::records::{DeliveryState, ExtractionRecord, OutboxRecord};
+use crate::store::rules::outbox;
 use crate::store::{DeliveryReport, OutboxFilter, Policies};
 
 /// How long a claimed event stays invisible to other instances, and so the most a
@@ -31,16 +31,8 @@ pub(super) async fn enqueue_events(
     record: &ExtractionRecord,
     next: &State,
 ) -> Result<(), Error> {
-    let kind = match next {
-        State::Committed { .. } => OutboxKind::Committed,
-        State::Failed { class, reason } => OutboxKind::Failed { class: *class, reason: reason.clone() },
-        State::Cancelled { .. } => OutboxKind::Cancelled,
-        _ => return Ok(()),
-    };
-    let id = event_id(record, &kind);
-    for sink in &policies.sinks {
-        let seq = next_seq(tx, "outbox_seq").await?;
-        let event = OutboxRecord::due_now(seq, id.clone(), sink.clone(), kind.clone(), record, now_ms);
+    for event in outbox::new_events(record, next, &policies.sinks) {
+        let event = event.numbered(next_seq(tx, "outbox_seq").await?, record, now_ms);
         write_event(tx, &event, true).await?;
     }
     Ok(())
@@ -115,20 +107,9 @@ impl PgStore {
         let Some(mut event) = lock_event(&tx, seq).await? else {
             return Ok(None);
         };
-        if event.state != DeliveryState::Pending {
+        // Its columns are written from the record, so they are its lists: nothing else moves.
+        if outbox::record_delivery(&mut event, report, now_ms).is_none() {
             return Ok(Some(event));
-        }
-        event.deliveries += 1;
-        match report {
-            DeliveryReport::Delivered { status } => event.state = DeliveryState::Delivered { at_ms: now_ms, status },
-            DeliveryReport::Retry { at_ms, error } => {
-                event.next_attempt_at_ms = at_ms;
-                event.last_error = Some(error);
-            }
-            DeliveryReport::Dead { reason } => {
-                event.last_error = Some(reason.clone());
-                event.state = DeliveryState::Dead { reason };
-            }
         }
         write_event(&tx, &event, false).await?;
         tx.commit().await.map_err(pg("delivery commit failed"))?;
@@ -192,11 +173,9 @@ impl PgStore {
         let Some(mut event) = lock_event(&tx, seq).await? else {
             return Ok(None);
         };
-        if !matches!(event.state, DeliveryState::Dead { .. }) {
+        if !outbox::redeliver(&mut event, now_ms) {
             return Ok(Some(event));
         }
-        event.state = DeliveryState::Pending;
-        event.next_attempt_at_ms = now_ms;
         write_event(&tx, &event, false).await?;
         tx.commit().await.map_err(pg("redeliver commit failed"))?;
         Ok(Some(event))

@@ -10,11 +10,13 @@
 
 use std::collections::HashMap;
 
+use tokio_postgres::Transaction;
+
 use super::rows::{big, decode_record, unbig};
 use super::{Error, PgStore, pg};
 use crate::domain::clock;
 use crate::domain::lifecycle::StateName;
-use crate::store::{RETIRED_CONTENT, RETIRED_RAW_RESULT, RetentionPolicy, RetentionStep};
+use crate::store::{RetentionPolicy, RetentionStep};
 
 impl PgStore {
     /// Looks at up to `scan` committed extractions after sequence `after` and drops what
@@ -65,26 +67,16 @@ impl PgStore {
         for row in &locked {
             let seq: i64 = row.get(0);
             let already = retired_bits(row.get(2));
-            let bits = policy.due(&decode_record(row.get(1))?, already, now_ms);
-            if bits == 0 {
+            let Some(retire) = policy.plan(&decode_record(row.get(1))?, already, now_ms) else {
                 continue;
-            }
-            if bits & RETIRED_CONTENT != 0 {
-                step.contents_dropped += tx
-                    .execute("UPDATE extractions SET content = NULL WHERE seq = $1 AND content IS NOT NULL", &[&seq])
-                    .await
-                    .map_err(pg("cannot drop content"))?;
-            }
-            if bits & RETIRED_RAW_RESULT != 0 {
-                step.raw_results_dropped += tx
-                    .execute("DELETE FROM results WHERE extraction_seq = $1", &[&seq])
-                    .await
-                    .map_err(pg("cannot drop a raw result"))?;
-            }
+            };
+            let content = retire.content && removed(&tx, DROP_CONTENT, seq, "cannot drop content").await?;
+            let raw_result = retire.raw_result && removed(&tx, DROP_RESULT, seq, "cannot drop a raw result").await?;
+            step.count(content, raw_result);
             tx.execute(
                 "INSERT INTO retired (extraction_seq, bits) VALUES ($1, $2) \
                  ON CONFLICT (extraction_seq) DO UPDATE SET bits = excluded.bits",
-                &[&seq, &i16::from(already | bits)],
+                &[&seq, &i16::from(retire.marks)],
             )
             .await
             .map_err(pg("cannot mark what retention dropped"))?;
@@ -103,6 +95,14 @@ impl PgStore {
             .map_err(pg("cannot read what retention dropped"))?;
         Ok(rows.iter().map(|r| (unbig(r.get(0)), retired_bits(r.get(1)))).collect())
     }
+}
+
+const DROP_CONTENT: &str = "UPDATE extractions SET content = NULL WHERE seq = $1 AND content IS NOT NULL";
+const DROP_RESULT: &str = "DELETE FROM results WHERE extraction_seq = $1";
+
+/// Runs one of the drops on extraction `seq`; whether it found something to drop.
+async fn removed(tx: &Transaction<'_>, sql: &str, seq: i64, what: &'static str) -> Result<bool, Error> {
+    Ok(tx.execute(sql, &[&seq]).await.map_err(pg(what))? > 0)
 }
 
 /// The stored bits; the column holds only values this store wrote (`RETIRED_*`).

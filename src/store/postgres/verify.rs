@@ -16,12 +16,11 @@ use tokio_postgres::{NoTls, Row, Transaction};
 
 use super::rows::{big, committed_at, fence_of, lease_expiry, unbig};
 use super::{Error, PgOptions, known_schema_version, parse_url, pg, schema_version};
-use crate::domain::identity::{ExtractionId, SourceHash};
 use crate::domain::lifecycle::State;
 use crate::store::Report;
 use crate::store::codec::{Versioned, decode};
 use crate::store::records::{ExtractionRecord, StoredContent};
-use crate::store::rules::verify::check_attempts;
+use crate::store::rules::verify::check_record;
 
 /// Connects, refuses a schema this build does not know, and checks the database in one
 /// read-only snapshot. Nothing is written, so it is safe beside running servers.
@@ -103,11 +102,9 @@ fn check_extraction(row: &Row, report: &mut Report) {
     let Some(record) = decoded::<ExtractionRecord>(bytes, || format!("extraction #{seq}"), report) else {
         return;
     };
-    report.extractions += 1;
-    *report.by_state.entry(record.state.name().as_str()).or_default() += 1;
-    if record.seq != seq {
-        report.problem(format!("extraction #{seq} says it is #{}", record.seq));
-    }
+    // A NULL content is retention's doing; `links` checks that a mark says so.
+    let content = row.get::<_, Option<&[u8]>>("content").map(decode::<StoredContent>);
+    check_record(seq, &record, content, report);
     let id: &[u8] = row.get("id");
     if id != record.id.as_bytes() {
         report.problem(format!("{}: its id column holds another identity (invariant 1)", record.id));
@@ -119,19 +116,6 @@ fn check_extraction(row: &Row, report: &mut Report) {
             record.state.name().as_str()
         ));
     }
-    // A NULL content is retention's doing; `links` checks that a mark says so.
-    match row.get::<_, Option<&[u8]>>("content").map(decode::<StoredContent>) {
-        Some(Ok(content)) if SourceHash::compute(content.text.as_bytes(), &record.schema) != record.source_hash => {
-            report.problem(format!("{}: content does not match its source hash", record.id));
-        }
-        Some(Ok(_)) | None => {}
-        Some(Err(e)) => report.problem(format!("{}: content: {e}", record.id)),
-    }
-    let expected = ExtractionId::compute(&record.tenant, &record.source_id, &record.source_hash, &record.schema);
-    if expected != record.id {
-        report.problem(format!("{}: id does not match (tenant, source_id, source_hash, schema)", record.id));
-    }
-    check_attempts(&record, report);
     if let State::Submitted { batch_key, job_id, .. } = &record.state
         && row.get::<_, Option<i64>>("batch_seq").is_some()
         && row.get::<_, Option<&str>>("batch_job") != job_id.as_deref()

@@ -6,15 +6,12 @@
 use redb::ReadableTable;
 
 use super::extractions::{load, transition};
+use super::rules::operator::{self, SCAN_CHUNK, Step};
 use super::write_tables::WriteTables;
 use super::{Error, Store};
 use crate::domain::identity::ExtractionId;
-use crate::domain::lifecycle::{self, Event, Outcome, StateName};
+use crate::domain::lifecycle::StateName;
 use crate::store::seam::{CancelOutcome, RETRY_CHUNK, RetryFilter};
-
-/// Most failed entries one job looks at, so a filter that matches little still commits
-/// (and yields the writer) often.
-const SCAN_CHUNK: usize = 4 * RETRY_CHUNK;
 
 impl Store {
     pub async fn cancel(&self, id: ExtractionId) -> Result<CancelOutcome, Error> {
@@ -46,13 +43,12 @@ fn cancel(t: &mut WriteTables<'_>, id: &ExtractionId) -> Result<(CancelOutcome, 
         return Ok((CancelOutcome::NotFound, false));
     };
     let mut record = load(t, seq)?;
-    match lifecycle::apply(&record.state, Event::Cancel, t.now_ms) {
-        Ok(Outcome::Changed(next)) => {
+    match operator::cancel(&record, t.now_ms) {
+        Step::Move(next) => {
             transition(t, &mut record, next)?;
             Ok((CancelOutcome::Cancelled(Box::new(record)), true))
         }
-        Ok(Outcome::Replay) => Ok((CancelOutcome::Cancelled(Box::new(record)), false)),
-        Err(e) => Ok((CancelOutcome::Rejected(e), false)),
+        Step::Answer(outcome) => Ok((outcome, false)),
     }
 }
 
@@ -74,26 +70,11 @@ pub(super) fn retry_chunk(
         }
     }
     let exhausted = seqs.len() < SCAN_CHUNK;
-    let mut moved = 0u64;
-    let mut last = after;
-    for seq in seqs {
-        last = seq;
-        let mut record = load(t, seq)?;
-        if !filter.matches(&record) {
-            continue;
-        }
-        if let Ok(Outcome::Changed(next)) = lifecycle::apply(&record.state, Event::Retry, t.now_ms) {
-            // The same fresh start as a single retry (see `ops::retry`).
-            record.attempt += 1;
-            record.requeues = 0;
-            record.truncation_retried = false;
-            transition(t, &mut record, next)?;
-            moved += 1;
-            if moved as usize == want {
-                return Ok(((moved, Some(last)), true));
-            }
-        }
+    let scanned = seqs.iter().map(|&seq| load(t, seq));
+    let step = operator::bulk_retry(scanned, exhausted, filter, after, want, t.now_ms)?;
+    let moved = step.moves.len() as u64;
+    for (mut record, next) in step.moves {
+        transition(t, &mut record, next)?;
     }
-    let next = if exhausted { None } else { Some(last) };
-    Ok(((moved, next), moved > 0))
+    Ok(((moved, step.next_after), moved > 0))
 }

@@ -23,8 +23,8 @@ use redb::ReadableTable;
 use super::batches::{load_batch, save_batch};
 use super::codec::decode;
 use super::extractions::load;
-use super::records::{BatchRecord, LedgerRecord, OutboxRecord};
-use super::rules::erase::{BatchAfterErasure, erased_charge, erased_days, release_intent};
+use super::records::{LedgerRecord, OutboxRecord};
+use super::rules::erase::{self, ErasedSpend, erased_days};
 use super::tables::{META_SEQ_FLOOR, required};
 use super::write_tables::WriteTables;
 use super::{Error, Store};
@@ -102,8 +102,13 @@ fn erase_chunk(t: &mut WriteTables<'_>, tenant: &str, since: u64) -> Result<((Er
         t.outbox_dead.remove(seq)?;
         report.outbox_events += 1;
     }
+    let mut spent = ErasedSpend::default();
     for &seq in &seqs {
-        erase_one(t, seq, &mut report)?;
+        erase_one(t, seq, &mut report, &mut spent)?;
+    }
+    for (key, micros) in spent.totals() {
+        let kept = t.erased_spend.get(key)?.map_or(0, |v| v.value());
+        t.erased_spend.insert(key, kept.saturating_add(micros))?;
     }
     report.intents_closed = release_intents(t, &erased)?;
     let floor = t.meta.get(META_SEQ_FLOOR)?.map_or(0, |v| v.value());
@@ -114,7 +119,12 @@ fn erase_chunk(t: &mut WriteTables<'_>, tenant: &str, since: u64) -> Result<((Er
     Ok(((report, more), true))
 }
 
-fn erase_one(t: &mut WriteTables<'_>, seq: u64, report: &mut ErasureReport) -> Result<(), Error> {
+fn erase_one(
+    t: &mut WriteTables<'_>,
+    seq: u64,
+    report: &mut ErasureReport,
+    spent: &mut ErasedSpend,
+) -> Result<(), Error> {
     let record = load(t, seq)?;
     t.identity.remove(record.id.as_bytes())?;
     t.extractions.remove(seq)?;
@@ -154,31 +164,23 @@ fn erase_one(t: &mut WriteTables<'_>, seq: u64, report: &mut ErasureReport) -> R
         t.ledger.remove(ledger_seq)?;
         t.ledger_by_tenant.remove((entry.tenant.as_str(), entry.at_ms, ledger_seq))?;
         t.ledger_by_extraction.remove((seq, ledger_seq))?;
-        if let Some((key, micros)) = erased_charge(&entry) {
-            let kept = t.erased_spend.get(key)?.map_or(0, |v| v.value());
-            t.erased_spend.insert(key, kept.saturating_add(micros))?;
-        }
+        spent.add(&entry);
         report.ledger_entries += 1;
     }
     Ok(())
 }
 
-/// Intents drop erased members; an intent left empty is closed (`erase_rules`).
+/// Intents drop erased members; an intent left empty is closed (`rules::erase`).
 fn release_intents(t: &mut WriteTables<'_>, erased: &HashSet<u64>) -> Result<u64, Error> {
     let mut open = Vec::new();
     for entry in t.open_batches.iter()? {
-        open.push(entry?.0.value());
+        open.push(load_batch(t, entry?.0.value())?);
     }
     let mut closed = 0;
-    for seq in open {
-        let mut batch: BatchRecord = load_batch(t, seq)?;
-        match release_intent(&mut batch, |m| erased.contains(&m), t.now_ms) {
-            BatchAfterErasure::Kept => continue,
-            BatchAfterErasure::Shrunk => {}
-            BatchAfterErasure::Closed => {
-                t.open_batches.remove(seq)?;
-                closed += 1;
-            }
+    for (batch, emptied) in erase::release_intents(open, erased, t.now_ms) {
+        if emptied {
+            t.open_batches.remove(batch.seq)?;
+            closed += 1;
         }
         save_batch(t, &batch)?;
     }

@@ -8,17 +8,17 @@ use redb::ReadableTable;
 
 use super::codec::{decode, encode};
 use super::ledger::record_charge;
-use super::records::{ChargeKind, ExtractionRecord, Fence, FindingRecord, NewExtraction, ResultRecord, StoredContent};
+use super::records::{ExtractionRecord, Fence, NewExtraction, StoredContent};
+use super::rules::operator::{self, Step};
+use super::rules::{claim, post};
 use super::tables::required;
 use super::write_tables::WriteTables;
 use super::{Error, Store};
-use crate::domain::identity::{ExtractionId, FindingKey};
-use crate::domain::lifecycle::{self, Event, Outcome, State};
-use crate::domain::names::LeaseToken;
+use crate::domain::identity::ExtractionId;
+use crate::domain::lifecycle::{self, State};
 use crate::store::seam::Charge;
 use crate::store::seam::{
-    ClaimRequest, DeliveryOutcome, EncodedFinding, Grant, IntakeOutcome, Judged, PostOutcome, PostResult, RetryOutcome,
-    producer_of,
+    ClaimRequest, DeliveryOutcome, Grant, IntakeOutcome, Judged, PostOutcome, PostResult, RetryOutcome,
 };
 
 impl Store {
@@ -120,18 +120,14 @@ fn claim(t: &mut WriteTables<'_>, request: &ClaimRequest) -> Result<(Vec<Grant>,
     let candidates = claim_candidates(t, request)?;
     let mut grants = Vec::with_capacity(candidates.len());
     for mut record in candidates {
-        let lease_token = new_lease_token(record.claims + 1);
-        let expires_at_ms = t.now_ms.saturating_add(request.lease_ms);
-        let event = Event::Claim { worker: request.worker.clone(), lease_token: lease_token.clone(), expires_at_ms };
         // Candidates were selected as claimable in this same transaction, so a refusal
-        // here would only mean a stale index entry: skip it rather than fail the batch.
-        let Ok(Outcome::Changed(next)) = lifecycle::apply(&record.state, event, t.now_ms) else {
+        // here would only mean a stale index entry.
+        let Some((next, lease)) = claim::claim(&mut record, request, t.now_ms, rand::random()) else {
             continue;
         };
         let content = decode::<StoredContent>(&required(t.contents.get(record.seq)?, "content", record.seq)?)?.text;
-        record.claims += 1;
         transition(t, &mut record, next)?;
-        grants.push(Grant { record, content, lease_token, lease_expires_at_ms: expires_at_ms });
+        grants.push(lease.grant(record, content));
     }
     let wrote = !grants.is_empty();
     Ok((grants, wrote))
@@ -140,13 +136,12 @@ fn claim(t: &mut WriteTables<'_>, request: &ClaimRequest) -> Result<(Vec<Grant>,
 /// Expired leases first (their work has waited longest), then pending work in intake order.
 fn claim_candidates(t: &WriteTables<'_>, request: &ClaimRequest) -> Result<Vec<ExtractionRecord>, Error> {
     let mut picked = Vec::new();
-    let wanted = |r: &ExtractionRecord| request.schema.as_ref().is_none_or(|s| *s == r.schema);
     for entry in t.lease_index.range((0, 0)..(t.now_ms.saturating_add(1), 0))? {
         if picked.len() >= request.limit {
             return Ok(picked);
         }
         let record = load(t, entry?.0.value().1)?;
-        if wanted(&record) {
+        if claim::wanted(request, &record) {
             picked.push(record);
         }
     }
@@ -171,30 +166,9 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
         return Ok((PostOutcome::NotFound, false));
     };
     let mut record = load(t, seq)?;
-    let producer = producer_of(&record.state);
-    let (event, fence) = post.event_and_fence();
-    let next = match lifecycle::apply(&record.state, event, t.now_ms) {
-        Ok(Outcome::Changed(next)) => next,
-        Ok(Outcome::Replay) => {
-            let findings = count_findings(t, seq)?;
-            // The same answer again: counted, never charged.
-            if let Some(charge) = &post.charge {
-                record_charge(t, &record, charge, ChargeKind::Replay)?;
-            }
-            return Ok((PostOutcome::Replay { findings }, post.charge.is_some()));
-        }
-        Err(e) => {
-            // A stale reporter's call was still paid for; its answer is just not used.
-            if let Some(charge) = &post.charge {
-                record_charge(t, &record, charge, ChargeKind::Fresh)?;
-            }
-            return Ok((PostOutcome::Rejected(e), post.charge.is_some()));
-        }
-    };
-    // A provider's staged raw answer has served its purpose once the extraction leaves Ready.
-    t.staged.remove(seq)?;
-    let outcome = settle(t, &mut record, next, &Judged::from(&post.submission), post.charge.as_ref(), producer, fence)?;
-    Ok((outcome, true))
+    let plan = post::plan_post(&record, &post, t.now_ms)?;
+    let wrote = plan.writes();
+    Ok((carry_out(t, &mut record, plan)?, wrote))
 }
 
 /// Applies a result's outcome (`next`: committed or failed) to a record whose lifecycle
@@ -209,53 +183,33 @@ pub(super) fn settle(
     producer: String,
     fence: Fence,
 ) -> Result<PostOutcome, Error> {
-    if let Some(charge) = charge {
-        let kind = if matches!(next, State::Failed { .. }) { ChargeKind::FailedValidation } else { ChargeKind::Fresh };
-        record_charge(t, record, charge, kind)?;
-    }
-    let outcome = match (&next, answer) {
-        (State::Committed { .. }, Judged::Valid { output_json, findings }) => {
-            let result = ResultRecord {
-                output_json: output_json.clone(),
-                producer,
-                fence,
-                usage: charge.map(|c| c.usage.clone()),
-                latency_ms: charge.and_then(|c| c.latency_ms),
-                received_at_ms: t.now_ms,
-            };
-            let written = write_findings(t, record, findings)?;
-            t.results.insert(record.seq, encode(&result)?.as_slice())?;
-            PostOutcome::Committed { findings: written }
-        }
-        (State::Failed { reason, .. }, _) => PostOutcome::Failed { reason: reason.clone() },
-        _ => {
-            return Err(Error::Corrupt {
-                kind: "lifecycle",
-                reason: format!("result produced unexpected state {:?}", next.name()),
-            });
-        }
-    };
-    transition(t, record, next)?;
-    Ok(outcome)
+    let plan = post::plan_settle(record, next, answer, charge, producer, fence, t.now_ms)?;
+    carry_out(t, record, plan)
 }
 
-/// Upserts by finding key, so an output that repeats a finding stores it once.
-fn write_findings(
+/// Makes a result's writes (`rules::post`) in this transaction.
+fn carry_out(
     t: &mut WriteTables<'_>,
-    record: &ExtractionRecord,
-    findings: &[EncodedFinding],
-) -> Result<u64, Error> {
-    for finding in findings {
-        let key = FindingKey::compute(&record.id, &finding.canonical_identity);
-        let stored = FindingRecord {
-            key,
-            canonical_identity: finding.canonical_identity.clone(),
-            body_json: finding.body_json.clone(),
-            committed_at_ms: t.now_ms,
-        };
-        t.findings.insert((record.seq, key.as_bytes()), encode(&stored)?.as_slice())?;
+    record: &mut ExtractionRecord,
+    plan: post::Plan<'_>,
+) -> Result<PostOutcome, Error> {
+    if let Some((charge, kind)) = plan.charge {
+        record_charge(t, record, charge, kind)?;
     }
-    count_findings(t, record.seq)
+    if plan.drop_staged {
+        t.staged.remove(record.seq)?;
+    }
+    for finding in &plan.findings {
+        t.findings.insert((record.seq, finding.key.as_bytes()), encode(finding)?.as_slice())?;
+    }
+    if let Some(result) = &plan.result {
+        t.results.insert(record.seq, encode(result)?.as_slice())?;
+    }
+    if let Some(next) = plan.next {
+        transition(t, record, next)?;
+    }
+    let findings = if plan.answer.counts_findings() { count_findings(t, record.seq)? } else { 0 };
+    Ok(plan.answer.outcome(findings))
 }
 
 fn retry(t: &mut WriteTables<'_>, id: &ExtractionId) -> Result<(RetryOutcome, bool), Error> {
@@ -263,18 +217,12 @@ fn retry(t: &mut WriteTables<'_>, id: &ExtractionId) -> Result<(RetryOutcome, bo
         return Ok((RetryOutcome::NotFound, false));
     };
     let mut record = load(t, seq)?;
-    match lifecycle::apply(&record.state, Event::Retry, t.now_ms) {
-        Ok(Outcome::Changed(next)) => {
-            // An operator's retry starts the automatic policies over: a fresh allowance of
-            // provider attempts and of truncation retries. A raised output budget is kept.
-            record.attempt += 1;
-            record.requeues = 0;
-            record.truncation_retried = false;
+    match operator::retry(&mut record, t.now_ms) {
+        Step::Move(next) => {
             transition(t, &mut record, next)?;
             Ok((RetryOutcome::Retried(Box::new(record)), true))
         }
-        Ok(Outcome::Replay) => Ok((RetryOutcome::Retried(Box::new(record)), false)),
-        Err(e) => Ok((RetryOutcome::Rejected(e), false)),
+        Step::Answer(outcome) => Ok((outcome, false)),
     }
 }
 
@@ -308,10 +256,4 @@ fn count_findings(t: &WriteTables<'_>, seq: u64) -> Result<u64, Error> {
     let low: &[u8; 32] = &[0; 32];
     let high: &[u8; 32] = &[0xff; 32];
     Ok(t.findings.range((seq, low)..=(seq, high))?.count() as u64)
-}
-
-/// Fencing tokens: the claim number makes them ordered for humans, the random part
-/// makes them unguessable for other workers.
-fn new_lease_token(claim_number: u32) -> LeaseToken {
-    LeaseToken::new(format!("lt-{claim_number}-{:032x}", rand::random::<u128>()))
 }

@@ -6,47 +6,42 @@ use redb::ReadableTable;
 
 use super::codec::{decode, encode};
 use super::records::{ChargeKind, ExtractionRecord, LedgerRecord};
+use super::rules::ledger;
 use super::tables::{self, required};
 use super::write_tables::WriteTables;
 use super::{Error, Store};
 use crate::domain::identity::ExtractionId;
-use crate::store::seam::{Charge, DAY_MS, priced_entry};
+use crate::store::seam::Charge;
 
+/// Writes the entry `rules::ledger` plans for a charge, with its indexes and spend.
 pub(super) fn record_charge(
     t: &mut WriteTables<'_>,
     record: &ExtractionRecord,
     charge: &Charge,
     kind: ChargeKind,
 ) -> Result<(), Error> {
-    // A reporter that resends (its answer was lost, or it was refused) reports the same
-    // call again: one provider request id is charged once per extraction.
-    let kind =
-        if kind != ChargeKind::Replay && already_charged(t, record.seq, charge)? { ChargeKind::Replay } else { kind };
+    let charged = match ledger::request_to_look_up(charge, kind) {
+        Some(_) => already_charged(t, record.seq, charge)?,
+        None => false,
+    };
     let seq = t.allocate_ledger_seq();
-    let entry = priced_entry(seq, t.policies.pricing.as_ref(), record, charge, kind, t.now_ms);
-    let cost_micros = entry.cost_micros;
-    t.ledger.insert(seq, encode(&entry)?.as_slice())?;
+    let planned = ledger::plan_charge(seq, t.policies.pricing.as_ref(), record, charge, kind, charged, t.now_ms);
+    t.ledger.insert(seq, encode(&planned.entry)?.as_slice())?;
     t.ledger_by_tenant.insert((record.tenant.as_str(), t.now_ms, seq), ())?;
     t.ledger_by_extraction.insert((record.seq, seq), ())?;
-    if cost_micros > 0 {
-        let day = t.now_ms / DAY_MS;
-        let spent = t.spend.get((record.tenant.as_str(), day))?.map_or(0, |v| v.value());
-        t.spend.insert((record.tenant.as_str(), day), spent.saturating_add(cost_micros))?;
+    if planned.spend > 0 {
+        let key = (record.tenant.as_str(), planned.day);
+        let spent = t.spend.get(key)?.map_or(0, |v| v.value());
+        t.spend.insert(key, spent.saturating_add(planned.spend))?;
     }
     Ok(())
 }
 
 fn already_charged(t: &WriteTables<'_>, extraction_seq: u64, charge: &Charge) -> Result<bool, Error> {
-    let Some(request_id) = charge.usage.request_id.as_deref() else {
-        return Ok(false);
-    };
     for entry in t.ledger_by_extraction.range((extraction_seq, 0)..=(extraction_seq, u64::MAX))? {
         let ledger_seq = entry?.0.value().1;
         let earlier: LedgerRecord = decode(&required(t.ledger.get(ledger_seq)?, "ledger", ledger_seq)?)?;
-        if earlier.kind != ChargeKind::Replay
-            && earlier.provider == charge.provider
-            && earlier.usage.request_id.as_deref() == Some(request_id)
-        {
+        if ledger::charged_before(&earlier, charge) {
             return Ok(true);
         }
     }

@@ -6,8 +6,8 @@
 use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::codec::{decode, encode};
-use super::records::{DeliveryState, ExtractionRecord, OutboxKind, OutboxRecord};
-use super::rules::outbox::event_id;
+use super::records::{ExtractionRecord, OutboxRecord};
+use super::rules::outbox;
 use super::tables::{self, META_SINK_DISABLED_PREFIX, required};
 use super::write_tables::WriteTables;
 use super::{Error, Store};
@@ -16,22 +16,11 @@ use crate::store::seam::{DeliveryReport, OutboxFilter};
 
 /// Called by `transition` for every state change: terminal states get their events.
 pub(super) fn enqueue_events(t: &mut WriteTables<'_>, record: &ExtractionRecord, next: &State) -> Result<(), Error> {
-    let kind = match next {
-        State::Committed { .. } => OutboxKind::Committed,
-        State::Failed { class, reason } => OutboxKind::Failed { class: *class, reason: reason.clone() },
-        State::Cancelled { .. } => OutboxKind::Cancelled,
-        _ => return Ok(()),
-    };
-    if t.policies.sinks.is_empty() {
-        return Ok(());
-    }
-    let id = event_id(record, &kind);
     let policies = std::sync::Arc::clone(&t.policies);
-    for sink in &policies.sinks {
-        let seq = t.allocate_outbox_seq();
-        let event = OutboxRecord::due_now(seq, id.clone(), sink.clone(), kind.clone(), record, t.now_ms);
-        t.outbox.insert(seq, encode(&event)?.as_slice())?;
-        t.outbox_due.insert((t.now_ms, seq), ())?;
+    for event in outbox::new_events(record, next, &policies.sinks) {
+        let event = event.numbered(t.allocate_outbox_seq(), record, t.now_ms);
+        t.outbox.insert(event.seq, encode(&event)?.as_slice())?;
+        t.outbox_due.insert((t.now_ms, event.seq), ())?;
     }
     Ok(())
 }
@@ -48,23 +37,15 @@ fn record_delivery(
     let Some(mut event) = load_event(t, seq)? else {
         return Ok((None, false));
     };
-    if event.state != DeliveryState::Pending {
+    let Some(moved) = outbox::record_delivery(&mut event, report, t.now_ms) else {
         return Ok((Some(event), false));
+    };
+    t.outbox_due.remove((moved.was_due_at_ms, seq))?;
+    if let Some(at_ms) = moved.due_at_ms {
+        t.outbox_due.insert((at_ms, seq), ())?;
     }
-    t.outbox_due.remove((event.next_attempt_at_ms, seq))?;
-    event.deliveries += 1;
-    match report {
-        DeliveryReport::Delivered { status } => event.state = DeliveryState::Delivered { at_ms: t.now_ms, status },
-        DeliveryReport::Retry { at_ms, error } => {
-            event.next_attempt_at_ms = at_ms;
-            event.last_error = Some(error);
-            t.outbox_due.insert((at_ms, seq), ())?;
-        }
-        DeliveryReport::Dead { reason } => {
-            event.last_error = Some(reason.clone());
-            event.state = DeliveryState::Dead { reason };
-            t.outbox_dead.insert(seq, ())?;
-        }
+    if moved.dead {
+        t.outbox_dead.insert(seq, ())?;
     }
     t.outbox.insert(seq, encode(&event)?.as_slice())?;
     Ok((Some(event), true))
@@ -74,13 +55,11 @@ fn redeliver(t: &mut WriteTables<'_>, seq: u64) -> Result<(Option<OutboxRecord>,
     let Some(mut event) = load_event(t, seq)? else {
         return Ok((None, false));
     };
-    if !matches!(event.state, DeliveryState::Dead { .. }) {
+    if !outbox::redeliver(&mut event, t.now_ms) {
         return Ok((Some(event), false));
     }
     t.outbox_dead.remove(seq)?;
-    event.state = DeliveryState::Pending;
-    event.next_attempt_at_ms = t.now_ms;
-    t.outbox_due.insert((t.now_ms, seq), ())?;
+    t.outbox_due.insert((event.next_attempt_at_ms, seq), ())?;
     t.outbox.insert(seq, encode(&event)?.as_slice())?;
     Ok((Some(event), true))
 }

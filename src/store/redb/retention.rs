@@ -12,7 +12,6 @@ use redb::{ReadableDatabase, ReadableTable};
 use super::codec::decode;
 use super::extractions::load;
 use super::records::ExtractionRecord;
-use super::rules::retention::{RETIRED_CONTENT, RETIRED_RAW_RESULT};
 use super::rules::retention::{RetentionPolicy, RetentionStep};
 use super::tables;
 use super::write_tables::WriteTables;
@@ -73,7 +72,7 @@ fn candidates(db: &redb::Database, policy: &RetentionPolicy, after: u64, scan: u
         seen += 1;
         let already = retired.get(seq)?.map_or(0, |v| v.value());
         // Most of a long-running store is already retired: skip it without decoding.
-        if already & policy.all_bits() != policy.all_bits() {
+        if policy.may_drop_more(already) {
             let Some(value) = extractions.get(seq)? else { continue };
             let record: ExtractionRecord = decode(value.value())?;
             if policy.due(&record, already, now_ms) != 0 {
@@ -97,17 +96,13 @@ fn drop_due(t: &mut WriteTables<'_>, policy: &RetentionPolicy, due: &[u64]) -> R
         }
         let record = load(t, seq)?;
         let already = t.retired.get(seq)?.map_or(0, |v| v.value());
-        let bits = policy.due(&record, already, t.now_ms);
-        if bits == 0 {
+        let Some(retire) = policy.plan(&record, already, t.now_ms) else {
             continue;
-        }
-        if bits & RETIRED_CONTENT != 0 && t.contents.remove(seq)?.is_some() {
-            step.contents_dropped += 1;
-        }
-        if bits & RETIRED_RAW_RESULT != 0 && t.results.remove(seq)?.is_some() {
-            step.raw_results_dropped += 1;
-        }
-        t.retired.insert(seq, already | bits)?;
+        };
+        let content = retire.content && t.contents.remove(seq)?.is_some();
+        let raw_result = retire.raw_result && t.results.remove(seq)?.is_some();
+        step.count(content, raw_result);
+        t.retired.insert(seq, retire.marks)?;
         wrote = true;
     }
     Ok((step, wrote))

@@ -16,8 +16,7 @@ mod ledger;
 mod pending_queue;
 mod retention;
 mod state_counts;
-use super::rules::verify::{Report, check_attempts};
-use crate::domain::identity::{ExtractionId, FindingKey, SourceHash};
+use super::rules::verify::{Report, check_finding_key, check_record, check_result};
 use crate::domain::lifecycle::State;
 use crate::domain::names::BatchKey;
 
@@ -162,32 +161,20 @@ fn check_records(txn: &ReadTransaction, report: &mut Report) -> Result<BTreeMap<
                 continue;
             }
         };
-        report.extractions += 1;
-        *report.by_state.entry(record.state.name().as_str()).or_default() += 1;
-        if record.seq != seq {
-            report.problem(format!("extraction #{seq} says it is #{}", record.seq));
-        }
+        let content = match contents.get(seq)? {
+            Some(v) => Some(decode::<StoredContent>(v.value())),
+            None if retired_bits(&retired, seq)? & super::rules::retention::RETIRED_CONTENT != 0 => None,
+            None => {
+                report.problem(format!("{}: content is missing", record.id));
+                None
+            }
+        };
+        check_record(seq, &record, content, report);
         match identity.get(record.id.as_bytes())?.map(|v| v.value()) {
             Some(s) if s == seq => {}
             Some(s) => report.problem(format!("{}: identity index points at #{s}, record is #{seq}", record.id)),
             None => report.problem(format!("{}: missing from the identity index", record.id)),
         }
-        match contents.get(seq)?.map(|v| decode::<StoredContent>(v.value())) {
-            Some(Ok(content)) => {
-                let hash = SourceHash::compute(content.text.as_bytes(), &record.schema);
-                if hash != record.source_hash {
-                    report.problem(format!("{}: content does not match its source hash", record.id));
-                }
-            }
-            Some(Err(e)) => report.problem(format!("{}: content: {e}", record.id)),
-            None if retired_bits(&retired, seq)? & super::rules::retention::RETIRED_CONTENT != 0 => {}
-            None => report.problem(format!("{}: content is missing", record.id)),
-        }
-        let expected = ExtractionId::compute(&record.tenant, &record.source_id, &record.source_hash, &record.schema);
-        if expected != record.id {
-            report.problem(format!("{}: id does not match (tenant, source_id, source_hash, schema)", record.id));
-        }
-        check_attempts(&record, report);
         records.insert(seq, record);
     }
     if identity.len()? != records.len() as u64 {
@@ -262,10 +249,7 @@ fn check_findings(
                 continue;
             }
         };
-        let expected = FindingKey::compute(&record.id, &finding.canonical_identity);
-        if expected.as_bytes() != key_bytes || finding.key != expected {
-            report.problem(format!("{}: finding key {} does not match its identifying fields", record.id, finding.key));
-        }
+        check_finding_key(&record.id, key_bytes, &finding, report);
         if !seen.insert(*key_bytes) {
             report.problem(format!("finding key {} appears twice (invariant 3)", finding.key));
         }
@@ -288,13 +272,7 @@ fn check_results(
             Some(r) => report.problem(format!("{}: has a raw result but is {}", r.id, r.state.name().as_str())),
             None => report.problem(format!("raw result under unknown extraction #{seq}")),
         }
-        match decode::<ResultRecord>(value.value()) {
-            Ok(result) if serde_json::from_str::<serde_json::Value>(&result.output_json).is_err() => {
-                report.problem(format!("raw result #{seq} is not valid JSON"));
-            }
-            Ok(_) => {}
-            Err(e) => report.problem(format!("raw result #{seq}: {e}")),
-        }
+        check_result(seq, decode::<ResultRecord>(value.value()), report);
     }
     let retired = txn.open_table(tables::RETIRED)?;
     for (seq, record) in records {

@@ -3,6 +3,8 @@
 //! what becomes of a provider batch some of whose members are erased. The redb store
 //! (`erase.rs`) and the PostgreSQL store (`postgres/erase.rs`) only apply these.
 
+use std::collections::{BTreeMap, HashSet};
+
 use crate::store::records::{BatchRecord, BatchState, LedgerRecord};
 use crate::store::seam::DAY_MS;
 
@@ -54,10 +56,54 @@ pub(in crate::store) fn release_intent(
     BatchAfterErasure::Closed
 }
 
+/// The erased-spend totals an erasure adds to, per (tenant, UTC day), summed over the
+/// ledger entries it removes.
+#[derive(Debug, Default)]
+pub(in crate::store) struct ErasedSpend(BTreeMap<(String, u64), u64>);
+
+impl ErasedSpend {
+    pub(in crate::store) fn add(&mut self, entry: &LedgerRecord) {
+        if let Some(((tenant, day), micros)) = erased_charge(entry) {
+            let total = self.0.entry((tenant.to_string(), day)).or_default();
+            *total = total.saturating_add(micros);
+        }
+    }
+
+    /// Each (tenant, day) and the micro-dollars to add to its erased total.
+    pub(in crate::store) fn totals(&self) -> impl Iterator<Item = ((&str, u64), u64)> {
+        self.0.iter().map(|((tenant, day), micros)| ((tenant.as_str(), *day), *micros))
+    }
+}
+
+/// Applies `release_intent` to each batch that lists erased work: the ones that changed,
+/// to save, each with whether it closed.
+pub(in crate::store) fn release_intents(
+    batches: impl IntoIterator<Item = BatchRecord>,
+    erased: &HashSet<u64>,
+    now_ms: u64,
+) -> Vec<(BatchRecord, bool)> {
+    let mut changed = Vec::new();
+    for mut batch in batches {
+        match release_intent(&mut batch, |m| erased.contains(&m), now_ms) {
+            BatchAfterErasure::Kept => {}
+            BatchAfterErasure::Shrunk => changed.push((batch, false)),
+            BatchAfterErasure::Closed => changed.push((batch, true)),
+        }
+    }
+    changed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::batch::Usage;
     use crate::domain::identity::batch_key;
+    use crate::domain::lifecycle::State;
+    use crate::store::ProviderReportedOnly;
+    use crate::store::records::ChargeKind;
+    use crate::store::rules::fixtures::record;
+    use crate::store::rules::ledger::plan_charge;
+    use crate::store::seam::Charge;
 
     fn batch(state: BatchState, members: Vec<u64>) -> BatchRecord {
         BatchRecord {
@@ -98,5 +144,37 @@ mod tests {
         assert_eq!(erased_days(0, DAY_MS), (0, 0));
         assert_eq!(erased_days(DAY_MS - 1, DAY_MS + 1), (0, 1));
         assert_eq!(erased_days(5, 5), (0, 0));
+    }
+
+    #[test]
+    fn erased_spend_sums_charged_entries_per_tenant_and_day() {
+        let record = record(State::Pending);
+        let charge =
+            Charge { provider: "p".into(), job_id: None, usage: Usage::default(), latency_ms: None, batch: false };
+        let entry = |tenant: &str, at_ms, cost_micros| {
+            let mut e = plan_charge(1, &ProviderReportedOnly, &record, &charge, ChargeKind::Fresh, false, at_ms).entry;
+            (e.tenant, e.cost_micros) = (tenant.to_string(), cost_micros);
+            e
+        };
+        let mut spend = ErasedSpend::default();
+        for e in [entry("a", 5, 10), entry("a", DAY_MS - 1, 5), entry("a", DAY_MS, 7), entry("b", 0, 0)] {
+            spend.add(&e);
+        }
+        let totals: Vec<_> = spend.totals().collect();
+        assert_eq!(totals, vec![(("a", 0), 15), (("a", 1), 7)], "an entry that charged nothing leaves nothing");
+    }
+
+    #[test]
+    fn only_the_intents_that_changed_are_saved_and_the_emptied_ones_closed() {
+        let erased: HashSet<u64> = [2, 4].into_iter().collect();
+        let batches = [
+            batch(BatchState::Intent, vec![1, 2]),
+            batch(BatchState::Intent, vec![2, 4]),
+            batch(BatchState::Intent, vec![1, 3]),
+            batch(BatchState::Submitted { job_id: "j".into() }, vec![2]),
+        ];
+        let changed = release_intents(batches, &erased, 9);
+        let summary: Vec<_> = changed.iter().map(|(b, closed)| (b.members.clone(), *closed)).collect();
+        assert_eq!(summary, vec![(vec![1], false), (vec![], true)]);
     }
 }

@@ -1,9 +1,15 @@
 //! What both backends decide alike, as pure functions over the records a backend has
 //! loaded: each returns what to write, and each backend only carries it out.
 
+pub(crate) mod claim;
 pub(crate) mod erase;
+#[cfg(test)]
+mod fixtures;
 pub(crate) mod intent;
+pub(crate) mod ledger;
 pub(crate) mod member;
+pub(crate) mod operator;
 pub(crate) mod outbox;
+pub(crate) mod post;
 pub(crate) mod retention;
 pub(crate) mod verify;

@@ -42,6 +42,40 @@ impl RetentionPolicy {
         }
         bits & !already
     }
+
+    /// Whether a record that already lost `already` may have more to lose: one that lost
+    /// every kind this policy drops is passed over without being read.
+    pub(in crate::store) fn may_drop_more(&self, already: u8) -> bool {
+        already & self.all_bits() != self.all_bits()
+    }
+
+    /// What to drop of a record (checked again under the write lock: it may have been
+    /// retried or erased since it was found); `None` when nothing is due.
+    pub(in crate::store) fn plan(&self, record: &ExtractionRecord, already: u8, now_ms: u64) -> Option<Retirement> {
+        let bits = self.due(record, already, now_ms);
+        (bits != 0).then_some(Retirement {
+            content: bits & RETIRED_CONTENT != 0,
+            raw_result: bits & RETIRED_RAW_RESULT != 0,
+            marks: already | bits,
+        })
+    }
+}
+
+/// What retention drops of one record, and the marks it leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::store) struct Retirement {
+    pub content: bool,
+    pub raw_result: bool,
+    /// Every `RETIRED_*` bit of the record once this is dropped.
+    pub marks: u8,
+}
+
+impl RetentionStep {
+    /// Counts what one record's drop removed (a kind already gone removes nothing).
+    pub(in crate::store) fn count(&mut self, content_dropped: bool, raw_result_dropped: bool) {
+        self.contents_dropped += u64::from(content_dropped);
+        self.raw_results_dropped += u64::from(raw_result_dropped);
+    }
 }
 
 /// What one step of the sweep did.
@@ -56,28 +90,7 @@ pub struct RetentionStep {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::identity::{ExtractionId, SourceHash};
-
-    fn record(state: State) -> ExtractionRecord {
-        ExtractionRecord {
-            id: ExtractionId([1; 32]),
-            seq: 1,
-            tenant: "t".into(),
-            source_id: "s".into(),
-            source_hash: SourceHash([2; 32]),
-            schema: "code-review@1".into(),
-            metadata_json: None,
-            state,
-            attempt: 1,
-            claims: 0,
-            content_bytes: 1,
-            created_at_ms: 0,
-            updated_at_ms: 0,
-            requeues: 0,
-            output_budget: None,
-            truncation_retried: false,
-        }
-    }
+    use crate::store::rules::fixtures::record;
 
     #[test]
     fn only_committed_work_expires_and_each_kind_on_its_own_clock() {
@@ -93,5 +106,22 @@ mod tests {
         let content_only = RetentionPolicy { content_after_ms: Some(0), raw_results_after_ms: None };
         assert_eq!(content_only.all_bits(), RETIRED_CONTENT);
         assert_eq!(content_only.due(&committed, 0, u64::MAX), RETIRED_CONTENT, "raw results kept for ever");
+    }
+
+    #[test]
+    fn a_drop_names_each_due_kind_and_keeps_the_marks_already_there() {
+        let policy = RetentionPolicy { content_after_ms: Some(1000), raw_results_after_ms: Some(5000) };
+        let committed = record(State::Committed { at_ms: 10_000 });
+        assert_eq!(policy.plan(&committed, 0, 10_999), None);
+        let content = Retirement { content: true, raw_result: false, marks: RETIRED_CONTENT };
+        assert_eq!(policy.plan(&committed, 0, 11_000), Some(content));
+        let both = Retirement { content: false, raw_result: true, marks: RETIRED_CONTENT | RETIRED_RAW_RESULT };
+        assert_eq!(policy.plan(&committed, RETIRED_CONTENT, 15_000), Some(both));
+        assert!(policy.may_drop_more(RETIRED_CONTENT));
+        assert!(!policy.may_drop_more(RETIRED_CONTENT | RETIRED_RAW_RESULT));
+        let mut step = RetentionStep::default();
+        step.count(true, false);
+        step.count(true, true);
+        assert_eq!((step.contents_dropped, step.raw_results_dropped), (2, 1));
     }
 }

@@ -4,7 +4,7 @@
 use tokio_postgres::Transaction;
 
 use super::{decoded, each_row, format_agrees};
-use crate::domain::identity::{ExtractionId, FindingKey};
+use crate::domain::identity::ExtractionId;
 use crate::store::Error;
 use crate::store::Report;
 use crate::store::StagedAnswer;
@@ -16,7 +16,7 @@ use crate::store::postgres::rows::{big, unbig};
 use crate::store::records::{
     BatchRecord, ChargeKind, DeliveryState, ExtractionRecord, FindingRecord, LedgerRecord, OutboxRecord, ResultRecord,
 };
-use crate::store::rules::verify::left_behind;
+use crate::store::rules::verify::{check_finding_key, check_ledger_entry, check_result};
 
 fn column_problem(report: &mut Report, what: &str, columns: &[(&'static str, bool)]) {
     for (column, _) in columns.iter().filter(|(_, agrees)| !agrees) {
@@ -40,10 +40,7 @@ pub(super) async fn check_findings(tx: &Transaction<'_>, report: &mut Report) ->
             return;
         };
         let id = ExtractionId(id);
-        let expected = FindingKey::compute(&id, &finding.canonical_identity);
-        if row.get::<_, &[u8]>("key") != expected.as_bytes() || finding.key != expected {
-            report.problem(format!("{id}: finding key {} does not match its identifying fields", finding.key));
-        }
+        check_finding_key(&id, row.get::<_, &[u8]>("key"), &finding, report);
         if !format_agrees(&row, bytes) {
             report.problem(format!("{id}: finding {}: its format column disagrees with its record", finding.key));
         }
@@ -57,13 +54,7 @@ pub(super) async fn check_results(tx: &Transaction<'_>, report: &mut Report) -> 
         report.results += 1;
         let seq = unbig(row.get("extraction_seq"));
         let bytes: &[u8] = row.get("record");
-        match decode::<ResultRecord>(bytes) {
-            Ok(result) if serde_json::from_str::<serde_json::Value>(&result.output_json).is_err() => {
-                report.problem(format!("raw result #{seq} is not valid JSON"));
-            }
-            Ok(_) => {}
-            Err(e) => report.problem(format!("raw result #{seq}: {e}")),
-        }
+        check_result(seq, decode::<ResultRecord>(bytes), report);
         column_problem(report, &format!("raw result #{seq}"), &[("format", format_agrees(&row, bytes))]);
     })
     .await
@@ -146,23 +137,9 @@ pub(super) async fn check_ledger(tx: &Transaction<'_>, report: &mut Report) -> R
             return;
         };
         report.ledger_entries += 1;
-        let extraction = row.get::<_, Option<&[u8]>>("extraction").map(decode::<ExtractionRecord>);
-        match extraction {
-            Some(Ok(r)) if r.id == e.extraction_id && r.tenant == e.tenant => {
-                if e.kind == ChargeKind::Unusable && !left_behind(&r, e.attempt) {
-                    report.problem(format!(
-                        "ledger #{seq}: an unusable answer of attempt {} is {}'s current attempt, which is not failed for it",
-                        e.attempt, r.id
-                    ));
-                }
-            }
-            // An undecodable extraction is reported with the extractions.
-            Some(Err(_)) => {}
-            _ => report.problem(format!("ledger #{seq} names an extraction or tenant that does not exist")),
-        }
-        if e.kind == ChargeKind::Replay && e.cost_micros != 0 {
-            report.problem(format!("ledger #{seq}: a replay was charged"));
-        }
+        // An undecodable extraction is reported with the extractions, and names nothing here.
+        let named = row.get::<_, Option<&[u8]>>("extraction").and_then(|b| decode::<ExtractionRecord>(b).ok());
+        check_ledger_entry(seq, &e, named.as_ref(), report);
         let columns = [
             ("seq", e.seq == seq),
             ("tenant", row.get::<_, &str>("tenant") == e.tenant),

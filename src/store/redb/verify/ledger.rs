@@ -8,9 +8,9 @@ use redb::{ReadTransaction, ReadableTable};
 use super::Report;
 use crate::store::Error;
 use crate::store::codec::decode;
-use crate::store::records::{ChargeKind, DeliveryState, ExtractionRecord, LedgerRecord, OutboxRecord};
+use crate::store::records::{DeliveryState, ExtractionRecord, LedgerRecord, OutboxRecord};
 use crate::store::redb::tables;
-use crate::store::rules::verify::left_behind;
+use crate::store::rules::verify::check_ledger_entry;
 use crate::store::seam::DAY_MS;
 
 pub(super) fn check_ledger(
@@ -35,20 +35,7 @@ pub(super) fn check_ledger(
             }
         };
         entries += 1;
-        match records.get(&e.extraction_seq) {
-            Some(r) if r.id == e.extraction_id && r.tenant == e.tenant => {
-                if e.kind == ChargeKind::Unusable && !left_behind(r, e.attempt) {
-                    report.problem(format!(
-                        "ledger #{seq}: an unusable answer of attempt {} is {}'s current attempt, which is not failed for it",
-                        e.attempt, r.id
-                    ));
-                }
-            }
-            _ => report.problem(format!("ledger #{seq} names an extraction or tenant that does not exist")),
-        }
-        if e.kind == ChargeKind::Replay && e.cost_micros != 0 {
-            report.problem(format!("ledger #{seq}: a replay was charged"));
-        }
+        check_ledger_entry(seq, &e, records.get(&e.extraction_seq), report);
         if by_tenant.get((e.tenant.as_str(), e.at_ms, seq))?.is_none()
             || by_extraction.get((e.extraction_seq, seq))?.is_none()
         {

@@ -1,0 +1,140 @@
+//! What an operator's (or a tenant's) retry and cancel do to an extraction, and which of
+//! a scanned run of failed extractions a bulk retry moves: the same on both backends.
+
+use crate::domain::lifecycle::{self, Event, Outcome, State};
+use crate::store::records::ExtractionRecord;
+use crate::store::seam::{CancelOutcome, RETRY_CHUNK, RetryFilter, RetryOutcome};
+
+/// Most failed extractions one bulk-retry transaction looks at, so a filter that matches
+/// little still commits (and lets others write) often.
+pub(in crate::store) const SCAN_CHUNK: usize = 4 * RETRY_CHUNK;
+
+/// What an action on one extraction comes to.
+#[derive(Debug)]
+pub(in crate::store) enum Step<O> {
+    /// Write this state; the answer is the record as changed.
+    Move(State),
+    /// Answer this, writing nothing.
+    Answer(O),
+}
+
+/// A retry starts the automatic policies over: a fresh allowance of provider attempts
+/// and of truncation retries, as a new attempt. A raised output budget is kept.
+pub(in crate::store) fn retry(record: &mut ExtractionRecord, now_ms: u64) -> Step<RetryOutcome> {
+    match lifecycle::apply(&record.state, Event::Retry, now_ms) {
+        Ok(Outcome::Changed(next)) => {
+            record.attempt += 1;
+            record.requeues = 0;
+            record.truncation_retried = false;
+            Step::Move(next)
+        }
+        Ok(Outcome::Replay) => Step::Answer(RetryOutcome::Retried(Box::new(record.clone()))),
+        Err(e) => Step::Answer(RetryOutcome::Rejected(e)),
+    }
+}
+
+/// Cancelling twice answers with the cancelled record and writes nothing the second time.
+pub(in crate::store) fn cancel(record: &ExtractionRecord, now_ms: u64) -> Step<CancelOutcome> {
+    match lifecycle::apply(&record.state, Event::Cancel, now_ms) {
+        Ok(Outcome::Changed(next)) => Step::Move(next),
+        Ok(Outcome::Replay) => Step::Answer(CancelOutcome::Cancelled(Box::new(record.clone()))),
+        Err(e) => Step::Answer(CancelOutcome::Rejected(e)),
+    }
+}
+
+/// One transaction of a bulk retry: the records to move (each with its fresh allowance
+/// already given) and where the next transaction starts.
+#[derive(Debug, Default)]
+pub(in crate::store) struct BulkStep {
+    pub moves: Vec<(ExtractionRecord, State)>,
+    /// The last sequence number looked at; `None` once the failed ones are all seen.
+    pub next_after: Option<u64>,
+}
+
+/// Moves up to `want` of `scanned` (failed extractions in intake order after `after`,
+/// at most `SCAN_CHUNK`; `exhausted` when no more follow them) that `filter` matches.
+pub(in crate::store) fn bulk_retry<E>(
+    scanned: impl IntoIterator<Item = Result<ExtractionRecord, E>>,
+    exhausted: bool,
+    filter: &RetryFilter,
+    after: u64,
+    want: usize,
+    now_ms: u64,
+) -> Result<BulkStep, E> {
+    let mut step = BulkStep::default();
+    let mut last = after;
+    for record in scanned {
+        let mut record = record?;
+        last = record.seq;
+        if !filter.matches(&record) {
+            continue;
+        }
+        if let Step::Move(next) = retry(&mut record, now_ms) {
+            step.moves.push((record, next));
+            if step.moves.len() == want {
+                step.next_after = Some(last);
+                return Ok(step);
+            }
+        }
+    }
+    step.next_after = (!exhausted).then_some(last);
+    Ok(step)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::lifecycle::FailureClass;
+    use crate::domain::names::LeaseToken;
+    use crate::store::rules::fixtures::record;
+
+    fn failed(seq: u64, class: FailureClass) -> ExtractionRecord {
+        let mut r = record(State::Failed { class, reason: "x".into() });
+        r.seq = seq;
+        r
+    }
+
+    #[test]
+    fn a_retry_is_a_new_attempt_with_a_fresh_allowance_but_keeps_a_raised_budget() {
+        let mut r = failed(1, FailureClass::AttemptsExhausted);
+        (r.attempt, r.requeues, r.truncation_retried, r.output_budget) = (4, 3, true, Some(8_000));
+        assert!(matches!(retry(&mut r, 9), Step::Move(State::Pending)));
+        assert_eq!((r.attempt, r.requeues, r.truncation_retried, r.output_budget), (5, 0, false, Some(8_000)));
+        let mut pending = record(State::Pending);
+        assert!(matches!(retry(&mut pending, 9), Step::Answer(RetryOutcome::Rejected(_))));
+        assert_eq!(pending.attempt, 1, "a refused retry changes nothing");
+    }
+
+    #[test]
+    fn a_cancel_moves_live_work_once_and_refuses_work_that_is_done() {
+        let token = LeaseToken::new("lt-1-x");
+        let claimed = record(State::Claimed { worker: "w".into(), lease_token: token, expires_at_ms: 5 });
+        assert!(matches!(cancel(&claimed, 7), Step::Move(State::Cancelled { at_ms: 7 })));
+        let cancelled = record(State::Cancelled { at_ms: 3 });
+        assert!(
+            matches!(cancel(&cancelled, 7), Step::Answer(CancelOutcome::Cancelled(r)) if r.state == cancelled.state)
+        );
+        assert!(matches!(cancel(&record(State::Committed { at_ms: 1 }), 7), Step::Answer(CancelOutcome::Rejected(_))));
+    }
+
+    #[test]
+    fn a_bulk_retry_takes_what_matches_stops_at_its_quota_and_says_where_to_go_on() {
+        let scanned = || {
+            [failed(3, FailureClass::Validation), failed(5, FailureClass::Auth), failed(8, FailureClass::Validation)]
+                .into_iter()
+                .map(Ok::<_, ()>)
+        };
+        let filter = RetryFilter { failure_class: Some(FailureClass::Validation), ..RetryFilter::default() };
+        let all = bulk_retry(scanned(), true, &filter, 0, 10, 1).unwrap();
+        let moved: Vec<u64> = all.moves.iter().map(|(r, _)| r.seq).collect();
+        assert_eq!(moved, vec![3, 8]);
+        assert!(all.moves.iter().all(|(r, next)| r.attempt == 2 && *next == State::Pending));
+        assert_eq!(all.next_after, None, "exhausted and not full: done");
+        let more = bulk_retry(scanned(), false, &filter, 0, 10, 1).unwrap();
+        assert_eq!(more.next_after, Some(8), "more follow the scan");
+        let one = bulk_retry(scanned(), true, &filter, 0, 1, 1).unwrap();
+        assert_eq!((one.moves.len(), one.next_after), (1, Some(3)), "full: the next job goes on after the last taken");
+        let none = bulk_retry(std::iter::empty::<Result<ExtractionRecord, ()>>(), false, &filter, 42, 1, 1).unwrap();
+        assert_eq!(none.next_after, Some(42));
+    }
+}
