@@ -55,6 +55,8 @@ mod ops;
 mod postgres;
 #[path = "it/postgres_verify.rs"]
 mod postgres_verify;
+#[path = "it/private_files.rs"]
+mod private_files;
 #[path = "it/provider.rs"]
 mod provider;
 #[path = "it/provider_answers.rs"]

@@ -14,15 +14,12 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::config::{self, ProviderKind, ServeOptions};
-use crate::app::provider_registry;
+use crate::app::{provider_registry, secrets};
 use crate::domain::schema::{self, Registry};
-use crate::engine::outbox::Sink;
 use crate::engine::routing::Router;
 use crate::engine::scheduler::{self, Scheduler};
 use crate::engine::supervisor::{Failures, Supervisor};
-use crate::engine::webhook::WebhookSecret;
 use crate::http::access::AccessPolicy;
-use crate::service::Endpoint;
 use crate::service::Service;
 use crate::simulator::Simulator;
 use crate::store::Policies;
@@ -97,18 +94,20 @@ enum Opened {
 }
 
 impl Opened {
-    async fn open(options: &ServeOptions) -> Result<Opened, Error> {
+    async fn open(options: &ServeOptions, password: Option<String>) -> Result<Opened, Error> {
         match &options.store {
             config::StoreChoice::Redb => {
                 let data_dir = options.data_dir.clone();
                 let cache_bytes = options.cache_bytes;
-                let (store, writer) = tokio::task::spawn_blocking(move || Store::open(&data_dir, cache_bytes))
-                    .await
-                    .map_err(|e| Error::Task(e.to_string()))??;
+                let (store, writer) = tokio::task::spawn_blocking(move || {
+                    create_private_store_file(&data_dir)?;
+                    Store::open(&data_dir, cache_bytes)
+                })
+                .await
+                .map_err(|e| Error::Task(e.to_string()))??;
                 Ok(Opened::Redb { store, writer })
             }
-            config::StoreChoice::Postgres { url, password } => {
-                let password = password.as_ref().map(|p| p.load_secret()).transpose().map_err(config::Error::from)?;
+            config::StoreChoice::Postgres { url, .. } => {
                 let options = store::postgres::PgOptions { url: url.clone(), password };
                 Ok(Opened::Postgres(PgStore::open(&options).await?))
             }
@@ -127,6 +126,21 @@ impl Opened {
             Opened::Redb { store, .. } => Arc::new(store.clone()),
             Opened::Postgres(store) => Arc::new(store.clone()),
         }
+    }
+}
+
+/// The data directory (0700) and an empty store file (0600) when they do not exist yet,
+/// so the file holding every tenant's data is never created under the umask's 0644; redb
+/// initialises an empty file as a new database. What exists already is left as it is.
+fn create_private_store_file(data_dir: &std::path::Path) -> Result<(), store::Error> {
+    use crate::domain::private_file;
+    private_file::create_dir_all(data_dir)
+        .map_err(|source| store::Error::CreateDir { path: data_dir.to_path_buf(), source })?;
+    let path = data_dir.join(store::FILE_NAME);
+    match private_file::create_new(&path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(store::Error::Unavailable { reason: format!("{}: cannot create: {e}", path.display()), cause: None }),
     }
 }
 
@@ -190,6 +204,7 @@ impl Server {
         // Secrets first: a bad token file is a configuration error, before anything binds.
         let access = AccessPolicy::load(options.access.admin_token.as_ref(), options.access.tenant_tokens.as_ref())
             .map_err(config::Error::from)?;
+        let secrets::Secrets { store_password, sinks, webhooks } = secrets::load(options)?;
         let listener =
             TcpListener::bind(options.listen).await.map_err(|source| Error::Bind { addr: options.listen, source })?;
         let addr = listener.local_addr().map_err(Error::Serve)?;
@@ -198,12 +213,10 @@ impl Server {
             .await
             .map_err(|e| Error::Task(e.to_string()))??;
         registry.check_providers(&options.schema_targets())?;
-        let store = Opened::open(options).await?;
+        let store = Opened::open(options, store_password).await?;
         crate::http::metrics::init();
         let provider_registry::Providers { providers, simulators } =
             provider_registry::build(&options.providers).await?;
-        let sinks = load_sinks(&options.sinks)?;
-        let webhooks = options.webhooks.iter().map(Endpoint::load).collect::<Result<Vec<_>, _>>()?;
         store.set_policies(Policies {
             sinks: sinks.iter().map(|s| s.name.clone()).collect(),
             pricing: Arc::new(options.prices.clone()),
@@ -373,21 +386,3 @@ fn settings_for(kind: ProviderKind, base: &scheduler::Settings) -> scheduler::Se
     settings
 }
 
-fn load_sinks(options: &[config::SinkOptions]) -> Result<Vec<Sink>, Error> {
-    options
-        .iter()
-        .map(|s| {
-            let text = s.secret.load_secret().map_err(config::Error::from)?;
-            let secret = WebhookSecret::standard(&text)
-                .map_err(|e| Error::Setup(format!("outbox sink {}: the secret is unusable: {e}", s.name)))?;
-            Ok(Sink {
-                name: s.name.clone(),
-                url: s.url.clone(),
-                secret,
-                max_attempts: s.max_attempts,
-                max_age: s.max_age,
-                timeout: s.timeout,
-            })
-        })
-        .collect()
-}
