@@ -9,6 +9,8 @@
 // A test is the outside world: it reads the real clock, not the crate's `clock`.
 #![allow(clippy::disallowed_methods)]
 
+#[path = "it/answer_bounds.rs"]
+mod answer_bounds;
 #[path = "it/bad_input.rs"]
 mod bad_input;
 #[path = "it/cancel.rs"]
@@ -101,6 +103,8 @@ mod results;
 mod retention;
 #[path = "it/schemas.rs"]
 mod schemas;
+#[path = "it/stalled_readers.rs"]
+mod stalled_readers;
 #[path = "it/supervision.rs"]
 mod supervision;
 #[path = "support/mod.rs"]

@@ -108,8 +108,9 @@ impl Opened {
                 Ok(Opened::Redb { store, writer })
             }
             config::StoreChoice::Postgres { url, .. } => {
+                let sessions = export_sessions(&options.limits);
                 let options = store::postgres::PgOptions { url: url.clone(), password };
-                Ok(Opened::Postgres(PgStore::open(&options).await?))
+                Ok(Opened::Postgres(PgStore::open(&options).await?.with_export_sessions(sessions)?))
             }
         }
     }
@@ -129,6 +130,19 @@ impl Opened {
     }
 }
 
+/// The exports' PostgreSQL sessions: one connection per export the server may run, and
+/// server-side timeouts a little past the stall deadline, which ends a stalled export
+/// first; they end what that deadline cannot reach (a session left idle in its
+/// transaction, a query that does not return).
+fn export_sessions(limits: &config::ServerLimits) -> store::postgres::ExportSessions {
+    const MARGIN: Duration = Duration::from_secs(30);
+    store::postgres::ExportSessions {
+        connections: limits.max_exports,
+        idle_in_transaction: limits.stream_stall_timeout + MARGIN,
+        statement: limits.stream_stall_timeout.max(Duration::from_secs(60)),
+    }
+}
+
 /// The data directory (0700) and an empty store file (0600) when they do not exist yet,
 /// so the file holding every tenant's data is never created under the umask's 0644; redb
 /// initialises an empty file as a new database. What exists already is left as it is.
@@ -140,7 +154,9 @@ fn create_private_store_file(data_dir: &std::path::Path) -> Result<(), store::Er
     match private_file::create_new(&path) {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(store::Error::Unavailable { reason: format!("{}: cannot create: {e}", path.display()), cause: None }),
+        Err(e) => {
+            Err(store::Error::Unavailable { reason: format!("{}: cannot create: {e}", path.display()), cause: None })
+        }
     }
 }
 
@@ -240,6 +256,9 @@ impl Server {
             .with_webhooks(webhooks)
             .with_outbox_wake(Arc::clone(&outbox_wake))
             .with_max_findings(options.max_findings)
+            .with_max_metadata_bytes(options.max_metadata_bytes)
+            .with_max_page_bytes(options.limits.max_page_bytes)
+            .with_export_limits(options.limits.exports())
             .with_task_failures(supervisor.failures());
         if let Err(e) = service.load_last_backup().await {
             tracing::warn!(error = %e, "cannot read the last backup time");
@@ -385,4 +404,3 @@ fn settings_for(kind: ProviderKind, base: &scheduler::Settings) -> scheduler::Se
     }
     settings
 }
-

@@ -65,8 +65,8 @@ async fn download(client: &reqwest::Client, url: &str, out: &Path) -> anyhow::Re
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let partial = crate::domain::private_file::partial_path(out);
-    let mut file =
-        crate::domain::private_file::replace(&partial).with_context(|| format!("cannot create {}", partial.display()))?;
+    let mut file = crate::domain::private_file::replace(&partial)
+        .with_context(|| format!("cannot create {}", partial.display()))?;
     let mut body = response.bytes_stream();
     while let Some(chunk) = body.next().await {
         let chunk = chunk.context("the download broke off")?;

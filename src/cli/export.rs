@@ -82,8 +82,8 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_PROBLEMS));
     }
     let partial = crate::domain::private_file::partial_path(&args.out);
-    let file =
-        crate::domain::private_file::replace(&partial).with_context(|| format!("cannot create {}", partial.display()))?;
+    let file = crate::domain::private_file::replace(&partial)
+        .with_context(|| format!("cannot create {}", partial.display()))?;
     let bar = ProgressBar::new_spinner();
     bar.set_style(
         ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")

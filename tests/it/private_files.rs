@@ -51,7 +51,8 @@ async fn exports_backups_and_the_store_are_private_and_never_written_through_a_p
         assert_eq!(mode(&data.join("commitpoint.redb")), 0o600, "the store file");
         let backup = dir.path().join("all.redb");
         plant(&backup, &victim);
-        let run = cli(&["backup", "--out", backup.to_str().expect("utf-8"), "--admin", &server.url, "--keep-on-server"]);
+        let run =
+            cli(&["backup", "--out", backup.to_str().expect("utf-8"), "--admin", &server.url, "--keep-on-server"]);
         assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
         assert_eq!(std::fs::read_to_string(&victim).expect("victim"), "keep", "the backup went through the link");
         assert_eq!(mode(&backup), 0o600, "a downloaded backup is owner-only");
