@@ -9,7 +9,16 @@ use crate::engine::outbox::Sink;
 use crate::engine::webhook::WebhookSecret;
 use crate::service::Endpoint;
 
-use super::server::Error;
+/// A secret that cannot be used: always the operator's to fix (exit 78).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    #[error(transparent)]
+    Config(#[from] config::Error),
+    #[error("outbox sink {name}: the secret is unusable: {reason}")]
+    Sink { name: String, reason: String },
+    #[error(transparent)]
+    Webhook(#[from] crate::service::EndpointError),
+}
 
 /// What the secrets of a configuration became.
 #[derive(Debug)]
@@ -38,7 +47,7 @@ fn load_sinks(options: &[config::SinkOptions]) -> Result<Vec<Sink>, Error> {
         .map(|s| {
             let text = s.secret.load_secret().map_err(config::Error::from)?;
             let secret = WebhookSecret::standard(&text)
-                .map_err(|e| Error::Setup(format!("outbox sink {}: the secret is unusable: {e}", s.name)))?;
+                .map_err(|e| Error::Sink { name: s.name.clone(), reason: e.to_string() })?;
             Ok(Sink {
                 name: s.name.clone(),
                 url: s.url.clone(),

@@ -55,16 +55,14 @@ pub(crate) enum Error {
     Serve(#[source] std::io::Error),
     #[error("startup task failed: {0}")]
     Task(String),
-    #[error("{0}")]
-    Setup(String),
     #[error(transparent)]
-    Webhook(#[from] crate::service::EndpointError),
+    Secret(#[from] secrets::Error),
 }
 
 impl Error {
     /// Configuration mistakes an operator must fix; restarting will not help.
     pub(crate) fn is_config(&self) -> bool {
-        matches!(self, Error::Bind { .. } | Error::Schema(_) | Error::Config(_) | Error::Setup(_) | Error::Webhook(_))
+        matches!(self, Error::Bind { .. } | Error::Schema(_) | Error::Config(_) | Error::Secret(_))
             || matches!(self, Error::Providers(e) if e.is_config())
     }
 }
