@@ -101,7 +101,8 @@ pub fn intake(data: &[u8]) -> Result<ExtractionId, String> {
         let code = if e.is_data() { "invalid_input" } else { "malformed_json" };
         format!("{code}: {e}")
     })?;
-    let new = Service::prepare_intake(registry, body.into()).map_err(|e| format!("service: {e}"))?;
+    let new = Service::prepare_intake(registry, crate::service::DEFAULT_MAX_METADATA_BYTES, body.into())
+        .map_err(|e| format!("service: {e}"))?;
     let tenant_ok = |b: u8| b.is_ascii_alphanumeric() || b"._-".contains(&b);
     assert!((1..=128).contains(&new.tenant.len()) && new.tenant.bytes().all(tenant_ok), "{:?}", new.tenant);
     assert!((1..=1024).contains(&new.source_id.len()) && !new.source_id.chars().any(char::is_control));

@@ -9,6 +9,8 @@
 // A test is the outside world: it reads the real clock, not the crate's `clock`.
 #![allow(clippy::disallowed_methods)]
 
+#[path = "it/answer_bounds.rs"]
+mod answer_bounds;
 #[path = "it/bad_input.rs"]
 mod bad_input;
 #[path = "it/cancel.rs"]
@@ -55,6 +57,8 @@ mod ops;
 mod postgres;
 #[path = "it/postgres_verify.rs"]
 mod postgres_verify;
+#[path = "it/private_files.rs"]
+mod private_files;
 #[path = "it/provider.rs"]
 mod provider;
 #[path = "it/provider_answers.rs"]
@@ -99,6 +103,8 @@ mod results;
 mod retention;
 #[path = "it/schemas.rs"]
 mod schemas;
+#[path = "it/stalled_readers.rs"]
+mod stalled_readers;
 #[path = "it/supervision.rs"]
 mod supervision;
 #[path = "support/mod.rs"]

@@ -2,5 +2,6 @@
 
 pub(crate) mod config;
 pub(crate) mod provider_registry;
+pub(crate) mod secrets;
 pub(crate) mod server;
 pub(crate) mod systemd;

@@ -14,15 +14,12 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::config::{self, ProviderKind, ServeOptions};
-use crate::app::provider_registry;
+use crate::app::{provider_registry, secrets};
 use crate::domain::schema::{self, Registry};
-use crate::engine::outbox::Sink;
 use crate::engine::routing::Router;
 use crate::engine::scheduler::{self, Scheduler};
 use crate::engine::supervisor::{Failures, Supervisor};
-use crate::engine::webhook::WebhookSecret;
 use crate::http::access::AccessPolicy;
-use crate::service::Endpoint;
 use crate::service::Service;
 use crate::simulator::Simulator;
 use crate::store::Policies;
@@ -58,16 +55,14 @@ pub(crate) enum Error {
     Serve(#[source] std::io::Error),
     #[error("startup task failed: {0}")]
     Task(String),
-    #[error("{0}")]
-    Setup(String),
     #[error(transparent)]
-    Webhook(#[from] crate::service::EndpointError),
+    Secret(#[from] secrets::Error),
 }
 
 impl Error {
     /// Configuration mistakes an operator must fix; restarting will not help.
     pub(crate) fn is_config(&self) -> bool {
-        matches!(self, Error::Bind { .. } | Error::Schema(_) | Error::Config(_) | Error::Setup(_) | Error::Webhook(_))
+        matches!(self, Error::Bind { .. } | Error::Schema(_) | Error::Config(_) | Error::Secret(_))
             || matches!(self, Error::Providers(e) if e.is_config())
     }
 }
@@ -97,20 +92,23 @@ enum Opened {
 }
 
 impl Opened {
-    async fn open(options: &ServeOptions) -> Result<Opened, Error> {
+    async fn open(options: &ServeOptions, password: Option<String>) -> Result<Opened, Error> {
         match &options.store {
             config::StoreChoice::Redb => {
                 let data_dir = options.data_dir.clone();
                 let cache_bytes = options.cache_bytes;
-                let (store, writer) = tokio::task::spawn_blocking(move || Store::open(&data_dir, cache_bytes))
-                    .await
-                    .map_err(|e| Error::Task(e.to_string()))??;
+                let (store, writer) = tokio::task::spawn_blocking(move || {
+                    create_private_store_file(&data_dir)?;
+                    Store::open(&data_dir, cache_bytes)
+                })
+                .await
+                .map_err(|e| Error::Task(e.to_string()))??;
                 Ok(Opened::Redb { store, writer })
             }
-            config::StoreChoice::Postgres { url, password } => {
-                let password = password.as_ref().map(|p| p.load_secret()).transpose().map_err(config::Error::from)?;
+            config::StoreChoice::Postgres { url, .. } => {
+                let sessions = export_sessions(&options.limits);
                 let options = store::postgres::PgOptions { url: url.clone(), password };
-                Ok(Opened::Postgres(PgStore::open(&options).await?))
+                Ok(Opened::Postgres(PgStore::open(&options).await?.with_export_sessions(sessions)?))
             }
         }
     }
@@ -127,6 +125,34 @@ impl Opened {
             Opened::Redb { store, .. } => Arc::new(store.clone()),
             Opened::Postgres(store) => Arc::new(store.clone()),
         }
+    }
+}
+
+/// The exports' PostgreSQL sessions: one connection per export the server may run, and
+/// server-side timeouts a little past the stall deadline, which ends a stalled export
+/// first; they end what that deadline cannot reach (a session left idle in its
+/// transaction, a query that does not return).
+fn export_sessions(limits: &config::ServerLimits) -> store::postgres::ExportSessions {
+    const MARGIN: Duration = Duration::from_secs(30);
+    store::postgres::ExportSessions {
+        connections: limits.max_exports,
+        idle_in_transaction: limits.stream_stall_timeout + MARGIN,
+        statement: limits.stream_stall_timeout.max(Duration::from_secs(60)),
+    }
+}
+
+/// The data directory (0700) and an empty store file (0600) when they do not exist yet,
+/// so the file holding every tenant's data is never created under the umask's 0644; redb
+/// initialises an empty file as a new database. What exists already is left as it is.
+fn create_private_store_file(data_dir: &std::path::Path) -> Result<(), store::Error> {
+    use crate::domain::private_file;
+    private_file::create_dir_all(data_dir)
+        .map_err(|source| store::Error::CreateDir { path: data_dir.to_path_buf(), source })?;
+    let path = data_dir.join(store::FILE_NAME);
+    match private_file::create_new(&path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(source) => Err(store::Error::Io { path, what: "create the store file", source }),
     }
 }
 
@@ -190,6 +216,7 @@ impl Server {
         // Secrets first: a bad token file is a configuration error, before anything binds.
         let access = AccessPolicy::load(options.access.admin_token.as_ref(), options.access.tenant_tokens.as_ref())
             .map_err(config::Error::from)?;
+        let secrets::Secrets { store_password, sinks, webhooks } = secrets::load(options)?;
         let listener =
             TcpListener::bind(options.listen).await.map_err(|source| Error::Bind { addr: options.listen, source })?;
         let addr = listener.local_addr().map_err(Error::Serve)?;
@@ -198,12 +225,10 @@ impl Server {
             .await
             .map_err(|e| Error::Task(e.to_string()))??;
         registry.check_providers(&options.schema_targets())?;
-        let store = Opened::open(options).await?;
+        let store = Opened::open(options, store_password).await?;
         crate::http::metrics::init();
         let provider_registry::Providers { providers, simulators } =
             provider_registry::build(&options.providers).await?;
-        let sinks = load_sinks(&options.sinks)?;
-        let webhooks = options.webhooks.iter().map(Endpoint::load).collect::<Result<Vec<_>, _>>()?;
         store.set_policies(Policies {
             sinks: sinks.iter().map(|s| s.name.clone()).collect(),
             pricing: Arc::new(options.prices.clone()),
@@ -227,6 +252,9 @@ impl Server {
             .with_webhooks(webhooks)
             .with_outbox_wake(Arc::clone(&outbox_wake))
             .with_max_findings(options.max_findings)
+            .with_max_metadata_bytes(options.max_metadata_bytes)
+            .with_max_page_bytes(options.limits.max_page_bytes)
+            .with_export_limits(options.limits.exports())
             .with_task_failures(supervisor.failures());
         if let Err(e) = service.load_last_backup().await {
             tracing::warn!(error = %e, "cannot read the last backup time");
@@ -371,23 +399,4 @@ fn settings_for(kind: ProviderKind, base: &scheduler::Settings) -> scheduler::Se
         settings.poll_interval = Duration::from_millis(20);
     }
     settings
-}
-
-fn load_sinks(options: &[config::SinkOptions]) -> Result<Vec<Sink>, Error> {
-    options
-        .iter()
-        .map(|s| {
-            let text = s.secret.load_secret().map_err(config::Error::from)?;
-            let secret = WebhookSecret::standard(&text)
-                .map_err(|e| Error::Setup(format!("outbox sink {}: the secret is unusable: {e}", s.name)))?;
-            Ok(Sink {
-                name: s.name.clone(),
-                url: s.url.clone(),
-                secret,
-                max_attempts: s.max_attempts,
-                max_age: s.max_age,
-                timeout: s.timeout,
-            })
-        })
-        .collect()
 }

@@ -52,8 +52,8 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(if report.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROBLEMS) })
 }
 
-/// Streams to `out.partial`, fsyncs, renames, fsyncs the directory: never a torn file
-/// under the final name.
+/// Streams to `FILE.partial` (mode 0600, never through a planted link), fsyncs, renames,
+/// fsyncs the directory: never a torn file under the final name.
 async fn download(client: &reqwest::Client, url: &str, out: &Path) -> anyhow::Result<()> {
     let response = client.get(url).send().await.context("cannot download the snapshot")?;
     if !response.status().is_success() {
@@ -64,8 +64,9 @@ async fn download(client: &reqwest::Client, url: &str, out: &Path) -> anyhow::Re
         ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let partial = out.with_extension("partial");
-    let mut file = std::fs::File::create(&partial).with_context(|| format!("cannot create {}", partial.display()))?;
+    let partial = crate::domain::private_file::partial_path(out);
+    let mut file = crate::domain::private_file::replace(&partial)
+        .with_context(|| format!("cannot create {}", partial.display()))?;
     let mut body = response.bytes_stream();
     while let Some(chunk) = body.next().await {
         let chunk = chunk.context("the download broke off")?;

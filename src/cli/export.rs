@@ -1,6 +1,11 @@
 //! `commitpoint export`: a tenant's committed extractions from a running server, as the
 //! server streams them (JSON lines) or as CSV with one row per finding. Written to
-//! `FILE.partial` and renamed once complete, so FILE is never a torn export.
+//! `FILE.partial` (mode 0600, never through a link planted there) and renamed once
+//! complete, so FILE is never a torn export.
+//!
+//! CSV cells that a spreadsheet would run as a formula (OWASP "CSV injection": a first
+//! character of `=`, `+`, `-`, `@`, TAB or CR) get a `'` in front, since the text comes
+//! from sources and model answers, not from the operator; `--csv-raw` writes them as is.
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -36,6 +41,10 @@ pub(super) struct Args {
     until: Option<String>,
     #[arg(long, value_enum, default_value = "jsonl")]
     format: Format,
+    /// CSV only: write cells exactly as stored, without the `'` that keeps a spreadsheet
+    /// from running a cell that starts like a formula.
+    #[arg(long)]
+    csv_raw: bool,
     /// The file to write (replaced only once the export is complete).
     #[arg(long)]
     out: PathBuf,
@@ -72,14 +81,16 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         eprintln!("commitpoint: the server refused: {status}: {}", body["error"]["message"].as_str().unwrap_or("?"));
         return Ok(ExitCode::from(EXIT_PROBLEMS));
     }
-    let partial = args.out.with_extension("partial");
-    let file = std::fs::File::create(&partial).with_context(|| format!("cannot create {}", partial.display()))?;
+    let partial = crate::domain::private_file::partial_path(&args.out);
+    let file = crate::domain::private_file::replace(&partial)
+        .with_context(|| format!("cannot create {}", partial.display()))?;
     let bar = ProgressBar::new_spinner();
     bar.set_style(
         ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
-    let mut sink = Sink::new(BufWriter::new(file), args.format);
+    let cells = if args.csv_raw { Cells::Raw } else { Cells::Escaped };
+    let mut sink = Sink::new(BufWriter::new(file), args.format, cells);
     let written = copy(response, &mut sink, &bar).await;
     bar.finish_and_clear();
     let finished = written.and_then(|()| sink.finish(&partial));
@@ -116,9 +127,17 @@ async fn copy(response: reqwest::Response, sink: &mut Sink, bar: &ProgressBar) -
     Ok(())
 }
 
+/// Whether CSV cells that look like formulas are defused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cells {
+    Escaped,
+    Raw,
+}
+
 struct Sink {
     out: BufWriter<std::fs::File>,
     format: Format,
+    cells: Cells,
     /// The finding fields that have a column, once the first finding fixed them.
     columns: Option<Vec<String>>,
     extractions: u64,
@@ -126,8 +145,8 @@ struct Sink {
 }
 
 impl Sink {
-    fn new(out: BufWriter<std::fs::File>, format: Format) -> Self {
-        Self { out, format, columns: None, extractions: 0, findings: 0 }
+    fn new(out: BufWriter<std::fs::File>, format: Format, cells: Cells) -> Self {
+        Self { out, format, cells, columns: None, extractions: 0, findings: 0 }
     }
 
     fn line(&mut self, line: &[u8]) -> anyhow::Result<()> {
@@ -159,6 +178,9 @@ impl Sink {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
             row.push(if others.is_empty() { String::new() } else { Value::Object(others).to_string() });
+            if self.cells == Cells::Escaped {
+                row = row.into_iter().map(defuse).collect();
+            }
             write_row(&mut self.out, &row)?;
         }
         Ok(())
@@ -168,6 +190,9 @@ impl Sink {
         let mut names: Vec<String> = FIXED_COLUMNS.iter().map(|c| c.to_string()).collect();
         names.extend(own.iter().cloned());
         names.push(OTHER_COLUMN.to_string());
+        if self.cells == Cells::Escaped {
+            names = names.into_iter().map(defuse).collect();
+        }
         write_row(&mut self.out, &names)
     }
 
@@ -190,6 +215,13 @@ fn cell(value: &Value) -> String {
     }
 }
 
+/// OWASP's advice for CSV injection: a cell a spreadsheet would read as a formula gets a
+/// leading `'`, which spreadsheets show as text and do not evaluate. A negative number is
+/// defused too (`-3` becomes `'-3`); the findings' numbers are line numbers, never negative.
+fn defuse(cell: String) -> String {
+    if cell.starts_with(['=', '+', '-', '@', '\t', '\r']) { format!("'{cell}") } else { cell }
+}
+
 /// RFC 4180: a field with a comma, quote or line break is quoted, its quotes doubled.
 fn write_row(out: &mut impl Write, fields: &[String]) -> anyhow::Result<()> {
     let row: Vec<String> = fields
@@ -210,5 +242,15 @@ mod tests {
         let mut out = Vec::new();
         write_row(&mut out, &["a".into(), "b,c".into(), "say \"hi\"".into(), String::new()]).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "a,\"b,c\",\"say \"\"hi\"\"\",\r\n");
+    }
+
+    #[test]
+    fn cells_that_start_like_formulas_get_a_quote() {
+        for cell in ["=1+1", "+1", "-1", "@SUM(A1)", "\tx", "\rx"] {
+            assert_eq!(defuse(cell.to_string()), format!("'{cell}"));
+        }
+        for cell in ["", "a=1", "1", "'x", " =1"] {
+            assert_eq!(defuse(cell.to_string()), cell);
+        }
     }
 }

@@ -156,6 +156,9 @@ pub(super) fn check(args: Args) -> ExitCode {
     if let Err(e) = crate::app::provider_registry::check(&options.providers) {
         return config_error(&e);
     }
+    if let Err(e) = crate::app::secrets::load(&options) {
+        return config_error(&e);
+    }
     print!("{}", options.describe());
     print!("\n{}", registry.describe_views(&targets));
     eprintln!("config: ok");

@@ -1,5 +1,5 @@
 //! The vocabulary every layer shares. Nothing here does I/O except reading the clock
-//! and a secret's file.
+//! and a secret's file, and creating a private file (`private_file`).
 
 pub mod backoff;
 pub mod batch;
@@ -11,6 +11,7 @@ pub mod identity;
 pub mod lifecycle;
 pub mod metric_names;
 pub mod names;
+pub mod private_file;
 pub mod redact;
 pub mod schema;
 pub mod secret;

@@ -1,6 +1,7 @@
 //! The accept loop: hyper's HTTP/1 server with a timer (so the header-read timeout, which
-//! also bounds idle keep-alive, applies), a cap on concurrent connections, and a small
-//! reserve past the cap that answers `/healthz` and refuses everything else with 503.
+//! also bounds idle keep-alive, applies), a deadline on writes the client does not take
+//! (`stall.rs`), a cap on concurrent connections, and a small reserve past the cap that
+//! answers `/healthz` and refuses everything else with 503.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use tokio::task::JoinSet;
 
 use super::error::ApiError;
 use super::limits::{HEALTH_RESERVE, ServerLimits};
+use super::stall::WriteDeadline;
 
 /// After an accept error that is not about one connection (out of file descriptors, say),
 /// pause so the loop does not spin while the cause persists.
@@ -63,7 +65,7 @@ pub(crate) async fn serve(
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
         if let Ok(permit) = Arc::clone(&regular).try_acquire_owned() {
-            let conn = builder.serve_connection(io(stream), TowerToHyperService::new(app.clone()));
+            let conn = builder.serve_connection(io(stream, &limits), TowerToHyperService::new(app.clone()));
             let conn = graceful.watch(conn);
             connections.spawn(async move {
                 let _ = conn.await;
@@ -74,7 +76,8 @@ pub(crate) async fn serve(
                 max_connections = limits.max_connections,
                 "connection cap reached; answering /healthz only"
             );
-            let conn = reserve_builder.serve_connection(io(stream), TowerToHyperService::new(health_only.clone()));
+            let conn =
+                reserve_builder.serve_connection(io(stream, &limits), TowerToHyperService::new(health_only.clone()));
             let conn = graceful.watch(conn);
             connections.spawn(async move {
                 let _ = conn.await;
@@ -94,8 +97,8 @@ async fn only_healthz(request: Request, next: Next) -> Response {
     if request.uri().path() == "/healthz" { next.run(request).await } else { ApiError::overloaded().into_response() }
 }
 
-fn io(stream: TcpStream) -> TokioIo<TcpStream> {
-    TokioIo::new(stream)
+fn io(stream: TcpStream, limits: &ServerLimits) -> TokioIo<WriteDeadline<TcpStream>> {
+    TokioIo::new(WriteDeadline::new(stream, limits.stream_stall_timeout))
 }
 
 async fn accept_failed(e: &std::io::Error) {

@@ -21,11 +21,13 @@ pub(crate) struct ApiError {
     message: String,
     details: Option<Value>,
     challenge: bool,
+    /// Seconds for a `Retry-After` header.
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
     pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), details: None, challenge: false }
+        Self { status, code, message: message.into(), details: None, challenge: false, retry_after: None }
     }
 
     /// The status and message, for the console's HTML error pages (the same mapping).
@@ -40,6 +42,11 @@ impl ApiError {
     /// 401 with the `WWW-Authenticate: Bearer` challenge.
     pub(crate) fn unauthenticated(message: impl Into<String>) -> Self {
         Self { challenge: true, ..Self::new(StatusCode::UNAUTHORIZED, "unauthenticated", message) }
+    }
+
+    fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
     }
 
     fn with_details(mut self, details: Value) -> Self {
@@ -112,6 +119,9 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(axum::http::header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
         }
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(seconds));
+        }
         response
     }
 }
@@ -141,10 +151,27 @@ impl From<service::Error> for ApiError {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", message)
                     .with_details(json!({ "issues": issues }))
             }
+            E::MetadataTooLarge { bytes, max } => {
+                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "metadata_too_large", message)
+                    .with_details(json!({ "field": "metadata", "bytes": bytes, "max": max }))
+            }
+            E::TooManyExports { cap, limit } => {
+                let (status, code) = match cap {
+                    service::ExportCap::Tenant => (StatusCode::TOO_MANY_REQUESTS, "too_many_exports"),
+                    service::ExportCap::Server => (StatusCode::SERVICE_UNAVAILABLE, "exports_busy"),
+                };
+                Self::new(status, code, message)
+                    .with_details(json!({ "limit": limit }))
+                    .with_retry_after(EXPORT_RETRY_AFTER_SECONDS)
+            }
             E::Store(s) => storage(&s),
         }
     }
 }
+
+/// What a refused export is told to wait: exports end when read or when their client
+/// stalls, so a place is usually free within seconds.
+const EXPORT_RETRY_AFTER_SECONDS: u64 = 5;
 
 fn transition(e: &TransitionError, message: String) -> ApiError {
     let code = match e {

@@ -1,15 +1,12 @@
 //! `GET /v1/export`: a tenant's committed extractions as NDJSON, streamed from one read
-//! snapshot. The store walks the snapshot on a blocking thread, writes lines into
-//! chunks and hands them over a bounded channel, so the server holds a few chunks at most
-//! whatever is exported, and a client that stops reading stops the walk.
+//! snapshot (the body is fed by `export_feed`). Each export takes a place under the
+//! server's and the tenant's caps first, held until its walk ends.
 
 use axum::Extension;
-use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::CallerExt;
@@ -22,11 +19,6 @@ use super::views::{self, Finding};
 use crate::domain::clock::format_ms;
 use crate::service::Service;
 use crate::store::{ExportFilter, Exported};
-
-/// Bytes gathered into one chunk of the response body.
-const CHUNK_BYTES: usize = 64 * 1024;
-/// Chunks waiting for a slow client: with `CHUNK_BYTES`, the most an export buffers.
-const CHUNKS_IN_FLIGHT: usize = 4;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -63,11 +55,17 @@ pub(super) struct ExportLine {
     responses(
         (status = 200, description = "One `ExportLine` per committed extraction, newline-delimited, in commit \
             order, from one consistent snapshot. A failure after the first byte cuts the stream short \
-            (the chunked body does not end properly).", body = ExportLine, content_type = "application/x-ndjson"),
+            (the chunked body does not end properly), as does a client that takes no data for \
+            `server.stream_stall_timeout`, or an erasure of the tenant while the export runs.",
+            body = ExportLine, content_type = "application/x-ndjson"),
         (status = 400, description = "`invalid_query`: a parameter is missing or malformed", body = ErrorBody),
         (status = 401, response = Unauthenticated),
         (status = 403, response = Forbidden),
         (status = 422, description = "`unknown_schema`, or `invalid_input`: `until` is not after `since`", body = ErrorBody),
+        (status = 429, description = "`too_many_exports`: the tenant already runs `server.max_exports_per_tenant` \
+            exports; `Retry-After` says when to try again", body = ErrorBody),
+        (status = 503, description = "`exports_busy`: the server already runs `server.max_exports` exports; \
+            `Retry-After` says when to try again", body = ErrorBody),
     ))]
 pub(super) async fn export(
     State(service): State<Service>,
@@ -79,32 +77,16 @@ pub(super) async fn export(
     let until_ms = q.until.as_deref().map(|t| parse_time("until", t)).transpose()?.unwrap_or(u64::MAX);
     let filter = ExportFilter { tenant: q.tenant, schema: q.schema, since_ms, until_ms };
     service.check_export(&filter)?;
-    let (chunks, body) = mpsc::channel::<Result<Bytes, std::io::Error>>(CHUNKS_IN_FLIGHT);
+    let permit = service.start_export(&filter.tenant)?;
+    let (sink, body) = super::export_feed::feed(permit, write_line);
     let store = service.store().clone();
     tokio::spawn(async move {
-        let sender = chunks.clone();
-        let mut buf = Vec::with_capacity(CHUNK_BYTES);
-        let sink = Box::new(move |item: Option<Exported>| {
-            let Some(item) = item else {
-                // The walk is complete: what is left is the last chunk.
-                return buf.is_empty() || sender.blocking_send(Ok(Bytes::from(std::mem::take(&mut buf)))).is_ok();
-            };
-            write_line(&mut buf, &item);
-            if buf.len() < CHUNK_BYTES {
-                return true;
-            }
-            let chunk = Bytes::from(std::mem::replace(&mut buf, Vec::with_capacity(CHUNK_BYTES)));
-            // Runs on the blocking pool: waiting here is the back-pressure. An error
-            // means the client went away, which ends the walk.
-            sender.blocking_send(Ok(chunk)).is_ok()
-        });
+        // A store error cuts the body short (the feed never hands over its end).
         if let Err(e) = store.export_to(filter, sink).await {
             tracing::error!(error = %crate::store::error_chain(&e), "export stopped by a store error");
-            let _ = chunks.send(Err(std::io::Error::other(e.to_string()))).await;
         }
     });
-    let stream = futures_util::stream::unfold(body, |mut body| async move { Some((body.recv().await?, body)) });
-    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(stream)).into_response())
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
 }
 
 fn write_line(buf: &mut Vec<u8>, item: &Exported) {

@@ -11,6 +11,7 @@ mod console;
 mod delivery;
 mod error;
 mod export;
+mod export_feed;
 mod extract;
 pub(crate) mod handlers;
 pub(crate) mod limits;
@@ -21,6 +22,7 @@ mod openapi;
 #[cfg(test)]
 mod openapi_tests;
 mod routes;
+mod stall;
 mod tenants;
 mod time;
 mod views;

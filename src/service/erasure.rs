@@ -11,9 +11,13 @@ impl Service {
     pub async fn erase_tenant(&self, tenant: String) -> Result<ErasureReport, Error> {
         check_tenant(&tenant)?;
         let report = self.store.erase_tenant(tenant.clone()).await?;
+        // After the commit: an export whose snapshot predates the erasure took its permit
+        // before that snapshot, so it is among those ended here. Exports on other
+        // instances sharing a PostgreSQL database are not (docs/OPERATIONS.md).
+        let exports_ended = self.end_exports(&tenant);
         tracing::warn!(
             %tenant, extractions = report.extractions, findings = report.findings,
-            ledger_entries = report.ledger_entries, outbox_events = report.outbox_events,
+            ledger_entries = report.ledger_entries, outbox_events = report.outbox_events, exports_ended,
             "tenant erased"
         );
         Ok(report)

@@ -10,7 +10,7 @@ use crate::store::{DeliveryOutcome, IntakeOutcome, NewExtraction};
 
 impl Service {
     pub async fn intake(&self, request: IntakeRequest) -> Result<IntakeOutcome, Error> {
-        let new = Self::prepare_intake(self.judge.registry(), request)?;
+        let new = Self::prepare_intake(self.judge.registry(), self.max_metadata_bytes, request)?;
         let outcome = self.store.intake(new).await?;
         self.count_intake(&outcome);
         Ok(outcome)
@@ -30,7 +30,7 @@ impl Service {
             metrics::counter!(crate::domain::metric_names::WEBHOOK_REDELIVERIES_TOTAL).increment(1);
             return Ok((IntakeOutcome { created: false, record }, true));
         }
-        let new = Self::prepare_intake(self.judge.registry(), request)?;
+        let new = Self::prepare_intake(self.judge.registry(), self.max_metadata_bytes, request)?;
         match self.store.intake_delivery(endpoint.to_string(), delivery_id.to_string(), new).await? {
             DeliveryOutcome::First(outcome) => {
                 self.count_intake(&outcome);
@@ -52,7 +52,11 @@ impl Service {
     }
 
     /// The input checks and identity of an intake, without the store (also run by the fuzzers).
-    pub(crate) fn prepare_intake(registry: &Registry, request: IntakeRequest) -> Result<NewExtraction, Error> {
+    pub(crate) fn prepare_intake(
+        registry: &Registry,
+        max_metadata_bytes: usize,
+        request: IntakeRequest,
+    ) -> Result<NewExtraction, Error> {
         check_tenant(&request.tenant)?;
         check_text("source_id", &request.source_id, 1024)?;
         if request.content.is_empty() {
@@ -63,6 +67,11 @@ impl Service {
             Some(v @ Value::Object(_)) => Some(v.to_string()),
             Some(_) => return Err(invalid("metadata", "must be a JSON object")),
         };
+        // Measured as stored (compact JSON), so what is refused does not depend on how
+        // the sender spaced it.
+        if let Some(bytes) = metadata_json.as_ref().map(String::len).filter(|&n| n > max_metadata_bytes) {
+            return Err(Error::MetadataTooLarge { bytes, max: max_metadata_bytes });
+        }
         let schema = registry.get(&request.schema)?;
         let source_hash = SourceHash::compute(request.content.as_bytes(), schema.name());
         let id = ExtractionId::compute(&request.tenant, &request.source_id, &source_hash, schema.name());

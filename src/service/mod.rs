@@ -30,6 +30,7 @@ mod bulk;
 mod console;
 mod endpoint;
 mod erasure;
+mod exports;
 mod intake;
 mod money;
 mod outbox;
@@ -38,14 +39,20 @@ mod results;
 mod throughput;
 
 pub use endpoint::{Endpoint, EndpointError, Field, MapError, WebhookOptions};
+pub use exports::{
+    DEFAULT_MAX_EXPORTS, DEFAULT_MAX_EXPORTS_PER_TENANT, DEFAULT_STALL_TIMEOUT, ExportCap, ExportLimits, ExportPermit,
+};
 use intake::{check_tenant, check_text};
-pub use pages::MAX_FINDINGS_PAGE;
+pub use pages::{DEFAULT_MAX_PAGE_BYTES, MAX_FINDINGS_PAGE};
 pub use throughput::{MinuteCount, THROUGHPUT_MINUTES};
 
 pub const MAX_CLAIM_LIMIT: usize = 1000;
 pub const MAX_LIST_LIMIT: usize = 1000;
 pub const MAX_LEASE_SECONDS: u64 = 24 * 3600;
 pub use crate::engine::commit::DEFAULT_MAX_FINDINGS;
+/// Compact JSON bytes of an intake's `metadata` unless `[limits] max_metadata_bytes` says
+/// otherwise: metadata is returned with every listing and claim, so its size multiplies.
+pub const DEFAULT_MAX_METADATA_BYTES: usize = 16 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -72,8 +79,23 @@ pub enum Error {
     UnknownWebhook(String),
     #[error("no outbox event {0}")]
     UnknownEvent(u64),
+    #[error("metadata is {bytes} bytes as compact JSON, more than the {max} allowed (limits.max_metadata_bytes)")]
+    MetadataTooLarge { bytes: usize, max: usize },
+    #[error("{}", too_many_exports(*.cap, *.limit))]
+    TooManyExports { cap: ExportCap, limit: usize },
     #[error(transparent)]
     Store(#[from] store::Error),
+}
+
+fn too_many_exports(cap: ExportCap, limit: usize) -> String {
+    match cap {
+        ExportCap::Server => {
+            format!("this server already runs {limit} exports (server.max_exports); retry when one has ended")
+        }
+        ExportCap::Tenant => format!(
+            "this tenant already has {limit} exports running (server.max_exports_per_tenant); retry when one has ended"
+        ),
+    }
 }
 
 /// A provider as operators see it: its health plus the jobs it still has in flight.
@@ -149,6 +171,12 @@ pub struct Service {
     task_failures: Failures,
     /// Committed and failed per minute, sampled while serving (the console's chart).
     throughput: throughput::Throughput,
+    /// The running exports, under their caps.
+    exports: Arc<exports::ExportGate>,
+    /// `[limits] max_metadata_bytes`.
+    max_metadata_bytes: usize,
+    /// The most a listing page's records may weigh (`server.max_page_bytes`).
+    max_page_bytes: usize,
 }
 
 impl Service {
@@ -174,7 +202,26 @@ impl Service {
             outbox_wake: None,
             task_failures: Failures::default(),
             throughput,
+            exports: Arc::default(),
+            max_metadata_bytes: DEFAULT_MAX_METADATA_BYTES,
+            max_page_bytes: DEFAULT_MAX_PAGE_BYTES,
         }
+    }
+
+    /// The export caps and the stall deadline (replaces the gate: call before serving).
+    pub fn with_export_limits(mut self, limits: ExportLimits) -> Self {
+        self.exports = Arc::new(exports::ExportGate::new(limits));
+        self
+    }
+
+    pub fn with_max_metadata_bytes(mut self, max: usize) -> Self {
+        self.max_metadata_bytes = max;
+        self
+    }
+
+    pub fn with_max_page_bytes(mut self, max: usize) -> Self {
+        self.max_page_bytes = max;
+        self
     }
 
     pub fn with_max_findings(mut self, max: usize) -> Self {

@@ -7,6 +7,17 @@ use crate::domain::identity::ExtractionId;
 use crate::domain::lifecycle::StateName;
 use crate::store::{ExtractionRecord, FindingRecord, ListFilter};
 
+/// The weight of a listing page's records unless `server.max_page_bytes` says otherwise:
+/// a page stops early there and hands back `next`, so an answer's size does not grow with
+/// `limit` times the largest records (one listing reached 1.2 GB of memory, issue 30).
+pub const DEFAULT_MAX_PAGE_BYTES: usize = 4 * 1024 * 1024;
+/// Records read from the store at a time while a page fills: what is held beyond the
+/// page itself.
+const READ_CHUNK: usize = 64;
+/// What a record's JSON view carries besides its variable-length fields (ids, hashes,
+/// times, counters, field names), rounded up.
+const RECORD_OVERHEAD_BYTES: usize = 1024;
+
 /// Findings per page at most, and by default (every output within the default cap of
 /// findings fits one page).
 pub const MAX_FINDINGS_PAGE: usize = 1000;
@@ -29,9 +40,39 @@ impl Service {
                 u64::from_be_bytes(position.try_into().map_err(|_| Error::InvalidCursor)?)
             }
         };
-        let page = self.list(ListFilter { tenant, state, limit, after }).await?;
-        let next = page.next.map(|seq| self.store.cursor_key().seal(&scope, &seq.to_be_bytes()));
-        Ok((page.records, next))
+        let (records, next) = self.list_within(ListFilter { tenant, state, limit, after }).await?;
+        let next = next.map(|seq| self.store.cursor_key().seal(&scope, &seq.to_be_bytes()));
+        Ok((records, next))
+    }
+
+    /// Up to `filter.limit` records, fewer once they weigh `max_page_bytes` (never fewer
+    /// than one, so every page moves on), read a chunk at a time; and the position after
+    /// the last one when more may follow.
+    async fn list_within(&self, filter: ListFilter) -> Result<(Vec<ExtractionRecord>, Option<u64>), Error> {
+        let limit = filter.limit;
+        if limit == 0 || limit > super::MAX_LIST_LIMIT {
+            return Err(invalid("limit", format!("must be between 1 and {}", super::MAX_LIST_LIMIT)));
+        }
+        let mut after = filter.after;
+        let mut records = Vec::new();
+        let mut bytes = 0;
+        loop {
+            let chunk = ListFilter { limit: (limit - records.len()).min(READ_CHUNK), after, ..filter.clone() };
+            let page = self.list(chunk).await?;
+            for record in page.records {
+                let weight = answer_bytes(&record);
+                if !records.is_empty() && bytes + weight > self.max_page_bytes {
+                    return Ok((records, Some(after)));
+                }
+                bytes += weight;
+                after = record.seq;
+                records.push(record);
+            }
+            match page.next {
+                Some(next) if records.len() < limit => after = next,
+                next => return Ok((records, next)),
+            }
+        }
     }
 
     /// A page of an extraction's findings in key order.
@@ -57,4 +98,20 @@ impl Service {
             findings.last().filter(|_| more).map(|last| self.store.cursor_key().seal(&scope, last.key.as_bytes()));
         Ok((findings, next))
     }
+}
+
+/// About what a record weighs in a listing's JSON: its variable-length fields (metadata is
+/// stored as the compact JSON it is shown as) plus a fixed allowance for the rest.
+fn answer_bytes(record: &ExtractionRecord) -> usize {
+    let failure = match &record.state {
+        crate::domain::lifecycle::State::Failed { reason, .. } => reason.len(),
+        crate::domain::lifecycle::State::Claimed { worker, .. } => worker.len(),
+        _ => 0,
+    };
+    RECORD_OVERHEAD_BYTES
+        + record.metadata_json.as_ref().map_or(0, String::len)
+        + record.source_id.len()
+        + record.tenant.len()
+        + record.schema.len()
+        + failure
 }

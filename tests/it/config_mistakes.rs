@@ -127,3 +127,55 @@ fn a_schema_file_replacing_the_built_in_one_is_refused() {
     std::fs::write(&shadow, r#"{"type": "object", "x-commitpoint-identity": ["/anything"]}"#).expect("write schema");
     assert_refused(&check_and_serve(dir.path(), &config), &[shadow.to_str().unwrap(), "built-in"], &[]);
 }
+
+/// Issue 30, item 8: `config check` (which `ctl reload` relies on) used to pass a store
+/// password, sink secret or webhook secret that `serve` then refused at the next start.
+/// Each secret is now read by the check exactly as by `serve`.
+#[test]
+fn every_secret_serve_reads_is_checked_by_config_check() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir();
+    let readable = dir.path().join("readable-secret");
+    std::fs::write(&readable, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n").expect("write");
+    std::fs::set_permissions(&readable, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let missing = dir.path().join("no-such-secret");
+    let good = dir.path().join("good-secret");
+    write_secret(&good, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n");
+    let config = dir.path().join("config.toml");
+    let sink = |file: &Path| {
+        format!(
+            "[[outbox.sinks]]\nname = \"down\"\nurl = \"http://127.0.0.1:9/hook\"\nsecret_file = \"{}\"\n",
+            file.display()
+        )
+    };
+    let webhook = |file: &Path| {
+        format!(
+            "[[webhooks]]\nname = \"gh\"\nscheme = \"standard\"\nsecret_file = \"{}\"\ntenant = \"acme\"\n\
+             source_id_pointer = \"/id\"\ncontent_pointer = \"/body\"\nschema = \"code-review@1\"\n",
+            file.display()
+        )
+    };
+    let store = |file: &Path| {
+        format!(
+            "[store]\nbackend = \"postgres\"\nurl = \"postgres://cp@127.0.0.1:1/cp\"\npassword_file = \"{}\"\n",
+            file.display()
+        )
+    };
+    let cases: [(&str, String, &Path); 5] = [
+        ("a world-readable store password", store(&readable), &readable),
+        ("a missing store password", store(&missing), &missing),
+        ("a world-readable sink secret", sink(&readable), &readable),
+        ("a missing sink secret", sink(&missing), &missing),
+        ("a world-readable webhook secret", webhook(&readable), &readable),
+    ];
+    for (what, text, file) in cases {
+        std::fs::write(&config, &text).expect("write config");
+        let outputs = check_and_serve(dir.path(), &config);
+        assert_refused(&outputs, &[file.to_str().expect("utf-8 path")], &["MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]);
+        eprintln!("refused: {what}");
+    }
+    // The same tables with a good file pass the check.
+    std::fs::write(&config, format!("{}{}", sink(&good), webhook(&good))).expect("write config");
+    let out = cli(&["config", "check", "--config", config.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(0), "good secrets pass: {}", stderr(&out));
+}

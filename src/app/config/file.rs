@@ -57,6 +57,8 @@ pub(crate) struct RawConfig {
 pub(crate) struct RawLimits {
     /// Findings one output may hold; a larger output fails (class validation).
     pub max_findings_per_output: Option<usize>,
+    /// Compact JSON bytes of one intake's `metadata`; more is refused (413).
+    pub max_metadata_bytes: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -94,6 +96,10 @@ pub(crate) struct RawServer {
     pub header_read_timeout: Option<String>,
     pub body_read_timeout: Option<String>,
     pub max_connections: Option<usize>,
+    pub stream_stall_timeout: Option<String>,
+    pub max_exports: Option<usize>,
+    pub max_exports_per_tenant: Option<usize>,
+    pub max_page_bytes: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -1,4 +1,5 @@
-//! Reads the `[server]` limits (timeouts, connection cap) into the HTTP layer's settings.
+//! Reads the `[server]` limits (timeouts, connection and export caps, page size) into the
+//! HTTP layer's settings.
 
 use std::time::Duration;
 
@@ -6,7 +7,10 @@ use super::Error;
 use super::file::{RawServer, parse_duration};
 use crate::http::limits::ServerLimits;
 
-/// The `[server]` timeouts and connection cap, with the defaults for what is not set.
+/// The smallest page budget: below it most pages would hold one record.
+const MIN_PAGE_BYTES: usize = 16 * 1024;
+
+/// The `[server]` timeouts and caps, with the defaults for what is not set.
 pub(super) fn resolve(raw: &RawServer) -> Result<ServerLimits, Error> {
     let defaults = ServerLimits::default();
     let limits = ServerLimits {
@@ -15,9 +19,32 @@ pub(super) fn resolve(raw: &RawServer) -> Result<ServerLimits, Error> {
         body_read_timeout: duration("server.body_read_timeout", &raw.body_read_timeout)?
             .unwrap_or(defaults.body_read_timeout),
         max_connections: raw.max_connections.unwrap_or(defaults.max_connections),
+        stream_stall_timeout: duration("server.stream_stall_timeout", &raw.stream_stall_timeout)?
+            .unwrap_or(defaults.stream_stall_timeout),
+        max_exports: raw.max_exports.unwrap_or(defaults.max_exports),
+        max_exports_per_tenant: raw.max_exports_per_tenant.unwrap_or(defaults.max_exports_per_tenant),
+        max_page_bytes: raw.max_page_bytes.unwrap_or(defaults.max_page_bytes),
     };
-    if limits.max_connections == 0 {
-        return Err(Error::Invalid { key: "server.max_connections", reason: "must be at least 1".into() });
+    for (key, value) in [
+        ("server.max_connections", limits.max_connections),
+        ("server.max_exports", limits.max_exports),
+        ("server.max_exports_per_tenant", limits.max_exports_per_tenant),
+    ] {
+        if value == 0 {
+            return Err(Error::Invalid { key, reason: "must be at least 1".into() });
+        }
+    }
+    if limits.max_exports_per_tenant > limits.max_exports {
+        return Err(Error::Invalid {
+            key: "server.max_exports_per_tenant",
+            reason: format!("must not exceed server.max_exports ({})", limits.max_exports),
+        });
+    }
+    if limits.max_page_bytes < MIN_PAGE_BYTES {
+        return Err(Error::Invalid {
+            key: "server.max_page_bytes",
+            reason: format!("must be at least {MIN_PAGE_BYTES}"),
+        });
     }
     Ok(limits)
 }
@@ -44,11 +71,16 @@ mod tests {
     #[test]
     fn limits_default_to_seconds_and_can_be_set() {
         assert_eq!(resolve("").unwrap(), ServerLimits::default());
-        let set = resolve("[server]\nheader_read_timeout = \"2s\"\nbody_read_timeout = \"500ms\"\nmax_connections = 3")
-            .unwrap();
+        let set = resolve(
+            "[server]\nheader_read_timeout = \"2s\"\nbody_read_timeout = \"500ms\"\nmax_connections = 3\n\
+             stream_stall_timeout = \"5s\"\nmax_exports = 4\nmax_exports_per_tenant = 1\nmax_page_bytes = 65536",
+        )
+        .unwrap();
         assert_eq!(set.header_read_timeout, Duration::from_secs(2));
         assert_eq!(set.body_read_timeout, Duration::from_millis(500));
         assert_eq!(set.max_connections, 3);
+        assert_eq!(set.stream_stall_timeout, Duration::from_secs(5));
+        assert_eq!((set.max_exports, set.max_exports_per_tenant, set.max_page_bytes), (4, 1, 65536));
     }
 
     #[test]
@@ -57,6 +89,10 @@ mod tests {
             ("[server]\nheader_read_timeout = \"0s\"", "server.header_read_timeout"),
             ("[server]\nbody_read_timeout = \"soon\"", "server.body_read_timeout"),
             ("[server]\nmax_connections = 0", "server.max_connections"),
+            ("[server]\nstream_stall_timeout = \"0s\"", "server.stream_stall_timeout"),
+            ("[server]\nmax_exports = 0", "server.max_exports"),
+            ("[server]\nmax_exports = 2\nmax_exports_per_tenant = 3", "server.max_exports_per_tenant"),
+            ("[server]\nmax_page_bytes = 100", "server.max_page_bytes"),
         ] {
             let err = resolve(text).unwrap_err();
             assert!(err.to_string().starts_with(key), "{text}: {err}");

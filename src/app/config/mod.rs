@@ -67,6 +67,8 @@ pub(crate) struct ServeOptions {
     pub notes: Vec<String>,
     /// `[limits] max_findings_per_output`.
     pub max_findings: usize,
+    /// `[limits] max_metadata_bytes`.
+    pub max_metadata_bytes: usize,
     /// `[retention]`: what is dropped how long after commit.
     pub retention: RetentionOptions,
     /// `[store]`: redb under `data_dir`, or PostgreSQL.
@@ -222,6 +224,16 @@ impl ServeOptions {
                     });
                 }
             },
+            max_metadata_bytes: match raw.limits.max_metadata_bytes {
+                None => crate::service::DEFAULT_MAX_METADATA_BYTES,
+                Some(0) => {
+                    return Err(Error::Invalid {
+                        key: "limits.max_metadata_bytes",
+                        reason: "must be at least 1".into(),
+                    });
+                }
+                Some(n) => n,
+            },
             retention: RetentionOptions::resolve(&raw.retention)?,
             store: StoreChoice::resolve(&raw.store, o.store_url.clone())?,
             access,
@@ -265,7 +277,10 @@ impl ServeOptions {
             names(self.sinks.iter().map(|s| s.name.as_str()).collect()),
             names(self.webhooks.iter().map(|w| w.name.as_str()).collect())
         ));
-        extra.push(format!("[limits]\nmax_findings_per_output = {}", self.max_findings));
+        extra.push(format!(
+            "[limits]\nmax_findings_per_output = {}\nmax_metadata_bytes = {}",
+            self.max_findings, self.max_metadata_bytes
+        ));
         extra.push(self.retention.describe());
         extra.push(self.store.describe());
         text.push('\n');

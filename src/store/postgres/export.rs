@@ -6,7 +6,10 @@
 //!
 //! The sink may block (it hands lines to a slower HTTP client), so it runs on a blocking
 //! thread between pages. The transaction holds one connection and its snapshot until the
-//! walk ends; on a busy database a very long export delays vacuum meanwhile.
+//! walk ends; on a busy database a very long export delays vacuum meanwhile. That
+//! connection comes from the exports' own pool, whose sessions end an idle transaction
+//! and a long statement (`ExportSessions`), so a stalled export can neither take the
+//! connections everything else needs nor hold its snapshot for ever.
 
 use std::collections::HashMap;
 
@@ -23,7 +26,7 @@ impl PgStore {
     /// Hands every extraction the filter selects to `sink`, then `None` once the walk is
     /// complete; a sink that returns `false` ends the walk early (no `None` then).
     pub(super) async fn export_to(&self, filter: ExportFilter, mut sink: ExportSink) -> Result<(), Error> {
-        let mut client = self.client().await?;
+        let mut client = self.export_client().await?;
         let tx = super::snapshot(&mut client).await?;
         let mut after = (big(filter.since_ms), 0i64);
         // An empty window (`since >= until`) reads nothing and is complete at once.

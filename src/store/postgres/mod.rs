@@ -56,6 +56,52 @@ const MIGRATION_LOCK: i64 = 0x636f_6d6d_6974;
 /// Connections one process keeps open at most.
 const POOL_SIZE: usize = 16;
 
+/// The sessions exports read on: a pool of their own, so exports can never take the
+/// connections intake and every other read need (16 stalled exports once held them all,
+/// issue 30), with server-side timeouts that end a session whose export stopped moving
+/// (an open REPEATABLE READ transaction also holds back vacuum).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExportSessions {
+    /// The pool's size: the server's cap on concurrent exports.
+    pub connections: usize,
+    /// `idle_in_transaction_session_timeout`: the session ends when its export has been
+    /// waiting on its client (between two pages) this long.
+    pub idle_in_transaction: std::time::Duration,
+    /// `statement_timeout`: one page's query may run this long.
+    pub statement: std::time::Duration,
+}
+
+impl Default for ExportSessions {
+    /// `connections` is the default of `server.max_exports`.
+    fn default() -> Self {
+        Self {
+            connections: 8,
+            idle_in_transaction: std::time::Duration::from_secs(60),
+            statement: std::time::Duration::from_secs(60),
+        }
+    }
+}
+
+fn build_pool(config: tokio_postgres::Config, size: usize) -> Result<Pool, Error> {
+    let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+    Pool::builder(manager)
+        .max_size(size)
+        .build()
+        .map_err(|e| Error::Postgres { context: "cannot build the connection pool", source: Box::new(e) })
+}
+
+fn export_pool(config: &tokio_postgres::Config, sessions: ExportSessions) -> Result<Pool, Error> {
+    let mut config = config.clone();
+    let options = format!(
+        "{} -c idle_in_transaction_session_timeout={} -c statement_timeout={}",
+        config.get_options().unwrap_or_default(),
+        sessions.idle_in_transaction.as_millis().max(1),
+        sessions.statement.as_millis().max(1)
+    );
+    config.options(options.trim_start());
+    build_pool(config, sessions.connections.max(1))
+}
+
 /// Where the database is and how to log in. The password comes from a secret reference
 /// the caller has already read; it is never part of the URL in a configuration file.
 #[derive(Clone)]
@@ -77,6 +123,8 @@ impl std::fmt::Debug for PgOptions {
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: Pool,
+    /// Exports only (see [`ExportSessions`]).
+    export_pool: Pool,
     /// For connections outside the pool (the provider driver locks).
     config: Arc<tokio_postgres::Config>,
     policies: Arc<RwLock<Arc<Policies>>>,
@@ -132,16 +180,24 @@ impl PgStore {
     pub async fn open_unchecked(options: &PgOptions) -> Result<PgStore, Error> {
         let config = parse_url(options)?;
         migrate(&config).await?;
-        let manager =
-            Manager::from_config(config.clone(), NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
-        let pool = Pool::builder(manager)
-            .max_size(POOL_SIZE)
-            .build()
-            .map_err(|e| Error::Postgres { context: "cannot build the connection pool", source: Box::new(e) })?;
-        let store =
-            PgStore { pool, config: Arc::new(config), policies: Arc::default(), cursor_key: CursorKey::new([0; 32]) };
+        let pool = build_pool(config.clone(), POOL_SIZE)?;
+        let export_pool = export_pool(&config, ExportSessions::default())?;
+        let store = PgStore {
+            pool,
+            export_pool,
+            config: Arc::new(config),
+            policies: Arc::default(),
+            cursor_key: CursorKey::new([0; 32]),
+        };
         let cursor_key = store.load_cursor_key().await?;
         Ok(PgStore { cursor_key, ..store })
+    }
+
+    /// Exports read on sessions with these settings from now on (the pool connects lazily,
+    /// so replacing it before serving costs nothing).
+    pub fn with_export_sessions(mut self, sessions: ExportSessions) -> Result<Self, Error> {
+        self.export_pool = export_pool(&self.config, sessions)?;
+        Ok(self)
     }
 
     /// Sets the outbox sinks and the pricing used from the next write on.
@@ -166,6 +222,13 @@ impl PgStore {
 
     async fn client(&self) -> Result<deadpool_postgres::Object, Error> {
         self.pool.get().await.map_err(|e| Error::Postgres { context: "no database connection", source: Box::new(e) })
+    }
+
+    async fn export_client(&self) -> Result<deadpool_postgres::Object, Error> {
+        self.export_pool
+            .get()
+            .await
+            .map_err(|e| Error::Postgres { context: "no database connection for an export", source: Box::new(e) })
     }
 
     async fn load_cursor_key(&self) -> Result<CursorKey, Error> {

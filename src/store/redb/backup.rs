@@ -4,13 +4,17 @@
 //! backup reads every table inside ONE read transaction — a snapshot that concurrent
 //! commits cannot change — and writes it into a fresh redb file, committed durably,
 //! then renamed into place and the directory fsynced. The result holds exactly the
-//! commits that preceded the snapshot: a prefix of everything ever acknowledged.
+//! commits that preceded the snapshot: a prefix of everything ever acknowledged. The copy
+//! holds every tenant's data, so it is created 0600 (its directory 0700) at
+//! `FILE.partial`, never through a link planted there.
 
 use std::path::{Path, PathBuf};
 
+use redb::backends::FileBackend;
 use redb::{Database, Durability, Key, ReadTransaction, ReadableTable, TableDefinition, TableHandle, Value};
 
 use super::{Error, Store, tables};
+use crate::domain::private_file;
 use crate::store::seam::BackupReport;
 
 impl Store {
@@ -38,10 +42,10 @@ fn write_snapshot(snapshot: &ReadTransaction, dest: &Path) -> Result<BackupRepor
         return Err(Error::TargetExists { path: dest.to_path_buf() });
     }
     let dir = dest.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| io_error(dir, "create the backup directory", e))?;
-    let temp = dest.with_extension("redb.partial");
-    let _ = std::fs::remove_file(&temp);
-    let copied = copy_all(snapshot, &temp);
+    private_file::create_dir_all(dir).map_err(|e| io_error(dir, "create the backup directory", e))?;
+    let temp = private_file::partial_path(dest);
+    let file = private_file::replace(&temp).map_err(|e| io_error(&temp, "create the backup file", e))?;
+    let copied = copy_all(snapshot, file, &temp);
     if copied.is_err() {
         let _ = std::fs::remove_file(&temp);
     }
@@ -52,9 +56,10 @@ fn write_snapshot(snapshot: &ReadTransaction, dest: &Path) -> Result<BackupRepor
     Ok(BackupReport { path: dest.to_path_buf(), bytes, entries })
 }
 
-fn copy_all(snapshot: &ReadTransaction, temp: &Path) -> Result<u64, Error> {
+fn copy_all(snapshot: &ReadTransaction, file: std::fs::File, temp: &Path) -> Result<u64, Error> {
+    let open = |source: ::redb::DatabaseError| Error::Open { path: temp.to_path_buf(), source: source.into() };
     let target =
-        Database::create(temp).map_err(|source| Error::Open { path: temp.to_path_buf(), source: source.into() })?;
+        Database::builder().create_with_backend(FileBackend::new(file).map_err(|e| open(e.into()))?).map_err(open)?;
     let mut txn = target.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
     let mut entries = 0;
