@@ -210,7 +210,7 @@ pub fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(worker, limit, short_lease, schema)| Op::Claim { worker, limit, short_lease, schema }),
         6 => (post_target(), authority, any::<bool>(), findings(), prop::option::of((any::<bool>(), 0u8..3)))
             .prop_map(|(identity, authority, ok, findings, paid)| Op::Post { identity, authority, ok, findings, paid }),
-        5 => (provider.clone(), schema.clone(), 1usize..5, prop::bool::weighted(0.2), prop::bool::weighted(0.2),
+        5 => (provider, schema.clone(), 1usize..5, prop::bool::weighted(0.2), prop::bool::weighted(0.2),
               prop::option::weighted(0.2, tenant.clone()), prop::bool::weighted(0.7))
             .prop_map(|(provider, schema, max_size, small_bytes, wait, only, submit)| {
                 Op::CreateIntent { provider, schema, max_size, small_bytes, wait, only, submit }
