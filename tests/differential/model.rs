@@ -49,6 +49,7 @@ pub(super) struct Paid {
 }
 
 /// Who reports a result.
+#[derive(Clone, Copy)]
 pub(super) enum Reporter {
     Lease(Option<TokenLabel>),
     Batch(Option<usize>),
@@ -106,22 +107,28 @@ impl Model {
             Op::Claim { worker, limit, short_lease, schema } => {
                 self.claim(index, *worker, *limit, *short_lease, *schema)
             }
-            Op::Post { identity, authority, ok, findings, paid } => {
+            Op::Post { identity, authority, ok, findings, paid, again } => {
                 let identity = &identity.unwrap_or(self.last_granted);
                 let reporter = match authority {
                     AuthorityPick::Lease(pick) => Reporter::Lease(self.token(*identity, *pick)),
                     AuthorityPick::Batch(n) => Reporter::Batch(super::ops::batch_label(*n, self.batches.len())),
                 };
-                let paid = paid.map(|(latency, request)| Paid {
-                    provider: "worker-llm".into(),
-                    job_id: None,
-                    usage: universe::usage("m", 100, 20 + findings.len() as u64, format!("req-w{request}")),
-                    latency,
-                    batch: false,
-                });
-                let submission = universe::judge(&universe::answer_text(*ok, findings));
-                let Some(seq) = self.live(*identity) else { return Answer::Post(PostOutcome::NotFound) };
-                Answer::Post(self.post(seq, reporter, &submission, paid))
+                let mut outcomes = Vec::new();
+                for request in universe::post_requests(*paid, *again) {
+                    let paid = request.map(|(latency, request)| Paid {
+                        provider: "worker-llm".into(),
+                        job_id: None,
+                        usage: universe::usage("m", 100, 20 + findings.len() as u64, format!("req-w{request}")),
+                        latency,
+                        batch: false,
+                    });
+                    let submission = universe::judge(&universe::answer_text(*ok, findings));
+                    outcomes.push(match self.live(*identity) {
+                        Some(seq) => self.post(seq, reporter.clone(), &submission, paid),
+                        None => PostOutcome::NotFound,
+                    });
+                }
+                Answer::Post(outcomes)
             }
             Op::CreateIntent { provider, schema, max_size, small_bytes, wait, only, submit } => {
                 let intent = self.create_intent(*provider, *schema, *max_size, *small_bytes, *wait, *only);

@@ -80,13 +80,16 @@ pub enum Op {
         schema: Option<usize>,
     },
     /// `paid`: (a latency is known, which of a few request ids the call had).
-    /// `identity`: `None` names the extraction granted last.
+    /// `identity`: `None` names the extraction granted last. `again`: the same answer is
+    /// posted a second time from another paid call (the next request id), as a worker that
+    /// retried its model call would.
     Post {
         identity: Option<usize>,
         authority: AuthorityPick,
         ok: bool,
         findings: Vec<u8>,
         paid: Option<(bool, u8)>,
+        again: bool,
     },
     /// An intent; with `submit`, the provider's job id is recorded right after, as the
     /// scheduler does once the provider accepted the batch.
@@ -209,7 +212,10 @@ pub fn op() -> impl Strategy<Value = Op> {
         5 => (0usize..3, 1usize..4, any::<bool>(), prop::option::of(schema.clone()))
             .prop_map(|(worker, limit, short_lease, schema)| Op::Claim { worker, limit, short_lease, schema }),
         6 => (post_target(), authority, any::<bool>(), findings(), prop::option::of((any::<bool>(), 0u8..3)))
-            .prop_map(|(identity, authority, ok, findings, paid)| Op::Post { identity, authority, ok, findings, paid }),
+            .prop_flat_map(|(identity, authority, ok, findings, paid)| {
+                prop::bool::weighted(0.3)
+                    .prop_map(move |again| Op::Post { identity, authority, ok, findings: findings.clone(), paid, again })
+            }),
         5 => (provider, schema.clone(), 1usize..5, prop::bool::weighted(0.2), prop::bool::weighted(0.2),
               prop::option::weighted(0.2, tenant.clone()), prop::bool::weighted(0.7))
             .prop_map(|(provider, schema, max_size, small_bytes, wait, only, submit)| {

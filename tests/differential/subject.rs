@@ -105,7 +105,7 @@ impl Subject {
                 }
                 Answer::Grants(out)
             }
-            Op::Post { identity, authority, ok, findings, paid } => {
+            Op::Post { identity, authority, ok, findings, paid, again } => {
                 let identity = &identity.unwrap_or(self.last_granted);
                 let authority = match authority {
                     AuthorityPick::Lease(pick) => Authority::Lease(self.token(*identity, *pick)),
@@ -113,16 +113,21 @@ impl Subject {
                         self.batch(*n).map_or_else(|| BatchKey::from(FORGED_BATCH), |(_, key, _)| key.clone()),
                     ),
                 };
-                let charge = paid.map(|(latency, request)| Charge {
-                    provider: "worker-llm".into(),
-                    job_id: None,
-                    usage: universe::usage("m", 100, 20 + findings.len() as u64, format!("req-w{request}")),
-                    latency_ms: latency.then_some(1500),
-                    batch: false,
-                });
-                let submission = universe::judge(&universe::answer_text(*ok, findings));
-                let post = PostResult { id: universe::id_of(*identity), authority, submission, charge };
-                Answer::Post(store.post_result(post).await?)
+                let mut outcomes = Vec::new();
+                for request in universe::post_requests(*paid, *again) {
+                    let charge = request.map(|(latency, request)| Charge {
+                        provider: "worker-llm".into(),
+                        job_id: None,
+                        usage: universe::usage("m", 100, 20 + findings.len() as u64, format!("req-w{request}")),
+                        latency_ms: latency.then_some(1500),
+                        batch: false,
+                    });
+                    let submission = universe::judge(&universe::answer_text(*ok, findings));
+                    let authority = authority.clone();
+                    let post = PostResult { id: universe::id_of(*identity), authority, submission, charge };
+                    outcomes.push(store.post_result(post).await?);
+                }
+                Answer::Post(outcomes)
             }
             Op::CreateIntent { provider, schema, max_size, small_bytes, wait, only, submit } => {
                 let only = only.map(|t| TENANTS[t]);

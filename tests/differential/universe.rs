@@ -96,6 +96,15 @@ pub fn line_request(batch: usize, identity: usize, kind: char) -> String {
     format!("req-b{batch}-{identity}-{kind}")
 }
 
+/// The paid calls behind a post: one, or two with consecutive request ids (`again`).
+pub fn post_requests(paid: Option<(bool, u8)>, again: bool) -> Vec<Option<(bool, u8)>> {
+    let mut calls = vec![paid];
+    if again {
+        calls.push(paid.map(|(latency, request)| (latency, (request + 1) % 3)));
+    }
+    calls
+}
+
 /// A price table: the `free` model is unpriced, batch calls cost half.
 #[derive(Debug, Default)]
 pub struct TestPricing;

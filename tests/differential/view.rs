@@ -211,7 +211,8 @@ pub enum Answer {
         record: ExtractionView,
     },
     Grants(Vec<(ExtractionView, String)>),
-    Post(PostOutcome),
+    /// One outcome per post of the answer.
+    Post(Vec<PostOutcome>),
     Intent(IntentView),
     Batch(BatchView),
     Staged(StageReport),
