@@ -124,7 +124,7 @@ impl Model {
                     });
                     let submission = universe::judge(&universe::answer_text(*ok, findings));
                     outcomes.push(match self.live(*identity) {
-                        Some(seq) => self.post(seq, reporter.clone(), &submission, paid),
+                        Some(seq) => self.post(seq, reporter, &submission, paid),
                         None => PostOutcome::NotFound,
                     });
                 }
