@@ -58,8 +58,7 @@ fn write_snapshot(snapshot: &ReadTransaction, dest: &Path) -> Result<BackupRepor
 
 fn copy_all(snapshot: &ReadTransaction, file: std::fs::File, temp: &Path) -> Result<u64, Error> {
     let open = |source: ::redb::DatabaseError| Error::Open { path: temp.to_path_buf(), source: source.into() };
-    let target =
-        Database::builder().create_with_backend(FileBackend::new(file).map_err(|e| open(e.into()))?).map_err(open)?;
+    let target = Database::builder().create_with_backend(FileBackend::new(file).map_err(open)?).map_err(open)?;
     let mut txn = target.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
     let mut entries = 0;
