@@ -23,6 +23,8 @@ mod config_mistakes;
 mod console;
 #[path = "it/crash.rs"]
 mod crash;
+#[path = "it/cross_site.rs"]
+mod cross_site;
 #[path = "it/delivery.rs"]
 mod delivery;
 #[path = "it/early_refusal.rs"]
@@ -105,5 +107,7 @@ mod supervision;
 mod support;
 #[path = "it/tenancy.rs"]
 mod tenancy;
+#[path = "it/trickle.rs"]
+mod trickle;
 #[path = "it/util.rs"]
 mod util;

@@ -275,7 +275,8 @@ impl Server {
         let reload_service = service.clone();
         let body =
             crate::http::BodyLimits { max_bytes: options.max_body_bytes, deadline: options.limits.body_read_timeout };
-        let app = crate::http::router(service, body, Arc::new(access));
+        let hosts = crate::http::HostNames::new(addr, &options.allowed_hosts);
+        let app = crate::http::router(service, body, Arc::new(access), hosts);
         let stop = supervisor.token();
         let serve = crate::http::serve(listener, app, options.limits, async move { stop.cancelled().await });
         let http = supervisor.spawn("http", serve);

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use super::body::BodyError;
+use super::browser::Refusal;
 use crate::domain::lifecycle::TransitionError;
 use crate::{domain::schema, service, store};
 
@@ -78,8 +79,20 @@ impl From<BodyError> for ApiError {
             BodyError::UnsupportedEncoding(_) => {
                 Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_encoding", message)
             }
+            BodyError::NotJson(_) => Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", message),
             BodyError::BadGzip(_) => Self::bad_request("malformed_encoding", message),
             BodyError::Unreadable(_) => Self::bad_request("unreadable_body", message),
+        }
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(e: Refusal) -> Self {
+        let message = e.to_string();
+        match e {
+            Refusal::UnknownHost(_) => Self::new(StatusCode::MISDIRECTED_REQUEST, "unknown_host", message),
+            Refusal::CrossSite(_) => Self::new(StatusCode::FORBIDDEN, "cross_site", message),
+            Refusal::TokenRequired => Self::new(StatusCode::FORBIDDEN, "token_required", message),
         }
     }
 }

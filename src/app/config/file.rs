@@ -94,6 +94,8 @@ pub(crate) struct RawServer {
     pub header_read_timeout: Option<String>,
     pub body_read_timeout: Option<String>,
     pub max_connections: Option<usize>,
+    /// `Host` names (a name, or `name:port`) besides loopback and the listen address.
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

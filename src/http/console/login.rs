@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
+use super::form::FormBody;
 use axum::Extension;
-use axum::Form;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::html;
@@ -35,7 +35,7 @@ pub(super) struct LoginForm {
 pub(super) async fn submit(
     Extension(console): Extension<Arc<Console>>,
     headers: HeaderMap,
-    Form(form): Form<LoginForm>,
+    FormBody(form): FormBody<LoginForm>,
 ) -> Response {
     let cookies = headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok());
     let now = crate::domain::clock::now_ms();
@@ -58,7 +58,7 @@ pub(super) struct LogoutForm {
     csrf: Option<String>,
 }
 
-pub(super) async fn logout(viewer: Viewer, Form(form): Form<LogoutForm>) -> Result<Response, Problem> {
+pub(super) async fn logout(viewer: Viewer, FormBody(form): FormBody<LogoutForm>) -> Result<Response, Problem> {
     viewer.check_csrf(form.csrf.as_deref())?;
     Ok(([(header::SET_COOKIE, clear_cookie())], Redirect::to("/ui/login")).into_response())
 }
