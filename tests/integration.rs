@@ -37,6 +37,8 @@ mod erasure_inflight;
 mod export;
 #[path = "it/export_backends.rs"]
 mod export_backends;
+#[path = "it/guessing.rs"]
+mod guessing;
 #[path = "it/hostile_net.rs"]
 mod hostile_net;
 #[path = "it/intake.rs"]

@@ -22,11 +22,31 @@ pub(crate) struct ApiError {
     message: String,
     details: Option<Value>,
     challenge: bool,
+    /// Whole seconds for `Retry-After`.
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
     pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), details: None, challenge: false }
+        Self { status, code, message: message.into(), details: None, challenge: false, retry_after: None }
+    }
+
+    /// 429 with `Retry-After`: too many wrong tokens or logins from this address.
+    pub(crate) fn rate_limited(wait: std::time::Duration) -> Self {
+        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        Self {
+            retry_after: Some(seconds),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!("too many wrong tokens from this address; try again in {seconds} s"),
+            )
+        }
+    }
+
+    /// The `Retry-After` seconds, for the console's pages.
+    pub(crate) fn retry_after(&self) -> Option<u64> {
+        self.retry_after
     }
 
     /// The status and message, for the console's HTML error pages (the same mapping).
@@ -124,6 +144,9 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(axum::http::header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
+        }
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(seconds));
         }
         response
     }

@@ -13,6 +13,7 @@ mod delivery;
 mod error;
 mod export;
 mod extract;
+mod guesses;
 pub(crate) mod handlers;
 pub(crate) mod limits;
 mod log_limit;
@@ -38,10 +39,10 @@ pub(crate) use browser::HostNames;
 pub(crate) use conn::serve;
 pub(crate) use error::ApiError;
 
-use crate::http::access::AccessPolicy;
+use crate::http::access::Access;
 use crate::service::Service;
 
-pub(crate) fn router(service: Service, body: BodyLimits, access: Arc<AccessPolicy>, hosts: HostNames) -> Router {
+pub(crate) fn router(service: Service, body: BodyLimits, access: Arc<Access>, hosts: HostNames) -> Router {
     let (routes, doc) = routes::documented(&access);
     let schema_names: Vec<String> = service.registry().names().map(str::to_string).collect();
     let document = openapi::Served(openapi::finish(doc, &schema_names).to_string().into());
@@ -67,7 +68,7 @@ pub(crate) fn router(service: Service, body: BodyLimits, access: Arc<AccessPolic
 /// the table its router is built from. For tests that must reach every route.
 #[cfg(feature = "fuzzing")]
 pub(crate) fn route_table() -> Vec<(String, String)> {
-    let (_, doc) = routes::documented(&Arc::new(AccessPolicy::default()));
+    let (_, doc) = routes::documented(&Arc::new(Access::new(access::AccessPolicy::default())));
     let mut table = Vec::new();
     for (path, item) in &doc.paths.paths {
         let item = serde_json::to_value(item).unwrap_or_default();

@@ -5,6 +5,7 @@
 
 mod actions;
 mod assets;
+mod ended;
 mod extractions;
 mod form;
 mod layout;
@@ -22,24 +23,33 @@ use axum::handler::Handler;
 use axum::http::{HeaderValue, Method, header};
 use axum::routing::{get, post};
 
-use crate::http::access::AccessPolicy;
+use crate::http::access::Access;
 use crate::service::Service;
 use session::SessionKey;
 
 /// What every console handler needs besides the service.
 #[derive(Debug)]
 pub(super) struct Console {
-    policy: Arc<AccessPolicy>,
-    key: SessionKey,
+    access: Arc<Access>,
+    /// The store's own console secret, which session keys are derived from.
+    secret: [u8; 32],
+    ended: ended::Ended,
+}
+
+impl Console {
+    /// The key sessions are signed with now: it changes with the tokens and the epoch.
+    fn key(&self) -> SessionKey {
+        SessionKey::new(self.secret, self.access.policy().fingerprint(), self.ended.epoch())
+    }
 }
 
 /// No script or style but our own files, no framing, forms post only here.
 const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; \
      form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-pub(super) fn router(service: &Service, policy: Arc<AccessPolicy>) -> Router<Service> {
-    let key = SessionKey::new(service.store().cursor_key().derive("console session"), policy.fingerprint());
-    let console = Arc::new(Console { policy, key });
+pub(super) fn router(service: &Service, access: Arc<Access>) -> Router<Service> {
+    let secret = service.store().cursor_key().derive("console session");
+    let console = Arc::new(Console { access, secret, ended: ended::Ended::default() });
     routes().router.layer(axum::middleware::map_response(secure_headers)).layer(axum::Extension(console))
 }
 
