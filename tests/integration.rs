@@ -95,6 +95,8 @@ mod providers_e2e_pause;
 mod providers_named;
 #[path = "it/raw.rs"]
 mod raw;
+#[path = "it/readiness.rs"]
+mod readiness;
 #[path = "it/redaction.rs"]
 mod redaction;
 #[path = "it/results.rs"]

@@ -34,12 +34,14 @@ mod intake;
 mod money;
 mod outbox;
 mod pages;
+mod readiness;
 mod results;
 mod throughput;
 
 pub use endpoint::{Endpoint, EndpointError, Field, MapError, WebhookOptions};
 use intake::{check_tenant, check_text};
 pub use pages::MAX_FINDINGS_PAGE;
+pub use readiness::Unready;
 pub use throughput::{MinuteCount, THROUGHPUT_MINUTES};
 
 pub const MAX_CLAIM_LIMIT: usize = 1000;
@@ -149,6 +151,8 @@ pub struct Service {
     task_failures: Failures,
     /// Committed and failed per minute, sampled while serving (the console's chart).
     throughput: throughput::Throughput,
+    /// The readiness probe's read in flight (`readiness.rs`).
+    probe: readiness::Probe,
 }
 
 impl Service {
@@ -174,6 +178,7 @@ impl Service {
             outbox_wake: None,
             task_failures: Failures::default(),
             throughput,
+            probe: readiness::Probe::default(),
         }
     }
 
