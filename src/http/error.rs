@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use super::body::BodyError;
-use super::browser::Refusal;
+use super::refusal::Refusal;
 use crate::domain::lifecycle::TransitionError;
 use crate::{domain::schema, service, store};
 

@@ -22,6 +22,7 @@ mod money;
 mod openapi;
 #[cfg(test)]
 mod openapi_tests;
+mod refusal;
 mod routes;
 mod tenants;
 mod time;

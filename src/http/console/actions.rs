@@ -98,7 +98,7 @@ async fn set_paused(service: &Service, viewer: &Viewer, name: &str, csrf: Option
     // The console is a browser: on a server without tokens a pause is refused here as it
     // is from any page (`browser.rs`), since nobody had to prove who they are.
     if paused && matches!(viewer.caller(), crate::http::access::Caller::Open) {
-        return Err(crate::http::ApiError::from(crate::http::browser::Refusal::TokenRequired).into());
+        return Err(crate::http::ApiError::from(crate::http::refusal::Refusal::TokenRequired).into());
     }
     service.set_provider_paused(name, paused).await?;
     Ok(Redirect::to("/ui"))
