@@ -278,7 +278,8 @@ impl Server {
         let body =
             crate::http::BodyLimits { max_bytes: options.max_body_bytes, deadline: options.limits.body_read_timeout };
         let hosts = crate::http::HostNames::new(addr, &options.allowed_hosts);
-        let access = Arc::new(Access::new(access));
+        let allowance = options.access.wrong_token_allowance.unwrap_or(crate::http::DEFAULT_WRONG_TOKEN_ALLOWANCE);
+        let access = Arc::new(Access::with_allowance(access, allowance));
         let app = crate::http::router(service, body, Arc::clone(&access), hosts);
         let stop = supervisor.token();
         let serve = crate::http::serve(listener, app, options.limits, async move { stop.cancelled().await });

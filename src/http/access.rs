@@ -177,8 +177,14 @@ pub(crate) enum Refused {
 }
 
 impl Access {
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn new(policy: AccessPolicy) -> Self {
-        Self { policy: RwLock::new(Arc::new(policy)), guesses: Guesses::default() }
+        Self::with_allowance(policy, super::guesses::DEFAULT_ALLOWANCE)
+    }
+
+    /// `allowance`: wrong credentials an address may send before its backoff starts.
+    pub(crate) fn with_allowance(policy: AccessPolicy, allowance: u32) -> Self {
+        Self { policy: RwLock::new(Arc::new(policy)), guesses: Guesses::new(allowance) }
     }
 
     pub(crate) fn policy(&self) -> Arc<AccessPolicy> {

@@ -17,8 +17,10 @@ use std::time::Duration;
 use super::log_limit::LogLimit;
 use crate::domain::metric_names as names;
 
-/// Mistakes an address may make before the backoff starts.
-const FREE_FAILURES: u32 = 10;
+/// Mistakes an address may make before the backoff starts, unless `[access]
+/// wrong_token_allowance` says otherwise (a fuzzer that sends wrong tokens on purpose from
+/// the address its valid requests come from needs more).
+pub(crate) const DEFAULT_ALLOWANCE: u32 = 10;
 /// An address whose last mistake is this old starts again from nothing.
 const FORGET_AFTER_MS: u64 = 10 * 60 * 1000;
 const FIRST_BACKOFF_MS: u64 = 1000;
@@ -55,9 +57,16 @@ struct Client {
     blocked_until_ms: u64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Guesses {
+    allowance: u32,
     clients: Mutex<HashMap<IpAddr, Client>>,
+}
+
+impl Default for Guesses {
+    fn default() -> Self {
+        Self::new(DEFAULT_ALLOWANCE)
+    }
 }
 
 /// The unit an address is counted in: an IPv6 client can pick any address of its /64.
@@ -76,6 +85,10 @@ fn key(who: Option<IpAddr>) -> IpAddr {
 }
 
 impl Guesses {
+    pub(crate) fn new(allowance: u32) -> Self {
+        Self { allowance, clients: Mutex::default() }
+    }
+
     /// How long `who` must still wait before a token of theirs is checked, if at all.
     pub(crate) fn shut_out(&self, who: Option<IpAddr>, now_ms: u64) -> Option<Duration> {
         let clients = self.clients.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -105,7 +118,7 @@ impl Guesses {
         }
         client.failures = client.failures.saturating_add(1);
         client.last_failure_ms = now_ms;
-        if let Some(over) = client.failures.checked_sub(FREE_FAILURES + 1) {
+        if let Some(over) = client.failures.checked_sub(self.allowance.saturating_add(1)) {
             let backoff = FIRST_BACKOFF_MS.saturating_mul(1u64 << over.min(16)).min(MAX_BACKOFF_MS);
             client.blocked_until_ms = now_ms + backoff;
         }
@@ -126,7 +139,7 @@ mod tests {
     fn the_backoff_starts_after_the_free_mistakes_and_doubles() {
         let guesses = Guesses::default();
         let who = Some("192.0.2.7".parse().unwrap());
-        for _ in 0..FREE_FAILURES {
+        for _ in 0..DEFAULT_ALLOWANCE {
             guesses.failed(who, Via::Token, 1_000);
         }
         assert_eq!(guesses.shut_out(who, 1_000), None);

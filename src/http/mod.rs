@@ -39,6 +39,7 @@ pub(crate) use body::BodyLimits;
 pub(crate) use browser::HostNames;
 pub(crate) use conn::serve;
 pub(crate) use error::ApiError;
+pub(crate) use guesses::DEFAULT_ALLOWANCE as DEFAULT_WRONG_TOKEN_ALLOWANCE;
 
 use crate::http::access::Access;
 use crate::service::Service;

@@ -62,6 +62,8 @@ pub(crate) struct RawLimits {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawAccess {
+    /// Wrong tokens or console logins an address may send before the backoff starts.
+    pub wrong_token_allowance: Option<u32>,
     pub admin_token_env: Option<String>,
     pub admin_token_file: Option<PathBuf>,
     pub admin_token_credential: Option<String>,

@@ -81,6 +81,8 @@ pub(crate) struct AccessOptions {
     pub admin_token: Option<KeySource>,
     /// A file (or systemd credential) with `tenant token` per line.
     pub tenant_tokens: Option<KeySource>,
+    /// `[access] wrong_token_allowance`; `None`: the default (`http::guesses`).
+    pub wrong_token_allowance: Option<u32>,
 }
 
 /// The old `--provider` flag and `[provider] kind`: `None` leaves pending work to external
@@ -194,6 +196,7 @@ impl ServeOptions {
         let access = AccessOptions {
             admin_token: raw.access.admin_source()?,
             tenant_tokens: raw.access.tenant_tokens_source()?,
+            wrong_token_allowance: raw.access.wrong_token_allowance,
         };
         if !listen.ip().is_loopback() && access.admin_token.is_none() {
             return Err(Error::Invalid {
