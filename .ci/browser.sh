@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The console's end-to-end test in a real browser: headless Chromium (Debian's chromium
 # and chromium-driver) driven by selenium (PyPI) against a real `commitpoint serve` with
-# an admin token, tenant tokens and the built-in simulator provider.
+# an admin token, tenant tokens and the built-in simulator provider. Then the replays of
+# issue 30's attacks (tests/attacks/), each against a server of its own: a page on another
+# loopback origin and a rebound DNS name in Chromium, and trickling console logins.
 #
 # Usage: bash .ci/browser.sh   (as root it installs chromium when missing)
 # Output: screenshots of every page, 1280x800 and phone-width, in target/browser-screenshots/.
@@ -82,4 +84,8 @@ kill -TERM "$server_pid"
 wait "$server_pid" || { echo "commitpoint did not stop cleanly" >&2; status=1; }
 server_pid=""
 echo "   screenshots: $(find "$shots" -name '*.png' | wc -l) in $shots"
+
+echo "== attack replays (tests/attacks/): cross-site and rebinding in Chromium, trickling logins"
+COMMITPOINT_BIN=target/debug/commitpoint "$venv/bin/python" tests/attacks/cross_site.py || status=1
+COMMITPOINT_BIN=target/debug/commitpoint python3 tests/attacks/trickle_logins.py || status=1
 exit "$status"

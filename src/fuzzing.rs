@@ -1,6 +1,7 @@
 //! Entry points for the fuzz targets in `fuzz/` and their stable-toolchain replay in
-//! `tests/fuzz_smoke.rs`. Not an API: nothing else should call these, and the product is
-//! built without them (the `fuzzing` feature, which only those two turn on).
+//! `tests/fuzz_smoke.rs`, and the router's route table for the integration test that
+//! trickles a body to every route. Not an API: nothing else should call these, and the
+//! product is built without them (the `fuzzing` feature, which only the tests turn on).
 //!
 //! Each takes raw bytes, hands them to the private parsers the way the adapters, the
 //! webhook intake, the HTTP intake and the store do, and asserts properties that hold
@@ -34,6 +35,11 @@ use crate::store::codec::{Versioned, decode, encode};
 use crate::store::{
     BatchRecord, ExtractionRecord, FindingRecord, LedgerRecord, OutboxRecord, ResultRecord, StagedAnswer, StoredContent,
 };
+
+/// Every route the server has, as (method, path template), from the router's own lists.
+pub fn route_table() -> Vec<(String, String)> {
+    crate::http::route_table()
+}
 
 /// A fuzz target's entry point: any bytes in, a panic only for a finding.
 pub type Target = fn(&[u8]);

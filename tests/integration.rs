@@ -25,6 +25,8 @@ mod config_mistakes;
 mod console;
 #[path = "it/crash.rs"]
 mod crash;
+#[path = "it/cross_site.rs"]
+mod cross_site;
 #[path = "it/delivery.rs"]
 mod delivery;
 #[path = "it/early_refusal.rs"]
@@ -37,6 +39,8 @@ mod erasure_inflight;
 mod export;
 #[path = "it/export_backends.rs"]
 mod export_backends;
+#[path = "it/guessing.rs"]
+mod guessing;
 #[path = "it/hostile_net.rs"]
 mod hostile_net;
 #[path = "it/intake.rs"]
@@ -95,6 +99,8 @@ mod providers_e2e_pause;
 mod providers_named;
 #[path = "it/raw.rs"]
 mod raw;
+#[path = "it/readiness.rs"]
+mod readiness;
 #[path = "it/redaction.rs"]
 mod redaction;
 #[path = "it/results.rs"]
@@ -111,5 +117,7 @@ mod supervision;
 mod support;
 #[path = "it/tenancy.rs"]
 mod tenancy;
+#[path = "it/trickle.rs"]
+mod trickle;
 #[path = "it/util.rs"]
 mod util;

@@ -19,7 +19,7 @@ use crate::domain::schema::{self, Registry};
 use crate::engine::routing::Router;
 use crate::engine::scheduler::{self, Scheduler};
 use crate::engine::supervisor::{Failures, Supervisor};
-use crate::http::access::AccessPolicy;
+use crate::http::access::{Access, AccessPolicy};
 use crate::service::Service;
 use crate::simulator::Simulator;
 use crate::store::Policies;
@@ -74,8 +74,10 @@ pub(crate) struct Server {
     /// Every background task, HTTP included.
     supervisor: Supervisor,
     http: JoinHandle<()>,
-    /// What a reload can change: routing and budgets, and the prices the writer applies.
+    /// What a reload can change: routing and budgets, the prices the writer applies, and
+    /// the tokens.
     router: Arc<Router>,
+    access: Arc<Access>,
     store: Opened,
     sink_names: Vec<String>,
     service: Service,
@@ -303,7 +305,10 @@ impl Server {
         let reload_service = service.clone();
         let body =
             crate::http::BodyLimits { max_bytes: options.max_body_bytes, deadline: options.limits.body_read_timeout };
-        let app = crate::http::router(service, body, Arc::new(access));
+        let hosts = crate::http::HostNames::new(addr, &options.allowed_hosts);
+        let allowance = options.access.wrong_token_allowance.unwrap_or(crate::http::DEFAULT_WRONG_TOKEN_ALLOWANCE);
+        let access = Arc::new(Access::with_allowance(access, allowance));
+        let app = crate::http::router(service, body, Arc::clone(&access), hosts);
         let stop = supervisor.token();
         let serve = crate::http::serve(listener, app, options.limits, async move { stop.cancelled().await });
         let http = supervisor.spawn("http", serve);
@@ -314,6 +319,7 @@ impl Server {
             supervisor,
             http,
             router,
+            access,
             store,
             sink_names,
             service: reload_service,
@@ -321,9 +327,19 @@ impl Server {
         })
     }
 
-    /// Applies a re-read configuration's routing, budgets and prices (SIGHUP). Everything
-    /// else (listen address, providers, sinks, webhooks, tokens) takes a restart.
+    /// Applies a re-read configuration's routing, budgets, prices and tokens (SIGHUP).
+    /// Everything else (listen address, providers, sinks, webhooks) takes a restart.
     pub(crate) fn reload(&self, options: &ServeOptions) {
+        // Rotating a token must end what the old one opened: the console's session key is
+        // derived from the tokens, so swapping them ends those sessions too.
+        match AccessPolicy::load(options.access.admin_token.as_ref(), options.access.tenant_tokens.as_ref()) {
+            Ok(policy) => {
+                if self.access.replace(policy) {
+                    tracing::warn!("tokens changed: the old ones are refused, console sessions opened with them ended");
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "tokens not reloaded: keeping the ones in force"),
+        }
         self.router.configure(options.routes.clone(), options.budgets.clone());
         self.store.set_policies(Policies { sinks: self.sink_names.clone(), pricing: Arc::new(options.prices.clone()) });
         // Work held or routed elsewhere until now may be free to go.
@@ -332,7 +348,7 @@ impl Server {
             rules = options.routes.rules.len(),
             budgets = options.budgets.limits.len(),
             prices = options.prices.len(),
-            "configuration reloaded: routing, budgets and prices apply now; other settings take effect at the next restart"
+            "configuration reloaded: routing, budgets, prices and tokens apply now; other settings take effect at the next restart"
         );
     }
 

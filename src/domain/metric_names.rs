@@ -3,6 +3,7 @@
 //! without depending on the exporter (`metrics`), which reads the service at scrape time.
 //! docs/OPERATIONS.md names the series too: change both together.
 
+pub const AUTH_REFUSALS_TOTAL: &str = "commitpoint_auth_refusals_total";
 pub const BUILD_INFO: &str = "commitpoint_build_info";
 pub const COMMITS_TOTAL: &str = "commitpoint_commits_total";
 pub const DB_FILE_SIZE_BYTES: &str = "commitpoint_db_file_size_bytes";

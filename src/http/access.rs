@@ -4,10 +4,14 @@
 //! that sees and submits only its own tenant's extractions.
 
 use std::fmt;
+use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
 use subtle::ConstantTimeEq;
 
+use super::guesses::{Guesses, Via};
 use crate::domain::secret::{KeySource, SecretError};
 
 /// Shorter tokens can be guessed; generate them with e.g. `openssl rand -hex 16`.
@@ -152,6 +156,73 @@ impl AccessPolicy {
             }
         }
         found.map(Caller::Tenant).ok_or(Denied::Unauthenticated)
+    }
+}
+
+/// The tokens in force and the count of wrong ones. A reload (`ctl reload`, SIGHUP) swaps
+/// the policy whole, so rotated tokens apply at once, and the console sessions opened
+/// under the old ones stop verifying (their key is derived from the tokens).
+#[derive(Debug)]
+pub(crate) struct Access {
+    policy: RwLock<Arc<AccessPolicy>>,
+    guesses: Guesses,
+}
+
+/// Why a presented credential got no caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Refused {
+    Denied(Denied),
+    /// Too many wrong tokens from this address: the credential was not checked.
+    Throttled(Duration),
+}
+
+impl Access {
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn new(policy: AccessPolicy) -> Self {
+        Self::with_allowance(policy, super::guesses::DEFAULT_ALLOWANCE)
+    }
+
+    /// `allowance`: wrong credentials an address may send before its backoff starts.
+    pub(crate) fn with_allowance(policy: AccessPolicy, allowance: u32) -> Self {
+        Self { policy: RwLock::new(Arc::new(policy)), guesses: Guesses::new(allowance) }
+    }
+
+    pub(crate) fn policy(&self) -> Arc<AccessPolicy> {
+        Arc::clone(&self.policy.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Puts `policy` in force; whether its tokens differ from the old ones.
+    pub(crate) fn replace(&self, policy: AccessPolicy) -> bool {
+        let mut current = self.policy.write().unwrap_or_else(PoisonError::into_inner);
+        let changed = current.fingerprint() != policy.fingerprint();
+        *current = Arc::new(policy);
+        changed
+    }
+
+    /// Authenticates `authorization` from client `who`, counting a wrong credential and
+    /// refusing to check one from an address that has guessed too often (`guesses.rs`).
+    /// A request with no credential at all costs nothing and is not counted.
+    pub(crate) fn authenticate(
+        &self,
+        authorization: Option<&str>,
+        who: Option<IpAddr>,
+        via: Via,
+    ) -> Result<Caller, Refused> {
+        let policy = self.policy();
+        if policy.is_open() {
+            return Ok(Caller::Open);
+        }
+        let presented = authorization.is_some_and(|a| !a.trim().is_empty());
+        let now = crate::domain::clock::now_ms();
+        if presented && let Some(wait) = self.guesses.shut_out(who, now) {
+            return Err(Refused::Throttled(wait));
+        }
+        policy.identify(authorization).map_err(|denied| {
+            if presented {
+                self.guesses.failed(who, via, now);
+            }
+            Refused::Denied(denied)
+        })
     }
 }
 

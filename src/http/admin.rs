@@ -10,6 +10,7 @@ use serde::Serialize;
 use tokio_util::io::ReaderStream;
 use utoipa::ToSchema;
 
+use super::browser::NotFromBrowser;
 use super::error::{ApiError, ErrorBody};
 use super::error::{Reply, ok};
 use super::extract::NamePath;
@@ -41,7 +42,7 @@ pub(super) struct BackupCreated {
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub(super) async fn backup(State(service): State<Service>) -> Reply<BackupCreated> {
+pub(super) async fn backup(_: NotFromBrowser, State(service): State<Service>) -> Reply<BackupCreated> {
     let report = service.backup().await?;
     let name = report.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let body = BackupCreated {
@@ -240,7 +241,11 @@ pub(super) async fn providers(State(service): State<Service>) -> Reply<ProviderL
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub(super) async fn pause(State(service): State<Service>, NamePath(name): NamePath) -> Reply<ProviderEntry> {
+pub(super) async fn pause(
+    _: NotFromBrowser,
+    State(service): State<Service>,
+    NamePath(name): NamePath,
+) -> Reply<ProviderEntry> {
     ok(service.set_provider_paused(&name, true).await?.into())
 }
 

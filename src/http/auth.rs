@@ -9,40 +9,50 @@ use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use super::conn::Peer;
 use super::error::ApiError;
-use crate::http::access::{AccessPolicy, Caller, Denied};
+use super::guesses::Via;
+use crate::http::access::{Access, Caller, Denied, Refused};
 
 /// The layer of tenant routes (see `routes.rs`): any valid token; the handlers scope
 /// records by the caller it leaves in the request.
-pub(super) async fn any_caller(State(policy): State<Arc<AccessPolicy>>, request: Request, next: Next) -> Response {
-    admit(&policy, request, next, |_| Ok(())).await
+pub(super) async fn any_caller(State(access): State<Arc<Access>>, request: Request, next: Next) -> Response {
+    admit(&access, request, next, |_| Ok(())).await
 }
 
 /// The layer of admin routes (see `routes.rs`): the admin token only.
-pub(super) async fn admin_only(State(policy): State<Arc<AccessPolicy>>, request: Request, next: Next) -> Response {
-    admit(&policy, request, next, Caller::require_admin).await
+pub(super) async fn admin_only(State(access): State<Arc<Access>>, request: Request, next: Next) -> Response {
+    admit(&access, request, next, Caller::require_admin).await
 }
 
 /// The layer of public routes: nothing is refused, but a caller whose token is valid is
 /// left in the request, so `/healthz` can show details to the admin alone.
-pub(super) async fn recognise(State(policy): State<Arc<AccessPolicy>>, mut request: Request, next: Next) -> Response {
-    let authorization = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    if let Ok(caller) = policy.identify(authorization) {
+pub(super) async fn recognise(State(access): State<Arc<Access>>, mut request: Request, next: Next) -> Response {
+    // A wrong token here is a guess like any other (`/healthz` shows details to the admin).
+    if let Ok(caller) = access.authenticate(authorization(&request), client(&request), Via::Token) {
         request.extensions_mut().insert(caller);
     }
     next.run(request).await
 }
 
+fn authorization(request: &Request) -> Option<&str> {
+    request.headers().get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or("<not text>"))
+}
+
+/// The client's address, which wrong tokens are counted by.
+pub(super) fn client(request: &Request) -> Option<std::net::IpAddr> {
+    request.extensions().get::<Peer>().map(|p| p.remote.ip())
+}
+
 async fn admit(
-    policy: &AccessPolicy,
+    access: &Access,
     mut request: Request,
     next: Next,
     allowed: impl Fn(&Caller) -> Result<(), Denied>,
 ) -> Response {
-    let authorization = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    let caller = match policy.identify(authorization) {
+    let caller = match access.authenticate(authorization(&request), client(&request), Via::Token) {
         Ok(caller) => caller,
-        Err(denied) => return ApiError::from(denied).into_response(),
+        Err(refused) => return ApiError::from(refused).into_response(),
     };
     if let Err(denied) = allowed(&caller) {
         return ApiError::from(denied).into_response();
@@ -58,6 +68,15 @@ impl From<Denied> for ApiError {
             Denied::AdminOnly | Denied::OtherTenant(_) => {
                 ApiError::new(axum::http::StatusCode::FORBIDDEN, "forbidden", denied.to_string())
             }
+        }
+    }
+}
+
+impl From<Refused> for ApiError {
+    fn from(refused: Refused) -> Self {
+        match refused {
+            Refused::Denied(denied) => denied.into(),
+            Refused::Throttled(wait) => ApiError::rate_limited(wait),
         }
     }
 }

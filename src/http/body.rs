@@ -3,10 +3,16 @@
 //! for the whole body, and gzip decoded under the same size limit.
 
 use std::io::Read;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, header};
+use axum::middleware::Next;
+use axum::response::Response;
+use http_body::Frame;
 
 use super::limits::{DEFAULT_MAX_BODY_BYTES, ServerLimits};
 
@@ -35,6 +41,8 @@ pub(crate) enum BodyError {
     UnsupportedEncoding(String),
     #[error("the gzip body does not decode: {0}")]
     BadGzip(String),
+    #[error("Content-Type {0:?} is not JSON; send the body with Content-Type: application/json")]
+    NotJson(String),
 }
 
 enum Encoding {
@@ -72,6 +80,7 @@ pub(super) async fn read(
     let raw = match tokio::time::timeout(deadline, axum::body::to_bytes(body, max_bytes)).await {
         Err(_) => return Err(BodyError::TimedOut(deadline)),
         Ok(Err(e)) if over_limit(&e) => return Err(too_large()),
+        Ok(Err(e)) if caused_by::<PastDeadline>(&e) => return Err(BodyError::TimedOut(deadline)),
         Ok(Err(e)) => return Err(BodyError::Unreadable(e.to_string())),
         Ok(Ok(raw)) => raw,
     };
@@ -89,14 +98,61 @@ pub(super) async fn read(
 }
 
 fn over_limit(e: &axum::Error) -> bool {
+    caused_by::<http_body_util::LengthLimitError>(e)
+}
+
+fn caused_by<E: std::error::Error + 'static>(e: &axum::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = source {
-        if err.is::<http_body_util::LengthLimitError>() {
+        if err.is::<E>() {
             return true;
         }
         source = err.source();
     }
     false
+}
+
+/// The layer on the whole router (`mod.rs`): every request's body ends with an error once
+/// `deadline` has passed since its first read, whoever reads it (an axum extractor, a
+/// handler streaming it, [`read`]). One layer, so that no route family can be added
+/// without it. tower-http's `TimeoutBody` is not used: it restarts its clock at each frame,
+/// and a client trickling a byte at a time never trips it.
+pub(super) async fn deadline(State(deadline): State<Duration>, request: Request, next: Next) -> Response {
+    next.run(request.map(|body| Body::new(Deadline { body, deadline, timer: None }))).await
+}
+
+/// What a body read past its deadline fails with.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within {0:?}")]
+pub(super) struct PastDeadline(Duration);
+
+struct Deadline {
+    body: Body,
+    deadline: Duration,
+    /// Started at the first poll: a handler that never reads the body owes it no deadline.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl http_body::Body for Deadline {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let deadline = self.deadline;
+        let timer = self.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(deadline)));
+        if timer.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Some(Err(axum::Error::new(PastDeadline(deadline)))));
+        }
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 enum Gunzip {

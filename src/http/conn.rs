@@ -4,6 +4,7 @@
 //! answers `/healthz` and refuses everything else with 503.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tower::ServiceExt as _;
 
 use super::error::ApiError;
 use super::limits::{HEALTH_RESERVE, ServerLimits};
@@ -26,6 +28,14 @@ use super::stall::WriteDeadline;
 /// After an accept error that is not about one connection (out of file descriptors, say),
 /// pause so the loop does not spin while the cause persists.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// The two ends of the connection a request came on: the client's address (what failed
+/// logins are counted by) and the address it reached (a `Host` naming it is no rebinding).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer {
+    pub remote: SocketAddr,
+    pub local: SocketAddr,
+}
 
 /// Serves `app` until `stop` resolves, then lets open requests finish (idle connections
 /// close at once). Dropping the returned future cuts every connection: they live in a
@@ -48,9 +58,9 @@ pub(crate) async fn serve(
     let mut connections = JoinSet::new();
     tokio::pin!(stop);
     loop {
-        let stream = tokio::select! {
+        let (stream, remote) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok((stream, remote)) => (stream, remote),
                 Err(e) => {
                     accept_failed(&e).await;
                     continue;
@@ -64,8 +74,10 @@ pub(crate) async fn serve(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
+        let peer = Peer { remote, local: stream.local_addr().unwrap_or(remote) };
         if let Ok(permit) = Arc::clone(&regular).try_acquire_owned() {
-            let conn = builder.serve_connection(io(stream, &limits), TowerToHyperService::new(app.clone()));
+            let conn =
+                builder.serve_connection(io(stream, &limits), TowerToHyperService::new(with_peer(app.clone(), peer)));
             let conn = graceful.watch(conn);
             connections.spawn(async move {
                 let _ = conn.await;
@@ -76,8 +88,8 @@ pub(crate) async fn serve(
                 max_connections = limits.max_connections,
                 "connection cap reached; answering /healthz only"
             );
-            let conn =
-                reserve_builder.serve_connection(io(stream, &limits), TowerToHyperService::new(health_only.clone()));
+            let conn = reserve_builder
+                .serve_connection(io(stream, &limits), TowerToHyperService::new(with_peer(health_only.clone(), peer)));
             let conn = graceful.watch(conn);
             connections.spawn(async move {
                 let _ = conn.await;
@@ -91,6 +103,15 @@ pub(crate) async fn serve(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+type Incoming = http::Request<hyper::body::Incoming>;
+
+fn with_peer(app: Router, peer: Peer) -> tower::util::MapRequest<Router, impl FnMut(Incoming) -> Incoming + Clone> {
+    app.map_request(move |mut request: Incoming| {
+        request.extensions_mut().insert(peer);
+        request
+    })
 }
 
 async fn only_healthz(request: Request, next: Next) -> Response {

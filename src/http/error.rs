@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use super::body::BodyError;
+use super::refusal::Refusal;
 use crate::domain::lifecycle::TransitionError;
 use crate::{domain::schema, service, store};
 
@@ -28,6 +29,24 @@ pub(crate) struct ApiError {
 impl ApiError {
     pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self { status, code, message: message.into(), details: None, challenge: false, retry_after: None }
+    }
+
+    /// 429 with `Retry-After`: too many wrong tokens or logins from this address.
+    pub(crate) fn rate_limited(wait: std::time::Duration) -> Self {
+        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        Self {
+            retry_after: Some(seconds),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!("too many wrong tokens from this address; try again in {seconds} s"),
+            )
+        }
+    }
+
+    /// The `Retry-After` seconds, for the console's pages.
+    pub(crate) fn retry_after(&self) -> Option<u64> {
+        self.retry_after
     }
 
     /// The status and message, for the console's HTML error pages (the same mapping).
@@ -85,8 +104,20 @@ impl From<BodyError> for ApiError {
             BodyError::UnsupportedEncoding(_) => {
                 Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_encoding", message)
             }
+            BodyError::NotJson(_) => Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", message),
             BodyError::BadGzip(_) => Self::bad_request("malformed_encoding", message),
             BodyError::Unreadable(_) => Self::bad_request("unreadable_body", message),
+        }
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(e: Refusal) -> Self {
+        let message = e.to_string();
+        match e {
+            Refusal::UnknownHost(_) => Self::new(StatusCode::MISDIRECTED_REQUEST, "unknown_host", message),
+            Refusal::CrossSite(_) => Self::new(StatusCode::FORBIDDEN, "cross_site", message),
+            Refusal::TokenRequired => Self::new(StatusCode::FORBIDDEN, "token_required", message),
         }
     }
 }

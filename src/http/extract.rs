@@ -6,12 +6,15 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use super::body::{self, BodyLimits};
+use super::body::{self, BodyError, BodyLimits};
 use super::error::ApiError;
 use crate::domain::identity::ExtractionId;
 
-/// A JSON body parsed with serde_json whatever the Content-Type (so `curl -d` works): syntax errors (including invalid UTF-8) are 400,
-/// well-formed JSON of the wrong shape is 422, an oversized body is 413.
+/// A JSON body, which must say so: `Content-Type: application/json` (or a `+json` type).
+/// A page on another site can send `text/plain` or a form without a CORS preflight, never
+/// JSON, so this is what keeps it from planting work (415 otherwise, before a byte is
+/// read). Syntax errors (including invalid UTF-8) are 400, well-formed JSON of the wrong
+/// shape is 422, an oversized body is 413.
 #[derive(Debug)]
 pub(crate) struct JsonBody<T>(pub T);
 
@@ -19,6 +22,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        check_json(req.headers())?;
         let RawBody(bytes) = RawBody::from_request(req, state).await?;
         serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
             if e.is_data() {
@@ -27,6 +31,19 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                 ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}"))
             }
         })
+    }
+}
+
+fn check_json(headers: &axum::http::HeaderMap) -> Result<(), BodyError> {
+    let value = headers.get(axum::http::header::CONTENT_TYPE);
+    let text = value.and_then(|v| v.to_str().ok()).unwrap_or("");
+    let essence = text.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let json = essence == "application/json"
+        || essence.strip_prefix("application/").is_some_and(|subtype| subtype.ends_with("+json"));
+    if json {
+        Ok(())
+    } else {
+        Err(BodyError::NotJson(if value.is_some() { text.to_string() } else { "(none)".into() }))
     }
 }
 

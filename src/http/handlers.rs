@@ -380,6 +380,8 @@ pub(crate) enum HealthStatus {
     Ok,
     /// A background task failed; the process is shutting down to be restarted.
     Failed,
+    /// The store does not answer reads (see `reason`); the process keeps running.
+    Unavailable,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -389,6 +391,10 @@ pub(crate) struct Health {
     /// are in the server log, not here: this answer needs no token.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     failed_tasks: Vec<String>,
+    /// Why the store is not ready (only when `status` is `unavailable`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    reason: Option<String>,
     /// The registered schema names (admin token, or a server without tokens).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(required = false)]
@@ -399,25 +405,34 @@ pub(crate) struct Health {
     providers: Option<Vec<ProviderStatus>>,
 }
 
-/// Liveness for anyone; the registered schemas and the providers' health (whose errors
+/// How long `/healthz` waits for its store read: well under a probe's usual timeout.
+const READINESS_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Liveness and readiness for anyone; the registered schemas and the providers' health (whose errors
 /// come from outside) only for the admin token, or on a server without tokens.
 #[utoipa::path(get, path = "/healthz", tag = "operations",
     responses(
         (status = 200, description = "The server is up", body = Health),
-        (status = 503, description = "A background task (a scheduler, outbox delivery, HTTP) failed; \
-            `failed_tasks` names it and the process is exiting to be restarted", body = Health),
+        (status = 503, description = "A background task (a scheduler, outbox delivery, HTTP) failed \
+            (`status` `failed`; `failed_tasks` names it and the process is exiting to be restarted), or the \
+            store did not answer a read within 2 s (`status` `unavailable`; `reason` says why)", body = Health),
     ))]
 pub(crate) async fn healthz(State(service): State<Service>, caller: Option<CallerExt>) -> Reply<Health> {
     let details = caller.is_some_and(|Extension(c)| c.require_admin().is_ok());
     let failed_tasks = service.failed_tasks();
-    let (code, status) = if failed_tasks.is_empty() {
-        (StatusCode::OK, HealthStatus::Ok)
-    } else {
+    let mut reason = None;
+    let (code, status) = if !failed_tasks.is_empty() {
         (StatusCode::SERVICE_UNAVAILABLE, HealthStatus::Failed)
+    } else if let Err(unready) = service.check_store(READINESS_DEADLINE).await {
+        reason = Some(unready.to_string());
+        (StatusCode::SERVICE_UNAVAILABLE, HealthStatus::Unavailable)
+    } else {
+        (StatusCode::OK, HealthStatus::Ok)
     };
     let health = Health {
         status,
         failed_tasks,
+        reason,
         schemas: details.then(|| service.registry().names().map(str::to_string).collect()),
         providers: details.then(|| service.provider_health().iter().map(ProviderStatus::from).collect()),
     };

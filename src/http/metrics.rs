@@ -85,6 +85,11 @@ fn describe() {
     );
     describe_gauge!(names::TENANT_BUDGET_MICROS, "Configured budget per period, per budgeted tenant.");
     describe_gauge!(names::TENANT_HELD, "1 while a tenant's new work is held for its budget.");
+    describe_counter!(
+        names::AUTH_REFUSALS_TOTAL,
+        "Wrong tokens and failed console logins (reason bad_token, bad_login), and credentials not checked \
+         because the address guessed too often (rate_limited)."
+    );
     describe_counter!(names::WEBHOOK_REDELIVERIES_TOTAL, "Webhook deliveries seen before: answered, nothing written.");
     for result in ["created", "duplicate"] {
         counter!(names::INTAKES_TOTAL, "result" => result).absolute(0);

@@ -5,6 +5,7 @@ pub(crate) mod access;
 mod admin;
 mod auth;
 mod body;
+mod browser;
 mod bulk;
 mod conn;
 mod console;
@@ -13,6 +14,7 @@ mod error;
 mod export;
 mod export_feed;
 mod extract;
+mod guesses;
 pub(crate) mod handlers;
 pub(crate) mod limits;
 mod log_limit;
@@ -21,6 +23,7 @@ mod money;
 mod openapi;
 #[cfg(test)]
 mod openapi_tests;
+mod refusal;
 mod routes;
 mod stall;
 mod tenants;
@@ -35,13 +38,15 @@ use axum::routing::any;
 use axum::{Extension, Router};
 
 pub(crate) use body::BodyLimits;
+pub(crate) use browser::HostNames;
 pub(crate) use conn::serve;
 pub(crate) use error::ApiError;
+pub(crate) use guesses::DEFAULT_ALLOWANCE as DEFAULT_WRONG_TOKEN_ALLOWANCE;
 
-use crate::http::access::AccessPolicy;
+use crate::http::access::Access;
 use crate::service::Service;
 
-pub(crate) fn router(service: Service, body: BodyLimits, access: Arc<AccessPolicy>) -> Router {
+pub(crate) fn router(service: Service, body: BodyLimits, access: Arc<Access>, hosts: HostNames) -> Router {
     let (routes, doc) = routes::documented(&access);
     let schema_names: Vec<String> = service.registry().names().map(str::to_string).collect();
     let document = openapi::Served(openapi::finish(doc, &schema_names).to_string().into());
@@ -56,5 +61,25 @@ pub(crate) fn router(service: Service, body: BodyLimits, access: Arc<AccessPolic
         .fallback_service(unknown)
         .layer(Extension(document))
         .layer(Extension(body))
+        .layer(axum::middleware::from_fn_with_state(body.deadline, body::deadline))
+        // Outermost: a foreign Host or a cross-site write is refused before anything runs.
+        .layer(axum::middleware::from_fn_with_state(Arc::new(hosts), browser::guard))
         .with_state(service)
+}
+
+/// Every route the router serves, as (method, path template): the API's from its own
+/// OpenAPI document (built by the same `routes!` calls as the router), the console's from
+/// the table its router is built from. For tests that must reach every route.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn route_table() -> Vec<(String, String)> {
+    let (_, doc) = routes::documented(&Arc::new(Access::new(access::AccessPolicy::default())));
+    let mut table = Vec::new();
+    for (path, item) in &doc.paths.paths {
+        let item = serde_json::to_value(item).unwrap_or_default();
+        for method in item.as_object().into_iter().flat_map(|ops| ops.keys()) {
+            table.push((method.to_uppercase(), path.clone()));
+        }
+    }
+    table.extend(console::table().into_iter().map(|(method, path)| (method.to_string(), path.to_string())));
+    table
 }

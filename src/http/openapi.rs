@@ -33,11 +33,19 @@ error_responses! {
         (a path parameter is malformed), or `invalid_query` (a query parameter has the wrong type or value)",
     Unauthenticated => "`unauthenticated`: no valid `Authorization: Bearer` token (only when access tokens are \
         configured); carries `WWW-Authenticate: Bearer`",
-    Forbidden => "`forbidden`: the call needs the admin token, or the token may not reach this tenant",
+    Forbidden => "`forbidden`: the call needs the admin token, or the token may not reach this tenant; \
+        `cross_site`: a state-changing request from another site (`Origin`, `Sec-Fetch-Site`); \
+        `token_required`: backup, tenant erasure or a provider pause from a web browser while the server has \
+        no tokens",
     PayloadTooLarge => "`payload_too_large`: the body (after gzip decoding) is over `--max-body-bytes`, or a \
         webhook endpoint's `max_body_bytes`; a larger `Content-Length` is refused before the body is read",
     BodyTimeout => "`body_timeout`: the body did not arrive in full within `server.body_read_timeout`",
-    UnsupportedEncoding => "`unsupported_encoding`: a `Content-Encoding` other than `gzip` or `identity`",
+    UnsupportedEncoding => "`unsupported_encoding`: a `Content-Encoding` other than `gzip` or `identity`; \
+        `unsupported_media_type`: a JSON body sent without `Content-Type: application/json`",
+    MisdirectedHost => "`unknown_host`: the `Host` header is not a name of this server (loopback, the listen \
+        address, `[server] allowed_hosts`); refused before any route runs, reads included",
+    TooManyRequests => "`rate_limited`: too many wrong tokens or failed console logins from this address; \
+        `Retry-After` says when to try again",
     InvalidInput => "`invalid_input`: a value is out of range (`details.field` names it)",
     ServerError => "`store_corrupt`, `schema_unavailable` or `internal`: see the server log",
     StoreUnavailable => "`store_unavailable`: the writer stopped after a storage error; restart the service",
@@ -67,7 +75,9 @@ fn error_response(description: &str) -> RefOr<utoipa::openapi::Response> {
             UnsupportedEncoding,
             InvalidInput,
             ServerError,
-            StoreUnavailable
+            StoreUnavailable,
+            MisdirectedHost,
+            TooManyRequests
         ),
     ),
     modifiers(&BearerScheme),
@@ -100,6 +110,7 @@ pub(super) fn finish(mut doc: Document, schema_names: &[String]) -> Value {
     doc.info.version = env!("CARGO_PKG_VERSION").to_string();
     let mut value = serde_json::to_value(&doc).unwrap_or(Value::Null);
     respell_unsigned_formats(&mut value);
+    add_guard_responses(&mut value);
     if let Some(schemas) = value.pointer_mut("/components/schemas") {
         for pointer in ["/IntakeBody/properties/schema", "/ClaimBody/properties/schema"] {
             if let Some(field) = schemas.pointer_mut(pointer) {
@@ -114,6 +125,30 @@ pub(super) fn finish(mut doc: Document, schema_names: &[String]) -> Value {
         }
     }
     value
+}
+
+/// The answers of the layers every route sits behind (`browser.rs`, `auth.rs`), added
+/// here rather than in each annotation: any operation may get 421 for a foreign `Host`,
+/// any that takes a token 429 once its address has guessed too often, and any
+/// state-changing one 403 for a cross-site request.
+fn add_guard_responses(doc: &mut Value) {
+    let reference = |name: &str| json!({"$ref": format!("#/components/responses/{name}")});
+    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else { return };
+    for (method, operation) in paths.values_mut().filter_map(Value::as_object_mut).flat_map(|item| item.iter_mut()) {
+        let has_security = operation.get("security").is_some();
+        let operation_has_body = operation.get("requestBody").is_some();
+        let Some(responses) = operation.get_mut("responses").and_then(Value::as_object_mut) else { continue };
+        responses.entry("421").or_insert_with(|| reference("MisdirectedHost"));
+        if operation_has_body {
+            responses.entry("415").or_insert_with(|| reference("UnsupportedEncoding"));
+        }
+        if has_security {
+            responses.entry("429").or_insert_with(|| reference("TooManyRequests"));
+        }
+        if !matches!(method.as_str(), "get" | "head" | "options" | "trace") {
+            responses.entry("403").or_insert_with(|| reference("Forbidden"));
+        }
+    }
 }
 
 /// utoipa 6 spells the unsigned formats `u-int64` and so on (juhaku/utoipa#1527, open);

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::domain::schema::Registry;
 use crate::engine::supervisor::Supervisor;
-use crate::http::access::AccessPolicy;
+use crate::http::access::{Access, AccessPolicy};
 use crate::service::Service;
 use crate::store::{Store, WriterGuard};
 
@@ -49,7 +49,7 @@ const ROUTES: &[(&str, &str)] = &[
 const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
 
 fn served_document() -> Value {
-    let (_, doc) = super::routes::documented(&Arc::new(AccessPolicy::default()));
+    let (_, doc) = super::routes::documented(&Arc::new(Access::new(AccessPolicy::default())));
     super::openapi::finish(doc, &["code-review@1".to_string()])
 }
 
@@ -216,9 +216,10 @@ async fn live_as(configure: impl FnOnce(Service) -> Service, access: AccessPolic
     let dir = tempfile::tempdir().expect("temp dir");
     let (store, writer) = Store::open(dir.path(), 16 << 20).expect("open store");
     let service = configure(Service::new(store, Registry::builtin()).with_backup_dir(dir.path().join("backups")));
-    let router =
-        super::router(service, super::BodyLimits { max_bytes: 1 << 20, ..Default::default() }, Arc::new(access));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let hosts = super::HostNames::new(listener.local_addr().expect("address"), &[]);
+    let limits = super::BodyLimits { max_bytes: 1 << 20, ..Default::default() };
+    let router = super::router(service, limits, Arc::new(Access::new(access)), hosts);
     let base = format!("http://{}", listener.local_addr().expect("address"));
     tokio::spawn(async move { axum::serve(listener, router).await });
     let client = reqwest::Client::new();

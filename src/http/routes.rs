@@ -15,12 +15,12 @@ use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::{admin, auth, bulk, delivery, export, handlers, money, openapi, tenants, workers};
-use crate::http::access::AccessPolicy;
+use crate::http::access::Access;
 use crate::service::Service;
 
 /// The whole API: the three groups, each behind its own layer, and one document that
 /// describes them all.
-pub(super) fn documented(access: &Arc<AccessPolicy>) -> (Router<Service>, Document) {
+pub(super) fn documented(access: &Arc<Access>) -> (Router<Service>, Document) {
     let mut doc = openapi::ApiDoc::openapi();
     let public = part(public(), &mut doc).layer(from_fn_with_state(Arc::clone(access), auth::recognise));
     let tenant = part(tenant(), &mut doc).layer(from_fn_with_state(Arc::clone(access), auth::any_caller));

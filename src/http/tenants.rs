@@ -4,6 +4,7 @@ use axum::extract::State;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::browser::NotFromBrowser;
 use super::error::ErrorBody;
 use super::error::{Reply, ok};
 use super::extract::NamePath;
@@ -46,7 +47,11 @@ pub(super) struct TenantErased {
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub(super) async fn erase(State(service): State<Service>, NamePath(tenant): NamePath) -> Reply<TenantErased> {
+pub(super) async fn erase(
+    _: NotFromBrowser,
+    State(service): State<Service>,
+    NamePath(tenant): NamePath,
+) -> Reply<TenantErased> {
     let r: ErasureReport = service.erase_tenant(tenant.clone()).await?;
     ok(TenantErased {
         tenant,

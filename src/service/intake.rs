@@ -108,5 +108,22 @@ pub(super) fn check_text(field: &'static str, value: &str, max_bytes: usize) -> 
     if value.chars().any(char::is_control) {
         return Err(invalid(field, "must not contain control characters"));
     }
+    if let Some(c) = value.chars().find(|c| reorders_text(*c)) {
+        return Err(invalid(
+            field,
+            format!(
+                "must not contain U+{:04X}, a character that breaks or reorders the text it is shown in",
+                u32::from(c)
+            ),
+        ));
+    }
     Ok(())
+}
+
+/// Bidirectional formatting characters and the Unicode line and paragraph separators: in a
+/// listing, a log line or a spreadsheet they make one value look like another (U+202E before
+/// `fdp.exe` shows it as `exe.pdf`) or start a new line, though none of them is a
+/// control character to `char::is_control`.
+fn reorders_text(c: char) -> bool {
+    matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
 }

@@ -35,6 +35,7 @@ mod intake;
 mod money;
 mod outbox;
 mod pages;
+mod readiness;
 mod results;
 mod throughput;
 
@@ -44,6 +45,7 @@ pub use exports::{
 };
 use intake::{check_tenant, check_text};
 pub use pages::{DEFAULT_MAX_PAGE_BYTES, MAX_FINDINGS_PAGE};
+pub use readiness::Unready;
 pub use throughput::{MinuteCount, THROUGHPUT_MINUTES};
 
 pub const MAX_CLAIM_LIMIT: usize = 1000;
@@ -177,6 +179,8 @@ pub struct Service {
     max_metadata_bytes: usize,
     /// The most a listing page's records may weigh (`server.max_page_bytes`).
     max_page_bytes: usize,
+    /// The readiness probe's read in flight (`readiness.rs`).
+    probe: readiness::Probe,
 }
 
 impl Service {
@@ -205,6 +209,7 @@ impl Service {
             exports: Arc::default(),
             max_metadata_bytes: DEFAULT_MAX_METADATA_BYTES,
             max_page_bytes: DEFAULT_MAX_PAGE_BYTES,
+            probe: readiness::Probe::default(),
         }
     }
 

@@ -71,6 +71,14 @@ fn intake_cases() -> Vec<Case> {
         post("empty source_id", intake_with("source_id", json!("")), 422, "invalid_input"),
         post("source_id over 1024 bytes", intake_with("source_id", json!("s".repeat(1025))), 422, "invalid_input"),
         post("control character in source_id", intake_with("source_id", json!("a\nb")), 422, "invalid_input"),
+        post(
+            "bidi override in source_id",
+            intake_with("source_id", json!("invoice\u{202E}fdp.exe")),
+            422,
+            "invalid_input",
+        ),
+        post("bidi isolate in source_id", intake_with("source_id", json!("a\u{2067}b")), 422, "invalid_input"),
+        post("line separator in source_id", intake_with("source_id", json!("a\u{2028}b")), 422, "invalid_input"),
         post("metadata not an object", intake_with("metadata", json!([1, 2])), 422, "invalid_input"),
         post(
             "body over --max-body-bytes",

@@ -261,3 +261,63 @@ async fn without_tokens_the_console_is_open_on_loopback() {
     assert_eq!(status, StatusCode::OK);
     assert!(html.contains("id=\"count-total\">0<") && html.contains("open (loopback)"), "{html}");
 }
+
+async fn pending_extraction(base: &str) -> String {
+    let body = json!({"tenant": "acme", "source_id": "acme-pending", "schema": "code-review@1", "content": "x"});
+    let (status, reply) = call_as(&format!("{base}/v1/extractions"), Some(ACME), Method::POST, Some(body)).await;
+    assert_eq!(status, 201, "{reply}");
+    reply["extraction_id"].as_str().expect("id").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_with_a_logged_out_sessions_cookie_is_refused() {
+    let (_dir, server) = start(true);
+    let base = server.url.clone();
+    let id = pending_extraction(&base).await;
+    let mut browser = Browser::new(&base);
+    browser.login(ADMIN).await;
+    let csrf = browser.csrf(&format!("/ui/extractions/{id}")).await;
+    // A copy of the cookie, as a stolen one or another tab would hold it.
+    let mut copy = Browser::new(&base);
+    copy.cookie = browser.cookie.clone();
+
+    let out = browser.send(Method::POST, "/ui/logout", Some(&[("csrf", &csrf)])).await;
+    assert_eq!(out.status(), StatusCode::SEE_OTHER);
+    let cancel = copy.send(Method::POST, &format!("/ui/extractions/{id}/cancel"), Some(&[("csrf", &csrf)])).await;
+    assert_eq!(cancel.status(), StatusCode::FORBIDDEN, "the session ended at logout");
+    let (status, _) = copy.page("/ui").await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "its pages send it to the login form");
+    let (_, record) = call_as(&format!("{base}/v1/extractions/{id}"), Some(ADMIN), Method::GET, None).await;
+    assert_eq!(record["state"], "pending", "nothing was cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_with_a_new_admin_token_ends_the_old_tokens_sessions() {
+    let (dir, server) = start(true);
+    let base = server.url.clone();
+    let mut browser = Browser::new(&base);
+    browser.login(ADMIN).await;
+    let (status, _) = browser.page("/ui").await;
+    assert_eq!(status, StatusCode::OK);
+
+    let rotated = "admin-token-console-rotated1";
+    write_secret(&dir.path().join("admin"), &format!("{rotated}\n"));
+    let config = dir.path().join("config.toml");
+    let pid = server.pid().to_string();
+    let data = dir.path().join("data");
+    let args = ["ctl", "reload", "--pid", &pid, "--config", config.to_str().expect("utf-8"), "--data-dir"];
+    let out = crate::util::cli(&[&args[..], &[data.to_str().expect("utf-8")]].concat());
+    assert!(out.status.success(), "{}", crate::util::stderr(&out));
+
+    let stats = format!("{base}/v1/stats");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while call_as(&stats, Some(ADMIN), Method::GET, None).await.0 != 401 {
+        assert!(std::time::Instant::now() < deadline, "the old admin token still works after the reload");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(call_as(&stats, Some(rotated), Method::GET, None).await.0, 200);
+    let (status, _) = browser.page("/ui").await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "the session opened with the old token ended");
+    browser.login(rotated).await;
+    assert_eq!(browser.page("/ui").await.0, StatusCode::OK);
+}

@@ -254,7 +254,7 @@ fn a_stalled_client_does_not_block_sigterm() {
     let mut stalled = TcpStream::connect(&addr).expect("connect");
     stalled
         .write_all(
-            b"POST /v1/extractions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+            b"POST /v1/extractions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
               content-length: 200\r\n\r\n{\"tenant\": \"acme\", ",
         )
         .expect("send a partial request");

@@ -35,7 +35,7 @@ fn head_only(addr: &str, path: &str, length: usize, expect_continue: bool) -> St
     let mut stream = TcpStream::connect(addr).expect("connect");
     let expect = if expect_continue { "expect: 100-continue\r\n" } else { "" };
     let head = format!(
-        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {length}\r\n{expect}\r\n"
+        "POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {length}\r\n{expect}\r\n"
     );
     stream.write_all(head.as_bytes()).expect("send head");
     read_head(&mut stream, Duration::from_secs(2))
@@ -61,7 +61,7 @@ fn unknown_webhooks_and_oversized_bodies_are_refused_before_the_body_is_sent() {
     let body = br#"{"id":"doc-1","text":"fn a() {}"}"#;
     let signature = sign_github(&WebhookSecret::github(HOOK_SECRET).expect("secret"), body);
     let mut request = format!(
-        "POST /v1/webhooks/small HTTP/1.1\r\nhost: x\r\nx-hub-signature-256: {signature}\r\nx-github-delivery: d-1\r\n\
+        "POST /v1/webhooks/small HTTP/1.1\r\nhost: localhost\r\nx-hub-signature-256: {signature}\r\nx-github-delivery: d-1\r\n\
          content-length: {}\r\nconnection: close\r\n\r\n",
         body.len()
     )
@@ -80,7 +80,7 @@ fn forged_webhook_signatures_are_logged_at_a_limited_rate() {
     let body = br#"{"id":"doc-1","text":"x"}"#;
     for i in 0..40 {
         let mut request = format!(
-            "POST /v1/webhooks/small HTTP/1.1\r\nhost: x\r\nx-hub-signature-256: sha256={}\r\nx-github-delivery: f-{i}\r\n\
+            "POST /v1/webhooks/small HTTP/1.1\r\nhost: localhost\r\nx-hub-signature-256: sha256={}\r\nx-github-delivery: f-{i}\r\n\
              content-length: {}\r\nconnection: close\r\n\r\n",
             "0".repeat(64),
             body.len()
@@ -103,7 +103,7 @@ fn gzip(data: &[u8]) -> Vec<u8> {
 
 fn post_encoded(addr: &str, encoding: &str, body: &[u8]) -> String {
     let mut request = format!(
-        "POST /v1/extractions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-encoding: {encoding}\r\n\
+        "POST /v1/extractions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-encoding: {encoding}\r\n\
          content-length: {}\r\nconnection: close\r\n\r\n",
         body.len()
     )
@@ -164,14 +164,14 @@ fn the_bearer_scheme_is_case_insensitive() {
     let addr = addr(&server);
     for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
         let request = format!(
-            "GET /v1/stats HTTP/1.1\r\nhost: x\r\nauthorization: {scheme} adm-case-test-5c1d9e\r\nconnection: close\r\n\r\n"
+            "GET /v1/stats HTTP/1.1\r\nhost: localhost\r\nauthorization: {scheme} adm-case-test-5c1d9e\r\nconnection: close\r\n\r\n"
         );
         let answer = exchange(&addr, request.as_bytes());
         assert_eq!(status(&answer), 200, "{scheme}: {answer}");
     }
     for wrong in ["Basic adm-case-test-5c1d9e", "Bearer", "adm-case-test-5c1d9e"] {
         let request =
-            format!("GET /v1/stats HTTP/1.1\r\nhost: x\r\nauthorization: {wrong}\r\nconnection: close\r\n\r\n");
+            format!("GET /v1/stats HTTP/1.1\r\nhost: localhost\r\nauthorization: {wrong}\r\nconnection: close\r\n\r\n");
         assert_eq!(status(&exchange(&addr, request.as_bytes())), 401, "{wrong}");
     }
     assert_eq!(status(&exchange(&addr, &get("/v1/stats", None))), 401);

@@ -45,26 +45,27 @@ fn open_stalls(addr: &str) -> Vec<Stall> {
     stalls.push(Stall { name: "sends nothing", stream: connect(), expect_status: None });
 
     let slow_head = connect();
-    let head = b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    let head =
+        b"GET /healthz HTTP/1.1\r\nhost: localhost\r\nx-padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
     let writer = slow_head.try_clone().expect("clone");
     thread::spawn(move || trickle(writer, head.to_vec(), Duration::from_millis(200)));
     stalls.push(Stall { name: "headers at 5 bytes/s", stream: slow_head, expect_status: None });
 
     let mut idle = connect();
-    idle.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").expect("send");
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n").expect("send");
     let answer = read_head(&mut idle, Duration::from_secs(5));
     assert_eq!(status(&answer), 200, "the keep-alive request itself is served: {answer:?}");
     stalls.push(Stall { name: "idle keep-alive", stream: idle, expect_status: None });
 
     let mut short = connect();
     short
-        .write_all(b"POST /v1/extractions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 200\r\n\r\n{\"tenant\":")
+        .write_all(b"POST /v1/extractions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 200\r\n\r\n{\"tenant\":")
         .expect("send");
     stalls.push(Stall { name: "body shorter than Content-Length", stream: short, expect_status: Some(408) });
 
     let mut chunked = connect();
     chunked
-        .write_all(b"POST /v1/extractions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
+        .write_all(b"POST /v1/extractions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
         .expect("send");
     let writer = chunked.try_clone().expect("clone");
     // A one-byte chunk five times a second, for ever: it never stalls long, it never ends.
@@ -122,7 +123,7 @@ fn past_the_connection_cap_new_clients_get_503_while_healthz_answers() {
     let mut held: Vec<TcpStream> = (0..2)
         .map(|_| {
             let mut stream = TcpStream::connect(&addr).expect("connect");
-            stream.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").expect("send");
+            stream.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n").expect("send");
             assert_eq!(status(&read_head(&mut stream, Duration::from_secs(5))), 200);
             stream
         })

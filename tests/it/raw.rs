@@ -76,5 +76,5 @@ pub fn status(answer: &str) -> u16 {
 /// A `GET` with `connection: close` and an optional bearer token.
 pub fn get(path: &str, token: Option<&str>) -> Vec<u8> {
     let auth = token.map(|t| format!("authorization: Bearer {t}\r\n")).unwrap_or_default();
-    format!("GET {path} HTTP/1.1\r\nhost: x\r\n{auth}connection: close\r\n\r\n").into_bytes()
+    format!("GET {path} HTTP/1.1\r\nhost: localhost\r\n{auth}connection: close\r\n\r\n").into_bytes()
 }

@@ -167,6 +167,18 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
+    /// Starts `sql` in `database` in a psql of its own and returns at once: for a test that
+    /// holds a lock while it watches the server.
+    pub fn spawn_psql(&self, database: &str, sql: &str) -> std::process::Child {
+        Command::new(self.bin.join("psql"))
+            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-U", "postgres"])
+            .args(["-p", &self.port.to_string(), "-d", database, "-c", sql])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start psql")
+    }
+
     pub fn url(&self, database: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
     }

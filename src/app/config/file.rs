@@ -64,6 +64,8 @@ pub(crate) struct RawLimits {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawAccess {
+    /// Wrong tokens or console logins an address may send before the backoff starts.
+    pub wrong_token_allowance: Option<u32>,
     pub admin_token_env: Option<String>,
     pub admin_token_file: Option<PathBuf>,
     pub admin_token_credential: Option<String>,
@@ -100,6 +102,8 @@ pub(crate) struct RawServer {
     pub max_exports: Option<usize>,
     pub max_exports_per_tenant: Option<usize>,
     pub max_page_bytes: Option<usize>,
+    /// `Host` names (a name, or `name:port`) besides loopback and the listen address.
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

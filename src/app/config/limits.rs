@@ -49,6 +49,25 @@ pub(super) fn resolve(raw: &RawServer) -> Result<ServerLimits, Error> {
     Ok(limits)
 }
 
+/// `[server] allowed_hosts`: each a DNS name or `name:port`, so that a typo (a URL, a
+/// path) is refused at start rather than leaving the real name refused at every request.
+pub(super) fn allowed_hosts(raw: &RawServer) -> Result<Vec<String>, Error> {
+    let names = raw.allowed_hosts.clone().unwrap_or_default();
+    for name in &names {
+        let (host, port) = name.rsplit_once(':').unwrap_or((name.as_str(), "0"));
+        let host_ok = !host.is_empty()
+            && host.len() <= 253
+            && host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.".contains(&b));
+        if !host_ok || port.parse::<u16>().is_err() {
+            return Err(Error::Invalid {
+                key: "server.allowed_hosts",
+                reason: format!("{name:?} is not a host name or host:port (like \"commitpoint.internal:8787\")"),
+            });
+        }
+    }
+    Ok(names)
+}
+
 /// A zero timeout would cut off every client, so it is refused rather than read as "off".
 fn duration(key: &'static str, text: &Option<String>) -> Result<Option<Duration>, Error> {
     let Some(text) = text else { return Ok(None) };
@@ -65,6 +84,7 @@ mod tests {
 
     fn resolve(text: &str) -> Result<ServerLimits, Error> {
         let raw: super::super::RawConfig = toml::from_str(text).unwrap();
+        super::allowed_hosts(&raw.server)?;
         super::resolve(&raw.server)
     }
 
@@ -93,6 +113,7 @@ mod tests {
             ("[server]\nmax_exports = 0", "server.max_exports"),
             ("[server]\nmax_exports = 2\nmax_exports_per_tenant = 3", "server.max_exports_per_tenant"),
             ("[server]\nmax_page_bytes = 100", "server.max_page_bytes"),
+            ("[server]\nallowed_hosts = [\"http://example.com\"]", "server.allowed_hosts"),
         ] {
             let err = resolve(text).unwrap_err();
             assert!(err.to_string().starts_with(key), "{text}: {err}");

@@ -51,6 +51,8 @@ pub(crate) struct ServeOptions {
     pub cache_bytes: usize,
     /// Timeouts and the connection cap.
     pub limits: ServerLimits,
+    /// `[server] allowed_hosts`: `Host` names accepted besides loopback and the listen address.
+    pub allowed_hosts: Vec<String>,
     /// Every configured provider, each run by its own scheduler. Empty: external workers
     /// claim pending work.
     pub providers: Vec<ProviderSettings>,
@@ -81,6 +83,8 @@ pub(crate) struct AccessOptions {
     pub admin_token: Option<KeySource>,
     /// A file (or systemd credential) with `tenant token` per line.
     pub tenant_tokens: Option<KeySource>,
+    /// `[access] wrong_token_allowance`; `None`: the default (`http::guesses`).
+    pub wrong_token_allowance: Option<u32>,
 }
 
 /// The old `--provider` flag and `[provider] kind`: `None` leaves pending work to external
@@ -146,6 +150,7 @@ impl ServeOptions {
 
     fn resolve(raw: RawConfig, o: Overrides) -> Result<Self, Error> {
         let limits = limits::resolve(&raw.server)?;
+        let allowed_hosts = limits::allowed_hosts(&raw.server)?;
         let listen = match (o.listen, raw.server.listen) {
             (Some(addr), _) => addr,
             (None, Some(text)) => text.parse().map_err(|e| Error::Invalid {
@@ -193,6 +198,7 @@ impl ServeOptions {
         let access = AccessOptions {
             admin_token: raw.access.admin_source()?,
             tenant_tokens: raw.access.tenant_tokens_source()?,
+            wrong_token_allowance: raw.access.wrong_token_allowance,
         };
         if !listen.ip().is_loopback() && access.admin_token.is_none() {
             return Err(Error::Invalid {
@@ -242,6 +248,7 @@ impl ServeOptions {
             schema_dir: o.schema_dir.or(raw.server.schema_dir),
             max_body_bytes: o.max_body_bytes.or(raw.server.max_body_bytes).unwrap_or(DEFAULT_MAX_BODY_BYTES),
             cache_bytes: raw.server.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES),
+            allowed_hosts,
             limits,
         })
     }

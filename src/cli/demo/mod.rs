@@ -110,6 +110,7 @@ fn serve_options(data_dir: PathBuf, providers: Vec<ProviderSettings>, scheduler:
         max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         cache_bytes: DEFAULT_CACHE_BYTES,
         limits: crate::app::config::ServerLimits::default(),
+        allowed_hosts: Vec::new(),
         providers,
         scheduler,
         access: AccessOptions::default(),

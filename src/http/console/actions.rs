@@ -2,7 +2,7 @@
 //! service call as its API endpoint, with the same access rule (admin actions need an
 //! admin session; cancel reaches only the caller's own tenant), and redirects back.
 
-use axum::Form;
+use super::form::FormBody;
 use axum::extract::{Path, State};
 use axum::response::Redirect;
 use serde::Deserialize;
@@ -33,7 +33,7 @@ pub(super) async fn retry(
     State(service): State<Service>,
     viewer: Viewer,
     Path(raw): Path<String>,
-    Form(form): Form<Csrf>,
+    FormBody(form): FormBody<Csrf>,
 ) -> Done {
     viewer.check_csrf(form.csrf.as_deref())?;
     viewer.require_admin()?;
@@ -46,7 +46,7 @@ pub(super) async fn cancel(
     State(service): State<Service>,
     viewer: Viewer,
     Path(raw): Path<String>,
-    Form(form): Form<Csrf>,
+    FormBody(form): FormBody<Csrf>,
 ) -> Done {
     viewer.check_csrf(form.csrf.as_deref())?;
     let id = id_of(&raw)?;
@@ -69,7 +69,7 @@ pub(super) struct RetryMatching {
 pub(super) async fn retry_matching(
     State(service): State<Service>,
     viewer: Viewer,
-    Form(form): Form<RetryMatching>,
+    FormBody(form): FormBody<RetryMatching>,
 ) -> Done {
     viewer.check_csrf(form.csrf.as_deref())?;
     viewer.require_admin()?;
@@ -95,6 +95,11 @@ pub(super) async fn retry_matching(
 async fn set_paused(service: &Service, viewer: &Viewer, name: &str, csrf: Option<&str>, paused: bool) -> Done {
     viewer.check_csrf(csrf)?;
     viewer.require_admin()?;
+    // The console is a browser: on a server without tokens a pause is refused here as it
+    // is from any page (`browser.rs`), since nobody had to prove who they are.
+    if paused && matches!(viewer.caller(), crate::http::access::Caller::Open) {
+        return Err(crate::http::ApiError::from(crate::http::refusal::Refusal::TokenRequired).into());
+    }
     service.set_provider_paused(name, paused).await?;
     Ok(Redirect::to("/ui"))
 }
@@ -103,7 +108,7 @@ pub(super) async fn pause(
     State(service): State<Service>,
     viewer: Viewer,
     Path(name): Path<String>,
-    Form(form): Form<Csrf>,
+    FormBody(form): FormBody<Csrf>,
 ) -> Done {
     set_paused(&service, &viewer, &name, form.csrf.as_deref(), true).await
 }
@@ -112,7 +117,7 @@ pub(super) async fn resume(
     State(service): State<Service>,
     viewer: Viewer,
     Path(name): Path<String>,
-    Form(form): Form<Csrf>,
+    FormBody(form): FormBody<Csrf>,
 ) -> Done {
     set_paused(&service, &viewer, &name, form.csrf.as_deref(), false).await
 }
@@ -121,7 +126,7 @@ pub(super) async fn redeliver(
     State(service): State<Service>,
     viewer: Viewer,
     Path(seq): Path<u64>,
-    Form(form): Form<Csrf>,
+    FormBody(form): FormBody<Csrf>,
 ) -> Done {
     viewer.check_csrf(form.csrf.as_deref())?;
     viewer.require_admin()?;
@@ -133,7 +138,7 @@ pub(super) async fn enable_sink(
     State(service): State<Service>,
     viewer: Viewer,
     Path(name): Path<String>,
-    Form(form): Form<Csrf>,
+    FormBody(form): FormBody<Csrf>,
 ) -> Done {
     viewer.check_csrf(form.csrf.as_deref())?;
     viewer.require_admin()?;

@@ -14,11 +14,13 @@ use crate::http::access::Caller;
 pub(super) struct Problem {
     pub(super) status: StatusCode,
     pub(super) message: String,
+    /// `Retry-After` seconds, as the API's answer would carry.
+    retry_after: Option<u64>,
 }
 
 impl Problem {
     pub(super) fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Self { status, message: message.into() }
+        Self { status, message: message.into(), retry_after: None }
     }
 
     pub(super) fn forbidden(message: impl Into<String>) -> Self {
@@ -28,7 +30,7 @@ impl Problem {
 
 impl From<ApiError> for Problem {
     fn from(e: ApiError) -> Self {
-        Self::new(e.status(), e.message())
+        Self { retry_after: e.retry_after(), ..Self::new(e.status(), e.message()) }
     }
 }
 
@@ -56,7 +58,11 @@ impl IntoResponse for Problem {
                 p { a href="/ui" { "Back to the overview" } }
             },
         );
-        (self.status, body).into_response()
+        let mut response = (self.status, body).into_response();
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(seconds));
+        }
+        response
     }
 }
 

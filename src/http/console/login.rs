@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
+use super::form::FormBody;
 use axum::Extension;
-use axum::Form;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::html;
@@ -16,10 +16,13 @@ use super::Console;
 use super::layout::Problem;
 use super::session::{LOGIN_COOKIE, clear_cookie, cookie_value, set_cookie, set_login_cookie};
 use super::viewer::Viewer;
-use crate::http::access::Caller;
+use crate::http::ApiError;
+use crate::http::access::{Caller, Refused};
+use crate::http::conn::Peer;
+use crate::http::guesses::Via;
 
 pub(super) async fn form(Extension(console): Extension<Arc<Console>>) -> Response {
-    if console.policy.is_open() {
+    if console.access.policy().is_open() {
         return start(&console, Caller::Open);
     }
     login_page(&console, StatusCode::OK, None)
@@ -34,22 +37,27 @@ pub(super) struct LoginForm {
 
 pub(super) async fn submit(
     Extension(console): Extension<Arc<Console>>,
+    peer: Option<Extension<Peer>>,
     headers: HeaderMap,
-    Form(form): Form<LoginForm>,
+    FormBody(form): FormBody<LoginForm>,
 ) -> Response {
     let cookies = headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok());
     let now = crate::domain::clock::now_ms();
     let fresh = match (cookie_value(cookies, LOGIN_COOKIE), form.csrf.as_deref()) {
-        (Some(cookie), Some(csrf)) => console.key.login_csrf_matches(cookie, csrf, now),
+        (Some(cookie), Some(csrf)) => console.key().login_csrf_matches(cookie, csrf, now),
         _ => false,
     };
     if !fresh {
         return Problem::forbidden("the login form's CSRF token is missing or stale; open /ui/login again")
             .into_response();
     }
-    match console.policy.identify(Some(&format!("Bearer {}", form.token))) {
+    let who = peer.map(|Extension(p)| p.remote.ip());
+    match console.access.authenticate(Some(&format!("Bearer {}", form.token)), who, Via::Login) {
         Ok(caller) => start(&console, caller),
-        Err(_) => login_page(&console, StatusCode::UNAUTHORIZED, Some("That token is not valid here.")),
+        Err(Refused::Denied(_)) => {
+            login_page(&console, StatusCode::UNAUTHORIZED, Some("That token is not valid here."))
+        }
+        Err(refused @ Refused::Throttled(_)) => Problem::from(ApiError::from(refused)).into_response(),
     }
 }
 
@@ -58,19 +66,21 @@ pub(super) struct LogoutForm {
     csrf: Option<String>,
 }
 
-pub(super) async fn logout(viewer: Viewer, Form(form): Form<LogoutForm>) -> Result<Response, Problem> {
+pub(super) async fn logout(viewer: Viewer, FormBody(form): FormBody<LogoutForm>) -> Result<Response, Problem> {
     viewer.check_csrf(form.csrf.as_deref())?;
+    // Clearing the cookie is for this browser; ending the session is for every copy of it.
+    viewer.end();
     Ok(([(header::SET_COOKIE, clear_cookie())], Redirect::to("/ui/login")).into_response())
 }
 
 fn start(console: &Console, caller: Caller) -> Response {
     let home = if caller.require_admin().is_ok() { "/ui" } else { "/ui/extractions" };
-    let (value, _) = console.key.issue(caller, crate::domain::clock::now_ms());
+    let (value, _) = console.key().issue(caller, crate::domain::clock::now_ms());
     ([(header::SET_COOKIE, set_cookie(&value))], Redirect::to(home)).into_response()
 }
 
 fn login_page(console: &Console, status: StatusCode, error: Option<&str>) -> Response {
-    let (nonce, csrf) = console.key.issue_login(crate::domain::clock::now_ms());
+    let (nonce, csrf) = console.key().issue_login(crate::domain::clock::now_ms());
     let page = html! {
         (maud::DOCTYPE)
         html lang="en" {

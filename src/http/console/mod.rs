@@ -5,7 +5,9 @@
 
 mod actions;
 mod assets;
+mod ended;
 mod extractions;
+mod form;
 mod layout;
 mod login;
 mod operations;
@@ -17,47 +19,88 @@ mod viewer;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::http::{HeaderValue, header};
+use axum::handler::Handler;
+use axum::http::{HeaderValue, Method, header};
 use axum::routing::{get, post};
 
-use crate::http::access::AccessPolicy;
+use crate::http::access::Access;
 use crate::service::Service;
 use session::SessionKey;
 
 /// What every console handler needs besides the service.
 #[derive(Debug)]
 pub(super) struct Console {
-    policy: Arc<AccessPolicy>,
-    key: SessionKey,
+    access: Arc<Access>,
+    /// The store's own console secret, which session keys are derived from.
+    secret: [u8; 32],
+    ended: ended::Ended,
+}
+
+impl Console {
+    /// The key sessions are signed with now: it changes with the tokens and the epoch.
+    fn key(&self) -> SessionKey {
+        SessionKey::new(self.secret, self.access.policy().fingerprint(), self.ended.epoch())
+    }
 }
 
 /// No script or style but our own files, no framing, forms post only here.
 const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; \
      form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-pub(super) fn router(service: &Service, policy: Arc<AccessPolicy>) -> Router<Service> {
-    let key = SessionKey::new(service.store().cursor_key().derive("console session"), policy.fingerprint());
-    let console = Arc::new(Console { policy, key });
-    Router::new()
-        .route("/ui", get(overview::show))
-        .route("/ui/", get(overview::show))
-        .route("/ui/login", get(login::form).post(login::submit))
-        .route("/ui/logout", post(login::logout))
-        .route("/ui/extractions", get(extractions::list))
-        .route("/ui/extractions/{id}", get(extractions::detail))
-        .route("/ui/extractions/{id}/retry", post(actions::retry))
-        .route("/ui/extractions/{id}/cancel", post(actions::cancel))
-        .route("/ui/retry", post(actions::retry_matching))
-        .route("/ui/batches", get(operations::batches))
-        .route("/ui/costs", get(operations::costs))
-        .route("/ui/dead-letters", get(operations::dead_letters))
-        .route("/ui/dead-letters/{seq}/redeliver", post(actions::redeliver))
-        .route("/ui/providers/{name}/pause", post(actions::pause))
-        .route("/ui/providers/{name}/resume", post(actions::resume))
-        .route("/ui/sinks/{name}/enable", post(actions::enable_sink))
-        .route("/ui/assets/{file}", get(assets::serve))
-        .layer(axum::middleware::map_response(secure_headers))
-        .layer(axum::Extension(console))
+pub(super) fn router(service: &Service, access: Arc<Access>) -> Router<Service> {
+    let secret = service.store().cursor_key().derive("console session");
+    let console = Arc::new(Console { access, secret, ended: ended::Ended::default() });
+    routes().router.layer(axum::middleware::map_response(secure_headers)).layer(axum::Extension(console))
+}
+
+/// Every console route as (method, path), from the same calls that build the router.
+#[cfg(feature = "fuzzing")]
+pub(super) fn table() -> Vec<(Method, &'static str)> {
+    routes().table
+}
+
+fn routes() -> Routes {
+    Routes::default()
+        .get("/ui", overview::show)
+        .get("/ui/", overview::show)
+        .get("/ui/login", login::form)
+        .post("/ui/login", login::submit)
+        .post("/ui/logout", login::logout)
+        .get("/ui/extractions", extractions::list)
+        .get("/ui/extractions/{id}", extractions::detail)
+        .post("/ui/extractions/{id}/retry", actions::retry)
+        .post("/ui/extractions/{id}/cancel", actions::cancel)
+        .post("/ui/retry", actions::retry_matching)
+        .get("/ui/batches", operations::batches)
+        .get("/ui/costs", operations::costs)
+        .get("/ui/dead-letters", operations::dead_letters)
+        .post("/ui/dead-letters/{seq}/redeliver", actions::redeliver)
+        .post("/ui/providers/{name}/pause", actions::pause)
+        .post("/ui/providers/{name}/resume", actions::resume)
+        .post("/ui/sinks/{name}/enable", actions::enable_sink)
+        .get("/ui/assets/{file}", assets::serve)
+}
+
+/// The console's router and the list of what it routes, grown together, so that a test
+/// can reach every route (the API's list is its OpenAPI document).
+#[derive(Default)]
+struct Routes {
+    router: Router<Service>,
+    table: Vec<(Method, &'static str)>,
+}
+
+impl Routes {
+    fn get<H: Handler<T, Service>, T: 'static>(mut self, path: &'static str, handler: H) -> Self {
+        self.table.push((Method::GET, path));
+        self.router = self.router.route(path, get(handler));
+        self
+    }
+
+    fn post<H: Handler<T, Service>, T: 'static>(mut self, path: &'static str, handler: H) -> Self {
+        self.table.push((Method::POST, path));
+        self.router = self.router.route(path, post(handler));
+        self
+    }
 }
 
 async fn secure_headers(mut response: axum::response::Response) -> axum::response::Response {

@@ -10,6 +10,7 @@ use super::layout::{Problem, age, dollars, page, when};
 use super::svg::{Bar, bars};
 use super::viewer::Viewer;
 use crate::domain::lifecycle::StateName;
+use crate::http::access::Caller;
 use crate::service::Service;
 
 pub(super) async fn show(State(service): State<Service>, viewer: Viewer) -> Result<Response, Problem> {
@@ -101,6 +102,8 @@ pub(super) async fn show(State(service): State<Service>, viewer: Viewer) -> Resu
                                         (viewer.csrf_field())
                                         button type="submit" { "Resume" }
                                     }
+                                } @else if matches!(viewer.caller(), Caller::Open) {
+                                    small { "Pausing needs a token; use " code { "commitpoint ctl pause-provider" } }
                                 } @else {
                                     form.inline method="post" action=(format!("/ui/providers/{}/pause", h.name))
                                         data-confirm=(format!("Pause provider {}? Its known jobs are still polled.", h.name)) {

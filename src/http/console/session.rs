@@ -1,8 +1,8 @@
 //! Console sessions: after the token is checked once (`POST /ui/login`), a cookie carries
 //! who the caller is and until when, signed with HMAC-SHA256 under a key derived from the
-//! store's own secret and the configured tokens (so it survives restarts, and a changed
-//! token ends the sessions made with the old one). Every form carries a CSRF token bound
-//! to the session.
+//! store's own secret, the tokens in force and this process's epoch (so a changed token,
+//! a reload that rotates one, or a restart ends the sessions made before; `ended.rs` ends
+//! single sessions at logout). Every form carries a CSRF token bound to the session.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -42,11 +42,12 @@ pub(super) struct Session {
 
 impl SessionKey {
     /// `store_secret` is the store's derived console key, `tokens` the access policy's
-    /// fingerprint.
-    pub(super) fn new(store_secret: [u8; 32], tokens: [u8; 32]) -> Self {
+    /// fingerprint, `epoch` this process's (`ended.rs`).
+    pub(super) fn new(store_secret: [u8; 32], tokens: [u8; 32], epoch: [u8; 16]) -> Self {
         let mut hasher = blake3::Hasher::new_keyed(&store_secret);
         hasher.update(b"commitpoint console session\0");
         hasher.update(&tokens);
+        hasher.update(&epoch);
         Self(*hasher.finalize().as_bytes())
     }
 
@@ -180,12 +181,14 @@ mod tests {
 
     #[test]
     fn sessions_verify_only_as_issued() {
-        let key = SessionKey::new([7; 32], [1; 32]);
+        let key = SessionKey::new([7; 32], [1; 32], [0; 16]);
         let (cookie, session) = key.issue(Caller::Tenant("acme".into()), 1_000);
         assert_eq!(key.verify(&cookie, 2_000), Some(session.clone()));
         assert_eq!(key.verify(&cookie, session.expires_ms), None, "expired");
-        let other_tokens = SessionKey::new([7; 32], [2; 32]);
+        let other_tokens = SessionKey::new([7; 32], [2; 32], [0; 16]);
         assert_eq!(other_tokens.verify(&cookie, 2_000), None, "a changed token ends the session");
+        let restarted = SessionKey::new([7; 32], [1; 32], [1; 16]);
+        assert_eq!(restarted.verify(&cookie, 2_000), None, "a new epoch ends the session");
         let mut forged = cookie.clone();
         forged.insert(0, 'x');
         assert_eq!(key.verify(&forged, 2_000), None);
@@ -204,7 +207,7 @@ mod tests {
 
     #[test]
     fn login_tokens_belong_to_their_nonce() {
-        let key = SessionKey::new([7; 32], [1; 32]);
+        let key = SessionKey::new([7; 32], [1; 32], [0; 16]);
         let (cookie, csrf) = key.issue_login(1_000);
         assert!(key.login_csrf_matches(&cookie, &csrf, 2_000));
         assert!(!key.login_csrf_matches(&cookie, &csrf, 1_000 + LOGIN_SECONDS * 1000), "expired");

@@ -12,13 +12,14 @@ use maud::{Markup, html};
 
 use super::Console;
 use super::layout::Problem;
-use super::session::{COOKIE, Session, cookie_value};
+use super::session::{COOKIE, Session, SessionKey, cookie_value};
 use crate::http::access::Caller;
 
 #[derive(Debug, Clone)]
 pub(super) struct Viewer {
     pub(super) session: Session,
     pub(super) console: Arc<Console>,
+    key: SessionKey,
 }
 
 impl Viewer {
@@ -32,7 +33,7 @@ impl Viewer {
     }
 
     pub(super) fn csrf(&self) -> String {
-        self.console.key.csrf(&self.session)
+        self.key.csrf(&self.session)
     }
 
     /// The hidden field every form carries.
@@ -43,7 +44,7 @@ impl Viewer {
     /// Refuses a post whose CSRF token is missing or not this session's.
     pub(super) fn check_csrf(&self, presented: Option<&str>) -> Result<(), Problem> {
         match presented {
-            Some(token) if self.console.key.csrf_matches(&self.session, token) => Ok(()),
+            Some(token) if self.key.csrf_matches(&self.session, token) => Ok(()),
             _ => Err(Problem::forbidden("the form's CSRF token is missing or stale; reload the page and try again")),
         }
     }
@@ -55,6 +56,11 @@ impl Viewer {
 
     pub(super) fn caller(&self) -> &Caller {
         &self.session.caller
+    }
+
+    /// Ends this session: its cookie is refused from now on, wherever it was copied to.
+    pub(super) fn end(&self) {
+        self.console.ended.end(&self.session.id, self.session.expires_ms, crate::domain::clock::now_ms());
     }
 }
 
@@ -88,8 +94,10 @@ impl<S: Send + Sync> FromRequestParts<S> for Viewer {
         let console = parts.extensions.get::<Arc<Console>>().cloned().ok_or(NoSession::Misconfigured)?;
         let cookies = parts.headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok());
         let now = crate::domain::clock::now_ms();
-        match cookie_value(cookies, COOKIE).and_then(|value| console.key.verify(value, now)) {
-            Some(session) => Ok(Viewer { session, console }),
+        let key = console.key();
+        let session = cookie_value(cookies, COOKIE).and_then(|value| key.verify(value, now));
+        match session.filter(|s| !console.ended.contains(&s.id)) {
+            Some(session) => Ok(Viewer { session, console, key }),
             None if parts.method == Method::GET || parts.method == Method::HEAD => Err(NoSession::Login),
             None => Err(NoSession::Refused),
         }
