@@ -1,9 +1,20 @@
 //! What both backends decide alike, as pure functions over the records a backend has
 //! loaded: each returns what to write, and each backend only carries it out.
 
+pub(crate) mod close;
+#[cfg(test)]
+mod close_tests;
 pub(crate) mod erase;
 pub(crate) mod intent;
 pub(crate) mod member;
 pub(crate) mod outbox;
 pub(crate) mod retention;
+pub(crate) mod schedule;
+#[cfg(test)]
+mod schedule_tests;
+pub(crate) mod staging;
+#[cfg(test)]
+mod staging_tests;
+#[cfg(test)]
+mod test_records;
 pub(crate) mod verify;
