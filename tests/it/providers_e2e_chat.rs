@@ -19,7 +19,7 @@ use crate::provider::{
     intake_corpus, settle,
 };
 use crate::providers_e2e::{KEY, KEY_ENV, ONE_BATCH, assert_billed_by, expect_crash, serve, write_config};
-use crate::util::{Server, assert_verifies, state_after_staging, temp_dir};
+use crate::util::{Server, assert_verifies, temp_dir};
 
 const MODEL: &str = "qwen-e2e";
 
@@ -181,6 +181,6 @@ async fn chat_kill_after_the_answers_before_the_job_id_asks_once_more_and_commit
 /// restart asks for none again and commits none twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_kill_after_staging_before_commit_commits_each_answer_once() {
-    let calls = kill_at_and_restart("after-stage-before-commit", state_after_staging()).await;
+    let calls = kill_at_and_restart("after-stage-before-commit", "committed").await;
     assert!(calls.values().all(|n| *n == 1), "a staged answer is not asked for again: {calls:?}");
 }

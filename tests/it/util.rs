@@ -89,13 +89,6 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// The state an ingested answer is in once its staging transaction committed: redb
-/// commits a judged answer in that transaction; PostgreSQL stages it as `ready` and commits
-/// it in the post that follows (docs/SCALE-OUT.md).
-pub fn state_after_staging() -> &'static str {
-    if crate::support::postgres::enabled() { "ready" } else { "committed" }
-}
-
 /// Asserts `verify` exits 0 and reports every invariant as holding; returns stdout. On
 /// PostgreSQL (`COMMITPOINT_TEST_STORE=postgres`) it is `verify --store-url` on the data
 /// directory's database.

@@ -1,7 +1,8 @@
-//! Provider batches on PostgreSQL: submit intents, job ids and the polling schedule (the
-//! reads are in `batch_reads`). The order of durable facts is the redb store's: the intent
-//! (members `Submitted` under a deterministic batch key) commits before any provider
-//! call, and the job id commits before anything else is done with it.
+//! Provider batches on PostgreSQL: submit intents, job ids, the polling schedule, closing
+//! (staging result lines is `staging`, the reads `batch_reads`); what each step writes is
+//! decided in `rules`, as for the redb store. The order of durable facts is the redb
+//! store's: the intent (members `Submitted` under a deterministic batch key) commits
+//! before any provider call, and the job id commits before anything else is done with it.
 //!
 //! Where redb relied on its single writer, each operation here locks its batch row
 //! (`FOR UPDATE`) and then its members, always in that order, so two instances working on
@@ -13,11 +14,13 @@ use tokio_postgres::types::ToSql;
 use super::rows::{big, decode_record, transition, unbig};
 use super::{Error, PgStore, pg};
 use crate::domain::clock;
-use crate::domain::lifecycle::{self, Event, Outcome, State, StateName};
+use crate::domain::lifecycle::{self, Outcome, StateName};
 use crate::store::codec::{decode, encode};
 use crate::store::records::{BatchRecord, BatchState};
 use crate::store::rules::intent::{self, Filling};
-use crate::store::{ExtractionRecord, IntentOutcome, IntentRequest};
+use crate::store::rules::member::Move;
+use crate::store::rules::{close, schedule};
+use crate::store::{CloseReport, ExtractionRecord, IntentOutcome, IntentRequest, Leftover, MemberRules, Policies};
 
 const INTENT: i16 = 0;
 const SUBMITTED: i16 = 1;
@@ -76,12 +79,29 @@ pub(super) async fn save_batch(tx: &Transaction<'_>, record: &BatchRecord) -> Re
 }
 
 /// A batch member, locked. `None`: it is gone (kept for parity with redb's erasure).
-pub(super) async fn lock_member(tx: &Transaction<'_>, seq: u64) -> Result<Option<ExtractionRecord>, Error> {
+async fn lock_member(tx: &Transaction<'_>, seq: u64) -> Result<Option<ExtractionRecord>, Error> {
     let row = tx
         .query_opt("SELECT record FROM extractions WHERE seq = $1 FOR UPDATE", &[&big(seq)])
         .await
         .map_err(pg("cannot read a batch member"))?;
     row.map(|r| decode_record(r.get(0))).transpose()
+}
+
+/// The members of `seqs` that still exist, locked one by one in that order (the order
+/// every step on a batch takes them in).
+async fn lock_members(tx: &Transaction<'_>, seqs: &[u64]) -> Result<Vec<ExtractionRecord>, Error> {
+    let mut members = Vec::with_capacity(seqs.len());
+    for &seq in seqs {
+        members.extend(lock_member(tx, seq).await?);
+    }
+    Ok(members)
+}
+
+async fn apply_moves(tx: &Transaction<'_>, policies: &Policies, now_ms: u64, moves: Vec<Move>) -> Result<(), Error> {
+    for Move { mut member, next } in moves {
+        transition(tx, policies, now_ms, &mut member, next).await?;
+    }
+    Ok(())
 }
 
 impl PgStore {
@@ -158,39 +178,24 @@ impl PgStore {
     }
 
     /// Keeps the first `keep` members of an intent (at least one) and returns the rest to
-    /// the queue as the same attempt: none of them was ever sent.
+    /// the queue as the same attempt (`rules::close::shrink`).
     pub(super) async fn shrink_intent(&self, batch: u64, keep: usize) -> Result<u64, Error> {
-        let keep = keep.max(1);
         let policies = self.policies();
         self.in_transaction("shrink commit failed", move |tx, now_ms| {
             Box::pin(async move {
-                let mut record = lock_batch(tx, batch).await?;
-                if !matches!(record.state, BatchState::Intent) || record.members.len() <= keep {
-                    return Ok(0);
-                }
-                let excess = record.members.split_off(keep);
-                let mut returned = 0;
-                for &seq in &excess {
-                    let Some(mut member) = lock_member(tx, seq).await? else { continue };
-                    if !matches!(&member.state, State::Submitted { batch_key, .. } if *batch_key == record.batch_key) {
-                        continue;
-                    }
-                    let event = Event::Requeue { batch_key: record.batch_key.clone() };
-                    if let Ok(Outcome::Changed(next)) = lifecycle::apply(&member.state, event, now_ms) {
-                        transition(tx, &policies, now_ms, &mut member, next).await?;
-                        returned += 1;
-                    }
-                }
-                let gone: Vec<i64> = excess.iter().map(|&s| big(s)).collect();
+                let record = lock_batch(tx, batch).await?;
+                let excess = lock_members(tx, close::to_shrink(&record, keep)).await?;
+                let Some(shrinking) = close::shrink(&record, keep, excess, now_ms) else { return Ok(0) };
+                let returned = shrinking.moves.len() as u64;
+                apply_moves(tx, &policies, now_ms, shrinking.moves).await?;
+                let gone: Vec<i64> = shrinking.dropped.iter().map(|&s| big(s)).collect();
                 tx.execute(
                     "DELETE FROM batch_members WHERE batch_seq = $1 AND extraction_seq = ANY($2)",
                     &[&big(batch), &gone],
                 )
                 .await
                 .map_err(pg("cannot drop batch members"))?;
-                record.next_action_at_ms = now_ms;
-                record.updated_at_ms = now_ms;
-                save_batch(tx, &record).await?;
+                save_batch(tx, &shrinking.batch).await?;
                 Ok(returned)
             })
         })
@@ -208,36 +213,20 @@ impl PgStore {
         let policies = self.policies();
         self.in_transaction("job id commit failed", move |tx, now_ms| {
             Box::pin(async move {
-                let mut record = lock_batch(tx, batch).await?;
-                if let BatchState::Submitted { job_id: known } = &record.state
-                    && *known == job_id
-                {
+                let record = lock_batch(tx, batch).await?;
+                let members = lock_members(tx, schedule::to_record_job(&record, &job_id)).await?;
+                let Some(recorded) = schedule::record_job(&record, &job_id, next_poll_at_ms, members, now_ms) else {
                     return Ok(record);
-                }
-                if matches!(record.state, BatchState::Closed { .. }) {
-                    return Ok(record);
-                }
-                for seq in record.members.clone() {
-                    let Some(mut member) = lock_member(tx, seq).await? else { continue };
-                    let event = Event::JobAccepted { batch_key: record.batch_key.clone(), job_id: job_id.clone() };
-                    if let Ok(Outcome::Changed(next)) = lifecycle::apply(&member.state, event, now_ms) {
-                        transition(tx, &policies, now_ms, &mut member, next).await?;
-                    }
-                }
-                record.state = BatchState::Submitted { job_id };
-                record.next_action_at_ms = next_poll_at_ms;
-                record.failures = 0;
-                record.not_found_since_ms = None;
-                record.last_error = None;
-                record.updated_at_ms = now_ms;
-                save_batch(tx, &record).await?;
-                Ok(record)
+                };
+                apply_moves(tx, &policies, now_ms, recorded.moves).await?;
+                save_batch(tx, &recorded.batch).await?;
+                Ok(recorded.batch)
             })
         })
         .await
     }
 
-    /// When the scheduler looks at the batch again, and why (see the redb store's method).
+    /// When the scheduler looks at the batch again, and why (`rules::schedule::reschedule`).
     pub(super) async fn reschedule_batch(
         &self,
         batch: u64,
@@ -247,28 +236,14 @@ impl PgStore {
     ) -> Result<(), Error> {
         self.in_transaction("reschedule commit failed", move |tx, now_ms| {
             Box::pin(async move {
-                let mut record = lock_batch(tx, batch).await?;
-                record.next_action_at_ms = next_action_at_ms;
-                match note {
-                    Some(reason) => {
-                        if count_failure {
-                            record.failures += 1;
-                        }
-                        record.last_error = Some(reason);
-                    }
-                    None => {
-                        record.failures = 0;
-                        record.not_found_since_ms = None;
-                    }
-                }
-                record.updated_at_ms = now_ms;
-                save_batch(tx, &record).await
+                let record = lock_batch(tx, batch).await?;
+                save_batch(tx, &schedule::reschedule(record, next_action_at_ms, note, count_failure, now_ms)).await
             })
         })
         .await
     }
 
-    /// One more 404 for the batch's job; the window opened at `since_ms` is kept if open.
+    /// One more 404 for the batch's job (`rules::schedule::not_found`).
     pub(super) async fn note_not_found(
         &self,
         batch: u64,
@@ -278,12 +253,33 @@ impl PgStore {
     ) -> Result<(), Error> {
         self.in_transaction("not-found commit failed", move |tx, now_ms| {
             Box::pin(async move {
-                let mut record = lock_batch(tx, batch).await?;
-                record.not_found_since_ms = Some(record.not_found_since_ms.unwrap_or(since_ms));
-                record.next_action_at_ms = next_action_at_ms;
-                record.last_error = Some(note);
-                record.updated_at_ms = now_ms;
-                save_batch(tx, &record).await
+                let record = lock_batch(tx, batch).await?;
+                save_batch(tx, &schedule::not_found(record, since_ms, next_action_at_ms, note, now_ms)).await
+            })
+        })
+        .await
+    }
+
+    /// Ends a batch: members still without an answer are requeued or failed as `leftover`
+    /// says (`rules::close::close`), and the batch leaves the open set, in one transaction.
+    pub(super) async fn close_batch(
+        &self,
+        batch: u64,
+        outcome: String,
+        leftover: Leftover,
+        rules: MemberRules,
+    ) -> Result<CloseReport, Error> {
+        let policies = self.policies();
+        self.in_transaction("close commit failed", move |tx, now_ms| {
+            Box::pin(async move {
+                let record = lock_batch(tx, batch).await?;
+                let members = lock_members(tx, close::to_close(&record)).await?;
+                let Some(closing) = close::close(&record, members, outcome, &leftover, &rules, now_ms) else {
+                    return Ok(CloseReport::default());
+                };
+                apply_moves(tx, &policies, now_ms, closing.moves).await?;
+                save_batch(tx, &closing.batch).await?;
+                Ok(closing.report)
             })
         })
         .await

@@ -7,6 +7,7 @@
 //! call runs on a tokio worker.
 
 mod backup;
+mod batch_reads;
 mod batches;
 mod cancel;
 #[cfg(test)]
@@ -35,6 +36,9 @@ mod power_loss;
 mod reads;
 mod retention;
 mod split;
+mod staging;
+#[cfg(test)]
+mod staging_tests;
 mod state_counts;
 #[cfg(test)]
 mod state_counts_tests;

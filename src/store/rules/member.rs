@@ -4,7 +4,7 @@
 //! rules, so a batch ends the same way on redb and on PostgreSQL.
 
 use crate::domain::batch::{LineResult, OutputBudget};
-use crate::domain::lifecycle::{Event, FailureClass};
+use crate::domain::lifecycle::{self, Event, FailureClass, Outcome, State};
 use crate::domain::names::BatchKey;
 use crate::store::records::ExtractionRecord;
 
@@ -79,6 +79,23 @@ pub(in crate::store) fn release(
         return (event, Effect::None);
     }
     (Event::Requeue { batch_key }, Effect::Requeue { raise_to })
+}
+
+/// One member's state change as a backend's `transition` takes it: the record as it stands
+/// (a requeue already counted in it) and the state it moves to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::store) struct Move {
+    pub member: ExtractionRecord,
+    pub next: State,
+}
+
+/// The move `event` makes of `member`, if it changes anything: a replay or a refused
+/// event (a member that left the batch since) writes nothing.
+pub(in crate::store) fn moved(member: ExtractionRecord, event: Event, now_ms: u64) -> Option<Move> {
+    match lifecycle::apply(&member.state, event, now_ms) {
+        Ok(Outcome::Changed(next)) => Some(Move { member, next }),
+        _ => None,
+    }
 }
 
 /// A requeue is a new attempt of the same identity, one more used of its allowance.

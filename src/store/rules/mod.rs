@@ -2,6 +2,9 @@
 //! loaded: each returns what to write, and each backend only carries it out.
 
 pub(crate) mod claim;
+pub(crate) mod close;
+#[cfg(test)]
+mod close_tests;
 pub(crate) mod erase;
 #[cfg(test)]
 mod fixtures;
@@ -12,4 +15,12 @@ pub(crate) mod operator;
 pub(crate) mod outbox;
 pub(crate) mod post;
 pub(crate) mod retention;
+pub(crate) mod schedule;
+#[cfg(test)]
+mod schedule_tests;
+pub(crate) mod staging;
+#[cfg(test)]
+mod staging_tests;
+#[cfg(test)]
+mod test_records;
 pub(crate) mod verify;
