@@ -21,8 +21,6 @@ mod support;
 
 #[path = "differential/coverage.rs"]
 mod coverage;
-#[path = "differential/known_divergence.rs"]
-mod known_divergence;
 #[path = "differential/model.rs"]
 mod model;
 #[path = "differential/model_batches.rs"]

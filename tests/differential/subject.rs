@@ -2,7 +2,7 @@
 //! calls the service or the engine would make, and each answer is turned into its view.
 //! The same code drives redb and PostgreSQL.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use commitpoint::domain::batch::{LineResult, OutputBudget};
 use commitpoint::domain::identity::ExtractionId;
@@ -14,7 +14,6 @@ use commitpoint::store::{
     ReadyItem, RetryFilter, SharedStore, WorkFilter,
 };
 
-use super::known_divergence;
 use super::ops::{AuthorityPick, DeliveryPick, LeftoverPick, LineKind, LinePick, LineTarget, Op, RulesPick, TokenPick};
 use super::universe::{self, IDENTITY_COUNT, PROVIDERS, RETRY_AT_MS, SCHEMAS, TENANTS};
 use super::view::*;
@@ -171,7 +170,7 @@ impl Subject {
                 Answer::Staged(store.stage_results(seq, lines, self.rules).await?)
             }
             Op::Ingest { batch, lines, later } => {
-                let Some((seq, key, members)) = self.batch(*batch).cloned() else { return Ok(Answer::Skipped) };
+                let Some((seq, _, members)) = self.batch(*batch).cloned() else { return Ok(Answer::Skipped) };
                 let label = self.batch_label(seq);
                 let lines: Vec<IngestLine> = lines
                     .iter()
@@ -185,13 +184,7 @@ impl Subject {
                     })
                     .collect();
                 let flush = if *later { Flush::Later } else { Flush::Now };
-                let report = if known_divergence::PG_COMMITS_JUDGED_ANSWERS_IN_A_SECOND_TRANSACTION
-                    && self.backend() == "postgres"
-                {
-                    known_divergence::ingest_as_redb_does(self, seq, &key, lines).await?
-                } else {
-                    store.ingest_results(seq, lines, self.rules, flush).await?
-                };
+                let report = store.ingest_results(seq, lines, self.rules, flush).await?;
                 if *later {
                     store.flush().await?;
                 }
@@ -275,14 +268,6 @@ impl Subject {
         self.store
             .post_result(PostResult { id: item.record.id, authority: Authority::Batch(key), submission, charge })
             .await
-    }
-
-    pub async fn ready_ids(&self) -> Result<HashSet<ExtractionId>, Error> {
-        let mut ids = HashSet::new();
-        for provider in PROVIDERS {
-            ids.extend(self.store.ready_items(provider.into(), 1000).await?.into_iter().map(|i| i.record.id));
-        }
-        Ok(ids)
     }
 
     fn learn(&mut self, record: &ExtractionRecord, created: bool) {
