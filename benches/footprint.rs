@@ -20,6 +20,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
+use commitpoint::store::seam::{Extractions, Upkeep};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;

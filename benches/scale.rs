@@ -29,6 +29,7 @@
 //! | `COMMITPOINT_BENCH_CLAIMS` | 20 | claims of 100 timed (more, to profile them) |
 //! | `COMMITPOINT_BENCH_IDLE_SECS` | 10 (quick: 3) | idle window; `0` skips the idle footprint |
 
+use commitpoint::store::seam::{Batches, Extractions};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -3,6 +3,7 @@
 //! commit shares each fsync among hundreds of them (the fastest real way to build a large
 //! store; the HTTP layer's checks are not what the benches measure).
 
+use commitpoint::store::seam::Extractions;
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -8,6 +8,19 @@
 //! (`FOR UPDATE`) and then its members, always in that order, so two instances working on
 //! one batch take turns and never deadlock on it.
 
+use super::rows::stored_content;
+use crate::domain::batch::BatchMember;
+use crate::domain::batch::LineResult;
+use crate::domain::identity::ExtractionId;
+use crate::domain::lifecycle::State;
+use crate::store::Flush;
+use crate::store::IngestLine;
+use crate::store::ReadyItem;
+use crate::store::StageReport;
+use crate::store::records::StoredContent;
+use crate::store::rules::staging;
+use crate::store::seam::Batches;
+use async_trait::async_trait;
 use tokio_postgres::Transaction;
 use tokio_postgres::types::ToSql;
 
@@ -115,10 +128,112 @@ impl PgStore {
         tx.commit().await.map_err(pg(context))?;
         Ok(value)
     }
+}
+
+#[async_trait]
+impl Batches for PgStore {
+    async fn open_batches(&self) -> Result<Vec<BatchRecord>, Error> {
+        let client = self.client().await?;
+        let rows = client
+            .query("SELECT record FROM batches WHERE state_code <> $1 ORDER BY seq", &[&CLOSED])
+            .await
+            .map_err(pg("cannot list open batches"))?;
+        rows.iter().map(|r| decode(r.get(0))).collect()
+    }
+
+    /// Job ids of `provider`'s batches created at or after `since_ms`, newest first.
+    async fn recorded_jobs_since(&self, provider: String, since_ms: u64) -> Result<Vec<String>, Error> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT job_id FROM batches WHERE provider = $1 AND created_at_ms >= $2 AND job_id IS NOT NULL \
+                 ORDER BY seq DESC",
+                &[&provider, &big(since_ms)],
+            )
+            .await
+            .map_err(pg("cannot list recorded jobs"))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// The members in submit order, with their content; a missing member keeps its place.
+    async fn batch_members(&self, batch: u64) -> Result<Vec<BatchMember>, Error> {
+        let client = self.client().await?;
+        let Some(row) = client
+            .query_opt("SELECT record FROM batches WHERE seq = $1", &[&big(batch)])
+            .await
+            .map_err(pg("cannot read a batch"))?
+        else {
+            return Ok(Vec::new());
+        };
+        let record: BatchRecord = decode(row.get(0))?;
+        let seqs: Vec<i64> = record.members.iter().map(|&s| big(s)).collect();
+        let rows = client
+            .query("SELECT seq, record, content FROM extractions WHERE seq = ANY($1)", &[&seqs])
+            .await
+            .map_err(pg("cannot read batch members"))?;
+        let mut found = std::collections::HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let extraction = decode_record(row.get(1))?;
+            let content: StoredContent = decode(stored_content(row.get(2), extraction.seq)?)?;
+            found.insert(unbig(row.get(0)), (extraction, content.text));
+        }
+        Ok(record
+            .members
+            .iter()
+            .map(|seq| match found.remove(seq) {
+                Some((extraction, content)) => BatchMember {
+                    id: extraction.id,
+                    source_id: extraction.source_id,
+                    content,
+                    output_budget: extraction.output_budget,
+                },
+                // A line no one owns keeps the others' positions.
+                None => BatchMember {
+                    id: ExtractionId([0; 32]),
+                    source_id: String::new(),
+                    content: String::new(),
+                    output_budget: None,
+                },
+            })
+            .collect())
+    }
+
+    /// Up to `limit` extractions whose answer from `provider` is staged and awaits commit,
+    /// in intake order. Each provider's scheduler commits only its own.
+    async fn ready_items(&self, provider: String, limit: usize) -> Result<Vec<ReadyItem>, Error> {
+        let client = self.client().await?;
+        let mut out = Vec::new();
+        let mut after = 0i64;
+        while out.len() < limit {
+            let rows = client
+                .query(
+                    "SELECT e.seq, e.record, s.record FROM extractions e JOIN staged s ON s.extraction_seq = e.seq \
+                     WHERE e.state_code = $1 AND e.seq > $2 ORDER BY e.seq LIMIT $3",
+                    &[&i16::from(StateName::Ready.code()), &after, &super::batch_reads::READY_PAGE],
+                )
+                .await
+                .map_err(pg("cannot list ready extractions"))?;
+            for row in &rows {
+                after = row.get(0);
+                let record = decode_record(row.get(1))?;
+                if !matches!(&record.state, State::Ready { provider: p, .. } if *p == provider.as_str()) {
+                    continue;
+                }
+                out.push(ReadyItem { record, staged: decode(row.get(2))? });
+                if out.len() >= limit {
+                    break;
+                }
+            }
+            if (rows.len() as i64) < super::batch_reads::READY_PAGE {
+                break;
+            }
+        }
+        Ok(out)
+    }
 
     /// Persists a submit intent for up to `max_size` pending extractions of one schema,
     /// unless there is not yet enough (or old enough) work.
-    pub(super) async fn create_intent(&self, request: IntentRequest) -> Result<IntentOutcome, Error> {
+    async fn create_intent(&self, request: IntentRequest) -> Result<IntentOutcome, Error> {
         let policies = self.policies();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
@@ -179,7 +294,7 @@ impl PgStore {
 
     /// Keeps the first `keep` members of an intent (at least one) and returns the rest to
     /// the queue as the same attempt (`rules::close::shrink`).
-    pub(super) async fn shrink_intent(&self, batch: u64, keep: usize) -> Result<u64, Error> {
+    async fn shrink_intent(&self, batch: u64, keep: usize) -> Result<u64, Error> {
         let policies = self.policies();
         self.in_transaction("shrink commit failed", move |tx, now_ms| {
             Box::pin(async move {
@@ -204,12 +319,7 @@ impl PgStore {
 
     /// Persists the provider's job id, moving the members under it, before anything else
     /// is done with it. A job already recorded, or a closed batch, is left as it is.
-    pub(super) async fn record_job(
-        &self,
-        batch: u64,
-        job_id: String,
-        next_poll_at_ms: u64,
-    ) -> Result<BatchRecord, Error> {
+    async fn record_job(&self, batch: u64, job_id: String, next_poll_at_ms: u64) -> Result<BatchRecord, Error> {
         let policies = self.policies();
         self.in_transaction("job id commit failed", move |tx, now_ms| {
             Box::pin(async move {
@@ -227,7 +337,7 @@ impl PgStore {
     }
 
     /// When the scheduler looks at the batch again, and why (`rules::schedule::reschedule`).
-    pub(super) async fn reschedule_batch(
+    async fn reschedule_batch(
         &self,
         batch: u64,
         next_action_at_ms: u64,
@@ -244,7 +354,7 @@ impl PgStore {
     }
 
     /// One more 404 for the batch's job (`rules::schedule::not_found`).
-    pub(super) async fn note_not_found(
+    async fn note_not_found(
         &self,
         batch: u64,
         since_ms: u64,
@@ -262,7 +372,7 @@ impl PgStore {
 
     /// Ends a batch: members still without an answer are requeued or failed as `leftover`
     /// says (`rules::close::close`), and the batch leaves the open set, in one transaction.
-    pub(super) async fn close_batch(
+    async fn close_batch(
         &self,
         batch: u64,
         outcome: String,
@@ -283,5 +393,59 @@ impl PgStore {
             })
         })
         .await
+    }
+
+    async fn provider_paused(&self, provider: String) -> Result<bool, Error> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt("SELECT paused FROM provider_pause WHERE provider = $1", &[&provider])
+            .await
+            .map_err(pg("cannot read a provider's pause"))?;
+        Ok(row.is_some_and(|r| r.get::<_, bool>(0)))
+    }
+
+    async fn set_provider_paused(&self, provider: String, paused: bool) -> Result<(), Error> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO provider_pause (provider, paused) VALUES ($1, $2) \
+                 ON CONFLICT (provider) DO UPDATE SET paused = excluded.paused",
+                &[&provider, &paused],
+            )
+            .await
+            .map_err(pg("cannot record a provider's pause"))?;
+        Ok(())
+    }
+
+    /// Stores one chunk of result lines. Safe to call again with the same lines.
+    async fn stage_results(
+        &self,
+        batch: u64,
+        lines: Vec<(ExtractionId, LineResult)>,
+        rules: MemberRules,
+    ) -> Result<StageReport, Error> {
+        self.ingest_results(batch, staging::unjudged(lines), rules, Flush::Now).await
+    }
+
+    /// Stores one chunk of result lines in one transaction, committing every judged answer
+    /// there and then. Every commit here is flushed, so `Flush::Later` asks for nothing less.
+    async fn ingest_results(
+        &self,
+        batch: u64,
+        lines: Vec<IngestLine>,
+        rules: MemberRules,
+        _flush: Flush,
+    ) -> Result<StageReport, Error> {
+        let policies = self.policies();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
+        let report = super::staging::stage_in(&tx, &policies, clock::now_ms(), batch, &lines, &rules).await?;
+        tx.commit().await.map_err(pg("staging commit failed"))?;
+        Ok(report)
+    }
+
+    /// Every commit here is already flushed.
+    async fn flush(&self) -> Result<(), Error> {
+        Ok(())
     }
 }

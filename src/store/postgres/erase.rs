@@ -22,73 +22,35 @@ use tokio_postgres::Transaction;
 
 use super::batches::save_batch;
 use super::rows::{big, unbig};
-use super::{Error, PgStore, pg};
-use crate::domain::clock;
+use super::{Error, pg};
 use crate::store::ErasureReport;
 use crate::store::codec::decode;
 use crate::store::records::{BatchRecord, LedgerRecord, OutboxRecord};
-use crate::store::rules::erase::{self, ErasedSpend, erased_days};
+use crate::store::rules::erase::{self, ErasedSpend};
 
 /// Rows read or removed per statement where a tenant can have very many.
 const CHUNK: usize = 1000;
 
 /// How often a round that lost a lock race (a deadlock PostgreSQL broke, or a batch that
 /// took the tenant's work meanwhile) is tried again before the erasure reports failure.
-const ROUNDS: usize = 8;
+pub(super) const ROUNDS: usize = 8;
 
-enum Round {
+pub(super) enum Round {
     Done(ErasureReport),
     /// Batches listing the tenant's rows that this round had not locked first.
     LockAlso(BTreeSet<i64>),
 }
 
-impl PgStore {
-    /// Erases `tenant`. Idempotent: a tenant with nothing stored erases nothing.
-    pub(super) async fn erase_tenant(&self, tenant: String) -> Result<ErasureReport, Error> {
-        let mut batches = BTreeSet::new();
-        let mut last_error = None;
-        for _ in 0..ROUNDS {
-            let mut client = self.client().await?;
-            let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
-            match erase_in(&tx, &tenant, &batches, clock::now_ms()).await {
-                Ok(Round::Done(report)) => {
-                    tx.commit().await.map_err(pg("erasure commit failed"))?;
-                    return Ok(report);
-                }
-                // Rolled back (the transaction is dropped): nothing of this round stays.
-                Ok(Round::LockAlso(more)) => batches.extend(more),
-                Err(e) if lost_a_race(&e) => last_error = Some(e),
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last_error.unwrap_or_else(|| Error::Conflict {
-            reason: format!("erasing tenant {tenant:?} kept racing provider batches"),
-            cause: None,
-        }))
-    }
-
-    /// Micro-dollars erased from `tenant`'s ledger on the UTC days that overlap
-    /// `from_ms..to_ms`.
-    pub(super) async fn erased_spend(&self, tenant: String, from_ms: u64, to_ms: u64) -> Result<u64, Error> {
-        let (first, last) = erased_days(from_ms, to_ms);
-        let client = self.client().await?;
-        let sum: i64 = client
-            .query_one(
-                "SELECT coalesce(sum(micros), 0)::bigint FROM erased_spend WHERE tenant = $1 AND day BETWEEN $2 AND $3",
-                &[&tenant, &big(first), &big(last)],
-            )
-            .await
-            .map_err(pg("cannot read erased spend"))?
-            .get(0);
-        Ok(unbig(sum))
-    }
-}
-
-fn lost_a_race(e: &Error) -> bool {
+pub(super) fn lost_a_race(e: &Error) -> bool {
     e.is_conflict()
 }
 
-async fn erase_in(tx: &Transaction<'_>, tenant: &str, known: &BTreeSet<i64>, now_ms: u64) -> Result<Round, Error> {
+pub(super) async fn erase_in(
+    tx: &Transaction<'_>,
+    tenant: &str,
+    known: &BTreeSet<i64>,
+    now_ms: u64,
+) -> Result<Round, Error> {
     let mut batches: BTreeSet<i64> = batches_listing(tx, tenant).await?;
     batches.extend(known);
     let wanted: Vec<i64> = batches.iter().copied().collect();

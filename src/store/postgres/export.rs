@@ -14,56 +14,15 @@
 use std::collections::HashMap;
 
 use super::rows::{big, decode_record, unbig};
-use super::{Error, PgStore, pg};
+use super::{Error, pg};
 use crate::store::codec::decode;
-use crate::store::seam::ExportSink;
 use crate::store::{ExportFilter, Exported, FindingRecord};
 
 /// Extractions read per page.
-const PAGE: i64 = 256;
-
-impl PgStore {
-    /// Hands every extraction the filter selects to `sink`, then `None` once the walk is
-    /// complete; a sink that returns `false` ends the walk early (no `None` then).
-    pub(super) async fn export_to(&self, filter: ExportFilter, mut sink: ExportSink) -> Result<(), Error> {
-        let mut client = self.export_client().await?;
-        let tx = super::snapshot(&mut client).await?;
-        let mut after = (big(filter.since_ms), 0i64);
-        // An empty window (`since >= until`) reads nothing and is complete at once.
-        let mut more = filter.since_ms < filter.until_ms;
-        while more {
-            let page = read_page(&tx, &filter, after).await?;
-            let Some(last) = page.last() else { break };
-            after = (big(last.committed_at_ms), big(last.record.seq));
-            more = page.len() as i64 == PAGE;
-            let (returned, go_on) = tokio::task::spawn_blocking(move || {
-                for item in page {
-                    if !sink(Some(item)) {
-                        return (sink, false);
-                    }
-                }
-                (sink, true)
-            })
-            .await
-            .map_err(|e| Error::task("export", e))?;
-            sink = returned;
-            if !go_on {
-                return Ok(());
-            }
-        }
-        // The walk is complete: the sink learns so (its last line may be a summary).
-        tokio::task::spawn_blocking(move || {
-            sink(None);
-        })
-        .await
-        .map_err(|e| Error::task("export", e))?;
-        tx.commit().await.map_err(pg("export snapshot ended badly"))?;
-        Ok(())
-    }
-}
+pub(super) const PAGE: i64 = 256;
 
 /// The page after `(committed_at_ms, seq)`, with every extraction's findings in key order.
-async fn read_page(
+pub(super) async fn read_page(
     tx: &tokio_postgres::Transaction<'_>,
     filter: &ExportFilter,
     after: (i64, i64),

@@ -1,6 +1,15 @@
 //! Intake, claims, results, retries and cancels on PostgreSQL: each one transaction, each
 //! state change through `lifecycle::apply` and `rows::transition`, as on redb.
 
+use crate::store::ExportFilter;
+use crate::store::ListFilter;
+use crate::store::ListPage;
+use crate::store::StateCount;
+use crate::store::records::ResultRecord;
+use crate::store::seam::ExportSink;
+use crate::store::seam::Extractions;
+use async_trait::async_trait;
+use std::collections::HashMap;
 use tokio_postgres::Transaction;
 
 use super::ledger::record_charge;
@@ -17,192 +26,6 @@ use crate::store::{
     CancelOutcome, ClaimRequest, DeliveryOutcome, ExtractionRecord, Grant, IntakeOutcome, NewExtraction, Policies,
     PostOutcome, PostResult, RETRY_CHUNK, RetryFilter, RetryOutcome,
 };
-
-impl PgStore {
-    pub(super) async fn intake(&self, new: NewExtraction) -> Result<IntakeOutcome, Error> {
-        // A redelivery of a known identity is answered without a transaction.
-        if let Some(record) = self.get(new.id).await? {
-            return Ok(IntakeOutcome { created: false, record });
-        }
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
-        let outcome = intake_in(&tx, new, clock::now_ms()).await?;
-        // Acknowledged only once the commit (synchronous_commit = on) has returned.
-        tx.commit().await.map_err(pg("intake commit failed"))?;
-        Ok(outcome)
-    }
-
-    pub(super) async fn intake_delivery(
-        &self,
-        endpoint: String,
-        delivery_id: String,
-        new: NewExtraction,
-    ) -> Result<DeliveryOutcome, Error> {
-        if let Some(record) = self.delivered(endpoint.clone(), delivery_id.clone()).await? {
-            return Ok(DeliveryOutcome::Redelivery(record));
-        }
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
-        let outcome = intake_in(&tx, new, clock::now_ms()).await?;
-        let recorded = tx
-            .query_opt(
-                "INSERT INTO webhook_deliveries (endpoint, delivery_id, extraction_seq) VALUES ($1, $2, $3) \
-                 ON CONFLICT DO NOTHING RETURNING extraction_seq",
-                &[&endpoint, &delivery_id, &big(outcome.record.seq)],
-            )
-            .await
-            .map_err(pg("cannot record a webhook delivery"))?;
-        if recorded.is_none() {
-            // Another instance took the same delivery first: what it created is the answer,
-            // and this transaction's intake (if any) is rolled back with it.
-            drop(tx);
-            return match self.delivered(endpoint, delivery_id).await? {
-                Some(record) => Ok(DeliveryOutcome::Redelivery(record)),
-                None => {
-                    Err(Error::Corrupt { kind: "webhook delivery", reason: "recorded without its extraction".into() })
-                }
-            };
-        }
-        tx.commit().await.map_err(pg("intake commit failed"))?;
-        Ok(DeliveryOutcome::First(outcome))
-    }
-
-    pub(super) async fn claim(&self, request: ClaimRequest) -> Result<Vec<Grant>, Error> {
-        let now_ms = clock::now_ms();
-        let policies = self.policies();
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
-        let limit = big(request.limit as u64);
-        let schema = request.schema.clone();
-        // Rows another instance is claiming right now are skipped, not waited for.
-        let mut rows = tx
-            .query(
-                "SELECT record, content FROM extractions WHERE state_code = 2 AND lease_expires_at_ms <= $1 \
-                 AND ($2::text IS NULL OR schema_name = $2) ORDER BY lease_expires_at_ms, seq LIMIT $3 \
-                 FOR UPDATE SKIP LOCKED",
-                &[&big(now_ms), &schema, &limit],
-            )
-            .await
-            .map_err(pg("cannot select expired leases"))?;
-        let want = limit - rows.len() as i64;
-        if want > 0 {
-            rows.extend(
-                tx.query(
-                    "SELECT record, content FROM extractions WHERE state_code = 1 \
-                     AND ($1::text IS NULL OR schema_name = $1) ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED",
-                    &[&schema, &want],
-                )
-                .await
-                .map_err(pg("cannot select pending work"))?,
-            );
-        }
-        let mut grants = Vec::with_capacity(rows.len());
-        for row in rows {
-            let mut record = decode_record(row.get(0))?;
-            let Some((next, lease)) = claim::claim(&mut record, &request, now_ms, rand::random()) else {
-                continue;
-            };
-            let content = decode::<StoredContent>(stored_content(row.get(1), record.seq)?)?.text;
-            transition(&tx, &policies, now_ms, &mut record, next).await?;
-            grants.push(lease.grant(record, content));
-        }
-        tx.commit().await.map_err(pg("claim commit failed"))?;
-        Ok(grants)
-    }
-
-    pub(super) async fn post_result(&self, post: PostResult) -> Result<PostOutcome, Error> {
-        let now_ms = clock::now_ms();
-        let policies = self.policies();
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
-        let Some(mut record) = lock_by_id(&tx, post.id.as_bytes()).await? else {
-            return Ok(PostOutcome::NotFound);
-        };
-        let plan = post::plan_post(&record, &post, now_ms)?;
-        let outcome = carry_out(&tx, &policies, now_ms, &mut record, plan).await?;
-        tx.commit().await.map_err(pg("result commit failed"))?;
-        Ok(outcome)
-    }
-
-    pub(super) async fn retry(&self, id: ExtractionId) -> Result<RetryOutcome, Error> {
-        let now_ms = clock::now_ms();
-        let policies = self.policies();
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
-        let Some(mut record) = lock_by_id(&tx, id.as_bytes()).await? else {
-            return Ok(RetryOutcome::NotFound);
-        };
-        match operator::retry(&mut record, now_ms) {
-            Step::Move(next) => {
-                transition(&tx, &policies, now_ms, &mut record, next).await?;
-                tx.commit().await.map_err(pg("retry commit failed"))?;
-                Ok(RetryOutcome::Retried(Box::new(record)))
-            }
-            Step::Answer(outcome) => Ok(outcome),
-        }
-    }
-
-    /// Moves up to `limit` matching failed extractions back to pending in intake order,
-    /// `RETRY_CHUNK` per transaction (so no transaction holds many rows for long); returns
-    /// how many moved. Rows another transaction holds are skipped, as a retry issued a
-    /// moment later would.
-    pub(super) async fn retry_failed(&self, filter: RetryFilter, limit: u64) -> Result<u64, Error> {
-        let policies = self.policies();
-        let mut client = self.client().await?;
-        let (mut retried, mut after) = (0u64, 0u64);
-        while retried < limit {
-            let want = usize::try_from(limit - retried).unwrap_or(usize::MAX).min(RETRY_CHUNK);
-            let now_ms = clock::now_ms();
-            let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
-            let rows = tx
-                .query(
-                    "SELECT record FROM extractions WHERE state_code = $1 AND seq > $2 \
-                     AND ($3::text IS NULL OR tenant = $3) AND ($4::text IS NULL OR schema_name = $4) \
-                     ORDER BY seq LIMIT $5 FOR UPDATE SKIP LOCKED",
-                    &[
-                        &i16::from(StateName::Failed.code()),
-                        &big(after),
-                        &filter.tenant,
-                        &filter.schema,
-                        &big(SCAN_CHUNK as u64),
-                    ],
-                )
-                .await
-                .map_err(pg("cannot select failed extractions"))?;
-            let exhausted = rows.len() < SCAN_CHUNK;
-            let scanned = rows.iter().map(|row| decode_record(row.get(0)));
-            let step = operator::bulk_retry(scanned, exhausted, &filter, after, want, now_ms)?;
-            retried += step.moves.len() as u64;
-            for (mut record, next) in step.moves {
-                transition(&tx, &policies, now_ms, &mut record, next).await?;
-            }
-            tx.commit().await.map_err(pg("bulk retry commit failed"))?;
-            match step.next_after {
-                Some(seq) => after = seq,
-                None => break,
-            }
-        }
-        Ok(retried)
-    }
-
-    pub(super) async fn cancel(&self, id: ExtractionId) -> Result<CancelOutcome, Error> {
-        let now_ms = clock::now_ms();
-        let policies = self.policies();
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
-        let Some(mut record) = lock_by_id(&tx, id.as_bytes()).await? else {
-            return Ok(CancelOutcome::NotFound);
-        };
-        match operator::cancel(&record, now_ms) {
-            Step::Move(next) => {
-                transition(&tx, &policies, now_ms, &mut record, next).await?;
-                tx.commit().await.map_err(pg("cancel commit failed"))?;
-                Ok(CancelOutcome::Cancelled(Box::new(record)))
-            }
-            Step::Answer(outcome) => Ok(outcome),
-        }
-    }
-}
 
 /// Inserts unless the identity exists; the existing row is the answer otherwise (the
 /// conflicting insert waited for its writer's commit, so it is visible now).
@@ -288,4 +111,363 @@ async fn count_findings(tx: &Transaction<'_>, seq: u64) -> Result<u64, Error> {
         .map_err(pg("cannot count findings"))?
         .get(0);
     Ok(unbig(n))
+}
+
+#[async_trait]
+impl Extractions for PgStore {
+    /// Hands every extraction the filter selects to `sink`, then `None` once the walk is
+    /// complete; a sink that returns `false` ends the walk early (no `None` then).
+    async fn export_to(&self, filter: ExportFilter, mut sink: ExportSink) -> Result<(), Error> {
+        let mut client = self.export_client().await?;
+        let tx = super::snapshot(&mut client).await?;
+        let mut after = (big(filter.since_ms), 0i64);
+        // An empty window (`since >= until`) reads nothing and is complete at once.
+        let mut more = filter.since_ms < filter.until_ms;
+        while more {
+            let page = super::export::read_page(&tx, &filter, after).await?;
+            let Some(last) = page.last() else { break };
+            after = (big(last.committed_at_ms), big(last.record.seq));
+            more = page.len() as i64 == super::export::PAGE;
+            let (returned, go_on) = tokio::task::spawn_blocking(move || {
+                for item in page {
+                    if !sink(Some(item)) {
+                        return (sink, false);
+                    }
+                }
+                (sink, true)
+            })
+            .await
+            .map_err(|e| Error::task("export", e))?;
+            sink = returned;
+            if !go_on {
+                return Ok(());
+            }
+        }
+        // The walk is complete: the sink learns so (its last line may be a summary).
+        tokio::task::spawn_blocking(move || {
+            sink(None);
+        })
+        .await
+        .map_err(|e| Error::task("export", e))?;
+        tx.commit().await.map_err(pg("export snapshot ended badly"))?;
+        Ok(())
+    }
+
+    async fn intake(&self, new: NewExtraction) -> Result<IntakeOutcome, Error> {
+        // A redelivery of a known identity is answered without a transaction.
+        if let Some(record) = self.get(new.id).await? {
+            return Ok(IntakeOutcome { created: false, record });
+        }
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
+        let outcome = intake_in(&tx, new, clock::now_ms()).await?;
+        // Acknowledged only once the commit (synchronous_commit = on) has returned.
+        tx.commit().await.map_err(pg("intake commit failed"))?;
+        Ok(outcome)
+    }
+
+    async fn intake_delivery(
+        &self,
+        endpoint: String,
+        delivery_id: String,
+        new: NewExtraction,
+    ) -> Result<DeliveryOutcome, Error> {
+        if let Some(record) = self.delivered(endpoint.clone(), delivery_id.clone()).await? {
+            return Ok(DeliveryOutcome::Redelivery(record));
+        }
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
+        let outcome = intake_in(&tx, new, clock::now_ms()).await?;
+        let recorded = tx
+            .query_opt(
+                "INSERT INTO webhook_deliveries (endpoint, delivery_id, extraction_seq) VALUES ($1, $2, $3) \
+                 ON CONFLICT DO NOTHING RETURNING extraction_seq",
+                &[&endpoint, &delivery_id, &big(outcome.record.seq)],
+            )
+            .await
+            .map_err(pg("cannot record a webhook delivery"))?;
+        if recorded.is_none() {
+            // Another instance took the same delivery first: what it created is the answer,
+            // and this transaction's intake (if any) is rolled back with it.
+            drop(tx);
+            return match self.delivered(endpoint, delivery_id).await? {
+                Some(record) => Ok(DeliveryOutcome::Redelivery(record)),
+                None => {
+                    Err(Error::Corrupt { kind: "webhook delivery", reason: "recorded without its extraction".into() })
+                }
+            };
+        }
+        tx.commit().await.map_err(pg("intake commit failed"))?;
+        Ok(DeliveryOutcome::First(outcome))
+    }
+
+    async fn claim(&self, request: ClaimRequest) -> Result<Vec<Grant>, Error> {
+        let now_ms = clock::now_ms();
+        let policies = self.policies();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
+        let limit = big(request.limit as u64);
+        let schema = request.schema.clone();
+        // Rows another instance is claiming right now are skipped, not waited for.
+        let mut rows = tx
+            .query(
+                "SELECT record, content FROM extractions WHERE state_code = 2 AND lease_expires_at_ms <= $1 \
+                 AND ($2::text IS NULL OR schema_name = $2) ORDER BY lease_expires_at_ms, seq LIMIT $3 \
+                 FOR UPDATE SKIP LOCKED",
+                &[&big(now_ms), &schema, &limit],
+            )
+            .await
+            .map_err(pg("cannot select expired leases"))?;
+        let want = limit - rows.len() as i64;
+        if want > 0 {
+            rows.extend(
+                tx.query(
+                    "SELECT record, content FROM extractions WHERE state_code = 1 \
+                     AND ($1::text IS NULL OR schema_name = $1) ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED",
+                    &[&schema, &want],
+                )
+                .await
+                .map_err(pg("cannot select pending work"))?,
+            );
+        }
+        let mut grants = Vec::with_capacity(rows.len());
+        for row in rows {
+            let mut record = decode_record(row.get(0))?;
+            let Some((next, lease)) = claim::claim(&mut record, &request, now_ms, rand::random()) else {
+                continue;
+            };
+            let content = decode::<StoredContent>(stored_content(row.get(1), record.seq)?)?.text;
+            transition(&tx, &policies, now_ms, &mut record, next).await?;
+            grants.push(lease.grant(record, content));
+        }
+        tx.commit().await.map_err(pg("claim commit failed"))?;
+        Ok(grants)
+    }
+
+    async fn post_result(&self, post: PostResult) -> Result<PostOutcome, Error> {
+        let now_ms = clock::now_ms();
+        let policies = self.policies();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
+        let Some(mut record) = lock_by_id(&tx, post.id.as_bytes()).await? else {
+            return Ok(PostOutcome::NotFound);
+        };
+        let plan = post::plan_post(&record, &post, now_ms)?;
+        let outcome = carry_out(&tx, &policies, now_ms, &mut record, plan).await?;
+        tx.commit().await.map_err(pg("result commit failed"))?;
+        Ok(outcome)
+    }
+
+    async fn retry(&self, id: ExtractionId) -> Result<RetryOutcome, Error> {
+        let now_ms = clock::now_ms();
+        let policies = self.policies();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
+        let Some(mut record) = lock_by_id(&tx, id.as_bytes()).await? else {
+            return Ok(RetryOutcome::NotFound);
+        };
+        match operator::retry(&mut record, now_ms) {
+            Step::Move(next) => {
+                transition(&tx, &policies, now_ms, &mut record, next).await?;
+                tx.commit().await.map_err(pg("retry commit failed"))?;
+                Ok(RetryOutcome::Retried(Box::new(record)))
+            }
+            Step::Answer(outcome) => Ok(outcome),
+        }
+    }
+
+    /// Moves up to `limit` matching failed extractions back to pending in intake order,
+    /// `RETRY_CHUNK` per transaction (so no transaction holds many rows for long); returns
+    /// how many moved. Rows another transaction holds are skipped, as a retry issued a
+    /// moment later would.
+    async fn retry_failed(&self, filter: RetryFilter, limit: u64) -> Result<u64, Error> {
+        let policies = self.policies();
+        let mut client = self.client().await?;
+        let (mut retried, mut after) = (0u64, 0u64);
+        while retried < limit {
+            let want = usize::try_from(limit - retried).unwrap_or(usize::MAX).min(RETRY_CHUNK);
+            let now_ms = clock::now_ms();
+            let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
+            let rows = tx
+                .query(
+                    "SELECT record FROM extractions WHERE state_code = $1 AND seq > $2 \
+                     AND ($3::text IS NULL OR tenant = $3) AND ($4::text IS NULL OR schema_name = $4) \
+                     ORDER BY seq LIMIT $5 FOR UPDATE SKIP LOCKED",
+                    &[
+                        &i16::from(StateName::Failed.code()),
+                        &big(after),
+                        &filter.tenant,
+                        &filter.schema,
+                        &big(SCAN_CHUNK as u64),
+                    ],
+                )
+                .await
+                .map_err(pg("cannot select failed extractions"))?;
+            let exhausted = rows.len() < SCAN_CHUNK;
+            let scanned = rows.iter().map(|row| decode_record(row.get(0)));
+            let step = operator::bulk_retry(scanned, exhausted, &filter, after, want, now_ms)?;
+            retried += step.moves.len() as u64;
+            for (mut record, next) in step.moves {
+                transition(&tx, &policies, now_ms, &mut record, next).await?;
+            }
+            tx.commit().await.map_err(pg("bulk retry commit failed"))?;
+            match step.next_after {
+                Some(seq) => after = seq,
+                None => break,
+            }
+        }
+        Ok(retried)
+    }
+
+    async fn cancel(&self, id: ExtractionId) -> Result<CancelOutcome, Error> {
+        let now_ms = clock::now_ms();
+        let policies = self.policies();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
+        let Some(mut record) = lock_by_id(&tx, id.as_bytes()).await? else {
+            return Ok(CancelOutcome::NotFound);
+        };
+        match operator::cancel(&record, now_ms) {
+            Step::Move(next) => {
+                transition(&tx, &policies, now_ms, &mut record, next).await?;
+                tx.commit().await.map_err(pg("cancel commit failed"))?;
+                Ok(CancelOutcome::Cancelled(Box::new(record)))
+            }
+            Step::Answer(outcome) => Ok(outcome),
+        }
+    }
+
+    async fn get(&self, id: ExtractionId) -> Result<Option<ExtractionRecord>, Error> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt("SELECT record FROM extractions WHERE id = $1", &[&id.as_bytes().as_slice()])
+            .await
+            .map_err(pg("cannot read an extraction"))?;
+        row.map(|r| decode_record(r.get(0))).transpose()
+    }
+
+    /// A page in intake order after the cursor; `next` is set only when more follow.
+    async fn list(&self, filter: ListFilter) -> Result<ListPage, Error> {
+        let client = self.client().await?;
+        let state = filter.state.map(|s| i16::from(s.code()));
+        let fetch = big(filter.limit as u64).saturating_add(1);
+        let rows = client
+            .query(
+                "SELECT record FROM extractions WHERE seq > $1 AND ($2::text IS NULL OR tenant = $2) \
+                 AND ($3::smallint IS NULL OR state_code = $3) ORDER BY seq LIMIT $4",
+                &[&big(filter.after), &filter.tenant, &state, &fetch],
+            )
+            .await
+            .map_err(pg("cannot list extractions"))?;
+        let more = rows.len() > filter.limit;
+        let records = rows.iter().take(filter.limit).map(|r| decode_record(r.get(0))).collect::<Result<Vec<_>, _>>()?;
+        let next = if more { records.last().map(|r| r.seq) } else { None };
+        Ok(ListPage { records, next })
+    }
+
+    async fn get_by_seq(&self, seq: u64) -> Result<Option<ExtractionRecord>, Error> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt("SELECT record FROM extractions WHERE seq = $1", &[&big(seq)])
+            .await
+            .map_err(pg("cannot read an extraction"))?;
+        row.map(|r| decode_record(r.get(0))).transpose()
+    }
+
+    async fn delivered(&self, endpoint: String, delivery_id: String) -> Result<Option<ExtractionRecord>, Error> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT e.record FROM webhook_deliveries d JOIN extractions e ON e.seq = d.extraction_seq \
+                 WHERE d.endpoint = $1 AND d.delivery_id = $2",
+                &[&endpoint, &delivery_id],
+            )
+            .await
+            .map_err(pg("cannot read a webhook delivery"))?;
+        row.map(|r| decode_record(r.get(0))).transpose()
+    }
+
+    async fn findings(&self, id: ExtractionId) -> Result<Option<Vec<FindingRecord>>, Error> {
+        Ok(self.findings_page(id, None, usize::MAX).await?.map(|(findings, _)| findings))
+    }
+
+    /// Findings in key order after `after`; `true` when more follow.
+    async fn findings_page(
+        &self,
+        id: ExtractionId,
+        after: Option<[u8; 32]>,
+        limit: usize,
+    ) -> Result<Option<(Vec<FindingRecord>, bool)>, Error> {
+        let client = self.client().await?;
+        let Some(row) = client
+            .query_opt("SELECT seq FROM extractions WHERE id = $1", &[&id.as_bytes().as_slice()])
+            .await
+            .map_err(pg("cannot read an extraction"))?
+        else {
+            return Ok(None);
+        };
+        let seq: i64 = row.get(0);
+        let after: Vec<u8> = after.map(|a| a.to_vec()).unwrap_or_default();
+        // One more than asked: whether more follow, without a count.
+        let fetch = big(limit as u64).saturating_add(1);
+        let rows = client
+            .query(
+                "SELECT record FROM findings WHERE extraction_seq = $1 AND key > $2 ORDER BY key LIMIT $3",
+                &[&seq, &after, &fetch],
+            )
+            .await
+            .map_err(pg("cannot read findings"))?;
+        let more = rows.len() > limit;
+        let findings = rows.iter().take(limit).map(|r| decode(r.get(0))).collect::<Result<Vec<_>, _>>()?;
+        Ok(Some((findings, more)))
+    }
+
+    async fn result(&self, id: ExtractionId) -> Result<Option<ResultRecord>, Error> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT r.record FROM extractions e JOIN results r ON r.extraction_seq = e.seq WHERE e.id = $1",
+                &[&id.as_bytes().as_slice()],
+            )
+            .await
+            .map_err(pg("cannot read a result"))?;
+        row.map(|r| decode(r.get(0))).transpose()
+    }
+
+    /// How many extractions are in each state, and when the first of each (in intake
+    /// order, as on redb) entered it; every count from one statement.
+    async fn counts_by_state(&self) -> Result<Vec<StateCount>, Error> {
+        let client = self.client().await?;
+        let codes: Vec<i16> = StateName::ALL.iter().map(|s| i16::from(s.code())).collect();
+        let rows = client
+            .query(
+                "SELECT c.code, (SELECT count(*) FROM extractions WHERE state_code = c.code), \
+                 (SELECT updated_at_ms FROM extractions WHERE state_code = c.code ORDER BY seq LIMIT 1) \
+                 FROM unnest($1::smallint[]) AS c(code)",
+                &[&codes],
+            )
+            .await
+            .map_err(pg("cannot count extractions"))?;
+        let mut counts = Vec::with_capacity(rows.len());
+        for row in rows {
+            let code: i16 = row.get(0);
+            let Some(state) = StateName::from_code(code.into()) else {
+                continue;
+            };
+            let (count, oldest): (i64, Option<i64>) = (row.get(1), row.get(2));
+            counts.push(StateCount { state, count: unbig(count), oldest_since_ms: oldest.map(unbig) });
+        }
+        Ok(counts)
+    }
+
+    /// The `RETIRED_*` bits of each of `seqs` that retention touched (absent: nothing dropped).
+    async fn retired(&self, seqs: Vec<u64>) -> Result<HashMap<u64, u8>, Error> {
+        let client = self.client().await?;
+        let wanted: Vec<i64> = seqs.into_iter().map(big).collect();
+        let rows = client
+            .query("SELECT extraction_seq, bits FROM retired WHERE extraction_seq = ANY($1)", &[&wanted])
+            .await
+            .map_err(pg("cannot read what retention dropped"))?;
+        Ok(rows.iter().map(|r| (unbig(r.get(0)), super::retention::retired_bits(r.get(1)))).collect())
+    }
 }

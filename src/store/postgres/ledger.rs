@@ -1,6 +1,9 @@
 //! Ledger entries on PostgreSQL, written inside the transaction of the state change they
 //! belong to, as on redb; and the ledger read back.
 
+use crate::store::rules::erase::erased_days;
+use crate::store::seam::Ledger;
+use async_trait::async_trait;
 use tokio_postgres::Transaction;
 use tokio_postgres::types::ToSql;
 
@@ -90,9 +93,26 @@ async fn already_charged(
     Ok(false)
 }
 
-impl PgStore {
+#[async_trait]
+impl Ledger for PgStore {
+    /// Micro-dollars erased from `tenant`'s ledger on the UTC days that overlap
+    /// `from_ms..to_ms`.
+    async fn erased_spend(&self, tenant: String, from_ms: u64, to_ms: u64) -> Result<u64, Error> {
+        let (first, last) = erased_days(from_ms, to_ms);
+        let client = self.client().await?;
+        let sum: i64 = client
+            .query_one(
+                "SELECT coalesce(sum(micros), 0)::bigint FROM erased_spend WHERE tenant = $1 AND day BETWEEN $2 AND $3",
+                &[&tenant, &big(first), &big(last)],
+            )
+            .await
+            .map_err(pg("cannot read erased spend"))?
+            .get(0);
+        Ok(unbig(sum))
+    }
+
     /// Micro-dollars charged to each of `tenants` on UTC days `from_day` and later.
-    pub(super) async fn spend_since(&self, tenants: Vec<String>, from_day: u64) -> Result<Vec<(String, u64)>, Error> {
+    async fn spend_since(&self, tenants: Vec<String>, from_day: u64) -> Result<Vec<(String, u64)>, Error> {
         let client = self.client().await?;
         let mut totals = Vec::with_capacity(tenants.len());
         for tenant in tenants {
@@ -109,7 +129,7 @@ impl PgStore {
         Ok(totals)
     }
 
-    pub(super) async fn extraction_ledger(&self, id: ExtractionId) -> Result<Option<Vec<LedgerRecord>>, Error> {
+    async fn extraction_ledger(&self, id: ExtractionId) -> Result<Option<Vec<LedgerRecord>>, Error> {
         let client = self.client().await?;
         let Some(row) = client
             .query_opt("SELECT seq FROM extractions WHERE id = $1", &[&id.as_bytes().as_slice()])
@@ -128,7 +148,7 @@ impl PgStore {
 
     /// Every entry of `tenant` in `[from_ms, to_ms)`, oldest first, a page at a time so a
     /// long period never sits in memory at once.
-    pub(super) async fn visit_ledger(
+    async fn visit_ledger(
         &self,
         tenant: String,
         from_ms: u64,

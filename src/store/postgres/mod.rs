@@ -26,6 +26,7 @@ mod retention;
 mod rows;
 mod seam;
 mod staging;
+mod upkeep;
 mod verify;
 
 use std::future::Future;

@@ -1,6 +1,8 @@
 //! Outbox events on PostgreSQL, written inside the transaction of the state change they
 //! belong to, as on redb; and their delivery.
 
+use crate::store::seam::Outbox;
+use async_trait::async_trait;
 use tokio_postgres::Transaction;
 use tokio_postgres::types::ToSql;
 
@@ -74,12 +76,22 @@ fn events(rows: &[tokio_postgres::Row]) -> Result<Vec<OutboxRecord>, Error> {
     rows.iter().map(|r| decode(r.get(0))).collect()
 }
 
-impl PgStore {
+/// An outbox event, locked until the transaction ends.
+async fn lock_event(tx: &Transaction<'_>, seq: u64) -> Result<Option<OutboxRecord>, Error> {
+    let row = tx
+        .query_opt("SELECT record FROM outbox WHERE seq = $1 FOR UPDATE", &[&big(seq)])
+        .await
+        .map_err(pg("cannot read an outbox event"))?;
+    row.map(|row| decode(row.get(0))).transpose()
+}
+
+#[async_trait]
+impl Outbox for PgStore {
     /// Claims up to `limit` due events for this instance: each is pushed `CLAIM_MS` into
     /// the future (its record keeps the real due time), so other instances skip it while
     /// it is being delivered, and it is due again if this one dies before recording the
     /// outcome. Rows another instance is claiming are skipped, not waited for.
-    pub(super) async fn due_events(&self, now_ms: u64, limit: usize) -> Result<Vec<OutboxRecord>, Error> {
+    async fn due_events(&self, now_ms: u64, limit: usize) -> Result<Vec<OutboxRecord>, Error> {
         let client = self.client().await?;
         let rows = client
             .query(
@@ -96,11 +108,7 @@ impl PgStore {
         Ok(due)
     }
 
-    pub(super) async fn record_delivery(
-        &self,
-        seq: u64,
-        report: DeliveryReport,
-    ) -> Result<Option<OutboxRecord>, Error> {
+    async fn record_delivery(&self, seq: u64, report: DeliveryReport) -> Result<Option<OutboxRecord>, Error> {
         let now_ms = clock::now_ms();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
@@ -116,7 +124,7 @@ impl PgStore {
         Ok(Some(event))
     }
 
-    pub(super) async fn next_event_due(&self) -> Result<Option<u64>, Error> {
+    async fn next_event_due(&self) -> Result<Option<u64>, Error> {
         let client = self.client().await?;
         let due: Option<i64> = client
             .query_one("SELECT min(next_attempt_at_ms) FROM outbox WHERE state_code = 1", &[])
@@ -126,12 +134,7 @@ impl PgStore {
         Ok(due.map(unbig))
     }
 
-    pub(super) async fn list_outbox(
-        &self,
-        filter: OutboxFilter,
-        after: u64,
-        limit: usize,
-    ) -> Result<Vec<OutboxRecord>, Error> {
+    async fn list_outbox(&self, filter: OutboxFilter, after: u64, limit: usize) -> Result<Vec<OutboxRecord>, Error> {
         let state = match filter {
             OutboxFilter::Pending => DUE,
             OutboxFilter::Dead => DEAD,
@@ -147,7 +150,7 @@ impl PgStore {
         events(&rows)
     }
 
-    pub(super) async fn outbox_counts(&self) -> Result<(u64, u64, Option<u64>), Error> {
+    async fn outbox_counts(&self) -> Result<(u64, u64, Option<u64>), Error> {
         let client = self.client().await?;
         let row = client
             .query_one(
@@ -166,7 +169,7 @@ impl PgStore {
         Ok((unbig(pending), unbig(dead), oldest))
     }
 
-    pub(super) async fn redeliver(&self, seq: u64) -> Result<Option<OutboxRecord>, Error> {
+    async fn redeliver(&self, seq: u64) -> Result<Option<OutboxRecord>, Error> {
         let now_ms = clock::now_ms();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
@@ -181,7 +184,7 @@ impl PgStore {
         Ok(Some(event))
     }
 
-    pub(super) async fn set_sink_disabled(&self, sink: String, disabled: bool) -> Result<(), Error> {
+    async fn set_sink_disabled(&self, sink: String, disabled: bool) -> Result<(), Error> {
         let client = self.client().await?;
         let sql = if disabled {
             "INSERT INTO sink_disabled (sink) VALUES ($1) ON CONFLICT DO NOTHING"
@@ -192,7 +195,7 @@ impl PgStore {
         Ok(())
     }
 
-    pub(super) async fn sink_disabled(&self, sink: String) -> Result<bool, Error> {
+    async fn sink_disabled(&self, sink: String) -> Result<bool, Error> {
         let client = self.client().await?;
         let row = client
             .query_opt("SELECT 1 FROM sink_disabled WHERE sink = $1", &[&sink])
@@ -200,13 +203,4 @@ impl PgStore {
             .map_err(pg("cannot read a sink's state"))?;
         Ok(row.is_some())
     }
-}
-
-/// An outbox event, locked until the transaction ends.
-async fn lock_event(tx: &Transaction<'_>, seq: u64) -> Result<Option<OutboxRecord>, Error> {
-    let row = tx
-        .query_opt("SELECT record FROM outbox WHERE seq = $1 FOR UPDATE", &[&big(seq)])
-        .await
-        .map_err(pg("cannot read an outbox event"))?;
-    row.map(|row| decode(row.get(0))).transpose()
 }

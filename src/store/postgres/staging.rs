@@ -13,51 +13,14 @@ use super::batches::lock_batch;
 use super::extractions::carry_out;
 use super::ledger::record_charge;
 use super::rows::{big, lock_by_id, transition};
-use super::{Error, PgStore, pg};
-use crate::domain::batch::LineResult;
-use crate::domain::clock;
-use crate::domain::identity::ExtractionId;
+use super::{Error, pg};
 use crate::store::codec::encode;
 use crate::store::rules::member::Move;
 use crate::store::rules::post;
 use crate::store::rules::staging::{self, Settle, StageWrite};
-use crate::store::{Flush, IngestLine, MemberRules, Policies, StageReport, StagedAnswer};
+use crate::store::{IngestLine, MemberRules, Policies, StageReport, StagedAnswer};
 
-impl PgStore {
-    /// Stores one chunk of result lines. Safe to call again with the same lines.
-    pub(super) async fn stage_results(
-        &self,
-        batch: u64,
-        lines: Vec<(ExtractionId, LineResult)>,
-        rules: MemberRules,
-    ) -> Result<StageReport, Error> {
-        self.ingest_results(batch, staging::unjudged(lines), rules, Flush::Now).await
-    }
-
-    /// Stores one chunk of result lines in one transaction, committing every judged answer
-    /// there and then. Every commit here is flushed, so `Flush::Later` asks for nothing less.
-    pub(super) async fn ingest_results(
-        &self,
-        batch: u64,
-        lines: Vec<IngestLine>,
-        rules: MemberRules,
-        _flush: Flush,
-    ) -> Result<StageReport, Error> {
-        let policies = self.policies();
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
-        let report = stage_in(&tx, &policies, clock::now_ms(), batch, &lines, &rules).await?;
-        tx.commit().await.map_err(pg("staging commit failed"))?;
-        Ok(report)
-    }
-
-    /// Every commit here is already flushed.
-    pub(super) async fn flush(&self) -> Result<(), Error> {
-        Ok(())
-    }
-}
-
-async fn stage_in(
+pub(super) async fn stage_in(
     tx: &Transaction<'_>,
     policies: &Policies,
     now_ms: u64,

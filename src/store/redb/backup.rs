@@ -8,36 +8,20 @@
 //! holds every tenant's data, so it is created 0600 (its directory 0700) at
 //! `FILE.partial`, never through a link planted there.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use redb::backends::FileBackend;
 use redb::{Database, Durability, Key, ReadTransaction, ReadableTable, TableDefinition, TableHandle, Value};
 
-use super::{Error, Store, tables};
+use super::{Error, tables};
 use crate::domain::private_file;
 use crate::store::seam::BackupReport;
-
-impl Store {
-    /// Writes a snapshot to `dest` (which must not exist). Blocking work runs off the runtime.
-    pub async fn backup(&self, dest: PathBuf) -> Result<BackupReport, Error> {
-        let report = self.read(move |txn| write_snapshot(txn, &dest)).await?;
-        // Recorded after the snapshot (which therefore never contains its own timestamp),
-        // so operators and alerts see the last good backup across restarts.
-        self.writer
-            .write(|t| {
-                t.meta.insert(tables::META_LAST_BACKUP, t.now_ms)?;
-                Ok(((), true))
-            })
-            .await?;
-        Ok(report)
-    }
-}
 
 fn io_error(path: &Path, what: &'static str, e: std::io::Error) -> Error {
     Error::Io { path: path.to_path_buf(), what, source: e }
 }
 
-fn write_snapshot(snapshot: &ReadTransaction, dest: &Path) -> Result<BackupReport, Error> {
+pub(super) fn write_snapshot(snapshot: &ReadTransaction, dest: &Path) -> Result<BackupReport, Error> {
     if dest.exists() {
         return Err(Error::TargetExists { path: dest.to_path_buf() });
     }

@@ -5,40 +5,15 @@
 
 use redb::ReadableTable;
 
+use super::Error;
 use super::extractions::{load, transition};
 use super::rules::operator::{self, SCAN_CHUNK, Step};
 use super::write_tables::WriteTables;
-use super::{Error, Store};
 use crate::domain::identity::ExtractionId;
 use crate::domain::lifecycle::StateName;
-use crate::store::seam::{CancelOutcome, RETRY_CHUNK, RetryFilter};
+use crate::store::seam::{CancelOutcome, RetryFilter};
 
-impl Store {
-    pub async fn cancel(&self, id: ExtractionId) -> Result<CancelOutcome, Error> {
-        self.writer.write(move |t| cancel(t, &id)).await
-    }
-
-    /// Moves up to `limit` failed extractions matching `filter` back to pending, in intake
-    /// order, `RETRY_CHUNK` per transaction. Returns how many moved. Extractions that fail
-    /// while it runs may or may not be taken, as with any retry issued a moment later.
-    pub async fn retry_failed(&self, filter: RetryFilter, limit: u64) -> Result<u64, Error> {
-        let mut retried = 0u64;
-        let mut after = 0u64;
-        while retried < limit {
-            let want = usize::try_from(limit - retried).unwrap_or(usize::MAX).min(RETRY_CHUNK);
-            let f = filter.clone();
-            let (moved, next) = self.writer.write(move |t| retry_chunk(t, &f, after, want)).await?;
-            retried += moved;
-            match next {
-                Some(seq) => after = seq,
-                None => break,
-            }
-        }
-        Ok(retried)
-    }
-}
-
-fn cancel(t: &mut WriteTables<'_>, id: &ExtractionId) -> Result<(CancelOutcome, bool), Error> {
+pub(super) fn cancel(t: &mut WriteTables<'_>, id: &ExtractionId) -> Result<(CancelOutcome, bool), Error> {
     let Some(seq) = t.identity.get(id.as_bytes())?.map(|v| v.value()) else {
         return Ok((CancelOutcome::NotFound, false));
     };

@@ -5,6 +5,7 @@ use super::verify::verify_file;
 use super::{Authority, ClaimRequest, NewExtraction, PostResult, Store, Submission};
 use crate::domain::identity::{ExtractionId, SourceHash};
 use crate::domain::lifecycle::{FailureClass, StateName};
+use crate::store::seam::Extractions;
 use crate::store::seam::{RETRY_CHUNK, RetryFilter};
 
 const SCHEMA: &str = "code-review@1";

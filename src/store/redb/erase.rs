@@ -20,59 +20,26 @@ use std::collections::HashSet;
 
 use redb::ReadableTable;
 
+use super::Error;
 use super::batches::{load_batch, save_batch};
 use super::codec::decode;
 use super::extractions::load;
 use super::records::{LedgerRecord, OutboxRecord};
-use super::rules::erase::{self, ErasedSpend, erased_days};
+use super::rules::erase::{self, ErasedSpend};
 use super::tables::{META_SEQ_FLOOR, required};
 use super::write_tables::WriteTables;
-use super::{Error, Store};
 use crate::domain::lifecycle::State;
 use crate::store::seam::ErasureReport;
 
 /// Extractions erased per write transaction: small enough that intake barely notices.
 const CHUNK: usize = 500;
 
-impl Store {
-    /// Erases `tenant`. Idempotent: a tenant with nothing stored erases nothing.
-    pub async fn erase_tenant(&self, tenant: String) -> Result<ErasureReport, Error> {
-        let mut total = ErasureReport::default();
-        let (first, since) = self.erase_references(&tenant).await?;
-        total.add(&first);
-        loop {
-            let name = tenant.clone();
-            let (chunk, more) = self.writer.write(move |t| erase_chunk(t, &name, since)).await?;
-            total.add(&chunk);
-            if !more {
-                break;
-            }
-        }
-        // Intake that raced the first step may have added a delivery id or an event since.
-        total.add(&self.erase_references(&tenant).await?.0);
-        Ok(total)
-    }
-}
-
-impl Store {
-    /// Micro-dollars erased from `tenant`'s ledger on the UTC days that overlap
-    /// `from_ms..to_ms`.
-    pub async fn erased_spend(&self, tenant: String, from_ms: u64, to_ms: u64) -> Result<u64, Error> {
-        self.read(move |txn| {
-            let table = txn.open_table(super::tables::ERASED_SPEND)?;
-            let (first, last) = erased_days(from_ms, to_ms);
-            let mut sum = 0u64;
-            for entry in table.range((tenant.as_str(), first)..=(tenant.as_str(), last))? {
-                sum = sum.saturating_add(entry?.1.value());
-            }
-            Ok(sum)
-        })
-        .await
-    }
-}
-
 /// Up to `CHUNK` extractions of the tenant; `true` when more remain.
-fn erase_chunk(t: &mut WriteTables<'_>, tenant: &str, since: u64) -> Result<((ErasureReport, bool), bool), Error> {
+pub(super) fn erase_chunk(
+    t: &mut WriteTables<'_>,
+    tenant: &str,
+    since: u64,
+) -> Result<((ErasureReport, bool), bool), Error> {
     let mut seqs = Vec::new();
     for entry in t.tenant_index.range((tenant, 0)..=(tenant, u64::MAX))? {
         seqs.push(entry?.0.value().1);

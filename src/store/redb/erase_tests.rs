@@ -2,6 +2,7 @@
 //! closes), a submitted batch keeps its list, and everything that later walks that list
 //! (job acceptance, answers, closing) steps over the gaps without writing or charging.
 
+use crate::store::seam::{Batches, Extractions, Ledger, Upkeep};
 use std::sync::Arc;
 
 use super::MemberRules;

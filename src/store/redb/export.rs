@@ -29,20 +29,13 @@ impl Store {
         })
         .await
     }
-
-    /// [`Store::export`] for a sink that keeps its own state (the seam's form): `sink`
-    /// gets `Some` per extraction and `None` once the walk is complete.
-    pub async fn export_to(&self, filter: ExportFilter, mut sink: super::seam::ExportSink) -> Result<(), Error> {
-        self.read(move |txn| {
-            walk(txn, &filter, |item| sink(Some(item)))?;
-            sink(None);
-            Ok(())
-        })
-        .await
-    }
 }
 
-fn walk(txn: &ReadTransaction, filter: &ExportFilter, mut f: impl FnMut(Exported) -> bool) -> Result<(), Error> {
+pub(super) fn walk(
+    txn: &ReadTransaction,
+    filter: &ExportFilter,
+    mut f: impl FnMut(Exported) -> bool,
+) -> Result<(), Error> {
     if filter.since_ms >= filter.until_ms {
         return Ok(());
     }

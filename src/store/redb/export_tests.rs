@@ -1,5 +1,6 @@
 //! The export's snapshot and the commit index of files that predate it.
 
+use crate::store::seam::Extractions;
 use std::sync::mpsc;
 
 use redb::{Database, ReadableTable};

@@ -2,6 +2,20 @@
 //! finishes its reads and checks before its first write, and routes every state change
 //! through `lifecycle::apply`.
 
+use super::records::FindingRecord;
+use super::records::ResultRecord;
+use super::tables;
+use crate::domain::lifecycle::StateName;
+use crate::store::seam::CancelOutcome;
+use crate::store::seam::ExportFilter;
+use crate::store::seam::Extractions;
+use crate::store::seam::ListFilter;
+use crate::store::seam::ListPage;
+use crate::store::seam::RETRY_CHUNK;
+use crate::store::seam::RetryFilter;
+use crate::store::seam::StateCount;
+use async_trait::async_trait;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use redb::ReadableTable;
@@ -20,79 +34,6 @@ use crate::store::seam::Charge;
 use crate::store::seam::{
     ClaimRequest, DeliveryOutcome, Grant, IntakeOutcome, Judged, PostOutcome, PostResult, RetryOutcome,
 };
-
-impl Store {
-    /// Creates the extraction unless its identity exists. Durable before it returns.
-    /// The single writer is the throughput limit, so everything that can happen before
-    /// it does: a redelivery of a known identity is answered from a read snapshot (a commit
-    /// is visible to readers only once it is durable), and the content is encoded on the
-    /// caller's task. The writer still re-checks, for two first deliveries racing.
-    pub async fn intake(&self, mut new: NewExtraction) -> Result<IntakeOutcome, Error> {
-        if let Some(record) = self.get(new.id).await? {
-            return Ok(IntakeOutcome { created: false, record });
-        }
-        let content_len = new.content.len() as u64;
-        // Shared, not copied: the writer clones a job each time it applies it.
-        let content: Arc<[u8]> = encode(&StoredContent { text: std::mem::take(&mut new.content) })?.into();
-        self.writer.write(move |t| intake(t, new, content_len, content)).await
-    }
-
-    /// Intake on behalf of a signed webhook delivery. The delivery id is recorded in the
-    /// same transaction, so a redelivery (even one whose content changed) is answered with
-    /// the extraction the first delivery created and writes nothing.
-    pub async fn intake_delivery(
-        &self,
-        endpoint: String,
-        delivery_id: String,
-        mut new: NewExtraction,
-    ) -> Result<DeliveryOutcome, Error> {
-        if let Some(record) = self.delivered(endpoint.clone(), delivery_id.clone()).await? {
-            return Ok(DeliveryOutcome::Redelivery(record));
-        }
-        let content_len = new.content.len() as u64;
-        // Shared, not copied: the writer clones a job each time it applies it.
-        let content: Arc<[u8]> = encode(&StoredContent { text: std::mem::take(&mut new.content) })?.into();
-        self.writer
-            .write(move |t| {
-                if let Some(seq) =
-                    t.webhook_deliveries.get((endpoint.as_str(), delivery_id.as_str()))?.map(|v| v.value())
-                {
-                    return Ok((DeliveryOutcome::Redelivery(load(t, seq)?), false));
-                }
-                let (outcome, _) = intake(t, new, content_len, content)?;
-                t.webhook_deliveries.insert((endpoint.as_str(), delivery_id.as_str()), outcome.record.seq)?;
-                Ok((DeliveryOutcome::First(outcome), true))
-            })
-            .await
-    }
-
-    pub async fn claim(&self, request: ClaimRequest) -> Result<Vec<Grant>, Error> {
-        self.writer.write(move |t| claim(t, &request)).await
-    }
-
-    pub async fn post_result(&self, post: PostResult) -> Result<PostOutcome, Error> {
-        self.writer.write(move |t| post_result(t, post)).await
-    }
-
-    /// Persists an operator's pause (or resume) of submissions to a provider.
-    pub async fn set_provider_paused(&self, provider: String, paused: bool) -> Result<(), Error> {
-        self.writer
-            .write(move |t| {
-                t.meta.insert(format!("{}{provider}", super::tables::META_PAUSE_PREFIX).as_str(), u64::from(paused))?;
-                Ok(((), true))
-            })
-            .await
-    }
-
-    /// Round-trips an empty job through the writer thread: proof that it still commits.
-    pub async fn ping_writer(&self) -> Result<(), Error> {
-        self.writer.write(|_| Ok(((), false))).await
-    }
-
-    pub async fn retry(&self, id: ExtractionId) -> Result<RetryOutcome, Error> {
-        self.writer.write(move |t| retry(t, &id)).await
-    }
-}
 
 fn intake(
     t: &mut WriteTables<'_>,
@@ -256,4 +197,216 @@ fn count_findings(t: &WriteTables<'_>, seq: u64) -> Result<u64, Error> {
     let low: &[u8; 32] = &[0; 32];
     let high: &[u8; 32] = &[0xff; 32];
     Ok(t.findings.range((seq, low)..=(seq, high))?.count() as u64)
+}
+
+#[async_trait]
+impl Extractions for Store {
+    async fn cancel(&self, id: ExtractionId) -> Result<CancelOutcome, Error> {
+        self.writer.write(move |t| super::cancel::cancel(t, &id)).await
+    }
+
+    /// Moves up to `limit` failed extractions matching `filter` back to pending, in intake
+    /// order, `RETRY_CHUNK` per transaction. Returns how many moved. Extractions that fail
+    /// while it runs may or may not be taken, as with any retry issued a moment later.
+    async fn retry_failed(&self, filter: RetryFilter, limit: u64) -> Result<u64, Error> {
+        let mut retried = 0u64;
+        let mut after = 0u64;
+        while retried < limit {
+            let want = usize::try_from(limit - retried).unwrap_or(usize::MAX).min(RETRY_CHUNK);
+            let f = filter.clone();
+            let (moved, next) = self.writer.write(move |t| super::cancel::retry_chunk(t, &f, after, want)).await?;
+            retried += moved;
+            match next {
+                Some(seq) => after = seq,
+                None => break,
+            }
+        }
+        Ok(retried)
+    }
+
+    /// [`Store::export`] for a sink that keeps its own state (the seam's form): `sink`
+    /// gets `Some` per extraction and `None` once the walk is complete.
+    async fn export_to(&self, filter: ExportFilter, mut sink: super::seam::ExportSink) -> Result<(), Error> {
+        self.read(move |txn| {
+            super::export::walk(txn, &filter, |item| sink(Some(item)))?;
+            sink(None);
+            Ok(())
+        })
+        .await
+    }
+
+    /// Creates the extraction unless its identity exists. Durable before it returns.
+    /// The single writer is the throughput limit, so everything that can happen before
+    /// it does: a redelivery of a known identity is answered from a read snapshot (a commit
+    /// is visible to readers only once it is durable), and the content is encoded on the
+    /// caller's task. The writer still re-checks, for two first deliveries racing.
+    async fn intake(&self, mut new: NewExtraction) -> Result<IntakeOutcome, Error> {
+        if let Some(record) = self.get(new.id).await? {
+            return Ok(IntakeOutcome { created: false, record });
+        }
+        let content_len = new.content.len() as u64;
+        // Shared, not copied: the writer clones a job each time it applies it.
+        let content: Arc<[u8]> = encode(&StoredContent { text: std::mem::take(&mut new.content) })?.into();
+        self.writer.write(move |t| intake(t, new, content_len, content)).await
+    }
+
+    /// Intake on behalf of a signed webhook delivery. The delivery id is recorded in the
+    /// same transaction, so a redelivery (even one whose content changed) is answered with
+    /// the extraction the first delivery created and writes nothing.
+    async fn intake_delivery(
+        &self,
+        endpoint: String,
+        delivery_id: String,
+        mut new: NewExtraction,
+    ) -> Result<DeliveryOutcome, Error> {
+        if let Some(record) = self.delivered(endpoint.clone(), delivery_id.clone()).await? {
+            return Ok(DeliveryOutcome::Redelivery(record));
+        }
+        let content_len = new.content.len() as u64;
+        // Shared, not copied: the writer clones a job each time it applies it.
+        let content: Arc<[u8]> = encode(&StoredContent { text: std::mem::take(&mut new.content) })?.into();
+        self.writer
+            .write(move |t| {
+                if let Some(seq) =
+                    t.webhook_deliveries.get((endpoint.as_str(), delivery_id.as_str()))?.map(|v| v.value())
+                {
+                    return Ok((DeliveryOutcome::Redelivery(load(t, seq)?), false));
+                }
+                let (outcome, _) = intake(t, new, content_len, content)?;
+                t.webhook_deliveries.insert((endpoint.as_str(), delivery_id.as_str()), outcome.record.seq)?;
+                Ok((DeliveryOutcome::First(outcome), true))
+            })
+            .await
+    }
+
+    async fn claim(&self, request: ClaimRequest) -> Result<Vec<Grant>, Error> {
+        self.writer.write(move |t| claim(t, &request)).await
+    }
+
+    async fn post_result(&self, post: PostResult) -> Result<PostOutcome, Error> {
+        self.writer.write(move |t| post_result(t, post)).await
+    }
+
+    async fn retry(&self, id: ExtractionId) -> Result<RetryOutcome, Error> {
+        self.writer.write(move |t| retry(t, &id)).await
+    }
+
+    /// The extraction a webhook delivery created, if that delivery was seen before.
+    async fn delivered(&self, endpoint: String, delivery_id: String) -> Result<Option<ExtractionRecord>, Error> {
+        self.read_point(|txn| {
+            let deliveries = txn.open_table(tables::WEBHOOK_DELIVERIES)?;
+            let Some(seq) = deliveries.get((endpoint.as_str(), delivery_id.as_str()))?.map(|v| v.value()) else {
+                return Ok(None);
+            };
+            let extractions = txn.open_table(tables::EXTRACTIONS)?;
+            extractions.get(seq)?.map(|v| decode(v.value())).transpose()
+        })
+    }
+
+    /// An extraction by its sequence number (the outbox refers to records this way).
+    async fn get_by_seq(&self, seq: u64) -> Result<Option<ExtractionRecord>, Error> {
+        self.read_point(|txn| txn.open_table(tables::EXTRACTIONS)?.get(seq)?.map(|v| decode(v.value())).transpose())
+    }
+
+    async fn get(&self, id: ExtractionId) -> Result<Option<ExtractionRecord>, Error> {
+        self.read_point(|txn| super::reads::get(txn, &id))
+    }
+
+    /// The findings of an extraction, or `None` when the extraction does not exist.
+    async fn findings(&self, id: ExtractionId) -> Result<Option<Vec<FindingRecord>>, Error> {
+        self.read(move |txn| {
+            let Some(record) = super::reads::get(txn, &id)? else {
+                return Ok(None);
+            };
+            let table = txn.open_table(tables::FINDINGS)?;
+            let (low, high): (&[u8; 32], &[u8; 32]) = (&[0; 32], &[0xff; 32]);
+            let mut out = Vec::new();
+            for entry in table.range((record.seq, low)..=(record.seq, high))? {
+                out.push(decode(entry?.1.value())?);
+            }
+            Ok(Some(out))
+        })
+        .await
+    }
+
+    /// Up to `limit` findings after the key `after`, in key order, and whether more
+    /// follow; `None` when the extraction does not exist.
+    async fn findings_page(
+        &self,
+        id: ExtractionId,
+        after: Option<[u8; 32]>,
+        limit: usize,
+    ) -> Result<Option<(Vec<FindingRecord>, bool)>, Error> {
+        self.read(move |txn| {
+            let Some(record) = super::reads::get(txn, &id)? else {
+                return Ok(None);
+            };
+            let table = txn.open_table(tables::FINDINGS)?;
+            let start = after.unwrap_or([0; 32]);
+            let mut out = Vec::new();
+            for entry in table.range((record.seq, &start)..=(record.seq, &[0xff; 32]))? {
+                let (key, value) = entry?;
+                if after.is_some_and(|a| key.value().1 == &a) {
+                    continue;
+                }
+                if out.len() == limit {
+                    return Ok(Some((out, true)));
+                }
+                out.push(decode(value.value())?);
+            }
+            Ok(Some((out, false)))
+        })
+        .await
+    }
+
+    async fn result(&self, id: ExtractionId) -> Result<Option<ResultRecord>, Error> {
+        self.read(move |txn| {
+            let Some(record) = super::reads::get(txn, &id)? else {
+                return Ok(None);
+            };
+            let table = txn.open_table(tables::RESULTS)?;
+            let value = table.get(record.seq)?;
+            value.map(|v| decode(v.value())).transpose()
+        })
+        .await
+    }
+
+    /// How many extractions are in each state, and when the longest-waiting one entered it.
+    async fn counts_by_state(&self) -> Result<Vec<StateCount>, Error> {
+        self.read(|txn| {
+            let index = txn.open_table(tables::STATE_INDEX)?;
+            let mut counts = Vec::with_capacity(StateName::ALL.len());
+            for (state, count) in super::state_counts::read(txn)? {
+                let code = state.code();
+                // Intake order approximates waiting order: the first entry is the oldest.
+                let first = index.range((code, 0)..=(code, u64::MAX))?.next().transpose()?;
+                let oldest_since_ms = match first {
+                    Some((key, _)) => Some(super::reads::by_seq(txn, key.value().1)?.updated_at_ms),
+                    None => None,
+                };
+                counts.push(StateCount { state, count, oldest_since_ms });
+            }
+            Ok(counts)
+        })
+        .await
+    }
+
+    async fn list(&self, filter: ListFilter) -> Result<ListPage, Error> {
+        self.read(move |txn| super::reads::list(txn, &filter)).await
+    }
+
+    /// The `RETIRED_*` bits of each of `seqs` that retention touched (absent: nothing dropped).
+    async fn retired(&self, seqs: Vec<u64>) -> Result<HashMap<u64, u8>, Error> {
+        self.read(move |txn| {
+            let retired = txn.open_table(tables::RETIRED)?;
+            let mut out = HashMap::new();
+            for seq in seqs {
+                if let Some(bits) = retired.get(seq)? {
+                    out.insert(seq, bits.value());
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
 }

@@ -2,6 +2,9 @@
 //! transaction, as the state change its model call paid for: a crash leaves either both
 //! or neither. Pricing is a policy handed in from outside; the store only applies it.
 
+use super::rules::erase::erased_days;
+use crate::store::seam::Ledger;
+use async_trait::async_trait;
 use redb::ReadableTable;
 
 use super::codec::{decode, encode};
@@ -78,9 +81,27 @@ impl Store {
         })
         .await
     }
+}
+
+#[async_trait]
+impl Ledger for Store {
+    /// Micro-dollars erased from `tenant`'s ledger on the UTC days that overlap
+    /// `from_ms..to_ms`.
+    async fn erased_spend(&self, tenant: String, from_ms: u64, to_ms: u64) -> Result<u64, Error> {
+        self.read(move |txn| {
+            let table = txn.open_table(super::tables::ERASED_SPEND)?;
+            let (first, last) = erased_days(from_ms, to_ms);
+            let mut sum = 0u64;
+            for entry in table.range((tenant.as_str(), first)..=(tenant.as_str(), last))? {
+                sum = sum.saturating_add(entry?.1.value());
+            }
+            Ok(sum)
+        })
+        .await
+    }
 
     /// [`Store::fold_ledger`] for a visitor that keeps its own state (the seam's form).
-    pub async fn visit_ledger(
+    async fn visit_ledger(
         &self,
         tenant: String,
         from_ms: u64,
@@ -91,7 +112,7 @@ impl Store {
     }
 
     /// Every ledger entry of one extraction, oldest first; `None` if the id is unknown.
-    pub async fn extraction_ledger(&self, id: ExtractionId) -> Result<Option<Vec<LedgerRecord>>, Error> {
+    async fn extraction_ledger(&self, id: ExtractionId) -> Result<Option<Vec<LedgerRecord>>, Error> {
         self.read(move |txn| {
             let identity = txn.open_table(tables::IDENTITY)?;
             let Some(seq) = identity.get(id.as_bytes())?.map(|v| v.value()) else {
@@ -110,7 +131,7 @@ impl Store {
     }
 
     /// Micro-dollars charged to each of `tenants` on UTC days `from_day` and later.
-    pub async fn spend_since(&self, tenants: Vec<String>, from_day: u64) -> Result<Vec<(String, u64)>, Error> {
+    async fn spend_since(&self, tenants: Vec<String>, from_day: u64) -> Result<Vec<(String, u64)>, Error> {
         self.read(move |txn| {
             let spend = txn.open_table(tables::SPEND)?;
             let mut totals = Vec::with_capacity(tenants.len());

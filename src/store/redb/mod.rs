@@ -43,6 +43,7 @@ mod state_counts;
 #[cfg(test)]
 mod state_counts_tests;
 mod tables;
+mod upkeep;
 mod verify;
 mod write_tables;
 mod writer;

@@ -3,6 +3,8 @@
 //! only when delivered or given up on. A crash during delivery leaves the event due,
 //! so it is sent again with the same event id.
 
+use crate::store::seam::Outbox;
+use async_trait::async_trait;
 use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::codec::{decode, encode};
@@ -65,17 +67,24 @@ fn redeliver(t: &mut WriteTables<'_>, seq: u64) -> Result<(Option<OutboxRecord>,
 }
 
 impl Store {
-    pub async fn record_delivery(&self, seq: u64, report: DeliveryReport) -> Result<Option<OutboxRecord>, Error> {
+    pub async fn outbox_event(&self, seq: u64) -> Result<Option<OutboxRecord>, Error> {
+        self.read(move |txn| txn.open_table(tables::OUTBOX)?.get(seq)?.map(|v| decode(v.value())).transpose()).await
+    }
+}
+
+#[async_trait]
+impl Outbox for Store {
+    async fn record_delivery(&self, seq: u64, report: DeliveryReport) -> Result<Option<OutboxRecord>, Error> {
         self.writer.write(move |t| record_delivery(t, seq, report)).await
     }
 
     /// Moves a dead event back to pending, due now. Anything else is returned unchanged.
-    pub async fn redeliver(&self, seq: u64) -> Result<Option<OutboxRecord>, Error> {
+    async fn redeliver(&self, seq: u64) -> Result<Option<OutboxRecord>, Error> {
         self.writer.write(move |t| redeliver(t, seq)).await
     }
 
     /// Marks a sink disabled (its receiver answered 410 Gone), or enabled again.
-    pub async fn set_sink_disabled(&self, sink: String, disabled: bool) -> Result<(), Error> {
+    async fn set_sink_disabled(&self, sink: String, disabled: bool) -> Result<(), Error> {
         self.writer
             .write(move |t| {
                 let key = format!("{META_SINK_DISABLED_PREFIX}{sink}");
@@ -89,7 +98,7 @@ impl Store {
             .await
     }
 
-    pub async fn sink_disabled(&self, sink: String) -> Result<bool, Error> {
+    async fn sink_disabled(&self, sink: String) -> Result<bool, Error> {
         self.read(move |txn| {
             let meta = txn.open_table(tables::META)?;
             Ok(meta.get(format!("{META_SINK_DISABLED_PREFIX}{sink}").as_str())?.is_some())
@@ -98,7 +107,7 @@ impl Store {
     }
 
     /// Pending events due at or before `now_ms`, most overdue first.
-    pub async fn due_events(&self, now_ms: u64, limit: usize) -> Result<Vec<OutboxRecord>, Error> {
+    async fn due_events(&self, now_ms: u64, limit: usize) -> Result<Vec<OutboxRecord>, Error> {
         self.read(move |txn| {
             let due = txn.open_table(tables::OUTBOX_DUE)?;
             let outbox = txn.open_table(tables::OUTBOX)?;
@@ -113,21 +122,12 @@ impl Store {
     }
 
     /// When the earliest pending event is due, if any.
-    pub async fn next_event_due(&self) -> Result<Option<u64>, Error> {
+    async fn next_event_due(&self) -> Result<Option<u64>, Error> {
         self.read(|txn| Ok(txn.open_table(tables::OUTBOX_DUE)?.first()?.map(|(k, _)| k.value().0))).await
     }
 
-    pub async fn outbox_event(&self, seq: u64) -> Result<Option<OutboxRecord>, Error> {
-        self.read(move |txn| txn.open_table(tables::OUTBOX)?.get(seq)?.map(|v| decode(v.value())).transpose()).await
-    }
-
     /// Pending or dead events in sequence order, starting after `after`.
-    pub async fn list_outbox(
-        &self,
-        filter: OutboxFilter,
-        after: u64,
-        limit: usize,
-    ) -> Result<Vec<OutboxRecord>, Error> {
+    async fn list_outbox(&self, filter: OutboxFilter, after: u64, limit: usize) -> Result<Vec<OutboxRecord>, Error> {
         self.read(move |txn| {
             let outbox = txn.open_table(tables::OUTBOX)?;
             let mut events = Vec::new();
@@ -155,7 +155,7 @@ impl Store {
     }
 
     /// (pending, dead, creation time of the oldest pending event) for status and metrics.
-    pub async fn outbox_counts(&self) -> Result<(u64, u64, Option<u64>), Error> {
+    async fn outbox_counts(&self) -> Result<(u64, u64, Option<u64>), Error> {
         self.read(|txn| {
             let due = txn.open_table(tables::OUTBOX_DUE)?;
             let dead = txn.open_table(tables::OUTBOX_DEAD)?;

@@ -2,6 +2,7 @@
 //! order across tenants, the queue follows every state change, and a file without it
 //! gets it built on open.
 
+use crate::store::seam::{Batches, Extractions};
 use std::sync::Arc;
 
 use redb::Database;

@@ -4,6 +4,7 @@
 //! sync and everything after it never reach the platter); the synced image is reopened
 //! and must hold every acknowledged intake and commit, and pass every invariant.
 
+use crate::store::seam::{Batches, Extractions, Ledger};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

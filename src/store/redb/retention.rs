@@ -5,60 +5,26 @@
 //! Candidates are found on a read snapshot, then dropped by one small write job that
 //! checks each one again, so the sweep never holds the writer for long.
 
-use std::collections::HashMap;
-
 use redb::{ReadableDatabase, ReadableTable};
 
+use super::Error;
 use super::codec::decode;
 use super::extractions::load;
 use super::records::ExtractionRecord;
 use super::rules::retention::{RetentionPolicy, RetentionStep};
 use super::tables;
 use super::write_tables::WriteTables;
-use super::{Error, Store};
 use crate::domain::clock;
 use crate::domain::lifecycle::StateName;
 
-impl Store {
-    /// Looks at up to `scan` committed extractions after sequence `after` and drops what
-    /// `policy` no longer keeps, in one write transaction.
-    pub async fn retention_step(
-        &self,
-        policy: RetentionPolicy,
-        after: u64,
-        scan: usize,
-    ) -> Result<RetentionStep, Error> {
-        let db = std::sync::Arc::clone(&self.db);
-        let (due, next_after) = tokio::task::spawn_blocking(move || candidates(&db, &policy, after, scan.max(1)))
-            .await
-            .map_err(|e| Error::task("read", e))??;
-        if due.is_empty() {
-            return Ok(RetentionStep { next_after, ..RetentionStep::default() });
-        }
-        let mut step = self.writer.write(move |t| drop_due(t, &policy, &due)).await?;
-        step.next_after = next_after;
-        Ok(step)
-    }
-
-    /// The `RETIRED_*` bits of each of `seqs` that retention touched (absent: nothing dropped).
-    pub async fn retired(&self, seqs: Vec<u64>) -> Result<HashMap<u64, u8>, Error> {
-        self.read(move |txn| {
-            let retired = txn.open_table(tables::RETIRED)?;
-            let mut out = HashMap::new();
-            for seq in seqs {
-                if let Some(bits) = retired.get(seq)? {
-                    out.insert(seq, bits.value());
-                }
-            }
-            Ok(out)
-        })
-        .await
-    }
-}
-
 type Candidates = (Vec<u64>, Option<u64>);
 
-fn candidates(db: &redb::Database, policy: &RetentionPolicy, after: u64, scan: usize) -> Result<Candidates, Error> {
+pub(super) fn candidates(
+    db: &redb::Database,
+    policy: &RetentionPolicy,
+    after: u64,
+    scan: usize,
+) -> Result<Candidates, Error> {
     let txn = db.begin_read()?;
     let index = txn.open_table(tables::STATE_INDEX)?;
     let extractions = txn.open_table(tables::EXTRACTIONS)?;
@@ -87,7 +53,11 @@ fn candidates(db: &redb::Database, policy: &RetentionPolicy, after: u64, scan: u
 }
 
 /// Checked again under the writer: the snapshot may be stale (a retry, an erasure).
-fn drop_due(t: &mut WriteTables<'_>, policy: &RetentionPolicy, due: &[u64]) -> Result<(RetentionStep, bool), Error> {
+pub(super) fn drop_due(
+    t: &mut WriteTables<'_>,
+    policy: &RetentionPolicy,
+    due: &[u64],
+) -> Result<(RetentionStep, bool), Error> {
     let mut step = RetentionStep::default();
     let mut wrote = false;
     for &seq in due {

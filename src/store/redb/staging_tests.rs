@@ -1,6 +1,7 @@
 //! Staging and closing through the redb store: what a line or a batch's end does to its
 //! member, its ledger and its budget, end to end through the writer.
 
+use crate::store::seam::{Batches, Extractions, Ledger};
 use std::sync::Arc;
 
 use super::Store;

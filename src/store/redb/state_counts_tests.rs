@@ -2,6 +2,7 @@
 //! that moves an extraction between states or removes it, across a reopen, and against
 //! a tampered file.
 
+use crate::store::seam::{Batches, Extractions, Upkeep};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -2,35 +2,62 @@
 //! closing, and what each reports.
 
 use super::*;
+use async_trait::async_trait;
 
-seam! {
-    /// Provider batches: intents, job ids, polling schedule, staged answers (the scheduler).
-    pub trait Batches {
-        /// Commits a submit intent (members → `Submitted`, a batch key) before any call.
-        fn create_intent(&self, request: IntentRequest) -> IntentOutcome;
-        /// Releases members past `keep` from an intent the provider found too large.
-        fn shrink_intent(&self, batch: u64, keep: usize) -> u64;
-        /// Persists the provider's job id before anything else is done with it.
-        fn record_job(&self, batch: u64, job_id: String, next_poll_at_ms: u64) -> BatchRecord;
-        fn open_batches(&self) -> Vec<BatchRecord>;
-        fn batch_members(&self, batch: u64) -> Vec<BatchMember>;
-        fn stage_results(&self, batch: u64, lines: Vec<(ExtractionId, LineResult)>, rules: MemberRules)
-            -> StageReport;
-        /// Result lines with the engine's verdicts: judged answers commit in the same
-        /// transaction, flushed to disk now or with a later commit as `flush` says.
-        fn ingest_results(&self, batch: u64, lines: Vec<IngestLine>, rules: MemberRules, flush: Flush) -> StageReport;
-        /// Returns once every write committed so far, flushed or not, is on disk.
-        fn flush(&self) -> ();
-        fn ready_items(&self, provider: String, limit: usize) -> Vec<ReadyItem>;
-        fn close_batch(&self, batch: u64, outcome: String, leftover: Leftover, rules: MemberRules) -> CloseReport;
-        fn reschedule_batch(&self, batch: u64, next_action_at_ms: u64, note: Option<String>, count_failure: bool)
-            -> ();
-        fn note_not_found(&self, batch: u64, since_ms: u64, next_action_at_ms: u64, note: String) -> ();
-        /// Job ids recorded for `provider` since a time: what an orphan lookup may skip.
-        fn recorded_jobs_since(&self, provider: String, since_ms: u64) -> Vec<String>;
-        fn provider_paused(&self, provider: String) -> bool;
-        fn set_provider_paused(&self, provider: String, paused: bool) -> ();
-    }
+/// Provider batches: intents, job ids, polling schedule, staged answers (the scheduler).
+#[async_trait]
+pub trait Batches: Send + Sync + std::fmt::Debug {
+    /// Commits a submit intent (members → `Submitted`, a batch key) before any call.
+    async fn create_intent(&self, request: IntentRequest) -> Result<IntentOutcome, Error>;
+    /// Releases members past `keep` from an intent the provider found too large.
+    async fn shrink_intent(&self, batch: u64, keep: usize) -> Result<u64, Error>;
+    /// Persists the provider's job id before anything else is done with it.
+    async fn record_job(&self, batch: u64, job_id: String, next_poll_at_ms: u64) -> Result<BatchRecord, Error>;
+    async fn open_batches(&self) -> Result<Vec<BatchRecord>, Error>;
+    async fn batch_members(&self, batch: u64) -> Result<Vec<BatchMember>, Error>;
+    async fn stage_results(
+        &self,
+        batch: u64,
+        lines: Vec<(ExtractionId, LineResult)>,
+        rules: MemberRules,
+    ) -> Result<StageReport, Error>;
+    /// Result lines with the engine's verdicts: judged answers commit in the same
+    /// transaction, flushed to disk now or with a later commit as `flush` says.
+    async fn ingest_results(
+        &self,
+        batch: u64,
+        lines: Vec<IngestLine>,
+        rules: MemberRules,
+        flush: Flush,
+    ) -> Result<StageReport, Error>;
+    /// Returns once every write committed so far, flushed or not, is on disk.
+    async fn flush(&self) -> Result<(), Error>;
+    async fn ready_items(&self, provider: String, limit: usize) -> Result<Vec<ReadyItem>, Error>;
+    async fn close_batch(
+        &self,
+        batch: u64,
+        outcome: String,
+        leftover: Leftover,
+        rules: MemberRules,
+    ) -> Result<CloseReport, Error>;
+    async fn reschedule_batch(
+        &self,
+        batch: u64,
+        next_action_at_ms: u64,
+        note: Option<String>,
+        count_failure: bool,
+    ) -> Result<(), Error>;
+    async fn note_not_found(
+        &self,
+        batch: u64,
+        since_ms: u64,
+        next_action_at_ms: u64,
+        note: String,
+    ) -> Result<(), Error>;
+    /// Job ids recorded for `provider` since a time: what an orphan lookup may skip.
+    async fn recorded_jobs_since(&self, provider: String, since_ms: u64) -> Result<Vec<String>, Error>;
+    async fn provider_paused(&self, provider: String) -> Result<bool, Error>;
+    async fn set_provider_paused(&self, provider: String, paused: bool) -> Result<(), Error>;
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

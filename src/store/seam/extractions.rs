@@ -2,43 +2,52 @@
 
 use super::*;
 use crate::domain::lifecycle::Event;
+use async_trait::async_trait;
 use serde_json::Value;
 
-seam! {
-    /// Intake, reads of extractions, and workers' claims and results (the service).
-    pub trait Extractions {
-        /// Inserts unless the identity exists; a known identity is answered without a write.
-        fn intake(&self, new: NewExtraction) -> IntakeOutcome;
-        /// Intake keyed by a webhook delivery id too, in one transaction.
-        fn intake_delivery(&self, endpoint: String, delivery_id: String, new: NewExtraction) -> DeliveryOutcome;
-        /// The extraction a webhook delivery created, if it was seen.
-        fn delivered(&self, endpoint: String, delivery_id: String) -> Option<ExtractionRecord>;
-        fn get(&self, id: ExtractionId) -> Option<ExtractionRecord>;
-        fn get_by_seq(&self, seq: u64) -> Option<ExtractionRecord>;
-        fn list(&self, filter: ListFilter) -> ListPage;
-        fn findings(&self, id: ExtractionId) -> Option<Vec<FindingRecord>>;
-        fn findings_page(&self, id: ExtractionId, after: Option<[u8; 32]>, limit: usize)
-            -> Option<(Vec<FindingRecord>, bool)>;
-        /// The raw output a committed extraction was committed with.
-        fn result(&self, id: ExtractionId) -> Option<ResultRecord>;
-        /// How many extractions are in each state, and since when the oldest waits.
-        fn counts_by_state(&self) -> Vec<StateCount>;
-        /// Hands out leases with fencing tokens.
-        fn claim(&self, request: ClaimRequest) -> Vec<Grant>;
-        /// Commits (or fails) an output under a lease or a batch's authority, re-checked
-        /// in the same transaction as the findings, raw result, ledger and outbox writes.
-        fn post_result(&self, post: PostResult) -> PostOutcome;
-        fn retry(&self, id: ExtractionId) -> RetryOutcome;
-        /// Moves a pending, claimed, submitted or failed extraction to `Cancelled`.
-        fn cancel(&self, id: ExtractionId) -> CancelOutcome;
-        /// Moves up to `limit` matching failed extractions back to pending, in bounded
-        /// transactions; returns how many moved.
-        fn retry_failed(&self, filter: RetryFilter, limit: u64) -> u64;
-        /// A tenant's committed extractions in commit order, from one snapshot.
-        fn export_to(&self, filter: ExportFilter, sink: ExportSink) -> ();
-        /// What retention dropped of each of `seqs` (`RETIRED_*` bits; absent: nothing).
-        fn retired(&self, seqs: Vec<u64>) -> HashMap<u64, u8>;
-    }
+/// Intake, reads of extractions, and workers' claims and results (the service).
+#[async_trait]
+pub trait Extractions: Send + Sync + std::fmt::Debug {
+    /// Inserts unless the identity exists; a known identity is answered without a write.
+    async fn intake(&self, new: NewExtraction) -> Result<IntakeOutcome, Error>;
+    /// Intake keyed by a webhook delivery id too, in one transaction.
+    async fn intake_delivery(
+        &self,
+        endpoint: String,
+        delivery_id: String,
+        new: NewExtraction,
+    ) -> Result<DeliveryOutcome, Error>;
+    /// The extraction a webhook delivery created, if it was seen.
+    async fn delivered(&self, endpoint: String, delivery_id: String) -> Result<Option<ExtractionRecord>, Error>;
+    async fn get(&self, id: ExtractionId) -> Result<Option<ExtractionRecord>, Error>;
+    async fn get_by_seq(&self, seq: u64) -> Result<Option<ExtractionRecord>, Error>;
+    async fn list(&self, filter: ListFilter) -> Result<ListPage, Error>;
+    async fn findings(&self, id: ExtractionId) -> Result<Option<Vec<FindingRecord>>, Error>;
+    async fn findings_page(
+        &self,
+        id: ExtractionId,
+        after: Option<[u8; 32]>,
+        limit: usize,
+    ) -> Result<Option<(Vec<FindingRecord>, bool)>, Error>;
+    /// The raw output a committed extraction was committed with.
+    async fn result(&self, id: ExtractionId) -> Result<Option<ResultRecord>, Error>;
+    /// How many extractions are in each state, and since when the oldest waits.
+    async fn counts_by_state(&self) -> Result<Vec<StateCount>, Error>;
+    /// Hands out leases with fencing tokens.
+    async fn claim(&self, request: ClaimRequest) -> Result<Vec<Grant>, Error>;
+    /// Commits (or fails) an output under a lease or a batch's authority, re-checked
+    /// in the same transaction as the findings, raw result, ledger and outbox writes.
+    async fn post_result(&self, post: PostResult) -> Result<PostOutcome, Error>;
+    async fn retry(&self, id: ExtractionId) -> Result<RetryOutcome, Error>;
+    /// Moves a pending, claimed, submitted or failed extraction to `Cancelled`.
+    async fn cancel(&self, id: ExtractionId) -> Result<CancelOutcome, Error>;
+    /// Moves up to `limit` matching failed extractions back to pending, in bounded
+    /// transactions; returns how many moved.
+    async fn retry_failed(&self, filter: RetryFilter, limit: u64) -> Result<u64, Error>;
+    /// A tenant's committed extractions in commit order, from one snapshot.
+    async fn export_to(&self, filter: ExportFilter, sink: ExportSink) -> Result<(), Error>;
+    /// What retention dropped of each of `seqs` (`RETIRED_*` bits; absent: nothing).
+    async fn retired(&self, seqs: Vec<u64>) -> Result<HashMap<u64, u8>, Error>;
 }
 
 #[derive(Debug, Clone)]

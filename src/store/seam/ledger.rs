@@ -2,18 +2,18 @@
 
 use super::*;
 use crate::domain::batch::Usage;
+use async_trait::async_trait;
 
-seam! {
-    /// The ledger read back: budgets, cost reports, one extraction's attempts.
-    pub trait Ledger {
-        /// Spend per tenant from a UTC day on, from the per-day totals.
-        fn spend_since(&self, tenants: Vec<String>, from_day: u64) -> Vec<(String, u64)>;
-        fn extraction_ledger(&self, id: ExtractionId) -> Option<Vec<LedgerRecord>>;
-        /// Every entry of `tenant` in `[from_ms, to_ms)`, oldest first, to `visit`.
-        fn visit_ledger(&self, tenant: String, from_ms: u64, to_ms: u64, visit: LedgerVisitor) -> ();
-        /// What erased ledger entries of `tenant` had charged in `[from_ms, to_ms)`.
-        fn erased_spend(&self, tenant: String, from_ms: u64, to_ms: u64) -> u64;
-    }
+/// The ledger read back: budgets, cost reports, one extraction's attempts.
+#[async_trait]
+pub trait Ledger: Send + Sync + std::fmt::Debug {
+    /// Spend per tenant from a UTC day on, from the per-day totals.
+    async fn spend_since(&self, tenants: Vec<String>, from_day: u64) -> Result<Vec<(String, u64)>, Error>;
+    async fn extraction_ledger(&self, id: ExtractionId) -> Result<Option<Vec<LedgerRecord>>, Error>;
+    /// Every entry of `tenant` in `[from_ms, to_ms)`, oldest first, to `visit`.
+    async fn visit_ledger(&self, tenant: String, from_ms: u64, to_ms: u64, visit: LedgerVisitor) -> Result<(), Error>;
+    /// What erased ledger entries of `tenant` had charged in `[from_ms, to_ms)`.
+    async fn erased_spend(&self, tenant: String, from_ms: u64, to_ms: u64) -> Result<u64, Error>;
 }
 
 pub(crate) const DAY_MS: u64 = 86_400_000;

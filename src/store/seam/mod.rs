@@ -2,8 +2,9 @@
 //! and the engine need, as one trait per concern (each in the file of its name, with the
 //! types it passes), implemented by both backends, `redb::Store` and `postgres::PgStore`.
 //!
-//! Methods return boxed futures rather than using `async fn`, so the traits stay usable
-//! as `dyn` objects (a backend chosen at start, not at compile time).
+//! The traits are `async_trait`s, so they stay usable as `dyn` objects (a backend chosen
+//! at start, not at compile time); each backend implements them directly, in the file of
+//! the same name.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -28,25 +29,6 @@ pub type LedgerVisitor = Box<dyn FnMut(LedgerRecord) + Send + 'static>;
 /// Takes exported extractions one at a time on a blocking thread (it may block to pass
 /// them on); `None` marks the end of a complete walk. Returning `false` stops the walk.
 pub type ExportSink = Box<dyn FnMut(Option<Exported>) -> bool + Send + 'static>;
-
-/// Declares a seam trait and implements it for [`Store`] by calling the store's own
-/// method of the same name with the same arguments.
-macro_rules! seam {
-    ($(#[$meta:meta])* pub trait $name:ident {
-        $( $(#[$fmeta:meta])* fn $method:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty; )*
-    }) => {
-        $(#[$meta])*
-        pub trait $name: Send + Sync + std::fmt::Debug {
-            $( $(#[$fmeta])* fn $method(&self $(, $arg: $ty)*) -> StoreFuture<'_, $ret>; )*
-        }
-
-        impl $name for Store {
-            $( fn $method(&self $(, $arg: $ty)*) -> StoreFuture<'_, $ret> {
-                Box::pin(Store::$method(self $(, $arg)*))
-            } )*
-        }
-    };
-}
 
 mod batches;
 mod extractions;

@@ -1,20 +1,20 @@
 //! Outbox events and their delivery through the seam.
 
 use super::*;
+use async_trait::async_trait;
 
-seam! {
-    /// Outbox events and their delivery (the deliverer and the operator's calls).
-    pub trait Outbox {
-        fn due_events(&self, now_ms: u64, limit: usize) -> Vec<OutboxRecord>;
-        fn record_delivery(&self, seq: u64, report: DeliveryReport) -> Option<OutboxRecord>;
-        fn next_event_due(&self) -> Option<u64>;
-        fn list_outbox(&self, filter: OutboxFilter, after: u64, limit: usize) -> Vec<OutboxRecord>;
-        /// (pending, dead, oldest pending's due time).
-        fn outbox_counts(&self) -> (u64, u64, Option<u64>);
-        fn redeliver(&self, seq: u64) -> Option<OutboxRecord>;
-        fn set_sink_disabled(&self, sink: String, disabled: bool) -> ();
-        fn sink_disabled(&self, sink: String) -> bool;
-    }
+/// Outbox events and their delivery (the deliverer and the operator's calls).
+#[async_trait]
+pub trait Outbox: Send + Sync + std::fmt::Debug {
+    async fn due_events(&self, now_ms: u64, limit: usize) -> Result<Vec<OutboxRecord>, Error>;
+    async fn record_delivery(&self, seq: u64, report: DeliveryReport) -> Result<Option<OutboxRecord>, Error>;
+    async fn next_event_due(&self) -> Result<Option<u64>, Error>;
+    async fn list_outbox(&self, filter: OutboxFilter, after: u64, limit: usize) -> Result<Vec<OutboxRecord>, Error>;
+    /// (pending, dead, oldest pending's due time).
+    async fn outbox_counts(&self) -> Result<(u64, u64, Option<u64>), Error>;
+    async fn redeliver(&self, seq: u64) -> Result<Option<OutboxRecord>, Error>;
+    async fn set_sink_disabled(&self, sink: String, disabled: bool) -> Result<(), Error>;
+    async fn sink_disabled(&self, sink: String) -> Result<bool, Error>;
 }
 
 /// What one delivery attempt came to.

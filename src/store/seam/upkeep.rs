@@ -1,24 +1,24 @@
 //! Keeping the store itself: backups, the writer's pulse, retention, erasure, drivers.
 
 use super::*;
+use async_trait::async_trait;
 use std::sync::OnceLock;
 
-seam! {
-    /// Keeping the store itself: backups and the writer's pulse.
-    pub trait Upkeep {
-        /// A consistent copy while serving.
-        fn backup(&self, dest: PathBuf) -> BackupReport;
-        fn last_backup_ms(&self) -> Option<u64>;
-        /// Answers once the writer has committed an empty job: it is alive.
-        fn ping_writer(&self) -> ();
-        /// Looks at up to `scan` committed extractions after `after` and drops what
-        /// `policy` no longer keeps.
-        fn retention_step(&self, policy: RetentionPolicy, after: u64, scan: usize) -> RetentionStep;
-        /// Erases everything of a tenant but its spend totals, in bounded transactions.
-        fn erase_tenant(&self, tenant: String) -> ErasureReport;
-        /// The instance driving each of `providers`' batches now, if one is.
-        fn provider_drivers(&self, providers: Vec<String>) -> Vec<ProviderDriver>;
-    }
+/// Keeping the store itself: backups and the writer's pulse.
+#[async_trait]
+pub trait Upkeep: Send + Sync + std::fmt::Debug {
+    /// A consistent copy while serving.
+    async fn backup(&self, dest: PathBuf) -> Result<BackupReport, Error>;
+    async fn last_backup_ms(&self) -> Result<Option<u64>, Error>;
+    /// Answers once the writer has committed an empty job: it is alive.
+    async fn ping_writer(&self) -> Result<(), Error>;
+    /// Looks at up to `scan` committed extractions after `after` and drops what
+    /// `policy` no longer keeps.
+    async fn retention_step(&self, policy: RetentionPolicy, after: u64, scan: usize) -> Result<RetentionStep, Error>;
+    /// Erases everything of a tenant but its spend totals, in bounded transactions.
+    async fn erase_tenant(&self, tenant: String) -> Result<ErasureReport, Error>;
+    /// The instance driving each of `providers`' batches now, if one is.
+    async fn provider_drivers(&self, providers: Vec<String>) -> Result<Vec<ProviderDriver>, Error>;
 }
 
 /// What an erasure removed. Counts add up over its transactions.

@@ -45,6 +45,7 @@ pub(super) fn check_retired(
 
 #[cfg(test)]
 mod tests {
+    use crate::store::seam::{Extractions, Upkeep};
     use redb::{Database, ReadableDatabase};
 
     use super::*;
