@@ -38,6 +38,7 @@ pub(super) struct BackupCreated {
         (status = 201, description = "The snapshot is durable under `DATA_DIR/backups/`", body = BackupCreated),
         (status = 401, response = Unauthenticated),
         (status = 403, response = Forbidden),
+        (status = 409, description = "`target_exists`: a backup of that name (its millisecond) exists; ask again", body = ErrorBody),
         (status = 422, description = "`invalid_input`: this server has no backup directory", body = ErrorBody),
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
