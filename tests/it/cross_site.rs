@@ -83,8 +83,10 @@ fn a_page_on_another_site_cannot_write_and_a_rebound_name_cannot_read() {
             assert_refused(&answer, 403, "token_required");
         }
     }
+    // Without a browser's markers the call goes through (PostgreSQL takes no backups).
     let backup = exchange(&addr, &request("POST", "/v1/admin/backup", here, &[], ""));
-    assert_eq!(status(&backup), 201, "{backup}");
+    let taken = if crate::support::postgres::enabled() { 501 } else { 201 };
+    assert_eq!(status(&backup), taken, "{backup}");
     // The same-origin JSON post of a page served here is no cross-site request.
     let own = request("POST", "/v1/extractions", here, &[json, &same, "sec-fetch-site: same-origin"], INTAKE);
     assert_eq!(status(&exchange(&addr, &own)), 201);
