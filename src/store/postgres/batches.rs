@@ -10,7 +10,6 @@
 
 use super::rows::stored_content;
 use crate::domain::batch::BatchMember;
-use crate::domain::batch::LineResult;
 use crate::domain::identity::ExtractionId;
 use crate::domain::lifecycle::State;
 use crate::store::Flush;
@@ -18,7 +17,6 @@ use crate::store::IngestLine;
 use crate::store::ReadyItem;
 use crate::store::StageReport;
 use crate::store::records::StoredContent;
-use crate::store::rules::staging;
 use crate::store::seam::Batches;
 use async_trait::async_trait;
 use tokio_postgres::Transaction;
@@ -415,16 +413,6 @@ impl Batches for PgStore {
             .await
             .map_err(pg("cannot record a provider's pause"))?;
         Ok(())
-    }
-
-    /// Stores one chunk of result lines. Safe to call again with the same lines.
-    async fn stage_results(
-        &self,
-        batch: u64,
-        lines: Vec<(ExtractionId, LineResult)>,
-        rules: MemberRules,
-    ) -> Result<StageReport, Error> {
-        self.ingest_results(batch, staging::unjudged(lines), rules, Flush::Now).await
     }
 
     /// Stores one chunk of result lines in one transaction, committing every judged answer

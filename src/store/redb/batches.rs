@@ -11,10 +11,8 @@
 use super::Flush;
 use super::records::BatchState;
 use super::records::StoredContent;
-use super::rules::staging;
 use super::tables;
 use crate::domain::batch::BatchMember;
-use crate::domain::batch::LineResult;
 use crate::domain::identity::ExtractionId;
 use crate::domain::lifecycle::State;
 use crate::domain::lifecycle::StateName;
@@ -321,16 +319,6 @@ impl Batches for Store {
                 Ok((returned, true))
             })
             .await
-    }
-
-    /// Stores one chunk of result lines. Safe to call again with the same lines.
-    async fn stage_results(
-        &self,
-        batch: u64,
-        lines: Vec<(ExtractionId, LineResult)>,
-        rules: MemberRules,
-    ) -> Result<StageReport, Error> {
-        self.ingest_results(batch, staging::unjudged(lines), rules, Flush::Now).await
     }
 
     /// Stores one chunk of result lines in one transaction, committing every judged

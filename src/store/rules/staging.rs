@@ -54,11 +54,6 @@ pub(in crate::store) struct Staging<'a> {
     pub report: StageReport,
 }
 
-/// Result lines without verdicts: each answer among them is staged for the committer.
-pub(in crate::store) fn unjudged(lines: Vec<(ExtractionId, LineResult)>) -> Vec<IngestLine> {
-    lines.into_iter().map(|(id, result)| IngestLine { id, result, judged: None }).collect()
-}
-
 /// The extractions `lines` name, each once, in the order they first appear: what a backend
 /// loads (and on PostgreSQL locks, in that order) before it asks for the plan.
 pub(in crate::store) fn named(lines: &[IngestLine]) -> impl Iterator<Item = ExtractionId> + '_ {

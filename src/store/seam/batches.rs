@@ -15,12 +15,17 @@ pub trait Batches: Send + Sync + std::fmt::Debug {
     async fn record_job(&self, batch: u64, job_id: String, next_poll_at_ms: u64) -> Result<BatchRecord, Error>;
     async fn open_batches(&self) -> Result<Vec<BatchRecord>, Error>;
     async fn batch_members(&self, batch: u64) -> Result<Vec<BatchMember>, Error>;
+    /// Lines without the engine's verdicts: every answer is staged, none committed here.
+    /// The same on every backend, so written once.
     async fn stage_results(
         &self,
         batch: u64,
         lines: Vec<(ExtractionId, LineResult)>,
         rules: MemberRules,
-    ) -> Result<StageReport, Error>;
+    ) -> Result<StageReport, Error> {
+        let unjudged = lines.into_iter().map(|(id, result)| IngestLine { id, result, judged: None }).collect();
+        self.ingest_results(batch, unjudged, rules, Flush::Now).await
+    }
     /// Result lines with the engine's verdicts: judged answers commit in the same
     /// transaction, flushed to disk now or with a later commit as `flush` says.
     async fn ingest_results(
