@@ -10,14 +10,13 @@
 
 use super::rows::stored_content;
 use crate::domain::batch::BatchMember;
-use crate::domain::identity::ExtractionId;
-use crate::domain::lifecycle::State;
 use crate::store::Flush;
 use crate::store::IngestLine;
 use crate::store::ReadyItem;
 use crate::store::StageReport;
 use crate::store::records::StoredContent;
 use crate::store::seam::Batches;
+use crate::store::seam::{member_line, ready_from, unowned_line};
 use async_trait::async_trait;
 use tokio_postgres::Transaction;
 use tokio_postgres::types::ToSql;
@@ -179,19 +178,8 @@ impl Batches for PgStore {
             .members
             .iter()
             .map(|seq| match found.remove(seq) {
-                Some((extraction, content)) => BatchMember {
-                    id: extraction.id,
-                    source_id: extraction.source_id,
-                    content,
-                    output_budget: extraction.output_budget,
-                },
-                // A line no one owns keeps the others' positions.
-                None => BatchMember {
-                    id: ExtractionId([0; 32]),
-                    source_id: String::new(),
-                    content: String::new(),
-                    output_budget: None,
-                },
+                Some((extraction, content)) => member_line(extraction, content),
+                None => unowned_line(),
             })
             .collect())
     }
@@ -214,7 +202,7 @@ impl Batches for PgStore {
             for row in &rows {
                 after = row.get(0);
                 let record = decode_record(row.get(1))?;
-                if !matches!(&record.state, State::Ready { provider: p, .. } if *p == provider.as_str()) {
+                if !ready_from(&record, &provider) {
                     continue;
                 }
                 out.push(ReadyItem { record, staged: decode(row.get(2))? });

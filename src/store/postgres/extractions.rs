@@ -24,7 +24,7 @@ use crate::store::rules::operator::{self, SCAN_CHUNK, Step};
 use crate::store::rules::{claim, post};
 use crate::store::{
     CancelOutcome, ClaimRequest, DeliveryOutcome, ExtractionRecord, Grant, IntakeOutcome, NewExtraction, Policies,
-    PostOutcome, PostResult, RETRY_CHUNK, RetryFilter, RetryOutcome,
+    PostOutcome, PostResult, RetryFilter, RetryOutcome,
 };
 
 /// Inserts unless the identity exists; the existing row is the answer otherwise (the
@@ -283,9 +283,8 @@ impl Extractions for PgStore {
     async fn retry_failed(&self, filter: RetryFilter, limit: u64) -> Result<u64, Error> {
         let policies = self.policies();
         let mut client = self.client().await?;
-        let (mut retried, mut after) = (0u64, 0u64);
-        while retried < limit {
-            let want = usize::try_from(limit - retried).unwrap_or(usize::MAX).min(RETRY_CHUNK);
+        let mut walk = operator::RetryWalk::new(limit);
+        while let Some((after, want)) = walk.next_chunk() {
             let now_ms = clock::now_ms();
             let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
             let rows = tx
@@ -306,17 +305,14 @@ impl Extractions for PgStore {
             let exhausted = rows.len() < SCAN_CHUNK;
             let scanned = rows.iter().map(|row| decode_record(row.get(0)));
             let step = operator::bulk_retry(scanned, exhausted, &filter, after, want, now_ms)?;
-            retried += step.moves.len() as u64;
+            let moved = step.moves.len() as u64;
             for (mut record, next) in step.moves {
                 transition(&tx, &policies, now_ms, &mut record, next).await?;
             }
             tx.commit().await.map_err(pg("bulk retry commit failed"))?;
-            match step.next_after {
-                Some(seq) => after = seq,
-                None => break,
-            }
+            walk.advance(moved, step.next_after);
         }
-        Ok(retried)
+        Ok(walk.retried())
     }
 
     async fn cancel(&self, id: ExtractionId) -> Result<CancelOutcome, Error> {

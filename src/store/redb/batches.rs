@@ -13,13 +13,12 @@ use super::records::BatchState;
 use super::records::StoredContent;
 use super::tables;
 use crate::domain::batch::BatchMember;
-use crate::domain::identity::ExtractionId;
-use crate::domain::lifecycle::State;
 use crate::domain::lifecycle::StateName;
 use crate::store::seam::Batches;
 use crate::store::seam::IngestLine;
 use crate::store::seam::ReadyItem;
 use crate::store::seam::StageReport;
+use crate::store::seam::{member_line, ready_from, unowned_line};
 use async_trait::async_trait;
 use redb::ReadableTable;
 use std::sync::Arc;
@@ -151,23 +150,12 @@ impl Batches for Store {
             for seq in record.members {
                 let missing = |kind| Error::Corrupt { kind, reason: format!("batch member #{seq} is missing") };
                 let Some(value) = extractions.get(seq)? else {
-                    // Erased after submission: a line no one owns keeps the others' positions.
-                    members.push(BatchMember {
-                        id: ExtractionId([0; 32]),
-                        source_id: String::new(),
-                        content: String::new(),
-                        output_budget: None,
-                    });
+                    members.push(unowned_line());
                     continue;
                 };
                 let extraction: ExtractionRecord = decode(value.value())?;
                 let content: StoredContent = decode(contents.get(seq)?.ok_or_else(|| missing("content"))?.value())?;
-                members.push(BatchMember {
-                    id: extraction.id,
-                    source_id: extraction.source_id,
-                    content: content.text,
-                    output_budget: extraction.output_budget,
-                });
+                members.push(member_line(extraction, content.text));
             }
             Ok(members)
         })
@@ -191,7 +179,7 @@ impl Batches for Store {
                 let missing = |kind| Error::Corrupt { kind, reason: format!("ready extraction #{seq} has no {kind}") };
                 let record: ExtractionRecord =
                     decode(extractions.get(seq)?.ok_or_else(|| missing("extraction"))?.value())?;
-                if !matches!(&record.state, State::Ready { provider: p, .. } if *p == provider.as_str()) {
+                if !ready_from(&record, &provider) {
                     continue;
                 }
                 let staged = decode(staged.get(seq)?.ok_or_else(|| missing("staged answer"))?.value())?;

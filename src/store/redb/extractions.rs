@@ -11,7 +11,6 @@ use crate::store::seam::ExportFilter;
 use crate::store::seam::Extractions;
 use crate::store::seam::ListFilter;
 use crate::store::seam::ListPage;
-use crate::store::seam::RETRY_CHUNK;
 use crate::store::seam::RetryFilter;
 use crate::store::seam::StateCount;
 use async_trait::async_trait;
@@ -209,19 +208,13 @@ impl Extractions for Store {
     /// order, `RETRY_CHUNK` per transaction. Returns how many moved. Extractions that fail
     /// while it runs may or may not be taken, as with any retry issued a moment later.
     async fn retry_failed(&self, filter: RetryFilter, limit: u64) -> Result<u64, Error> {
-        let mut retried = 0u64;
-        let mut after = 0u64;
-        while retried < limit {
-            let want = usize::try_from(limit - retried).unwrap_or(usize::MAX).min(RETRY_CHUNK);
+        let mut walk = operator::RetryWalk::new(limit);
+        while let Some((after, want)) = walk.next_chunk() {
             let f = filter.clone();
             let (moved, next) = self.writer.write(move |t| super::cancel::retry_chunk(t, &f, after, want)).await?;
-            retried += moved;
-            match next {
-                Some(seq) => after = seq,
-                None => break,
-            }
+            walk.advance(moved, next);
         }
-        Ok(retried)
+        Ok(walk.retried())
     }
 
     /// [`Store::export`] for a sink that keeps its own state (the seam's form): `sink`

@@ -9,6 +9,38 @@ use crate::store::seam::{CancelOutcome, RETRY_CHUNK, RetryFilter, RetryOutcome};
 /// little still commits (and lets others write) often.
 pub(in crate::store) const SCAN_CHUNK: usize = 4 * RETRY_CHUNK;
 
+/// How a bulk retry of up to `limit` extractions walks the failed ones in intake order, one
+/// chunk of at most `RETRY_CHUNK` per transaction, so no transaction holds many for long.
+#[derive(Debug)]
+pub(in crate::store) struct RetryWalk {
+    limit: u64,
+    retried: u64,
+    /// The seq the next chunk starts after; `None` once the walk has seen every match.
+    after: Option<u64>,
+}
+
+impl RetryWalk {
+    pub(in crate::store) fn new(limit: u64) -> Self {
+        Self { limit, retried: 0, after: Some(0) }
+    }
+
+    /// The next chunk: the seq to start after and how many to move at most.
+    pub(in crate::store) fn next_chunk(&self) -> Option<(u64, usize)> {
+        let after = self.after?;
+        let left = self.limit.checked_sub(self.retried).filter(|&n| n > 0)?;
+        Some((after, usize::try_from(left).unwrap_or(usize::MAX).min(RETRY_CHUNK)))
+    }
+
+    pub(in crate::store) fn advance(&mut self, moved: u64, next_after: Option<u64>) {
+        self.retried += moved;
+        self.after = next_after;
+    }
+
+    pub(in crate::store) fn retried(&self) -> u64 {
+        self.retried
+    }
+}
+
 /// What an action on one extraction comes to.
 #[derive(Debug)]
 pub(in crate::store) enum Step<O> {
@@ -92,6 +124,23 @@ mod tests {
         let mut r = record(State::Failed { class, reason: "x".into() });
         r.seq = seq;
         r
+    }
+
+    #[test]
+    fn a_bulk_retry_walks_in_chunks_until_its_limit_or_the_last_match() {
+        let mut walk = RetryWalk::new(1_200);
+        assert_eq!(walk.next_chunk(), Some((0, RETRY_CHUNK)));
+        walk.advance(500, Some(900));
+        assert_eq!(walk.next_chunk(), Some((900, RETRY_CHUNK)), "the next chunk starts after the last seq seen");
+        walk.advance(500, Some(1_700));
+        assert_eq!(walk.next_chunk(), Some((1_700, 200)), "the last chunk asks only for what the limit leaves");
+        walk.advance(200, Some(2_000));
+        assert_eq!((walk.next_chunk(), walk.retried()), (None, 1_200));
+
+        let mut short = RetryWalk::new(u64::MAX);
+        short.advance(3, None);
+        assert_eq!((short.next_chunk(), short.retried()), (None, 3), "no chunk after the matches ran out");
+        assert_eq!(RetryWalk::new(0).next_chunk(), None);
     }
 
     #[test]

@@ -120,6 +120,22 @@ pub struct IngestLine {
     pub judged: Option<Judged>,
 }
 
+/// The line a member of a submitted batch is sent as.
+pub(in crate::store) fn member_line(extraction: ExtractionRecord, content: String) -> BatchMember {
+    BatchMember { id: extraction.id, source_id: extraction.source_id, content, output_budget: extraction.output_budget }
+}
+
+/// A member erased after submission: a line no one owns keeps the others' positions.
+pub(in crate::store) fn unowned_line() -> BatchMember {
+    BatchMember { id: ExtractionId([0; 32]), source_id: String::new(), content: String::new(), output_budget: None }
+}
+
+/// Whether `record` is a staged answer from `provider`: each provider's scheduler commits
+/// only its own, so no answer is validated twice.
+pub(in crate::store) fn ready_from(record: &ExtractionRecord, provider: &str) -> bool {
+    matches!(&record.state, State::Ready { provider: p, .. } if p == provider)
+}
+
 /// A `Ready` extraction with its staged raw answer.
 #[derive(Debug, Clone)]
 pub struct ReadyItem {
