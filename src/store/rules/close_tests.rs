@@ -1,8 +1,8 @@
 //! The close and shrink plans, records in and moves out: no store is opened.
 
 use super::close::{close, shrink, to_close, to_shrink};
+use super::fixtures::{KEY, NOW, RULES, batch, in_job, member, submitted_job};
 use super::member::MemberRules;
-use super::test_records::{KEY, NOW, RULES, batch, in_job, member, submitted_job};
 use crate::domain::lifecycle::{FailureClass, State};
 use crate::store::records::BatchState;
 use crate::store::seam::{CloseReport, Leftover};

@@ -21,6 +21,4 @@ mod schedule_tests;
 pub(crate) mod staging;
 #[cfg(test)]
 mod staging_tests;
-#[cfg(test)]
-mod test_records;
 pub(crate) mod verify;

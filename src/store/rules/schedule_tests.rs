@@ -1,7 +1,7 @@
 //! The job, reschedule and not-found plans, records in and records out.
 
+use super::fixtures::{KEY, NOW, batch, in_job, member, submitted_job};
 use super::schedule::{not_found, record_job, reschedule, to_record_job};
-use super::test_records::{KEY, NOW, batch, in_job, member, submitted_job};
 use crate::domain::lifecycle::State;
 use crate::store::records::BatchState;
 

@@ -2,8 +2,8 @@
 
 use std::collections::HashMap;
 
+use super::fixtures::{CREATED, KEY, NOW, RULES, batch, in_job, member, submitted_job};
 use super::staging::{StageWrite, Staging, plan};
-use super::test_records::{CREATED, KEY, NOW, RULES, batch, in_job, member, submitted_job};
 use crate::domain::batch::{LineResult, Usage};
 use crate::domain::lifecycle::{FailureClass, State};
 use crate::store::records::{ChargeKind, ExtractionRecord, Fence};
