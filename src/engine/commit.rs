@@ -89,10 +89,14 @@ impl Judge {
                     findings.len(),
                     self.max_findings
                 );
-                (Submission::Invalid { reason }, Some(Refusal::TooManyFindings(findings.len())))
+                let issues = vec![ValidationIssue { path: String::new(), message: reason.clone() }];
+                (Submission::Invalid { reason, issues }, Some(Refusal::TooManyFindings(findings.len())))
             }
             Ok(findings) => (Submission::Valid { findings, output }, None),
-            Err(issues) => (Submission::Invalid { reason: summarize(&issues) }, Some(Refusal::Invalid(issues))),
+            Err(issues) => {
+                let reason = summarize(&issues);
+                (Submission::Invalid { reason, issues: issues.clone() }, Some(Refusal::Invalid(issues)))
+            }
         }
     }
 
@@ -104,7 +108,13 @@ impl Judge {
                 schema.normalize_provider_answer(&mut output);
                 self.judge(schema, output).0
             }
-            Err(e) => Submission::Invalid { reason: format!("the model's answer is not JSON: {e}") },
+            Err(e) => {
+                let reason = format!("the model's answer is not JSON: {e}");
+                Submission::Invalid {
+                    issues: vec![ValidationIssue { path: String::new(), message: reason.clone() }],
+                    reason,
+                }
+            }
         }
     }
 }

@@ -38,14 +38,26 @@ pub struct ExtractionRecord {
     /// The one automatic retry of a truncated answer was used (since intake or the last
     /// operator retry): a second truncation fails the extraction `truncated`.
     pub truncation_retried: bool,
+    /// Answers that failed validation or grounding and were asked again with their issues,
+    /// since intake or the last operator retry; at the schema's (or provider's) re-ask
+    /// limit the next invalid answer fails the extraction `validation`.
+    pub reasks: u32,
+    /// The newer revision of the same (tenant, source_id, schema name) that committed
+    /// after this one did: this one stays committed, it is no longer current.
+    pub superseded_by: Option<ExtractionId>,
 }
 
 impl Versioned for ExtractionRecord {
     const KIND: &'static str = "extraction";
-    const VERSION: u8 = 2;
+    /// 3: `reasks` and `superseded_by`.
+    const VERSION: u8 = 3;
 
     fn upgrade(version: u8, body: &[u8]) -> Option<Result<Self, String>> {
-        (version == 1).then(|| decode_body::<legacy::ExtractionRecordV1>(body).map(Into::into))
+        match version {
+            1 => Some(decode_body::<legacy::ExtractionRecordV1>(body).map(Into::into)),
+            2 => Some(decode_body::<legacy::ExtractionRecordV2>(body).map(Into::into)),
+            _ => None,
+        }
     }
 }
 
@@ -162,6 +174,55 @@ mod legacy {
                 requeues: 0,
                 output_budget: None,
                 truncation_retried: false,
+                reasks: 0,
+                superseded_by: None,
+            }
+        }
+    }
+
+    /// Format 2: before re-asks and revisions.
+    #[derive(Debug, Deserialize)]
+    pub struct ExtractionRecordV2 {
+        id: ExtractionId,
+        seq: u64,
+        tenant: String,
+        source_id: String,
+        source_hash: SourceHash,
+        schema: String,
+        metadata_json: Option<String>,
+        state: State,
+        attempt: u32,
+        claims: u32,
+        content_bytes: u64,
+        created_at_ms: u64,
+        updated_at_ms: u64,
+        requeues: u32,
+        output_budget: Option<u32>,
+        truncation_retried: bool,
+    }
+
+    impl From<ExtractionRecordV2> for crate::store::ExtractionRecord {
+        /// An old record has used no re-asks and is nobody's older revision.
+        fn from(v2: ExtractionRecordV2) -> Self {
+            Self {
+                id: v2.id,
+                seq: v2.seq,
+                tenant: v2.tenant,
+                source_id: v2.source_id,
+                source_hash: v2.source_hash,
+                schema: v2.schema,
+                metadata_json: v2.metadata_json,
+                state: v2.state,
+                attempt: v2.attempt,
+                claims: v2.claims,
+                content_bytes: v2.content_bytes,
+                created_at_ms: v2.created_at_ms,
+                updated_at_ms: v2.updated_at_ms,
+                requeues: v2.requeues,
+                output_budget: v2.output_budget,
+                truncation_retried: v2.truncation_retried,
+                reasks: 0,
+                superseded_by: None,
             }
         }
     }
@@ -469,6 +530,8 @@ impl NewExtraction {
             requeues: 0,
             output_budget: None,
             truncation_retried: false,
+            reasks: 0,
+            superseded_by: None,
         }
     }
 }
@@ -520,30 +583,68 @@ mod tests {
             requeues: 0,
             output_budget: None,
             truncation_retried: false,
+            reasks: 0,
+            superseded_by: None,
         }
+    }
+
+    /// Format 2's fixtures, read by this build: no re-asks used, nobody's older revision.
+    #[test]
+    fn version_2_extractions_are_upgraded_on_read() {
+        for name in [
+            "v2_extraction_pending.bin",
+            "v2_extraction_claimed.bin",
+            "v2_extraction_committed.bin",
+            "v2_extraction_cancelled.bin",
+            "v2_extraction_failed.bin",
+            "v2_extraction_truncated.bin",
+            "v2_extraction_refused.bin",
+            "v2_extraction_exhausted.bin",
+        ] {
+            let golden = std::fs::read(fixture(name)).unwrap();
+            assert_eq!(golden[0], 2, "{name} is a format 2 file");
+            let read = decode::<ExtractionRecord>(&golden).unwrap();
+            assert_eq!((read.reasks, read.superseded_by), (0, None), "{name}");
+            assert_eq!((read.id, read.seq, read.attempt), (ExtractionId([7; 32]), 42, 2), "{name}");
+        }
+        let truncated = decode::<ExtractionRecord>(&std::fs::read(fixture("v2_extraction_truncated.bin")).unwrap());
+        let truncated = truncated.unwrap();
+        assert_eq!((truncated.requeues, truncated.output_budget, truncated.truncation_retried), (1, Some(8192), true));
+    }
+
+    #[test]
+    fn golden_extraction_records_with_reasks_and_a_newer_revision() {
+        check_golden(
+            "v3_extraction_reasked_superseded.bin",
+            &ExtractionRecord {
+                reasks: 2,
+                superseded_by: Some(ExtractionId([8; 32])),
+                ..record(State::Committed { at_ms: 1_764_000_001_000 })
+            },
+        );
     }
 
     #[test]
     fn golden_extraction_records() {
-        check_golden("v2_extraction_pending.bin", &record(State::Pending));
+        check_golden("v3_extraction_pending.bin", &record(State::Pending));
         check_golden(
-            "v2_extraction_claimed.bin",
+            "v3_extraction_claimed.bin",
             &record(State::Claimed {
                 worker: "w1".into(),
                 lease_token: "lt-1-abc".into(),
                 expires_at_ms: 1_764_000_060_000,
             }),
         );
-        check_golden("v2_extraction_committed.bin", &record(State::Committed { at_ms: 1_764_000_001_000 }));
-        // Appended after format 2 was fixed: the states before it keep their bytes.
-        check_golden("v2_extraction_cancelled.bin", &record(State::Cancelled { at_ms: 1_764_000_002_000 }));
+        check_golden("v3_extraction_committed.bin", &record(State::Committed { at_ms: 1_764_000_001_000 }));
+        // Appended after format 2 was fixed (its cancelled state kept the others' bytes).
+        check_golden("v3_extraction_cancelled.bin", &record(State::Cancelled { at_ms: 1_764_000_002_000 }));
         check_golden(
-            "v2_extraction_failed.bin",
+            "v3_extraction_failed.bin",
             &record(State::Failed { class: FailureClass::Validation, reason: "line: 0 < 1".into() }),
         );
         // The classes appended in format 2, and a record that used a truncation retry.
         check_golden(
-            "v2_extraction_truncated.bin",
+            "v3_extraction_truncated.bin",
             &ExtractionRecord {
                 requeues: 1,
                 output_budget: Some(8192),
@@ -552,8 +653,8 @@ mod tests {
             },
         );
         for (name, class) in [
-            ("v2_extraction_refused.bin", FailureClass::Refused),
-            ("v2_extraction_exhausted.bin", FailureClass::AttemptsExhausted),
+            ("v3_extraction_refused.bin", FailureClass::Refused),
+            ("v3_extraction_exhausted.bin", FailureClass::AttemptsExhausted),
         ] {
             check_golden(
                 name,

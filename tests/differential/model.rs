@@ -335,7 +335,7 @@ impl Model {
                 self.transition(seq, StateView::Committed);
                 PostOutcome::Committed { findings }
             }
-            Submission::Invalid { reason } => {
+            Submission::Invalid { reason, .. } => {
                 self.transition(seq, StateView::Failed { class: FailureClass::Validation, reason: reason.clone() });
                 PostOutcome::Failed { reason: reason.clone() }
             }

@@ -26,6 +26,8 @@ pub(super) fn record(state: State) -> ExtractionRecord {
         requeues: 0,
         output_budget: None,
         truncation_retried: false,
+        reasks: 0,
+        superseded_by: None,
     }
 }
 

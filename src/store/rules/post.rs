@@ -202,7 +202,8 @@ mod tests {
 
     #[test]
     fn an_invalid_answer_fails_the_extraction_and_is_charged_as_failed_validation() {
-        let post = post("lt-1", Submission::Invalid { reason: "missing field".into() }, Some(charge()));
+        let post =
+            post("lt-1", Submission::Invalid { reason: "missing field".into(), issues: Vec::new() }, Some(charge()));
         let plan = plan_post(&claimed("lt-1"), &post, 2_000).unwrap();
         assert!(matches!(&plan.next, Some(State::Failed { class: FailureClass::Validation, .. })));
         assert_eq!(plan.charge.map(|(_, kind)| kind), Some(ChargeKind::FailedValidation));

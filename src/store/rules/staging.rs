@@ -189,7 +189,7 @@ fn settle<'a>(
     let batch_key = batch.batch_key.clone();
     let event = match answer {
         Judged::Valid { .. } => Event::ReadyValid { batch_key: batch_key.clone() },
-        Judged::Invalid { reason } => Event::ReadyInvalid { batch_key: batch_key.clone(), reason: reason.clone() },
+        Judged::Invalid { reason, .. } => Event::ReadyInvalid { batch_key: batch_key.clone(), reason: reason.clone() },
     };
     let Ok(Outcome::Changed(next)) = lifecycle::apply(ready, event, now_ms) else {
         return Err(Error::Corrupt {

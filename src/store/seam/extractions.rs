@@ -83,8 +83,16 @@ pub struct Grant {
 /// A worker's output, already checked against the extraction's schema.
 #[derive(Debug, Clone)]
 pub enum Submission {
-    Valid { findings: Vec<ValidatedFinding>, output: Value },
-    Invalid { reason: String },
+    Valid {
+        findings: Vec<ValidatedFinding>,
+        output: Value,
+    },
+    /// `issues` say what to fix, one per problem (`{path, message}`), for a re-ask;
+    /// `reason` sums them up for the failure record.
+    Invalid {
+        reason: String,
+        issues: Vec<ValidationIssue>,
+    },
 }
 
 /// An answer in the form it is stored: its output and findings already serialised, so
@@ -93,7 +101,7 @@ pub enum Submission {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Judged {
     Valid { output_json: String, findings: Vec<EncodedFinding> },
-    Invalid { reason: String },
+    Invalid { reason: String, issues: Vec<ValidationIssue> },
 }
 
 /// A validated finding's identity and its body as JSON text.
@@ -116,7 +124,9 @@ impl From<&Submission> for Judged {
                     })
                     .collect(),
             },
-            Submission::Invalid { reason } => Judged::Invalid { reason: reason.clone() },
+            Submission::Invalid { reason, issues } => {
+                Judged::Invalid { reason: reason.clone(), issues: issues.clone() }
+            }
         }
     }
 }
@@ -145,11 +155,11 @@ impl PostResult {
     pub(crate) fn event_and_fence(&self) -> (Event, Fence) {
         let event = match (&self.authority, &self.submission) {
             (Authority::Lease(token), Submission::Valid { .. }) => Event::ValidResult { lease_token: token.clone() },
-            (Authority::Lease(token), Submission::Invalid { reason }) => {
+            (Authority::Lease(token), Submission::Invalid { reason, .. }) => {
                 Event::InvalidResult { lease_token: token.clone(), reason: reason.clone() }
             }
             (Authority::Batch(key), Submission::Valid { .. }) => Event::ReadyValid { batch_key: key.clone() },
-            (Authority::Batch(key), Submission::Invalid { reason }) => {
+            (Authority::Batch(key), Submission::Invalid { reason, .. }) => {
                 Event::ReadyInvalid { batch_key: key.clone(), reason: reason.clone() }
             }
         };

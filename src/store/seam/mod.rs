@@ -18,7 +18,7 @@ use crate::domain::cursor::CursorKey;
 use crate::domain::identity::ExtractionId;
 use crate::domain::lifecycle::{FailureClass, State, StateName, TransitionError};
 use crate::domain::names::{BatchKey, LeaseToken};
-use crate::domain::schema::ValidatedFinding;
+use crate::domain::schema::{ValidatedFinding, ValidationIssue};
 
 /// What every seam method returns: the store's answer, once it is durable for a write.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
