@@ -49,6 +49,8 @@ impl Error {
 pub(crate) struct Built {
     pub kind: ProviderKind,
     pub adapter: Arc<dyn BatchProvider>,
+    /// The provider's override of the schemas' re-ask limits.
+    pub reask: Option<u32>,
 }
 
 /// Every configured provider's adapter, in configuration order, and the embedded
@@ -76,7 +78,7 @@ pub(crate) async fn build(settings: &[ProviderSettings]) -> Result<Providers, Er
             _ => None,
         };
         let adapter = adapter(provider, simulator_url)?;
-        built.providers.push(Built { kind: provider.kind(), adapter });
+        built.providers.push(Built { kind: provider.kind(), adapter, reask: provider.reask });
     }
     Ok(built)
 }

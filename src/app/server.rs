@@ -276,7 +276,8 @@ impl Server {
             service = service.with_scheduler(Arc::clone(wake), health);
         }
         for ((provider, (wake, _)), health) in providers.into_iter().zip(wakes).zip(healths) {
-            let settings = settings_for(provider.kind, &options.scheduler);
+            let mut settings = settings_for(provider.kind, &options.scheduler);
+            settings.reask = provider.reask;
             let context = scheduler::Context {
                 store: Arc::clone(service.store()),
                 committer: service.committer(),

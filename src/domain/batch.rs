@@ -5,6 +5,48 @@ use serde::{Deserialize, Serialize};
 
 use super::identity::ExtractionId;
 use super::lifecycle::FailureClass;
+use super::schema::ValidationIssue;
+
+/// Most characters of a refused answer kept for its re-ask. Providers' request limits are
+/// far larger (the smallest is Bedrock's per-record size), but a long wrong answer mostly
+/// costs input tokens on every re-ask: the start of it shows the model its mistake.
+pub const MAX_PREVIOUS_OUTPUT_CHARS: usize = 16 * 1024;
+
+/// An answer that failed validation or grounding, as the re-ask shows it to the model:
+/// what it answered (cut to `MAX_PREVIOUS_OUTPUT_CHARS`) and what was wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreviousAttempt {
+    pub output: String,
+    pub issues: Vec<ValidationIssue>,
+}
+
+impl PreviousAttempt {
+    /// Keeps the start of `output`; a cut answer says how much was left out, so the model
+    /// is not told its answer ended where it did not.
+    pub fn new(output: &str, issues: Vec<ValidationIssue>) -> Self {
+        let output = match output.char_indices().nth(MAX_PREVIOUS_OUTPUT_CHARS) {
+            Some((end, _)) => format!("{}… [cut: {} more bytes]", &output[..end], output.len() - end),
+            None => output.to_string(),
+        };
+        Self { output, issues }
+    }
+
+    /// The follow-up turn every dialect sends after the previous answer: the issues, one per
+    /// line as `path: message` (`/` for the whole answer), and what to do about them.
+    pub fn feedback(&self) -> String {
+        let mut text = String::from(
+            "Your previous answer was refused: it does not satisfy the required JSON Schema or cites something that is not in the source. The problems:\n",
+        );
+        for issue in &self.issues {
+            let path = if issue.path.is_empty() { "/" } else { issue.path.as_str() };
+            text.push_str(&format!("- {path}: {}\n", issue.message));
+        }
+        text.push_str(
+            "Answer again with the complete corrected JSON only, following the same instructions and schema, and cite only files, lines and text that appear in the source.",
+        );
+        text
+    }
+}
 
 /// One member as the provider adapter needs it.
 #[derive(Debug, Clone)]
@@ -15,6 +57,9 @@ pub struct BatchMember {
     /// The output token budget to ask for, when raised after a truncation; `None` asks
     /// for the provider's configured default.
     pub output_budget: Option<u32>,
+    /// The refused answer this request asks again about, with its issues; `None` for a
+    /// first ask.
+    pub previous_attempt: Option<PreviousAttempt>,
 }
 
 /// A provider's answer for one member, as parsed by its adapter.

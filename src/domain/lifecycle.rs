@@ -175,8 +175,10 @@ pub enum Event {
     Claim { worker: String, lease_token: LeaseToken, expires_at_ms: u64 },
     /// A worker posted output that passed schema validation.
     ValidResult { lease_token: LeaseToken },
-    /// A worker posted output that failed schema validation.
-    InvalidResult { lease_token: LeaseToken, reason: String },
+    /// A worker posted output that failed schema validation (or grounding). `reask`: the
+    /// extraction has re-asks left, so it goes back to the queue to be asked again with
+    /// the issues instead of failing.
+    InvalidResult { lease_token: LeaseToken, reason: String, reask: bool },
     /// An operator asks to try a failed extraction again.
     Retry,
     /// The batcher put the extraction into a submit intent for `provider`.
@@ -187,8 +189,9 @@ pub enum Event {
     ResultStored { batch_key: BatchKey },
     /// The stored result passed schema validation.
     ReadyValid { batch_key: BatchKey },
-    /// The stored result failed schema validation.
-    ReadyInvalid { batch_key: BatchKey, reason: String },
+    /// The stored result failed schema validation (or grounding); `reask` as for
+    /// `InvalidResult`.
+    ReadyInvalid { batch_key: BatchKey, reason: String, reask: bool },
     /// The provider refused this member for good (invalid request, non-retryable error).
     ProviderFailed { batch_key: BatchKey, class: FailureClass, reason: String },
     /// The batch ended without an answer for this member (expired, cancelled, lost):
@@ -275,9 +278,9 @@ pub fn apply(state: &State, event: Event, now_ms: u64) -> Result<Outcome, Transi
             fenced(current, &lease_token)?;
             Ok(Outcome::Changed(S::Committed { at_ms: now_ms }))
         }
-        (S::Claimed { lease_token: current, .. }, E::InvalidResult { lease_token, reason }) => {
+        (S::Claimed { lease_token: current, .. }, E::InvalidResult { lease_token, reason, reask }) => {
             fenced(current, &lease_token)?;
-            Ok(Outcome::Changed(S::Failed { class: FailureClass::Validation, reason }))
+            Ok(Outcome::Changed(invalid(reason, reask)))
         }
         (S::Committed { .. }, E::ValidResult { .. } | E::InvalidResult { .. }) => Ok(Outcome::Replay),
         // A worker holding no lease (never claimed, or the work went to a provider batch).
@@ -297,6 +300,12 @@ pub fn apply(state: &State, event: Event, now_ms: u64) -> Result<Outcome, Transi
         (S::Cancelled { .. }, E::Cancel) => Ok(Outcome::Replay),
         (_, event) => Err(illegal(&event)),
     }
+}
+
+/// Where an invalid answer leads: back to the queue for a re-ask while re-asks are left,
+/// else a validation failure.
+fn invalid(reason: String, reask: bool) -> State {
+    if reask { State::Pending } else { State::Failed { class: FailureClass::Validation, reason } }
 }
 
 /// Events reported by a provider batch. Each carries the batch key, which fences it the
@@ -332,9 +341,7 @@ fn apply_batch_event(state: &State, event: Event, now_ms: u64) -> Result<Outcome
         // Duplicate result lines: the first stored answer wins.
         (S::Ready { .. }, E::ResultStored { .. }) => Ok(Outcome::Replay),
         (S::Ready { .. }, E::ReadyValid { .. }) => Ok(Outcome::Changed(S::Committed { at_ms: now_ms })),
-        (S::Ready { .. }, E::ReadyInvalid { reason, .. }) => {
-            Ok(Outcome::Changed(S::Failed { class: FailureClass::Validation, reason }))
-        }
+        (S::Ready { .. }, E::ReadyInvalid { reason, reask, .. }) => Ok(Outcome::Changed(invalid(reason, reask))),
         (S::Submitted { .. }, E::ProviderFailed { class, reason, .. }) => {
             Ok(Outcome::Changed(S::Failed { class, reason }))
         }
@@ -368,7 +375,7 @@ mod tests {
         Event::ValidResult { lease_token: token.into() }
     }
     fn invalid(token: &str) -> Event {
-        Event::InvalidResult { lease_token: token.into(), reason: "bad".into() }
+        Event::InvalidResult { lease_token: token.into(), reason: "bad".into(), reask: false }
     }
     fn failed() -> State {
         State::Failed { class: FailureClass::Validation, reason: "bad".into() }
@@ -381,6 +388,20 @@ mod tests {
         State::Ready { provider: "p".into(), batch_key: key.into() }
     }
 
+    /// An invalid answer with re-asks left sends the work back to the queue, from a
+    /// worker's lease or a batch's staged answer alike; the fence still decides first.
+    #[test]
+    fn an_invalid_answer_with_reasks_left_goes_back_to_the_queue() {
+        let claimed = State::Claimed { worker: "w".into(), lease_token: "lt-1".into(), expires_at_ms: 50 };
+        let reask = |token: &str| Event::InvalidResult { lease_token: token.into(), reason: "bad".into(), reask: true };
+        assert_eq!(apply(&claimed, reask("lt-1"), 10), Ok(Outcome::Changed(State::Pending)));
+        assert_eq!(apply(&claimed, reask("lt-0"), 10), Err(TransitionError::StaleLease));
+        assert_eq!(apply(&claimed, invalid("lt-1"), 10), Ok(Outcome::Changed(failed())));
+        let ready_reask = Event::ReadyInvalid { batch_key: "k".into(), reason: "bad".into(), reask: true };
+        assert_eq!(apply(&ready("k"), ready_reask.clone(), 10), Ok(Outcome::Changed(State::Pending)));
+        assert_eq!(apply(&ready("old"), ready_reask, 10), Err(TransitionError::StaleBatch));
+    }
+
     #[test]
     fn batch_transition_table() {
         let now = 100;
@@ -388,7 +409,7 @@ mod tests {
         let accepted = |k: &str, j: &str| Event::JobAccepted { batch_key: k.into(), job_id: j.into() };
         let stored = |k: &str| Event::ResultStored { batch_key: k.into() };
         let valid = |k: &str| Event::ReadyValid { batch_key: k.into() };
-        let invalid = |k: &str| Event::ReadyInvalid { batch_key: k.into(), reason: "bad".into() };
+        let invalid = |k: &str| Event::ReadyInvalid { batch_key: k.into(), reason: "bad".into(), reask: false };
         let requeue = |k: &str| Event::Requeue { batch_key: k.into() };
         let refused = |k: &str| Event::ProviderFailed {
             batch_key: k.into(),
@@ -516,7 +537,7 @@ mod tests {
             key.clone().prop_map(|batch_key| Event::JobAccepted { batch_key, job_id: "j".into() }),
             key.clone().prop_map(|batch_key| Event::ResultStored { batch_key }),
             key.clone().prop_map(|batch_key| Event::ReadyValid { batch_key }),
-            key.clone().prop_map(|batch_key| Event::ReadyInvalid { batch_key, reason: "r".into() }),
+            key.clone().prop_map(|batch_key| Event::ReadyInvalid { batch_key, reason: "r".into(), reask: false }),
             key.prop_map(|batch_key| Event::Requeue { batch_key }),
             Just(Event::Cancel),
         ]

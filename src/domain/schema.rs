@@ -21,6 +21,9 @@ pub const BUILTIN_CODE_REVIEW: &str = "code-review@1";
 const IDENTITY_KEY: &str = "x-commitpoint-identity";
 const FINDINGS_KEY: &str = "x-commitpoint-findings";
 const INSTRUCTIONS_KEY: &str = "x-commitpoint-instructions";
+const REASK_KEY: &str = "x-commitpoint-reask";
+/// Re-asks an invalid answer gets when its schema does not say.
+pub const DEFAULT_REASKS: u32 = 1;
 const DEFAULT_FINDINGS_POINTER: &str = "/findings";
 /// Enough errors to fix an output; an adversarial output must not produce a huge response.
 const MAX_REPORTED_ISSUES: usize = 32;
@@ -51,7 +54,7 @@ pub enum Error {
 }
 
 /// One reason an output does not satisfy its schema.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ValidationIssue {
     /// JSON Pointer into the output.
     pub path: String,
@@ -75,6 +78,7 @@ pub struct Schema {
     validator: jsonschema::Validator,
     identity_pointers: Vec<String>,
     findings_pointer: String,
+    reask_limit: u32,
 }
 
 impl std::fmt::Debug for Schema {
@@ -103,6 +107,12 @@ impl Schema {
                 return Err(invalid(format!("`{FINDINGS_KEY}` must be a JSON Pointer string")));
             }
         };
+        let reask_limit = match document.get(REASK_KEY) {
+            None => DEFAULT_REASKS,
+            Some(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
+                invalid(format!("`{REASK_KEY}` must be a whole number of re-asks (0 turns them off), not {n}"))
+            })?,
+        };
         let validator = jsonschema::draft202012::new(document)
             .map_err(|e| invalid(format!("not a valid JSON Schema 2020-12 document: {e}")))?;
         let views = Dialect::ALL.into_iter().map(|d| (d, view::derive(document, d))).collect();
@@ -114,7 +124,19 @@ impl Schema {
             validator,
             identity_pointers,
             findings_pointer,
+            reask_limit,
         })
+    }
+
+    /// How many times an answer that fails validation or grounding is asked again, with
+    /// its issues, before the extraction fails `validation` (`x-commitpoint-reask`).
+    pub fn reask_limit(&self) -> u32 {
+        self.reask_limit
+    }
+
+    /// The registered JSON Schema document, as a worker is shown it.
+    pub fn document(&self) -> &Value {
+        &self.document
     }
 
     pub fn name(&self) -> &str {

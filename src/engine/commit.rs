@@ -11,7 +11,9 @@ use tokio::sync::Notify;
 
 use crate::domain::lifecycle::TransitionError;
 use crate::domain::schema::{self, Registry, Schema, ValidationIssue};
-use crate::store::{self, Authority, Charge, PostOutcome, PostResult, ReadyItem, SharedStore, Submission};
+use crate::store::{
+    self, Authority, Charge, ExtractionRecord, PostOutcome, PostResult, ReadyItem, SharedStore, StageReport, Submission,
+};
 
 /// Findings one output may hold unless configured otherwise: far above any real review,
 /// far below what makes a single commit hold up everyone's intake.
@@ -90,33 +92,42 @@ impl Judge {
                     self.max_findings
                 );
                 let issues = vec![ValidationIssue { path: String::new(), message: reason.clone() }];
-                (Submission::Invalid { reason, issues }, Some(Refusal::TooManyFindings(findings.len())))
+                (refused(schema, issues, reason, output.to_string()), Some(Refusal::TooManyFindings(findings.len())))
             }
             Ok(findings) => (Submission::Valid { findings, output }, None),
             Err(issues) => {
                 let reason = summarize(&issues);
-                (Submission::Invalid { reason, issues: issues.clone() }, Some(Refusal::Invalid(issues)))
+                (refused(schema, issues.clone(), reason, output.to_string()), Some(Refusal::Invalid(issues)))
             }
         }
     }
 
     /// The submission a provider's raw answer makes: parsed, normalised for the dialect's
-    /// quirks, then judged. CPU work, kept off the writer thread.
+    /// quirks, then judged. CPU work, kept off the writer thread. A refused answer keeps
+    /// the text the model gave, which is what its re-ask shows it.
     pub fn judge_answer(&self, schema: &Schema, raw: &str) -> Submission {
         match serde_json::from_str::<Value>(raw) {
             Ok(mut output) => {
                 schema.normalize_provider_answer(&mut output);
-                self.judge(schema, output).0
+                match self.judge(schema, output).0 {
+                    Submission::Invalid { reason, issues, reask_limit, .. } => {
+                        Submission::Invalid { reason, issues, output: raw.to_string(), reask_limit }
+                    }
+                    valid => valid,
+                }
             }
             Err(e) => {
                 let reason = format!("the model's answer is not JSON: {e}");
-                Submission::Invalid {
-                    issues: vec![ValidationIssue { path: String::new(), message: reason.clone() }],
-                    reason,
-                }
+                let issues = vec![ValidationIssue { path: String::new(), message: reason.clone() }];
+                refused(schema, issues, reason, raw.to_string())
             }
         }
     }
+}
+
+/// An invalid answer under its schema's re-ask limit.
+fn refused(schema: &Schema, issues: Vec<ValidationIssue>, reason: String, output: String) -> Submission {
+    Submission::Invalid { reason, issues, output, reask_limit: schema.reask_limit() }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -146,22 +157,33 @@ impl Committer {
         &self.judge
     }
 
-    /// Counts answers ingestion judged and committed (or failed) as it took them, as
-    /// `commit_ready` counts the staged ones.
-    pub fn count_ingested(&self, committed: u64, failed: u64) {
-        if committed > 0 {
-            metrics::counter!(crate::domain::metric_names::COMMITS_TOTAL, "path" => "provider").increment(committed);
+    /// Counts answers ingestion judged and committed (or failed, or sent back to be asked
+    /// again) as it took them, as `commit_ready` counts the staged ones.
+    pub fn count_ingested(&self, report: &StageReport, schema: &str, provider: &str) {
+        if report.committed > 0 {
+            metrics::counter!(crate::domain::metric_names::COMMITS_TOTAL, "path" => "provider")
+                .increment(report.committed);
         }
-        if failed > 0 {
-            metrics::counter!(crate::domain::metric_names::FAILURES_TOTAL, "class" => "validation").increment(failed);
+        if report.failed_validation > 0 {
+            metrics::counter!(crate::domain::metric_names::FAILURES_TOTAL, "class" => "validation")
+                .increment(report.failed_validation);
+        }
+        count_reasks(schema, provider, report.reasked, report.reasks_committed, report.reasks_failed);
+        if report.failed_validation > 0 || report.reasked > 0 {
             self.signals.wake_all();
         }
     }
 
     /// Validates a provider's staged answer and commits it (or fails it) under the
     /// authority of the batch it came from. `batch_api`: the answer came through a batch
-    /// API and is priced at its discount (never for a synchronous provider).
-    pub async fn commit_ready(&self, item: ReadyItem, batch_api: bool) -> Result<PostOutcome, CommitError> {
+    /// API and is priced at its discount (never for a synchronous provider). `reask`: the
+    /// provider's override of the schema's re-ask limit.
+    pub async fn commit_ready(
+        &self,
+        item: ReadyItem,
+        batch_api: bool,
+        reask: Option<u32>,
+    ) -> Result<PostOutcome, CommitError> {
         let id = item.record.id;
         let Some(batch_key) = item.record.state.batch_key().cloned() else {
             return Err(CommitError::Transition(TransitionError::StaleBatch));
@@ -175,29 +197,59 @@ impl Committer {
             batch: batch_api,
         });
         let submission = self.judge.judge_answer(&schema, &item.staged.output_json);
+        let submission = match reask {
+            Some(limit) => submission.with_reask_limit(limit),
+            None => submission,
+        };
         let outcome = self
             .store
             .post_result(PostResult { id, authority: Authority::Batch(batch_key), submission, charge })
             .await?;
-        count_outcome(&outcome, "provider");
-        if matches!(outcome, PostOutcome::Failed { .. }) {
+        count_outcome(&outcome, "provider", &item.record, &item.staged.provider);
+        if matches!(outcome, PostOutcome::Failed { .. } | PostOutcome::Reasked { .. }) {
             self.signals.wake_all();
         }
         Ok(outcome)
     }
 }
 
-/// Counts a post's outcome by the path it came through (`worker` or `provider`).
-pub(crate) fn count_outcome(outcome: &PostOutcome, path: &'static str) {
+/// Counts a post's outcome by the path it came through (`worker` or `provider`); `record`
+/// is the extraction as it was before the post, `provider` who answered (`worker` for an
+/// external worker).
+pub(crate) fn count_outcome(outcome: &PostOutcome, path: &'static str, record: &ExtractionRecord, provider: &str) {
+    let answers_reask = u64::from(record.reasks > 0);
     match outcome {
         PostOutcome::Committed { .. } => {
-            metrics::counter!(crate::domain::metric_names::COMMITS_TOTAL, "path" => path).increment(1)
+            metrics::counter!(crate::domain::metric_names::COMMITS_TOTAL, "path" => path).increment(1);
+            count_reasks(&record.schema, provider, 0, answers_reask, 0);
         }
         PostOutcome::Replay { .. } => metrics::counter!(crate::domain::metric_names::REPLAYS_TOTAL).increment(1),
         PostOutcome::Failed { .. } => {
             metrics::counter!(crate::domain::metric_names::FAILURES_TOTAL, "class" => "validation").increment(1);
+            count_reasks(&record.schema, provider, 0, 0, answers_reask);
         }
+        PostOutcome::Reasked { .. } => count_reasks(&record.schema, provider, 1, 0, 0),
         PostOutcome::NotFound | PostOutcome::Rejected(_) => {}
+    }
+}
+
+/// Re-asks sent, and how the answers to re-asks ended: the success rate of a re-ask is
+/// `outcome="committed"` over both outcomes.
+fn count_reasks(schema: &str, provider: &str, reasked: u64, committed: u64, failed: u64) {
+    use crate::domain::metric_names::{REASK_OUTCOMES_TOTAL, REASKS_TOTAL};
+    let labels = |extra: Option<&'static str>| {
+        let mut labels = vec![("schema", schema.to_string()), ("provider", provider.to_string())];
+        labels.extend(extra.map(|o| ("outcome", o.to_string())));
+        labels
+    };
+    if reasked > 0 {
+        metrics::counter!(REASKS_TOTAL, &labels(None)).increment(reasked);
+    }
+    if committed > 0 {
+        metrics::counter!(REASK_OUTCOMES_TOTAL, &labels(Some("committed"))).increment(committed);
+    }
+    if failed > 0 {
+        metrics::counter!(REASK_OUTCOMES_TOTAL, &labels(Some("failed"))).increment(failed);
     }
 }
 

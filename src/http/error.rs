@@ -135,7 +135,7 @@ pub(super) struct ErrorDetail {
     code: &'static str,
     /// What went wrong and what to do about it.
     message: String,
-    /// More about some errors: `field` for `invalid_input`, `issues` for `validation_failed`.
+    /// More about some errors: `field` for `invalid_input`, `issues` for `validation_failed` and `reasked` (which also gives `reask`).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Object, required = false)]
     details: Option<Value>,
@@ -182,6 +182,8 @@ impl From<service::Error> for ApiError {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", message)
                     .with_details(json!({ "issues": issues }))
             }
+            E::Reasked { issues, reask, .. } => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "reasked", message)
+                .with_details(json!({ "issues": issues, "reask": reask })),
             E::MetadataTooLarge { bytes, max } => {
                 Self::new(StatusCode::PAYLOAD_TOO_LARGE, "metadata_too_large", message)
                     .with_details(json!({ "field": "metadata", "bytes": bytes, "max": max }))

@@ -25,6 +25,7 @@ mod openapi;
 mod openapi_tests;
 mod refusal;
 mod routes;
+mod schemas;
 mod stall;
 mod tenants;
 mod time;

@@ -28,6 +28,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/extractions/{id}/retry"),
     ("GET", "/v1/extractions/{id}/costs"),
     ("POST", "/v1/claims"),
+    ("GET", "/v1/schemas/{name}"),
     ("GET", "/v1/stats"),
     ("GET", "/v1/tenants/{tenant}/costs"),
     ("POST", "/v1/webhooks/{name}"),
@@ -331,17 +332,37 @@ async fn real_answers_match_their_documented_schemas() {
     let claim = json!({"worker": "w", "limit": 5.0, "lease_seconds": 60});
     let expensive = json!({"model": "m", "input_tokens": 10, "output_tokens": 2, "cost_micros": u64::MAX});
 
-    // A first answer that fails the schema: 422, the extraction fails, and it is charged.
+    // A first answer that fails the schema: 422 reasked, charged, back to the queue as a new
+    // attempt; its claim carries the refused answer and its issues.
     let (_, claims) = live.call("POST", "/v1/claims", "/v1/claims", Some(claim.clone())).await;
     let token = claims["claims"][0]["lease_token"].clone();
+    assert!(claims["claims"][0]["previous_attempt"].is_null(), "{claims:#}");
+    assert_eq!(claims["claims"][0]["schema_url"], "/v1/schemas/code-review@1");
     let (_, claimed) = live.call("GET", "/v1/extractions/{id}", &format!("/v1/extractions/{id}"), None).await;
     assert_eq!(claimed["state"], "claimed");
     let bad = json!({"lease_token": token, "output": {"findings": "none"}, "usage": expensive});
-    let (status, refused) = live.call("POST", "/v1/extractions/{id}/result", &result_path, Some(bad)).await;
+    let (status, refused) = live.call("POST", "/v1/extractions/{id}/result", &result_path, Some(bad.clone())).await;
+    assert_eq!(
+        (status, &refused["error"]["code"], &refused["error"]["details"]["reask"]),
+        (422, &json!("reasked"), &json!(1))
+    );
+    let (_, claims) = live.call("POST", "/v1/claims", "/v1/claims", Some(claim.clone())).await;
+    let previous = &claims["claims"][0]["previous_attempt"];
+    assert_eq!(previous["output"], r#"{"findings":"none"}"#, "{claims:#}");
+    assert_eq!(previous["issues"][0]["path"], "/findings", "{claims:#}");
+    assert_eq!(claims["claims"][0]["attempt"], 2);
+    // The same mistake again: no re-ask is left, so the extraction fails.
+    let again =
+        json!({"lease_token": claims["claims"][0]["lease_token"], "output": {"findings": "none"}, "usage": expensive});
+    let (status, refused) = live.call("POST", "/v1/extractions/{id}/result", &result_path, Some(again)).await;
     assert_eq!((status, &refused["error"]["code"]), (422, &json!("validation_failed")));
     let (status, retried) =
         live.call("POST", "/v1/extractions/{id}/retry", &format!("/v1/extractions/{id}/retry"), None).await;
-    assert_eq!((status, &retried["attempts"]), (200, &json!(2)));
+    assert_eq!((status, &retried["attempts"]), (200, &json!(3)));
+    let (status, schema) = live.call("GET", "/v1/schemas/{name}", "/v1/schemas/code-review@1", None).await;
+    assert_eq!((status, &schema["reask"]), (200, &json!(1)));
+    assert_eq!(schema["json_schema"]["type"], "object");
+    assert_eq!(live.call("GET", "/v1/schemas/{name}", "/v1/schemas/nope@1", None).await.0, 404);
 
     // The second attempt commits, and a repeat of it is a replay.
     let (_, claims) = live.call("POST", "/v1/claims", "/v1/claims", Some(claim)).await;
@@ -355,7 +376,7 @@ async fn real_answers_match_their_documented_schemas() {
     assert_eq!(findings["findings"][0]["rule"], "r1");
     // Two charges of u64::MAX: the total saturates instead of overflowing (which panicked).
     let (_, costs) = live.call("GET", "/v1/extractions/{id}/costs", &format!("/v1/extractions/{id}/costs"), None).await;
-    assert_eq!(costs["attempts"].as_array().map(Vec::len), Some(3));
+    assert_eq!(costs["attempts"].as_array().map(Vec::len), Some(4));
     assert_eq!(costs["charged_micros"], json!(u64::MAX));
     let (status, _) =
         live.call("POST", "/v1/extractions/{id}/retry", &format!("/v1/extractions/{id}/retry"), None).await;

@@ -141,9 +141,33 @@ pub(super) struct ClaimGrant {
     #[schema(value_type = Option<Object>)]
     metadata: Option<Value>,
     content: String,
+    /// What the model is asked to do (the schema's `x-commitpoint-instructions`).
+    instructions: String,
+    /// Where the JSON Schema the output must satisfy is served (`GET /v1/schemas/{name}`).
+    schema_url: String,
+    /// Present when this claim is a re-ask: the refused answer (its start, when long) and
+    /// the issues to fix. Show both to the model and ask again.
+    previous_attempt: Option<PreviousAttemptView>,
 }
 
-pub(super) fn grant(g: &Grant) -> ClaimGrant {
+/// A refused answer and what was wrong with it.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct PreviousAttemptView {
+    /// The refused answer as given; cut after 16,384 characters with a `… [cut: N more bytes]` marker.
+    output: String,
+    issues: Vec<IssueView>,
+}
+
+/// One problem with an answer: where (a JSON Pointer into it; empty for the whole answer) and what.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct IssueView {
+    path: String,
+    message: String,
+}
+
+/// `instructions`: the claimed extraction's schema's, or `None` when the schema is no
+/// longer registered (the worker can still read `schema_url`'s answer, a 404 then).
+pub(super) fn grant(g: &Grant, instructions: Option<String>) -> ClaimGrant {
     ClaimGrant {
         extraction_id: g.record.id.to_hex(),
         lease_token: g.lease_token.to_string(),
@@ -154,6 +178,12 @@ pub(super) fn grant(g: &Grant) -> ClaimGrant {
         attempt: g.record.attempt,
         metadata: metadata(&g.record),
         content: g.content.clone(),
+        instructions: instructions.unwrap_or_default(),
+        schema_url: format!("/v1/schemas/{}", g.record.schema),
+        previous_attempt: g.record.previous_attempt.as_ref().map(|p| PreviousAttemptView {
+            output: p.output.clone(),
+            issues: p.issues.iter().map(|i| IssueView { path: i.path.clone(), message: i.message.clone() }).collect(),
+        }),
     }
 }
 

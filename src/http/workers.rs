@@ -67,7 +67,9 @@ pub(super) async fn claim(State(service): State<Service>, JsonBody(body): JsonBo
         schema: body.schema,
     };
     let grants = service.claim(request).await?;
-    ok(ClaimsPage { claims: grants.iter().map(views::grant).collect() })
+    let registry = service.registry();
+    let instructions = |schema: &str| registry.get(schema).ok().map(|s| s.instructions());
+    ok(ClaimsPage { claims: grants.iter().map(|g| views::grant(g, instructions(&g.record.schema))).collect() })
 }
 
 /// What the worker's model call used, for the cost ledger.
@@ -144,7 +146,7 @@ pub(super) struct ResultReply {
         (status = 408, response = BodyTimeout),
         (status = 413, response = PayloadTooLarge),
         (status = 415, response = UnsupportedEncoding),
-        (status = 422, description = "`invalid_input`, or `validation_failed`: the output fails the schema (`details.issues`); the extraction is now failed", body = ErrorBody),
+        (status = 422, description = "`invalid_input`; `reasked`: the output fails the schema or its grounding rules (`details.issues`) and the extraction goes back to the queue to be asked again (`details.reask` counts re-asks; the next claim carries `previous_attempt`); or `validation_failed`: the same with no re-ask left, the extraction is now failed", body = ErrorBody),
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]

@@ -213,6 +213,7 @@ pub fn probe_member() -> BatchMember {
         source_id: "probe.rs".to_string(),
         content,
         output_budget: Some(PROBE_MAX_OUTPUT_TOKENS),
+        previous_attempt: None,
     }
 }
 

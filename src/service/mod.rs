@@ -75,6 +75,11 @@ pub enum Error {
     Transition(TransitionError),
     #[error("the output does not satisfy schema {schema}; the extraction is now failed (class validation)")]
     ValidationFailed { schema: String, issues: Vec<ValidationIssue> },
+    #[error(
+        "the output does not satisfy schema {schema}; the extraction goes back to the queue to be asked again \
+         with these issues (re-ask {reask}), and the next claim carries them as previous_attempt"
+    )]
+    Reasked { schema: String, issues: Vec<ValidationIssue>, reask: u32 },
     #[error("no provider named {0:?} is configured (see GET /v1/admin/providers)")]
     UnknownProvider(String),
     #[error("no webhook endpoint named {0:?} is configured")]

@@ -3,6 +3,7 @@
 
 use super::{Error, MAX_CLAIM_LIMIT, MAX_LEASE_SECONDS, ResultRequest, Service, check_text, invalid};
 use crate::domain::identity::ExtractionId;
+use crate::domain::schema::ValidationIssue;
 use crate::engine::commit::{Refusal, count_outcome};
 use crate::store::{Authority, Charge, ClaimRequest, ExtractionRecord, Grant, PostOutcome, PostResult, RetryOutcome};
 
@@ -41,7 +42,7 @@ impl Service {
         });
         let post = PostResult { id, authority: Authority::Lease(request.lease_token.into()), submission, charge };
         let outcome = self.store.post_result(post).await?;
-        count_outcome(&outcome, "worker");
+        count_outcome(&outcome, "worker", &record, "worker");
         match outcome {
             PostOutcome::NotFound => Err(Error::NotFound(id)),
             PostOutcome::Rejected(e) => Err(Error::Transition(e)),
@@ -52,6 +53,17 @@ impl Service {
                 Some(Refusal::Invalid(issues)) => Error::ValidationFailed { schema: record.schema, issues },
                 None => Error::ValidationFailed { schema: record.schema, issues: Vec::new() },
             }),
+            PostOutcome::Reasked { reask, .. } => {
+                let issues = match refusal {
+                    Some(Refusal::Invalid(issues)) => issues,
+                    Some(Refusal::TooManyFindings(count)) => vec![ValidationIssue {
+                        path: String::new(),
+                        message: format!("{count} findings, more than the {} allowed", self.judge.max_findings()),
+                    }],
+                    None => Vec::new(),
+                };
+                Err(Error::Reasked { schema: record.schema, issues, reask })
+            }
             outcome => Ok(outcome),
         }
     }

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::batch::Usage;
+use crate::domain::batch::{PreviousAttempt, Usage};
 use crate::domain::identity::{ExtractionId, FindingKey, SourceHash};
 use crate::domain::lifecycle::State;
 use crate::domain::names::{BatchKey, LeaseToken, ProviderName};
@@ -42,6 +42,9 @@ pub struct ExtractionRecord {
     /// since intake or the last operator retry; at the schema's (or provider's) re-ask
     /// limit the next invalid answer fails the extraction `validation`.
     pub reasks: u32,
+    /// The last refused answer and its issues while a re-ask is pending, shown to the model
+    /// (or a worker's claim) when it is asked again; cleared when an answer commits.
+    pub previous_attempt: Option<PreviousAttempt>,
     /// The newer revision of the same (tenant, source_id, schema name) that committed
     /// after this one did: this one stays committed, it is no longer current.
     pub superseded_by: Option<ExtractionId>,
@@ -49,7 +52,7 @@ pub struct ExtractionRecord {
 
 impl Versioned for ExtractionRecord {
     const KIND: &'static str = "extraction";
-    /// 3: `reasks` and `superseded_by`.
+    /// 3: `reasks`, `previous_attempt` and `superseded_by`.
     const VERSION: u8 = 3;
 
     fn upgrade(version: u8, body: &[u8]) -> Option<Result<Self, String>> {
@@ -175,6 +178,7 @@ mod legacy {
                 output_budget: None,
                 truncation_retried: false,
                 reasks: 0,
+                previous_attempt: None,
                 superseded_by: None,
             }
         }
@@ -222,6 +226,7 @@ mod legacy {
                 output_budget: v2.output_budget,
                 truncation_retried: v2.truncation_retried,
                 reasks: 0,
+                previous_attempt: None,
                 superseded_by: None,
             }
         }
@@ -531,6 +536,7 @@ impl NewExtraction {
             output_budget: None,
             truncation_retried: false,
             reasks: 0,
+            previous_attempt: None,
             superseded_by: None,
         }
     }
@@ -584,6 +590,7 @@ mod tests {
             output_budget: None,
             truncation_retried: false,
             reasks: 0,
+            previous_attempt: None,
             superseded_by: None,
         }
     }
@@ -604,7 +611,7 @@ mod tests {
             let golden = std::fs::read(fixture(name)).unwrap();
             assert_eq!(golden[0], 2, "{name} is a format 2 file");
             let read = decode::<ExtractionRecord>(&golden).unwrap();
-            assert_eq!((read.reasks, read.superseded_by), (0, None), "{name}");
+            assert_eq!((read.reasks, read.previous_attempt, read.superseded_by), (0, None, None), "{name}");
             assert_eq!((read.id, read.seq, read.attempt), (ExtractionId([7; 32]), 42, 2), "{name}");
         }
         let truncated = decode::<ExtractionRecord>(&std::fs::read(fixture("v2_extraction_truncated.bin")).unwrap());
@@ -618,6 +625,13 @@ mod tests {
             "v3_extraction_reasked_superseded.bin",
             &ExtractionRecord {
                 reasks: 2,
+                previous_attempt: Some(PreviousAttempt {
+                    output: r#"{"findings":[{"file":"b.rs"}]}"#.into(),
+                    issues: vec![crate::domain::schema::ValidationIssue {
+                        path: "/findings/0/file".into(),
+                        message: "b.rs is not a file of the source".into(),
+                    }],
+                }),
                 superseded_by: Some(ExtractionId([8; 32])),
                 ..record(State::Committed { at_ms: 1_764_000_001_000 })
             },

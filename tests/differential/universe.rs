@@ -68,10 +68,20 @@ pub fn answer_text(ok: bool, findings: &[u8]) -> String {
 /// The judge of this world, standing in for schema validation: both sides judge alike.
 pub fn judge(text: &str) -> Submission {
     let Ok(output) = serde_json::from_str::<Value>(text) else {
-        return Submission::Invalid { reason: "not JSON".into(), issues: Vec::new() };
+        return Submission::Invalid {
+            reason: "not JSON".into(),
+            issues: Vec::new(),
+            output: String::new(),
+            reask_limit: 0,
+        };
     };
     if output["ok"] != json!(true) {
-        return Submission::Invalid { reason: "/ok: the answer says it is not ok".into(), issues: Vec::new() };
+        return Submission::Invalid {
+            reason: "/ok: the answer says it is not ok".into(),
+            issues: Vec::new(),
+            output: String::new(),
+            reask_limit: 0,
+        };
     }
     let findings = output["findings"].as_array().cloned().unwrap_or_default();
     let findings = findings

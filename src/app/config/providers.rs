@@ -88,6 +88,9 @@ impl ProviderKind {
 pub(crate) struct ProviderSettings {
     pub name: String,
     pub spec: ProviderSpec,
+    /// `reask`: how many times this provider's invalid answers are asked again, overriding
+    /// each schema's `x-commitpoint-reask`.
+    pub reask: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -315,7 +318,7 @@ fn resolve_primary(
             budget,
         }),
     };
-    Ok(Some(ProviderSettings { name: choice_name(choice).to_string(), spec }))
+    Ok(Some(ProviderSettings { name: choice_name(choice).to_string(), spec, reask: None }))
 }
 
 fn choice_name(choice: ProviderChoice) -> &'static str {
@@ -341,6 +344,13 @@ fn resolve_table(name: String, mut table: toml::Table) -> Result<(ProviderSettin
             Some(kind) => (kind, true),
             None => return Err(invalid(format!("`kind` is required (one of {})", kinds()))),
         },
+    };
+    let reask = match table.remove("reask") {
+        None => None,
+        Some(toml::Value::Integer(n)) => Some(u32::try_from(n).map_err(|_| {
+            invalid(format!("reask must be a whole number of re-asks from 0 to {}, not {n}", u32::MAX))
+        })?),
+        Some(other) => return Err(invalid(format!("reask must be a whole number of re-asks, not {other}"))),
     };
     let value = toml::Value::Table(table);
     let parse_error = |e: toml::de::Error| invalid(e.message().trim().to_string());
@@ -374,7 +384,7 @@ fn resolve_table(name: String, mut table: toml::Table) -> Result<(ProviderSettin
             value.try_into::<RawBedrock>().map_err(parse_error)?.resolve().map_err(in_table)?,
         )),
     };
-    Ok((ProviderSettings { name, spec }, implied))
+    Ok((ProviderSettings { name, spec, reask }, implied))
 }
 
 #[cfg(test)]

@@ -61,6 +61,7 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 ..OpenAiBudget::default()
             },
         }),
+        reask: None,
     };
     let quick = scheduler::Settings {
         batch_max_size: 4,

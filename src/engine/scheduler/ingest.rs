@@ -116,6 +116,7 @@ impl Scheduler {
         // A schema no longer registered: its answers are staged as Ready and wait for it.
         let schema = self.registry.get(&batch.schema).ok();
         let judge = self.committer.judge().clone();
+        let reask = self.settings.reask;
         // `incoming` moves in: if judging stops, dropping it stops the download too.
         let judging = async move {
             let mut chunk = Vec::with_capacity(INGEST_CHUNK);
@@ -125,7 +126,7 @@ impl Scheduler {
                 }
                 // On this task: the writer, on its own thread, is the bottleneck, and a chunk
                 // leaves here as stored text, its parsed trees already freed.
-                let judged = judge_chunk(&judge, schema.as_deref(), chunk.drain(..));
+                let judged = judge_chunk(&judge, schema.as_deref(), reask, chunk.drain(..));
                 if judged_out.send(judged).await.is_err() {
                     return;
                 }
@@ -150,7 +151,7 @@ impl Scheduler {
         let (counts, (), report) = tokio::join!(download, judging, stage);
         let report = report.map_err(IngestError::Store)?;
         let counts = counts.map_err(IngestError::Provider)?;
-        self.committer.count_ingested(report.committed, report.failed_validation);
+        self.committer.count_ingested(&report, &batch.schema, self.provider.name());
         self.health.update(|h| {
             h.lines_ingested += counts.lines;
             h.malformed_lines += counts.malformed;
@@ -174,7 +175,13 @@ struct JudgedChunk {
 }
 
 /// Parses each line's extraction id and judges each answer against the batch's schema.
-fn judge_chunk(judge: &Judge, schema: Option<&Schema>, raw: impl ExactSizeIterator<Item = ResultLine>) -> JudgedChunk {
+/// `reask`: the provider's override of the schema's re-ask limit.
+fn judge_chunk(
+    judge: &Judge,
+    schema: Option<&Schema>,
+    reask: Option<u32>,
+    raw: impl ExactSizeIterator<Item = ResultLine>,
+) -> JudgedChunk {
     let mut lines = Vec::with_capacity(raw.len());
     let mut unnamed = 0;
     for (custom_id, result) in raw {
@@ -184,7 +191,11 @@ fn judge_chunk(judge: &Judge, schema: Option<&Schema>, raw: impl ExactSizeIterat
         };
         let judged = match (&result, schema) {
             (LineResult::Answer { output, .. }, Some(schema)) => {
-                Some(Judged::from(&judge.judge_answer(schema, output)))
+                let submission = judge.judge_answer(schema, output);
+                Some(Judged::from(&match reask {
+                    Some(limit) => submission.with_reask_limit(limit),
+                    None => submission,
+                }))
             }
             _ => None,
         };

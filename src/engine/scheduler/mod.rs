@@ -53,6 +53,8 @@ pub(crate) struct Settings {
     /// unreadable or retryable lines, truncation retries) before it fails
     /// `attempts_exhausted`. An operator's retry grants a fresh allowance.
     pub max_attempts: u32,
+    /// This provider's re-ask limit, overriding each schema's (`[providers.<name>] reask`).
+    pub reask: Option<u32>,
 }
 
 impl Default for Settings {
@@ -66,6 +68,7 @@ impl Default for Settings {
             job_gone_after: Duration::from_secs(600),
             delete_provider_files: true,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            reask: None,
         }
     }
 }
@@ -379,7 +382,7 @@ impl Scheduler {
             let results: Vec<_> = futures_util::stream::iter(items)
                 .map(|item| async move {
                     let id = item.record.id;
-                    (id, self.committer.commit_ready(item, batch_api).await)
+                    (id, self.committer.commit_ready(item, batch_api, self.settings.reask).await)
                 })
                 .buffer_unordered(COMMIT_CONCURRENCY)
                 .collect()

@@ -259,8 +259,13 @@ mod tests {
         use crate::domain::identity::ExtractionId;
         use crate::domain::schema::{BUILTIN_CODE_REVIEW, Registry};
         let schema = Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap();
-        let member =
-            BatchMember { id: ExtractionId([1; 32]), source_id: "s".into(), content: "c".into(), output_budget: None };
+        let member = BatchMember {
+            id: ExtractionId([1; 32]),
+            source_id: "s".into(),
+            content: "c".into(),
+            output_budget: None,
+            previous_attempt: None,
+        };
         let body = request_body(&member, &schema, "m", Some(10), BudgetField::MaxCompletionTokens);
         assert_eq!((body["max_completion_tokens"].as_u64(), body.get("max_tokens")), (Some(10), None));
         let body = request_body(&member, &schema, "m", Some(10), BudgetField::MaxTokens);

@@ -190,6 +190,7 @@ fn member(source: &str, content: &str) -> BatchMember {
         source_id: source.into(),
         content: content.into(),
         output_budget: None,
+        previous_attempt: None,
     }
 }
 

@@ -108,6 +108,7 @@ fn member(source: &str) -> BatchMember {
         source_id: source.into(),
         content: "x.unwrap()".into(),
         output_budget: None,
+        previous_attempt: None,
     }
 }
 

@@ -39,6 +39,7 @@ fn members(n: usize) -> Vec<BatchMember> {
                 source_id: source,
                 content: "let x = y.unwrap();".into(),
                 output_budget: None,
+                previous_attempt: None,
             }
         })
         .collect()

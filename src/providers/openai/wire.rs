@@ -222,8 +222,13 @@ mod tests {
         use crate::domain::identity::ExtractionId;
         use crate::domain::schema::{BUILTIN_CODE_REVIEW, Registry};
         let schema = Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap();
-        let mut member =
-            BatchMember { id: ExtractionId([1; 32]), source_id: "s".into(), content: "c".into(), output_budget: None };
+        let mut member = BatchMember {
+            id: ExtractionId([1; 32]),
+            source_id: "s".into(),
+            content: "c".into(),
+            output_budget: None,
+            previous_attempt: None,
+        };
         assert!(input_line(&member, &schema, "m", None)["body"].get("max_completion_tokens").is_none());
         assert_eq!(input_line(&member, &schema, "m", Some(1000))["body"]["max_completion_tokens"], 1000);
         member.output_budget = Some(2000);

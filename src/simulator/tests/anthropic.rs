@@ -47,6 +47,7 @@ fn members(tag: &str, n: usize) -> Vec<BatchMember> {
                 source_id: source,
                 content,
                 output_budget: None,
+                previous_attempt: None,
             }
         })
         .collect()

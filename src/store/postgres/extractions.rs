@@ -76,6 +76,7 @@ pub(super) async fn carry_out(
         .await
         .map_err(pg("cannot write a result"))?;
     }
+    plan.change.apply(record);
     if let Some(next) = plan.next {
         transition(tx, policies, now_ms, record, next).await?;
     }

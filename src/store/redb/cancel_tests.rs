@@ -30,7 +30,8 @@ async fn fail(store: &Store, tenant: &str, n: usize) {
     }
     let request = ClaimRequest { worker: "w".into(), limit: n, lease_ms: 60_000, schema: None };
     for grant in store.claim(request).await.unwrap() {
-        let submission = Submission::Invalid { reason: "bad".into(), issues: Vec::new() };
+        let submission =
+            Submission::Invalid { reason: "bad".into(), issues: Vec::new(), output: String::new(), reask_limit: 0 };
         let post = PostResult {
             id: grant.record.id,
             authority: Authority::Lease(grant.lease_token),

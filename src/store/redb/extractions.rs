@@ -145,6 +145,7 @@ fn carry_out(
     if let Some(result) = &plan.result {
         t.results.insert(record.seq, encode(result)?.as_slice())?;
     }
+    plan.change.apply(record);
     if let Some(next) = plan.next {
         transition(t, record, next)?;
     }

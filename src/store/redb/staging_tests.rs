@@ -171,7 +171,12 @@ async fn a_judged_invalid_answer_fails_validation_and_is_charged() {
     let line = IngestLine {
         id: rig.id,
         result: LineResult::Answer { output: "{}".into(), usage: Some(usage) },
-        judged: Some(Judged::Invalid { reason: "/: findings is required".into(), issues: Vec::new() }),
+        judged: Some(Judged::Invalid {
+            reason: "/: findings is required".into(),
+            issues: Vec::new(),
+            output: String::new(),
+            reask_limit: 0,
+        }),
     };
     let report = rig.store.ingest_results(batch, vec![line], RULES, Flush::Now).await.unwrap();
     assert_eq!((report.committed, report.failed_validation), (0, 1), "{report:?}");

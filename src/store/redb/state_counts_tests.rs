@@ -88,7 +88,8 @@ async fn counters_follow_every_write_and_survive_a_reopen() {
     assert!(matches!(store.post_result(post(0, valid.clone())).await.unwrap(), PostOutcome::Committed { .. }));
     // A replay of the same answer changes nothing.
     assert!(matches!(store.post_result(post(0, valid)).await.unwrap(), PostOutcome::Replay { .. }));
-    let invalid = Submission::Invalid { reason: "not json".into(), issues: Vec::new() };
+    let invalid =
+        Submission::Invalid { reason: "not json".into(), issues: Vec::new(), output: String::new(), reask_limit: 0 };
     assert!(matches!(store.post_result(post(1, invalid)).await.unwrap(), PostOutcome::Failed { .. }));
     assert_counts(&store, "commit and fail", &[("claimed", 1), ("committed", 1), ("failed", 1)]).await;
 

@@ -27,6 +27,7 @@ pub(super) fn record(state: State) -> ExtractionRecord {
         output_budget: None,
         truncation_retried: false,
         reasks: 0,
+        previous_attempt: None,
         superseded_by: None,
     }
 }

@@ -50,14 +50,17 @@ pub(in crate::store) enum Step<O> {
     Answer(O),
 }
 
-/// A retry starts the automatic policies over: a fresh allowance of provider attempts
-/// and of truncation retries, as a new attempt. A raised output budget is kept.
+/// A retry starts the automatic policies over: a fresh allowance of provider attempts,
+/// of truncation retries and of re-asks, as a new attempt. A raised output budget is kept,
+/// and so is a refused answer's previous attempt: the retry asks again with its issues
+/// rather than repeating the prompt that produced it.
 pub(in crate::store) fn retry(record: &mut ExtractionRecord, now_ms: u64) -> Step<RetryOutcome> {
     match lifecycle::apply(&record.state, Event::Retry, now_ms) {
         Ok(Outcome::Changed(next)) => {
             record.attempt += 1;
             record.requeues = 0;
             record.truncation_retried = false;
+            record.reasks = 0;
             Step::Move(next)
         }
         Ok(Outcome::Replay) => Step::Answer(RetryOutcome::Retried(Box::new(record.clone()))),
@@ -146,9 +149,10 @@ mod tests {
     #[test]
     fn a_retry_is_a_new_attempt_with_a_fresh_allowance_but_keeps_a_raised_budget() {
         let mut r = failed(1, FailureClass::AttemptsExhausted);
-        (r.attempt, r.requeues, r.truncation_retried, r.output_budget) = (4, 3, true, Some(8_000));
+        (r.attempt, r.requeues, r.truncation_retried, r.output_budget, r.reasks) = (4, 3, true, Some(8_000), 1);
         assert!(matches!(retry(&mut r, 9), Step::Move(State::Pending)));
         assert_eq!((r.attempt, r.requeues, r.truncation_retried, r.output_budget), (5, 0, false, Some(8_000)));
+        assert_eq!(r.reasks, 0, "a retry grants a fresh allowance of re-asks");
         let mut pending = record(State::Pending);
         assert!(matches!(retry(&mut pending, 9), Step::Answer(RetryOutcome::Rejected(_))));
         assert_eq!(pending.attempt, 1, "a refused retry changes nothing");

@@ -3,6 +3,7 @@
 //! which charge it leaves, which findings and raw result it writes, and the state it
 //! moves to. Ingestion settles a provider's judged answer through the same plan.
 
+use crate::domain::batch::PreviousAttempt;
 use crate::domain::identity::FindingKey;
 use crate::domain::lifecycle::{self, Outcome, State, TransitionError};
 use crate::store::Error;
@@ -20,7 +21,33 @@ pub(in crate::store) struct Plan<'a> {
     pub findings: Vec<FindingRecord>,
     pub result: Option<ResultRecord>,
     pub next: Option<State>,
+    /// What the answer changes on the record besides its state; applied just before it.
+    pub change: Change,
     pub answer: Answer,
+}
+
+/// What a settled answer changes on its record besides the state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::store) enum Change {
+    None,
+    /// A re-ask: one more used, a new attempt, and the refused answer kept to show the model.
+    Reask(PreviousAttempt),
+    /// A commit: the re-ask's previous answer has served its purpose.
+    Committed,
+}
+
+impl Change {
+    pub(in crate::store) fn apply(self, record: &mut ExtractionRecord) {
+        match self {
+            Change::None => {}
+            Change::Reask(previous) => {
+                record.reasks += 1;
+                record.attempt += 1;
+                record.previous_attempt = Some(previous);
+            }
+            Change::Committed => record.previous_attempt = None,
+        }
+    }
 }
 
 /// What the poster is told once the writes are made.
@@ -30,6 +57,7 @@ pub(in crate::store) enum Answer {
     Rejected(TransitionError),
     Committed,
     Failed { reason: String },
+    Reasked { reason: String, reask: u32 },
 }
 
 impl Plan<'_> {
@@ -51,6 +79,7 @@ impl Answer {
             Answer::Rejected(e) => PostOutcome::Rejected(e),
             Answer::Committed => PostOutcome::Committed { findings },
             Answer::Failed { reason } => PostOutcome::Failed { reason },
+            Answer::Reasked { reason, reask } => PostOutcome::Reasked { reason, reask },
         }
     }
 }
@@ -62,7 +91,7 @@ pub(in crate::store) fn plan_post<'a>(
     post: &'a PostResult,
     now_ms: u64,
 ) -> Result<Plan<'a>, Error> {
-    let (event, fence) = post.event_and_fence();
+    let (event, fence) = post.event_and_fence(record);
     let charge = |kind| post.charge.as_ref().map(|c| (c, kind));
     let unsettled = |kind, answer| Plan {
         charge: charge(kind),
@@ -70,6 +99,7 @@ pub(in crate::store) fn plan_post<'a>(
         findings: Vec::new(),
         result: None,
         next: None,
+        change: Change::None,
         answer,
     };
     match lifecycle::apply(&record.state, event, now_ms) {
@@ -105,13 +135,14 @@ pub(in crate::store) fn plan_settle<'a>(
     fence: Fence,
     now_ms: u64,
 ) -> Result<Plan<'a>, Error> {
-    let kind = if matches!(next, State::Failed { .. }) { ChargeKind::FailedValidation } else { ChargeKind::Fresh };
+    let kind = if matches!(next, State::Committed { .. }) { ChargeKind::Fresh } else { ChargeKind::FailedValidation };
     let mut plan = Plan {
         charge: charge.map(|c| (c, kind)),
         drop_staged: false,
         findings: Vec::new(),
         result: None,
         next: None,
+        change: Change::None,
         answer: Answer::Committed,
     };
     match (&next, answer) {
@@ -133,8 +164,14 @@ pub(in crate::store) fn plan_settle<'a>(
                 latency_ms: charge.and_then(|c| c.latency_ms),
                 received_at_ms: now_ms,
             });
+            plan.change = Change::Committed;
         }
         (State::Failed { reason, .. }, _) => plan.answer = Answer::Failed { reason: reason.clone() },
+        // Only an invalid answer with re-asks left leads back to the queue (`lifecycle`).
+        (State::Pending, Judged::Invalid { reason, issues, output, .. }) => {
+            plan.change = Change::Reask(PreviousAttempt::new(output, issues.clone()));
+            plan.answer = Answer::Reasked { reason: reason.clone(), reask: record.reasks + 1 };
+        }
         _ => {
             return Err(Error::Corrupt {
                 kind: "lifecycle",
@@ -202,8 +239,16 @@ mod tests {
 
     #[test]
     fn an_invalid_answer_fails_the_extraction_and_is_charged_as_failed_validation() {
-        let post =
-            post("lt-1", Submission::Invalid { reason: "missing field".into(), issues: Vec::new() }, Some(charge()));
+        let post = post(
+            "lt-1",
+            Submission::Invalid {
+                reason: "missing field".into(),
+                issues: Vec::new(),
+                output: String::new(),
+                reask_limit: 0,
+            },
+            Some(charge()),
+        );
         let plan = plan_post(&claimed("lt-1"), &post, 2_000).unwrap();
         assert!(matches!(&plan.next, Some(State::Failed { class: FailureClass::Validation, .. })));
         assert_eq!(plan.charge.map(|(_, kind)| kind), Some(ChargeKind::FailedValidation));

@@ -128,9 +128,17 @@ pub(in crate::store) fn plan<'a>(
                         usage.as_ref().map(|u| charge(u, Some(latency_ms))),
                         now_ms,
                     )?;
+                    let answers_reask = member.reasks > 0;
                     match settle.next {
-                        State::Committed { .. } => report.committed += 1,
-                        _ => report.failed_validation += 1,
+                        State::Committed { .. } => {
+                            report.committed += 1;
+                            report.reasks_committed += u64::from(answers_reask);
+                        }
+                        State::Pending => report.reasked += 1,
+                        _ => {
+                            report.failed_validation += 1;
+                            report.reasks_failed += u64::from(answers_reask);
+                        }
                     }
                     advance(member, &settle.next, now_ms);
                     writes.push(StageWrite::Settle(settle));
@@ -189,7 +197,11 @@ fn settle<'a>(
     let batch_key = batch.batch_key.clone();
     let event = match answer {
         Judged::Valid { .. } => Event::ReadyValid { batch_key: batch_key.clone() },
-        Judged::Invalid { reason, .. } => Event::ReadyInvalid { batch_key: batch_key.clone(), reason: reason.clone() },
+        Judged::Invalid { reason, .. } => Event::ReadyInvalid {
+            batch_key: batch_key.clone(),
+            reason: reason.clone(),
+            reask: answer.reasks_left(member),
+        },
     };
     let Ok(Outcome::Changed(next)) = lifecycle::apply(ready, event, now_ms) else {
         return Err(Error::Corrupt {

@@ -65,8 +65,16 @@ fn a_judged_answer_is_settled_with_its_latency_and_never_staged() {
 #[test]
 fn a_judged_invalid_answer_fails_validation() {
     let m = member(1, in_job());
-    let lines =
-        [line(&m, answer(), Some(Judged::Invalid { reason: "/: findings is required".into(), issues: Vec::new() }))];
+    let lines = [line(
+        &m,
+        answer(),
+        Some(Judged::Invalid {
+            reason: "/: findings is required".into(),
+            issues: Vec::new(),
+            output: String::new(),
+            reask_limit: 0,
+        }),
+    )];
     let plan = staged(&[&m], &lines);
     assert_eq!(plan.report, StageReport { failed_validation: 1, ..StageReport::default() });
     let [StageWrite::Settle(settle)] = plan.writes.as_slice() else { panic!("{:?}", kinds(&plan)) };

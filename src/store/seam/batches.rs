@@ -89,6 +89,11 @@ pub struct StageReport {
     pub committed: u64,
     /// Of the judged answers, those that failed validation.
     pub failed_validation: u64,
+    /// Of the judged answers, the invalid ones sent back to be asked again with their issues.
+    pub reasked: u64,
+    /// Of the judged answers to a re-ask, those that committed and those that failed.
+    pub reasks_committed: u64,
+    pub reasks_failed: u64,
 }
 
 impl StageReport {
@@ -105,6 +110,9 @@ impl StageReport {
         self.replays += part.replays;
         self.strangers += part.strangers + unnamed;
         self.committed += part.committed;
+        self.reasked += part.reasked;
+        self.reasks_committed += part.reasks_committed;
+        self.reasks_failed += part.reasks_failed;
         self.failed_validation += part.failed_validation;
     }
 }
@@ -122,12 +130,24 @@ pub struct IngestLine {
 
 /// The line a member of a submitted batch is sent as.
 pub(in crate::store) fn member_line(extraction: ExtractionRecord, content: String) -> BatchMember {
-    BatchMember { id: extraction.id, source_id: extraction.source_id, content, output_budget: extraction.output_budget }
+    BatchMember {
+        id: extraction.id,
+        source_id: extraction.source_id,
+        content,
+        output_budget: extraction.output_budget,
+        previous_attempt: extraction.previous_attempt,
+    }
 }
 
 /// A member erased after submission: a line no one owns keeps the others' positions.
 pub(in crate::store) fn unowned_line() -> BatchMember {
-    BatchMember { id: ExtractionId([0; 32]), source_id: String::new(), content: String::new(), output_budget: None }
+    BatchMember {
+        id: ExtractionId([0; 32]),
+        source_id: String::new(),
+        content: String::new(),
+        output_budget: None,
+        previous_attempt: None,
+    }
 }
 
 /// Whether `record` is a staged answer from `provider`: each provider's scheduler commits

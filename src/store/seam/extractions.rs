@@ -88,11 +88,30 @@ pub enum Submission {
         output: Value,
     },
     /// `issues` say what to fix, one per problem (`{path, message}`), for a re-ask;
-    /// `reason` sums them up for the failure record.
+    /// `reason` sums them up for the failure record; `output` is the refused answer as
+    /// given. `reask_limit`: how many re-asks the extraction may use (the schema's, or its
+    /// provider's override) before an invalid answer fails it.
     Invalid {
         reason: String,
         issues: Vec<ValidationIssue>,
+        output: String,
+        reask_limit: u32,
     },
+}
+
+impl Submission {
+    /// Whether this invalid answer is asked again rather than failing `record`.
+    pub(crate) fn reasks_left(&self, record: &ExtractionRecord) -> bool {
+        matches!(self, Submission::Invalid { reask_limit, .. } if record.reasks < *reask_limit)
+    }
+
+    /// The same verdict under another re-ask limit (a provider's override of the schema's).
+    pub fn with_reask_limit(mut self, limit: u32) -> Self {
+        if let Submission::Invalid { reask_limit, .. } = &mut self {
+            *reask_limit = limit;
+        }
+        self
+    }
 }
 
 /// An answer in the form it is stored: its output and findings already serialised, so
@@ -101,7 +120,7 @@ pub enum Submission {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Judged {
     Valid { output_json: String, findings: Vec<EncodedFinding> },
-    Invalid { reason: String, issues: Vec<ValidationIssue> },
+    Invalid { reason: String, issues: Vec<ValidationIssue>, output: String, reask_limit: u32 },
 }
 
 /// A validated finding's identity and its body as JSON text.
@@ -109,6 +128,13 @@ pub enum Judged {
 pub struct EncodedFinding {
     pub canonical_identity: String,
     pub body_json: String,
+}
+
+impl Judged {
+    /// Whether this invalid answer is asked again rather than failing `record`.
+    pub(crate) fn reasks_left(&self, record: &ExtractionRecord) -> bool {
+        matches!(self, Judged::Invalid { reask_limit, .. } if record.reasks < *reask_limit)
+    }
 }
 
 impl From<&Submission> for Judged {
@@ -124,9 +150,12 @@ impl From<&Submission> for Judged {
                     })
                     .collect(),
             },
-            Submission::Invalid { reason, issues } => {
-                Judged::Invalid { reason: reason.clone(), issues: issues.clone() }
-            }
+            Submission::Invalid { reason, issues, output, reask_limit } => Judged::Invalid {
+                reason: reason.clone(),
+                issues: issues.clone(),
+                output: output.clone(),
+                reask_limit: *reask_limit,
+            },
         }
     }
 }
@@ -152,15 +181,16 @@ pub struct PostResult {
 impl PostResult {
     /// The lifecycle event this post asks for, and the fence its commit is recorded under;
     /// the same for every backend, so both judge a late or stale reporter alike.
-    pub(crate) fn event_and_fence(&self) -> (Event, Fence) {
+    pub(crate) fn event_and_fence(&self, record: &ExtractionRecord) -> (Event, Fence) {
+        let reask = self.submission.reasks_left(record);
         let event = match (&self.authority, &self.submission) {
             (Authority::Lease(token), Submission::Valid { .. }) => Event::ValidResult { lease_token: token.clone() },
             (Authority::Lease(token), Submission::Invalid { reason, .. }) => {
-                Event::InvalidResult { lease_token: token.clone(), reason: reason.clone() }
+                Event::InvalidResult { lease_token: token.clone(), reason: reason.clone(), reask }
             }
             (Authority::Batch(key), Submission::Valid { .. }) => Event::ReadyValid { batch_key: key.clone() },
             (Authority::Batch(key), Submission::Invalid { reason, .. }) => {
-                Event::ReadyInvalid { batch_key: key.clone(), reason: reason.clone() }
+                Event::ReadyInvalid { batch_key: key.clone(), reason: reason.clone(), reask }
             }
         };
         let fence = match &self.authority {
@@ -183,9 +213,21 @@ pub(crate) fn producer_of(state: &State) -> String {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PostOutcome {
-    Committed { findings: u64 },
-    Replay { findings: u64 },
-    Failed { reason: String },
+    Committed {
+        findings: u64,
+    },
+    Replay {
+        findings: u64,
+    },
+    Failed {
+        reason: String,
+    },
+    /// The answer was invalid and the extraction goes back to the queue to be asked again
+    /// with its issues (`reask`: which re-ask this is, from 1).
+    Reasked {
+        reason: String,
+        reask: u32,
+    },
     NotFound,
     Rejected(TransitionError),
 }
