@@ -11,6 +11,8 @@ mod job_list;
 pub(crate) mod lines;
 pub mod openai;
 mod ratelimit;
+#[cfg(test)]
+mod reask_tests;
 mod retry;
 mod transport;
 

@@ -42,10 +42,13 @@ pub(crate) fn request(
 }
 
 /// The Messages body without `model`: the part every host of Claude takes as is (Bedrock
-/// names the model in the job and wants `anthropic_version` in the body instead).
+/// names the model in the job and wants `anthropic_version` in the body instead). A
+/// re-ask continues the conversation with the refused answer as the assistant's text turn
+/// (not a `tool_use` block: that would need a `tool_result` answer, and a cut or non-JSON
+/// answer is no tool input) and a user turn listing its issues; turns still alternate.
 pub(crate) fn params(member: &BatchMember, schema: &Schema, input_schema: &Value, max_tokens: u32) -> Value {
     let tool = tool_name(schema.name());
-    json!({
+    let mut params = json!({
         "max_tokens": max_tokens,
         "system": schema.instructions(),
         "messages": [
@@ -61,7 +64,12 @@ pub(crate) fn params(member: &BatchMember, schema: &Schema, input_schema: &Value
             "input_schema": input_schema,
         }],
         "tool_choice": {"type": "tool", "name": tool, "disable_parallel_tool_use": true},
-    })
+    });
+    if let (Some(previous), Some(messages)) = (&member.previous_attempt, params["messages"].as_array_mut()) {
+        messages.push(json!({"role": "assistant", "content": previous.output}));
+        messages.push(json!({"role": "user", "content": previous.feedback()}));
+    }
+    params
 }
 
 /// A Messages response (as Bedrock returns it in `modelOutput`) read the way a batch's

@@ -31,7 +31,8 @@ impl BudgetField {
 
 /// The body of one chat completion asking for `member` to be extracted under `schema`.
 /// `max_tokens` is the configured default; a member's raised budget wins over it. None is
-/// sent without either.
+/// sent without either. A re-ask continues the conversation: the refused answer as the
+/// assistant's turn, then a user turn listing its issues.
 pub(crate) fn request_body(
     member: &BatchMember,
     schema: &Schema,
@@ -54,6 +55,10 @@ pub(crate) fn request_body(
             },
         },
     });
+    if let (Some(previous), Some(messages)) = (&member.previous_attempt, body["messages"].as_array_mut()) {
+        messages.push(json!({"role": "assistant", "content": previous.output}));
+        messages.push(json!({"role": "user", "content": previous.feedback()}));
+    }
     // Local servers often default to a short completion, which truncates the JSON.
     if let Some(max) = member.output_budget.or(max_tokens) {
         body[field.key()] = max.into();

@@ -24,12 +24,18 @@ pub(crate) fn request(
     if let Some(max) = max_output_tokens {
         generation["maxOutputTokens"] = json!(max);
     }
+    let mut contents = vec![json!({
+        "role": "user",
+        "parts": [{"text": format!("source_id: {}\n\n{}", member.source_id, member.content)}],
+    })];
+    // A re-ask: the refused answer as the model's turn, then the issues as the user's.
+    if let Some(previous) = &member.previous_attempt {
+        contents.push(json!({"role": "model", "parts": [{"text": previous.output}]}));
+        contents.push(json!({"role": "user", "parts": [{"text": previous.feedback()}]}));
+    }
     json!({
         "systemInstruction": {"parts": [{"text": schema.instructions()}]},
-        "contents": [{
-            "role": "user",
-            "parts": [{"text": format!("source_id: {}\n\n{}", member.source_id, member.content)}],
-        }],
+        "contents": contents,
         "generationConfig": generation,
     })
 }
