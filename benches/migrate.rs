@@ -143,7 +143,7 @@ async fn commit_half(data: &Path, count: u64) -> Result<()> {
                     ..Usage::default()
                 };
                 let usage = Some(WorkerUsage { provider: "external".into(), usage, latency_ms: Some(1200) });
-                let request = ResultRequest { lease_token: grant.lease_token.into_string(), output, usage };
+                let request = ResultRequest { lease_token: grant.lease_token.into_string(), output, usage, reask: true };
                 service.post_result(grant.record.id, request).await.map(|_| ())
             }
         });

@@ -56,8 +56,11 @@ pub(crate) struct Extraction {
     /// Set while claimed.
     worker: Option<String>,
     lease_expires_at: Option<String>,
-    /// 1 at intake; grows with each retry.
+    /// 1 at intake; grows with each retry and each re-ask.
     attempts: u32,
+    /// Invalid answers asked again with their issues since intake or the last retry
+    /// (capped by the schema's `x-commitpoint-reask` or the provider's `reask`).
+    reasks: u32,
     /// Provider attempts sent back to the queue since intake or the last retry (capped by
     /// `scheduler.max_attempts`).
     requeues: u32,
@@ -113,6 +116,7 @@ pub(super) fn extraction(r: &ExtractionRecord) -> Extraction {
         worker,
         lease_expires_at,
         attempts: r.attempt,
+        reasks: r.reasks,
         requeues: r.requeues,
         output_budget: r.output_budget,
         claims: r.claims,

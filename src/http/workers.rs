@@ -115,6 +115,10 @@ pub(super) struct ResultBody {
     output: Value,
     #[serde(default)]
     usage: Option<UsageBody>,
+    /// `false` fails an invalid output's extraction now (`validation_failed`) instead of
+    /// sending it back to be asked again (`reasked`); default `true`.
+    #[serde(default)]
+    reask: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
@@ -169,7 +173,8 @@ pub(super) async fn post_result(
             ..Usage::default()
         },
     });
-    let request = ResultRequest { lease_token: body.lease_token, output: body.output, usage };
+    let request =
+        ResultRequest { lease_token: body.lease_token, output: body.output, usage, reask: body.reask.unwrap_or(true) };
     let outcome = service.post_result(id, request).await?;
     crate::domain::failpoint::hit("after-commit-before-ack");
     let (findings, replay) = match outcome {

@@ -146,6 +146,9 @@ pub struct ResultRequest {
     pub output: Value,
     /// What the worker's model call used, for the ledger.
     pub usage: Option<WorkerUsage>,
+    /// `false`: an invalid output fails the extraction now instead of using a re-ask (a
+    /// worker that cannot ask again, or knows the answer is hopeless).
+    pub reask: bool,
 }
 
 /// Usage an external worker reports with its result.

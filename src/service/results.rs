@@ -33,6 +33,7 @@ impl Service {
         let record = self.get(id).await?;
         let schema = self.judge.registry().get(&record.schema)?;
         let (submission, refusal) = self.judge.judge(&schema, request.output);
+        let submission = if request.reask { submission } else { submission.with_reask_limit(0) };
         let charge = request.usage.map(|u| Charge {
             provider: u.provider,
             job_id: None,

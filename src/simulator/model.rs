@@ -106,13 +106,13 @@ pub(super) fn respond(body: &Value, behaviour: Behaviour) -> Reply {
     let messages = body.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let prompt_bytes: usize = messages.iter().map(|m| message_text(m).len()).sum();
     let prompt_tokens = tokens(prompt_bytes);
-    let last_user = messages
+    // The source is the first user turn: a re-ask's later turns hold the refused answer and its issues.
+    let source_turn = messages
         .iter()
-        .rev()
         .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
         .map(message_text)
         .unwrap_or_default();
-    let (source_id, content) = split_prompt(&last_user);
+    let (source_id, content) = split_prompt(&source_turn);
     let structured = body.pointer("/response_format/type").and_then(Value::as_str) == Some("json_schema");
     let strict_schema = body
         .pointer("/response_format/json_schema/schema")

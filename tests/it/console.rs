@@ -110,7 +110,7 @@ async fn failed_extraction(base: &str, tenant: &str, token: &str) -> String {
     let claim = json!({"worker": "w", "limit": 1, "lease_seconds": 60});
     let (_, claims) = call_as(&format!("{base}/v1/claims"), Some(ADMIN), Method::POST, Some(claim)).await;
     let lease = claims["claims"][0]["lease_token"].as_str().expect("lease").to_string();
-    let bad = json!({"lease_token": lease, "output": {"not": "a review"}});
+    let bad = json!({"lease_token": lease, "output": {"not": "a review"}, "reask": false});
     let (status, _) =
         call_as(&format!("{base}/v1/extractions/{id}/result"), Some(ADMIN), Method::POST, Some(bad)).await;
     assert_eq!(status, 422);

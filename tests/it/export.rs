@@ -97,7 +97,7 @@ async fn populate(base: &str, tenant: &str, n: usize, commit: impl Fn(usize) -> 
     for (i, id) in ids.iter().enumerate().rev() {
         let token = &tokens[id];
         let result = if i % 5 == 4 {
-            json!({"lease_token": token, "output": {"findings": "not a list"}})
+            json!({"lease_token": token, "output": {"findings": "not a list"}, "reask": false})
         } else if commit(i) {
             let findings: Vec<Value> =
                 (0..i % 4).map(|k| finding(&format!("R{k}"), "a.rs", k as u32 + 1, "x")).collect();

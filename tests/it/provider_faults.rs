@@ -7,8 +7,9 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use commitpoint::simulator::Faults;
-use serde_json::json;
+use serde_json::{Value, json};
 
+use crate::provider::SIM_KEY;
 use crate::provider::{
     CORPUS, ONE_BATCH, Rig, SETTLE, TENANT, assert_all_committed_with_model_findings, assert_findings,
     assert_report_counts, assert_submitted, corpus_ids, counter, expected_id, finish, health, intake_corpus, settle,
@@ -174,20 +175,90 @@ async fn insufficient_quota_pauses_submissions_and_keeps_the_work_queued() {
     assert_report_counts(&report, CORPUS.len() + 1, &[&format!("submitted: {}", CORPUS.len()), "pending: 1"]);
 }
 
+/// `serve` in one batch, keeping the provider's files so a test can read what was sent.
+fn serve_keeping_files(rig: &Rig) -> crate::util::Server {
+    let config = rig.dir.path().join("keep-files.toml");
+    std::fs::write(&config, "[scheduler]\ndelete_provider_files = false\n").expect("write config");
+    let config = config.display().to_string();
+    let mut args = ONE_BATCH.to_vec();
+    args.extend(["--config", config.as_str()]);
+    rig.serve(&args, None)
+}
+
+/// The requests of the `n`th batch (from 1, in creation order) as the simulator received
+/// them: its input file's lines, downloaded through the Files API.
+async fn batch_requests(rig: &Rig, n: usize) -> Vec<Value> {
+    let http = reqwest::Client::new();
+    let base = rig.sim.base_url();
+    let get = |url: String| http.get(url).bearer_auth(SIM_KEY).send();
+    let list: Value = get(format!("{base}/batches?limit=100")).await.expect("list batches").json().await.expect("json");
+    // Listed newest first, as OpenAI lists them; `created_at` is in whole seconds.
+    let mut batches = list["data"].as_array().cloned().unwrap_or_default();
+    batches.reverse();
+    batches.sort_by_key(|b| b["created_at"].as_u64());
+    let file = batches[n - 1]["input_file_id"].as_str().expect("input_file_id").to_string();
+    let body = get(format!("{base}/files/{file}/content")).await.expect("download").text().await.expect("text");
+    body.lines().map(|line| serde_json::from_str(line).expect("a JSON line")).collect()
+}
+
+/// An answer that fails the schema is asked again (the default is one re-ask): the second
+/// batch carries the refused answer and its issues in each request's conversation, its valid
+/// answers commit once, and the ledger keeps both calls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn schema_violating_answers_fail_validation_and_retry_commits_them() {
+async fn schema_violating_answers_are_reasked_with_their_issues_and_commit_once() {
     let rig = Rig::start(Duration::from_millis(200), Faults { invalid_output_every: 1, ..Faults::default() }).await;
-    let server = rig.serve(ONE_BATCH, None);
+    let server = serve_keeping_files(&rig);
     let api = server.api();
     let ids = intake_corpus(&api).await;
     rig.wait_stats("the first batch", |s| s.batches_created >= 1).await;
     rig.sim.set_faults(Faults::default());
+
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 2, "one re-ask batch: {stats:#?}");
+    assert_submitted(&stats, &corpus_ids(), 2);
+    for request in batch_requests(&rig, 1).await {
+        let roles: Vec<&str> =
+            request["body"]["messages"].as_array().unwrap().iter().filter_map(|m| m["role"].as_str()).collect();
+        assert_eq!(roles, ["system", "user"], "a first ask: {request:#}");
+    }
+    for request in batch_requests(&rig, 2).await {
+        let messages = request["body"]["messages"].as_array().expect("messages").clone();
+        let roles: Vec<&str> = messages.iter().filter_map(|m| m["role"].as_str()).collect();
+        assert_eq!(roles, ["system", "user", "assistant", "user"], "{request:#}");
+        let feedback = messages[3]["content"].as_str().unwrap_or_default();
+        assert!(feedback.contains("- /") && feedback.contains("Answer again"), "the issues are listed: {feedback}");
+    }
+    for id in &ids {
+        let record = api.get(&format!("/v1/extractions/{id}")).await.body;
+        assert_eq!((&record["attempts"], &record["reasks"]), (&json!(2), &json!(1)), "{record:#}");
+        let costs = api.get(&format!("/v1/extractions/{id}/costs")).await.body;
+        let kinds: Vec<&str> =
+            costs["attempts"].as_array().unwrap().iter().filter_map(|a| a["kind"].as_str()).collect();
+        assert_eq!(kinds, ["failed_validation", "fresh"], "both calls are in the ledger: {costs:#}");
+    }
+    for source in CORPUS {
+        assert_findings(&api, source, &expected_id(source)).await;
+    }
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+/// Once the re-ask is used, the next invalid answer fails the extraction `validation`, and
+/// nothing is asked again on its own; an operator's retry is a fresh allowance and commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_invalid_answer_fails_validation_and_retry_commits_it() {
+    let rig = Rig::start(Duration::from_millis(200), Faults { invalid_output_every: 1, ..Faults::default() }).await;
+    let server = serve_keeping_files(&rig);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
 
     let records = settle(&api, &ids).await;
     for record in records.values() {
         assert_eq!(record["state"], json!("failed"), "{record:#}");
         assert_eq!(record["failure_class"], json!("validation"), "{record:#}");
         assert!(record["failure_reason"].as_str().is_some_and(|r| !r.is_empty()), "{record:#}");
+        assert_eq!(record["reasks"], json!(1), "{record:#}");
     }
     for source in CORPUS {
         let id = expected_id(source);
@@ -196,18 +267,23 @@ async fn schema_violating_answers_fail_validation_and_retry_commits_them() {
     }
     // The scheduler does not retry a validation failure on its own.
     tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(rig.stats().batches_created, 1);
+    assert_eq!(rig.stats().batches_created, 2);
+    rig.sim.set_faults(Faults::default());
 
     for id in &ids {
         let reply = api.retry(id).await;
         assert_eq!(reply.status, 200, "{:#}", reply.body);
         assert_eq!(reply.body["state"], json!("pending"), "{:#}", reply.body);
-        assert_eq!(reply.body["attempts"], json!(2), "{:#}", reply.body);
+        assert_eq!(reply.body["attempts"], json!(3), "{:#}", reply.body);
     }
     assert_all_committed_with_model_findings(&api).await;
     let stats = rig.stats();
-    assert_eq!(stats.batches_created, 2, "{stats:#?}");
-    assert_submitted(&stats, &corpus_ids(), 2);
+    assert_eq!(stats.batches_created, 3, "{stats:#?}");
+    assert_submitted(&stats, &corpus_ids(), 3);
+    for request in batch_requests(&rig, 3).await {
+        let roles = request["body"]["messages"].as_array().map_or(0, Vec::len);
+        assert_eq!(roles, 4, "the retry asks again with the last issues: {request:#}");
+    }
     for source in CORPUS {
         assert_findings(&api, source, &expected_id(source)).await;
     }

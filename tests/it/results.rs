@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use crate::util::{Server, finding, output, stop_and_verify, temp_dir};
+use crate::util::{Server, finding, id_of, output, stop_and_verify, temp_dir};
 
 fn finding_keys(findings: &Value) -> BTreeSet<String> {
     findings["findings"]
@@ -105,6 +105,67 @@ async fn finding_keys_are_per_extraction() {
     assert_eq!(ka.len(), 1);
     assert_eq!(kb.len(), 1);
     assert!(ka.is_disjoint(&kb), "same finding text, different extractions");
+    stop_and_verify(server);
+}
+
+/// A worker's invalid output is asked again (one re-ask by default): 422 `reasked`, the
+/// next claim of the same extraction carries the refused output and its issues with the
+/// schema's instructions, a valid answer then commits once, and the ledger keeps both
+/// calls. A second invalid output after the re-ask fails the extraction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_output_is_reasked_with_its_issues_then_commits_once() {
+    let dir = temp_dir();
+    let server = Server::start(dir.path());
+    let api = server.api();
+    let id = api.create("acme", "PR-9", "diff").await;
+    let other = api.create("acme", "PR-10", "diff").await;
+    let usage = |request: &str| json!({"model": "m", "input_tokens": 10, "output_tokens": 2, "cost_micros": 7, "request_id": request});
+    let mut bad = finding("unwrap", "src/a.rs", 3, "s");
+    bad["severity"] = json!("urgent");
+    let (_, token) = api.claim_one("w1", 60).await;
+    let body = json!({"lease_token": token, "output": output(std::slice::from_ref(&bad)), "usage": usage("r1")});
+    let reply = api.post(&format!("/v1/extractions/{id}/result"), &body).await;
+    reply.assert_error(422, "reasked");
+    assert_eq!(reply.body["error"]["details"]["reask"], json!(1));
+    let record = api.get(&format!("/v1/extractions/{id}")).await.body;
+    assert_eq!((&record["state"], &record["attempts"], &record["reasks"]), (&json!("pending"), &json!(2), &json!(1)));
+
+    let grants = api.claim("w2", 10, 60).await;
+    let grant = grants.iter().find(|g| id_of(g) == id).expect("the re-asked extraction is claimable again");
+    let previous = &grant["previous_attempt"];
+    let issues = previous["issues"].as_array().cloned().unwrap_or_default();
+    assert!(issues.iter().any(|i| i["path"] == "/findings/0/severity"), "{grant:#}");
+    assert!(previous["output"].as_str().is_some_and(|o| o.contains("urgent")), "{grant:#}");
+    assert!(grant["instructions"].as_str().is_some_and(|i| !i.is_empty()), "{grant:#}");
+    let other_grant = grants.iter().find(|g| id_of(g) == other).expect("the other extraction");
+    assert!(other_grant["previous_attempt"].is_null(), "a first ask has no previous attempt: {other_grant:#}");
+    let schema = api.get(grant["schema_url"].as_str().expect("schema_url")).await;
+    assert_eq!((schema.status, &schema.body["json_schema"]["type"]), (200, &json!("object")), "{:#}", schema.body);
+
+    let token = grant["lease_token"].as_str().expect("token");
+    let good = output(&[finding("unwrap", "src/a.rs", 3, "s")]);
+    let body = json!({"lease_token": token, "output": good, "usage": usage("r2")});
+    let reply = api.post(&format!("/v1/extractions/{id}/result"), &body).await;
+    assert_eq!((reply.status, &reply.body["replay"]), (200, &json!(false)), "{:#}", reply.body);
+    let costs = api.get(&format!("/v1/extractions/{id}/costs")).await.body;
+    let kinds: Vec<(&str, u64)> = costs["attempts"]
+        .as_array()
+        .expect("attempts")
+        .iter()
+        .filter_map(|a| Some((a["kind"].as_str()?, a["attempt"].as_u64()?)))
+        .collect();
+    assert_eq!(kinds, [("failed_validation", 1), ("fresh", 2)], "{costs:#}");
+    assert_eq!(api.list_all("").await.len(), 2, "a re-ask is never a second record");
+
+    // The other one fails twice: after its one re-ask the extraction fails `validation`.
+    let token = other_grant["lease_token"].as_str().expect("token");
+    let body = json!({"lease_token": token, "output": output(std::slice::from_ref(&bad))});
+    api.post(&format!("/v1/extractions/{other}/result"), &body).await.assert_error(422, "reasked");
+    let (_, token) = api.claim_one("w3", 60).await;
+    let body = json!({"lease_token": token, "output": output(&[bad])});
+    api.post(&format!("/v1/extractions/{other}/result"), &body).await.assert_error(422, "validation_failed");
+    let record = api.get(&format!("/v1/extractions/{other}")).await.body;
+    assert_eq!((&record["state"], &record["failure_class"]), (&json!("failed"), &json!("validation")), "{record:#}");
     stop_and_verify(server);
 }
 

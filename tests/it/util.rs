@@ -234,8 +234,12 @@ impl Api {
         (id_of(&grants[0]), token.to_string())
     }
 
+    /// Posts under a lease, declining the re-ask (`"reask": false`): an invalid output fails
+    /// its extraction at once, as the tests of the failure path expect. The re-ask tests
+    /// post their own bodies.
     pub async fn post_result(&self, id: &str, token: &str, output: &Value) -> Reply {
-        self.post(&format!("/v1/extractions/{id}/result"), &json!({"lease_token": token, "output": output})).await
+        let body = json!({"lease_token": token, "output": output, "reask": false});
+        self.post(&format!("/v1/extractions/{id}/result"), &body).await
     }
 
     pub async fn retry(&self, id: &str) -> Reply {

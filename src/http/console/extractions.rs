@@ -157,7 +157,9 @@ pub(super) async fn detail(State(service): State<Service>, viewer: Viewer, Path(
                 @if let Lifecycle::Claimed { worker, expires_at_ms, .. } = &record.state {
                     dt { "claimed by" } dd { (worker) " until " (when(*expires_at_ms)) }
                 }
-                dt { "attempts" } dd { (record.attempt) " (requeues " (record.requeues) ", claims " (record.claims) ")" }
+                dt { "attempts" } dd {
+                    (record.attempt) " (re-asks " (record.reasks) ", requeues " (record.requeues) ", claims " (record.claims) ")"
+                }
                 dt { "content" } dd { (record.content_bytes) " bytes" }
                 dt { "created" } dd { (when(record.created_at_ms)) }
                 dt { "updated" } dd { (when(record.updated_at_ms)) }
@@ -172,6 +174,18 @@ pub(super) async fn detail(State(service): State<Service>, viewer: Viewer, Path(
         section {
             h2 { "Findings (" (findings.len()) @if more_findings.is_some() { "+" } ")" }
             @for f in &findings { pre.json { (pretty(&f.body_json)) } }
+        }
+        @if let Some(previous) = &record.previous_attempt {
+            section {
+                h2 { "Refused answer, asked again" }
+                p.muted { "The issues the re-ask shows the model, and the answer they are about." }
+                ul id="reask-issues" {
+                    @for issue in &previous.issues {
+                        li { code { (if issue.path.is_empty() { "/" } else { issue.path.as_str() }) } " " (issue.message) }
+                    }
+                }
+                pre.json { (pretty(&previous.output)) }
+            }
         }
         section {
             h2 { "Raw result" }

@@ -31,13 +31,13 @@ pub(in crate::simulator) fn respond(params: &Value, behaviour: Behaviour, rng: &
     let tools = params.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     check_tools(tools)?;
     let forced = forced_tool(params.get("tool_choice"), tools)?;
-    let last_user = messages
+    // The source is the first user turn: a re-ask's later turns hold the refused answer and its issues.
+    let source_turn = messages
         .iter()
-        .rev()
         .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
         .map(message_text)
         .unwrap_or_default();
-    let (source_id, content) = split_prompt(&last_user);
+    let (source_id, content) = split_prompt(&source_turn);
     // Tool definitions are part of the prompt and billed as input.
     let prompt_bytes = system.len()
         + messages.iter().map(|m| message_text(m).len()).sum::<usize>()

@@ -102,7 +102,8 @@ fn render(output: &Value, structured: bool) -> String {
 /// The text of the last user turn (`contents[].parts[].text`).
 fn user_text(request: &Value) -> String {
     let contents = request.get("contents").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    let last = contents.iter().rev().find(|c| c.get("role").and_then(Value::as_str).unwrap_or("user") == "user");
+    // The source is the first user turn: a re-ask's later turns hold the refused answer and its issues.
+    let last = contents.iter().find(|c| c.get("role").and_then(Value::as_str).unwrap_or("user") == "user");
     last.and_then(|c| c.get("parts")).and_then(Value::as_array).map_or_else(String::new, |parts| {
         parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n")
     })
