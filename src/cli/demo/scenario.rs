@@ -42,8 +42,8 @@ pub(super) async fn run(base: &str) -> anyhow::Result<Summary> {
     let mut summary = Summary::default();
     let ids = intake_with_duplicates(&api, &mut summary).await?;
     let lost = worker_dies_holding_a_lease(&api).await?;
-    healthy_workers(&api, &mut summary).await?;
-    takeover_after_expiry(&api, &lost, &mut summary).await?;
+    let reasked = healthy_workers(&api, &mut summary).await?;
+    takeover_after_expiry(&api, &lost, reasked.as_deref(), &mut summary).await?;
     stale_worker_posts_late(&api, &lost, &mut summary).await?;
     report(&api, &ids, &mut summary).await?;
     Ok(summary)
@@ -103,7 +103,9 @@ async fn worker_dies_holding_a_lease(api: &Api) -> anyhow::Result<Vec<Value>> {
     Ok(lost)
 }
 
-async fn healthy_workers(api: &Api, summary: &mut Summary) -> anyhow::Result<()> {
+/// Returns the id of the extraction whose answer was re-asked, when worker-a held it.
+async fn healthy_workers(api: &Api, summary: &mut Summary) -> anyhow::Result<Option<String>> {
+    let mut reasked = None;
     println!("\n== 3. worker-a claims the rest and posts model output ==");
     let claims = api.claim("worker-a", 100, 30).await?;
     summary.check("leased work is not handed out twice", claims.len() == SOURCES.len() + 1 - 2);
@@ -113,14 +115,26 @@ async fn healthy_workers(api: &Api, summary: &mut Summary) -> anyhow::Result<()>
             let (status, body) = api
                 .post_result(claim, simulator::broken_review(source_id, claim["content"].as_str().unwrap_or_default()))
                 .await?;
-            println!("  {source_id}: the model's answer fails the schema → {status} {}", body["error"]["code"]);
-            summary
-                .check("schema-violating output is rejected with 422 and marks the extraction failed", status == 422);
+            println!(
+                "  {source_id}: the model's answer fails the schema → {status} {}: back to the queue to be asked again ({} issue(s))",
+                body["error"]["code"],
+                body["error"]["details"]["issues"].as_array().map_or(0, Vec::len)
+            );
+            summary.check(
+                "schema-violating output is refused with 422 and re-asked, not failed",
+                status == 422 && body["error"]["code"] == "reasked",
+            );
             let id = claim["extraction_id"].as_str().unwrap_or_default();
-            let (status, body) = api.post(&format!("/v1/extractions/{id}/retry"), json!({})).await?;
-            println!("  operator retries it → {status}, state {}, attempts {}", body["state"], body["attempts"]);
-            summary
-                .check("retry moves a failed extraction back to pending", status == 200 && body["state"] == "pending");
+            let record = api.get(&format!("/v1/extractions/{id}")).await?;
+            println!(
+                "  {source_id}: state {}, attempts {}, re-asks {}",
+                record["state"], record["attempts"], record["reasks"]
+            );
+            summary.check(
+                "the re-ask is a new attempt of the same extraction",
+                record["state"] == "pending" && record["attempts"] == 2,
+            );
+            reasked = Some(id.to_string());
             continue;
         }
         let output = simulator::review(source_id, claim["content"].as_str().unwrap_or_default());
@@ -138,11 +152,17 @@ async fn healthy_workers(api: &Api, summary: &mut Summary) -> anyhow::Result<()>
             bail!("{source_id}: commit failed: {status} {body}");
         }
     }
-    Ok(())
+    Ok(reasked)
 }
 
-async fn takeover_after_expiry(api: &Api, lost: &[Value], summary: &mut Summary) -> anyhow::Result<()> {
-    println!("\n== 4. the lease runs out; worker-b takes over the lost work and the retried one ==");
+/// `reasked`: the extraction step 3 sent back to be asked again, whose claim must carry its issues.
+async fn takeover_after_expiry(
+    api: &Api,
+    lost: &[Value],
+    reasked: Option<&str>,
+    summary: &mut Summary,
+) -> anyhow::Result<()> {
+    println!("\n== 4. the lease runs out; worker-b takes over the lost work and the re-asked one ==");
     tokio::time::sleep(Duration::from_millis(SHORT_LEASE_SECONDS * 1000 + 200)).await;
     let claims = api.claim("worker-b", 100, 30).await?;
     let lost_ids: BTreeSet<&str> = lost.iter().filter_map(|c| c["extraction_id"].as_str()).collect();
@@ -150,6 +170,16 @@ async fn takeover_after_expiry(api: &Api, lost: &[Value], summary: &mut Summary)
     summary.check("expired leases are handed to another worker with a new token", lost_ids.is_subset(&taken));
     for claim in &claims {
         let source_id = claim["source_id"].as_str().unwrap_or_default();
+        if reasked.is_some() && claim["extraction_id"].as_str() == reasked {
+            let issues = claim["previous_attempt"]["issues"].as_array().cloned().unwrap_or_default();
+            if let Some(first) = issues.first() {
+                println!(
+                    "  worker-b: {source_id} is a re-ask; its claim carries the refused answer and: {} {}",
+                    first["path"], first["message"]
+                );
+            }
+            summary.check("a re-ask's claim carries the refused answer and its issues", !issues.is_empty());
+        }
         let output = simulator::review(source_id, claim["content"].as_str().unwrap_or_default());
         let (status, body) = api.post_result(claim, output).await?;
         println!("  worker-b: {source_id} → {status}, {} findings", body["findings"]);
