@@ -262,7 +262,7 @@ impl BatchRecord {
             faults: &self.faults,
             seed: inner.seed,
             created: at,
-        });
+        }, &mut inner.attempts);
         let expires_at = Some(at + self.output_expires_after.unwrap_or(DEFAULT_FILE_TTL_SECS));
         let id = &self.view.id;
         let mut store = |suffix: &str, content: Vec<u8>| {

@@ -23,6 +23,7 @@
 //! Simulator-only endpoints (both dialects) live under `/_sim`: `GET /_sim/stats`, `GET|POST /_sim/faults`.
 
 mod anthropic;
+mod answer;
 mod batches;
 mod bedrock;
 mod chat;
@@ -32,10 +33,12 @@ mod files;
 mod files_list;
 mod gemini;
 mod input;
+mod instance;
 mod lifecycle;
 mod model;
 mod net;
 mod output;
+mod pattern;
 mod state;
 pub mod strict;
 mod variant;

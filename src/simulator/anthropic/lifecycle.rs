@@ -136,7 +136,7 @@ impl Record {
             unfinished,
             faults: &self.faults,
             seed: inner.seed,
-        });
+        }, &mut inner.attempts);
         let counts = generated.counts;
         inner.stats.lines_completed += counts.succeeded;
         inner.stats.lines_truncated += generated.truncated;
