@@ -2,6 +2,7 @@
 //! provider adapter would talk to the real API. Helpers here; cases in the submodules.
 
 mod anthropic;
+mod answers;
 mod anthropic_wire;
 mod errors;
 mod gemini_wire;
