@@ -261,7 +261,8 @@ impl<'a> Generator<'a> {
             value = value.max(low);
         }
         if integer {
-            value = if low.is_some_and(|l| value.ceil() > l || l.fract() != 0.0) { value.ceil() } else { value.floor() };
+            value =
+                if low.is_some_and(|l| value.ceil() > l || l.fract() != 0.0) { value.ceil() } else { value.floor() };
         }
         if let Some(multiple) = bound("multipleOf").filter(|m| *m > 0.0) {
             value = (value / multiple).ceil() * multiple;
@@ -271,9 +272,10 @@ impl<'a> Generator<'a> {
 
     fn string(&self, map: &Map<String, Value>, ctx: &Ctx<'_>) -> String {
         let min = map.get("minLength").and_then(Value::as_u64).map_or(0, |n| usize::try_from(n).unwrap_or(0));
-        let max = map.get("maxLength").and_then(Value::as_u64).map_or(DEFAULT_MAX_CHARS.max(min), |n| {
-            usize::try_from(n).unwrap_or(usize::MAX)
-        });
+        let max = map
+            .get("maxLength")
+            .and_then(Value::as_u64)
+            .map_or(DEFAULT_MAX_CHARS.max(min), |n| usize::try_from(n).unwrap_or(usize::MAX));
         let examples: Vec<String> = map
             .get("examples")
             .and_then(Value::as_array)
@@ -317,7 +319,9 @@ impl<'a> Generator<'a> {
             "ipv4" => "192.0.2.1".to_string(),
             "ipv6" => "2001:db8::1".to_string(),
             "uri" | "iri" | "uri-reference" | "iri-reference" | "url" => "https://example.com/".to_string(),
-            "uuid" => format!("{}-{}-4{}-8{}-{}", &hash[..8], &hash[8..12], &hash[13..16], &hash[17..20], &hash[20..32]),
+            "uuid" => {
+                format!("{}-{}-4{}-8{}-{}", &hash[..8], &hash[8..12], &hash[13..16], &hash[17..20], &hash[20..32])
+            }
             _ => return None,
         };
         Some(value)

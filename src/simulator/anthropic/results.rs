@@ -174,7 +174,11 @@ mod tests {
             assert_eq!(message["content"][0]["input"]["findings"][0]["file"], format!("s{i}"));
         }
         assert_eq!(generated.counts, RequestCounts { succeeded: 12, ..RequestCounts::default() });
-        assert_eq!(generate(&plan(&reqs, &faults, 12, Unfinished::Expired), &mut Attempts::default()).jsonl, generated.jsonl, "seeded");
+        assert_eq!(
+            generate(&plan(&reqs, &faults, 12, Unfinished::Expired), &mut Attempts::default()).jsonl,
+            generated.jsonl,
+            "seeded"
+        );
     }
 
     #[test]

@@ -19,8 +19,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{AwsError, MAX_RECORDS};
-use crate::simulator::anthropic::model;
 use crate::simulator::answer::Attempts;
+use crate::simulator::anthropic::model;
 use crate::simulator::faults::{Faults, every};
 use crate::simulator::net::ConnHandle;
 use crate::simulator::output::{batch_salt, push_line, random_id, truncate};

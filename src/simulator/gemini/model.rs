@@ -112,7 +112,8 @@ pub(super) fn ask(request: &Value) -> Ask {
                 _ => Turn::Other,
             };
             let parts = c.get("parts").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-            let text = parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n");
+            let text =
+                parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n");
             (turn, text)
         })
         .collect();

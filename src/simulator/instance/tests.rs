@@ -10,7 +10,8 @@ use super::*;
 use crate::domain::schema::{Dialect, Schema};
 
 const SOURCE: &str = "src/pay.rs";
-const CONTENT: &str = "fn pay(a: u64) {\n    let total = sum(a).unwrap();\n    // TODO: overflow\n    post(total);\n}\n";
+const CONTENT: &str =
+    "fn pay(a: u64) {\n    let total = sum(a).unwrap();\n    // TODO: overflow\n    post(total);\n}\n";
 
 /// `ticket@1` from tests/it/schemas.rs.
 fn ticket() -> Value {
@@ -143,9 +144,9 @@ fn every_schema_is_answered_validly_through_every_view() {
                     assert!(issues.iter().all(|i| i.message.contains("does not match")), "{issues:#?}");
                     continue;
                 }
-                let findings = schema.validate(&answer).unwrap_or_else(|issues| {
-                    panic!("{name} via {}: {answer:#} fails: {issues:#?}", dialect.as_str())
-                });
+                let findings = schema
+                    .validate(&answer)
+                    .unwrap_or_else(|issues| panic!("{name} via {}: {answer:#} fails: {issues:#?}", dialect.as_str()));
                 assert!(!findings.is_empty() || name == "spot@2", "{name}: no findings in {answer:#}");
             }
         }

@@ -117,7 +117,8 @@ async fn a_batch_answers_each_line_in_its_schema_and_misbehaves_once_per_source(
     for earlier in [None, Some("{\"findings\": []}")] {
         let file = upload(&client, &base, lines(earlier)).await;
         let body = json!({"input_file_id": file["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"});
-        let batch: Value = client.post(format!("{base}/batches")).json(&body).send().await.unwrap().json().await.unwrap();
+        let batch: Value =
+            client.post(format!("{base}/batches")).json(&body).send().await.unwrap().json().await.unwrap();
         let done = poll_until_terminal(&client, &base, batch["id"].as_str().unwrap()).await;
         let out = download(&client, &base, &done["output_file_id"]).await;
         let content = |id: &str| -> Value {
@@ -156,7 +157,8 @@ async fn anthropic_and_gemini_batches_answer_a_custom_schema_and_a_re_ask() {
         let id = batch["id"].as_str().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         let ended = loop {
-            let get = client.get(format!("{base}/{id}")).header("x-api-key", "k").header("anthropic-version", "2023-06-01");
+            let get =
+                client.get(format!("{base}/{id}")).header("x-api-key", "k").header("anthropic-version", "2023-06-01");
             let batch: Value = get.send().await.unwrap().json().await.unwrap();
             if batch["processing_status"] == "ended" {
                 break batch;
@@ -186,7 +188,8 @@ async fn anthropic_and_gemini_batches_answer_a_custom_schema_and_a_re_ask() {
     let body = json!({"batch": {"displayName": "d", "inputConfig": {"requests": {"requests": [
         {"request": request, "metadata": {"key": "first"}}, {"request": re_ask, "metadata": {"key": "again"}}]}}}});
     let url = format!("{base}/v1beta/models/m:batchGenerateContent");
-    let op: Value = client.post(&url).header("x-goog-api-key", "k").json(&body).send().await.unwrap().json().await.unwrap();
+    let op: Value =
+        client.post(&url).header("x-goog-api-key", "k").json(&body).send().await.unwrap().json().await.unwrap();
     let name = op["name"].as_str().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let done = loop {

@@ -1,8 +1,8 @@
 //! End-to-end tests over real HTTP on loopback with a plain reqwest client, the way a
 //! provider adapter would talk to the real API. Helpers here; cases in the submodules.
 
-mod anthropic;
 mod answers;
+mod anthropic;
 mod anthropic_wire;
 mod errors;
 mod gemini_wire;
