@@ -260,9 +260,16 @@ impl<'a> Generator<'a> {
         if let Some(low) = low {
             value = value.max(low);
         }
+        if let (Some(l), Some(h)) = (low, high)
+            && l > h
+        {
+            // Exclusive bounds closer than a step: halfway between them.
+            let raw = |a: &str, b: &str| bound(a).or_else(|| bound(b)).unwrap_or(value);
+            value = (raw("exclusiveMinimum", "minimum") + raw("exclusiveMaximum", "maximum")) / 2.0;
+        }
         if integer {
-            value =
-                if low.is_some_and(|l| value.ceil() > l || l.fract() != 0.0) { value.ceil() } else { value.floor() };
+            let up = value.ceil();
+            value = if high.is_some_and(|h| up > h) { value.floor() } else { up };
         }
         if let Some(multiple) = bound("multipleOf").filter(|m| *m > 0.0) {
             value = (value / multiple).ceil() * multiple;

@@ -211,8 +211,9 @@ fn gemini_response_schema_types_are_read_case_blind() {
 
 #[test]
 fn bounds_lengths_and_recursion_are_respected() {
-    let schema = json!({"type": "object", "required": ["n", "s", "tree", "items"], "properties": {
+    let schema = json!({"type": "object", "required": ["n", "x", "s", "tree", "items"], "properties": {
         "n": {"type": "integer", "exclusiveMinimum": 5, "exclusiveMaximum": 9},
+        "x": {"type": "number", "exclusiveMinimum": 0.9, "exclusiveMaximum": 1.0},
         "s": {"type": "string", "minLength": 200, "maxLength": 210},
         "items": {"type": "array", "minItems": 3, "items": {"type": "integer", "minimum": -3}},
         "tree": {"$ref": "#/$defs/node"}},
