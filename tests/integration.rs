@@ -109,6 +109,8 @@ mod results;
 mod retention;
 #[path = "it/schemas.rs"]
 mod schemas;
+#[path = "it/simulator_schemas.rs"]
+mod simulator_schemas;
 #[path = "it/stalled_readers.rs"]
 mod stalled_readers;
 #[path = "it/supervision.rs"]

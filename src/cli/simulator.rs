@@ -29,6 +29,16 @@ pub(super) struct Args {
     /// Fault knobs as JSON, e.g. '{"rate_limit_next":2,"expire_batches":true}'.
     #[arg(long, value_name = "JSON")]
     pub faults: Option<String>,
+    /// TEST BEHAVIOUR: per source, the first N answers violate the request's schema (a
+    /// required property left out; code-review@1: line 0, severity `urgent`), as a model
+    /// does before it is re-asked. Sets the `invalid_first` fault knob (over --faults).
+    #[arg(long, value_name = "N")]
+    pub invalid_first: Option<u32>,
+    /// TEST BEHAVIOUR: after the invalid ones, the next N answers per source are
+    /// schema-valid but ungrounded (findings on lines past the end of the source, in a file
+    /// it never names, quoting text it does not contain). Sets `ungrounded_first`.
+    #[arg(long, value_name = "N")]
+    pub ungrounded_first: Option<u32>,
     /// The S3-compatible server the bedrock dialect reads job input from and writes output
     /// to (signed with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY from the environment).
     #[arg(long, value_name = "URL")]
@@ -55,10 +65,12 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             Some(std::env::var(name).with_context(|| format!("--api-key-env {name}: the variable is not set"))?)
         }
     };
-    let faults = match &args.faults {
+    let mut faults = match &args.faults {
         None => Faults::default(),
         Some(json) => serde_json::from_str(json).context("--faults is not a valid fault JSON object")?,
     };
+    faults.invalid_first = args.invalid_first.unwrap_or(faults.invalid_first);
+    faults.ungrounded_first = args.ungrounded_first.unwrap_or(faults.ungrounded_first);
     let dialect = match args.dialect {
         DialectArg::Openai => Dialect::OpenAi,
         DialectArg::Anthropic => Dialect::Anthropic,

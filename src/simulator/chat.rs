@@ -50,11 +50,13 @@ pub(super) async fn completions(
             .param("max_completion_tokens"));
     }
     let (behaviour, seed, call) = {
-        let mut inner = shared.lock();
+        let ask = model::ask(&request);
+        let mut guard = shared.lock();
+        let inner = &mut *guard;
         inner.stats.chat_completions += 1;
         let call = inner.stats.chat_completions;
         let position = usize::try_from(call).unwrap_or(usize::MAX);
-        (inner.faults.behaviour(position), inner.seed, call)
+        (inner.attempts.behaviour(&inner.faults, position, &ask), inner.seed, call)
     };
     let reply = model::respond(&request, behaviour);
     {

@@ -41,7 +41,8 @@ pub struct Faults {
     pub malformed_line_every: u32,
     /// Every Nth line of the output file is written twice.
     pub duplicate_line_every: u32,
-    /// Every Nth input line (1-based) gets model content that violates `code-review@1`.
+    /// Every Nth input line (1-based) gets model content that violates the request's schema
+    /// (`code-review@1`: line 0, severity `urgent`; see `Flaw::Invalid`).
     pub invalid_output_every: u32,
     /// Batches fail validation (`failed`, with `errors.data`).
     pub fail_batch_validation: bool,
@@ -78,6 +79,18 @@ pub struct Faults {
     /// Anthropic, alternately: `stop_reason: "refusal"` with no content, and `end_turn`
     /// with that sentence as text and no call of the forced tool.
     pub refuse_every: u32,
+    /// Per source (its id, content and the request's schema), the first N answers violate
+    /// the request's schema, as a model does before it is re-asked (see `Flaw::Invalid`).
+    /// TEST BEHAVIOUR, not a modelled provider behaviour. An answer's attempt number is the
+    /// larger of the answers this simulator already gave the source while this knob or
+    /// `ungrounded_first` was on, and the answers the request's conversation carries
+    /// (`assistant` turns; Gemini `model` turns), plus one: a re-ask is answered by the
+    /// next attempt whether or not it replays the conversation. Refusals, cut-off answers
+    /// and error lines are not attempts.
+    pub invalid_first: u32,
+    /// After the `invalid_first` attempts, the next N answers per source are schema-valid
+    /// but ungrounded (see `Flaw::Ungrounded`). TEST BEHAVIOUR, like `invalid_first`.
+    pub ungrounded_first: u32,
     /// Bedrock dialect: the account's "minimum number of records per batch inference job"
     /// quota (Bedrock's default 100); a job with fewer records fails validation.
     pub bedrock_min_records: u32,
@@ -109,6 +122,8 @@ impl Default for Faults {
             truncate_every: 0,
             long_answer_tokens: DEFAULT_LONG_ANSWER_TOKENS,
             refuse_every: 0,
+            invalid_first: 0,
+            ungrounded_first: 0,
             bedrock_min_records: super::bedrock::MIN_RECORDS as u32,
         }
     }
@@ -132,8 +147,23 @@ pub enum Behaviour {
         valid_prefix: bool,
     },
     Answer {
-        broken: bool,
+        flaw: Flaw,
     },
+}
+
+/// What is wrong with an answer on purpose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flaw {
+    None,
+    /// It violates the request's schema (`invalid_output_every`, `invalid_first`):
+    /// `code-review@1` findings on line 0 with severity `urgent`, any other schema a
+    /// required property left out.
+    Invalid,
+    /// Schema-valid, but about things the source does not contain (`ungrounded_first`):
+    /// `code-review@1` gets two made-up findings, one on a line past the end of the source
+    /// and one in a file it never names; any other schema one more finding whose quotes,
+    /// files and line numbers point outside the source.
+    Ungrounded,
 }
 
 impl Faults {
@@ -145,7 +175,8 @@ impl Faults {
             let valid_prefix = odd_occurrence(self.truncate_every, position);
             return Behaviour::Long { needs: self.long_answer_tokens, valid_prefix };
         }
-        Behaviour::Answer { broken: every(self.invalid_output_every, position) }
+        let flaw = if every(self.invalid_output_every, position) { Flaw::Invalid } else { Flaw::None };
+        Behaviour::Answer { flaw }
     }
 }
 
@@ -325,11 +356,11 @@ mod tests {
         assert_eq!(
             got,
             [
-                Behaviour::Answer { broken: false },
+                Behaviour::Answer { flaw: Flaw::None },
                 long(true),
                 Behaviour::Refuse { first_kind: true },
                 long(false),
-                Behaviour::Answer { broken: true },
+                Behaviour::Answer { flaw: Flaw::Invalid },
                 Behaviour::Refuse { first_kind: false },
             ]
         );

@@ -254,15 +254,18 @@ impl BatchRecord {
     }
 
     fn finish(&mut self, status: BatchStatus, done: usize, unfinished_code: &'static str, at: i64, inner: &mut Inner) {
-        let generated = output::generate(&Plan {
-            batch_id: &self.view.id,
-            requests: &self.input.requests,
-            done,
-            unfinished_code,
-            faults: &self.faults,
-            seed: inner.seed,
-            created: at,
-        });
+        let generated = output::generate(
+            &Plan {
+                batch_id: &self.view.id,
+                requests: &self.input.requests,
+                done,
+                unfinished_code,
+                faults: &self.faults,
+                seed: inner.seed,
+                created: at,
+            },
+            &mut inner.attempts,
+        );
         let expires_at = Some(at + self.output_expires_after.unwrap_or(DEFAULT_FILE_TTL_SECS));
         let id = &self.view.id;
         let mut store = |suffix: &str, content: Vec<u8>| {

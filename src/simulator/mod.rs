@@ -12,7 +12,9 @@
 //!   `output`: the output and error JSONL; `input`: input-file checks.
 //! - `chat`: a synchronous `POST /v1/chat/completions` on the same model and knobs, for
 //!   commitpoint's synchronous chat provider.
-//! - `model`: the deterministic reviewer.
+//! - `model`: the deterministic reviewer; `answer`: what is answered for the schema a
+//!   request carries (the reviewer for `code-review@1`, else an `instance` of the schema,
+//!   `pattern` for its regexes) and the misbehave-first knobs' per-source attempts.
 //! - `anthropic`: the Message Batches dialect (its own routes, lifecycle and error shape,
 //!   sharing the model, the faults, the statistics and the listener).
 //! - `gemini`: the Gemini batch mode dialect, likewise (operations, File API uploads,
@@ -22,6 +24,7 @@
 //!
 //! Simulator-only endpoints (both dialects) live under `/_sim`: `GET /_sim/stats`, `GET|POST /_sim/faults`.
 
+mod answer;
 mod anthropic;
 mod batches;
 mod bedrock;
@@ -32,10 +35,12 @@ mod files;
 mod files_list;
 mod gemini;
 mod input;
+mod instance;
 mod lifecycle;
 mod model;
 mod net;
 mod output;
+mod pattern;
 mod state;
 pub mod strict;
 mod variant;
@@ -62,6 +67,14 @@ use tokio::task::JoinHandle;
 pub use faults::Faults;
 /// The simulator's rule-based stand-in for a model, shared with the demo's workers.
 pub use model::{broken_review, review};
+
+/// The JSON the simulated model answers an OpenAI-shaped chat completion body with (a
+/// generic contract item's `body`, say): `review` for a code-review-shaped
+/// `response_format` schema (or none), an instance of any other schema, drawn from the
+/// source in the last `source_id:` user turn. No knobs apply.
+pub fn answer_chat_body(body: &serde_json::Value) -> serde_json::Value {
+    answer::answer(&model::ask(body), faults::Flaw::None)
+}
 pub use state::Stats;
 pub use variant::{MetadataMode, RateLimitHeaders, Variant};
 

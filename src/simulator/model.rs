@@ -1,6 +1,7 @@
 //! The simulated model: a deterministic rule-based code reviewer that answers a chat
-//! completion body with `code-review@1` JSON. It is not a language model; it exists so
-//! the whole batch lifecycle can run without an API key.
+//! completion body with `code-review@1` JSON, or for any other schema the request carries
+//! an instance of it (see `answer`). It is not a language model; it exists so the whole
+//! batch lifecycle can run without an API key.
 //!
 //! Prompt convention (the commitpoint adapter sends exactly this as the last `user`
 //! message): `source_id: <SOURCE_ID>\n\n<CONTENT>`. Line numbers are 1-based within
@@ -8,7 +9,8 @@
 
 use serde_json::{Value, json};
 
-use super::faults::Behaviour;
+use super::answer::{self, Ask, Turn};
+use super::faults::{Behaviour, Flaw};
 
 /// The simulated model's own output limit when a request names no budget (gpt-4o-mini's).
 pub(super) const MODEL_MAX_OUTPUT_TOKENS: u64 = 16_384;
@@ -17,7 +19,7 @@ pub(super) const REFUSAL: &str = "I'm sorry, I cannot help with that.";
 
 /// (patterns, rule, severity, summary). A rule fires at most once per line, because
 /// (rule, file, line) is a finding's identity and duplicates would be noise.
-const RULES: &[(&[&str], &str, &str, &str)] = &[
+pub(super) const RULES: &[(&[&str], &str, &str, &str)] = &[
     (&["unwrap()"], "no-unwrap", "medium", "unwrap() panics on bad input; return the error instead"),
     (&["TODO"], "todo-left", "low", "unfinished work left in the change"),
     (&["unsafe"], "unsafe-code", "high", "unsafe code without a safety justification"),
@@ -86,13 +88,39 @@ pub fn broken_review(source_id: &str, content: &str) -> Value {
     output
 }
 
-/// The first half of a review's findings: cut off mid-answer, yet valid `code-review@1`
-/// JSON — which is why a truncated answer must never be committed on validation alone.
+/// The first half of a review's findings (any other answer: of its first array): cut off
+/// mid-answer, yet valid `code-review@1` JSON — which is why a truncated answer must never
+/// be committed on validation alone.
 pub(super) fn valid_prefix(mut output: Value) -> Value {
-    if let Some(Value::Array(findings)) = output.get_mut("findings") {
+    let Value::Object(fields) = &mut output else { return output };
+    let name = if fields.get("findings").is_some_and(Value::is_array) {
+        Some("findings".to_string())
+    } else {
+        fields.iter().find(|(_, v)| v.is_array()).map(|(k, _)| k.clone())
+    };
+    if let Some(Value::Array(findings)) = name.and_then(|n| fields.get_mut(&n)) {
         findings.truncate(findings.len() / 2);
     }
     output
+}
+
+/// A chat completion body as the model reads it: `messages` (`assistant` turns are earlier
+/// answers) and `response_format.json_schema.schema`.
+pub(super) fn ask(body: &Value) -> Ask {
+    let messages = body.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let turns: Vec<(Turn, String)> = messages
+        .iter()
+        .map(|m| {
+            let turn = match m.get("role").and_then(Value::as_str) {
+                Some("user") => Turn::User,
+                Some("assistant") => Turn::Model,
+                _ => Turn::Other,
+            };
+            (turn, message_text(m))
+        })
+        .collect();
+    let structured = body.pointer("/response_format/type").and_then(Value::as_str) == Some("json_schema");
+    Ask::new(&turns, body.pointer("/response_format/json_schema/schema").filter(|_| structured))
 }
 
 /// The output budget a chat completion body asks for: `max_completion_tokens`, else the
@@ -106,13 +134,7 @@ pub(super) fn respond(body: &Value, behaviour: Behaviour) -> Reply {
     let messages = body.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let prompt_bytes: usize = messages.iter().map(|m| message_text(m).len()).sum();
     let prompt_tokens = tokens(prompt_bytes);
-    // The source is the first user turn: a re-ask's later turns hold the refused answer and its issues.
-    let source_turn = messages
-        .iter()
-        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
-        .map(message_text)
-        .unwrap_or_default();
-    let (source_id, content) = split_prompt(&source_turn);
+    let ask = ask(body);
     let structured = body.pointer("/response_format/type").and_then(Value::as_str) == Some("json_schema");
     let strict_schema = body
         .pointer("/response_format/json_schema/schema")
@@ -142,16 +164,15 @@ pub(super) fn respond(body: &Value, behaviour: Behaviour) -> Reply {
         },
         Behaviour::Long { needs, valid_prefix: prefix } => {
             let budget = output_budget(body).unwrap_or(MODEL_MAX_OUTPUT_TOKENS);
-            let full = review(source_id, content);
+            let full = answer::answer(&ask, Flaw::None);
             if budget >= u64::from(needs) {
                 return answer(render(full), "stop", u64::from(needs));
             }
             let text = if prefix { render(valid_prefix(full)) } else { cut(&render(full)).to_string() };
             answer(text, "length", budget.max(1))
         }
-        Behaviour::Answer { broken } => {
-            let output = if broken { broken_review(source_id, content) } else { review(source_id, content) };
-            let text = render(output);
+        Behaviour::Answer { flaw } => {
+            let text = render(answer::answer(&ask, flaw));
             let completion_tokens = tokens(text.len());
             answer(text, "stop", completion_tokens)
         }
@@ -165,7 +186,7 @@ pub(super) fn cut(text: &str) -> &str {
 
 /// Constrained decoding: a strict-mode model always sends every required key, so a
 /// property it has nothing for arrives as `null` where the schema admits one.
-fn conform(answer: &mut Value, schema: &Value) {
+pub(super) fn conform(answer: &mut Value, schema: &Value) {
     match answer {
         Value::Object(fields) => {
             let Some(Value::Object(properties)) = schema.get("properties") else { return };
@@ -263,7 +284,7 @@ mod tests {
             {"role": "system", "content": "review"},
             {"role": "user", "content": "source_id: s1\n\nok\nx.unwrap()"}
         ], "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {}}}});
-        let reply = respond(&body, Behaviour::Answer { broken: false });
+        let reply = respond(&body, Behaviour::Answer { flaw: Flaw::None });
         let output: Value = serde_json::from_str(reply.content.as_deref().unwrap()).unwrap();
         assert_eq!(output["findings"][0]["file"], "s1");
         assert_eq!(output["findings"][0]["line"], 2);
@@ -275,7 +296,7 @@ mod tests {
     #[test]
     fn without_structured_outputs_the_json_is_wrapped_in_prose() {
         let body = json!({"model": "m", "messages": [{"role": "user", "content": "x"}]});
-        let reply = respond(&body, Behaviour::Answer { broken: false });
+        let reply = respond(&body, Behaviour::Answer { flaw: Flaw::None });
         let content = reply.content.unwrap();
         assert!(content.starts_with("Here is my review."));
         assert!(serde_json::from_str::<Value>(&content).is_err());

@@ -11,6 +11,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
+use super::answer::Attempts;
 use super::faults::{Faults, every};
 use super::input::InputRequest;
 use super::model;
@@ -44,7 +45,7 @@ pub(super) struct Generated {
     pub refused: u64,
 }
 
-pub(super) fn generate(plan: &Plan<'_>) -> Generated {
+pub(super) fn generate(plan: &Plan<'_>, attempts: &mut Attempts) -> Generated {
     let mut rng = StdRng::seed_from_u64(plan.seed ^ batch_salt(plan.batch_id));
     let mut generated = Generated::default();
     let mut successes = Vec::new();
@@ -61,7 +62,8 @@ pub(super) fn generate(plan: &Plan<'_>) -> Generated {
             let http_shape = failures.len() % 2 == 0;
             failures.push(failed_line(&mut rng, request, http_shape));
         } else {
-            let reply = model::respond(&request.body, plan.faults.behaviour(position));
+            let behaviour = attempts.behaviour(plan.faults, position, &model::ask(&request.body));
+            let reply = model::respond(&request.body, behaviour);
             generated.truncated += u64::from(reply.finish_reason == "length");
             generated.refused += u64::from(reply.refusal.is_some());
             add_usage(&mut generated.usage, &reply);
@@ -263,7 +265,7 @@ mod tests {
     fn shuffled_lines_join_back_by_custom_id() {
         let reqs = requests(20);
         let faults = Faults::default();
-        let generated = generate(&plan(&reqs, &faults, 20));
+        let generated = generate(&plan(&reqs, &faults, 20), &mut Attempts::default());
         let out = lines(&generated.output);
         let order: Vec<String> = out
             .iter()
@@ -287,7 +289,7 @@ mod tests {
         }
         assert!(generated.errors.is_empty());
         assert_eq!(generated.counts, RequestCounts { total: 20, completed: 20, failed: 0 });
-        let again = generate(&plan(&reqs, &faults, 20));
+        let again = generate(&plan(&reqs, &faults, 20), &mut Attempts::default());
         assert_eq!(again.output, generated.output, "the seed makes files reproducible");
     }
 
@@ -295,7 +297,7 @@ mod tests {
     fn failed_lines_alternate_shapes_and_unfinished_lines_are_errors() {
         let reqs = requests(8);
         let faults = Faults { failed_line_every: 2, ..Faults::default() };
-        let generated = generate(&plan(&reqs, &faults, 6));
+        let generated = generate(&plan(&reqs, &faults, 6), &mut Attempts::default());
         let errors: Vec<Value> = lines(&generated.errors).iter().map(|l| serde_json::from_str(l).unwrap()).collect();
         let http = errors.iter().filter(|e| e["response"]["status_code"] == 500).count();
         let timeouts = errors.iter().filter(|e| e["error"]["code"] == "request_timeout").count();
@@ -312,7 +314,7 @@ mod tests {
             request.body["max_completion_tokens"] = json!(100);
         }
         let faults = Faults { truncate_every: 2, refuse_every: 3, ..Faults::default() };
-        let generated = generate(&plan(&reqs, &faults, 4));
+        let generated = generate(&plan(&reqs, &faults, 4), &mut Attempts::default());
         assert_eq!((generated.truncated, generated.refused), (2, 1));
         assert_eq!(generated.counts.completed, 4, "cut-off and declined answers are billed");
         let by_id: BTreeMap<String, Value> = lines(&generated.output)
@@ -338,7 +340,7 @@ mod tests {
         let reqs = requests(6);
         let faults =
             Faults { malformed_line_every: 3, duplicate_line_every: 2, invalid_output_every: 6, ..Faults::default() };
-        let generated = generate(&plan(&reqs, &faults, 6));
+        let generated = generate(&plan(&reqs, &faults, 6), &mut Attempts::default());
         let out = lines(&generated.output);
         assert_eq!(out.len(), 9, "6 lines + 3 duplicates");
         let garbage = out.iter().filter(|l| serde_json::from_str::<Value>(l).is_err()).count();

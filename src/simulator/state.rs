@@ -115,6 +115,8 @@ pub(super) struct Inner {
     /// Bedrock model invocation jobs, creation order (Bedrock dialect only).
     pub bedrock: Vec<super::bedrock::Job>,
     pub faults: Faults,
+    /// Answers per source while a misbehave knob is on (`invalid_first`, `ungrounded_first`).
+    pub attempts: super::answer::Attempts,
     pub stats: Stats,
     pub timeline: Timeline,
     pub seed: u64,
@@ -146,6 +148,7 @@ impl Shared {
                 gemini: super::gemini::Store::default(),
                 bedrock: Vec::new(),
                 faults,
+                attempts: super::answer::Attempts::default(),
                 stats: Stats::default(),
                 timeline,
                 seed,

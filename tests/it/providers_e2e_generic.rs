@@ -108,10 +108,7 @@ async fn submit(State(fake): State<Arc<Fake>>, headers: HeaderMap, body: Bytes) 
 
 /// The completion the reviewer gives one request item, as a result item.
 fn result_item(index: usize, item: &Value) -> Value {
-    let prompt = item["body"]["messages"][1]["content"].as_str().unwrap_or_default();
-    let (header, content) = prompt.split_once("\n\n").unwrap_or(("", prompt));
-    let source_id = header.strip_prefix("source_id: ").unwrap_or("unknown");
-    let review = commitpoint::simulator::review(source_id, content);
+    let review = commitpoint::simulator::answer_chat_body(&item["body"]);
     let completion = json!({"id": format!("chatcmpl-{index}"), "object": "chat.completion", "created": 1,
         "model": item["body"]["model"], "choices": [{"index": 0, "finish_reason": "stop",
         "message": {"role": "assistant", "content": review.to_string()}}],

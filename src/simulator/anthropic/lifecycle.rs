@@ -129,14 +129,17 @@ impl Record {
     }
 
     fn end(&mut self, done: usize, unfinished: Unfinished, ended: SystemTime, inner: &mut Inner, origin: &str) {
-        let generated = results::generate(&Plan {
-            batch_id: &self.view.id,
-            requests: &self.requests,
-            done,
-            unfinished,
-            faults: &self.faults,
-            seed: inner.seed,
-        });
+        let generated = results::generate(
+            &Plan {
+                batch_id: &self.view.id,
+                requests: &self.requests,
+                done,
+                unfinished,
+                faults: &self.faults,
+                seed: inner.seed,
+            },
+            &mut inner.attempts,
+        );
         let counts = generated.counts;
         inner.stats.lines_completed += counts.succeeded;
         inner.stats.lines_truncated += generated.truncated;

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::error::AnthropicError;
 use super::model;
-use crate::simulator::faults::Behaviour;
+use crate::simulator::faults::{Behaviour, Flaw};
 use crate::simulator::output::{batch_salt, random_id};
 use crate::simulator::state::Shared;
 
@@ -32,7 +32,7 @@ pub(super) async fn create(
     }
     let mut rng = StdRng::seed_from_u64(shared.seed ^ batch_salt(&shared.next_request_id()));
     let answer =
-        model::respond(&params, Behaviour::Answer { broken: false }, &mut rng).map_err(AnthropicError::invalid)?;
+        model::respond(&params, Behaviour::Answer { flaw: Flaw::None }, &mut rng).map_err(AnthropicError::invalid)?;
     Ok(Json(json!({
         "id": random_id(&mut rng, "msg_", 24),
         "type": "message",

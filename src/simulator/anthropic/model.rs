@@ -6,8 +6,9 @@
 use rand::rngs::StdRng;
 use serde_json::{Value, json};
 
-use crate::simulator::faults::Behaviour;
-use crate::simulator::model::{REFUSAL, broken_review, cut, message_text, review, split_prompt, tokens, valid_prefix};
+use crate::simulator::answer::{self, Ask, Turn};
+use crate::simulator::faults::{Behaviour, Flaw};
+use crate::simulator::model::{REFUSAL, cut, message_text, tokens, valid_prefix};
 use crate::simulator::output::random_id;
 
 /// What the model produced for one request.
@@ -31,13 +32,7 @@ pub(in crate::simulator) fn respond(params: &Value, behaviour: Behaviour, rng: &
     let tools = params.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     check_tools(tools)?;
     let forced = forced_tool(params.get("tool_choice"), tools)?;
-    // The source is the first user turn: a re-ask's later turns hold the refused answer and its issues.
-    let source_turn = messages
-        .iter()
-        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
-        .map(message_text)
-        .unwrap_or_default();
-    let (source_id, content) = split_prompt(&source_turn);
+    let ask = ask(params, forced.as_deref());
     // Tool definitions are part of the prompt and billed as input.
     let prompt_bytes = system.len()
         + messages.iter().map(|m| message_text(m).len()).sum::<usize>()
@@ -46,7 +41,7 @@ pub(in crate::simulator) fn respond(params: &Value, behaviour: Behaviour, rng: &
     let output = match behaviour {
         Behaviour::Refuse { first_kind } => return Ok(refusal(first_kind, input_tokens)),
         Behaviour::Long { needs, valid_prefix: prefix } => {
-            let full = review(source_id, content);
+            let full = answer::answer(&ask, Flaw::None);
             let budget = params.get("max_tokens").and_then(Value::as_u64).unwrap_or(1);
             if budget < u64::from(needs) {
                 return Ok(truncated(full, prefix, forced.as_deref(), budget, input_tokens, rng));
@@ -55,15 +50,44 @@ pub(in crate::simulator) fn respond(params: &Value, behaviour: Behaviour, rng: &
             answer.output_tokens = u64::from(needs);
             return Ok(answer);
         }
-        Behaviour::Answer { broken } => {
-            if broken {
-                broken_review(source_id, content)
-            } else {
-                review(source_id, content)
-            }
-        }
+        Behaviour::Answer { flaw } => answer::answer(&ask, flaw),
     };
     Ok(answer_with(output, forced, params, input_tokens, rng))
+}
+
+/// Messages `params` as the model reads them: `messages` (`assistant` turns are earlier
+/// answers) and the schema: the forced tool's `input_schema` (`forced` names it), else
+/// `output_config.format.schema`.
+pub(in crate::simulator) fn ask(params: &Value, forced: Option<&str>) -> Ask {
+    let messages = params.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let turns: Vec<(Turn, String)> = messages
+        .iter()
+        .map(|m| {
+            let turn = match m.get("role").and_then(Value::as_str) {
+                Some("user") => Turn::User,
+                Some("assistant") => Turn::Model,
+                _ => Turn::Other,
+            };
+            (turn, message_text(m))
+        })
+        .collect();
+    let tools = params.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let schema = match forced {
+        Some(name) => tools
+            .iter()
+            .find(|t| t.get("name").and_then(Value::as_str) == Some(name))
+            .and_then(|t| t.get("input_schema")),
+        None => params
+            .pointer("/output_config/format/schema")
+            .filter(|_| params.pointer("/output_config/format/type").and_then(Value::as_str) == Some("json_schema")),
+    };
+    Ask::new(&turns, schema)
+}
+
+/// The tool `params` force, if any (a bad `tool_choice` forces none here; `respond` refuses it).
+pub(in crate::simulator) fn forced_name(params: &Value) -> Option<String> {
+    let tools = params.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    forced_tool(params.get("tool_choice"), tools).ok().flatten()
 }
 
 /// A complete answer: the forced tool's call, or text.
@@ -168,8 +192,9 @@ mod tests {
     use rand::SeedableRng;
 
     use super::*;
+    use crate::simulator::model::review;
 
-    const ANSWER: Behaviour = Behaviour::Answer { broken: false };
+    const ANSWER: Behaviour = Behaviour::Answer { flaw: Flaw::None };
 
     fn params(extra: Value) -> Value {
         let mut params = json!({"model": "m", "max_tokens": 100, "system": "Review.",
@@ -189,14 +214,14 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(1);
         let tools = json!([{"name": "t", "input_schema": {"anyOf": [{"type": "object"}]}}]);
         let refused =
-            respond(&params(json!({"tools": tools})), Behaviour::Answer { broken: false }, &mut rng).unwrap_err();
+            respond(&params(json!({"tools": tools})), Behaviour::Answer { flaw: Flaw::None }, &mut rng).unwrap_err();
         assert_eq!(
             refused,
             "tools.0.custom.input_schema: input_schema does not support oneOf, allOf, or anyOf at the top level"
         );
         let tools = json!([{"name": "t", "input_schema": {"type": "array"}}]);
         assert!(
-            respond(&params(json!({"tools": tools})), Behaviour::Answer { broken: false }, &mut rng)
+            respond(&params(json!({"tools": tools})), Behaviour::Answer { flaw: Flaw::None }, &mut rng)
                 .unwrap_err()
                 .contains("Input should be 'object'")
         );
@@ -225,7 +250,7 @@ mod tests {
         assert_eq!(plain.stop_reason, "end_turn");
         assert!(plain.content[0]["text"].as_str().unwrap().starts_with("Here is my review."));
         let format = json!({"output_config": {"format": {"type": "json_schema", "schema": {}}}});
-        let structured = respond(&params(format), Behaviour::Answer { broken: true }, &mut rng).unwrap();
+        let structured = respond(&params(format), Behaviour::Answer { flaw: Flaw::Invalid }, &mut rng).unwrap();
         let output: Value = serde_json::from_str(structured.content[0]["text"].as_str().unwrap()).unwrap();
         assert_eq!(output["findings"][0]["severity"], "urgent", "broken answers violate the schema");
     }

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use super::model;
 use super::wire::{Request, RequestCounts};
+use crate::simulator::answer::Attempts;
 use crate::simulator::faults::{Behaviour, Faults, every};
 use crate::simulator::output::{batch_salt, push_line, random_id, truncate};
 
@@ -42,7 +43,7 @@ pub(super) struct Generated {
     pub refused: u64,
 }
 
-pub(super) fn generate(plan: &Plan<'_>) -> Generated {
+pub(super) fn generate(plan: &Plan<'_>, attempts: &mut Attempts) -> Generated {
     let mut rng = StdRng::seed_from_u64(plan.seed ^ batch_salt(plan.batch_id));
     let mut counts = RequestCounts::default();
     let (mut truncated, mut refused) = (0, 0);
@@ -70,7 +71,8 @@ pub(super) fn generate(plan: &Plan<'_>) -> Generated {
             };
             errored(&mut rng, kind, &format!("{message} (SIMULATED fault: failed_line_every)"))
         } else {
-            let behaviour = plan.faults.behaviour(position);
+            let ask = model::ask(&request.params, model::forced_name(&request.params).as_deref());
+            let behaviour = attempts.behaviour(plan.faults, position, &ask);
             match model::respond(&request.params, behaviour, &mut rng) {
                 Ok(answer) => {
                     counts.succeeded += 1;
@@ -161,7 +163,7 @@ mod tests {
     fn every_request_gets_one_line_joined_by_custom_id() {
         let reqs = requests(12);
         let faults = Faults::default();
-        let generated = generate(&plan(&reqs, &faults, 12, Unfinished::Expired));
+        let generated = generate(&plan(&reqs, &faults, 12, Unfinished::Expired), &mut Attempts::default());
         let lines: Vec<Value> = parsed(&generated.jsonl).into_iter().map(Result::unwrap).collect();
         let order: Vec<&str> = lines.iter().map(|l| l["custom_id"].as_str().unwrap()).collect();
         assert_ne!(order, reqs.iter().map(|r| r.custom_id.as_str()).collect::<Vec<_>>(), "shuffled");
@@ -172,7 +174,11 @@ mod tests {
             assert_eq!(message["content"][0]["input"]["findings"][0]["file"], format!("s{i}"));
         }
         assert_eq!(generated.counts, RequestCounts { succeeded: 12, ..RequestCounts::default() });
-        assert_eq!(generate(&plan(&reqs, &faults, 12, Unfinished::Expired)).jsonl, generated.jsonl, "seeded");
+        assert_eq!(
+            generate(&plan(&reqs, &faults, 12, Unfinished::Expired), &mut Attempts::default()).jsonl,
+            generated.jsonl,
+            "seeded"
+        );
     }
 
     #[test]
@@ -180,7 +186,7 @@ mod tests {
         let reqs = requests(8);
         let faults =
             Faults { failed_line_every: 3, malformed_line_every: 4, duplicate_line_every: 5, ..Faults::default() };
-        let generated = generate(&plan(&reqs, &faults, 6, Unfinished::Canceled));
+        let generated = generate(&plan(&reqs, &faults, 6, Unfinished::Canceled), &mut Attempts::default());
         assert_eq!(
             generated.counts,
             RequestCounts { succeeded: 4, errored: 2, canceled: 2, ..RequestCounts::default() }

@@ -19,6 +19,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{AwsError, MAX_RECORDS};
+use crate::simulator::answer::Attempts;
 use crate::simulator::anthropic::model;
 use crate::simulator::faults::{Faults, every};
 use crate::simulator::net::ConnHandle;
@@ -328,7 +329,7 @@ fn output(job: &Job, index: usize, inner: &mut Inner) -> Finish {
     let mut jsonl = Vec::new();
     for (position, (id, input)) in job.records.iter().take(answered).enumerate().map(|(i, r)| (i + 1, r)) {
         let mut line = json!({"recordId": id, "modelInput": input});
-        match answer(input, faults, position, &job.model, &mut rng) {
+        match answer(input, faults, position, &job.model, &mut rng, &mut inner.attempts) {
             Ok((output, used_in, used_out)) => {
                 ok += 1;
                 input_tokens += used_in;
@@ -375,6 +376,7 @@ fn answer(
     position: usize,
     model_id: &str,
     rng: &mut StdRng,
+    attempts: &mut Attempts,
 ) -> Result<(Value, u64, u64), (u16, String)> {
     if every(faults.failed_line_every, position) {
         return Err((
@@ -393,7 +395,8 @@ fn answer(
     if input.get("anthropic_version").and_then(Value::as_str) != Some(ANTHROPIC_VERSION) {
         return Err((400, format!("Malformed input request: anthropic_version must be {ANTHROPIC_VERSION}")));
     }
-    let behaviour = faults.behaviour(position);
+    let ask = model::ask(input, model::forced_name(input).as_deref());
+    let behaviour = attempts.behaviour(faults, position, &ask);
     let answer = model::respond(input, behaviour, rng).map_err(|message| (400, message))?;
     let output = json!({
         "id": random_id(rng, "msg_bdrk_", 24),

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use super::error::GoogleError;
 use super::lifecycle::{self, Record, Request};
 use super::model;
-use crate::simulator::faults::Behaviour;
+use crate::simulator::faults::{Behaviour, Flaw};
 use crate::simulator::net::ConnHandle;
 use crate::simulator::output::batch_salt;
 use crate::simulator::state::Shared;
@@ -140,7 +140,7 @@ fn generate(shared: &Shared, model: &str, body: &[u8]) -> Result<Json<Value>, Go
     let request = parse_json(body)?;
     model::check(&request).map_err(|p| GoogleError::invalid(format!("* {p}")))?;
     let mut rng = StdRng::seed_from_u64(shared.seed ^ batch_salt(&shared.next_request_id()));
-    Ok(Json(model::respond(&request, Behaviour::Answer { broken: false }, model, &mut rng)))
+    Ok(Json(model::respond(&request, Behaviour::Answer { flaw: Flaw::None }, model, &mut rng)))
 }
 
 pub(super) async fn get(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Json<Value>, GoogleError> {

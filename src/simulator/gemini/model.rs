@@ -9,8 +9,9 @@
 use rand::rngs::StdRng;
 use serde_json::{Value, json};
 
-use crate::simulator::faults::Behaviour;
-use crate::simulator::model::{broken_review, cut, review, split_prompt, tokens, valid_prefix};
+use crate::simulator::answer::{self, Ask, Turn};
+use crate::simulator::faults::{Behaviour, Flaw};
+use crate::simulator::model::{cut, tokens, valid_prefix};
 use crate::simulator::output::random_id;
 
 /// The simulated model's own output limit when a request sets no `maxOutputTokens`
@@ -49,8 +50,7 @@ pub(super) fn check(request: &Value) -> Result<(), String> {
 
 /// Answers one checked request as `behaviour` says.
 pub(super) fn respond(request: &Value, behaviour: Behaviour, model: &str, rng: &mut StdRng) -> Value {
-    let text = user_text(request);
-    let (source_id, content) = split_prompt(&text);
+    let ask = ask(request);
     let prompt_tokens = tokens(request.to_string().len());
     let structured =
         request.pointer("/generationConfig/responseMimeType").and_then(Value::as_str) == Some("application/json");
@@ -66,7 +66,7 @@ pub(super) fn respond(request: &Value, behaviour: Behaviour, model: &str, rng: &
         }
         Behaviour::Refuse { first_kind: true } => (String::new(), "SAFETY", 0),
         Behaviour::Long { needs, valid_prefix: prefix } => {
-            let full = review(source_id, content);
+            let full = answer::answer(&ask, Flaw::None);
             let limit = budget.unwrap_or(MODEL_MAX_OUTPUT_TOKENS);
             if limit < u64::from(needs) {
                 let text = if prefix { valid_prefix(full).to_string() } else { cut(&full.to_string()).to_string() };
@@ -75,9 +75,8 @@ pub(super) fn respond(request: &Value, behaviour: Behaviour, model: &str, rng: &
                 (render(&full, structured), "STOP", u64::from(needs))
             }
         }
-        Behaviour::Answer { broken } => {
-            let output = if broken { broken_review(source_id, content) } else { review(source_id, content) };
-            let text = render(&output, structured);
+        Behaviour::Answer { flaw } => {
+            let text = render(&answer::answer(&ask, flaw), structured);
             let used = tokens(text.len());
             (text, "STOP", used)
         }
@@ -99,14 +98,32 @@ fn render(output: &Value, structured: bool) -> String {
     if structured { output.to_string() } else { format!("Here is my review.\n```json\n{output}\n```") }
 }
 
-/// The text of the last user turn (`contents[].parts[].text`).
-fn user_text(request: &Value) -> String {
+/// A `GenerateContentRequest` as the model reads it: `contents` (a turn without a role is
+/// the user's; `model` turns are earlier answers) and the schema,
+/// `generationConfig.responseJsonSchema`, else `responseSchema`.
+pub(super) fn ask(request: &Value) -> Ask {
     let contents = request.get("contents").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    // The source is the first user turn: a re-ask's later turns hold the refused answer and its issues.
-    let last = contents.iter().find(|c| c.get("role").and_then(Value::as_str).unwrap_or("user") == "user");
-    last.and_then(|c| c.get("parts")).and_then(Value::as_array).map_or_else(String::new, |parts| {
-        parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n")
-    })
+    let turns: Vec<(Turn, String)> = contents
+        .iter()
+        .map(|c| {
+            let turn = match c.get("role").and_then(Value::as_str).unwrap_or("user") {
+                "user" => Turn::User,
+                "model" => Turn::Model,
+                _ => Turn::Other,
+            };
+            let parts = c.get("parts").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+            let text =
+                parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n");
+            (turn, text)
+        })
+        .collect();
+    let config = request.get("generationConfig").or_else(|| request.get("generation_config"));
+    let schema = config.and_then(|c| {
+        ["responseJsonSchema", "response_json_schema", "responseSchema", "response_schema"]
+            .iter()
+            .find_map(|k| c.get(*k))
+    });
+    Ask::new(&turns, schema)
 }
 
 #[cfg(test)]
@@ -114,6 +131,7 @@ mod tests {
     use rand::SeedableRng;
 
     use super::*;
+    use crate::simulator::model::review;
 
     fn request(max: Option<u64>) -> Value {
         let mut config = json!({"responseMimeType": "application/json", "responseJsonSchema": {"type": "object"}});
@@ -127,7 +145,7 @@ mod tests {
     #[test]
     fn the_review_is_the_candidate_text_with_usage() {
         let mut rng = StdRng::seed_from_u64(1);
-        let answer = respond(&request(None), Behaviour::Answer { broken: false }, "gemini-sim", &mut rng);
+        let answer = respond(&request(None), Behaviour::Answer { flaw: Flaw::None }, "gemini-sim", &mut rng);
         let text = answer["candidates"][0]["content"]["parts"][0]["text"].as_str().unwrap();
         assert_eq!(serde_json::from_str::<Value>(text).unwrap(), review("s1", "x.unwrap()"));
         assert_eq!(answer["candidates"][0]["finishReason"], "STOP");

@@ -63,7 +63,7 @@ pub(super) fn generate(
             let message = format!("{message} (SIMULATED fault: failed_line_every)");
             json!({"error": {"code": code, "message": message, "status": status}})
         } else {
-            let behaviour = faults.behaviour(position);
+            let behaviour = inner.attempts.behaviour(faults, position, &model::ask(&request.request));
             let response = model::respond(&request.request, behaviour, model_name, &mut rng);
             succeeded += 1;
             let finish = response.pointer("/candidates/0/finishReason").and_then(Value::as_str);

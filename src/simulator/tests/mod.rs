@@ -1,6 +1,7 @@
 //! End-to-end tests over real HTTP on loopback with a plain reqwest client, the way a
 //! provider adapter would talk to the real API. Helpers here; cases in the submodules.
 
+mod answers;
 mod anthropic;
 mod anthropic_wire;
 mod errors;
@@ -15,6 +16,12 @@ use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
 
 use super::{Simulator, SimulatorConfig};
+use crate::domain::schema::{BUILTIN_CODE_REVIEW, Dialect, Registry};
+
+/// The built-in `code-review@1` as the adapters send it to `dialect`.
+fn code_review_view(dialect: Dialect) -> Value {
+    Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap().provider_schema(dialect).clone()
+}
 
 fn request_line(custom_id: &str, source_id: &str, content: &str) -> String {
     json!({
@@ -27,9 +34,8 @@ fn request_line(custom_id: &str, source_id: &str, content: &str) -> String {
                 {"role": "system", "content": "Review the code."},
                 {"role": "user", "content": format!("source_id: {source_id}\n\n{content}")}
             ],
-            "response_format": {"type": "json_schema", "json_schema": {"name": "code_review", "strict": true,
-                "schema": {"type": "object", "additionalProperties": false, "required": ["findings"],
-                    "properties": {"findings": {"type": "array", "items": {"type": "object", "additionalProperties": false, "properties": {}}}}}}}
+            "response_format": {"type": "json_schema", "json_schema": {"name": "code-review_1", "strict": true,
+                "schema": code_review_view(Dialect::OpenAiStrict)}}
         }
     })
     .to_string()
