@@ -4,7 +4,9 @@
 //! A schema is named `name@version`. The identifying fields are JSON Pointers
 //! (relative to one finding) listed under `x-commitpoint-identity`; the findings
 //! array is found at `x-commitpoint-findings` (default `/findings`). Identity never
-//! includes free prose, so a reworded summary is the same finding.
+//! includes free prose, so a reworded summary is the same finding. `grounding.rs` checks
+//! findings against the source they came from (`x-commitpoint-grounding`); every
+//! `x-commitpoint-*` key is documented in docs/OPERATIONS.md ("Schema keys").
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,17 +15,26 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::Value;
 
+pub mod grounding;
+mod reach;
 mod view;
 
+pub use grounding::{Grounding, SourceText};
 pub use view::{Dialect, Inexpressible, View};
 
 pub const BUILTIN_CODE_REVIEW: &str = "code-review@1";
 const IDENTITY_KEY: &str = "x-commitpoint-identity";
 const FINDINGS_KEY: &str = "x-commitpoint-findings";
 const INSTRUCTIONS_KEY: &str = "x-commitpoint-instructions";
+const REASK_KEY: &str = "x-commitpoint-reask";
+/// Every `x-commitpoint-*` key a schema may carry; any other is refused at start.
+const KNOWN_KEYS: [&str; 6] =
+    [IDENTITY_KEY, FINDINGS_KEY, INSTRUCTIONS_KEY, REASK_KEY, grounding::GROUNDING_KEY, grounding::FILE_MARKER_KEY];
+/// Re-asks an invalid answer gets unless the schema says otherwise.
+pub const DEFAULT_REASK_LIMIT: u32 = 1;
 const DEFAULT_FINDINGS_POINTER: &str = "/findings";
 /// Enough errors to fix an output; an adversarial output must not produce a huge response.
-const MAX_REPORTED_ISSUES: usize = 32;
+pub const MAX_REPORTED_ISSUES: usize = 32;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -75,6 +86,17 @@ pub struct Schema {
     validator: jsonschema::Validator,
     identity_pointers: Vec<String>,
     findings_pointer: String,
+    grounding: Option<Grounding>,
+    reask_limit: u32,
+}
+
+/// What grounding made of an output's findings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroundingReport {
+    /// One per broken rule, with the finding's path.
+    pub issues: Vec<ValidationIssue>,
+    /// Findings that broke at least one rule.
+    pub ungrounded: usize,
 }
 
 impl std::fmt::Debug for Schema {
@@ -91,6 +113,15 @@ impl Schema {
     pub fn compile(name: &str, document: &Value, origin: &Path) -> Result<Self, Error> {
         check_name(name)?;
         let invalid = |reason: String| Error::Invalid { path: origin.to_path_buf(), reason };
+        if let Some(unknown) = document
+            .as_object()
+            .and_then(|o| o.keys().find(|k| k.starts_with("x-commitpoint-") && !KNOWN_KEYS.contains(&k.as_str())))
+        {
+            return Err(invalid(format!(
+                "unknown key `{unknown}` (a schema may carry {}; see docs/OPERATIONS.md, \"Schema keys\")",
+                KNOWN_KEYS.map(|k| format!("`{k}`")).join(", ")
+            )));
+        }
         let identity_pointers = parse_pointer_list(document.get(IDENTITY_KEY)).ok_or_else(|| {
             invalid(format!(
                 "`{IDENTITY_KEY}` must be a non-empty array of JSON Pointers such as [\"/rule\", \"/file\"]"
@@ -103,8 +134,17 @@ impl Schema {
                 return Err(invalid(format!("`{FINDINGS_KEY}` must be a JSON Pointer string")));
             }
         };
+        let grounding = Grounding::parse(document.get(grounding::GROUNDING_KEY), document.get(grounding::FILE_MARKER_KEY))
+            .map_err(&invalid)?;
+        let reask_limit = match document.get(REASK_KEY) {
+            None => DEFAULT_REASK_LIMIT,
+            Some(v) => v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
+                invalid(format!("`{REASK_KEY}` must be an integer of 0 or more (re-asks per answer), such as 2; not {v}"))
+            })?,
+        };
         let validator = jsonschema::draft202012::new(document)
             .map_err(|e| invalid(format!("not a valid JSON Schema 2020-12 document: {e}")))?;
+        check_reach(document, &findings_pointer, &identity_pointers, grounding.as_ref()).map_err(&invalid)?;
         let views = Dialect::ALL.into_iter().map(|d| (d, view::derive(document, d))).collect();
         Ok(Self {
             name: name.to_string(),
@@ -114,7 +154,40 @@ impl Schema {
             validator,
             identity_pointers,
             findings_pointer,
+            grounding,
+            reask_limit,
         })
+    }
+
+    /// How many times an invalid answer is asked again (`x-commitpoint-reask`, default 1).
+    pub fn reask_limit(&self) -> u32 {
+        self.reask_limit
+    }
+
+    /// The grounding rules, if the schema declares any: only then does judging an output
+    /// need its source.
+    pub fn grounding(&self) -> Option<&Grounding> {
+        self.grounding.as_ref()
+    }
+
+    /// Checks every finding of `output` against the source it was extracted from
+    /// (`x-commitpoint-grounding`). Nothing to report for a schema without rules or an
+    /// output without a findings array (validation says so).
+    pub fn ground(&self, output: &Value, source: SourceText<'_>) -> GroundingReport {
+        let mut report = GroundingReport::default();
+        let (Some(grounding), Some(Value::Array(items))) = (&self.grounding, output.pointer(&self.findings_pointer))
+        else {
+            return report;
+        };
+        let index = grounding.index(source);
+        for (i, item) in items.iter().enumerate() {
+            let path = format!("{}/{i}", self.findings_pointer);
+            if !grounding.check(&index, item, &path, &mut report.issues) {
+                report.ungrounded += 1;
+            }
+        }
+        report.issues.truncate(MAX_REPORTED_ISSUES);
+        report
     }
 
     pub fn name(&self) -> &str {
@@ -232,6 +305,33 @@ fn canonical(value: &Value) -> Value {
         Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), canonical(v))).collect()),
         other => other.clone(),
     }
+}
+
+/// Refuses pointers no accepted output can ever match: the findings array, and the
+/// identifying and grounded fields of a finding.
+fn check_reach(
+    document: &Value,
+    findings: &str,
+    identity: &[String],
+    grounding: Option<&Grounding>,
+) -> Result<(), String> {
+    let never = |key: &str, pointer: &str, why: String| {
+        format!("`{key}` pointer {pointer:?} can never match an output this schema accepts: {why}")
+    };
+    let array = reach::resolve(document, document, findings).map_err(|why| never(FINDINGS_KEY, findings, why))?;
+    let Some(array) = array else { return Ok(()) };
+    let item = reach::items(document, array).map_err(|why| never(FINDINGS_KEY, findings, why))?;
+    let Some(item) = item else { return Ok(()) };
+    let relative = |why: String| format!("(in a finding) {why}");
+    for pointer in identity {
+        reach::resolve(document, item, pointer).map_err(|why| never(IDENTITY_KEY, pointer, relative(why)))?;
+    }
+    for (pointer, what) in grounding.into_iter().flat_map(Grounding::pointers) {
+        reach::resolve(document, item, pointer).map_err(|why| {
+            format!("{what} pointer {pointer:?} can never match an output this schema accepts: {}", relative(why))
+        })?;
+    }
+    Ok(())
 }
 
 fn parse_pointer_list(value: Option<&Value>) -> Option<Vec<String>> {
@@ -399,9 +499,15 @@ fn code_review_v1() -> Value {
             }
         },
         IDENTITY_KEY: ["/rule", "/file", "/line"],
+        grounding::GROUNDING_KEY: [
+            {"pointer": "/file", "rule": "path"},
+            {"pointer": "/line", "rule": "line", "file": "/file"}
+        ],
         INSTRUCTIONS_KEY: "You review a source file or diff. Report each problem as a finding: a short rule id, \
-            a severity (low, medium, high, critical), the file (the source_id given), the 1-based line, and a \
-            one-sentence summary. Answer with JSON only; an empty findings array when nothing is wrong."
+            a severity (low, medium, high, critical), the file (the source_id given; for a diff, the changed file's \
+            path as its +++ b/ header names it), the 1-based line (for a diff, a line of the new side inside one of \
+            its hunks), and a one-sentence summary. Answer with JSON only; an empty findings array when nothing is \
+            wrong."
     })
 }
 
