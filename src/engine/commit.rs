@@ -3,6 +3,7 @@
 //! The scheduler commits providers' staged answers here; the service judges workers'
 //! outputs with the same rules.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -10,7 +11,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use crate::domain::lifecycle::TransitionError;
-use crate::domain::schema::{self, Registry, Schema, ValidationIssue};
+use crate::domain::schema::{self, Registry, Schema, SourceText, ValidationIssue};
 use crate::store::{self, Authority, Charge, PostOutcome, PostResult, ReadyItem, SharedStore, Submission};
 
 /// Findings one output may hold unless configured otherwise: far above any real review,
@@ -64,11 +65,29 @@ pub enum Refusal {
 pub struct Judge {
     registry: Registry,
     max_findings: usize,
+    /// Findings refused as ungrounded since start, per schema that declares grounding
+    /// rules; clones (the service's, each scheduler's) share the counts.
+    ungrounded: Arc<BTreeMap<String, AtomicU64>>,
 }
 
 impl Judge {
     pub fn new(registry: Registry, max_findings: usize) -> Self {
-        Self { registry, max_findings }
+        let ungrounded = registry
+            .names()
+            .filter(|name| registry.get(name).is_ok_and(|s| s.grounding().is_some()))
+            .map(|name| (name.to_string(), AtomicU64::new(0)))
+            .collect();
+        Self { registry, max_findings, ungrounded: Arc::new(ungrounded) }
+    }
+
+    /// The same judge with another findings cap (the counts stay shared).
+    pub fn with_max_findings(&self, max_findings: usize) -> Self {
+        Self { max_findings, ..self.clone() }
+    }
+
+    /// Per schema with grounding rules, the findings refused as ungrounded since start.
+    pub fn ungrounded_counts(&self) -> Vec<(String, u64)> {
+        self.ungrounded.iter().map(|(name, n)| (name.clone(), n.load(Ordering::Relaxed))).collect()
     }
 
     pub fn registry(&self) -> &Registry {
@@ -81,8 +100,48 @@ impl Judge {
 
     /// The submission an output makes, and why it is refused if it is. An output over the
     /// cap is refused whole: a truncated answer would look complete to whoever reads it.
-    pub fn judge(&self, schema: &Schema, output: Value) -> (Submission, Option<Refusal>) {
-        match schema.validate(&output) {
+    ///
+    /// `source` is the extraction's source (its `source_id` and content), read only for a
+    /// schema with grounding rules ([`Schema::grounding`]); a finding that breaks one is a
+    /// validation issue at its path. `None` skips grounding: only for a source no longer
+    /// stored.
+    pub fn judge(&self, schema: &Schema, output: Value, source: Option<SourceText<'_>>) -> (Submission, Option<Refusal>) {
+        let validated = schema.validate(&output);
+        if matches!(&validated, Ok(findings) if findings.len() > self.max_findings) {
+            return self.verdict(validated, output);
+        }
+        let report = match source {
+            Some(source) if schema.grounding().is_some() => schema.ground(&output, source),
+            _ => return self.verdict(validated, output),
+        };
+        if report.ungrounded > 0 {
+            self.count_ungrounded(schema.name(), report.ungrounded);
+        }
+        let validated = match validated {
+            Ok(_) if !report.issues.is_empty() => Err(report.issues),
+            Ok(findings) => Ok(findings),
+            Err(mut issues) => {
+                issues.extend(report.issues);
+                issues.truncate(schema::MAX_REPORTED_ISSUES);
+                Err(issues)
+            }
+        };
+        self.verdict(validated, output)
+    }
+
+    fn count_ungrounded(&self, schema: &str, findings: usize) {
+        // `commitpoint_findings_ungrounded_total` is read from these at scrape time.
+        if let Some(count) = self.ungrounded.get(schema) {
+            count.fetch_add(findings as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn verdict(
+        &self,
+        validated: Result<Vec<schema::ValidatedFinding>, Vec<ValidationIssue>>,
+        output: Value,
+    ) -> (Submission, Option<Refusal>) {
+        match validated {
             Ok(findings) if findings.len() > self.max_findings => {
                 let reason = format!(
                     "{} findings, more than the {} allowed per output (limits.max_findings_per_output)",
@@ -101,12 +160,13 @@ impl Judge {
     }
 
     /// The submission a provider's raw answer makes: parsed, normalised for the dialect's
-    /// quirks, then judged. CPU work, kept off the writer thread.
-    pub fn judge_answer(&self, schema: &Schema, raw: &str) -> Submission {
+    /// quirks, then judged (grounded in `source` as [`Judge::judge`] says). CPU work, kept
+    /// off the writer thread.
+    pub fn judge_answer(&self, schema: &Schema, raw: &str, source: Option<SourceText<'_>>) -> Submission {
         match serde_json::from_str::<Value>(raw) {
             Ok(mut output) => {
                 schema.normalize_provider_answer(&mut output);
-                self.judge(schema, output).0
+                self.judge(schema, output, source).0
             }
             Err(e) => {
                 let reason = format!("the model's answer is not JSON: {e}");
@@ -174,7 +234,13 @@ impl Committer {
             latency_ms: item.staged.latency_ms,
             batch: batch_api,
         });
-        let submission = self.judge.judge_answer(&schema, &item.staged.output_json);
+        // Read only for a schema with grounding rules: the others pay nothing.
+        let sources = match schema.grounding() {
+            Some(_) => self.store.sources(vec![id]).await?,
+            None => Default::default(),
+        };
+        let source = sources.get(&id).map(|s| SourceText { id: &s.source_id, text: &s.content });
+        let submission = self.judge.judge_answer(&schema, &item.staged.output_json, source);
         let outcome = self
             .store
             .post_result(PostResult { id, authority: Authority::Batch(batch_key), submission, charge })
