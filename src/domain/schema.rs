@@ -600,4 +600,105 @@ mod tests {
         std::fs::write(dir.path().join("bad@1.json"), json!({"type": "object"}).to_string()).unwrap();
         assert!(matches!(Registry::load(Some(dir.path())), Err(Error::Invalid { .. })));
     }
+
+    fn refusal(document: Value) -> String {
+        match Schema::compile("t@1", &document, Path::new("/schemas/t@1.json")) {
+            Err(e @ Error::Invalid { .. }) => e.to_string(),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    /// A finding schema that has exactly `rule`, `file`, `line` and `quote`.
+    fn closed(extra: Value) -> Value {
+        let mut document = json!({
+            "type": "object", "additionalProperties": false, "required": ["findings"],
+            "properties": {"findings": {"type": "array", "items": {
+                "type": "object", "additionalProperties": false,
+                "properties": {"rule": {"type": "string"}, "file": {"type": "string"},
+                    "line": {"type": "integer"}, "quote": {"type": "string"}}
+            }}},
+            "x-commitpoint-identity": ["/rule"]
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            document[k] = v.clone();
+        }
+        document
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_naming_key_and_file() {
+        let text = refusal(closed(json!({"x-commitpoint-foo": 1})));
+        assert!(text.starts_with("/schemas/t@1.json: unknown key `x-commitpoint-foo`"), "{text}");
+        assert!(text.contains("`x-commitpoint-grounding`"), "lists the known keys: {text}");
+        // A misspelt known key is unknown too; other extension keys are not ours.
+        assert!(refusal(closed(json!({"x-commitpoint-identities": ["/rule"]}))).contains("x-commitpoint-identities"));
+        assert!(Schema::compile("t@1", &closed(json!({"x-other": 1})), Path::new("t")).is_ok());
+    }
+
+    #[test]
+    fn pointers_that_can_never_match_are_refused() {
+        let identity = refusal(closed(json!({"x-commitpoint-identity": ["/rule", "/path"]})));
+        assert!(identity.contains("`x-commitpoint-identity` pointer \"/path\" can never match"), "{identity}");
+        assert!(identity.contains("has no property \"path\""), "{identity}");
+        let findings = refusal(closed(json!({"x-commitpoint-findings": "/results"})));
+        assert!(findings.contains("`x-commitpoint-findings` pointer \"/results\" can never match"), "{findings}");
+        let through_a_number = refusal(closed(json!({"x-commitpoint-identity": ["/line/n"]})));
+        assert!(through_a_number.contains("/line cannot hold \"n\""), "{through_a_number}");
+        let grounded = refusal(closed(json!({"x-commitpoint-grounding": [{"pointer": "/evidence", "rule": "quote"}]})));
+        assert!(grounded.contains("rule `quote` pointer \"/evidence\" can never match"), "{grounded}");
+        let file = refusal(closed(json!({"x-commitpoint-grounding": [
+            {"pointer": "/line", "rule": "line", "file": "/path"}]})));
+        assert!(file.contains("`file` pointer \"/path\""), "{file}");
+        // Open schemas may hold anything: accepted.
+        for open in [json!({"type": "object", "x-commitpoint-identity": ["/anything"]}),
+            json!({"type": "object", "properties": {"findings": {"type": "array"}}, "x-commitpoint-identity": ["/x"],
+                "x-commitpoint-grounding": [{"pointer": "/q", "rule": "quote"}]})] {
+            assert!(Schema::compile("t@1", &open, Path::new("t")).is_ok(), "{open}");
+        }
+        assert!(Registry::builtin().get(BUILTIN_CODE_REVIEW).is_ok(), "the built-in's pointers all match");
+    }
+
+    #[test]
+    fn reask_is_a_count_of_zero_or_more() {
+        let compile = |extra: Value| Schema::compile("t@1", &closed(extra), Path::new("t"));
+        assert_eq!(compile(json!({})).unwrap().reask_limit(), DEFAULT_REASK_LIMIT);
+        assert_eq!(DEFAULT_REASK_LIMIT, 1);
+        assert_eq!(compile(json!({"x-commitpoint-reask": 0})).unwrap().reask_limit(), 0);
+        assert_eq!(compile(json!({"x-commitpoint-reask": 3})).unwrap().reask_limit(), 3);
+        for bad in [json!("2"), json!(1.5), json!(-1), json!(null), json!(1e12)] {
+            let text = refusal(closed(json!({"x-commitpoint-reask": bad})));
+            assert!(text.contains("`x-commitpoint-reask` must be an integer of 0 or more"), "{text}");
+        }
+        assert_eq!(Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap().reask_limit(), 1);
+    }
+
+    #[test]
+    fn grounding_declarations_are_refused_with_the_file() {
+        let text = refusal(closed(json!({"x-commitpoint-grounding": [{"pointer": "/file", "rule": "exists"}]})));
+        assert!(text.starts_with("/schemas/t@1.json: `x-commitpoint-grounding`[0]: `rule` must be one of"), "{text}");
+        let marker = refusal(closed(json!({"x-commitpoint-file-marker": "^== (.+)$"})));
+        assert!(marker.contains("declares none"), "{marker}");
+    }
+
+    #[test]
+    fn builtin_findings_are_grounded_in_the_diff() {
+        let schema = Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap();
+        assert_eq!(schema.grounding().map(|g| g.rules().len()), Some(2));
+        let diff = "diff --git a/src/a.rs b/src/a.rs\n--- a/src/a.rs\n+++ b/src/a.rs\n@@ -1,2 +1,3 @@\n fn a() {\n+    x.unwrap();\n }\n";
+        let source = SourceText { id: "pr#7", text: diff };
+        let grounded = json!({"findings": [finding("R1", 2, "x")]});
+        assert_eq!(schema.ground(&grounded, source), GroundingReport::default());
+        let mut elsewhere = finding("R2", 2, "y");
+        elsewhere["file"] = json!("src/b.rs");
+        let output = json!({"findings": [finding("R1", 2, "x"), elsewhere, finding("R3", 9, "z")]});
+        let report = schema.ground(&output, source);
+        assert_eq!(report.ungrounded, 2);
+        let paths: Vec<&str> = report.issues.iter().map(|i| i.path.as_str()).collect();
+        assert_eq!(paths, ["/findings/1/file", "/findings/2/line"]);
+        assert!(report.issues[0].message.contains("rule `path`"));
+        assert!(report.issues[1].message.contains("rule `line`"));
+        // A single file is named by its source id.
+        let single = SourceText { id: "src/a.rs", text: "fn a() {\n    x.unwrap();\n}\n" };
+        assert_eq!(schema.ground(&grounded, single).ungrounded, 0);
+    }
 }

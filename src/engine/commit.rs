@@ -278,3 +278,62 @@ fn summarize(issues: &[ValidationIssue]) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::schema::BUILTIN_CODE_REVIEW;
+
+    const SOURCE: SourceText<'static> = SourceText { id: "pay#1", text: "fn pay() {\n    card.unwrap();\n}\n" };
+
+    fn review(file: &str, line: u64) -> Value {
+        json!({"findings": [{"rule": "no-unwrap", "severity": "low", "file": file, "line": line, "summary": "s"}]})
+    }
+
+    #[test]
+    fn ungrounded_findings_are_issues_and_counted() {
+        let judge = Judge::new(Registry::builtin(), DEFAULT_MAX_FINDINGS);
+        let schema = judge.registry().get(BUILTIN_CODE_REVIEW).unwrap();
+        let (ok, refusal) = judge.judge(&schema, review("pay#1", 2), Some(SOURCE));
+        assert!(matches!(ok, Submission::Valid { .. }) && refusal.is_none());
+        let (bad, refusal) = judge.judge(&schema, review("pay#1", 7), Some(SOURCE));
+        let Submission::Invalid { reason, issues } = bad else { panic!("line 7 of a 3-line source committed") };
+        assert_eq!(issues[0].path, "/findings/0/line");
+        assert!(reason.contains("/findings/0/line: ungrounded (rule `line`)"), "{reason}");
+        assert!(matches!(refusal, Some(Refusal::Invalid(i)) if i == issues));
+        // The clone a scheduler holds shares the count; another cap keeps it.
+        let other = judge.with_max_findings(5);
+        let _ = other.judge_answer(&schema, &review("other.rs", 1).to_string(), Some(SOURCE));
+        assert_eq!(judge.ungrounded_counts(), vec![(BUILTIN_CODE_REVIEW.to_string(), 2)]);
+    }
+
+    #[test]
+    fn grounding_issues_join_the_schemas_and_need_a_source() {
+        let judge = Judge::new(Registry::builtin(), DEFAULT_MAX_FINDINGS);
+        let schema = judge.registry().get(BUILTIN_CODE_REVIEW).unwrap();
+        let mut output = review("elsewhere.rs", 2);
+        output["findings"][0]["severity"] = json!("urgent");
+        let (Submission::Invalid { issues, .. }, _) = judge.judge(&schema, output.clone(), Some(SOURCE)) else {
+            panic!("committed")
+        };
+        let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
+        assert_eq!(paths, ["/findings/0/severity", "/findings/0/file"], "{issues:?}");
+        // No source stored: the schema alone judges.
+        let (valid, _) = judge.judge(&schema, review("elsewhere.rs", 2), None);
+        assert!(matches!(valid, Submission::Valid { .. }));
+    }
+
+    #[test]
+    fn schemas_without_rules_are_not_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("plain@1.json"), json!({"x-commitpoint-identity": ["/k"]}).to_string()).unwrap();
+        let judge = Judge::new(Registry::load(Some(dir.path())).unwrap(), DEFAULT_MAX_FINDINGS);
+        let counted: Vec<String> = judge.ungrounded_counts().into_iter().map(|(name, _)| name).collect();
+        assert_eq!(counted, [BUILTIN_CODE_REVIEW]);
+        let schema = judge.registry().get("plain@1").unwrap();
+        let (valid, _) = judge.judge(&schema, json!({"findings": [{"k": 1}]}), Some(SOURCE));
+        assert!(matches!(valid, Submission::Valid { .. }));
+    }
+}
