@@ -41,6 +41,8 @@ mod export;
 mod export_backends;
 #[path = "it/guessing.rs"]
 mod guessing;
+#[path = "it/grounding.rs"]
+mod grounding;
 #[path = "it/hostile_net.rs"]
 mod hostile_net;
 #[path = "it/intake.rs"]
