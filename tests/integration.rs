@@ -39,10 +39,10 @@ mod erasure_inflight;
 mod export;
 #[path = "it/export_backends.rs"]
 mod export_backends;
-#[path = "it/guessing.rs"]
-mod guessing;
 #[path = "it/grounding.rs"]
 mod grounding;
+#[path = "it/guessing.rs"]
+mod guessing;
 #[path = "it/hostile_net.rs"]
 mod hostile_net;
 #[path = "it/intake.rs"]

@@ -134,12 +134,15 @@ impl Schema {
                 return Err(invalid(format!("`{FINDINGS_KEY}` must be a JSON Pointer string")));
             }
         };
-        let grounding = Grounding::parse(document.get(grounding::GROUNDING_KEY), document.get(grounding::FILE_MARKER_KEY))
-            .map_err(&invalid)?;
+        let grounding =
+            Grounding::parse(document.get(grounding::GROUNDING_KEY), document.get(grounding::FILE_MARKER_KEY))
+                .map_err(&invalid)?;
         let reask_limit = match document.get(REASK_KEY) {
             None => DEFAULT_REASK_LIMIT,
             Some(v) => v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
-                invalid(format!("`{REASK_KEY}` must be an integer of 0 or more (re-asks per answer), such as 2; not {v}"))
+                invalid(format!(
+                    "`{REASK_KEY}` must be an integer of 0 or more (re-asks per answer), such as 2; not {v}"
+                ))
             })?,
         };
         let validator = jsonschema::draft202012::new(document)
@@ -650,9 +653,11 @@ mod tests {
             {"pointer": "/line", "rule": "line", "file": "/path"}]})));
         assert!(file.contains("`file` pointer \"/path\""), "{file}");
         // Open schemas may hold anything: accepted.
-        for open in [json!({"type": "object", "x-commitpoint-identity": ["/anything"]}),
+        for open in [
+            json!({"type": "object", "x-commitpoint-identity": ["/anything"]}),
             json!({"type": "object", "properties": {"findings": {"type": "array"}}, "x-commitpoint-identity": ["/x"],
-                "x-commitpoint-grounding": [{"pointer": "/q", "rule": "quote"}]})] {
+                "x-commitpoint-grounding": [{"pointer": "/q", "rule": "quote"}]}),
+        ] {
             assert!(Schema::compile("t@1", &open, Path::new("t")).is_ok(), "{open}");
         }
         assert!(Registry::builtin().get(BUILTIN_CODE_REVIEW).is_ok(), "the built-in's pointers all match");

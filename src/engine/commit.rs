@@ -105,7 +105,12 @@ impl Judge {
     /// schema with grounding rules ([`Schema::grounding`]); a finding that breaks one is a
     /// validation issue at its path. `None` skips grounding: only for a source no longer
     /// stored.
-    pub fn judge(&self, schema: &Schema, output: Value, source: Option<SourceText<'_>>) -> (Submission, Option<Refusal>) {
+    pub fn judge(
+        &self,
+        schema: &Schema,
+        output: Value,
+        source: Option<SourceText<'_>>,
+    ) -> (Submission, Option<Refusal>) {
         let validated = schema.validate(&output);
         if matches!(&validated, Ok(findings) if findings.len() > self.max_findings) {
             return self.verdict(validated, output);

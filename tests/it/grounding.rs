@@ -65,7 +65,10 @@ async fn a_worker_answer_must_name_the_diffs_files_and_lines() {
     let found = issues(&reply);
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0].0, "/findings/1/file");
-    assert!(found[0].1.contains("rule `path`") && found[0].1.contains("\"src/main.rs\" is not a file in the diff"), "{found:?}");
+    assert!(
+        found[0].1.contains("rule `path`") && found[0].1.contains("\"src/main.rs\" is not a file in the diff"),
+        "{found:?}"
+    );
     assert_eq!(api.record(&id).await["state"], json!("failed"));
 
     // A line of a changed file outside every hunk.

@@ -79,7 +79,9 @@ impl Grounding {
     pub fn parse(rules: Option<&Value>, marker: Option<&Value>) -> Result<Option<Self>, String> {
         let rules = match rules {
             None => Vec::new(),
-            Some(Value::Array(items)) => items.iter().enumerate().map(|(i, r)| parse_rule(i, r)).collect::<Result<_, _>>()?,
+            Some(Value::Array(items)) => {
+                items.iter().enumerate().map(|(i, r)| parse_rule(i, r)).collect::<Result<_, _>>()?
+            }
             Some(_) => return Err(format!("`{GROUNDING_KEY}` must be an array of rules such as {EXAMPLE}")),
         };
         let file_marker = marker.map(parse_marker).transpose()?;
@@ -114,7 +116,13 @@ impl Grounding {
 
     /// Checks one finding (at `path` in the output); each broken rule adds an issue. Returns
     /// whether the finding is grounded.
-    pub fn check(&self, index: &SourceIndex<'_>, finding: &Value, path: &str, issues: &mut Vec<ValidationIssue>) -> bool {
+    pub fn check(
+        &self,
+        index: &SourceIndex<'_>,
+        finding: &Value,
+        path: &str,
+        issues: &mut Vec<ValidationIssue>,
+    ) -> bool {
         let before = issues.len();
         for rule in &self.rules {
             let Some(value) = finding.pointer(&rule.pointer) else { continue };
@@ -146,8 +154,7 @@ impl Grounding {
     }
 }
 
-const EXAMPLE: &str =
-    r#"[{"pointer": "/evidence", "rule": "quote"}, {"pointer": "/file", "rule": "path"}, {"pointer": "/line", "rule": "line", "file": "/file"}]"#;
+const EXAMPLE: &str = r#"[{"pointer": "/evidence", "rule": "quote"}, {"pointer": "/file", "rule": "path"}, {"pointer": "/line", "rule": "line", "file": "/file"}]"#;
 
 fn parse_rule(index: usize, value: &Value) -> Result<Rule, String> {
     let at = |what: String| format!("`{GROUNDING_KEY}`[{index}]: {what}");
@@ -187,9 +194,7 @@ fn parse_marker(value: &Value) -> Result<regex::Regex, String> {
         .build()
         .map_err(|e| format!("`{FILE_MARKER_KEY}` is not a valid regex: {e}"))?;
     if pattern.len() > MAX_MARKER_REGEX_BYTES || regex.captures_len() < 2 {
-        return Err(format!(
-            "`{FILE_MARKER_KEY}` needs a capture group for the file name, such as \"^=== (.+) ===$\""
-        ));
+        return Err(format!("`{FILE_MARKER_KEY}` needs a capture group for the file name, such as \"^=== (.+) ===$\""));
     }
     Ok(regex)
 }

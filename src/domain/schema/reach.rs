@@ -59,11 +59,13 @@ fn step<'a>(schema: &'a Value, token: &str) -> Step<'a> {
     if let Some(next) = object.get("properties").and_then(|p| p.get(token)) {
         return Step::Into(next);
     }
-    let index = token.parse::<usize>().is_ok_and(|_| !token.starts_with('+') && (token == "0" || !token.starts_with('0')));
-    if index && excludes(schema, "array").is_none() {
-        if let Some(items) = object.get("items") {
-            return Step::Into(items);
-        }
+    let index =
+        token.parse::<usize>().is_ok_and(|_| !token.starts_with('+') && (token == "0" || !token.starts_with('0')));
+    if index
+        && excludes(schema, "array").is_none()
+        && let Some(items) = object.get("items")
+    {
+        return Step::Into(items);
     }
     if has_combinators(schema) || object.contains_key("patternProperties") {
         return Step::Unknown;
@@ -102,7 +104,9 @@ fn follow_refs<'a>(root: &'a Value, mut schema: &'a Value) -> Option<&'a Value> 
     for _ in 0..MAX_REFS {
         let Some(reference) = schema.get("$ref").and_then(Value::as_str) else { return Some(schema) };
         let pointer = reference.strip_prefix('#')?;
-        let others = schema.as_object().is_some_and(|o| o.keys().any(|k| !k.starts_with('$') && k != "description" && k != "title"));
+        let others = schema
+            .as_object()
+            .is_some_and(|o| o.keys().any(|k| !k.starts_with('$') && k != "description" && k != "title"));
         if others {
             return None;
         }
