@@ -180,7 +180,7 @@ async fn fill(data: &Path, n: u64) -> Result<()> {
                 let finding = |rule: &str, line: u64| {
                     json!({"rule": rule, "severity": "medium", "file": source, "line": line, "summary": "bench"})
                 };
-                let output = json!({"findings": [finding("no-unwrap", 1), finding("todo-left", 2)]});
+                let output = json!({"findings": [finding("no-unwrap", 1), finding("todo-left", 1)]});
                 let request = ResultRequest { lease_token: grant.lease_token.into_string(), output, usage: None, reask: true };
                 service.post_result(grant.record.id, request).await.map(|_| ())
             }

@@ -134,7 +134,7 @@ async fn commit_half(data: &Path, count: u64) -> Result<()> {
                 let finding = |rule: &str, line: u64| {
                     json!({"rule": rule, "severity": "medium", "file": source, "line": line, "summary": "bench"})
                 };
-                let output = json!({"findings": [finding("no-unwrap", 1), finding("todo-left", 2)]});
+                let output = json!({"findings": [finding("no-unwrap", 1), finding("todo-left", 1)]});
                 let usage = Usage {
                     model: "bench-model".into(),
                     input_tokens: 400,

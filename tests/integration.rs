@@ -39,6 +39,8 @@ mod erasure_inflight;
 mod export;
 #[path = "it/export_backends.rs"]
 mod export_backends;
+#[path = "it/grounding.rs"]
+mod grounding;
 #[path = "it/guessing.rs"]
 mod guessing;
 #[path = "it/hostile_net.rs"]

@@ -9,6 +9,7 @@ pub const COMMITS_TOTAL: &str = "commitpoint_commits_total";
 pub const DB_FILE_SIZE_BYTES: &str = "commitpoint_db_file_size_bytes";
 pub const EXTRACTIONS: &str = "commitpoint_extractions";
 pub const FAILURES_TOTAL: &str = "commitpoint_failures_total";
+pub const FINDINGS_UNGROUNDED_TOTAL: &str = "commitpoint_findings_ungrounded_total";
 pub const INTAKES_TOTAL: &str = "commitpoint_intakes_total";
 pub const LAST_BACKUP_SUCCESS_TIMESTAMP_SECONDS: &str = "commitpoint_last_backup_success_timestamp_seconds";
 pub const OLDEST_IN_STATE_AGE_SECONDS: &str = "commitpoint_oldest_in_state_age_seconds";

@@ -4,7 +4,9 @@
 //! A schema is named `name@version`. The identifying fields are JSON Pointers
 //! (relative to one finding) listed under `x-commitpoint-identity`; the findings
 //! array is found at `x-commitpoint-findings` (default `/findings`). Identity never
-//! includes free prose, so a reworded summary is the same finding.
+//! includes free prose, so a reworded summary is the same finding. `grounding.rs` checks
+//! findings against the source they came from (`x-commitpoint-grounding`); every
+//! `x-commitpoint-*` key is documented in docs/OPERATIONS.md ("Schema keys").
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,8 +15,11 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::Value;
 
+pub mod grounding;
+mod reach;
 mod view;
 
+pub use grounding::{Grounding, SourceText};
 pub use view::{Dialect, Inexpressible, View};
 
 pub const BUILTIN_CODE_REVIEW: &str = "code-review@1";
@@ -22,11 +27,14 @@ const IDENTITY_KEY: &str = "x-commitpoint-identity";
 const FINDINGS_KEY: &str = "x-commitpoint-findings";
 const INSTRUCTIONS_KEY: &str = "x-commitpoint-instructions";
 const REASK_KEY: &str = "x-commitpoint-reask";
-/// Re-asks an invalid answer gets when its schema does not say.
-pub const DEFAULT_REASKS: u32 = 1;
+/// Every `x-commitpoint-*` key a schema may carry; any other is refused at start.
+const KNOWN_KEYS: [&str; 6] =
+    [IDENTITY_KEY, FINDINGS_KEY, INSTRUCTIONS_KEY, REASK_KEY, grounding::GROUNDING_KEY, grounding::FILE_MARKER_KEY];
+/// Re-asks an invalid answer gets unless the schema says otherwise.
+pub const DEFAULT_REASK_LIMIT: u32 = 1;
 const DEFAULT_FINDINGS_POINTER: &str = "/findings";
 /// Enough errors to fix an output; an adversarial output must not produce a huge response.
-const MAX_REPORTED_ISSUES: usize = 32;
+pub const MAX_REPORTED_ISSUES: usize = 32;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -78,7 +86,17 @@ pub struct Schema {
     validator: jsonschema::Validator,
     identity_pointers: Vec<String>,
     findings_pointer: String,
+    grounding: Option<Grounding>,
     reask_limit: u32,
+}
+
+/// What grounding made of an output's findings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroundingReport {
+    /// One per broken rule, with the finding's path.
+    pub issues: Vec<ValidationIssue>,
+    /// Findings that broke at least one rule.
+    pub ungrounded: usize,
 }
 
 impl std::fmt::Debug for Schema {
@@ -95,6 +113,15 @@ impl Schema {
     pub fn compile(name: &str, document: &Value, origin: &Path) -> Result<Self, Error> {
         check_name(name)?;
         let invalid = |reason: String| Error::Invalid { path: origin.to_path_buf(), reason };
+        if let Some(unknown) = document
+            .as_object()
+            .and_then(|o| o.keys().find(|k| k.starts_with("x-commitpoint-") && !KNOWN_KEYS.contains(&k.as_str())))
+        {
+            return Err(invalid(format!(
+                "unknown key `{unknown}` (a schema may carry {}; see docs/OPERATIONS.md, \"Schema keys\")",
+                KNOWN_KEYS.map(|k| format!("`{k}`")).join(", ")
+            )));
+        }
         let identity_pointers = parse_pointer_list(document.get(IDENTITY_KEY)).ok_or_else(|| {
             invalid(format!(
                 "`{IDENTITY_KEY}` must be a non-empty array of JSON Pointers such as [\"/rule\", \"/file\"]"
@@ -107,14 +134,20 @@ impl Schema {
                 return Err(invalid(format!("`{FINDINGS_KEY}` must be a JSON Pointer string")));
             }
         };
+        let grounding =
+            Grounding::parse(document.get(grounding::GROUNDING_KEY), document.get(grounding::FILE_MARKER_KEY))
+                .map_err(&invalid)?;
         let reask_limit = match document.get(REASK_KEY) {
-            None => DEFAULT_REASKS,
-            Some(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
-                invalid(format!("`{REASK_KEY}` must be a whole number of re-asks (0 turns them off), not {n}"))
+            None => DEFAULT_REASK_LIMIT,
+            Some(v) => v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
+                invalid(format!(
+                    "`{REASK_KEY}` must be an integer of 0 or more (re-asks per answer), such as 2; not {v}"
+                ))
             })?,
         };
         let validator = jsonschema::draft202012::new(document)
             .map_err(|e| invalid(format!("not a valid JSON Schema 2020-12 document: {e}")))?;
+        check_reach(document, &findings_pointer, &identity_pointers, grounding.as_ref()).map_err(&invalid)?;
         let views = Dialect::ALL.into_iter().map(|d| (d, view::derive(document, d))).collect();
         Ok(Self {
             name: name.to_string(),
@@ -124,12 +157,12 @@ impl Schema {
             validator,
             identity_pointers,
             findings_pointer,
+            grounding,
             reask_limit,
         })
     }
 
-    /// How many times an answer that fails validation or grounding is asked again, with
-    /// its issues, before the extraction fails `validation` (`x-commitpoint-reask`).
+    /// How many times an invalid answer is asked again (`x-commitpoint-reask`, default 1).
     pub fn reask_limit(&self) -> u32 {
         self.reask_limit
     }
@@ -137,6 +170,32 @@ impl Schema {
     /// The registered JSON Schema document, as a worker is shown it.
     pub fn document(&self) -> &Value {
         &self.document
+    }
+
+    /// The grounding rules, if the schema declares any: only then does judging an output
+    /// need its source.
+    pub fn grounding(&self) -> Option<&Grounding> {
+        self.grounding.as_ref()
+    }
+
+    /// Checks every finding of `output` against the source it was extracted from
+    /// (`x-commitpoint-grounding`). Nothing to report for a schema without rules or an
+    /// output without a findings array (validation says so).
+    pub fn ground(&self, output: &Value, source: SourceText<'_>) -> GroundingReport {
+        let mut report = GroundingReport::default();
+        let (Some(grounding), Some(Value::Array(items))) = (&self.grounding, output.pointer(&self.findings_pointer))
+        else {
+            return report;
+        };
+        let index = grounding.index(source);
+        for (i, item) in items.iter().enumerate() {
+            let path = format!("{}/{i}", self.findings_pointer);
+            if !grounding.check(&index, item, &path, &mut report.issues) {
+                report.ungrounded += 1;
+            }
+        }
+        report.issues.truncate(MAX_REPORTED_ISSUES);
+        report
     }
 
     pub fn name(&self) -> &str {
@@ -254,6 +313,33 @@ fn canonical(value: &Value) -> Value {
         Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), canonical(v))).collect()),
         other => other.clone(),
     }
+}
+
+/// Refuses pointers no accepted output can ever match: the findings array, and the
+/// identifying and grounded fields of a finding.
+fn check_reach(
+    document: &Value,
+    findings: &str,
+    identity: &[String],
+    grounding: Option<&Grounding>,
+) -> Result<(), String> {
+    let never = |key: &str, pointer: &str, why: String| {
+        format!("`{key}` pointer {pointer:?} can never match an output this schema accepts: {why}")
+    };
+    let array = reach::resolve(document, document, findings).map_err(|why| never(FINDINGS_KEY, findings, why))?;
+    let Some(array) = array else { return Ok(()) };
+    let item = reach::items(document, array).map_err(|why| never(FINDINGS_KEY, findings, why))?;
+    let Some(item) = item else { return Ok(()) };
+    let relative = |why: String| format!("(in a finding) {why}");
+    for pointer in identity {
+        reach::resolve(document, item, pointer).map_err(|why| never(IDENTITY_KEY, pointer, relative(why)))?;
+    }
+    for (pointer, what) in grounding.into_iter().flat_map(Grounding::pointers) {
+        reach::resolve(document, item, pointer).map_err(|why| {
+            format!("{what} pointer {pointer:?} can never match an output this schema accepts: {}", relative(why))
+        })?;
+    }
+    Ok(())
 }
 
 fn parse_pointer_list(value: Option<&Value>) -> Option<Vec<String>> {
@@ -421,9 +507,15 @@ fn code_review_v1() -> Value {
             }
         },
         IDENTITY_KEY: ["/rule", "/file", "/line"],
+        grounding::GROUNDING_KEY: [
+            {"pointer": "/file", "rule": "path"},
+            {"pointer": "/line", "rule": "line", "file": "/file"}
+        ],
         INSTRUCTIONS_KEY: "You review a source file or diff. Report each problem as a finding: a short rule id, \
-            a severity (low, medium, high, critical), the file (the source_id given), the 1-based line, and a \
-            one-sentence summary. Answer with JSON only; an empty findings array when nothing is wrong."
+            a severity (low, medium, high, critical), the file (the source_id given; for a diff, the changed file's \
+            path as its +++ b/ header names it), the 1-based line (for a diff, a line of the new side inside one of \
+            its hunks), and a one-sentence summary. Answer with JSON only; an empty findings array when nothing is \
+            wrong."
     })
 }
 
@@ -515,5 +607,108 @@ mod tests {
 
         std::fs::write(dir.path().join("bad@1.json"), json!({"type": "object"}).to_string()).unwrap();
         assert!(matches!(Registry::load(Some(dir.path())), Err(Error::Invalid { .. })));
+    }
+
+    fn refusal(document: Value) -> String {
+        match Schema::compile("t@1", &document, Path::new("/schemas/t@1.json")) {
+            Err(e @ Error::Invalid { .. }) => e.to_string(),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    /// A finding schema that has exactly `rule`, `file`, `line` and `quote`.
+    fn closed(extra: Value) -> Value {
+        let mut document = json!({
+            "type": "object", "additionalProperties": false, "required": ["findings"],
+            "properties": {"findings": {"type": "array", "items": {
+                "type": "object", "additionalProperties": false,
+                "properties": {"rule": {"type": "string"}, "file": {"type": "string"},
+                    "line": {"type": "integer"}, "quote": {"type": "string"}}
+            }}},
+            "x-commitpoint-identity": ["/rule"]
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            document[k] = v.clone();
+        }
+        document
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_naming_key_and_file() {
+        let text = refusal(closed(json!({"x-commitpoint-foo": 1})));
+        assert!(text.starts_with("/schemas/t@1.json: unknown key `x-commitpoint-foo`"), "{text}");
+        assert!(text.contains("`x-commitpoint-grounding`"), "lists the known keys: {text}");
+        // A misspelt known key is unknown too; other extension keys are not ours.
+        assert!(refusal(closed(json!({"x-commitpoint-identities": ["/rule"]}))).contains("x-commitpoint-identities"));
+        assert!(Schema::compile("t@1", &closed(json!({"x-other": 1})), Path::new("t")).is_ok());
+    }
+
+    #[test]
+    fn pointers_that_can_never_match_are_refused() {
+        let identity = refusal(closed(json!({"x-commitpoint-identity": ["/rule", "/path"]})));
+        assert!(identity.contains("`x-commitpoint-identity` pointer \"/path\" can never match"), "{identity}");
+        assert!(identity.contains("has no property \"path\""), "{identity}");
+        let findings = refusal(closed(json!({"x-commitpoint-findings": "/results"})));
+        assert!(findings.contains("`x-commitpoint-findings` pointer \"/results\" can never match"), "{findings}");
+        let through_a_number = refusal(closed(json!({"x-commitpoint-identity": ["/line/n"]})));
+        assert!(through_a_number.contains("/line cannot hold \"n\""), "{through_a_number}");
+        let grounded = refusal(closed(json!({"x-commitpoint-grounding": [{"pointer": "/evidence", "rule": "quote"}]})));
+        assert!(grounded.contains("rule `quote` pointer \"/evidence\" can never match"), "{grounded}");
+        let file = refusal(closed(json!({"x-commitpoint-grounding": [
+            {"pointer": "/line", "rule": "line", "file": "/path"}]})));
+        assert!(file.contains("`file` pointer \"/path\""), "{file}");
+        // Open schemas may hold anything: accepted.
+        for open in [
+            json!({"type": "object", "x-commitpoint-identity": ["/anything"]}),
+            json!({"type": "object", "properties": {"findings": {"type": "array"}}, "x-commitpoint-identity": ["/x"],
+                "x-commitpoint-grounding": [{"pointer": "/q", "rule": "quote"}]}),
+        ] {
+            assert!(Schema::compile("t@1", &open, Path::new("t")).is_ok(), "{open}");
+        }
+        assert!(Registry::builtin().get(BUILTIN_CODE_REVIEW).is_ok(), "the built-in's pointers all match");
+    }
+
+    #[test]
+    fn reask_is_a_count_of_zero_or_more() {
+        let compile = |extra: Value| Schema::compile("t@1", &closed(extra), Path::new("t"));
+        assert_eq!(compile(json!({})).unwrap().reask_limit(), DEFAULT_REASK_LIMIT);
+        assert_eq!(DEFAULT_REASK_LIMIT, 1);
+        assert_eq!(compile(json!({"x-commitpoint-reask": 0})).unwrap().reask_limit(), 0);
+        assert_eq!(compile(json!({"x-commitpoint-reask": 3})).unwrap().reask_limit(), 3);
+        for bad in [json!("2"), json!(1.5), json!(-1), json!(null), json!(1e12)] {
+            let text = refusal(closed(json!({"x-commitpoint-reask": bad})));
+            assert!(text.contains("`x-commitpoint-reask` must be an integer of 0 or more"), "{text}");
+        }
+        assert_eq!(Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap().reask_limit(), 1);
+    }
+
+    #[test]
+    fn grounding_declarations_are_refused_with_the_file() {
+        let text = refusal(closed(json!({"x-commitpoint-grounding": [{"pointer": "/file", "rule": "exists"}]})));
+        assert!(text.starts_with("/schemas/t@1.json: `x-commitpoint-grounding`[0]: `rule` must be one of"), "{text}");
+        let marker = refusal(closed(json!({"x-commitpoint-file-marker": "^== (.+)$"})));
+        assert!(marker.contains("declares none"), "{marker}");
+    }
+
+    #[test]
+    fn builtin_findings_are_grounded_in_the_diff() {
+        let schema = Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap();
+        assert_eq!(schema.grounding().map(|g| g.rules().len()), Some(2));
+        let diff = "diff --git a/src/a.rs b/src/a.rs\n--- a/src/a.rs\n+++ b/src/a.rs\n@@ -1,2 +1,3 @@\n fn a() {\n+    x.unwrap();\n }\n";
+        let source = SourceText { id: "pr#7", text: diff };
+        let grounded = json!({"findings": [finding("R1", 2, "x")]});
+        assert_eq!(schema.ground(&grounded, source), GroundingReport::default());
+        let mut elsewhere = finding("R2", 2, "y");
+        elsewhere["file"] = json!("src/b.rs");
+        let output = json!({"findings": [finding("R1", 2, "x"), elsewhere, finding("R3", 9, "z")]});
+        let report = schema.ground(&output, source);
+        assert_eq!(report.ungrounded, 2);
+        let paths: Vec<&str> = report.issues.iter().map(|i| i.path.as_str()).collect();
+        assert_eq!(paths, ["/findings/1/file", "/findings/2/line"]);
+        assert!(report.issues[0].message.contains("rule `path`"));
+        assert!(report.issues[1].message.contains("rule `line`"));
+        // A single file is named by its source id.
+        let single = SourceText { id: "src/a.rs", text: "fn a() {\n    x.unwrap();\n}\n" };
+        assert_eq!(schema.ground(&grounded, single).ungrounded, 0);
     }
 }

@@ -3,6 +3,7 @@
 //! The scheduler commits providers' staged answers here; the service judges workers'
 //! outputs with the same rules.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -10,7 +11,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use crate::domain::lifecycle::TransitionError;
-use crate::domain::schema::{self, Registry, Schema, ValidationIssue};
+use crate::domain::schema::{self, Registry, Schema, SourceText, ValidationIssue};
 use crate::store::{
     self, Authority, Charge, ExtractionRecord, PostOutcome, PostResult, ReadyItem, SharedStore, StageReport, Submission,
 };
@@ -66,11 +67,29 @@ pub enum Refusal {
 pub struct Judge {
     registry: Registry,
     max_findings: usize,
+    /// Findings refused as ungrounded since start, per schema that declares grounding
+    /// rules; clones (the service's, each scheduler's) share the counts.
+    ungrounded: Arc<BTreeMap<String, AtomicU64>>,
 }
 
 impl Judge {
     pub fn new(registry: Registry, max_findings: usize) -> Self {
-        Self { registry, max_findings }
+        let ungrounded = registry
+            .names()
+            .filter(|name| registry.get(name).is_ok_and(|s| s.grounding().is_some()))
+            .map(|name| (name.to_string(), AtomicU64::new(0)))
+            .collect();
+        Self { registry, max_findings, ungrounded: Arc::new(ungrounded) }
+    }
+
+    /// The same judge with another findings cap (the counts stay shared).
+    pub fn with_max_findings(&self, max_findings: usize) -> Self {
+        Self { max_findings, ..self.clone() }
+    }
+
+    /// Per schema with grounding rules, the findings refused as ungrounded since start.
+    pub fn ungrounded_counts(&self) -> Vec<(String, u64)> {
+        self.ungrounded.iter().map(|(name, n)| (name.clone(), n.load(Ordering::Relaxed))).collect()
     }
 
     pub fn registry(&self) -> &Registry {
@@ -83,8 +102,54 @@ impl Judge {
 
     /// The submission an output makes, and why it is refused if it is. An output over the
     /// cap is refused whole: a truncated answer would look complete to whoever reads it.
-    pub fn judge(&self, schema: &Schema, output: Value) -> (Submission, Option<Refusal>) {
-        match schema.validate(&output) {
+    ///
+    /// `source` is the extraction's source (its `source_id` and content), read only for a
+    /// schema with grounding rules ([`Schema::grounding`]); a finding that breaks one is a
+    /// validation issue at its path. `None` skips grounding: only for a source no longer
+    /// stored.
+    pub fn judge(
+        &self,
+        schema: &Schema,
+        output: Value,
+        source: Option<SourceText<'_>>,
+    ) -> (Submission, Option<Refusal>) {
+        let validated = schema.validate(&output);
+        if matches!(&validated, Ok(findings) if findings.len() > self.max_findings) {
+            return self.verdict(schema, validated, output);
+        }
+        let report = match source {
+            Some(source) if schema.grounding().is_some() => schema.ground(&output, source),
+            _ => return self.verdict(schema, validated, output),
+        };
+        if report.ungrounded > 0 {
+            self.count_ungrounded(schema.name(), report.ungrounded);
+        }
+        let validated = match validated {
+            Ok(_) if !report.issues.is_empty() => Err(report.issues),
+            Ok(findings) => Ok(findings),
+            Err(mut issues) => {
+                issues.extend(report.issues);
+                issues.truncate(schema::MAX_REPORTED_ISSUES);
+                Err(issues)
+            }
+        };
+        self.verdict(schema, validated, output)
+    }
+
+    fn count_ungrounded(&self, schema: &str, findings: usize) {
+        // `commitpoint_findings_ungrounded_total` is read from these at scrape time.
+        if let Some(count) = self.ungrounded.get(schema) {
+            count.fetch_add(findings as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn verdict(
+        &self,
+        schema: &Schema,
+        validated: Result<Vec<schema::ValidatedFinding>, Vec<ValidationIssue>>,
+        output: Value,
+    ) -> (Submission, Option<Refusal>) {
+        match validated {
             Ok(findings) if findings.len() > self.max_findings => {
                 let reason = format!(
                     "{} findings, more than the {} allowed per output (limits.max_findings_per_output)",
@@ -103,13 +168,14 @@ impl Judge {
     }
 
     /// The submission a provider's raw answer makes: parsed, normalised for the dialect's
-    /// quirks, then judged. CPU work, kept off the writer thread. A refused answer keeps
-    /// the text the model gave, which is what its re-ask shows it.
-    pub fn judge_answer(&self, schema: &Schema, raw: &str) -> Submission {
+    /// quirks, then judged (grounded in `source` as [`Judge::judge`] says). CPU work, kept
+    /// off the writer thread. A refused answer keeps the text the model gave, which is what
+    /// its re-ask shows it.
+    pub fn judge_answer(&self, schema: &Schema, raw: &str, source: Option<SourceText<'_>>) -> Submission {
         match serde_json::from_str::<Value>(raw) {
             Ok(mut output) => {
                 schema.normalize_provider_answer(&mut output);
-                match self.judge(schema, output).0 {
+                match self.judge(schema, output, source).0 {
                     Submission::Invalid { reason, issues, reask_limit, .. } => {
                         Submission::Invalid { reason, issues, output: raw.to_string(), reask_limit }
                     }
@@ -196,7 +262,13 @@ impl Committer {
             latency_ms: item.staged.latency_ms,
             batch: batch_api,
         });
-        let submission = self.judge.judge_answer(&schema, &item.staged.output_json);
+        // Read only for a schema with grounding rules: the others pay nothing.
+        let sources = match schema.grounding() {
+            Some(_) => self.store.sources(vec![id]).await?,
+            None => Default::default(),
+        };
+        let source = sources.get(&id).map(|s| SourceText { id: &s.source_id, text: &s.content });
+        let submission = self.judge.judge_answer(&schema, &item.staged.output_json, source);
         let submission = match reask {
             Some(limit) => submission.with_reask_limit(limit),
             None => submission,
@@ -263,4 +335,63 @@ fn summarize(issues: &[ValidationIssue]) -> String {
         text = text.chars().take(MAX_REASON_CHARS).collect::<String>() + "…";
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::schema::BUILTIN_CODE_REVIEW;
+
+    const SOURCE: SourceText<'static> = SourceText { id: "pay#1", text: "fn pay() {\n    card.unwrap();\n}\n" };
+
+    fn review(file: &str, line: u64) -> Value {
+        json!({"findings": [{"rule": "no-unwrap", "severity": "low", "file": file, "line": line, "summary": "s"}]})
+    }
+
+    #[test]
+    fn ungrounded_findings_are_issues_and_counted() {
+        let judge = Judge::new(Registry::builtin(), DEFAULT_MAX_FINDINGS);
+        let schema = judge.registry().get(BUILTIN_CODE_REVIEW).unwrap();
+        let (ok, refusal) = judge.judge(&schema, review("pay#1", 2), Some(SOURCE));
+        assert!(matches!(ok, Submission::Valid { .. }) && refusal.is_none());
+        let (bad, refusal) = judge.judge(&schema, review("pay#1", 7), Some(SOURCE));
+        let Submission::Invalid { reason, issues, .. } = bad else { panic!("line 7 of a 3-line source committed") };
+        assert_eq!(issues[0].path, "/findings/0/line");
+        assert!(reason.contains("/findings/0/line: ungrounded (rule `line`)"), "{reason}");
+        assert!(matches!(refusal, Some(Refusal::Invalid(i)) if i == issues));
+        // The clone a scheduler holds shares the count; another cap keeps it.
+        let other = judge.with_max_findings(5);
+        let _ = other.judge_answer(&schema, &review("other.rs", 1).to_string(), Some(SOURCE));
+        assert_eq!(judge.ungrounded_counts(), vec![(BUILTIN_CODE_REVIEW.to_string(), 2)]);
+    }
+
+    #[test]
+    fn grounding_issues_join_the_schemas_and_need_a_source() {
+        let judge = Judge::new(Registry::builtin(), DEFAULT_MAX_FINDINGS);
+        let schema = judge.registry().get(BUILTIN_CODE_REVIEW).unwrap();
+        let mut output = review("elsewhere.rs", 2);
+        output["findings"][0]["severity"] = json!("urgent");
+        let (Submission::Invalid { issues, .. }, _) = judge.judge(&schema, output.clone(), Some(SOURCE)) else {
+            panic!("committed")
+        };
+        let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
+        assert_eq!(paths, ["/findings/0/severity", "/findings/0/file"], "{issues:?}");
+        // No source stored: the schema alone judges.
+        let (valid, _) = judge.judge(&schema, review("elsewhere.rs", 2), None);
+        assert!(matches!(valid, Submission::Valid { .. }));
+    }
+
+    #[test]
+    fn schemas_without_rules_are_not_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("plain@1.json"), json!({"x-commitpoint-identity": ["/k"]}).to_string()).unwrap();
+        let judge = Judge::new(Registry::load(Some(dir.path())).unwrap(), DEFAULT_MAX_FINDINGS);
+        let counted: Vec<String> = judge.ungrounded_counts().into_iter().map(|(name, _)| name).collect();
+        assert_eq!(counted, [BUILTIN_CODE_REVIEW]);
+        let schema = judge.registry().get("plain@1").unwrap();
+        let (valid, _) = judge.judge(&schema, json!({"findings": [{"k": 1}]}), Some(SOURCE));
+        assert!(matches!(valid, Submission::Valid { .. }));
+    }
 }

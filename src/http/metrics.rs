@@ -43,6 +43,10 @@ fn describe() {
     describe_counter!(names::REPLAYS_TOTAL, "Results for already-committed extractions: absorbed, nothing written.");
     describe_counter!(names::FAILURES_TOTAL, "Extractions that entered the failed state, by failure class.");
     describe_counter!(names::RETRIES_TOTAL, "Failed extractions sent back to pending by an operator.");
+    describe_counter!(
+        names::FINDINGS_UNGROUNDED_TOTAL,
+        "Findings refused as ungrounded in their source (x-commitpoint-grounding), by schema."
+    );
     describe_gauge!(names::EXTRACTIONS, "Extractions by state.");
     describe_gauge!(
         names::OLDEST_IN_STATE_AGE_SECONDS,
@@ -135,6 +139,9 @@ pub(crate) async fn render(service: &Service) -> Option<String> {
         for view in views {
             gauge!(names::PROVIDER_OPEN_BATCHES, "provider" => view.health.name.clone()).set(view.open_batches as f64);
         }
+    }
+    for (schema, findings) in service.ungrounded_findings() {
+        counter!(names::FINDINGS_UNGROUNDED_TOTAL, "schema" => schema).absolute(findings);
     }
     for p in service.provider_health() {
         let name = p.name.clone();

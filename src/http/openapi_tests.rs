@@ -366,7 +366,7 @@ async fn real_answers_match_their_documented_schemas() {
 
     // The second attempt commits, and a repeat of it is a replay.
     let (_, claims) = live.call("POST", "/v1/claims", "/v1/claims", Some(claim)).await;
-    let finding = json!({"rule": "r1", "severity": "high", "file": "a.rs", "line": 1, "summary": "s"});
+    let finding = json!({"rule": "r1", "severity": "high", "file": "PR-1", "line": 1, "summary": "s"});
     let good = json!({"lease_token": claims["claims"][0]["lease_token"], "output": {"findings": [finding]}, "usage": expensive});
     let (status, posted) = live.call("POST", "/v1/extractions/{id}/result", &result_path, Some(good.clone())).await;
     assert_eq!((status, &posted["replay"]), (200, &json!(false)));

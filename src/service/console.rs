@@ -9,6 +9,12 @@ use crate::store::{BatchRecord, OutboxFilter, OutboxRecord, ResultRecord};
 const OUTBOX_SCAN: usize = 1000;
 
 impl Service {
+    /// Per schema with grounding rules, the findings refused as ungrounded since start
+    /// (`commitpoint_findings_ungrounded_total`).
+    pub fn ungrounded_findings(&self) -> Vec<(String, u64)> {
+        self.judge.ungrounded_counts()
+    }
+
     /// Every batch the schedulers still drive, oldest first.
     pub async fn open_batches(&self) -> Result<Vec<BatchRecord>, Error> {
         Ok(self.store.open_batches().await?)

@@ -238,7 +238,7 @@ impl Service {
     }
 
     pub fn with_max_findings(mut self, max: usize) -> Self {
-        self.judge = Judge::new(self.judge.registry().clone(), max);
+        self.judge = self.judge.with_max_findings(max);
         self
     }
 

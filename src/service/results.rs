@@ -3,7 +3,7 @@
 
 use super::{Error, MAX_CLAIM_LIMIT, MAX_LEASE_SECONDS, ResultRequest, Service, check_text, invalid};
 use crate::domain::identity::ExtractionId;
-use crate::domain::schema::ValidationIssue;
+use crate::domain::schema::{SourceText, ValidationIssue};
 use crate::engine::commit::{Refusal, count_outcome};
 use crate::store::{Authority, Charge, ClaimRequest, ExtractionRecord, Grant, PostOutcome, PostResult, RetryOutcome};
 
@@ -32,7 +32,13 @@ impl Service {
         check_text("lease_token", &request.lease_token, 256)?;
         let record = self.get(id).await?;
         let schema = self.judge.registry().get(&record.schema)?;
-        let (submission, refusal) = self.judge.judge(&schema, request.output);
+        // The source is read only for a schema with grounding rules.
+        let sources = match schema.grounding() {
+            Some(_) => self.store.sources(vec![id]).await?,
+            None => Default::default(),
+        };
+        let source = sources.get(&id).map(|s| SourceText { id: &s.source_id, text: &s.content });
+        let (submission, refusal) = self.judge.judge(&schema, request.output, source);
         let submission = if request.reask { submission } else { submission.with_reask_limit(0) };
         let charge = request.usage.map(|u| Charge {
             provider: u.provider,

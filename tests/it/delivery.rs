@@ -88,7 +88,7 @@ async fn commit_one(api: &Api, source: &str) -> String {
     let id = api.create("acme", source, "fn main() {}").await;
     let (claimed, token) = api.claim_one("w1", 60).await;
     assert_eq!(claimed, id);
-    let reply = api.post_result(&id, &token, &output(&[finding("R1", source, 3, "unused")])).await;
+    let reply = api.post_result(&id, &token, &output(&[finding("R1", source, 1, "unused")])).await;
     assert_eq!(reply.status, 200, "{:#}", reply.body);
     id
 }

@@ -37,7 +37,7 @@ async fn commit(api: &Api, tenant: &str, source: &str) -> String {
     let id = api.create(tenant, source, &format!("fn {source}() {{}} // body of {source}")).await;
     let (claimed, token) = api.claim_one("w1", 60).await;
     assert_eq!(claimed, id);
-    let body = json!({"lease_token": token, "output": output(&[finding("R1", source, 3, "unused")]),
+    let body = json!({"lease_token": token, "output": output(&[finding("R1", source, 1, "unused")]),
         "usage": {"model": "m", "input_tokens": 10, "output_tokens": 5, "cost_micros": 1234}});
     let reply = api.post(&format!("/v1/extractions/{id}/result"), &body).await;
     assert_eq!(reply.status, 200, "{:#}", reply.body);

@@ -81,9 +81,10 @@ async fn results_under_leases_racing_an_erasure_commit_before_it_or_find_nothing
     let api = server.api();
     let mut ids = Vec::new();
     for i in 0..N {
-        ids.push(api.create("leased", &format!("l{i}"), &format!("fn l{i}() {{}}")).await);
+        // One file, `a.rs`, in 24 versions (and the bystander's): the answers' findings name it.
+        ids.push(api.create("leased", "a.rs", &format!("fn l{i}() {{}}")).await);
     }
-    let kept = api.create("bystander", "b", "fn b() {}").await;
+    let kept = api.create("bystander", "a.rs", "fn b() {}").await;
     let grants = api.claim("w1", N as u32 + 1, 600).await;
     assert_eq!(grants.len(), N + 1);
     let token = |id: &str| {

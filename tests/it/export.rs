@@ -100,7 +100,7 @@ async fn populate(base: &str, tenant: &str, n: usize, commit: impl Fn(usize) -> 
             json!({"lease_token": token, "output": {"findings": "not a list"}, "reask": false})
         } else if commit(i) {
             let findings: Vec<Value> =
-                (0..i % 4).map(|k| finding(&format!("R{k}"), "a.rs", k as u32 + 1, "x")).collect();
+                (0..i % 4).map(|k| finding(&format!("R{k}"), &format!("src/{i}.rs"), 1, "x")).collect();
             json!({"lease_token": token, "output": output(&findings)})
         } else {
             continue;

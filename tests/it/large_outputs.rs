@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use crate::util::{Api, Server, finding, output, temp_dir};
+use crate::util::{Api, Server, diff_adding, finding, output, temp_dir};
 
 fn findings(n: u32) -> Vec<Value> {
     (1..=n).map(|i| finding("r", "a.rs", i, "s")).collect()
@@ -41,7 +41,7 @@ async fn an_output_over_the_findings_cap_fails_whole_with_its_own_code() {
     let server = Server::start_with(&dir.path().join("data"), &["--config", config.to_str().unwrap()]);
     let api = server.api();
 
-    api.create("acme", "big", "x").await;
+    api.create("acme", "big", &diff_adding(&["a.rs"], 1000)).await;
     let (id, token) = api.claim_one("w", 60).await;
     let reply = api.post_result(&id, &token, &output(&findings(51))).await;
     reply.assert_error(422, "too_many_findings");
@@ -64,7 +64,7 @@ async fn findings_are_read_a_page_at_a_time() {
     let dir = temp_dir();
     let server = Server::start(dir.path());
     let api = server.api();
-    api.create("acme", "many", "x").await;
+    api.create("acme", "many", &diff_adding(&["a.rs"], 1000)).await;
     let (id, token) = api.claim_one("w", 60).await;
     let reply = api.post_result(&id, &token, &output(&findings(1000))).await;
     assert_eq!(reply.status, 200, "the default cap admits 1000: {:#}", reply.body);
@@ -81,7 +81,7 @@ async fn findings_are_read_a_page_at_a_time() {
     let next = first.body["next"].as_str().expect("next").to_string();
 
     // A findings cursor belongs to its extraction; limits are bounded.
-    api.create("acme", "other", "y").await;
+    api.create("acme", "other", &diff_adding(&["a.rs"], 2)).await;
     let other = api.list_all("").await.iter().find(|e| e["source_id"] == "other").cloned().expect("other");
     let other_id = other["extraction_id"].as_str().expect("id");
     api.get(&format!("/v1/extractions/{other_id}/findings?after={next}")).await.assert_error(400, "invalid_cursor");

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::util::{Server, finding, id_of, output, stop_and_verify, temp_dir};
+use crate::util::{Server, finding, id_of, output, reviewed, stop_and_verify, temp_dir};
 
 /// Long enough past a one-second lease to be expired on the server's clock.
 const PAST_ONE_SECOND_LEASE: Duration = Duration::from_millis(1200);
@@ -16,7 +16,7 @@ async fn expired_lease_passes_to_a_second_worker_and_the_late_first_post_is_a_re
     let dir = temp_dir();
     let server = Server::start(dir.path());
     let api = server.api();
-    let id = api.create("acme", "PR-1", "the diff").await;
+    let id = api.create("acme", "PR-1", &reviewed()).await;
 
     let (claimed, first_token) = api.claim_one("worker-a", 1).await;
     assert_eq!(claimed, id);
@@ -68,7 +68,7 @@ async fn a_live_lease_is_not_handed_out_twice() {
     let dir = temp_dir();
     let server = Server::start(dir.path());
     let api = server.api();
-    let id = api.create("acme", "PR-2", "content").await;
+    let id = api.create("acme", "PR-2", &reviewed()).await;
     let (claimed, _) = api.claim_one("worker-a", 60).await;
     assert_eq!(claimed, id);
     assert!(api.claim("worker-b", 10, 60).await.is_empty());
@@ -109,7 +109,7 @@ async fn an_expired_lease_nobody_took_over_may_still_commit() {
     let dir = temp_dir();
     let server = Server::start(dir.path());
     let api = server.api();
-    let id = api.create("acme", "PR-3", "content").await;
+    let id = api.create("acme", "PR-3", &reviewed()).await;
     let (_, token) = api.claim_one("slow-worker", 1).await;
     tokio::time::sleep(PAST_ONE_SECOND_LEASE).await;
     // The token is still the current one: the fencing token decides, not the clock.
@@ -125,7 +125,7 @@ async fn a_result_without_a_current_lease_is_refused() {
     let dir = temp_dir();
     let server = Server::start(dir.path());
     let api = server.api();
-    let id = api.create("acme", "PR-4", "content").await;
+    let id = api.create("acme", "PR-4", &reviewed()).await;
     let out = output(&[finding("R1", "x.rs", 3, "s")]);
 
     // Pending: nobody holds a lease, so no token is current.
@@ -143,7 +143,7 @@ async fn a_stale_worker_cannot_fail_the_current_lease() {
     let dir = temp_dir();
     let server = Server::start(dir.path());
     let api = server.api();
-    let id = api.create("acme", "PR-5", "content").await;
+    let id = api.create("acme", "PR-5", &reviewed()).await;
     let invalid = json!({"findings": [{"rule": "R"}]});
 
     // Pending: an invalid output under no lease changes nothing.

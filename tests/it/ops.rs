@@ -135,7 +135,7 @@ async fn metrics_match_the_api_and_pass_promtool() {
     }
     assert_eq!(api.intake("acme", "a", "text a").await.status, 200);
     let (id, token) = api.claim_one("w", 30).await;
-    let done = api.post_result(&id, &token, &output(&[finding("R", "f", 1, "s")])).await;
+    let done = api.post_result(&id, &token, &output(&[finding("R", "a", 1, "s")])).await;
     assert_eq!(done.status, 200);
     assert_eq!(api.post_result(&id, &token, &output(&[])).await.body["replay"], json!(true));
 

@@ -71,7 +71,7 @@ async fn csv_cells_that_start_like_formulas_are_defused_unless_raw_is_asked_for(
     let dir = temp_dir();
     let server = Server::start(&dir.path().join("data"));
     let api = server.api();
-    let id = api.create("acme", "=HYPERLINK(\"http://x.example\")", "fn a() {}").await;
+    let id = api.create("acme", "=HYPERLINK(\"http://x.example\")", &crate::util::diff_adding(&["src/a.rs"], 3)).await;
     let (_, token) = api.claim_one("w", 60).await;
     let findings = [
         finding("+R1", "src/a.rs", 1, "@SUM(A1:A9)"),

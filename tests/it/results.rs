@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use crate::util::{Server, finding, id_of, output, stop_and_verify, temp_dir};
+use crate::util::{Server, finding, id_of, output, reviewed, stop_and_verify, temp_dir};
 
 fn finding_keys(findings: &Value) -> BTreeSet<String> {
     findings["findings"]
@@ -21,7 +21,7 @@ async fn replayed_results_change_no_row() {
     let dir = temp_dir();
     let server = Server::start(dir.path());
     let api = server.api();
-    let id = api.create("acme", "PR-1", "the diff").await;
+    let id = api.create("acme", "PR-1", &reviewed()).await;
     let (_, token) = api.claim_one("w", 60).await;
 
     let first = output(&[
@@ -64,7 +64,7 @@ async fn a_reworded_summary_is_the_same_finding() {
     let dir = temp_dir();
     let server = Server::start(dir.path());
     let api = server.api();
-    let id = api.create("acme", "PR-2", "diff").await;
+    let id = api.create("acme", "PR-2", &reviewed()).await;
     let (_, token) = api.claim_one("w", 60).await;
     let out = output(&[
         finding("unwrap", "src/a.rs", 10, "first wording"),
@@ -92,8 +92,8 @@ async fn finding_keys_are_per_extraction() {
     let dir = temp_dir();
     let server = Server::start(dir.path());
     let api = server.api();
-    let a = api.create("acme", "PR-a", "one").await;
-    let b = api.create("acme", "PR-b", "two").await;
+    let a = api.create("acme", "PR-a", &reviewed()).await;
+    let b = api.create("acme", "PR-b", &reviewed()).await;
     let out = output(&[finding("unwrap", "src/a.rs", 10, "same finding")]);
     for _ in 0..2 {
         let (id, token) = api.claim_one("w", 60).await;
@@ -174,7 +174,7 @@ async fn invalid_output_fails_the_extraction_and_retry_requeues_it() {
     let dir = temp_dir();
     let server = Server::start(dir.path());
     let api = server.api();
-    let id = api.create("acme", "PR-3", "diff").await;
+    let id = api.create("acme", "PR-3", &reviewed()).await;
     let (_, token) = api.claim_one("w1", 60).await;
 
     let mut bad = finding("unwrap", "src/a.rs", 0, "line zero");
@@ -229,7 +229,7 @@ async fn retry_is_only_for_failed_extractions() {
     let dir = temp_dir();
     let server = Server::start(dir.path());
     let api = server.api();
-    let id = api.create("acme", "PR-4", "diff").await;
+    let id = api.create("acme", "PR-4", &reviewed()).await;
     api.retry(&id).await.assert_error(409, "illegal_transition");
     api.claim_one("w", 60).await;
     api.retry(&id).await.assert_error(409, "illegal_transition");
@@ -243,7 +243,7 @@ async fn concurrent_posts_of_one_result_commit_once() {
     let dir = temp_dir();
     let server = Server::start(dir.path());
     let api = server.api();
-    let id = api.create("acme", "PR-5", "diff").await;
+    let id = api.create("acme", "PR-5", &reviewed()).await;
     let (_, token) = api.claim_one("w", 60).await;
     let out = output(&[finding("a", "x.rs", 1, "one"), finding("b", "x.rs", 2, "two")]);
     let mut tasks = tokio::task::JoinSet::new();
@@ -273,7 +273,7 @@ async fn a_line_number_spelled_as_a_float_is_the_same_finding() {
     let dir = temp_dir();
     let server = Server::start(dir.path());
     let api = server.api();
-    let id = api.create("acme", "PR-6", "diff").await;
+    let id = api.create("acme", "PR-6", &reviewed()).await;
     let (_, token) = api.claim_one("w", 60).await;
     // Raw JSON, so the spellings reach the server unchanged.
     let body = format!(
@@ -299,7 +299,7 @@ async fn a_huge_invalid_output_gets_a_bounded_error() {
     let dir = temp_dir();
     let server = Server::start(dir.path());
     let api = server.api();
-    let id = api.create("acme", "PR-7", "diff").await;
+    let id = api.create("acme", "PR-7", &reviewed()).await;
     let (_, token) = api.claim_one("w", 60).await;
     let bad: Vec<Value> =
         (0..500).map(|i| json!({"rule": "", "severity": "none", "file": "", "line": -i, "summary": 1})).collect();

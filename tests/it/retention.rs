@@ -129,7 +129,7 @@ async fn interleaved(api: &Api) {
         let (body, status) = match i + 1 {
             3 => (json!({"findings": "not a list"}), 422),
             6 => continue,
-            _ => (output(&[finding("R1", "a.rs", 1, "x")]), 200),
+            _ => (output(&[finding("R1", &format!("s{}.rs", i + 1), 1, "x")]), 200),
         };
         assert_eq!(api.post_result(id, token, &body).await.status, status);
     }

@@ -51,7 +51,8 @@ async fn populate(base: &str, tenant: &str, n: usize, findings: usize, summary_b
     let summary = "s".repeat(summary_bytes);
     for claim in claims["claims"].as_array().expect("claims") {
         let id = claim["extraction_id"].as_str().expect("id");
-        let all: Vec<Value> = (0..findings).map(|k| finding("R", "a.rs", k as u32 + 1, &summary)).collect();
+        let file = claim["source_id"].as_str().expect("source_id");
+        let all: Vec<Value> = (0..findings).map(|k| finding(&format!("R{k}"), file, 1, &summary)).collect();
         let result = json!({"lease_token": claim["lease_token"], "output": output(&all)});
         let (status, reply) = post(base, &format!("/v1/extractions/{id}/result"), result).await;
         assert_eq!(status, 200, "{reply}");

@@ -51,7 +51,7 @@ async fn another_tenants_extraction_is_indistinguishable_from_a_missing_one() {
     let claim = json!({"worker": "w", "limit": 1, "lease_seconds": 60});
     let (_, claims) = call_as(&format!("{base}/v1/claims"), Some(ADMIN), Method::POST, Some(claim)).await;
     let token = claims["claims"][0]["lease_token"].as_str().expect("lease token").to_string();
-    let result = json!({"lease_token": token, "output": output(&[finding("r1", "a.rs", 1, "x")])});
+    let result = json!({"lease_token": token, "output": output(&[finding("r1", "s1", 1, "x")])});
     let (status, _) =
         call_as(&format!("{base}/v1/extractions/{id}/result"), Some(ADMIN), Method::POST, Some(result)).await;
     assert_eq!(status, 200);

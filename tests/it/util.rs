@@ -273,6 +273,26 @@ pub fn id_of(body: &Value) -> String {
     id.to_string()
 }
 
+/// A git diff adding each of `files` with `lines` lines: code-review@1 findings naming
+/// these files and lines 1..=lines are grounded in it (the built-in schema checks `path`
+/// and `line`).
+pub fn diff_adding(files: &[&str], lines: u32) -> String {
+    let mut diff = String::new();
+    for file in files {
+        diff.push_str(&format!("diff --git a/{file} b/{file}\nnew file mode 100644\n--- /dev/null\n+++ b/{file}\n"));
+        diff.push_str(&format!("@@ -0,0 +1,{lines} @@\n"));
+        for line in 1..=lines {
+            diff.push_str(&format!("+line {line}\n"));
+        }
+    }
+    diff
+}
+
+/// A review's source that grounds the files the tests' findings name, lines 1-12.
+pub fn reviewed() -> String {
+    diff_adding(&["src/a.rs", "src/db.rs", "src/z.rs", "a.rs", "b.rs", "x.rs", "f.rs"], 12)
+}
+
 /// One code-review@1 finding.
 pub fn finding(rule: &str, file: &str, line: u32, summary: &str) -> Value {
     json!({"rule": rule, "severity": "high", "file": file, "line": line, "summary": summary})

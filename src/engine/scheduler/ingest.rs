@@ -5,6 +5,8 @@
 //! for a member that already has an answer is a replay, so a crash mid-ingestion only
 //! means the files are read again.
 
+use std::collections::HashMap;
+
 use tokio::sync::mpsc;
 
 use super::Scheduler;
@@ -13,10 +15,10 @@ use crate::domain::clock;
 use crate::domain::failpoint;
 use crate::domain::identity::ExtractionId;
 use crate::domain::lifecycle::FailureClass;
-use crate::domain::schema::Schema;
+use crate::domain::schema::{Schema, SourceText};
 use crate::engine::commit::Judge;
 use crate::providers::{FailureCause, JobPhase, JobStatus, ResultLine};
-use crate::store::{self, BatchRecord, Flush, IngestLine, Judged, Leftover, StageReport};
+use crate::store::{self, BatchRecord, Flush, IngestLine, Judged, Leftover, SharedStore, SourceContent, StageReport};
 
 impl Scheduler {
     pub(super) async fn poll(&mut self, batch: BatchRecord, job_id: &str) -> Result<Option<u64>, store::Error> {
@@ -117,6 +119,7 @@ impl Scheduler {
         let schema = self.registry.get(&batch.schema).ok();
         let judge = self.committer.judge().clone();
         let reask = self.settings.reask;
+        let sources_from = &self.store;
         // `incoming` moves in: if judging stops, dropping it stops the download too.
         let judging = async move {
             let mut chunk = Vec::with_capacity(INGEST_CHUNK);
@@ -124,9 +127,13 @@ impl Scheduler {
                 if incoming.recv_many(&mut chunk, INGEST_CHUNK).await == 0 {
                     return;
                 }
+                let sources = match schema.as_deref() {
+                    Some(schema) if schema.grounding().is_some() => read_sources(sources_from, &chunk).await,
+                    _ => Sources::NotNeeded,
+                };
                 // On this task: the writer, on its own thread, is the bottleneck, and a chunk
                 // leaves here as stored text, its parsed trees already freed.
-                let judged = judge_chunk(&judge, schema.as_deref(), reask, chunk.drain(..));
+                let judged = judge_chunk(&judge, schema.as_deref(), &sources, reask, chunk.drain(..));
                 if judged_out.send(judged).await.is_err() {
                     return;
                 }
@@ -174,11 +181,40 @@ struct JudgedChunk {
     unnamed: u64,
 }
 
+/// The members' sources a chunk's answers are grounded in, when the schema has rules.
+enum Sources {
+    /// The schema declares no grounding rules: nothing was read.
+    NotNeeded,
+    Read(HashMap<ExtractionId, SourceContent>),
+    /// The read failed: the answers are staged unjudged, and their commit reads again.
+    Unavailable,
+}
+
+/// One read for the chunk's answers: their members' source ids and contents.
+async fn read_sources(store: &SharedStore, chunk: &[ResultLine]) -> Sources {
+    let ids: Vec<ExtractionId> = chunk
+        .iter()
+        .filter(|(_, result)| matches!(result, LineResult::Answer { .. }))
+        .filter_map(|(custom_id, _)| custom_id.parse().ok())
+        .collect();
+    if ids.is_empty() {
+        return Sources::Read(HashMap::new());
+    }
+    match store.sources(ids).await {
+        Ok(sources) => Sources::Read(sources),
+        Err(e) => {
+            tracing::warn!(error = %store::error_chain(&e), "cannot read sources to ground answers; staging them");
+            Sources::Unavailable
+        }
+    }
+}
+
 /// Parses each line's extraction id and judges each answer against the batch's schema.
 /// `reask`: the provider's override of the schema's re-ask limit.
 fn judge_chunk(
     judge: &Judge,
     schema: Option<&Schema>,
+    sources: &Sources,
     reask: Option<u32>,
     raw: impl ExactSizeIterator<Item = ResultLine>,
 ) -> JudgedChunk {
@@ -189,9 +225,14 @@ fn judge_chunk(
             unnamed += 1;
             continue;
         };
-        let judged = match (&result, schema) {
-            (LineResult::Answer { output, .. }, Some(schema)) => {
-                let submission = judge.judge_answer(schema, output);
+        let judged = match (&result, schema, sources) {
+            (LineResult::Answer { .. }, Some(_), Sources::Unavailable) => None,
+            (LineResult::Answer { output, .. }, Some(schema), sources) => {
+                let source = match sources {
+                    Sources::Read(read) => read.get(&id).map(|s| SourceText { id: &s.source_id, text: &s.content }),
+                    Sources::NotNeeded | Sources::Unavailable => None,
+                };
+                let submission = judge.judge_answer(schema, output, source);
                 Some(Judged::from(&match reask {
                     Some(limit) => submission.with_reask_limit(limit),
                     None => submission,

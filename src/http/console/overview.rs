@@ -1,6 +1,7 @@
 //! `/ui`: counts by state, the last hour's throughput, the oldest waiting work, the
-//! providers (with pause and resume), batches in flight, the outbox and budgets. The
-//! numbers come from the calls `GET /v1/stats` and `GET /v1/admin/providers` make.
+//! providers (with pause and resume), batches in flight, the outbox, findings refused as
+//! ungrounded per schema, and budgets. The numbers come from the calls `GET /v1/stats` and
+//! `GET /v1/admin/providers` make (the ungrounded counts from the metrics' own counters).
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -25,6 +26,7 @@ pub(super) async fn show(State(service): State<Service>, viewer: Viewer) -> Resu
     let batches = service.open_batches().await?;
     let (outbox_pending, outbox_dead, oldest_pending) = service.outbox_counts().await?;
     let budgets = service.budget_status().await?;
+    let ungrounded = service.ungrounded_findings();
     let store = service.store_status().await?;
     let driver_of = |name: &str| store.drivers.iter().find(|d| d.provider == name).and_then(|d| d.instance.clone());
     let hour = service.throughput();
@@ -126,6 +128,15 @@ pub(super) async fn show(State(service): State<Service>, viewer: Viewer) -> Resu
                 h2 { "Outbox" }
                 p { strong { (outbox_pending) } " waiting · " a href="/ui/dead-letters" { strong id="outbox-dead" { (outbox_dead) } " dead" } }
                 @if let Some(oldest) = oldest_pending { p { "oldest waiting since " (when(oldest)) } }
+            }
+            div {
+                h2 { "Ungrounded findings" }
+                @if ungrounded.is_empty() { p { "No schema declares grounding rules." } }
+                ul id="ungrounded" {
+                    @for (schema, findings) in &ungrounded {
+                        li data-schema=(schema) { code { (schema) } ": " strong { (findings) } " refused since start" }
+                    }
+                }
             }
             div {
                 h2 { "Budgets" }

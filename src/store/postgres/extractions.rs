@@ -8,6 +8,7 @@ use crate::store::StateCount;
 use crate::store::records::ResultRecord;
 use crate::store::seam::ExportSink;
 use crate::store::seam::Extractions;
+use crate::store::seam::SourceContent;
 use async_trait::async_trait;
 use std::collections::HashMap;
 use tokio_postgres::Transaction;
@@ -466,5 +467,21 @@ impl Extractions for PgStore {
             .await
             .map_err(pg("cannot read what retention dropped"))?;
         Ok(rows.iter().map(|r| (unbig(r.get(0)), super::retention::retired_bits(r.get(1)))).collect())
+    }
+
+    async fn sources(&self, ids: Vec<ExtractionId>) -> Result<HashMap<ExtractionId, SourceContent>, Error> {
+        let client = self.client().await?;
+        let wanted: Vec<&[u8]> = ids.iter().map(|id| id.as_bytes().as_slice()).collect();
+        let rows = client
+            .query("SELECT record, content FROM extractions WHERE id = ANY($1) AND content IS NOT NULL", &[&wanted])
+            .await
+            .map_err(pg("cannot read sources"))?;
+        let mut out = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let record = decode_record(row.get(0))?;
+            let content = decode::<StoredContent>(stored_content(row.get(1), record.seq)?)?.text;
+            out.insert(record.id, SourceContent { source_id: record.source_id, content });
+        }
+        Ok(out)
     }
 }

@@ -12,6 +12,7 @@ use crate::store::seam::Extractions;
 use crate::store::seam::ListFilter;
 use crate::store::seam::ListPage;
 use crate::store::seam::RetryFilter;
+use crate::store::seam::SourceContent;
 use crate::store::seam::StateCount;
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -398,6 +399,21 @@ impl Extractions for Store {
                 if let Some(bits) = retired.get(seq)? {
                     out.insert(seq, bits.value());
                 }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn sources(&self, ids: Vec<ExtractionId>) -> Result<HashMap<ExtractionId, SourceContent>, Error> {
+        self.read(move |txn| {
+            let contents = txn.open_table(tables::CONTENTS)?;
+            let mut out = HashMap::with_capacity(ids.len());
+            for id in ids {
+                let Some(record) = super::reads::get(txn, &id)? else { continue };
+                let Some(value) = contents.get(record.seq)? else { continue };
+                let content = decode::<StoredContent>(value.value())?.text;
+                out.insert(id, SourceContent { source_id: record.source_id, content });
             }
             Ok(out)
         })

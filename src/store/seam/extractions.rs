@@ -48,6 +48,17 @@ pub trait Extractions: Send + Sync + std::fmt::Debug {
     async fn export_to(&self, filter: ExportFilter, sink: ExportSink) -> Result<(), Error>;
     /// What retention dropped of each of `seqs` (`RETIRED_*` bits; absent: nothing).
     async fn retired(&self, seqs: Vec<u64>) -> Result<HashMap<u64, u8>, Error>;
+    /// The sources of `ids` as they were submitted (source id and content), from one
+    /// snapshot: what an answer's findings are grounded in. An unknown id, or one whose
+    /// content retention dropped, is left out.
+    async fn sources(&self, ids: Vec<ExtractionId>) -> Result<HashMap<ExtractionId, SourceContent>, Error>;
+}
+
+/// An extraction's source as submitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceContent {
+    pub source_id: String,
+    pub content: String,
 }
 
 #[derive(Debug, Clone)]
