@@ -346,3 +346,31 @@ async fn a_quota_error_on_a_poll_does_not_hold_the_job_for_the_pause() {
     let report = finish(server);
     assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
 }
+
+/// A model that cites a file or a line the source does not have is refused as ungrounded
+/// and asked again with those issues; its second, grounded answer commits once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ungrounded_answers_are_reasked_and_the_grounded_answer_commits() {
+    let rig = Rig::start(Duration::from_millis(200), Faults { ungrounded_first: 1, ..Faults::default() }).await;
+    let server = serve_keeping_files(&rig);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 2, "one re-ask batch: {stats:#?}");
+    for request in batch_requests(&rig, 2).await {
+        let messages = request["body"]["messages"].as_array().cloned().unwrap_or_default();
+        let feedback = messages.get(3).and_then(|m| m["content"].as_str()).unwrap_or_default();
+        assert!(feedback.contains("ungrounded"), "the re-ask names the ungrounded findings: {request:#}");
+    }
+    for id in &ids {
+        let record = api.get(&format!("/v1/extractions/{id}")).await.body;
+        assert_eq!((&record["state"], &record["reasks"]), (&json!("committed"), &json!(1)), "{record:#}");
+    }
+    for source in CORPUS {
+        assert_findings(&api, source, &expected_id(source)).await;
+    }
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}

@@ -117,8 +117,8 @@ async fn an_invalid_output_is_reasked_with_its_issues_then_commits_once() {
     let dir = temp_dir();
     let server = Server::start(dir.path());
     let api = server.api();
-    let id = api.create("acme", "PR-9", "diff").await;
-    let other = api.create("acme", "PR-10", "diff").await;
+    let id = api.create("acme", "PR-9", &reviewed()).await;
+    let other = api.create("acme", "PR-10", &reviewed()).await;
     let usage = |request: &str| json!({"model": "m", "input_tokens": 10, "output_tokens": 2, "cost_micros": 7, "request_id": request});
     let mut bad = finding("unwrap", "src/a.rs", 3, "s");
     bad["severity"] = json!("urgent");
