@@ -247,6 +247,8 @@ fn kind(k: &OutboxKind) -> String {
         OutboxKind::Committed => "committed".to_string(),
         OutboxKind::Failed { class, .. } => format!("failed {}", class.as_str()),
         OutboxKind::Cancelled => "cancelled".to_string(),
+        OutboxKind::Revision { supersedes, .. } => format!("committed, supersedes {}", short(supersedes)),
+        OutboxKind::Superseded { by } => format!("superseded by {}", short(by)),
     }
 }
 

@@ -77,7 +77,21 @@ pub(super) async fn carry_out(
         .map_err(pg("cannot write a result"))?;
     }
     if let Some(next) = plan.next {
-        transition(tx, policies, now_ms, record, next).await?;
+        // A commit also settles the links among its source's revisions (`rules::revision`).
+        let revision = match next {
+            crate::domain::lifecycle::State::Committed { .. } => {
+                Some(super::revisions::plan(tx, record, &plan.findings).await?)
+            }
+            _ => None,
+        };
+        if let Some(by) = revision.as_ref().and_then(|r| r.born_superseded_by) {
+            record.superseded_by = Some(by);
+        }
+        super::rows::transition_as(tx, policies, now_ms, record, next, revision.as_ref().map(|r| &r.committed_kind))
+            .await?;
+        if let Some(revision) = revision {
+            super::revisions::carry_out(tx, policies, now_ms, record, revision).await?;
+        }
     }
     let findings = if plan.answer.counts_findings() { count_findings(tx, record.seq).await? } else { 0 };
     Ok(plan.answer.outcome(findings))

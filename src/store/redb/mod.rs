@@ -35,6 +35,7 @@ mod pending_queue_tests;
 mod power_loss;
 mod reads;
 mod retention;
+mod revisions;
 mod split;
 mod staging;
 #[cfg(test)]
