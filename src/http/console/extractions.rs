@@ -44,7 +44,7 @@ pub(super) async fn list(State(service): State<Service>, viewer: Viewer, Query(f
             StateName::parse(s).ok_or_else(|| Problem::new(axum::http::StatusCode::BAD_REQUEST, "unknown state"))?,
         ),
     };
-    let (records, next) = service.list_page(tenant.clone(), state, PAGE, given(&f.after)).await?;
+    let (records, next) = service.list_page(tenant.clone(), state, false, PAGE, given(&f.after)).await?;
     let schema = given(&f.schema);
     let class = given(&f.failure_class);
     let shown: Vec<&ExtractionRecord> = records

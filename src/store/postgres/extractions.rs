@@ -364,8 +364,11 @@ impl Extractions for PgStore {
         let rows = client
             .query(
                 "SELECT record FROM extractions WHERE seq > $1 AND ($2::text IS NULL OR tenant = $2) \
-                 AND ($3::smallint IS NULL OR state_code = $3) ORDER BY seq LIMIT $4",
-                &[&big(filter.after), &filter.tenant, &state, &fetch],
+                 AND ($3::smallint IS NULL OR state_code = $3) \
+                 AND (NOT $5 OR NOT EXISTS (SELECT 1 FROM extractions n WHERE n.tenant = extractions.tenant \
+                 AND n.source_id = extractions.source_id AND n.schema_family = extractions.schema_family \
+                 AND n.seq > extractions.seq)) ORDER BY seq LIMIT $4",
+                &[&big(filter.after), &filter.tenant, &state, &fetch, &filter.latest],
             )
             .await
             .map_err(pg("cannot list extractions"))?;

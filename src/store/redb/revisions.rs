@@ -135,3 +135,13 @@ impl crate::store::seam::Revisions for super::Store {
         self.read(move |txn| read(txn, &tenant, &source_id, &schema_name)).await
     }
 }
+
+/// Whether a revision of `record`'s source has a newer intake (`latest=true` lists only
+/// those without).
+pub(super) fn newer_exists(txn: &ReadTransaction, record: &ExtractionRecord) -> Result<bool, Error> {
+    let table = txn.open_table(tables::REVISIONS)?;
+    let (tenant, source, family) = (record.tenant.as_str(), record.source_id.as_str(), schema_family(&record.schema));
+    let newer =
+        table.range((tenant, source, family, record.seq.saturating_add(1))..=(tenant, source, family, u64::MAX))?;
+    Ok(newer.into_iter().next().is_some())
+}

@@ -17,7 +17,7 @@ use crate::store::records::{DiffCounts, ExtractionRecord, OutboxKind};
 
 /// A schema's name without its version: `code-review@2` → `code-review`. Revisions are
 /// grouped by it, so a new schema version's extraction of a source is in the same list.
-pub(crate) fn schema_family(schema: &str) -> &str {
+pub fn schema_family(schema: &str) -> &str {
     schema.split_once('@').map_or(schema, |(name, _)| name)
 }
 
@@ -25,14 +25,14 @@ pub(crate) fn schema_family(schema: &str) -> &str {
 /// finding key differs per extraction): what the newer one introduced, what it no longer
 /// has, and what both have. Each list sorted, without repeats.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct FindingsDiff {
+pub struct FindingsDiff {
     pub introduced: Vec<String>,
     pub resolved: Vec<String>,
     pub unchanged: Vec<String>,
 }
 
 impl FindingsDiff {
-    pub(crate) fn counts(&self) -> DiffCounts {
+    pub fn counts(&self) -> DiffCounts {
         DiffCounts {
             introduced: self.introduced.len() as u64,
             resolved: self.resolved.len() as u64,
@@ -42,10 +42,7 @@ impl FindingsDiff {
 }
 
 /// The diff from `older`'s findings to `newer`'s, both given as canonical identities.
-pub(crate) fn diff<'a>(
-    older: impl IntoIterator<Item = &'a str>,
-    newer: impl IntoIterator<Item = &'a str>,
-) -> FindingsDiff {
+pub fn diff<'a>(older: impl IntoIterator<Item = &'a str>, newer: impl IntoIterator<Item = &'a str>) -> FindingsDiff {
     let older: BTreeSet<&str> = older.into_iter().collect();
     let newer: BTreeSet<&str> = newer.into_iter().collect();
     let owned = |set: std::collections::btree_set::Difference<'_, &str>| set.map(|s| s.to_string()).collect();
@@ -57,7 +54,7 @@ pub(crate) fn diff<'a>(
 }
 
 /// Whether `record` belongs to the revisions of `of`'s source.
-pub(crate) fn same_source(of: &ExtractionRecord, record: &ExtractionRecord) -> bool {
+pub(in crate::store) fn same_source(of: &ExtractionRecord, record: &ExtractionRecord) -> bool {
     record.tenant == of.tenant
         && record.source_id == of.source_id
         && schema_family(&record.schema) == schema_family(&of.schema)
