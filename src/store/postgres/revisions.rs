@@ -84,8 +84,9 @@ pub(super) async fn plan(
     findings: &[FindingRecord],
 ) -> Result<Supersession, Error> {
     let family = schema_family(&record.schema);
-    let key = format!("{}\u{0}{}\u{0}{}", record.tenant, record.source_id, family);
-    tx.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", &[&LOCK_CLASS, &key])
+    // Text cannot hold NUL; tenants and source ids hold no control characters.
+    let key = format!("{}\u{1}{}\u{1}{}", record.tenant, record.source_id, family);
+    tx.query_one("SELECT 1 FROM pg_advisory_xact_lock($1::int4, hashtext($2::text))", &[&LOCK_CLASS, &key])
         .await
         .map_err(pg("cannot lock a source's revisions"))?;
     let mut revisions = read(tx, &record.tenant, &record.source_id, family).await?;
@@ -155,4 +156,27 @@ impl Revisions for PgStore {
         let client = self.client().await?;
         read(&**client, &tenant, &source_id, &schema_name).await
     }
+}
+
+/// `verify`'s look at the links: each `superseded_by` names a newer committed revision of
+/// the same source (`rules::revision::link_problem`, as on redb).
+pub(super) async fn check(tx: &Transaction<'_>, report: &mut crate::store::Report) -> Result<(), Error> {
+    let rows = tx
+        .query(
+            "SELECT e.record, n.record FROM extractions e LEFT JOIN extractions n ON n.id = e.superseded_by \
+             WHERE e.superseded_by IS NOT NULL ORDER BY e.seq",
+            &[],
+        )
+        .await
+        .map_err(pg("verify cannot read the revisions' links"))?;
+    for row in rows {
+        // A record that does not decode is reported by the extractions' check.
+        let Ok(record) = decode_record(row.get(0)) else { continue };
+        let target = row.get::<_, Option<&[u8]>>(1).map(decode_record).transpose();
+        let Ok(target) = target else { continue };
+        if let Some(problem) = revision::link_problem(&record, target.as_ref()) {
+            report.problem(problem);
+        }
+    }
+    Ok(())
 }

@@ -145,3 +145,38 @@ pub(super) fn newer_exists(txn: &ReadTransaction, record: &ExtractionRecord) -> 
         table.range((tenant, source, family, record.seq.saturating_add(1))..=(tenant, source, family, u64::MAX))?;
     Ok(newer.into_iter().next().is_some())
 }
+
+/// `verify`'s look at the revisions: every link is sound (`rules::revision::link_problem`)
+/// and, once the index exists, it has exactly one entry per extraction, under its source.
+pub(super) fn check(
+    txn: &ReadTransaction,
+    records: &std::collections::BTreeMap<u64, ExtractionRecord>,
+    report: &mut crate::store::Report,
+) -> Result<(), Error> {
+    let by_id: std::collections::HashMap<_, _> = records.values().map(|r| (r.id, r)).collect();
+    for record in records.values() {
+        let target = record.superseded_by.and_then(|by| by_id.get(&by).copied());
+        if let Some(problem) = revision::link_problem(record, target) {
+            report.problem(problem);
+        }
+    }
+    if txn.open_table(tables::META)?.get(META_REVISIONS)?.is_none() {
+        return Ok(()); // a file that predates the index; opening it builds the index
+    }
+    let index = txn.open_table(tables::REVISIONS)?;
+    let mut entries = 0u64;
+    for entry in index.iter()? {
+        let (key, _) = entry?;
+        let (tenant, source, family, seq) = key.value();
+        entries += 1;
+        match records.get(&seq) {
+            Some(r) if r.tenant == tenant && r.source_id == source && schema_family(&r.schema) == family => {}
+            Some(r) => report.problem(format!("{}: its revisions entry names another source", r.id)),
+            None => report.problem(format!("revisions entry under unknown extraction #{seq}")),
+        }
+    }
+    if entries != records.len() as u64 {
+        report.problem(format!("the revisions index has {entries} entries for {} extractions", records.len()));
+    }
+    Ok(())
+}

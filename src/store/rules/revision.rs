@@ -136,6 +136,32 @@ pub(in crate::store) fn plan(
     }
 }
 
+/// What `verify` finds wrong with `record`'s `superseded_by` link, given the record that
+/// link names (`None`: no such extraction), the same on both backends. A link names a
+/// newer committed revision of the same source, and only a committed one has a link.
+/// Erasure removes a tenant's revisions together, and links never cross tenants, so a
+/// link to a missing extraction is corruption, never erasure's doing.
+pub(in crate::store) fn link_problem(record: &ExtractionRecord, target: Option<&ExtractionRecord>) -> Option<String> {
+    let by = record.superseded_by?;
+    let committed = |r: &ExtractionRecord| matches!(r.state, State::Committed { .. });
+    let id = record.id;
+    if !committed(record) {
+        return Some(format!("{id}: superseded by {by} but {}", record.state.name().as_str()));
+    }
+    let Some(target) = target else {
+        return Some(format!("{id}: superseded by {by}, which does not exist"));
+    };
+    if !same_source(record, target) {
+        Some(format!("{id}: superseded by {by}, a revision of another source or schema name"))
+    } else if target.seq <= record.seq {
+        Some(format!("{id}: superseded by {by}, an older intake"))
+    } else if !committed(target) {
+        Some(format!("{id}: superseded by {by}, which is {}", target.state.name().as_str()))
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +183,21 @@ mod tests {
         assert_eq!(d.unchanged, vec!["b", "c"]);
         assert_eq!(d.counts(), DiffCounts { introduced: 1, resolved: 1, unchanged: 2 });
         assert_eq!(diff([], []), FindingsDiff::default());
+    }
+
+    #[test]
+    fn verify_accepts_a_link_to_a_newer_committed_revision_and_nothing_else() {
+        let (r1, r2) = (committed(1), committed(2));
+        let linked = ExtractionRecord { superseded_by: Some(r2.id), ..r1.clone() };
+        assert_eq!(link_problem(&linked, Some(&r2)), None);
+        assert_eq!(link_problem(&r1, None), None, "no link, nothing to check");
+        assert!(link_problem(&linked, None).unwrap().contains("does not exist"));
+        let backwards = ExtractionRecord { superseded_by: Some(r1.id), ..r2.clone() };
+        assert!(link_problem(&backwards, Some(&r1)).unwrap().contains("older intake"));
+        let pending = revision(2, State::Pending);
+        assert!(link_problem(&linked, Some(&pending)).unwrap().contains("pending"));
+        let stranger = ExtractionRecord { tenant: "u".into(), ..r2 };
+        assert!(link_problem(&linked, Some(&stranger)).unwrap().contains("another source"));
     }
 
     #[test]
