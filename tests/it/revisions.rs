@@ -210,5 +210,14 @@ async fn revisions_committed_out_of_order_end_with_the_newest_current() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(seen.lock().expect("log").len(), 7, "no other event");
 
+    // The CLI prints the same diff.
+    let got = crate::util::cli(&["get", &r4, "--diff", "--server", &server.url]);
+    assert!(got.status.success(), "{}", crate::util::stderr(&got));
+    let printed: Value = serde_json::from_str(&crate::util::stdout(&got)).expect("JSON");
+    assert_eq!((printed["against"].clone(), printed["counts"].clone()), (json!(r3), fourth["data"]["diff"].clone()));
+    let got = crate::util::cli(&["get", &r4, "--diff", &r1, "--server", &server.url]);
+    let printed: Value = serde_json::from_str(&crate::util::stdout(&got)).expect("JSON");
+    assert_eq!(printed["counts"], json!({"introduced": 2, "resolved": 2, "unchanged": 0}));
+
     crate::util::stop_and_verify(server);
 }
