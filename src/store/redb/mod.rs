@@ -36,6 +36,8 @@ mod power_loss;
 mod reads;
 mod retention;
 mod revisions;
+#[cfg(test)]
+mod revisions_tests;
 mod split;
 mod staging;
 #[cfg(test)]
