@@ -78,14 +78,11 @@ pub(super) async fn carry_out(
     }
     if let Some(next) = plan.next {
         // A commit also settles the links among its source's revisions (`rules::revision`).
-        let revision = match next {
-            crate::domain::lifecycle::State::Committed { .. } => {
-                Some(super::revisions::plan(tx, record, &plan.findings).await?)
-            }
-            _ => None,
-        };
-        if let Some(by) = revision.as_ref().and_then(|r| r.born_superseded_by) {
-            record.superseded_by = Some(by);
+        let mut revision = None;
+        if matches!(next, crate::domain::lifecycle::State::Committed { .. }) {
+            let planned = super::revisions::plan(tx, record, &plan.findings).await?;
+            planned.link(record);
+            revision = Some(planned);
         }
         super::rows::transition_as(tx, policies, now_ms, record, next, revision.as_ref().map(|r| &r.committed_kind))
             .await?;

@@ -91,13 +91,11 @@ pub(super) async fn plan(
         .map_err(pg("cannot lock a source's revisions"))?;
     let mut revisions = read(tx, &record.tenant, &record.source_id, family).await?;
     revisions.retain(|r| r.seq != record.seq);
-    let previous = match revision::previous(record, &revisions) {
-        Some(previous) => Some(identities(tx, previous.seq).await?),
-        None => None,
-    };
-    let previous: Option<Vec<&str>> = previous.as_ref().map(|p| p.iter().map(String::as_str).collect());
-    let committing: Vec<&str> = findings.iter().map(|f| f.canonical_identity.as_str()).collect();
-    Ok(revision::plan(record, &revisions, &committing, previous.as_deref()))
+    let mut previous = None;
+    if let Some(p) = revision::previous(record, &revisions) {
+        previous = Some(identities(tx, p.seq).await?);
+    }
+    Ok(revision::plan_commit(record, &revisions, findings, previous.as_deref()))
 }
 
 async fn set_link(tx: &Transaction<'_>, record: &ExtractionRecord) -> Result<(), Error> {

@@ -148,13 +148,9 @@ fn carry_out(
     }
     if let Some(next) = plan.next {
         // A commit also settles the links among its source's revisions (`rules::revision`).
-        let revision = match next {
-            State::Committed { .. } => Some(super::revisions::plan(t, record, &plan.findings)?),
-            _ => None,
-        };
-        if let Some(by) = revision.as_ref().and_then(|r| r.born_superseded_by) {
-            record.superseded_by = Some(by);
-        }
+        let commits = matches!(next, State::Committed { .. });
+        let revision = if commits { Some(super::revisions::plan(t, record, &plan.findings)?) } else { None };
+        revision.iter().for_each(|r| r.link(record));
         transition_as(t, record, next, revision.as_ref().map(|r| &r.committed_kind))?;
         if let Some(revision) = revision {
             super::revisions::carry_out(t, record, revision)?;

@@ -82,13 +82,8 @@ pub(super) fn plan(
             revisions.push(load(t, seq)?);
         }
     }
-    let previous = match revision::previous(record, &revisions) {
-        Some(previous) => Some(identities(t, previous.seq)?),
-        None => None,
-    };
-    let previous: Option<Vec<&str>> = previous.as_ref().map(|p| p.iter().map(String::as_str).collect());
-    let committing: Vec<&str> = findings.iter().map(|f| f.canonical_identity.as_str()).collect();
-    Ok(revision::plan(record, &revisions, &committing, previous.as_deref()))
+    let previous = revision::previous(record, &revisions).map(|p| identities(t, p.seq)).transpose()?;
+    Ok(revision::plan_commit(record, &revisions, findings, previous.as_deref()))
 }
 
 /// The plan's writes beyond the committing record's own (already written, with a

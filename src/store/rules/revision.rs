@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 use crate::domain::identity::ExtractionId;
 use crate::domain::lifecycle::State;
-use crate::store::records::{DiffCounts, ExtractionRecord, OutboxKind};
+use crate::store::records::{DiffCounts, ExtractionRecord, FindingRecord, OutboxKind};
 
 /// A schema's name without its version: `code-review@2` → `code-review`. Revisions are
 /// grouped by it, so a new schema version's extraction of a source is in the same list.
@@ -94,6 +94,29 @@ pub(in crate::store) struct Supersession {
     pub committed_kind: OutboxKind,
     /// `extraction.superseded` events: about which record (by sequence), and its kind.
     pub superseded_events: Vec<(u64, OutboxKind)>,
+}
+
+impl Supersession {
+    /// Writes the committing record's own link (born superseded), before its commit is
+    /// written with it.
+    pub(in crate::store) fn link(&self, record: &mut ExtractionRecord) {
+        if let Some(by) = self.born_superseded_by {
+            record.superseded_by = Some(by);
+        }
+    }
+}
+
+/// [`plan`] as the backends call it: the commit's findings as it writes them and the
+/// canonical identities of [`previous`]'s findings as they loaded them.
+pub(in crate::store) fn plan_commit(
+    committing: &ExtractionRecord,
+    revisions: &[ExtractionRecord],
+    findings: &[FindingRecord],
+    previous_findings: Option<&[String]>,
+) -> Supersession {
+    let previous: Option<Vec<&str>> = previous_findings.map(|p| p.iter().map(String::as_str).collect());
+    let committing_findings: Vec<&str> = findings.iter().map(|f| f.canonical_identity.as_str()).collect();
+    plan(committing, revisions, &committing_findings, previous.as_deref())
 }
 
 /// The one decision: given the committing record, the source's revisions as loaded in the
