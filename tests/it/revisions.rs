@@ -219,5 +219,9 @@ async fn revisions_committed_out_of_order_end_with_the_newest_current() {
     let printed: Value = serde_json::from_str(&crate::util::stdout(&got)).expect("JSON");
     assert_eq!(printed["counts"], json!({"introduced": 2, "resolved": 2, "unchanged": 0}));
 
+    // Erasure takes every revision and every link with it; `verify` then finds the store sound.
+    let erased = api.send(reqwest::Method::DELETE, "/v1/tenants/acme", None).await;
+    assert_eq!((erased.status, erased.body["extractions"].clone()), (200, json!(5)), "{:#}", erased.body);
+    api.get("/v1/sources/acme/PR-7?schema=code-review").await.assert_error(404, "unknown_source");
     crate::util::stop_and_verify(server);
 }
