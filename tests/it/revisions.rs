@@ -219,6 +219,15 @@ async fn revisions_committed_out_of_order_end_with_the_newest_current() {
     let printed: Value = serde_json::from_str(&crate::util::stdout(&got)).expect("JSON");
     assert_eq!(printed["counts"], json!({"introduced": 2, "resolved": 2, "unchanged": 0}));
 
+    // The console's extraction page lists the revisions and the diff against the previous one.
+    let browser = reqwest::Client::builder().no_proxy().redirect(reqwest::redirect::Policy::none()).build().expect("c");
+    let login = browser.get(format!("{}/ui/login", server.url)).send().await.expect("login");
+    let cookie = login.headers()["set-cookie"].to_str().expect("ascii").split(';').next().expect("pair").to_string();
+    let page = browser.get(format!("{}/ui/extractions/{r4}", server.url)).header("cookie", cookie).send().await;
+    let html = page.expect("page").text().await.expect("html");
+    assert!(html.contains("id=\"revisions\"") && html.contains(&r3[..12]), "{html}");
+    assert!(html.contains("1 introduced, 1 resolved, 1 unchanged"), "{html}");
+
     // Erasure takes every revision and every link with it; `verify` then finds the store sound.
     let erased = api.send(reqwest::Method::DELETE, "/v1/tenants/acme", None).await;
     assert_eq!((erased.status, erased.body["extractions"].clone()), (200, json!(5)), "{:#}", erased.body);
