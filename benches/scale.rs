@@ -217,8 +217,13 @@ async fn measure(store: &Store, n: u64) -> Result<()> {
     report("status (counts_by_state)", &time(200, || store.counts_by_state()).await?);
 
     let middle = n / 2;
-    let page =
-        |tenant: Option<String>, state: Option<StateName>| ListFilter { tenant, state, limit: 100, after: middle };
+    let page = |tenant: Option<String>, state: Option<StateName>| ListFilter {
+        tenant,
+        state,
+        limit: 100,
+        after: middle,
+        latest: false,
+    };
     report("list page of 100, pending", &time(100, || store.list(page(None, Some(StateName::Pending)))).await?);
     report("list page of 100, one tenant", &time(100, || store.list(page(Some("t7".into()), None))).await?);
     report("list page of 100, unfiltered", &time(100, || store.list(page(None, None))).await?);

@@ -109,6 +109,8 @@ mod redaction;
 mod results;
 #[path = "it/retention.rs"]
 mod retention;
+#[path = "it/revisions.rs"]
+mod revisions;
 #[path = "it/schemas.rs"]
 mod schemas;
 #[path = "it/simulator_schemas.rs"]

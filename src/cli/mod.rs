@@ -93,9 +93,14 @@ enum Command {
     Costs(costs::Args),
     /// Write a tenant's committed extractions and findings to a file (JSON lines or CSV).
     Export(export::Args),
-    /// Print one extraction as JSON.
+    /// Print one extraction as JSON; with --diff, its findings diff against the previous
+    /// committed revision of its source (or against the revision id given).
     Get {
         id: String,
+        /// Print the findings introduced, resolved and unchanged against `previous` (the
+        /// default) or another revision's id, instead of the record.
+        #[arg(long, value_name = "AGAINST", num_args = 0..=1, default_missing_value = "previous")]
+        diff: Option<String>,
         #[command(flatten)]
         admin: AdminUrl,
         /// Bearer token, when the server has access tokens configured.
@@ -220,7 +225,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Costs(args) => costs::run(args).await,
         Command::Export(args) => export::run(args).await,
         Command::Ctl(command) => ctl::run(command).await,
-        Command::Get { id, admin, token } => get(&id, &admin.resolve(), token.as_deref()).await,
+        Command::Get { id, diff, admin, token } => get(&id, diff.as_deref(), &admin.resolve(), token.as_deref()).await,
         Command::Verify(args) => verify::run(args).await,
         Command::Compact { path } => maintenance::compact(path).await,
         Command::EraseTenant(args) => erase::run(args).await,
@@ -245,8 +250,16 @@ pub(crate) fn http_client(token: Option<&str>) -> anyhow::Result<reqwest::Client
     reqwest::Client::builder().default_headers(headers).build().context("cannot build the HTTP client")
 }
 
-async fn get(id: &str, server: &str, token: Option<&str>) -> anyhow::Result<ExitCode> {
-    let url = format!("{}/v1/extractions/{id}", server.trim_end_matches('/'));
+async fn get(id: &str, diff: Option<&str>, server: &str, token: Option<&str>) -> anyhow::Result<ExitCode> {
+    let mut url = format!("{}/v1/extractions/{id}", server.trim_end_matches('/'));
+    if let Some(against) = diff {
+        let id_like = against.len() == 64 && against.bytes().all(|b| b.is_ascii_hexdigit());
+        anyhow::ensure!(
+            against == "previous" || id_like,
+            "--diff takes `previous` or an extraction id, not {against:?}"
+        );
+        url.push_str(&format!("/diff?against={against}"));
+    }
     let response = http_client(token)?.get(&url).send().await.with_context(|| format!("cannot reach {server}"))?;
     let status = response.status();
     let body: serde_json::Value = response.json().await.context("the server sent a non-JSON answer")?;

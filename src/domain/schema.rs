@@ -202,6 +202,12 @@ impl Schema {
         &self.name
     }
 
+    /// The JSON pointers of the fields that identify a finding (revisions of a source
+    /// under two versions of a schema are comparable only where these are the same).
+    pub fn identity_pointers(&self) -> &[String] {
+        &self.identity_pointers
+    }
+
     /// The schema as a provider of `dialect` is sent it, or why it cannot be (see
     /// `view`). The registered document stays the authority for validation.
     pub fn view(&self, dialect: Dialect) -> Result<&View, Error> {

@@ -207,6 +207,8 @@ pub(super) enum EventType {
     Failed,
     #[serde(rename = "extraction.cancelled")]
     Cancelled,
+    #[serde(rename = "extraction.superseded")]
+    Superseded,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
@@ -259,7 +261,8 @@ fn event(e: &OutboxRecord) -> OutboxEvent {
         id: e.seq,
         event_id: e.event_id.clone(),
         kind: match e.kind {
-            OutboxKind::Committed => EventType::Committed,
+            OutboxKind::Committed | OutboxKind::Revision { .. } => EventType::Committed,
+            OutboxKind::Superseded { .. } => EventType::Superseded,
             OutboxKind::Failed { .. } => EventType::Failed,
             OutboxKind::Cancelled => EventType::Cancelled,
         },

@@ -197,6 +197,8 @@ impl From<service::Error> for ApiError {
                     .with_details(json!({ "limit": limit }))
                     .with_retry_after(EXPORT_RETRY_AFTER_SECONDS)
             }
+            E::UnknownSource { .. } => Self::new(StatusCode::NOT_FOUND, "unknown_source", message),
+            E::NotComparable(_) => Self::new(StatusCode::CONFLICT, "not_comparable", message),
             E::Store(s) => storage(&s),
         }
     }

@@ -35,6 +35,9 @@ pub(super) struct ExportQuery {
     /// Committed before this time (exclusive).
     #[param(inline, value_type = DateOrTime, required = false)]
     until: Option<String>,
+    /// Only each source's newest committed revision: leaves out every extraction a newer
+    /// revision superseded (as of the export's snapshot).
+    latest: Option<bool>,
 }
 
 /// One line of the export: a committed extraction and its findings.
@@ -75,7 +78,8 @@ pub(super) async fn export(
     caller.may_reach(&q.tenant)?;
     let since_ms = q.since.as_deref().map(|t| parse_time("since", t)).transpose()?.unwrap_or(0);
     let until_ms = q.until.as_deref().map(|t| parse_time("until", t)).transpose()?.unwrap_or(u64::MAX);
-    let filter = ExportFilter { tenant: q.tenant, schema: q.schema, since_ms, until_ms };
+    let filter =
+        ExportFilter { tenant: q.tenant, schema: q.schema, since_ms, until_ms, latest: q.latest.unwrap_or(false) };
     service.check_export(&filter)?;
     let permit = service.start_export(&filter.tenant)?;
     let (sink, body) = super::export_feed::feed(permit, write_line);

@@ -152,6 +152,9 @@ pub(crate) struct ListQuery {
     /// The `next` of the previous page of this same listing (an opaque string).
     #[param(pattern = "^[0-9a-f]*$", max_length = 160)]
     after: Option<String>,
+    /// Only each source's current revision (the newest intake of its tenant, source id and
+    /// schema name), whatever its state.
+    latest: Option<bool>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -195,7 +198,8 @@ pub(crate) async fn list(
         })?),
     };
     let limit = q.limit.unwrap_or(100);
-    let (records, next) = service.list_page(q.tenant, state, limit, q.after.as_deref()).await?;
+    let (records, next) =
+        service.list_page(q.tenant, state, q.latest.unwrap_or(false), limit, q.after.as_deref()).await?;
     let retired = service.retired(records.iter().map(|r| r.seq).collect()).await?;
     let view =
         |r: &crate::store::ExtractionRecord| views::extraction_retained(r, retired.get(&r.seq).copied().unwrap_or(0));

@@ -24,6 +24,7 @@ mod openapi;
 #[cfg(test)]
 mod openapi_tests;
 mod refusal;
+mod revisions;
 mod routes;
 mod schemas;
 mod stall;

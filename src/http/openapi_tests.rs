@@ -45,6 +45,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/export"),
     ("POST", "/v1/admin/retry"),
     ("DELETE", "/v1/tenants/{tenant}"),
+    ("GET", "/v1/sources/{tenant}/{source_id}"),
+    ("GET", "/v1/extractions/{id}/diff"),
 ];
 
 const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
@@ -381,6 +383,14 @@ async fn real_answers_match_their_documented_schemas() {
     let (status, _) =
         live.call("POST", "/v1/extractions/{id}/retry", &format!("/v1/extractions/{id}/retry"), None).await;
     assert_eq!(status, 409, "a committed extraction cannot be retried");
+    let (_, source) =
+        live.call("GET", "/v1/sources/{tenant}/{source_id}", "/v1/sources/acme/PR-1?schema=code-review", None).await;
+    assert_eq!(source["current"]["extraction_id"], json!(id));
+    let diff = format!("/v1/extractions/{id}/diff?against={id}");
+    let (status, diff) = live.call("GET", "/v1/extractions/{id}/diff", &diff, None).await;
+    assert_eq!((status, &diff["counts"]["unchanged"]), (200, &json!(1)), "{diff:#}");
+    let previous = format!("/v1/extractions/{id}/diff");
+    assert_eq!(live.call("GET", "/v1/extractions/{id}/diff", &previous, None).await.0, 409);
     let (_, page) = live.call("GET", "/v1/extractions", "/v1/extractions?state=committed&limit=1&after=", None).await;
     assert!(page["extractions"][0]["committed_at"].is_string(), "{page:#}");
     let costs = "/v1/tenants/acme/costs?from=1970-01-01&to=2999-01-01T00:00:00%2B02:00&group_by=model";

@@ -14,7 +14,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::ApiError;
-use super::{admin, auth, bulk, delivery, export, handlers, money, openapi, schemas, tenants, workers};
+use super::{admin, auth, bulk, delivery, export, handlers, money, openapi, revisions, schemas, tenants, workers};
 use crate::http::access::Access;
 use crate::service::Service;
 
@@ -57,6 +57,8 @@ pub(super) fn tenant() -> OpenApiRouter<Service> {
         .routes(routes!(bulk::cancel))
         .routes(routes!(export::export))
         .routes(routes!(schemas::get))
+        .routes(routes!(revisions::source))
+        .routes(routes!(revisions::diff))
 }
 
 /// The admin token only: work distribution and results, operator actions, and views of

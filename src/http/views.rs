@@ -81,6 +81,10 @@ pub(crate) struct Extraction {
     /// False once retention (`[retention] raw_results_after_commit`) dropped the raw
     /// result; the findings stay.
     raw_result_retained: bool,
+    /// The newer revision of the same source (and schema name) that superseded this one
+    /// (see `GET /v1/sources/{tenant}/{source_id}`); null while it is the latest committed.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    superseded_by: Option<String>,
 }
 
 /// The view of a record whose `RETIRED_*` bits are `retired` (see `store`).
@@ -127,6 +131,7 @@ pub(super) fn extraction(r: &ExtractionRecord) -> Extraction {
         committed_at,
         content_retained: true,
         raw_result_retained: true,
+        superseded_by: r.superseded_by.map(|id| id.to_hex()),
     }
 }
 

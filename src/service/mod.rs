@@ -37,6 +37,7 @@ mod outbox;
 mod pages;
 mod readiness;
 mod results;
+mod revisions;
 mod throughput;
 
 pub use endpoint::{Endpoint, EndpointError, Field, MapError, WebhookOptions};
@@ -46,6 +47,7 @@ pub use exports::{
 use intake::{check_tenant, check_text};
 pub use pages::{DEFAULT_MAX_PAGE_BYTES, MAX_FINDINGS_PAGE};
 pub use readiness::Unready;
+pub use revisions::{Against, RevisionDiff, Source};
 pub use throughput::{MinuteCount, THROUGHPUT_MINUTES};
 
 pub const MAX_CLAIM_LIMIT: usize = 1000;
@@ -90,6 +92,11 @@ pub enum Error {
     MetadataTooLarge { bytes: usize, max: usize },
     #[error("{}", too_many_exports(*.cap, *.limit))]
     TooManyExports { cap: ExportCap, limit: usize },
+    #[error("tenant {tenant:?} has no extraction of source {source_id:?} under schema {schema:?}")]
+    UnknownSource { tenant: String, source_id: String, schema: String },
+    /// Two revisions whose findings cannot be compared, and why.
+    #[error("{0}")]
+    NotComparable(String),
     #[error(transparent)]
     Store(#[from] store::Error),
 }

@@ -29,10 +29,11 @@ impl Service {
         &self,
         tenant: Option<String>,
         state: Option<StateName>,
+        latest: bool,
         limit: usize,
         after: Option<&str>,
     ) -> Result<(Vec<ExtractionRecord>, Option<String>), Error> {
-        let scope = format!("extractions\0{tenant:?}\0{state:?}");
+        let scope = format!("extractions\0{tenant:?}\0{state:?}{}", if latest { "\0latest" } else { "" });
         let after = match after.filter(|c| !c.is_empty()) {
             None => 0,
             Some(cursor) => {
@@ -40,7 +41,7 @@ impl Service {
                 u64::from_be_bytes(position.try_into().map_err(|_| Error::InvalidCursor)?)
             }
         };
-        let (records, next) = self.list_within(ListFilter { tenant, state, limit, after }).await?;
+        let (records, next) = self.list_within(ListFilter { tenant, state, limit, after, latest }).await?;
         let next = next.map(|seq| self.store.cursor_key().seal(&scope, &seq.to_be_bytes()));
         Ok((records, next))
     }

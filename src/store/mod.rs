@@ -27,12 +27,13 @@ pub use policies::{Policies, Pricing, ProviderReportedOnly};
 #[cfg(feature = "fuzzing")] // only the fuzz entry points decode it from outside the store
 pub(crate) use records::StoredContent;
 pub use records::{
-    BatchRecord, BatchState, ChargeKind, CostSource, DeliveryState, ExtractionRecord, Fence, FindingRecord,
+    BatchRecord, BatchState, ChargeKind, CostSource, DeliveryState, DiffCounts, ExtractionRecord, Fence, FindingRecord,
     LedgerRecord, NewExtraction, OutboxKind, OutboxRecord, ResultRecord,
 };
 pub use rules::intent::{IntentOutcome, IntentRequest, WorkFilter};
 pub use rules::member::MemberRules;
 pub use rules::retention::{RETIRED_CONTENT, RETIRED_RAW_RESULT, RetentionPolicy, RetentionStep};
+pub use rules::revision::{FindingsDiff, diff as findings_diff, schema_family};
 pub use rules::verify::Report;
 pub use seam::{
     Authority, Backend, BackupReport, CancelOutcome, Charge, ClaimRequest, CloseReport, DeliveryOutcome,

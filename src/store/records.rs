@@ -441,6 +441,25 @@ pub enum OutboxKind {
     },
     /// Appended: the encodings of the kinds before it do not move.
     Cancelled,
+    /// Appended: `extraction.committed` of a revision that superseded the source's
+    /// previous committed revision, with the findings diff against it (`None` across
+    /// schema versions). Its event id is a committed event's.
+    Revision {
+        supersedes: ExtractionId,
+        diff: Option<DiffCounts>,
+    },
+    /// Appended: `extraction.superseded`, about the revision a newer one superseded.
+    Superseded {
+        by: ExtractionId,
+    },
+}
+
+/// How many findings a revision introduced, resolved and kept against the one before it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiffCounts {
+    pub introduced: u64,
+    pub resolved: u64,
+    pub unchanged: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -801,6 +820,45 @@ mod tests {
                 next_attempt_at_ms: 10,
                 last_error: Some("HTTP 500".into()),
                 created_at_ms: 8,
+            },
+        );
+        check_golden(
+            "v1_outbox_revision.bin",
+            &OutboxRecord {
+                seq: 11,
+                event_id: "msg_rev".into(),
+                sink: "downstream".into(),
+                kind: OutboxKind::Revision {
+                    supersedes: ExtractionId([8; 32]),
+                    diff: Some(DiffCounts { introduced: 1, resolved: 2, unchanged: 3 }),
+                },
+                extraction_seq: 43,
+                extraction_id: ExtractionId([9; 32]),
+                tenant: "acme".into(),
+                attempt: 1,
+                state: DeliveryState::Pending,
+                deliveries: 0,
+                next_attempt_at_ms: 13,
+                last_error: None,
+                created_at_ms: 13,
+            },
+        );
+        check_golden(
+            "v1_outbox_superseded.bin",
+            &OutboxRecord {
+                seq: 12,
+                event_id: "msg_sup".into(),
+                sink: "downstream".into(),
+                kind: OutboxKind::Superseded { by: ExtractionId([9; 32]) },
+                extraction_seq: 42,
+                extraction_id: ExtractionId([8; 32]),
+                tenant: "acme".into(),
+                attempt: 1,
+                state: DeliveryState::Pending,
+                deliveries: 0,
+                next_attempt_at_ms: 13,
+                last_error: None,
+                created_at_ms: 13,
             },
         );
         check_golden(

@@ -3,11 +3,11 @@
 //! backend's code. State is plain maps; time does not exist here beyond the order of
 //! operations, which is all the stores' answers may depend on once times are dropped.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use commitpoint::domain::identity::FindingKey;
 use commitpoint::domain::lifecycle::{FailureClass, StateName, TransitionError};
-use commitpoint::store::{ChargeKind, OutboxKind, PostOutcome, Submission};
+use commitpoint::store::{ChargeKind, DiffCounts, OutboxKind, PostOutcome, Submission};
 
 use super::ops::{AuthorityPick, Op, RulesPick, TokenPick};
 use super::universe::{self, IDENTITY_COUNT, SCHEMAS, SINKS};
@@ -192,6 +192,7 @@ impl Model {
             requeues: 0,
             output_budget: None,
             truncation_retried: false,
+            superseded_by: None,
         };
         let ext = Ext {
             view,
@@ -397,14 +398,77 @@ impl Model {
         matching.len() as u64
     }
 
+    /// A commit among its source's revisions (tenant, source id, schema name without its
+    /// version): the newest intake committed is current; a newer commit supersedes the
+    /// current one, an older one is superseded at once. Returns the commit's event kind.
+    fn supersede(&mut self, seq: u64) -> OutboxKind {
+        let name = |schema: &str| schema.split('@').next().unwrap_or_default().to_string();
+        let me = &self.ext[&seq];
+        let (tenant, source, family) = (me.view.tenant.clone(), me.view.source_id.clone(), name(&me.view.schema));
+        let current = self
+            .ext
+            .iter()
+            .filter(|(s, e)| {
+                **s != seq
+                    && e.view.tenant == tenant
+                    && e.view.source_id == source
+                    && name(&e.view.schema) == family
+                    && e.view.state == StateView::Committed
+                    && e.view.superseded_by.is_none()
+            })
+            .map(|(s, _)| *s)
+            .max();
+        let Some(current) = current else { return OutboxKind::Committed };
+        let (older, newer) = if current < seq { (current, seq) } else { (seq, current) };
+        let by = self.ext[&newer].view.identity;
+        self.ext.get_mut(&older).expect("live").view.superseded_by = Some(by);
+        self.superseded_events(older, by);
+        if current > seq {
+            return OutboxKind::Committed;
+        }
+        let (old, new) = (&self.ext[&current], &self.ext[&seq]);
+        let identities = |e: &Ext| e.findings.values().map(|f| f.canonical_identity.clone()).collect::<BTreeSet<_>>();
+        let diff = (old.view.schema == new.view.schema).then(|| {
+            let (a, b) = (identities(old), identities(new));
+            DiffCounts {
+                introduced: b.difference(&a).count() as u64,
+                resolved: a.difference(&b).count() as u64,
+                unchanged: a.intersection(&b).count() as u64,
+            }
+        });
+        OutboxKind::Revision { supersedes: universe::id_of(old.view.identity), diff }
+    }
+
+    fn superseded_events(&mut self, seq: u64, by: usize) {
+        let ext = &self.ext[&seq];
+        for sink in SINKS {
+            let view = EventView {
+                identity: ext.view.identity,
+                incarnation: ext.view.incarnation,
+                attempt: ext.view.attempt,
+                kind: OutboxKind::Superseded { by: universe::id_of(by) },
+                sink: sink.to_string(),
+                state: DeliveryView::Pending,
+                deliveries: 0,
+                retry_at_ms: None,
+                last_error: None,
+            };
+            self.outbox.push(Event { view, tenant: ext.view.tenant.clone() });
+        }
+    }
+
     /// The one place a state changes: a terminal state gets one event per sink.
     pub(super) fn transition(&mut self, seq: u64, next: StateView) {
+        if !self.ext.contains_key(&seq) {
+            return;
+        }
+        let committed = (next == StateView::Committed).then(|| self.supersede(seq));
         let Some(ext) = self.ext.get_mut(&seq) else { return };
         if !matches!(next, StateView::Claimed { .. }) {
             ext.expiring = None;
         }
         let kind = match &next {
-            StateView::Committed => Some(OutboxKind::Committed),
+            StateView::Committed => committed,
             StateView::Failed { class, reason } => Some(OutboxKind::Failed { class: *class, reason: reason.clone() }),
             StateView::Cancelled => Some(OutboxKind::Cancelled),
             _ => None,

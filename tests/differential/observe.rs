@@ -126,7 +126,8 @@ impl Subject {
 
 fn kind_tag(view: &EventView) -> &'static str {
     match view.kind {
-        commitpoint::store::OutboxKind::Committed => "committed",
+        commitpoint::store::OutboxKind::Committed | commitpoint::store::OutboxKind::Revision { .. } => "committed",
+        commitpoint::store::OutboxKind::Superseded { .. } => "superseded",
         commitpoint::store::OutboxKind::Failed { .. } => "failed",
         commitpoint::store::OutboxKind::Cancelled => "cancelled",
     }

@@ -329,6 +329,7 @@ impl Subject {
             requeues: record.requeues,
             output_budget: record.output_budget,
             truncation_retried: record.truncation_retried,
+            superseded_by: record.superseded_by.map(|id| super::universe::label_of(&id).unwrap_or(usize::MAX)),
         }
     }
 

@@ -62,6 +62,8 @@ pub struct ExtractionView {
     pub requeues: u32,
     pub output_budget: Option<u32>,
     pub truncation_retried: bool,
+    /// The identity of the newer revision that superseded this one.
+    pub superseded_by: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

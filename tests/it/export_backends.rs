@@ -114,7 +114,9 @@ fn read_committed(file: &Path) -> Vec<Committed> {
 
 /// Writes the rows into the PostgreSQL store of `data_dir` as they are: the same encoded
 /// records, with the columns its queries select on.
-async fn copy_into_postgres(rows: &[Committed], data_dir: &Path) {
+/// `sources`: each extraction's source id by its hex id (the revisions' column, from the
+/// redb export's lines).
+async fn copy_into_postgres(rows: &[Committed], sources: &HashMap<String, String>, data_dir: &Path) {
     let url = postgres::cluster().url(&postgres::database_for(data_dir));
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("connect");
     tokio::spawn(connection);
@@ -122,7 +124,8 @@ async fn copy_into_postgres(rows: &[Committed], data_dir: &Path) {
         client
             .execute(
                 "INSERT INTO extractions (id, seq, tenant, schema_name, state_code, committed_at_ms, updated_at_ms, \
-                 format, record, content) VALUES ($1, $2, $3, $4, 3, $5, $5, $6, $7, $8)",
+                 format, record, content, source_id, schema_family) \
+                 VALUES ($1, $2, $3, $4, 3, $5, $5, $6, $7, $8, $9, split_part($4, '@', 1))",
                 &[
                     &row.id,
                     &row.seq,
@@ -132,6 +135,7 @@ async fn copy_into_postgres(rows: &[Committed], data_dir: &Path) {
                     &i16::from(row.record[0]),
                     &row.record,
                     &row.content,
+                    &sources[&row.id.iter().map(|b| format!("{b:02x}")).collect::<String>()],
                 ],
             )
             .await
@@ -197,7 +201,13 @@ async fn postgres_exports_the_same_bytes_as_redb_for_the_same_rows() {
     assert!(rows.iter().any(|r| r.findings.len() > 1), "findings come along");
     let pg_dir = dir.path().join("pg");
     let pg = Server::start(&pg_dir);
-    copy_into_postgres(&rows, &pg_dir).await;
+    let sources: HashMap<String, String> = [&expected[0], &expected[1]]
+        .iter()
+        .flat_map(|bytes| std::str::from_utf8(bytes).expect("utf-8").lines())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("JSON"))
+        .map(|l| (l["extraction_id"].as_str().expect("id").into(), l["source_id"].as_str().expect("source").into()))
+        .collect();
+    copy_into_postgres(&rows, &sources, &pg_dir).await;
     for (query, bytes) in queries.iter().zip(&expected) {
         let got = export_bytes(&pg.url, query).await;
         assert!(

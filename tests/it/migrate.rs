@@ -288,3 +288,51 @@ async fn migrate_store_refuses_what_it_cannot_copy_faithfully() {
     assert_ne!(out.status.code(), Some(0));
     assert!(stderr(&out).contains("never verified"), "{}", stderr(&out));
 }
+
+/// The revisions' links move with the records: a source's two revisions, the older born
+/// superseded on redb, read the same on PostgreSQL, and a third committed there supersedes
+/// the newest with the migrated findings diffed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revisions_and_their_links_are_carried_over() {
+    if skip() {
+        return;
+    }
+    let redb_dir = temp_dir();
+    let server = Server::spawn_as_is(serve_command(redb_dir.path(), &[]), redb_dir.path());
+    let api = server.api();
+    let r1 = api.create(TENANT, "PR-1", "fn v1() {}").await;
+    let r2 = api.create(TENANT, "PR-1", "fn v2() {}").await;
+    let grants = api.claim("w", 2, 600).await;
+    for grant in grants.iter().rev() {
+        let id = crate::util::id_of(grant);
+        let token = grant["lease_token"].as_str().expect("token");
+        assert_eq!(api.post_result(&id, token, &output(&[finding("R1", "a.rs", 1, "x")])).await.status, 200);
+    }
+    let source = format!("/v1/sources/{TENANT}/PR-1?schema=code-review");
+    let before = api.get(&source).await.body;
+    assert_eq!(before["revisions"][0]["superseded_by"], json!(r2), "{before:#}");
+    let db = server.db_path();
+    let (status, log) = server.terminate();
+    assert_eq!(status.code(), Some(0), "{log}");
+
+    let pg_dir = temp_dir();
+    let database = database_for(pg_dir.path());
+    let moved = migrate(&db, &cluster().url(&database), &[]);
+    assert_eq!(moved.status.code(), Some(0), "{}\n{}", stdout(&moved), stderr(&moved));
+    let mut cmd = serve_command(pg_dir.path(), &[]);
+    cmd.env("COMMITPOINT_STORE_URL", cluster().url(&database));
+    let server = Server::spawn_as_is(cmd, pg_dir.path());
+    let api = server.api();
+    assert_eq!(api.get(&source).await.body, before, "the same revisions and links on PostgreSQL");
+    let r3 = api.create(TENANT, "PR-1", "fn v3() {}").await;
+    let (_, token) = api.claim_one("w", 600).await;
+    let answer = output(&[finding("R1", "a.rs", 1, "x"), finding("R2", "a.rs", 2, "y")]);
+    assert_eq!(api.post_result(&r3, &token, &answer).await.status, 200);
+    let after = api.get(&source).await.body;
+    assert_eq!(after["revisions"][1]["superseded_by"], json!(r3), "{after:#}");
+    assert_eq!(after["revisions"][0]["superseded_by"], json!(r2));
+    let diff = api.get(&format!("/v1/extractions/{r3}/diff")).await.body;
+    assert_eq!(diff["counts"], json!({"introduced": 1, "resolved": 0, "unchanged": 1}), "{diff:#}");
+    assert_eq!(after["revisions"][0]["extraction_id"], json!(r1));
+    crate::util::stop_and_verify(server);
+}

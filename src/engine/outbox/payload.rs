@@ -11,7 +11,7 @@ use crate::store::{self, OutboxKind, OutboxRecord};
 pub(crate) async fn event_body(store: &dyn Backend, event: &OutboxRecord) -> Result<Vec<u8>, store::Error> {
     let record = store.get_by_seq(event.extraction_seq).await?;
     let (kind, mut data) = match &event.kind {
-        OutboxKind::Committed => {
+        OutboxKind::Committed | OutboxKind::Revision { .. } => {
             let findings = store.findings(event.extraction_id).await?.unwrap_or_default();
             let findings: Vec<Value> = findings
                 .iter()
@@ -20,8 +20,21 @@ pub(crate) async fn event_body(store: &dyn Backend, event: &OutboxRecord) -> Res
                     json!({ "key": f.key.to_string(), "finding": body })
                 })
                 .collect();
-            ("extraction.committed", json!({ "findings": findings }))
+            // A revision names the one it superseded and the findings diff against it
+            // (`null` across schema versions); a first revision supersedes nothing.
+            let (supersedes, diff) = match &event.kind {
+                OutboxKind::Revision { supersedes, diff } => (
+                    json!(supersedes.to_string()),
+                    diff.map_or(
+                        Value::Null,
+                        |d| json!({ "introduced": d.introduced, "resolved": d.resolved, "unchanged": d.unchanged }),
+                    ),
+                ),
+                _ => (Value::Null, Value::Null),
+            };
+            ("extraction.committed", json!({ "findings": findings, "supersedes": supersedes, "diff": diff }))
         }
+        OutboxKind::Superseded { by } => ("extraction.superseded", json!({ "superseded_by": by.to_string() })),
         OutboxKind::Failed { class, reason } => {
             ("extraction.failed", json!({ "failure": { "class": class.as_str(), "reason": reason } }))
         }

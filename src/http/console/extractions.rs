@@ -44,7 +44,7 @@ pub(super) async fn list(State(service): State<Service>, viewer: Viewer, Query(f
             StateName::parse(s).ok_or_else(|| Problem::new(axum::http::StatusCode::BAD_REQUEST, "unknown state"))?,
         ),
     };
-    let (records, next) = service.list_page(tenant.clone(), state, PAGE, given(&f.after)).await?;
+    let (records, next) = service.list_page(tenant.clone(), state, false, PAGE, given(&f.after)).await?;
     let schema = given(&f.schema);
     let class = given(&f.failure_class);
     let shown: Vec<&ExtractionRecord> = records
@@ -127,6 +127,7 @@ pub(super) async fn detail(State(service): State<Service>, viewer: Viewer, Path(
     let raw_result = service.raw_result(id).await?;
     let (_, ledger) = service.extraction_costs(id).await?;
     let events = if viewer.is_admin() { service.outbox_of(id).await? } else { Vec::new() };
+    let (revisions, diff) = revisions(&service, &record).await?;
     let mut timeline: Vec<(u64, String)> = vec![(record.created_at_ms, "taken in (attempt 1)".to_string())];
     for e in &ledger {
         timeline.push((
@@ -187,6 +188,8 @@ pub(super) async fn detail(State(service): State<Service>, viewer: Viewer, Path(
                 pre.json { (pretty(&previous.output)) }
             }
         }
+        (revisions)
+        (diff)
         section {
             h2 { "Raw result" }
             @match &raw_result {
@@ -219,6 +222,48 @@ pub(super) async fn detail(State(service): State<Service>, viewer: Viewer, Path(
         }
     };
     Ok(page("Extraction", &viewer, content))
+}
+
+/// The source's revisions (this one marked), and this one's findings diff against the
+/// previous committed revision when there is one to compare with.
+async fn revisions(service: &Service, record: &ExtractionRecord) -> Result<(Markup, Markup), crate::service::Error> {
+    let source = service.source(&record.tenant, &record.source_id, &record.schema).await?;
+    let list = html! {
+        section id="revisions" {
+            h2 { "Revisions of this source (" (source.revisions.len()) ")" }
+            p.muted { "Same tenant, source id and schema name; the newest intake is current." }
+            ol { @for r in &source.revisions { li {
+                a.mono href=(format!("/ui/extractions/{}", r.id.to_hex())) { (short(&r.id)) }
+                " " (r.schema) " " (state_badge(&r.state))
+                @if r.id == record.id { " (this one)" }
+                @if r.id == source.current.id { " current" }
+                @if let Some(by) = &r.superseded_by { " superseded by " span.mono { (short(by)) } }
+            } } }
+        }
+    };
+    if !matches!(record.state, Lifecycle::Committed { .. }) {
+        return Ok((list, html! {}));
+    }
+    let diff = match service.revision_diff(record.id, crate::service::Against::Previous).await {
+        Ok(d) => {
+            let c = d.diff.counts();
+            html! { section id="diff" {
+                h2 { "Findings against the previous revision " span.mono { (short(&d.from.id)) } }
+                p { (c.introduced) " introduced, " (c.resolved) " resolved, " (c.unchanged) " unchanged" }
+                @for (label, list) in [("introduced", &d.diff.introduced), ("resolved", &d.diff.resolved)] {
+                    @if !list.is_empty() {
+                        h3 { (label) }
+                        ul { @for identity in list { li.mono.wrap { (identity) } } }
+                    }
+                }
+            } }
+        }
+        Err(crate::service::Error::NotComparable(why)) => html! { section id="diff" {
+            h2 { "Findings against the previous revision" } p.muted { (why) }
+        } },
+        Err(e) => return Err(e),
+    };
+    Ok((list, diff))
 }
 
 fn actions(viewer: &Viewer, record: &ExtractionRecord) -> Markup {
@@ -261,6 +306,8 @@ fn kind(k: &OutboxKind) -> String {
         OutboxKind::Committed => "committed".to_string(),
         OutboxKind::Failed { class, .. } => format!("failed {}", class.as_str()),
         OutboxKind::Cancelled => "cancelled".to_string(),
+        OutboxKind::Revision { supersedes, .. } => format!("committed, supersedes {}", short(supersedes)),
+        OutboxKind::Superseded { by } => format!("superseded by {}", short(by)),
     }
 }
 

@@ -31,8 +31,9 @@ pub(super) async fn read_page(
         .query(
             "SELECT seq, committed_at_ms, record FROM extractions WHERE tenant = $1 \
              AND committed_at_ms IS NOT NULL AND (committed_at_ms, seq) > ($2, $3) AND committed_at_ms < $4 \
-             AND ($5::text IS NULL OR schema_name = $5) ORDER BY committed_at_ms, seq LIMIT $6",
-            &[&filter.tenant, &after.0, &after.1, &big(filter.until_ms), &filter.schema, &PAGE],
+             AND ($5::text IS NULL OR schema_name = $5) AND (NOT $7 OR superseded_by IS NULL) \
+             ORDER BY committed_at_ms, seq LIMIT $6",
+            &[&filter.tenant, &after.0, &after.1, &big(filter.until_ms), &filter.schema, &PAGE, &filter.latest],
         )
         .await
         .map_err(pg("cannot read committed extractions"))?;

@@ -79,7 +79,18 @@ pub(super) async fn carry_out(
     }
     plan.change.apply(record);
     if let Some(next) = plan.next {
-        transition(tx, policies, now_ms, record, next).await?;
+        // A commit also settles the links among its source's revisions (`rules::revision`).
+        let mut revision = None;
+        if matches!(next, crate::domain::lifecycle::State::Committed { .. }) {
+            let planned = super::revisions::plan(tx, record, &plan.findings).await?;
+            planned.link(record);
+            revision = Some(planned);
+        }
+        super::rows::transition_as(tx, policies, now_ms, record, next, revision.as_ref().map(|r| &r.committed_kind))
+            .await?;
+        if let Some(revision) = revision {
+            super::revisions::carry_out(tx, policies, now_ms, record, revision).await?;
+        }
     }
     let findings = if plan.answer.counts_findings() { count_findings(tx, record.seq).await? } else { 0 };
     Ok(plan.answer.outcome(findings))
@@ -352,8 +363,11 @@ impl Extractions for PgStore {
         let rows = client
             .query(
                 "SELECT record FROM extractions WHERE seq > $1 AND ($2::text IS NULL OR tenant = $2) \
-                 AND ($3::smallint IS NULL OR state_code = $3) ORDER BY seq LIMIT $4",
-                &[&big(filter.after), &filter.tenant, &state, &fetch],
+                 AND ($3::smallint IS NULL OR state_code = $3) \
+                 AND (NOT $5 OR NOT EXISTS (SELECT 1 FROM extractions n WHERE n.tenant = extractions.tenant \
+                 AND n.source_id = extractions.source_id AND n.schema_family = extractions.schema_family \
+                 AND n.seq > extractions.seq)) ORDER BY seq LIMIT $4",
+                &[&big(filter.after), &filter.tenant, &state, &fetch, &filter.latest],
             )
             .await
             .map_err(pg("cannot list extractions"))?;

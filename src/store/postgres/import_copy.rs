@@ -107,7 +107,7 @@ pub(super) async fn write_chunk(tx: &Transaction<'_>, chunk: &ImportRows) -> Res
             copy(
                 tx,
                 "extractions (id, seq, tenant, schema_name, state_code, fence, lease_expires_at_ms, committed_at_ms, \
-                 updated_at_ms, format, record, content)",
+                 updated_at_ms, format, record, content, source_id, schema_family, superseded_by)",
                 &[
                     T::BYTEA,
                     T::INT8,
@@ -120,6 +120,9 @@ pub(super) async fn write_chunk(tx: &Transaction<'_>, chunk: &ImportRows) -> Res
                     T::INT8,
                     T::INT2,
                     T::BYTEA,
+                    T::BYTEA,
+                    T::TEXT,
+                    T::TEXT,
                     T::BYTEA,
                 ],
                 rows,
@@ -138,6 +141,9 @@ pub(super) async fn write_chunk(tx: &Transaction<'_>, chunk: &ImportRows) -> Res
                         Box::new(format_of(&row.bytes)),
                         Box::new(row.bytes.as_slice()),
                         Box::new(row.content.as_slice()),
+                        Box::new(r.source_id.as_str()),
+                        Box::new(crate::store::rules::revision::schema_family(&r.schema)),
+                        Box::new(r.superseded_by.map(|id| id.as_bytes().to_vec())),
                     ]
                 },
             )

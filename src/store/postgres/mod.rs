@@ -23,6 +23,7 @@ mod ledger;
 mod outbox;
 mod reads;
 mod retention;
+mod revisions;
 mod rows;
 mod seam;
 mod staging;
@@ -191,6 +192,7 @@ impl PgStore {
             cursor_key: CursorKey::new([0; 32]),
         };
         let cursor_key = store.load_cursor_key().await?;
+        revisions::backfill(&*store.client().await?).await?;
         Ok(PgStore { cursor_key, ..store })
     }
 

@@ -12,7 +12,7 @@ use super::{Error, PgStore, pg};
 use crate::domain::clock;
 use crate::domain::lifecycle::State;
 use crate::store::codec::{decode, encode};
-use crate::store::records::{DeliveryState, ExtractionRecord, OutboxRecord};
+use crate::store::records::{DeliveryState, ExtractionRecord, OutboxKind, OutboxRecord};
 use crate::store::rules::outbox;
 use crate::store::{DeliveryReport, OutboxFilter, Policies};
 
@@ -32,8 +32,19 @@ pub(super) async fn enqueue_events(
     now_ms: u64,
     record: &ExtractionRecord,
     next: &State,
+    committed: Option<&OutboxKind>,
 ) -> Result<(), Error> {
-    for event in outbox::new_events(record, next, &policies.sinks) {
+    insert_events(tx, now_ms, record, outbox::new_events(record, next, &policies.sinks, committed)).await
+}
+
+/// Numbers and stores new events about `record`, due now.
+pub(super) async fn insert_events(
+    tx: &Transaction<'_>,
+    now_ms: u64,
+    record: &ExtractionRecord,
+    events: Vec<outbox::NewEvent<'_>>,
+) -> Result<(), Error> {
+    for event in events {
         let event = event.numbered(next_seq(tx, "outbox_seq").await?, record, now_ms);
         write_event(tx, &event, true).await?;
     }

@@ -72,7 +72,8 @@ pub(super) async fn insert_new(
 ) -> Result<Option<()>, Error> {
     let bytes = encode(record)?;
     let format = i16::from(bytes[0]);
-    let params: [&(dyn ToSql + Sync); 10] = [
+    let family = crate::store::rules::revision::schema_family(&record.schema);
+    let params: [&(dyn ToSql + Sync); 12] = [
         &record.id.as_bytes().as_slice(),
         &big(record.seq),
         &record.tenant,
@@ -83,11 +84,14 @@ pub(super) async fn insert_new(
         &bytes,
         &content,
         &fence_of(&record.state),
+        &record.source_id,
+        &family,
     ];
     let inserted = tx
         .query_opt(
-            "INSERT INTO extractions (id, seq, tenant, schema_name, state_code, updated_at_ms, format, record, content, fence) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING RETURNING seq",
+            "INSERT INTO extractions (id, seq, tenant, schema_name, state_code, updated_at_ms, format, record, content, fence, \
+             source_id, schema_family) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (id) DO NOTHING RETURNING seq",
             &params,
         )
         .await
@@ -105,8 +109,20 @@ pub(super) async fn transition(
     record: &mut ExtractionRecord,
     next: State,
 ) -> Result<(), Error> {
+    transition_as(tx, policies, now_ms, record, next, None).await
+}
+
+/// [`transition`], with the kind of a commit's events (`rules::revision` decides it).
+pub(super) async fn transition_as(
+    tx: &Transaction<'_>,
+    policies: &Policies,
+    now_ms: u64,
+    record: &mut ExtractionRecord,
+    next: State,
+    committed: Option<&crate::store::records::OutboxKind>,
+) -> Result<(), Error> {
     let expected_fence = fence_of(&record.state);
-    super::outbox::enqueue_events(tx, policies, now_ms, record, &next).await?;
+    super::outbox::enqueue_events(tx, policies, now_ms, record, &next, committed).await?;
     record.state = next;
     record.updated_at_ms = now_ms;
     let bytes = encode(&*record)?;

@@ -50,6 +50,7 @@ pub async fn verify(options: &PgOptions) -> Result<Report, Error> {
         records::check_ledger(&tx, &mut report).await?;
         records::check_outbox(&tx, &mut report).await?;
         links::check(&tx, &mut report).await?;
+        super::revisions::check(&tx, &mut report).await?;
         tx.rollback().await.map_err(pg("cannot end the snapshot"))?;
         Ok(report)
     }
@@ -87,7 +88,8 @@ fn format_agrees(row: &Row, bytes: &[u8]) -> bool {
 
 /// Each row's job id is joined in from the batch its fence names, for submitted members.
 const EXTRACTIONS: &str = "SELECT e.seq, e.id, e.tenant, e.schema_name, e.state_code, e.fence, e.lease_expires_at_ms, \
-     e.committed_at_ms, e.updated_at_ms, e.format, e.record, e.content, b.seq AS batch_seq, b.job_id AS batch_job \
+     e.committed_at_ms, e.updated_at_ms, e.format, e.record, e.content, e.source_id, e.schema_family, e.superseded_by, \
+     b.seq AS batch_seq, b.job_id AS batch_job \
      FROM extractions e LEFT JOIN batches b ON b.batch_key = e.fence AND e.state_code = 5 ORDER BY e.seq";
 
 async fn check_extractions(tx: &Transaction<'_>, report: &mut Report) -> Result<(), Error> {
@@ -134,6 +136,16 @@ fn disagreeing_columns(row: &Row, record: &ExtractionRecord, bytes: &[u8]) -> Ve
         ("committed_at_ms", row.get::<_, Option<i64>>("committed_at_ms") == committed_at(&record.state)),
         ("updated_at_ms", row.get::<_, i64>("updated_at_ms") == big(record.updated_at_ms)),
         ("format", format_agrees(row, bytes)),
+        ("source_id", row.get::<_, Option<&str>>("source_id") == Some(record.source_id.as_str())),
+        (
+            "schema_family",
+            row.get::<_, Option<&str>>("schema_family")
+                == Some(crate::store::rules::revision::schema_family(&record.schema)),
+        ),
+        (
+            "superseded_by",
+            row.get::<_, Option<&[u8]>>("superseded_by") == record.superseded_by.as_ref().map(|id| &id.as_bytes()[..]),
+        ),
     ];
     checks.into_iter().filter(|(_, agrees)| !agrees).map(|(column, _)| column).collect()
 }

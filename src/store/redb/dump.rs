@@ -49,6 +49,7 @@ pub fn dump_file(path: &Path, out: &mut dyn Write) -> Result<u64, Error> {
             "retired" => plain(&txn, tables::RETIRED, out)?,
             "erased_spend" => plain(&txn, tables::ERASED_SPEND, out)?,
             "commit_index" => plain(&txn, tables::COMMIT_INDEX, out)?,
+            "revisions" => plain(&txn, tables::REVISIONS, out)?,
             other => {
                 return Err(Error::Corrupt {
                     kind: "dump",

@@ -108,6 +108,7 @@ fn erase_one(
         _ => {}
     }
     t.tenant_index.remove((record.tenant.as_str(), seq))?;
+    super::revisions::forget(t, &record)?;
     report.extractions += 1;
     report.contents += u64::from(t.contents.remove(seq)?.is_some());
     report.raw_results += u64::from(t.results.remove(seq)?.is_some());

@@ -47,7 +47,9 @@ pub(super) fn walk(
     for entry in index.range((tenant, filter.since_ms, 0)..(tenant, filter.until_ms, 0))? {
         let (_, committed_at_ms, seq) = entry?.0.value();
         let record: ExtractionRecord = decode(&required(extractions.get(seq)?, "extraction", seq)?)?;
-        if filter.schema.as_ref().is_some_and(|s| *s != record.schema) {
+        if filter.schema.as_ref().is_some_and(|s| *s != record.schema)
+            || filter.latest && record.superseded_by.is_some()
+        {
             continue;
         }
         let mut found = Vec::new();

@@ -51,7 +51,7 @@ async fn commit(store: &Store, from: usize, n: usize) {
 }
 
 fn everything() -> ExportFilter {
-    ExportFilter { tenant: "t".into(), schema: None, since_ms: 0, until_ms: u64::MAX }
+    ExportFilter { tenant: "t".into(), schema: None, since_ms: 0, until_ms: u64::MAX, latest: false }
 }
 
 async fn exported(store: &Store) -> Vec<u64> {

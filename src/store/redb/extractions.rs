@@ -54,6 +54,7 @@ fn intake(
     super::state_counts::index(t, record.state.name().code(), seq)?;
     t.pending_queue.insert((record.schema.as_str(), record.tenant.as_str(), seq), ())?;
     t.tenant_index.insert((record.tenant.as_str(), seq), ())?;
+    super::revisions::index(t, &record)?;
     Ok((IntakeOutcome { created: true, record }, true))
 }
 
@@ -148,7 +149,14 @@ fn carry_out(
     }
     plan.change.apply(record);
     if let Some(next) = plan.next {
-        transition(t, record, next)?;
+        // A commit also settles the links among its source's revisions (`rules::revision`).
+        let commits = matches!(next, State::Committed { .. });
+        let revision = if commits { Some(super::revisions::plan(t, record, &plan.findings)?) } else { None };
+        revision.iter().for_each(|r| r.link(record));
+        transition_as(t, record, next, revision.as_ref().map(|r| &r.committed_kind))?;
+        if let Some(revision) = revision {
+            super::revisions::carry_out(t, record, revision)?;
+        }
     }
     let findings = if plan.answer.counts_findings() { count_findings(t, record.seq)? } else { 0 };
     Ok(plan.answer.outcome(findings))
@@ -170,6 +178,16 @@ fn retry(t: &mut WriteTables<'_>, id: &ExtractionId) -> Result<(RetryOutcome, bo
 
 /// Persists a new state with its index entries. The only place a record's state changes.
 pub(super) fn transition(t: &mut WriteTables<'_>, record: &mut ExtractionRecord, next: State) -> Result<(), Error> {
+    transition_as(t, record, next, None)
+}
+
+/// [`transition`], with the kind of a commit's events (`rules::revision` decides it).
+fn transition_as(
+    t: &mut WriteTables<'_>,
+    record: &mut ExtractionRecord,
+    next: State,
+    committed: Option<&super::records::OutboxKind>,
+) -> Result<(), Error> {
     let seq = record.seq;
     super::state_counts::unindex(t, record.state.name().code(), seq)?;
     if let State::Claimed { expires_at_ms, .. } = record.state {
@@ -183,7 +201,7 @@ pub(super) fn transition(t: &mut WriteTables<'_>, record: &mut ExtractionRecord,
     if let State::Committed { at_ms } = next {
         t.commit_index.insert((record.tenant.as_str(), at_ms, seq), ())?;
     }
-    super::outbox::enqueue_events(t, record, &next)?;
+    super::outbox::enqueue_events(t, record, &next, committed)?;
     record.state = next;
     record.updated_at_ms = t.now_ms;
     t.extractions.insert(seq, encode(&*record)?.as_slice())?;

@@ -227,6 +227,8 @@ fn survey(txn: &ReadTransaction) -> Result<Survey, Error> {
         tables::WEBHOOK_DELIVERIES.name(),
         tables::RETIRED.name(),
         tables::ERASED_SPEND.name(),
+        // Rebuilt from the records' columns on PostgreSQL (source_id, schema_family).
+        tables::REVISIONS.name(),
     ]
     .into_iter()
     .collect();
@@ -303,7 +305,8 @@ fn read_meta(txn: &ReadTransaction, survey: &mut Survey) -> Result<(), Error> {
             ));
         } else if key == tables::META_SEQ_FLOOR {
             survey.refused.push(format!("a tenant erasure's sequence floor ({value}) is recorded (meta {key})"));
-        } else if ![tables::META_LAYOUT, tables::META_COMMIT_INDEX, tables::META_PENDING_QUEUE].contains(&key.as_str())
+        } else if ![tables::META_LAYOUT, tables::META_COMMIT_INDEX, tables::META_PENDING_QUEUE, tables::META_REVISIONS]
+            .contains(&key.as_str())
         {
             survey.refused.push(format!("meta key {key:?} is not known to this build"));
         }

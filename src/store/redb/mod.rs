@@ -35,6 +35,9 @@ mod pending_queue_tests;
 mod power_loss;
 mod reads;
 mod retention;
+mod revisions;
+#[cfg(test)]
+mod revisions_tests;
 mod split;
 mod staging;
 #[cfg(test)]

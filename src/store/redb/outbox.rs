@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::codec::{decode, encode};
-use super::records::{ExtractionRecord, OutboxRecord};
+use super::records::{ExtractionRecord, OutboxKind, OutboxRecord};
 use super::rules::outbox;
 use super::tables::{self, META_SINK_DISABLED_PREFIX, required};
 use super::write_tables::WriteTables;
@@ -17,9 +17,24 @@ use crate::domain::lifecycle::State;
 use crate::store::seam::{DeliveryReport, OutboxFilter};
 
 /// Called by `transition` for every state change: terminal states get their events.
-pub(super) fn enqueue_events(t: &mut WriteTables<'_>, record: &ExtractionRecord, next: &State) -> Result<(), Error> {
+pub(super) fn enqueue_events(
+    t: &mut WriteTables<'_>,
+    record: &ExtractionRecord,
+    next: &State,
+    committed: Option<&OutboxKind>,
+) -> Result<(), Error> {
     let policies = std::sync::Arc::clone(&t.policies);
-    for event in outbox::new_events(record, next, &policies.sinks) {
+    let events = outbox::new_events(record, next, &policies.sinks, committed);
+    insert_events(t, record, events)
+}
+
+/// Numbers and stores new events about `record`, due now.
+pub(super) fn insert_events(
+    t: &mut WriteTables<'_>,
+    record: &ExtractionRecord,
+    events: Vec<outbox::NewEvent<'_>>,
+) -> Result<(), Error> {
+    for event in events {
         let event = event.numbered(t.allocate_outbox_seq(), record, t.now_ms);
         t.outbox.insert(event.seq, encode(&event)?.as_slice())?;
         t.outbox_due.insert((t.now_ms, event.seq), ())?;

@@ -56,7 +56,9 @@ pub(super) fn list(txn: &ReadTransaction, filter: &ListFilter) -> Result<ListPag
     let mut next = None;
     for seq in seqs {
         let record = by_seq(txn, seq?)?;
-        if filter.state.is_some_and(|s| record.state.name() != s) {
+        if filter.state.is_some_and(|s| record.state.name() != s)
+            || filter.latest && super::revisions::newer_exists(txn, &record)?
+        {
             continue;
         }
         if records.len() == filter.limit {

@@ -65,6 +65,11 @@ pub(super) const OUTBOX_DEAD: TableDefinition<u64, ()> = TableDefinition::new("o
 /// the extraction its first delivery created.
 pub(super) const WEBHOOK_DELIVERIES: TableDefinition<(&str, &str), u64> = TableDefinition::new("webhook_deliveries");
 
+/// (tenant, source_id, schema name without version, sequence) → (): the revisions of each
+/// source in intake order (`store/redb/revisions.rs`); a file without it gets it built when
+/// opened.
+pub(super) const REVISIONS: TableDefinition<(&str, &str, &str, u64), ()> = TableDefinition::new("revisions");
+
 /// `META` key holding the layout generation of the file.
 pub(super) const META_LAYOUT: &str = "layout";
 pub(super) const LAYOUT_V1: u64 = 1;
@@ -72,6 +77,8 @@ pub(super) const LAYOUT_V1: u64 = 1;
 pub(super) const META_COMMIT_INDEX: &str = "commit_index";
 /// `META` key: 1 once `PENDING_QUEUE` holds every pending extraction.
 pub(super) const META_PENDING_QUEUE: &str = "pending_queue";
+/// `META` key: 1 once `REVISIONS` holds every extraction.
+pub(super) const META_REVISIONS: &str = "revisions";
 /// `META` key: Unix ms of the last successful online backup.
 pub(super) const META_LAST_BACKUP: &str = "last_backup_ms";
 /// `META` key prefix: `pause:<provider>` = 1 while an operator has paused submissions.

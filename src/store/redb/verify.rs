@@ -52,6 +52,7 @@ fn check(txn: &ReadTransaction, report: &mut Report) -> Result<(), Error> {
     ledger::check_ledger(txn, &records, report)?;
     ledger::check_outbox(txn, &records, report)?;
     retention::check_retired(txn, &records, report)?;
+    super::revisions::check(txn, &records, report)?;
     Ok(())
 }
 

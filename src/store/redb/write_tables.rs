@@ -36,6 +36,7 @@ pub(super) struct WriteTables<'txn> {
     pub webhook_deliveries: Table<'txn, (&'static str, &'static str), u64>,
     pub retired: Table<'txn, u64, u8>,
     pub erased_spend: Table<'txn, (&'static str, u64), u64>,
+    pub revisions: Table<'txn, (&'static str, &'static str, &'static str, u64), ()>,
     /// Outbox sinks and the price table, as configured when this batch began.
     pub policies: Arc<Policies>,
     /// Wall-clock time of this batch, the same for every job in it.
@@ -89,6 +90,7 @@ impl<'txn> WriteTables<'txn> {
             webhook_deliveries: txn.open_table(tables::WEBHOOK_DELIVERIES)?,
             retired: txn.open_table(tables::RETIRED)?,
             erased_spend: txn.open_table(tables::ERASED_SPEND)?,
+            revisions: txn.open_table(tables::REVISIONS)?,
             policies,
             now_ms,
             next,

@@ -15,6 +15,7 @@ pub(crate) mod operator;
 pub(crate) mod outbox;
 pub(crate) mod post;
 pub(crate) mod retention;
+pub(crate) mod revision;
 pub(crate) mod schedule;
 #[cfg(test)]
 mod schedule_tests;

@@ -13,9 +13,12 @@ pub(crate) fn event_id(record: &ExtractionRecord, kind: &OutboxKind) -> String {
     hasher.update(record.id.as_bytes());
     hasher.update(&record.attempt.to_le_bytes());
     hasher.update(match kind {
-        OutboxKind::Committed => b"committed",
+        // A revision's committed event is still the commit's one event.
+        OutboxKind::Committed | OutboxKind::Revision { .. } => b"committed",
         OutboxKind::Failed { .. } => b"failed",
         OutboxKind::Cancelled => b"cancelled",
+        // A revision is superseded once.
+        OutboxKind::Superseded { .. } => b"superseded",
     });
     format!("msg_{}", &hasher.finalize().to_hex()[..32])
 }
@@ -35,22 +38,34 @@ impl NewEvent<'_> {
     }
 }
 
-/// The events `record` moving to `next` creates: terminal states get one per sink.
+/// The events `record` moving to `next` creates: terminal states get one per sink. A
+/// commit's events are of `committed` kind (`rules::revision` decides it; `None`: plain).
 pub(in crate::store) fn new_events<'a>(
     record: &ExtractionRecord,
     next: &State,
     sinks: &'a [String],
+    committed: Option<&OutboxKind>,
 ) -> Vec<NewEvent<'a>> {
     if sinks.is_empty() {
         return Vec::new();
     }
     let kind = match next {
-        State::Committed { .. } => OutboxKind::Committed,
+        State::Committed { .. } => committed.cloned().unwrap_or(OutboxKind::Committed),
         State::Failed { class, reason } => OutboxKind::Failed { class: *class, reason: reason.clone() },
         State::Cancelled { .. } => OutboxKind::Cancelled,
         _ => return Vec::new(),
     };
     let id = event_id(record, &kind);
+    sinks.iter().map(|sink| NewEvent { id: id.clone(), sink, kind: kind.clone() }).collect()
+}
+
+/// The `extraction.superseded` events about `record`, one per sink.
+pub(in crate::store) fn superseded_events<'a>(
+    record: &ExtractionRecord,
+    kind: &OutboxKind,
+    sinks: &'a [String],
+) -> Vec<NewEvent<'a>> {
+    let id = event_id(record, kind);
     sinks.iter().map(|sink| NewEvent { id: id.clone(), sink, kind: kind.clone() }).collect()
 }
 
@@ -112,7 +127,7 @@ mod tests {
     fn event() -> OutboxRecord {
         let sinks = ["a".to_string()];
         let r = record(State::Pending);
-        new_events(&r, &State::Committed { at_ms: 1 }, &sinks).remove(0).numbered(4, &r, 100)
+        new_events(&r, &State::Committed { at_ms: 1 }, &sinks, None).remove(0).numbered(4, &r, 100)
     }
 
     #[test]
@@ -120,15 +135,15 @@ mod tests {
         let sinks = ["a".to_string(), "b".to_string()];
         let r = record(State::Pending);
         let failed = State::Failed { class: FailureClass::Auth, reason: "401".into() };
-        let events = new_events(&r, &failed, &sinks);
+        let events = new_events(&r, &failed, &sinks, None);
         assert_eq!(events.len(), 2);
         let stored: Vec<_> = events.into_iter().zip([7, 8]).map(|(e, seq)| e.numbered(seq, &r, 50)).collect();
         assert_eq!(stored[0].event_id, stored[1].event_id);
         assert_eq!((stored[0].sink.as_str(), stored[1].sink.as_str(), stored[1].seq), ("a", "b", 8));
         assert!(matches!(stored[0].kind, OutboxKind::Failed { class: FailureClass::Auth, .. }));
         assert_ne!(stored[0].event_id, event().event_id, "failed and committed differ");
-        assert!(new_events(&r, &State::Pending, &sinks).is_empty());
-        assert!(new_events(&r, &State::Cancelled { at_ms: 1 }, &[]).is_empty(), "no sink, no event");
+        assert!(new_events(&r, &State::Pending, &sinks, None).is_empty());
+        assert!(new_events(&r, &State::Cancelled { at_ms: 1 }, &[], None).is_empty(), "no sink, no event");
     }
 
     #[test]

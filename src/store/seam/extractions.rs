@@ -257,6 +257,9 @@ pub struct ListFilter {
     pub limit: usize,
     /// Exclusive cursor: the sequence number of the last record of the previous page.
     pub after: u64,
+    /// Only each source's current revision: no newer intake of the same tenant, source id
+    /// and schema name exists.
+    pub latest: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -309,6 +312,8 @@ pub struct ExportFilter {
     /// Commit time window, `since_ms <= committed < until_ms`.
     pub since_ms: u64,
     pub until_ms: u64,
+    /// Leave out the extractions a newer revision superseded.
+    pub latest: bool,
 }
 
 /// One committed extraction and its findings (in key order).

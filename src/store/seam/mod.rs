@@ -34,16 +34,18 @@ mod batches;
 mod extractions;
 mod ledger;
 mod outbox;
+mod revisions;
 mod upkeep;
 
 pub use batches::*;
 pub use extractions::*;
 pub use ledger::*;
 pub use outbox::*;
+pub use revisions::*;
 pub use upkeep::*;
 
 /// Everything the layers above need from a store backend.
-pub trait Backend: Extractions + Batches + Ledger + Outbox + Upkeep {
+pub trait Backend: Extractions + Batches + Ledger + Outbox + Upkeep + Revisions {
     /// The key list cursors are sealed with; the same for every reader of this store.
     fn cursor_key(&self) -> &CursorKey;
     /// The size of the store's file, where it has one.
