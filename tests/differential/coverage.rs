@@ -33,6 +33,7 @@ pub fn note(answer: &Answer) {
         Answer::Grants(_) => "claim: granted",
         Answer::Post(p) if matches!(p.last(), Some(PostOutcome::Committed { .. })) => "post: committed",
         Answer::Post(p) if matches!(p.last(), Some(PostOutcome::Failed { .. })) => "post: failed",
+        Answer::Post(p) if matches!(p.last(), Some(PostOutcome::Reasked { .. })) => "post: re-asked",
         Answer::Post(p) if matches!(p.last(), Some(PostOutcome::Replay { .. })) => "post: replay",
         Answer::Post(p) if matches!(p.last(), Some(PostOutcome::NotFound)) => "post: not found",
         Answer::Post(_) => "post: rejected",

@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use commitpoint::domain::batch::PreviousAttempt;
 use commitpoint::domain::identity::FindingKey;
 use commitpoint::domain::lifecycle::{FailureClass, StateName, TransitionError};
 use commitpoint::store::{ChargeKind, DiffCounts, OutboxKind, PostOutcome, Submission};
@@ -192,6 +193,8 @@ impl Model {
             requeues: 0,
             output_budget: None,
             truncation_retried: false,
+            reasks: 0,
+            previous_attempt: None,
             superseded_by: None,
         };
         let ext = Ext {
@@ -333,8 +336,17 @@ impl Model {
                     latency: paid.is_some_and(|p| p.latency),
                 });
                 let findings = ext.findings.len() as u64;
+                ext.view.previous_attempt = None;
                 self.transition(seq, StateView::Committed);
                 PostOutcome::Committed { findings }
+            }
+            Submission::Invalid { reason, issues, output, reask_limit } if ext.view.reasks < *reask_limit => {
+                ext.view.reasks += 1;
+                ext.view.attempt += 1;
+                ext.view.previous_attempt = Some(PreviousAttempt::new(output, issues.clone()));
+                let reask = ext.view.reasks;
+                self.transition(seq, StateView::Pending);
+                PostOutcome::Reasked { reason: reason.clone(), reask }
             }
             Submission::Invalid { reason, .. } => {
                 self.transition(seq, StateView::Failed { class: FailureClass::Validation, reason: reason.clone() });
@@ -355,6 +367,7 @@ impl Model {
             view.attempt += 1;
             view.requeues = 0;
             view.truncation_retried = false;
+            view.reasks = 0;
         }
         self.transition(seq, StateView::Pending);
         Ok(())

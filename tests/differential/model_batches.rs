@@ -224,9 +224,17 @@ impl Model {
                         self.transition(seq, ready);
                         let charge = usage.map(|u| paid(u, true));
                         let fence = FenceView::Batch(label);
+                        let answers_reask = u64::from(self.ext[&seq].view.reasks > 0);
                         match self.settle(seq, &universe::judge(&text), charge.as_ref(), provider.clone(), fence) {
-                            commitpoint::store::PostOutcome::Committed { .. } => report.committed += 1,
-                            _ => report.failed_validation += 1,
+                            commitpoint::store::PostOutcome::Committed { .. } => {
+                                report.committed += 1;
+                                report.reasks_committed += answers_reask;
+                            }
+                            commitpoint::store::PostOutcome::Reasked { .. } => report.reasked += 1,
+                            _ => {
+                                report.failed_validation += 1;
+                                report.reasks_failed += answers_reask;
+                            }
                         }
                         continue;
                     }

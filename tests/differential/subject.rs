@@ -329,6 +329,8 @@ impl Subject {
             requeues: record.requeues,
             output_budget: record.output_budget,
             truncation_retried: record.truncation_retried,
+            reasks: record.reasks,
+            previous_attempt: record.previous_attempt.clone(),
             superseded_by: record.superseded_by.map(|id| super::universe::label_of(&id).unwrap_or(usize::MAX)),
         }
     }

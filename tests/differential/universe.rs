@@ -4,7 +4,7 @@
 
 use commitpoint::domain::batch::Usage;
 use commitpoint::domain::identity::{ExtractionId, SourceHash};
-use commitpoint::domain::schema::ValidatedFinding;
+use commitpoint::domain::schema::{ValidatedFinding, ValidationIssue};
 use commitpoint::store::{CostSource, Judged, NewExtraction, Pricing, Submission};
 use serde_json::{Value, json};
 
@@ -65,23 +65,24 @@ pub fn answer_text(ok: bool, findings: &[u8]) -> String {
     json!({ "ok": ok, "findings": findings.iter().map(|f| json!({ "id": f })).collect::<Vec<_>>() }).to_string()
 }
 
+/// Re-asks an extraction of this world gets.
+pub const REASK_LIMIT: u32 = 1;
+
 /// The judge of this world, standing in for schema validation: both sides judge alike.
 pub fn judge(text: &str) -> Submission {
+    // One re-ask per extraction, as the schemas' default: an invalid answer is asked again
+    // once, and the next invalid one fails.
+    let refused = |path: &str, message: &str| Submission::Invalid {
+        reason: format!("{path}: {message}"),
+        issues: vec![ValidationIssue { path: path.into(), message: message.into() }],
+        output: text.to_string(),
+        reask_limit: REASK_LIMIT,
+    };
     let Ok(output) = serde_json::from_str::<Value>(text) else {
-        return Submission::Invalid {
-            reason: "not JSON".into(),
-            issues: Vec::new(),
-            output: String::new(),
-            reask_limit: 0,
-        };
+        return refused("", "not JSON");
     };
     if output["ok"] != json!(true) {
-        return Submission::Invalid {
-            reason: "/ok: the answer says it is not ok".into(),
-            issues: Vec::new(),
-            output: String::new(),
-            reask_limit: 0,
-        };
+        return refused("/ok", "the answer says it is not ok");
     }
     let findings = output["findings"].as_array().cloned().unwrap_or_default();
     let findings = findings

@@ -3,7 +3,7 @@
 //! incarnation of it, after an erasure) or the batch's creation order; lease tokens become
 //! the grant that handed them out; batch keys the batch they name.
 
-use commitpoint::domain::batch::Usage;
+use commitpoint::domain::batch::{PreviousAttempt, Usage};
 use commitpoint::domain::lifecycle::{FailureClass, StateName, TransitionError};
 use commitpoint::store::{ChargeKind, CloseReport, CostSource, ErasureReport, OutboxKind, PostOutcome, StageReport};
 
@@ -62,6 +62,9 @@ pub struct ExtractionView {
     pub requeues: u32,
     pub output_budget: Option<u32>,
     pub truncation_retried: bool,
+    pub reasks: u32,
+    /// The refused answer a pending re-ask shows the model.
+    pub previous_attempt: Option<PreviousAttempt>,
     /// The identity of the newer revision that superseded this one.
     pub superseded_by: Option<usize>,
 }

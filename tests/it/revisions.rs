@@ -43,6 +43,11 @@ fn serve(dir: &std::path::Path, hook: &str) -> Server {
     )
 }
 
+/// A revision's diff: the files the findings name, grounded, with one more line each time.
+fn revision(n: u32) -> String {
+    crate::util::diff_adding(&["src/lib.rs", "src/main.rs", "src/io.rs"], 12 + n)
+}
+
 fn a() -> Value {
     finding("R1", "src/lib.rs", 3, "unused import")
 }
@@ -114,10 +119,10 @@ async fn revisions_committed_out_of_order_end_with_the_newest_current() {
     let dir = temp_dir();
     let server = serve(dir.path(), &hook);
     let api = server.api();
-    let r1 = api.create("acme", "PR-7", "fn v1() {}").await;
-    let r2 = api.create("acme", "PR-7", "fn v2() {}").await;
-    let r3 = api.create("acme", "PR-7", "fn v3() {}").await;
-    let other = api.create("acme", "PR-8", "fn other() {}").await;
+    let r1 = api.create("acme", "PR-7", &revision(1)).await;
+    let r2 = api.create("acme", "PR-7", &revision(2)).await;
+    let r3 = api.create("acme", "PR-7", &revision(3)).await;
+    let other = api.create("acme", "PR-8", &revision(0)).await;
     let tokens = claim_all(&api).await;
     assert_eq!(tokens.len(), 4);
 
@@ -172,7 +177,7 @@ async fn revisions_committed_out_of_order_end_with_the_newest_current() {
     api.get(&format!("/v1/extractions/{r3}/diff?against={other}")).await.assert_error(409, "not_comparable");
 
     // A fourth revision supersedes r3 as it commits, with the diff in its event.
-    let r4 = api.create("acme", "PR-7", "fn v4() {}").await;
+    let r4 = api.create("acme", "PR-7", &revision(4)).await;
     let latest: Vec<Value> =
         api.list_all("tenant=acme&latest=true&").await.iter().map(|r| r["extraction_id"].clone()).collect();
     assert_eq!(latest, vec![json!(other), json!(r4)], "the newest intake is current before it commits");

@@ -46,7 +46,46 @@ pub(super) async fn run(base: &str) -> anyhow::Result<Summary> {
     takeover_after_expiry(&api, &lost, reasked.as_deref(), &mut summary).await?;
     stale_worker_posts_late(&api, &lost, &mut summary).await?;
     report(&api, &ids, &mut summary).await?;
+    revisions(&api, &mut summary).await?;
     Ok(summary)
+}
+
+/// The source that got a second revision: which one is current, and what changed.
+async fn revisions(api: &Api, summary: &mut Summary) -> anyhow::Result<()> {
+    println!("\n  the revisions of {} (its second intake had new content):", REVISION.source_id);
+    let source_id = REVISION.source_id.replace('#', "%23");
+    let source = api.get(&format!("/v1/sources/{}/{source_id}?schema=code-review", REVISION.tenant)).await?;
+    let revisions = source["revisions"].as_array().cloned().unwrap_or_default();
+    for r in &revisions {
+        println!(
+            "    {} {} (superseded by {})",
+            short(&r["extraction_id"]),
+            r["state"].as_str().unwrap_or("?"),
+            r["superseded_by"].as_str().map_or("nothing: current".to_string(), |s| s.chars().take(12).collect())
+        );
+    }
+    let current = source["current"]["extraction_id"].clone();
+    let older_points_at_newer = revisions.len() == 2 && revisions[0]["superseded_by"] == current;
+    summary.check("the newer revision is current and supersedes the older one", older_points_at_newer);
+    let id = current.as_str().unwrap_or_default();
+    let diff = api.get(&format!("/v1/extractions/{id}/diff?against=previous")).await?;
+    let counts = &diff["counts"];
+    println!(
+        "    findings against the previous revision: {} introduced, {} resolved, {} unchanged",
+        counts["introduced"], counts["resolved"], counts["unchanged"]
+    );
+    let older = revisions.first().and_then(|r| r["extraction_id"].as_str()).unwrap_or_default();
+    let findings_of = |id: &str| {
+        let path = format!("/v1/extractions/{id}/findings?limit=1000");
+        async move { Ok::<_, anyhow::Error>(api.get(&path).await?["findings"].as_array().map_or(0, Vec::len) as u64) }
+    };
+    let (new, old) = (findings_of(id).await?, findings_of(older).await?);
+    let count = |k: &str| counts[k].as_u64().unwrap_or(u64::MAX / 4);
+    summary.check(
+        "the diff accounts for every finding of both revisions",
+        count("introduced") + count("unchanged") == new && count("resolved") + count("unchanged") == old,
+    );
+    Ok(())
 }
 
 async fn intake_with_duplicates(api: &Api, summary: &mut Summary) -> anyhow::Result<BTreeSet<String>> {
