@@ -149,7 +149,7 @@ impl Model {
             Op::Retry { identity } => Answer::Moved(match self.live(*identity) {
                 None => MoveView::NotFound,
                 Some(seq) => match self.retry(seq) {
-                    Ok(()) => MoveView::Moved(self.ext[&seq].view.clone()),
+                    Ok(()) => MoveView::Moved(Box::new(self.ext[&seq].view.clone())),
                     Err(e) => MoveView::Rejected(e),
                 },
             }),
@@ -381,7 +381,7 @@ impl Model {
             }
             from => return MoveView::Rejected(TransitionError::Illegal { from: from.as_str(), event: "cancel" }),
         }
-        MoveView::Moved(self.ext[&seq].view.clone())
+        MoveView::Moved(Box::new(self.ext[&seq].view.clone()))
     }
 
     fn retry_failed(

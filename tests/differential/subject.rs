@@ -214,12 +214,12 @@ impl Subject {
                 Answer::Closed(store.close_batch(seq, outcome, leftover, self.rules).await?)
             }
             Op::Retry { identity } => Answer::Moved(match store.retry(universe::id_of(*identity)).await? {
-                commitpoint::store::RetryOutcome::Retried(r) => MoveView::Moved(self.extraction(&r)),
+                commitpoint::store::RetryOutcome::Retried(r) => MoveView::Moved(Box::new(self.extraction(&r))),
                 commitpoint::store::RetryOutcome::NotFound => MoveView::NotFound,
                 commitpoint::store::RetryOutcome::Rejected(e) => MoveView::Rejected(e),
             }),
             Op::Cancel { identity } => Answer::Moved(match store.cancel(universe::id_of(*identity)).await? {
-                commitpoint::store::CancelOutcome::Cancelled(r) => MoveView::Moved(self.extraction(&r)),
+                commitpoint::store::CancelOutcome::Cancelled(r) => MoveView::Moved(Box::new(self.extraction(&r))),
                 commitpoint::store::CancelOutcome::NotFound => MoveView::NotFound,
                 commitpoint::store::CancelOutcome::Rejected(e) => MoveView::Rejected(e),
             }),

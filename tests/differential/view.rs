@@ -197,7 +197,7 @@ pub enum IntentView {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MoveView {
-    Moved(ExtractionView),
+    Moved(Box<ExtractionView>),
     NotFound,
     Rejected(TransitionError),
 }
