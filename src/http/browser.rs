@@ -47,16 +47,17 @@ impl HostNames {
     /// rebinding (that needs a DNS name), so the addresses the client can reach us on are
     /// accepted whatever the port.
     fn allows(&self, authority: &str, reached: Option<IpAddr>) -> bool {
-        let authority = authority.trim().to_ascii_lowercase();
-        let Some(host) = host_part(&authority) else { return false };
+        // Compared without a lower-cased copy: this runs on every request.
+        let authority = authority.trim();
+        let Some(host) = host_part(authority) else { return false };
         let host = host.strip_suffix('.').unwrap_or(host);
-        if host == "localhost" {
+        if host.eq_ignore_ascii_case("localhost") {
             return true;
         }
         if let Ok(ip) = host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
             return ip.is_loopback() || ip == self.listen || Some(ip) == reached;
         }
-        self.allowed.iter().any(|name| *name == authority || *name == host)
+        self.allowed.iter().any(|name| name.eq_ignore_ascii_case(authority) || name.eq_ignore_ascii_case(host))
     }
 }
 

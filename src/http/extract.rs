@@ -37,9 +37,12 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
 fn check_json(headers: &axum::http::HeaderMap) -> Result<(), BodyError> {
     let value = headers.get(axum::http::header::CONTENT_TYPE);
     let text = value.and_then(|v| v.to_str().ok()).unwrap_or("");
-    let essence = text.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    let json = essence == "application/json"
-        || essence.strip_prefix("application/").is_some_and(|subtype| subtype.ends_with("+json"));
+    let essence = text.split(';').next().unwrap_or("").trim();
+    let (kind, subtype) = essence.split_once('/').unwrap_or((essence, ""));
+    let json = kind.eq_ignore_ascii_case("application")
+        && (subtype.eq_ignore_ascii_case("json")
+            || subtype.len() > 5
+                && subtype.get(subtype.len() - 5..).is_some_and(|suffix| suffix.eq_ignore_ascii_case("+json")));
     if json {
         Ok(())
     } else {

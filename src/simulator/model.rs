@@ -108,17 +108,7 @@ pub(super) fn valid_prefix(mut output: Value) -> Value {
 /// answers) and `response_format.json_schema.schema`.
 pub(super) fn ask(body: &Value) -> Ask {
     let messages = body.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    let turns: Vec<(Turn, String)> = messages
-        .iter()
-        .map(|m| {
-            let turn = match m.get("role").and_then(Value::as_str) {
-                Some("user") => Turn::User,
-                Some("assistant") => Turn::Model,
-                _ => Turn::Other,
-            };
-            (turn, message_text(m))
-        })
-        .collect();
+    let turns = message_turns(messages);
     let structured = body.pointer("/response_format/type").and_then(Value::as_str) == Some("json_schema");
     Ask::new(&turns, body.pointer("/response_format/json_schema/schema").filter(|_| structured))
 }
@@ -221,6 +211,21 @@ pub(super) fn tokens(bytes: usize) -> u64 {
 }
 
 /// A message's text: a plain string or the concatenated `text` parts.
+/// A `messages` array's turns, as both chat completions and Claude's Messages spell them.
+pub(super) fn message_turns(messages: &[Value]) -> Vec<(Turn, String)> {
+    messages
+        .iter()
+        .map(|m| {
+            let turn = match m.get("role").and_then(Value::as_str) {
+                Some("user") => Turn::User,
+                Some("assistant") => Turn::Model,
+                _ => Turn::Other,
+            };
+            (turn, message_text(m))
+        })
+        .collect()
+}
+
 pub(super) fn message_text(message: &Value) -> String {
     match message.get("content") {
         Some(Value::String(text)) => text.clone(),

@@ -148,7 +148,9 @@ async fn post(world: &World, grant: &Grant, call: &mut Call, output: &Value) -> 
             "output_tokens": call.output_tokens,
             "request_id": request_id,
         });
-        let body = json!({"lease_token": grant.token, "output": output, "usage": usage});
+        // This worker declines re-asks: its schema-violating answers fail at once, which
+        // the observer expects; re-asks have their own tests (provider_faults, results).
+        let body = json!({"lease_token": grant.token, "output": output, "usage": usage, "reask": false});
         match world.endpoint.send_once(Method::POST, &result_path(grant), Some(&body)).await {
             Ok(reply) => {
                 call.sends += 1;

@@ -6,9 +6,9 @@
 use rand::rngs::StdRng;
 use serde_json::{Value, json};
 
-use crate::simulator::answer::{self, Ask, Turn};
+use crate::simulator::answer::{self, Ask};
 use crate::simulator::faults::{Behaviour, Flaw};
-use crate::simulator::model::{REFUSAL, cut, message_text, tokens, valid_prefix};
+use crate::simulator::model::{REFUSAL, cut, message_text, message_turns, tokens, valid_prefix};
 use crate::simulator::output::random_id;
 
 /// What the model produced for one request.
@@ -60,17 +60,7 @@ pub(in crate::simulator) fn respond(params: &Value, behaviour: Behaviour, rng: &
 /// `output_config.format.schema`.
 pub(in crate::simulator) fn ask(params: &Value, forced: Option<&str>) -> Ask {
     let messages = params.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    let turns: Vec<(Turn, String)> = messages
-        .iter()
-        .map(|m| {
-            let turn = match m.get("role").and_then(Value::as_str) {
-                Some("user") => Turn::User,
-                Some("assistant") => Turn::Model,
-                _ => Turn::Other,
-            };
-            (turn, message_text(m))
-        })
-        .collect();
+    let turns = message_turns(messages);
     let tools = params.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let schema = match forced {
         Some(name) => tools
