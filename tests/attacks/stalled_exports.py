@@ -79,14 +79,17 @@ def start(binary, work, old):
 def populate(base, tenant, n, findings, summary_bytes):
     ids = []
     for i in range(n):
-        body = {"tenant": tenant, "source_id": f"src/{i}.rs", "schema": "code-review@1", "content": f"fn f{i}() {{}}"}
+        # One line per finding, so each finding's line is in the source (code-review@1's rules).
+        content = "\n".join(f"fn f{i}_{k}() {{}}" for k in range(max(findings, 1)))
+        body = {"tenant": tenant, "source_id": f"src/{i}.rs", "schema": "code-review@1", "content": content}
         status, _, reply = call(base, "POST", "/v1/extractions", ADMIN, body)
         assert status == 201, reply
         ids.append(reply["extraction_id"])
     _, _, claims = call(base, "POST", "/v1/claims", ADMIN, {"worker": "w", "limit": n, "lease_seconds": 600})
     summary = "s" * summary_bytes
     for claim in claims["claims"]:
-        output = {"findings": [{"rule": "R", "severity": "high", "file": "a.rs", "line": k + 1, "summary": summary}
+        output = {"findings": [{"rule": "R", "severity": "high", "file": claim["source_id"], "line": k + 1,
+                                "summary": summary}
                                for k in range(findings)]}
         status, _, reply = call(base, "POST", f"/v1/extractions/{claim['extraction_id']}/result", ADMIN,
                                 {"lease_token": claim["lease_token"], "output": output}, timeout=30)

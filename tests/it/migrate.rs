@@ -28,6 +28,11 @@ const TENANT: &str = "acme";
 /// True while the database has no commitpoint table: the refusal came before any write.
 const NO_TABLES: &str = "SELECT to_regclass('meta') IS NULL";
 
+/// A source that grounds the files and lines these tests' findings name.
+fn grounded() -> String {
+    crate::util::diff_adding(&["a.rs", "d.rs"], 12)
+}
+
 fn skip() -> bool {
     if postgres::enabled() {
         return false;
@@ -129,18 +134,18 @@ async fn a_migrated_store_serves_the_same_answers_and_finishes_its_work_once() {
     let paused = api.send(Method::POST, "/v1/admin/providers/openai/pause", None).await;
     assert_eq!(paused.status, 200, "{:#}", paused.body);
     let usage = json!({"model": "m", "input_tokens": 100, "output_tokens": 20, "cost_micros": 70});
-    let committed = api.create(TENANT, "a.rs", "fn a() {}").await;
+    let committed = api.create(TENANT, "a.rs", &grounded()).await;
     let (_, token) = api.claim_one("w1", 600).await;
     let answer = json!({"lease_token": token, "output": output(&[finding("R1", "a.rs", 1, "x"), finding("R2", "a.rs", 2, "y")]), "usage": usage});
     assert_eq!(api.post(&format!("/v1/extractions/{committed}/result"), &answer).await.status, 200);
     // The same answer again: a replay, counted and not charged.
     assert_eq!(api.post(&format!("/v1/extractions/{committed}/result"), &answer).await.status, 200);
-    let failed = api.create(TENANT, "b.rs", "fn b() {}").await;
+    let failed = api.create(TENANT, "b.rs", &grounded()).await;
     let (_, token) = api.claim_one("w1", 600).await;
     assert_eq!(api.post_result(&failed, &token, &json!({"findings": 3})).await.status, 422);
-    let cancelled = api.create(TENANT, "c.rs", "fn c() {}").await;
+    let cancelled = api.create(TENANT, "c.rs", &grounded()).await;
     assert_eq!(api.post(&format!("/v1/extractions/{cancelled}/cancel"), &json!({})).await.status, 200);
-    let leased = api.create(TENANT, "d.rs", "fn d() {}").await;
+    let leased = api.create(TENANT, "d.rs", &grounded()).await;
     let (_, lease_token) = api.claim_one("w2", 600).await;
     wait_until("the 410 to kill the sink's events", Duration::from_secs(20), || async {
         api.get("/v1/outbox?state=dead").await.body["events"].as_array().map_or(0, Vec::len) >= 1
@@ -148,7 +153,7 @@ async fn a_migrated_store_serves_the_same_answers_and_finishes_its_work_once() {
     .await;
     // Two extractions for the provider: one batch, submitted once the provider resumes.
     let batched: Vec<String> =
-        vec![api.create(TENANT, "e.rs", "fn e() {}").await, api.create(TENANT, "f.rs", "fn f() {}").await];
+        vec![api.create(TENANT, "e.rs", &grounded()).await, api.create(TENANT, "f.rs", &grounded()).await];
     assert_eq!(api.send(Method::POST, "/v1/admin/providers/openai/resume", None).await.status, 200);
     for id in &batched {
         wait_until("the batch's submission", Duration::from_secs(20), || async {
@@ -159,7 +164,7 @@ async fn a_migrated_store_serves_the_same_answers_and_finishes_its_work_once() {
     rig.wait_stats("the batch's creation", |s| s.batches_created == 1).await;
     // One more, alone: it waits (the batch holds two, the wait is an hour). Then pause
     // again, so the flag itself is part of what moves.
-    let pending = api.create(TENANT, "g.rs", "fn g() {}").await;
+    let pending = api.create(TENANT, "g.rs", &grounded()).await;
     assert_eq!(api.send(Method::POST, "/v1/admin/providers/openai/pause", None).await.status, 200);
     let ids: Vec<String> =
         [&committed, &failed, &cancelled, &leased, &batched[0], &batched[1], &pending].map(String::clone).to_vec();
@@ -257,8 +262,8 @@ async fn migrate_store_refuses_what_it_cannot_copy_faithfully() {
     cmd.env_remove("COMMITPOINT_STORE_URL");
     let server = Server::spawn_as_is(cmd, &data);
     let api = server.api();
-    api.create("gone", "x.rs", "fn x() {}").await;
-    api.create(TENANT, "y.rs", "fn y() {}").await;
+    api.create("gone", "x.rs", &grounded()).await;
+    api.create(TENANT, "y.rs", &grounded()).await;
     let erased = api.send(Method::DELETE, "/v1/tenants/gone", None).await;
     assert_eq!(erased.status, 200, "{:#}", erased.body);
     let db = server.db_path();
@@ -300,8 +305,8 @@ async fn revisions_and_their_links_are_carried_over() {
     let redb_dir = temp_dir();
     let server = Server::spawn_as_is(serve_command(redb_dir.path(), &[]), redb_dir.path());
     let api = server.api();
-    let r1 = api.create(TENANT, "PR-1", "fn v1() {}").await;
-    let r2 = api.create(TENANT, "PR-1", "fn v2() {}").await;
+    let r1 = api.create(TENANT, "PR-1", &crate::util::diff_adding(&["a.rs"], 12)).await;
+    let r2 = api.create(TENANT, "PR-1", &crate::util::diff_adding(&["a.rs"], 13)).await;
     let grants = api.claim("w", 2, 600).await;
     for grant in grants.iter().rev() {
         let id = crate::util::id_of(grant);
@@ -324,7 +329,7 @@ async fn revisions_and_their_links_are_carried_over() {
     let server = Server::spawn_as_is(cmd, pg_dir.path());
     let api = server.api();
     assert_eq!(api.get(&source).await.body, before, "the same revisions and links on PostgreSQL");
-    let r3 = api.create(TENANT, "PR-1", "fn v3() {}").await;
+    let r3 = api.create(TENANT, "PR-1", &crate::util::diff_adding(&["a.rs"], 14)).await;
     let (_, token) = api.claim_one("w", 600).await;
     let answer = output(&[finding("R1", "a.rs", 1, "x"), finding("R2", "a.rs", 2, "y")]);
     assert_eq!(api.post_result(&r3, &token, &answer).await.status, 200);

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::postgres::{self, cluster, database_for};
-use crate::util::{Server, finding, id_of, output, temp_dir};
+use crate::util::{Server, finding, id_of, output, reviewed, temp_dir};
 
 fn skip() -> bool {
     if postgres::enabled() {
@@ -66,7 +66,7 @@ async fn a_stale_lease_token_is_refused_and_writes_nothing() {
     let dir = temp_dir();
     let server = Server::start(dir.path());
     let api = server.api();
-    let id = api.create("acme", "PR-2", "let x = 1;").await;
+    let id = api.create("acme", "PR-2", &reviewed()).await;
     let (_, stale) = api.claim_one("w1", 1).await;
     tokio::time::sleep(Duration::from_millis(1_300)).await;
     let (again, current) = api.claim_one("w2", 60).await;

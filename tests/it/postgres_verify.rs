@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::provider::{CORPUS, Rig, TENANT};
 use crate::support::postgres::{self, cluster, database_for, verify_command};
-use crate::util::{BIN, Server, assert_verifies, finding, output, run_to_end, stderr, stdout, temp_dir};
+use crate::util::{BIN, Server, assert_verifies, finding, output, reviewed, run_to_end, stderr, stdout, temp_dir};
 
 fn skip() -> bool {
     if postgres::enabled() {
@@ -40,7 +40,7 @@ async fn committed_and_pending() -> (tempfile::TempDir, Server) {
     let dir = temp_dir();
     let server = Server::start(dir.path());
     let api = server.api();
-    let id = api.create(TENANT, "a.rs", "fn main() {}").await;
+    let id = api.create(TENANT, "a.rs", &reviewed()).await;
     let (_, token) = api.claim_one("w1", 60).await;
     let body = json!({
         "lease_token": token,
@@ -110,7 +110,7 @@ async fn verify_while_workers_commit_reads_one_consistent_snapshot() {
         workers.push(tokio::spawn(async move {
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                api.create(TENANT, &format!("w{w}-{n}.rs"), &format!("fn f{w}_{n}() {{}}")).await;
+                api.create(TENANT, &format!("w{w}-{n}.rs"), &reviewed()).await;
                 // Each worker claims after its own intake, so there is always one to take.
                 let (id, token) = api.claim_one(&format!("w{w}"), 60).await;
                 let body = json!({
@@ -226,7 +226,7 @@ async fn an_outbox_event_off_its_list_or_naming_a_missing_extraction_fails_verif
     let secret = ("SINK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
     let server = Server::start_with_env(dir.path(), &["--config", config], &[secret]);
     let api = server.api();
-    let id = api.create(TENANT, "a.rs", "fn main() {}").await;
+    let id = api.create(TENANT, "a.rs", &reviewed()).await;
     let (_, token) = api.claim_one("w1", 60).await;
     let reply = api.post_result(&id, &token, &output(&[finding("R1", "a.rs", 1, "one")])).await;
     assert_eq!(reply.status, 200, "{:#}", reply.body);
