@@ -83,7 +83,7 @@ def seed():
     assert status == 200 and claims["claims"], (status, claims)
     grant = claims["claims"][0]
     status, _ = api("POST", f"/v1/extractions/{grant['extraction_id']}/result", {
-        "lease_token": grant["lease_token"], "output": {"not": "a code review"}})
+        "lease_token": grant["lease_token"], "output": {"not": "a code review"}, "reask": False})
     assert status == 422, status
     status, _ = api("POST", "/v1/admin/providers/simulator/resume")
     assert status == 200, status

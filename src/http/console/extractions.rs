@@ -259,7 +259,8 @@ async fn revisions(service: &Service, record: &ExtractionRecord) -> Result<(Mark
             } }
         }
         Err(crate::service::Error::NotComparable(why)) => html! { section id="diff" {
-            h2 { "Findings against the previous revision" } p.muted { (why) }
+            // `why` names extractions by their whole id: let it break anywhere.
+            h2 { "Findings against the previous revision" } p.muted.wrap { (why) }
         } },
         Err(e) => return Err(e),
     };
