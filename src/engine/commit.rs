@@ -269,10 +269,7 @@ impl Committer {
         };
         let source = sources.get(&id).map(|s| SourceText { id: &s.source_id, text: &s.content });
         let submission = self.judge.judge_answer(&schema, &item.staged.output_json, source);
-        let submission = match reask {
-            Some(limit) => submission.with_reask_limit(limit),
-            None => submission,
-        };
+        let submission = submission.with_reask_limit(reask);
         let outcome = self
             .store
             .post_result(PostResult { id, authority: Authority::Batch(batch_key), submission, charge })

@@ -39,7 +39,7 @@ impl Service {
         };
         let source = sources.get(&id).map(|s| SourceText { id: &s.source_id, text: &s.content });
         let (submission, refusal) = self.judge.judge(&schema, request.output, source);
-        let submission = if request.reask { submission } else { submission.with_reask_limit(0) };
+        let submission = submission.with_reask_limit((!request.reask).then_some(0));
         let charge = request.usage.map(|u| Charge {
             provider: u.provider,
             job_id: None,

@@ -233,10 +233,7 @@ fn judge_chunk(
                     Sources::NotNeeded | Sources::Unavailable => None,
                 };
                 let submission = judge.judge_answer(schema, output, source);
-                Some(Judged::from(&match reask {
-                    Some(limit) => submission.with_reask_limit(limit),
-                    None => submission,
-                }))
+                Some(Judged::from(&submission.with_reask_limit(reask)))
             }
             _ => None,
         };

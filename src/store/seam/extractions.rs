@@ -116,9 +116,10 @@ impl Submission {
         matches!(self, Submission::Invalid { reask_limit, .. } if record.reasks < *reask_limit)
     }
 
-    /// The same verdict under another re-ask limit (a provider's override of the schema's).
-    pub fn with_reask_limit(mut self, limit: u32) -> Self {
-        if let Submission::Invalid { reask_limit, .. } = &mut self {
+    /// The same verdict under `limit` instead of the schema's re-ask limit, when there is
+    /// one (a provider's override, or a worker declining re-asks).
+    pub fn with_reask_limit(mut self, limit: Option<u32>) -> Self {
+        if let (Submission::Invalid { reask_limit, .. }, Some(limit)) = (&mut self, limit) {
             *reask_limit = limit;
         }
         self
