@@ -8,10 +8,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
 use axum::http::{HeaderMap, header};
-use axum::middleware::Next;
-use axum::response::Response;
 use http_body::Frame;
 
 use super::limits::{DEFAULT_MAX_BODY_BYTES, ServerLimits};
@@ -63,12 +60,12 @@ fn encoding(headers: &HeaderMap) -> Result<Encoding, BodyError> {
 }
 
 /// The body, decoded, at most `max_bytes` both as sent and once decoded. `setting` names
-/// the limit in the refusal, so the sender knows which knob it hit.
+/// the limit in the refusal, so the sender knows which knob it hit. The deadline is the
+/// body's own ([`Deadline`], on every request): a second timer here would cost as much again.
 pub(super) async fn read(
     headers: &HeaderMap,
     body: Body,
     max_bytes: usize,
-    deadline: Duration,
     setting: &'static str,
 ) -> Result<Bytes, BodyError> {
     let encoding = encoding(headers)?;
@@ -77,12 +74,13 @@ pub(super) async fn read(
     if declared.is_some_and(|n| n > max_bytes as u64) {
         return Err(too_large());
     }
-    let raw = match tokio::time::timeout(deadline, axum::body::to_bytes(body, max_bytes)).await {
-        Err(_) => return Err(BodyError::TimedOut(deadline)),
-        Ok(Err(e)) if over_limit(&e) => return Err(too_large()),
-        Ok(Err(e)) if caused_by::<PastDeadline>(&e) => return Err(BodyError::TimedOut(deadline)),
-        Ok(Err(e)) => return Err(BodyError::Unreadable(e.to_string())),
-        Ok(Ok(raw)) => raw,
+    let raw = match axum::body::to_bytes(body, max_bytes).await {
+        Err(e) if over_limit(&e) => return Err(too_large()),
+        Err(e) => match find::<PastDeadline>(&e) {
+            Some(PastDeadline(deadline)) => return Err(BodyError::TimedOut(*deadline)),
+            None => return Err(BodyError::Unreadable(e.to_string())),
+        },
+        Ok(raw) => raw,
     };
     match encoding {
         Encoding::Identity => Ok(raw),
@@ -98,27 +96,40 @@ pub(super) async fn read(
 }
 
 fn over_limit(e: &axum::Error) -> bool {
-    caused_by::<http_body_util::LengthLimitError>(e)
+    find::<http_body_util::LengthLimitError>(e).is_some()
 }
 
-fn caused_by<E: std::error::Error + 'static>(e: &axum::Error) -> bool {
+fn find<E: std::error::Error + 'static>(e: &axum::Error) -> Option<&E> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = source {
-        if err.is::<E>() {
-            return true;
+        if let Some(found) = err.downcast_ref::<E>() {
+            return Some(found);
         }
         source = err.source();
     }
-    false
+    None
 }
 
-/// The layer on the whole router (`mod.rs`): every request's body ends with an error once
-/// `deadline` has passed since its first read, whoever reads it (an axum extractor, a
-/// handler streaming it, [`read`]). One layer, so that no route family can be added
-/// without it. tower-http's `TimeoutBody` is not used: it restarts its clock at each frame,
-/// and a client trickling a byte at a time never trips it.
-pub(super) async fn deadline(State(deadline): State<Duration>, request: Request, next: Next) -> Response {
-    next.run(request.map(|body| Body::new(Deadline { body, deadline, timer: None }))).await
+/// A request body that ends with an error once `deadline` has passed since its first
+/// read, whoever reads it (an axum extractor, a handler streaming it, [`read`]). `front.rs`
+/// puts it on every request, so that no route family can be added without it.
+/// tower-http's `TimeoutBody` is not used: it restarts its clock at each frame, and a
+/// client trickling a byte at a time never trips it.
+pub(super) struct Deadline<B> {
+    body: B,
+    deadline: Duration,
+    /// Set at the first poll: a handler that never reads the body owes it no deadline.
+    started: Option<tokio::time::Instant>,
+    /// Armed only when the body first makes its reader wait. Most bodies are in hand by then
+    /// or soon after, and arming a timer (and taking it out again) costs a lock on the
+    /// runtime's timer wheel each way.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<B> Deadline<B> {
+    pub(super) fn new(body: B, deadline: Duration) -> Self {
+        Self { body, deadline, started: None, timer: None }
+    }
 }
 
 /// What a body read past its deadline fails with.
@@ -126,24 +137,34 @@ pub(super) async fn deadline(State(deadline): State<Duration>, request: Request,
 #[error("the request body did not arrive within {0:?}")]
 pub(super) struct PastDeadline(Duration);
 
-struct Deadline {
-    body: Body,
-    deadline: Duration,
-    /// Started at the first poll: a handler that never reads the body owes it no deadline.
-    timer: Option<Pin<Box<tokio::time::Sleep>>>,
-}
-
-impl http_body::Body for Deadline {
+impl<B> http_body::Body for Deadline<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<axum::BoxError>,
+{
     type Data = Bytes;
     type Error = axum::Error;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        let deadline = self.deadline;
-        let timer = self.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(deadline)));
-        if timer.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Some(Err(axum::Error::new(PastDeadline(deadline)))));
+        let this = &mut *self;
+        let started = *this.started.get_or_insert_with(tokio::time::Instant::now);
+        let past = PastDeadline(this.deadline);
+        if let Some(timer) = this.timer.as_mut()
+            && timer.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(Some(Err(axum::Error::new(past))));
         }
-        Pin::new(&mut self.body).poll_frame(cx)
+        match Pin::new(&mut this.body).poll_frame(cx) {
+            Poll::Ready(frame) => Poll::Ready(frame.map(|f| f.map_err(axum::Error::new))),
+            Poll::Pending => {
+                let timer =
+                    this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(started + this.deadline)));
+                if timer.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Some(Err(axum::Error::new(past))));
+                }
+                Poll::Pending
+            }
+        }
     }
 
     fn is_end_stream(&self) -> bool {
@@ -191,6 +212,33 @@ mod tests {
         assert!(matches!(gunzip(&bomb, 1 << 20), Err(Gunzip::TooLarge)));
         assert_eq!(gunzip(&bomb, 4 << 20).ok().map(|b| b.len()), Some(4 << 20));
         assert!(matches!(gunzip(b"not gzip", 1024), Err(Gunzip::Bad(_))));
+    }
+
+    /// A frame every 400 ms never waits long at any one read, so only a clock over the
+    /// whole body (not one restarted per frame) cuts it off, at 1 s from the first read.
+    #[tokio::test(start_paused = true)]
+    async fn a_trickled_body_is_cut_at_the_whole_body_deadline() {
+        let trickle = futures_util::stream::unfold((), |()| async {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            Some((Ok::<_, std::io::Error>(Frame::data(Bytes::from_static(b" "))), ()))
+        });
+        let body = Body::new(Deadline::new(http_body_util::StreamBody::new(Box::pin(trickle)), Duration::from_secs(1)));
+        let start = tokio::time::Instant::now();
+        let outcome = read(&HeaderMap::new(), body, 1 << 20, "test").await;
+        assert!(matches!(outcome, Err(BodyError::TimedOut(d)) if d == Duration::from_secs(1)), "{outcome:?}");
+        let waited = start.elapsed();
+        assert!(waited >= Duration::from_secs(1) && waited < Duration::from_millis(1200), "{waited:?}");
+    }
+
+    /// A body already in hand never makes its reader wait, so it never arms a timer.
+    #[tokio::test(start_paused = true)]
+    async fn a_complete_body_arms_no_timer() {
+        use http_body_util::BodyExt as _;
+        let mut body = Deadline::new(http_body_util::Full::new(Bytes::from_static(b"{}")), Duration::from_secs(1));
+        while let Some(frame) = body.frame().await {
+            assert!(frame.is_ok());
+        }
+        assert!(body.started.is_some() && body.timer.is_none());
     }
 
     #[test]

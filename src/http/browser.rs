@@ -12,17 +12,15 @@
 //! * and, on a server without tokens, the calls that cost the most (backup, tenant
 //!   erasure, pausing a provider) refuse anything that looks like a browser at all.
 //!
-//! Every answer also carries `Cache-Control: no-store` unless its handler set a policy:
-//! nothing this server says should outlive the moment in a shared cache or a disk cache.
+//! Every answer also carries `Cache-Control: no-store` unless its handler set a policy
+//! (`front.rs`, which runs these checks): nothing this server says should outlive the
+//! moment in a shared cache or a disk cache.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, Method, header};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, Method, Request, header};
 
 use super::ApiError;
 use super::conn::Peer;
@@ -107,7 +105,8 @@ fn header<'a>(headers: &'a HeaderMap, name: &header::HeaderName) -> Option<&'a s
     headers.get(name).map(|v| v.to_str().unwrap_or("<not text>"))
 }
 
-fn check(hosts: &HostNames, request: &Request) -> Result<(), Refusal> {
+/// Whether a request may run at all (the module's first two rules).
+pub(super) fn check<B>(hosts: &HostNames, request: &Request<B>) -> Result<(), Refusal> {
     let headers = request.headers();
     let host = header(headers, &header::HOST);
     // A request without `Host` (HTTP/1.0) comes from no browser: there is nothing to rebind.
@@ -136,17 +135,6 @@ fn check(hosts: &HostNames, request: &Request) -> Result<(), Refusal> {
         }
     }
     Ok(())
-}
-
-/// The layer on the whole router (`mod.rs`): refuses a foreign `Host` and a cross-site
-/// write before any route runs, and marks every answer `no-store`.
-pub(super) async fn guard(State(hosts): State<Arc<HostNames>>, request: Request, next: Next) -> Response {
-    let mut response = match check(&hosts, &request) {
-        Ok(()) => next.run(request).await,
-        Err(refusal) => ApiError::from(refusal).into_response(),
-    };
-    response.headers_mut().entry(header::CACHE_CONTROL).or_insert(HeaderValue::from_static("no-store"));
-    response
 }
 
 /// Whether a request carries what only browsers send: `Origin` or a `Sec-Fetch-*` header.

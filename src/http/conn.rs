@@ -8,10 +8,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::Request;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -19,9 +15,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
-use tower::ServiceExt as _;
 
-use super::error::ApiError;
+use super::Front;
 use super::limits::{HEALTH_RESERVE, ServerLimits};
 use super::stall::WriteDeadline;
 
@@ -42,13 +37,13 @@ pub(crate) struct Peer {
 /// `JoinSet` it owns.
 pub(crate) async fn serve(
     listener: TcpListener,
-    app: Router,
+    app: Front,
     limits: ServerLimits,
     stop: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let regular = Arc::new(Semaphore::new(limits.max_connections));
     let reserve = Arc::new(Semaphore::new(HEALTH_RESERVE));
-    let health_only = app.clone().layer(axum::middleware::from_fn(only_healthz));
+    let health_only = app.clone().health_only();
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
     // A reserve connection serves one request and closes, so it is soon free again.
@@ -77,7 +72,7 @@ pub(crate) async fn serve(
         let peer = Peer { remote, local: stream.local_addr().unwrap_or(remote) };
         if let Ok(permit) = Arc::clone(&regular).try_acquire_owned() {
             let conn =
-                builder.serve_connection(io(stream, &limits), TowerToHyperService::new(with_peer(app.clone(), peer)));
+                builder.serve_connection(io(stream, &limits), TowerToHyperService::new(app.for_connection(peer)));
             let conn = graceful.watch(conn);
             connections.spawn(async move {
                 let _ = conn.await;
@@ -89,7 +84,7 @@ pub(crate) async fn serve(
                 "connection cap reached; answering /healthz only"
             );
             let conn = reserve_builder
-                .serve_connection(io(stream, &limits), TowerToHyperService::new(with_peer(health_only.clone(), peer)));
+                .serve_connection(io(stream, &limits), TowerToHyperService::new(health_only.for_connection(peer)));
             let conn = graceful.watch(conn);
             connections.spawn(async move {
                 let _ = conn.await;
@@ -103,19 +98,6 @@ pub(crate) async fn serve(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
-}
-
-type Incoming = http::Request<hyper::body::Incoming>;
-
-fn with_peer(app: Router, peer: Peer) -> tower::util::MapRequest<Router, impl FnMut(Incoming) -> Incoming + Clone> {
-    app.map_request(move |mut request: Incoming| {
-        request.extensions_mut().insert(peer);
-        request
-    })
-}
-
-async fn only_healthz(request: Request, next: Next) -> Response {
-    if request.uri().path() == "/healthz" { next.run(request).await } else { ApiError::overloaded().into_response() }
 }
 
 fn io(stream: TcpStream, limits: &ServerLimits) -> TokioIo<WriteDeadline<TcpStream>> {

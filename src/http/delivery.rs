@@ -1,12 +1,12 @@
 //! Signed webhook intake and the outbox's dead-letter endpoints.
 
+use axum::Json;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
-use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::body::{self, BodyLimits};
+use super::body;
 use super::error::{ApiError, ErrorBody};
 use super::error::{Reply, ok};
 use super::extract::{NamePath, QueryParams, SeqPath};
@@ -69,16 +69,14 @@ pub(super) struct WebhookReceipt {
 pub(super) async fn receive(
     State(service): State<Service>,
     NamePath(name): NamePath,
-    limits: Option<Extension<BodyLimits>>,
     request: Request,
 ) -> Reply<WebhookReceipt> {
     // Nobody is authenticated yet: find the endpoint and check the declared size before
     // reading a byte, so an unknown name or a huge body costs no memory.
     let endpoint = service.webhook(&name)?;
-    let deadline = limits.map_or_else(|| BodyLimits::default().deadline, |Extension(l)| l.deadline);
     let (parts, body) = request.into_parts();
     let headers = parts.headers;
-    let body = body::read(&headers, body, endpoint.max_body_bytes, deadline, "webhooks.max_body_bytes").await?;
+    let body = body::read(&headers, body, endpoint.max_body_bytes, "webhooks.max_body_bytes").await?;
     let lookup = |header: &str| headers.get(header).and_then(|v| v.to_str().ok());
     let now_secs = crate::domain::clock::now_ms() / 1000;
     let delivery = endpoint.verify(&lookup, &body, now_secs).map_err(|e| {

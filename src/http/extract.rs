@@ -60,7 +60,7 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
     async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
         let limits = req.extensions().get::<BodyLimits>().copied().unwrap_or_default();
         let (parts, body) = req.into_parts();
-        let bytes = body::read(&parts.headers, body, limits.max_bytes, limits.deadline, "--max-body-bytes").await?;
+        let bytes = body::read(&parts.headers, body, limits.max_bytes, "--max-body-bytes").await?;
         Ok(RawBody(bytes))
     }
 }

@@ -14,6 +14,7 @@ mod error;
 mod export;
 mod export_feed;
 mod extract;
+mod front;
 mod guesses;
 pub(crate) mod handlers;
 pub(crate) mod limits;
@@ -36,20 +37,20 @@ mod workers;
 
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::routing::any;
-use axum::{Extension, Router};
-use tower::Layer as _;
 
 pub(crate) use body::BodyLimits;
 pub(crate) use browser::HostNames;
 pub(crate) use conn::serve;
 pub(crate) use error::ApiError;
+pub(crate) use front::Front;
 pub(crate) use guesses::DEFAULT_ALLOWANCE as DEFAULT_WRONG_TOKEN_ALLOWANCE;
 
 use crate::http::access::Access;
 use crate::service::Service;
 
-pub(crate) fn router(service: Service, body: BodyLimits, access: Arc<Access>, hosts: HostNames) -> Router {
+pub(crate) fn router(service: Service, body: BodyLimits, access: Arc<Access>, hosts: HostNames) -> Front {
     let (routes, doc) = routes::documented(&access);
     let schema_names: Vec<String> = service.registry().names().map(str::to_string).collect();
     let document = openapi::Served(openapi::finish(doc, &schema_names).to_string().into());
@@ -65,13 +66,9 @@ pub(crate) fn router(service: Service, body: BodyLimits, access: Arc<Access>, ho
         .layer(Extension(document))
         .layer(Extension(body))
         .with_state(service);
-    // The router-wide layers wrap the finished router once. `Router::layer` would wrap each
-    // route, and a `from_fn` layer clones the service beneath it on every call: that cloned
-    // every route's whole stack per request (a fifth of intake's HTTP-path instructions).
-    let deadlined = axum::middleware::from_fn_with_state(body.deadline, body::deadline).layer(routed);
-    // Outermost: a foreign Host or a cross-site write is refused before anything runs.
-    let guarded = axum::middleware::from_fn_with_state(Arc::new(hosts), browser::guard).layer(deadlined);
-    Router::new().fallback_service(guarded)
+    // What applies to every request wraps the finished router once (`front.rs`):
+    // `Router::layer` would wrap each route and clone its whole stack per request.
+    Front::new(routed, hosts, body.deadline)
 }
 
 /// Every route the router serves, as (method, path template): the API's from its own

@@ -224,7 +224,8 @@ async fn live_as(configure: impl FnOnce(Service) -> Service, access: AccessPolic
     let limits = super::BodyLimits { max_bytes: 1 << 20, ..Default::default() };
     let router = super::router(service, limits, Arc::new(Access::new(access)), hosts);
     let base = format!("http://{}", listener.local_addr().expect("address"));
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    let limits = super::limits::ServerLimits::default();
+    tokio::spawn(super::serve(listener, router, limits, std::future::pending()));
     let client = reqwest::Client::new();
     let doc: Value =
         client.get(format!("{base}/openapi.json")).send().await.expect("get doc").json().await.expect("doc");
