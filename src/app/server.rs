@@ -313,6 +313,7 @@ impl Server {
         let stop = supervisor.token();
         let serve = crate::http::serve(listener, app, options.limits, async move { stop.cancelled().await });
         let http = supervisor.spawn("http", serve);
+        warn_unpriced(options);
         tracing::info!(%addr, data_dir = %options.data_dir.display(), "commitpoint is serving");
         Ok(Server {
             addr,
@@ -343,6 +344,7 @@ impl Server {
         }
         self.router.configure(options.routes.clone(), options.budgets.clone());
         self.store.set_policies(Policies { sinks: self.sink_names.clone(), pricing: Arc::new(options.prices.clone()) });
+        warn_unpriced(options);
         // Work held or routed elsewhere until now may be free to go.
         self.service.wake_schedulers();
         tracing::info!(
@@ -416,4 +418,12 @@ fn settings_for(kind: ProviderKind, base: &scheduler::Settings) -> scheduler::Se
         settings.poll_interval = Duration::from_millis(20);
     }
     settings
+}
+
+/// A provider whose model has no price is booked at $0 and slips past every budget: said at
+/// start and at each reload, before its first call (the price table warns at that call too).
+fn warn_unpriced(options: &ServeOptions) {
+    for gap in options.unpriced_providers() {
+        tracing::warn!("{gap}");
+    }
 }

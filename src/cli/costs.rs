@@ -31,7 +31,9 @@ pub(super) struct Args {
     token: Option<String>,
 }
 
-const KINDS: [&str; 3] = ["fresh", "replay", "failed_validation"];
+/// Every bucket the API reports, in its order: a finance export that left one out (as
+/// `unusable` once was) would miss what truncated and refused answers cost.
+const KINDS: [&str; 4] = ["fresh", "replay", "failed_validation", "unusable"];
 
 pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let base = args.admin.resolve();
@@ -80,23 +82,34 @@ fn text(body: &Value) -> String {
         body["to"].as_str().unwrap_or("?")
     );
     let _ = writeln!(out, "charged: {}", dollars(body["charged_micros"].as_u64().unwrap_or(0)));
+    let unpriced = body["unpriced_attempts"].as_u64().unwrap_or(0);
+    if unpriced > 0 {
+        let _ = writeln!(
+            out,
+            "unpriced attempts: {unpriced} (booked at $0: the charge is short of the bill; \
+             add [[prices]] rows for their models, `commitpoint config check` lists them)"
+        );
+    } else {
+        let _ = writeln!(out, "unpriced attempts: 0");
+    }
     let _ = writeln!(
         out,
-        "{:<24} {:<18} {:>9} {:>13} {:>13} {:>14}",
-        "group", "kind", "attempts", "input", "output", "cost"
+        "{:<24} {:<18} {:>9} {:>13} {:>13} {:>14} {:>9}",
+        "group", "kind", "attempts", "input", "output", "cost", "unpriced"
     );
     for (group, split) in rows(body) {
         for kind in KINDS {
             let b = &split[kind];
             let _ = writeln!(
                 out,
-                "{:<24} {:<18} {:>9} {:>13} {:>13} {:>14}",
+                "{:<24} {:<18} {:>9} {:>13} {:>13} {:>14} {:>9}",
                 group,
                 kind,
                 b["attempts"].as_u64().unwrap_or(0),
                 b["input_tokens"].as_u64().unwrap_or(0),
                 b["output_tokens"].as_u64().unwrap_or(0),
-                dollars(b["cost_micros"].as_u64().unwrap_or(0))
+                dollars(b["cost_micros"].as_u64().unwrap_or(0)),
+                b["unpriced_attempts"].as_u64().unwrap_or(0)
             );
         }
     }
@@ -104,19 +117,20 @@ fn text(body: &Value) -> String {
 }
 
 fn csv(body: &Value) -> String {
-    let mut out = String::from("group,kind,attempts,input_tokens,output_tokens,cost_micros\n");
+    let mut out = String::from("group,kind,attempts,input_tokens,output_tokens,cost_micros,unpriced_attempts\n");
     for (group, split) in rows(body) {
         for kind in KINDS {
             let b = &split[kind];
             // Group keys are days, model or provider names: quote them in case of commas.
             let _ = writeln!(
                 out,
-                "\"{}\",{kind},{},{},{},{}",
+                "\"{}\",{kind},{},{},{},{},{}",
                 group.replace('"', "\"\""),
                 b["attempts"].as_u64().unwrap_or(0),
                 b["input_tokens"].as_u64().unwrap_or(0),
                 b["output_tokens"].as_u64().unwrap_or(0),
-                b["cost_micros"].as_u64().unwrap_or(0)
+                b["cost_micros"].as_u64().unwrap_or(0),
+                b["unpriced_attempts"].as_u64().unwrap_or(0)
             );
         }
     }
@@ -129,18 +143,40 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn csv_has_a_row_per_group_and_kind() {
-        let bucket = |a: u64, c: u64| json!({"attempts": a, "input_tokens": 10, "output_tokens": 5, "cost_micros": c});
-        let split = json!({"fresh": bucket(2, 300), "replay": bucket(1, 0), "failed_validation": bucket(0, 0)});
+    fn bucket(attempts: u64, cost: u64, unpriced: u64) -> Value {
+        json!({"attempts": attempts, "input_tokens": 10, "output_tokens": 5, "cost_micros": cost,
+               "unpriced_attempts": unpriced})
+    }
+
+    fn body() -> Value {
+        let split = json!({"fresh": bucket(2, 300, 0), "replay": bucket(1, 0, 0),
+                           "failed_validation": bucket(0, 0, 0), "unusable": bucket(3, 90, 1)});
         let mut body = split.clone();
-        body["charged_micros"] = json!(300);
+        body["charged_micros"] = json!(390);
+        body["unpriced_attempts"] = json!(1);
         body["groups"] = json!({ "gpt-4o-mini": split });
-        let text = csv(&body);
+        body
+    }
+
+    #[test]
+    fn csv_has_a_row_per_group_and_kind_unusable_included() {
+        let text = csv(&body());
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 7, "{text}");
-        assert_eq!(lines[1], "\"total\",fresh,2,10,5,300");
-        assert_eq!(lines[4], "\"gpt-4o-mini\",fresh,2,10,5,300");
+        assert_eq!(lines.len(), 9, "{text}");
+        assert_eq!(lines[0], "group,kind,attempts,input_tokens,output_tokens,cost_micros,unpriced_attempts");
+        assert_eq!(lines[1], "\"total\",fresh,2,10,5,300,0");
+        assert_eq!(lines[4], "\"total\",unusable,3,10,5,90,1");
+        assert_eq!(lines[5], "\"gpt-4o-mini\",fresh,2,10,5,300,0");
+        let csv_cost: u64 = lines[1..5].iter().map(|l| l.split(',').nth(5).unwrap().parse::<u64>().unwrap()).sum();
+        assert_eq!(csv_cost, body()["charged_micros"].as_u64().unwrap(), "the rows add up to the charge");
         assert_eq!(dollars(1_234_567), "$1.234567");
+    }
+
+    #[test]
+    fn text_names_the_unusable_bucket_and_the_unpriced_attempts() {
+        let text = text(&body());
+        assert!(text.contains("unpriced attempts: 1 (booked at $0"), "{text}");
+        let unusable = text.lines().find(|l| l.starts_with("total") && l.contains("unusable")).unwrap();
+        assert!(unusable.contains("$0.000090"), "{unusable}");
     }
 }

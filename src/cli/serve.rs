@@ -159,6 +159,9 @@ pub(super) fn check(args: Args) -> ExitCode {
     if let Err(e) = crate::app::secrets::load(&options) {
         return config_error(&e);
     }
+    for gap in options.unpriced_providers() {
+        eprintln!("commitpoint: warning: {gap}");
+    }
     print!("{}", options.describe());
     print!("\n{}", registry.describe_views(&targets));
     eprintln!("config: ok");

@@ -67,12 +67,15 @@ pub(super) struct CostBucket {
     input_tokens: u64,
     output_tokens: u64,
     cost_micros: u64,
+    /// Paid attempts whose model has no `[[prices]]` row and whose provider reported no
+    /// cost: booked at $0, so `cost_micros` is short of the bill by what they really cost.
+    unpriced_attempts: u64,
 }
 
 impl From<&Bucket> for CostBucket {
     fn from(b: &Bucket) -> Self {
-        let Bucket { attempts, input_tokens, output_tokens, cost_micros } = *b;
-        Self { attempts, input_tokens, output_tokens, cost_micros }
+        let Bucket { attempts, input_tokens, output_tokens, cost_micros, unpriced_attempts } = *b;
+        Self { attempts, input_tokens, output_tokens, cost_micros, unpriced_attempts }
     }
 }
 
@@ -108,6 +111,9 @@ pub(super) struct TenantCosts {
     totals: CostSplit,
     /// Fresh, failed-validation and unusable cost: what the tenant is charged.
     charged_micros: u64,
+    /// Paid attempts of every kind booked at $0 for want of a price: while it is not 0,
+    /// `charged_micros` is short of the bill.
+    unpriced_attempts: u64,
     /// Charges on the range's UTC days (whole days) whose ledger entries were removed by
     /// an erasure of the tenant (`DELETE /v1/tenants/{tenant}`): billed, not in `charged_micros`.
     erased_micros: u64,
@@ -127,6 +133,7 @@ impl TenantCosts {
             to_ms: report.to_ms,
             totals: CostSplit::of(&report.totals),
             charged_micros: report.charged_micros,
+            unpriced_attempts: report.totals.unpriced_attempts(),
             erased_micros: report.erased_micros,
             groups: report
                 .groups

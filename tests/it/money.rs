@@ -91,7 +91,7 @@ async fn the_ledger_adds_up_to_the_paid_attempts() {
     assert!(out.status.success(), "{}", crate::util::stderr(&out));
     let csv = crate::util::stdout(&out);
     let fresh = format!(
-        "\"total\",fresh,{},{},{},{}",
+        "\"total\",fresh,{},{},{},{},0",
         attempts("fresh"),
         report["fresh"]["input_tokens"],
         report["fresh"]["output_tokens"],
@@ -205,4 +205,62 @@ async fn one_provider_request_is_charged_once_however_often_it_is_posted() {
         costs.body["attempts"].as_array().expect("attempts").iter().filter_map(|a| a["kind"].as_str()).collect();
     assert_eq!(kinds, ["failed_validation", "replay"]);
     crate::util::stop_and_verify(server);
+}
+
+/// A model with no price row (issue 27, items 5 and 6): `config check` names it, the log
+/// warns once for it however many calls it makes, and every paid attempt, unusable ones
+/// included, is counted as unpriced by the API, the CLI's text and CSV.
+#[tokio::test]
+async fn unpriced_calls_are_named_before_the_first_call_warned_once_and_counted() {
+    let faults = Faults { refuse_every: 3, ..Faults::default() };
+    let rig = Rig::start(Duration::from_millis(100), faults).await;
+    // A price for another model only: gpt-4o-mini, the one this provider uses, has none.
+    let path = rig.dir.path().join("config.toml");
+    std::fs::write(&path, PRICES.replace("gpt-4o-mini", "gpt-4o-large")).expect("write config");
+    let config = path.display().to_string();
+
+    let check = crate::util::cli_with_env(
+        &["config", "check", "--config", &config, "--provider", "openai", "--provider-key-env", "SIM_KEY"],
+        &[("SIM_KEY", "sk-sim")],
+    );
+    assert!(check.status.success(), "{}", crate::util::stderr(&check));
+    let warning = "provider \"openai\" model \"gpt-4o-mini\" has no [[prices]] row";
+    assert!(crate::util::stderr(&check).contains(&format!("warning: {warning}")), "{}", crate::util::stderr(&check));
+    assert!(crate::util::stdout(&check).contains(&format!("# unpriced: {warning}")), "{}", crate::util::stdout(&check));
+
+    let server = rig.serve(&["--config", &config], None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    let records = settle(&api, &ids).await;
+    assert!(records.values().any(|r| r["state"] == json!("failed")), "every third answer is refused");
+
+    let report = costs(&api, TENANT).await;
+    let bucket = |kind: &str, field: &str| report[kind][field].as_u64().expect("a count");
+    let paid = bucket("fresh", "attempts") + bucket("failed_validation", "attempts") + bucket("unusable", "attempts");
+    assert!(bucket("unusable", "attempts") > 0, "refused answers are paid: {report:#}");
+    for kind in ["fresh", "failed_validation", "unusable"] {
+        assert_eq!(bucket(kind, "unpriced_attempts"), bucket(kind, "attempts"), "{kind}: {report:#}");
+    }
+    assert_eq!(report["unpriced_attempts"].as_u64(), Some(paid), "{report:#}");
+    assert_eq!(report["charged_micros"], json!(0), "{report:#}");
+
+    let args = ["costs", "--tenant", TENANT, "--from", "2000-01-01", "--to", "2100-01-01", "--server", &server.url];
+    let text = crate::util::stdout(&crate::util::cli(&args));
+    assert!(text.contains(&format!("unpriced attempts: {paid} (booked at $0")), "{text}");
+    let csv = crate::util::stdout(&crate::util::cli(&[&args[..], &["--csv"]].concat()));
+    let unusable = format!(
+        "\"total\",unusable,{},{},{},0,{}",
+        bucket("unusable", "attempts"),
+        bucket("unusable", "input_tokens"),
+        bucket("unusable", "output_tokens"),
+        bucket("unusable", "attempts")
+    );
+    assert!(csv.lines().any(|l| l == unusable), "{unusable} not in\n{csv}");
+
+    let (status, log) = server.terminate();
+    assert!(status.success(), "{log}");
+    assert!(log.contains(warning), "serve names the gap at start:\n{log}");
+    let per_call = log.lines().filter(|l| l.contains("a paid call has no [[prices]] row")).count();
+    assert_eq!(per_call, 1, "one warning for the model, not one per call ({paid} calls):\n{log}");
+    crate::util::assert_verifies(&rig.db());
 }

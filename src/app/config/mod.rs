@@ -259,6 +259,25 @@ impl ServeOptions {
         self.providers.iter().map(|p| (p.name.clone(), p.kind().dialect())).collect()
     }
 
+    /// Each configured provider whose answers no `[[prices]]` row prices, said as a person
+    /// should read it. Their calls are booked at $0 unless the provider reports its own
+    /// cost, so a budget never holds them back and a bill built on the ledger misses them.
+    pub(crate) fn unpriced_providers(&self) -> Vec<String> {
+        let booked_at_zero = "its calls are booked at $0 unless it reports its own cost";
+        self.providers
+            .iter()
+            .filter_map(|p| match p.model() {
+                Some(model) if self.prices.lookup(&p.name, model).is_none() => {
+                    Some(format!("provider {:?} model {model:?} has no [[prices]] row: {booked_at_zero}", p.name))
+                }
+                None if !self.prices.for_provider(&p.name) => {
+                    Some(format!("provider {:?} has no [[prices]] row for any model: {booked_at_zero}", p.name))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The effective configuration as TOML. Secrets never appear: only where they come from.
     pub(crate) fn describe(&self) -> String {
         let mut text = self.describe_core();
@@ -278,6 +297,9 @@ impl ServeOptions {
             self.budgets.limits.len(),
             self.budgets.period
         ));
+        for gap in self.unpriced_providers() {
+            extra.push(format!("# unpriced: {gap}"));
+        }
         let names = |list: Vec<&str>| if list.is_empty() { "none".to_string() } else { list.join(", ") };
         extra.push(format!(
             "# outbox sinks: {} (secrets redacted)\n# webhook endpoints: {} (secrets redacted)",

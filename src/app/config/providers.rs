@@ -123,6 +123,21 @@ impl ProviderSettings {
         }
     }
 
+    /// The model its answers are priced by, where the config names it. An Azure deployment
+    /// is a name of the operator's: the model behind it is known only from its answers.
+    pub(crate) fn model(&self) -> Option<&str> {
+        match &self.spec {
+            ProviderSpec::Openai(o) => Some(&o.model),
+            ProviderSpec::Simulator(s) => Some(&s.model),
+            ProviderSpec::Anthropic(a) => Some(&a.model),
+            ProviderSpec::Generic(g) => Some(&g.model),
+            ProviderSpec::Chat(c) => Some(&c.model),
+            ProviderSpec::Gemini(g) => Some(&g.model),
+            ProviderSpec::Bedrock(b) => Some(&b.model),
+            ProviderSpec::Azure(_) => None,
+        }
+    }
+
     pub(crate) fn key_source(&self) -> Option<&KeySource> {
         match &self.spec {
             ProviderSpec::Openai(o) => Some(&o.key),

@@ -9,7 +9,8 @@
 mod budget;
 mod report;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 pub(crate) use budget::{BudgetPeriod, Budgets};
 pub(crate) use report::{Bucket, CostQuery, CostReport, GroupBy, Split};
@@ -34,6 +35,9 @@ pub(crate) struct Price {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct PriceTable {
     prices: HashMap<(String, String), Price>,
+    /// (provider, model) pairs already warned of as unpriced: a log line per model, not
+    /// one per call. Shared by the clones of one table; a reloaded table warns afresh.
+    warned: Arc<Mutex<HashSet<(String, String)>>>,
 }
 
 impl PriceTable {
@@ -43,6 +47,12 @@ impl PriceTable {
 
     pub(crate) fn len(&self) -> usize {
         self.prices.len()
+    }
+
+    /// Whether any model of `provider` has a price (for a provider whose model the config
+    /// does not name, an Azure deployment).
+    pub(crate) fn for_provider(&self, provider: &str) -> bool {
+        self.prices.keys().any(|(p, _)| p == provider)
     }
 
     pub(crate) fn lookup(&self, provider: &str, model: &str) -> Option<&Price> {
@@ -80,7 +90,30 @@ impl Pricing for PriceTable {
         }
         match self.cost(provider, usage, batch) {
             Some(micros) => (micros, CostSource::PriceTable),
-            None => (0, CostSource::Unpriced),
+            None => {
+                self.warn_unpriced(provider, &usage.model);
+                (0, CostSource::Unpriced)
+            }
+        }
+    }
+}
+
+impl PriceTable {
+    /// Whether this is the first unpriced call of (provider, model) this table has seen.
+    fn first_unpriced(&self, provider: &str, model: &str) -> bool {
+        // A poisoned set only means a panic elsewhere mid-insert: the set itself is sound.
+        let mut warned = self.warned.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        warned.insert((provider.to_string(), model.to_string()))
+    }
+
+    fn warn_unpriced(&self, provider: &str, model: &str) {
+        if self.first_unpriced(provider, model) {
+            tracing::warn!(
+                provider,
+                model,
+                "a paid call has no [[prices]] row: booked at $0 (cost_source unpriced); \
+                 budgets do not see it and the cost report counts it as unpriced"
+            );
         }
     }
 }
@@ -137,6 +170,17 @@ mod tests {
         u.provider_cost_micros = Some(999);
         assert_eq!(t.price("openai", &u, false), (999, CostSource::Provider));
         assert_eq!(t.price("other", &usage("m", 5, 0, 5), false), (0, CostSource::Unpriced));
+    }
+
+    #[test]
+    fn an_unpriced_model_is_warned_of_once_per_table() {
+        let t = table();
+        let clone = t.clone();
+        assert!(t.first_unpriced("openai", "gpt-5"));
+        assert!(!clone.first_unpriced("openai", "gpt-5"), "clones share what was warned of");
+        assert!(t.first_unpriced("openai", "o3"));
+        assert!(t.first_unpriced("other", "gpt-5"));
+        assert!(table().first_unpriced("openai", "gpt-5"), "a reloaded table warns again");
     }
 
     #[test]

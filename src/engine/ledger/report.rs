@@ -6,7 +6,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::store::{ChargeKind, LedgerRecord, store_day_ms};
+use crate::store::{ChargeKind, CostSource, LedgerRecord, store_day_ms};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -30,11 +30,17 @@ pub struct Bucket {
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub cost_micros: u64,
+    /// Paid attempts no price row priced and no provider reported a cost for: booked at
+    /// $0, so `cost_micros` is short of the bill by their real cost.
+    pub unpriced_attempts: u64,
 }
 
 impl Bucket {
     fn add(&mut self, entry: &LedgerRecord) {
         self.attempts += 1;
+        if entry.kind != ChargeKind::Replay && entry.cost_source == CostSource::Unpriced {
+            self.unpriced_attempts += 1;
+        }
         self.input_tokens = self.input_tokens.saturating_add(entry.usage.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(entry.usage.output_tokens);
         self.cost_micros = self.cost_micros.saturating_add(entry.cost_micros);
@@ -59,6 +65,11 @@ impl Split {
             ChargeKind::FailedValidation => self.failed_validation.add(entry),
             ChargeKind::Unusable => self.unusable.add(entry),
         }
+    }
+
+    /// Paid attempts of every kind that were booked at $0 for want of a price.
+    pub fn unpriced_attempts(&self) -> u64 {
+        self.fresh.unpriced_attempts + self.failed_validation.unpriced_attempts + self.unusable.unpriced_attempts
     }
 
     pub fn charged_micros(&self) -> u64 {
@@ -125,7 +136,6 @@ mod tests {
     use super::*;
     use crate::domain::batch::Usage;
     use crate::domain::identity::ExtractionId;
-    use crate::store::CostSource;
 
     fn entry(kind: ChargeKind, at_ms: u64, model: &str, cost: u64) -> LedgerRecord {
         LedgerRecord {
@@ -147,6 +157,23 @@ mod tests {
     }
 
     #[test]
+    fn unpriced_paid_attempts_are_counted_and_unpriced_replays_are_not() {
+        let query = CostQuery { tenant: "acme".into(), from_ms: 0, to_ms: u64::MAX, group_by: Some(GroupBy::Model) };
+        let mut report = CostReport::new(&query);
+        let unpriced = |kind| LedgerRecord { cost_source: CostSource::Unpriced, ..entry(kind, 5, "new-model", 0) };
+        report.add(&unpriced(ChargeKind::Fresh));
+        report.add(&unpriced(ChargeKind::Unusable));
+        report.add(&unpriced(ChargeKind::Replay));
+        report.add(&entry(ChargeKind::Fresh, 5, "priced", 100));
+        assert_eq!(report.totals.fresh.unpriced_attempts, 1);
+        assert_eq!(report.totals.unusable.unpriced_attempts, 1);
+        assert_eq!(report.totals.replay.unpriced_attempts, 0, "a replay costs nothing, priced or not");
+        assert_eq!(report.totals.unpriced_attempts(), 2);
+        let groups = report.groups.as_ref().unwrap();
+        assert_eq!((groups["new-model"].unpriced_attempts(), groups["priced"].unpriced_attempts()), (2, 0));
+    }
+
+    #[test]
     fn splits_and_groups_add_up() {
         let query = CostQuery { tenant: "acme".into(), from_ms: 0, to_ms: u64::MAX, group_by: Some(GroupBy::Day) };
         let mut report = CostReport::new(&query);
@@ -154,13 +181,17 @@ mod tests {
         report.add(&entry(ChargeKind::Fresh, 5, "a", 100));
         report.add(&entry(ChargeKind::Replay, 6, "a", 0));
         report.add(&entry(ChargeKind::FailedValidation, day + 1, "b", 40));
-        assert_eq!(report.totals.fresh, Bucket { attempts: 1, input_tokens: 10, output_tokens: 5, cost_micros: 100 });
+        assert_eq!(
+            report.totals.fresh,
+            Bucket { attempts: 1, input_tokens: 10, output_tokens: 5, cost_micros: 100, unpriced_attempts: 0 }
+        );
         assert_eq!(report.totals.replay.attempts, 1);
         assert_eq!(report.totals.replay.cost_micros, 0);
         assert_eq!(report.charged_micros, 140);
         let groups = report.groups.as_ref().unwrap();
         assert_eq!(groups.keys().cloned().collect::<Vec<_>>(), vec!["1970-01-01", "1970-01-02"]);
         assert_eq!(groups["1970-01-02"].failed_validation.cost_micros, 40);
+        assert_eq!(report.totals.unpriced_attempts(), 0);
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["fresh"]["cost_micros"], 100);
         assert_eq!(json["failed_validation"]["attempts"], 1);

@@ -89,6 +89,12 @@ pub(super) async fn costs(State(service): State<Service>, viewer: Viewer, Query(
             h2 { (report.tenant) ", last " (DAYS) " days" }
             p { "Charged " strong id="charged" { (dollars(report.charged_micros)) }
                 @if report.erased_micros > 0 { " (plus " (dollars(report.erased_micros)) " of erased entries)" } }
+            @let unpriced = report.totals.unpriced_attempts();
+            @if unpriced > 0 {
+                p.warning id="unpriced" { strong { (unpriced) " unpriced attempts" }
+                    " were booked at $0: their models have no price row, so the charge above is short of the bill. "
+                    "Add [[prices]] rows (" code { "commitpoint config check" } " lists the gaps)." }
+            }
             (split_table(&report.totals))
             h2 { "Per day" }
             p.legend { span.key.fresh {} "fresh " span.key.failed {} "failed validation " span.key.unusable {} "unusable (cost)" }
@@ -109,11 +115,11 @@ pub(super) async fn costs(State(service): State<Service>, viewer: Viewer, Query(
 
 fn split_table(split: &Split) -> Markup {
     let row = |name: &str, b: &Bucket| {
-        html! { tr { td { (name) } td { (b.attempts) } td { (b.input_tokens) } td { (b.output_tokens) } td { (dollars(b.cost_micros)) } } }
+        html! { tr { td { (name) } td { (b.attempts) } td { (b.input_tokens) } td { (b.output_tokens) } td { (dollars(b.cost_micros)) } td { (b.unpriced_attempts) } } }
     };
     html! {
         div.scroll { table id="cost-totals" {
-            thead { tr { th { "" } th { "attempts" } th { "input tokens" } th { "output tokens" } th { "cost" } } }
+            thead { tr { th { "" } th { "attempts" } th { "input tokens" } th { "output tokens" } th { "cost" } th { "unpriced" } } }
             tbody {
                 (row("fresh", &split.fresh))
                 (row("replay", &split.replay))
