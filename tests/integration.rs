@@ -123,6 +123,8 @@ mod supervision;
 mod support;
 #[path = "it/tenancy.rs"]
 mod tenancy;
+#[path = "it/tenant_depth.rs"]
+mod tenant_depth;
 #[path = "it/trickle.rs"]
 mod trickle;
 #[path = "it/util.rs"]

@@ -256,6 +256,7 @@ impl Server {
             .with_max_findings(options.max_findings)
             .with_max_metadata_bytes(options.max_metadata_bytes)
             .with_max_page_bytes(options.limits.max_page_bytes)
+            .with_tenant_series(options.tenant_series)
             .with_export_limits(options.limits.exports())
             .with_task_failures(supervisor.failures());
         if let Err(e) = service.load_last_backup().await {

@@ -101,6 +101,41 @@ pub(super) async fn run(command: Command) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// At most this many (tenant, schema) rows in `ctl status`: the ones with the most
+/// unfinished work; `GET /v1/stats` lists them all.
+const TENANT_ROWS: usize = 20;
+
+/// Each tenant's work by schema, the busiest first, as a table.
+fn tenant_table(stats: &Value) -> String {
+    const STATES: [&str; 7] = ["pending", "claimed", "submitted", "ready", "committed", "failed", "cancelled"];
+    let mut rows = stats["tenants"].as_array().cloned().unwrap_or_default();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let count = |row: &Value, state: &str| row["extractions"][state].as_u64().unwrap_or(0);
+    let unfinished = |row: &Value| STATES[..4].iter().map(|s| count(row, s)).sum::<u64>();
+    // Stable: equal rows keep the server's (tenant, schema) order.
+    rows.sort_by_key(|row| std::cmp::Reverse(unfinished(row)));
+    let mut out = format!("{:<20} {:<20}", "tenant", "schema");
+    for state in STATES {
+        out += &format!(" {state:>9}");
+    }
+    out += "  oldest pending\n";
+    for row in rows.iter().take(TENANT_ROWS) {
+        out += &format!("{:<20} {:<20}", row["tenant"].as_str().unwrap_or("?"), row["schema"].as_str().unwrap_or("?"));
+        for state in STATES {
+            out += &format!(" {:>9}", count(row, state));
+        }
+        let age = row["oldest_pending_age_seconds"].as_f64().map_or("-".to_string(), human_age);
+        out += &format!("  {age}\n");
+    }
+    if rows.len() > TENANT_ROWS {
+        out +=
+            &format!("… and {} more (tenant, schema) pairs: GET /v1/stats lists them all\n", rows.len() - TENANT_ROWS);
+    }
+    out
+}
+
 fn describe(stats: &Value) -> String {
     let store = &stats["store"];
     let mut out = format!(
@@ -116,6 +151,7 @@ fn describe(stats: &Value) -> String {
             out += &format!("  {state:<10} {n}{waiting}\n");
         }
     }
+    out += &tenant_table(stats);
     let providers = stats["providers"].as_array().cloned().unwrap_or_default();
     if providers.is_empty() {
         out += "providers: none (external workers claim the work)\n";
@@ -171,4 +207,34 @@ fn driven_by(stats: &Value, provider: &str) -> String {
 
 fn human_age(seconds: f64) -> String {
     humantime::format_duration(std::time::Duration::from_secs(seconds.round() as u64)).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_tenant_table_puts_the_busiest_first_and_caps_its_rows() {
+        let row = |tenant: &str, pending: u64, committed: u64, age: Option<u64>| {
+            let mut row = json!({"tenant": tenant, "schema": "code-review@1",
+                                 "extractions": {"pending": pending, "committed": committed}});
+            if let Some(age) = age {
+                row["oldest_pending_age_seconds"] = json!(age);
+            }
+            row
+        };
+        let mut tenants = vec![row("quiet", 0, 90, None), row("busy", 5000, 1, Some(3600))];
+        let table = tenant_table(&json!({ "tenants": tenants }));
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 3, "{table}");
+        assert!(lines[1].starts_with("busy") && lines[1].contains("5000") && lines[1].ends_with("1h"), "{table}");
+        assert!(lines[2].starts_with("quiet") && lines[2].ends_with('-'), "{table}");
+        tenants.extend((0..30).map(|i| row(&format!("t{i}"), 1, 0, Some(1))));
+        let table = tenant_table(&json!({ "tenants": tenants }));
+        assert_eq!(table.lines().count(), 1 + TENANT_ROWS + 1, "{table}");
+        assert!(table.ends_with("… and 12 more (tenant, schema) pairs: GET /v1/stats lists them all\n"), "{table}");
+        assert_eq!(tenant_table(&json!({"tenants": []})), "");
+    }
 }

@@ -283,6 +283,36 @@ pub(crate) struct Stats {
     outbox: OutboxStatus,
     /// Tenants with a budget: spend this period, the budget, and whether work is held.
     budgets: Vec<BudgetStatus>,
+    /// Each tenant's work, one entry per (tenant, schema) with any extraction, ordered by
+    /// tenant then schema.
+    tenants: Vec<TenantDepthView>,
+}
+
+/// One tenant's work under one schema.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct TenantDepthView {
+    tenant: String,
+    schema: String,
+    /// Count by state name (states with none are left out).
+    extractions: BTreeMap<String, u64>,
+    total: u64,
+    /// How long the next pending item of this tenant and schema (the oldest in intake
+    /// order) has waited, in seconds; absent without pending work.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    oldest_pending_age_seconds: Option<u64>,
+}
+
+impl TenantDepthView {
+    pub(crate) fn of(depth: &crate::store::TenantDepth, now_ms: u64) -> Self {
+        Self {
+            tenant: depth.tenant.clone(),
+            schema: depth.schema.clone(),
+            extractions: depth.counts.iter().map(|(s, n)| (s.as_str().to_string(), *n)).collect(),
+            total: depth.counts.iter().map(|(_, n)| n).sum(),
+            oldest_pending_age_seconds: depth.oldest_pending_since_ms.map(|since| now_ms.saturating_sub(since) / 1000),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -360,6 +390,7 @@ pub(crate) async fn stats(State(service): State<Service>) -> Reply<Stats> {
                 held,
             })
             .collect(),
+        tenants: service.depth_by_tenant().await?.iter().map(|d| TenantDepthView::of(d, now)).collect(),
     })
 }
 

@@ -29,6 +29,7 @@ mod revisions;
 mod routes;
 mod schemas;
 mod stall;
+mod tenant_series;
 mod tenants;
 mod time;
 mod views;

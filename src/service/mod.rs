@@ -23,7 +23,7 @@ use crate::engine::routing::Router;
 use crate::engine::supervisor::Failures;
 use crate::store::seam::Backend;
 use crate::store::{
-    self, BackupReport, ExtractionRecord, FindingRecord, ListFilter, ListPage, SharedStore, StateCount,
+    self, BackupReport, ExtractionRecord, FindingRecord, ListFilter, ListPage, SharedStore, StateCount, TenantDepth,
 };
 
 mod bulk;
@@ -57,6 +57,8 @@ pub use crate::engine::commit::DEFAULT_MAX_FINDINGS;
 /// Compact JSON bytes of an intake's `metadata` unless `[limits] max_metadata_bytes` says
 /// otherwise: metadata is returned with every listing and claim, so its size multiplies.
 pub const DEFAULT_MAX_METADATA_BYTES: usize = 16 * 1024;
+/// Tenants with series of their own on `/metrics` unless `[metrics] tenant_series` says.
+pub const DEFAULT_TENANT_SERIES: usize = 100;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -194,6 +196,8 @@ pub struct Service {
     max_metadata_bytes: usize,
     /// The most a listing page's records may weigh (`server.max_page_bytes`).
     max_page_bytes: usize,
+    /// Tenants with series of their own on `/metrics` (0: none).
+    tenant_series: usize,
     /// The readiness probe's read in flight (`readiness.rs`).
     probe: readiness::Probe,
 }
@@ -224,6 +228,7 @@ impl Service {
             exports: Arc::default(),
             max_metadata_bytes: DEFAULT_MAX_METADATA_BYTES,
             max_page_bytes: DEFAULT_MAX_PAGE_BYTES,
+            tenant_series: DEFAULT_TENANT_SERIES,
             probe: readiness::Probe::default(),
         }
     }
@@ -237,6 +242,16 @@ impl Service {
     pub fn with_max_metadata_bytes(mut self, max: usize) -> Self {
         self.max_metadata_bytes = max;
         self
+    }
+
+    /// `[metrics] tenant_series`: how many tenants `/metrics` shows one by one.
+    pub fn with_tenant_series(mut self, n: usize) -> Self {
+        self.tenant_series = n;
+        self
+    }
+
+    pub fn tenant_series(&self) -> usize {
+        self.tenant_series
     }
 
     pub fn with_max_page_bytes(mut self, max: usize) -> Self {
@@ -418,6 +433,11 @@ impl Service {
 
     pub async fn counts_by_state(&self) -> Result<Vec<StateCount>, Error> {
         Ok(self.store.counts_by_state().await?)
+    }
+
+    /// Each tenant's work by schema and state, and how long its oldest pending item waits.
+    pub async fn depth_by_tenant(&self) -> Result<Vec<TenantDepth>, Error> {
+        Ok(self.store.depth_by_tenant().await?)
     }
 
     pub fn store(&self) -> &SharedStore {

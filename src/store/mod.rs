@@ -39,7 +39,7 @@ pub use seam::{
     Authority, Backend, BackupReport, CancelOutcome, Charge, ClaimRequest, CloseReport, DeliveryOutcome,
     DeliveryReport, EncodedFinding, ErasureReport, ExportFilter, Exported, Flush, Grant, IngestLine, IntakeOutcome,
     Judged, Leftover, ListFilter, ListPage, OutboxFilter, PostOutcome, PostResult, ProviderDriver, RETRY_CHUNK,
-    ReadyItem, RetryFilter, RetryOutcome, SharedStore, SourceContent, StageReport, StateCount, Submission,
+    ReadyItem, RetryFilter, RetryOutcome, SharedStore, SourceContent, StageReport, StateCount, Submission, TenantDepth,
     store_day_ms, this_instance,
 };
 pub use staged::StagedAnswer;

@@ -121,6 +121,12 @@ impl Model {
             }
         }
         counts.sort();
+        let mut by_tenant: std::collections::BTreeMap<(String, String, StateName), u64> = Default::default();
+        for ext in self.ext.values() {
+            *by_tenant.entry((ext.view.tenant.clone(), ext.view.schema.clone(), ext.view.state.name())).or_default() +=
+                1;
+        }
+        let tenant_counts = by_tenant.into_iter().map(|((t, s, state), n)| (t, s, state, n)).collect();
         let mut ready = Vec::new();
         for provider in PROVIDERS {
             for ext in self.ext.values() {
@@ -148,6 +154,7 @@ impl Model {
             extractions,
             open_batches,
             counts,
+            tenant_counts,
             ready,
             outbox,
             outbox_counts: (pending, dead),

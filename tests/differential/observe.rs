@@ -19,6 +19,13 @@ impl Subject {
         let mut counts: Vec<(StateName, u64)> =
             self.store.counts_by_state().await?.iter().filter(|c| c.count > 0).map(|c| (c.state, c.count)).collect();
         counts.sort();
+        let mut tenant_counts = Vec::new();
+        for depth in self.store.depth_by_tenant().await? {
+            for (state, n) in &depth.counts {
+                tenant_counts.push((depth.tenant.clone(), depth.schema.clone(), *state, *n));
+            }
+        }
+        tenant_counts.sort();
         let mut ready = Vec::new();
         for provider in PROVIDERS {
             for item in self.store.ready_items(provider.into(), 1000).await? {
@@ -53,6 +60,7 @@ impl Subject {
             extractions,
             open_batches,
             counts,
+            tenant_counts,
             ready,
             outbox: self.events().await?,
             outbox_counts: (pending, dead),

@@ -181,6 +181,8 @@ pub struct Snapshot {
     pub open_batches: Vec<BatchView>,
     /// Non-zero counts only.
     pub counts: Vec<(StateName, u64)>,
+    /// (tenant, schema, state, count), non-zero counts only, in that order.
+    pub tenant_counts: Vec<(String, String, StateName, u64)>,
     pub ready: Vec<(String, usize, StagedView)>,
     pub outbox: Vec<EventView>,
     pub outbox_counts: (u64, u64),

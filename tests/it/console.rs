@@ -167,6 +167,9 @@ async fn the_console_logs_in_once_and_shows_the_apis_numbers() {
         stats["store"]["instance"].as_str().expect("instance")
     );
     assert!(html.contains(&store), "{store} not in the overview");
+    // The tenants table: acme's one failed extraction, in StateName order, no pending work.
+    let acme = "<td>code-review@1</td><td>0</td><td>0</td><td>0</td><td>1</td><td>0</td><td>0</td><td>0</td><td>—</td>";
+    assert!(html.contains("data-tenant=\"acme\"") && html.contains(acme), "acme's row not in the overview");
 
     let (status, html) = browser.page(&format!("/ui/extractions/{id}")).await;
     assert_eq!(status, StatusCode::OK);

@@ -49,6 +49,17 @@ pub(crate) struct RawConfig {
     pub retention: super::retention::RawRetention,
     #[serde(default)]
     pub store: super::store::RawStore,
+    #[serde(default)]
+    pub metrics: RawMetrics,
+}
+
+/// What `/metrics` exposes beyond the fixed series.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMetrics {
+    /// How many tenants get series of their own in `commitpoint_tenant_extractions`
+    /// (the rest are summed under `tenant="(other)"`); 0 turns the per-tenant series off.
+    pub tenant_series: Option<usize>,
 }
 
 /// Bounds on what one request may make the server hold or write.

@@ -40,6 +40,10 @@ pub(crate) const DEFAULT_OPENAI_KEY_ENV: &str = "OPENAI_API_KEY";
 pub(crate) const DEFAULT_MODEL: &str = "gpt-4o-mini";
 /// Past this, one commit would hold the writer (and so every intake) for seconds.
 pub(crate) const MAX_FINDINGS_LIMIT: usize = 100_000;
+/// The most tenants `[metrics] tenant_series` may give series of their own: seven series
+/// each, so 10,000 is 70,000 series per scrape, the top of what one Prometheus target
+/// should carry.
+const MAX_TENANT_SERIES: usize = 10_000;
 
 #[derive(Debug, Clone)]
 pub(crate) struct ServeOptions {
@@ -75,6 +79,8 @@ pub(crate) struct ServeOptions {
     pub retention: RetentionOptions,
     /// `[store]`: redb under `data_dir`, or PostgreSQL.
     pub store: StoreChoice,
+    /// `[metrics] tenant_series`: tenants with series of their own on `/metrics`.
+    pub tenant_series: usize,
 }
 
 /// Where the API tokens come from. None configured: the API is open, loopback only.
@@ -242,6 +248,18 @@ impl ServeOptions {
             },
             retention: RetentionOptions::resolve(&raw.retention)?,
             store: StoreChoice::resolve(&raw.store, o.store_url.clone())?,
+            tenant_series: match raw.metrics.tenant_series {
+                None => crate::service::DEFAULT_TENANT_SERIES,
+                Some(n) if n <= MAX_TENANT_SERIES => n,
+                Some(_) => {
+                    return Err(Error::Invalid {
+                        key: "metrics.tenant_series",
+                        reason: format!(
+                            "must be 0..={MAX_TENANT_SERIES}: each tenant adds one series per state to every scrape"
+                        ),
+                    });
+                }
+            },
             access,
             data_dir: o.data_dir.or(raw.server.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
             listen,
@@ -309,6 +327,11 @@ impl ServeOptions {
         extra.push(format!(
             "[limits]\nmax_findings_per_output = {}\nmax_metadata_bytes = {}",
             self.max_findings, self.max_metadata_bytes
+        ));
+        extra.push(format!(
+            "[metrics]\ntenant_series = {}{}",
+            self.tenant_series,
+            if self.tenant_series == 0 { "   # per-tenant series off" } else { "" }
         ));
         extra.push(self.retention.describe());
         extra.push(self.store.describe());
@@ -393,6 +416,31 @@ mod tests {
         assert!(described.contains("job_gone_after = \"3m\"\ndelete_provider_files = false"), "{described}");
         let reparsed: RawConfig = toml::from_str(&described).unwrap();
         assert_eq!(reparsed.server.data_dir, Some(PathBuf::from("/srv/b")), "check output is a valid config");
+    }
+
+    #[test]
+    fn tenant_series_has_a_default_a_cap_and_reads_back() {
+        let resolve = |text: &str| ServeOptions::resolve(toml::from_str(text).unwrap(), Overrides::default());
+        assert_eq!(resolve("").unwrap().tenant_series, crate::service::DEFAULT_TENANT_SERIES);
+        let off = resolve("[metrics]\ntenant_series = 0").unwrap();
+        assert_eq!(off.tenant_series, 0);
+        let reparsed: RawConfig = toml::from_str(&off.describe()).unwrap();
+        assert_eq!(reparsed.metrics.tenant_series, Some(0), "check output reads back");
+        let error = resolve("[metrics]\ntenant_series = 10001").unwrap_err().to_string();
+        assert!(error.contains("metrics.tenant_series") && error.contains("0..=10000"), "{error}");
+    }
+
+    #[test]
+    fn providers_whose_model_has_no_price_are_named() {
+        let resolve = |text: &str| ServeOptions::resolve(toml::from_str(text).unwrap(), Overrides::default());
+        let text = "[routing]\ndefault = \"a\"\n[providers.a]\nkind = \"simulator\"\nmodel = \"m1\"\n\
+                    [providers.b]\nkind = \"simulator\"\nmodel = \"m2-2026-01-01\"\n\
+                    [[prices]]\nprovider = \"b\"\nmodel = \"m2\"\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n";
+        let options = resolve(text).unwrap();
+        let gaps = options.unpriced_providers();
+        assert_eq!(gaps.len(), 1, "b's dated model falls back to its family's row: {gaps:?}");
+        assert!(gaps[0].starts_with("provider \"a\" model \"m1\" has no [[prices]] row"), "{gaps:?}");
+        assert!(options.describe().contains("# unpriced: provider \"a\""));
     }
 
     #[test]

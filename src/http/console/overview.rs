@@ -14,6 +14,10 @@ use crate::domain::lifecycle::StateName;
 use crate::http::access::Caller;
 use crate::service::Service;
 
+/// The (tenant, schema) rows the overview shows: those with the most unfinished work.
+const TENANT_ROWS: usize = 50;
+const UNFINISHED: [StateName; 4] = [StateName::Pending, StateName::Claimed, StateName::Submitted, StateName::Ready];
+
 pub(super) async fn show(State(service): State<Service>, viewer: Viewer) -> Result<Response, Problem> {
     if !viewer.is_admin() {
         // The overview is the whole store; a tenant's home is its extractions.
@@ -26,6 +30,12 @@ pub(super) async fn show(State(service): State<Service>, viewer: Viewer) -> Resu
     let batches = service.open_batches().await?;
     let (outbox_pending, outbox_dead, oldest_pending) = service.outbox_counts().await?;
     let budgets = service.budget_status().await?;
+    let mut tenants = service.depth_by_tenant().await?;
+    let unfinished = |d: &crate::store::TenantDepth| UNFINISHED.iter().map(|s| d.count(*s)).sum::<u64>();
+    // Stable: equal pairs keep the store's (tenant, schema) order.
+    tenants.sort_by_key(|d| std::cmp::Reverse(unfinished(d)));
+    let more_tenants = tenants.len().saturating_sub(TENANT_ROWS);
+    tenants.truncate(TENANT_ROWS);
     let ungrounded = service.ungrounded_findings();
     let store = service.store_status().await?;
     let driver_of = |name: &str| store.drivers.iter().find(|d| d.provider == name).and_then(|d| d.instance.clone());
@@ -68,6 +78,30 @@ pub(super) async fn show(State(service): State<Service>, viewer: Viewer) -> Resu
                             } @else { td { "—" } td { "—" } }
                         }
                     }
+                }
+            }
+        }
+        section {
+            h2 { "Tenants" }
+            @if tenants.is_empty() { p.muted { "No extractions yet." } }
+            @else {
+                div.scroll { table id="tenants" {
+                    thead { tr { th { "tenant" } th { "schema" } @for s in StateName::ALL { th { (s.as_str()) } } th { "oldest pending" } } }
+                    tbody {
+                        @for d in &tenants {
+                            tr data-tenant=(d.tenant) {
+                                td { a href=(format!("/ui/extractions?tenant={}", d.tenant)) { (d.tenant) } }
+                                td { (d.schema) }
+                                @for s in StateName::ALL { td { (d.count(s)) } }
+                                @if let Some(since) = d.oldest_pending_since_ms {
+                                    td { (age(now.saturating_sub(since) / 1000)) }
+                                } @else { td { "—" } }
+                            }
+                        }
+                    }
+                } }
+                @if more_tenants > 0 {
+                    p.muted { "The " (TENANT_ROWS) " busiest (tenant, schema) pairs; " (more_tenants) " more in " code { "GET /v1/stats" } "." }
                 }
             }
         }

@@ -52,6 +52,7 @@ fn copy_all(snapshot: &ReadTransaction, file: std::fs::File, temp: &Path) -> Res
     entries += copy(snapshot, &txn, tables::CONTENTS)?;
     entries += copy(snapshot, &txn, tables::STATE_INDEX)?;
     entries += copy(snapshot, &txn, tables::STATE_COUNTS)?;
+    entries += copy(snapshot, &txn, tables::TENANT_COUNTS)?;
     entries += copy(snapshot, &txn, tables::PENDING_QUEUE)?;
     entries += copy(snapshot, &txn, tables::LEASE_INDEX)?;
     entries += copy(snapshot, &txn, tables::TENANT_INDEX)?;

@@ -30,6 +30,7 @@ pub fn dump_file(path: &Path, out: &mut dyn Write) -> Result<u64, Error> {
             "contents" => coded::<StoredContent, _>(&txn, tables::CONTENTS, out)?,
             "state_index" => plain(&txn, tables::STATE_INDEX, out)?,
             "state_counts" => plain(&txn, tables::STATE_COUNTS, out)?,
+            "tenant_counts" => plain(&txn, tables::TENANT_COUNTS, out)?,
             "pending_queue" => plain(&txn, tables::PENDING_QUEUE, out)?,
             "lease_index" => plain(&txn, tables::LEASE_INDEX, out)?,
             "tenant_index" => plain(&txn, tables::TENANT_INDEX, out)?,

@@ -96,6 +96,7 @@ fn erase_one(
     t.identity.remove(record.id.as_bytes())?;
     t.extractions.remove(seq)?;
     super::state_counts::unindex(t, record.state.name().code(), seq)?;
+    super::tenant_counts::moved(t, &record, Some(record.state.name()), None)?;
     super::pending_queue::forget(t, &record)?;
     match record.state {
         State::Claimed { expires_at_ms, .. } => {

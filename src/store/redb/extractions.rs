@@ -14,6 +14,7 @@ use crate::store::seam::ListPage;
 use crate::store::seam::RetryFilter;
 use crate::store::seam::SourceContent;
 use crate::store::seam::StateCount;
+use crate::store::seam::TenantDepth;
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -52,6 +53,7 @@ fn intake(
     t.extractions.insert(seq, record_bytes.as_slice())?;
     t.contents.insert(seq, &*content)?;
     super::state_counts::index(t, record.state.name().code(), seq)?;
+    super::tenant_counts::moved(t, &record, None, Some(record.state.name()))?;
     t.pending_queue.insert((record.schema.as_str(), record.tenant.as_str(), seq), ())?;
     t.tenant_index.insert((record.tenant.as_str(), seq), ())?;
     super::revisions::index(t, &record)?;
@@ -197,6 +199,7 @@ fn transition_as(
         t.lease_index.insert((expires_at_ms, seq), ())?;
     }
     super::state_counts::index(t, next.name().code(), seq)?;
+    super::tenant_counts::moved(t, record, Some(record.state.name()), Some(next.name()))?;
     super::pending_queue::follow(t, record, &next)?;
     if let State::Committed { at_ms } = next {
         t.commit_index.insert((record.tenant.as_str(), at_ms, seq), ())?;
@@ -402,6 +405,10 @@ impl Extractions for Store {
             Ok(counts)
         })
         .await
+    }
+
+    async fn depth_by_tenant(&self) -> Result<Vec<TenantDepth>, Error> {
+        self.read(super::tenant_counts::read).await
     }
 
     async fn list(&self, filter: ListFilter) -> Result<ListPage, Error> {

@@ -229,6 +229,8 @@ fn survey(txn: &ReadTransaction) -> Result<Survey, Error> {
         tables::ERASED_SPEND.name(),
         // Rebuilt from the records' columns on PostgreSQL (source_id, schema_family).
         tables::REVISIONS.name(),
+        // Counted from the rows on PostgreSQL.
+        tables::TENANT_COUNTS.name(),
     ]
     .into_iter()
     .collect();
@@ -305,8 +307,14 @@ fn read_meta(txn: &ReadTransaction, survey: &mut Survey) -> Result<(), Error> {
             ));
         } else if key == tables::META_SEQ_FLOOR {
             survey.refused.push(format!("a tenant erasure's sequence floor ({value}) is recorded (meta {key})"));
-        } else if ![tables::META_LAYOUT, tables::META_COMMIT_INDEX, tables::META_PENDING_QUEUE, tables::META_REVISIONS]
-            .contains(&key.as_str())
+        } else if ![
+            tables::META_LAYOUT,
+            tables::META_COMMIT_INDEX,
+            tables::META_PENDING_QUEUE,
+            tables::META_REVISIONS,
+            tables::META_TENANT_COUNTS,
+        ]
+        .contains(&key.as_str())
         {
             survey.refused.push(format!("meta key {key:?} is not known to this build"));
         }

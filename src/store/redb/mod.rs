@@ -46,6 +46,9 @@ mod state_counts;
 #[cfg(test)]
 mod state_counts_tests;
 mod tables;
+mod tenant_counts;
+#[cfg(test)]
+mod tenant_counts_tests;
 mod upkeep;
 mod verify;
 mod write_tables;

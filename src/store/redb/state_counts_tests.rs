@@ -49,6 +49,7 @@ async fn both(store: &Store) -> (BTreeMap<&'static str, u64>, BTreeMap<&'static 
 async fn assert_counts(store: &Store, step: &str, expect: &[(&str, u64)]) {
     let (stored, counted) = both(store).await;
     assert_eq!(stored, counted, "after {step}: counters against the index");
+    super::tenant_counts_tests::assert_depth_matches_the_records(store, step).await;
     for (state, n) in expect {
         assert_eq!(stored.get(state).copied(), Some(*n), "after {step}: {state} in {stored:?}");
     }

@@ -22,6 +22,10 @@ pub(super) const STATE_INDEX: TableDefinition<(u8, u64), ()> = TableDefinition::
 /// state code → how many `STATE_INDEX` entries carry it, moved in the same write
 /// (`store/state_counts.rs`), so status never counts the index.
 pub(super) const STATE_COUNTS: TableDefinition<u8, u64> = TableDefinition::new("state_counts");
+/// (tenant, schema, state code) → how many extractions of that tenant and schema are in
+/// that state, moved by the same writes as `STATE_COUNTS` (`store/redb/tenant_counts.rs`);
+/// a pair's counter is removed at 0. Built on open when absent or its sums disagree.
+pub(super) const TENANT_COUNTS: TableDefinition<(&str, &str, u8), u64> = TableDefinition::new("tenant_counts");
 /// (schema, tenant, sequence) → (): pending work by what a claim or a batch can take
 /// (`store/pending_queue.rs`); built on open when absent or its count disagrees.
 pub(super) const PENDING_QUEUE: TableDefinition<(&str, &str, u64), ()> = TableDefinition::new("pending_queue");
@@ -77,6 +81,8 @@ pub(super) const LAYOUT_V1: u64 = 1;
 pub(super) const META_COMMIT_INDEX: &str = "commit_index";
 /// `META` key: 1 once `PENDING_QUEUE` holds every pending extraction.
 pub(super) const META_PENDING_QUEUE: &str = "pending_queue";
+/// `META` key: 1 once `TENANT_COUNTS` counts every extraction.
+pub(super) const META_TENANT_COUNTS: &str = "tenant_counts";
 /// `META` key: 1 once `REVISIONS` holds every extraction.
 pub(super) const META_REVISIONS: &str = "revisions";
 /// `META` key: Unix ms of the last successful online backup.

@@ -53,6 +53,7 @@ fn check(txn: &ReadTransaction, report: &mut Report) -> Result<(), Error> {
     ledger::check_outbox(txn, &records, report)?;
     retention::check_retired(txn, &records, report)?;
     super::revisions::check(txn, &records, report)?;
+    super::tenant_counts::check(txn, &records, report)?;
     Ok(())
 }
 

@@ -199,6 +199,7 @@ pub(super) fn initialize(db: &Database) -> Result<Sequences, Error> {
         super::commit_index::build_if_absent(&mut tables)?;
         super::pending_queue::build_if_absent(&mut tables)?;
         super::revisions::build_if_absent(&mut tables)?;
+        super::tenant_counts::build_if_absent(&mut tables)?;
         let next = |last: Option<u64>| last.map_or(1, |seq| seq + 1);
         Sequences {
             extraction: next(tables.extractions.last()?.map(|(k, _)| k.value()))

@@ -5,6 +5,7 @@ pub(crate) mod claim;
 pub(crate) mod close;
 #[cfg(test)]
 mod close_tests;
+pub(crate) mod depth;
 pub(crate) mod erase;
 #[cfg(test)]
 mod fixtures;

@@ -33,6 +33,10 @@ pub trait Extractions: Send + Sync + std::fmt::Debug {
     async fn result(&self, id: ExtractionId) -> Result<Option<ResultRecord>, Error>;
     /// How many extractions are in each state, and since when the oldest waits.
     async fn counts_by_state(&self) -> Result<Vec<StateCount>, Error>;
+    /// Each tenant's work by schema and state, ordered by (tenant, schema): kept by the
+    /// writes that move states on redb, so a read costs the number of (tenant, schema)
+    /// pairs, not of extractions.
+    async fn depth_by_tenant(&self) -> Result<Vec<TenantDepth>, Error>;
     /// Hands out leases with fencing tokens.
     async fn claim(&self, request: ClaimRequest) -> Result<Vec<Grant>, Error>;
     /// Commits (or fails) an output under a lease or a batch's authority, re-checked
@@ -268,6 +272,24 @@ pub struct StateCount {
     pub state: StateName,
     pub count: u64,
     pub oldest_since_ms: Option<u64>,
+}
+
+/// One tenant's work under one schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantDepth {
+    pub tenant: String,
+    pub schema: String,
+    /// Non-zero counts only, in `StateName::ALL` order.
+    pub counts: Vec<(StateName, u64)>,
+    /// When the first pending extraction in intake order (the next a claim or a batch of
+    /// this tenant and schema takes) became pending.
+    pub oldest_pending_since_ms: Option<u64>,
+}
+
+impl TenantDepth {
+    pub fn count(&self, state: StateName) -> u64 {
+        self.counts.iter().find(|(s, _)| *s == state).map_or(0, |(_, n)| *n)
+    }
 }
 
 #[derive(Debug, Clone)]
