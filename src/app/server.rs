@@ -257,6 +257,10 @@ impl Server {
             .with_max_metadata_bytes(options.max_metadata_bytes)
             .with_max_page_bytes(options.limits.max_page_bytes)
             .with_tenant_series(options.tenant_series)
+            .with_estimation(crate::service::Estimation::new(
+                options.providers.iter().map(crate::app::config::ProviderSettings::estimate_profile).collect(),
+                options.prices.clone(),
+            ))
             .with_export_limits(options.limits.exports())
             .with_task_failures(supervisor.failures());
         if let Err(e) = service.load_last_backup().await {
@@ -345,6 +349,7 @@ impl Server {
         }
         self.router.configure(options.routes.clone(), options.budgets.clone());
         self.store.set_policies(Policies { sinks: self.sink_names.clone(), pricing: Arc::new(options.prices.clone()) });
+        self.service.set_prices(options.prices.clone());
         warn_unpriced(options);
         // Work held or routed elsewhere until now may be free to go.
         self.service.wake_schedulers();

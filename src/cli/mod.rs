@@ -11,6 +11,7 @@ mod costs;
 mod ctl;
 mod demo;
 mod erase;
+mod estimate;
 mod export;
 mod maintenance;
 mod migrate;
@@ -89,8 +90,11 @@ enum Command {
     Ctl(ctl::Command),
     /// Take a consistent backup of a running server's database into one file.
     Backup(backup::Args),
-    /// A tenant's spend: fresh work, replays and validation failures, optionally grouped.
+    /// A tenant's spend: fresh work, replays, validation failures and unusable answers,
+    /// optionally grouped.
     Costs(costs::Args),
+    /// What files would cost at each configured provider, before they are submitted.
+    Estimate(estimate::Args),
     /// Write a tenant's committed extractions and findings to a file (JSON lines or CSV).
     Export(export::Args),
     /// Print one extraction as JSON; with --diff, its findings diff against the previous
@@ -223,6 +227,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Submit(args) => submit::run(args).await,
         Command::Backup(args) => backup::run(args).await,
         Command::Costs(args) => costs::run(args).await,
+        Command::Estimate(args) => estimate::run(args).await,
         Command::Export(args) => export::run(args).await,
         Command::Ctl(command) => ctl::run(command).await,
         Command::Get { id, diff, admin, token } => get(&id, diff.as_deref(), &admin.resolve(), token.as_deref()).await,

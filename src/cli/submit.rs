@@ -28,12 +28,22 @@ pub(super) struct Args {
     /// Bearer token, when the server has access tokens configured (the admin token for backups).
     #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Refuse to submit anything (exit 1) when the server's estimate for the files, at the
+    /// provider routing sends them to, is above this many dollars (`commitpoint estimate`
+    /// shows it); an estimate that cannot be told (no price row) refuses too.
+    #[arg(long, value_name = "DOLLARS", value_parser = parse_dollars)]
+    max_cost: Option<u64>,
+}
+
+fn parse_dollars(text: &str) -> Result<u64, String> {
+    let dollars: f64 = text.trim_start_matches('$').parse().map_err(|_| format!("{text:?} is not an amount"))?;
+    crate::engine::ledger::dollars_to_micros(dollars).ok_or_else(|| format!("{text:?} is not a non-negative amount"))
 }
 
 /// One file to send; `source_id` is its path relative to the argument it came from.
-struct Source {
-    path: PathBuf,
-    source_id: String,
+pub(super) struct Source {
+    pub(super) path: PathBuf,
+    pub(super) source_id: String,
 }
 
 pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -41,11 +51,20 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         bail!("--concurrency must be at least 1");
     }
     let sources = collect(&args.paths)?;
+    let client = super::http_client(args.token.as_deref())?;
+    if let Some(max) = args.max_cost {
+        let base = args.admin.resolve();
+        if let Err(refusal) =
+            super::estimate::check_max_cost(&client, &base, &args.tenant, &args.schema, &sources, max).await?
+        {
+            eprintln!("commitpoint: {refusal}");
+            return Ok(ExitCode::from(super::estimate::REFUSED));
+        }
+    }
     let bar = ProgressBar::new(sources.len() as u64);
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let client = super::http_client(args.token.as_deref())?;
     let url = format!("{}/v1/extractions", args.admin.resolve());
     let gate = Arc::new(Semaphore::new(args.concurrency));
     let mut tasks = tokio::task::JoinSet::new();
@@ -99,7 +118,7 @@ async fn submit_one(
     Ok((answer["created"].as_bool().unwrap_or(false), id))
 }
 
-fn collect(paths: &[PathBuf]) -> anyhow::Result<Vec<Source>> {
+pub(super) fn collect(paths: &[PathBuf]) -> anyhow::Result<Vec<Source>> {
     let mut out = Vec::new();
     for root in paths {
         let meta = std::fs::metadata(root).with_context(|| format!("cannot read {}", root.display()))?;

@@ -11,6 +11,7 @@ mod conn;
 mod console;
 mod delivery;
 mod error;
+mod estimates;
 mod export;
 mod export_feed;
 mod extract;

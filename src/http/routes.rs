@@ -14,7 +14,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::ApiError;
-use super::{admin, auth, bulk, delivery, export, handlers, money, openapi, revisions, schemas, tenants, workers};
+use super::{
+    admin, auth, bulk, delivery, estimates, export, handlers, money, openapi, revisions, schemas, tenants, workers,
+};
 use crate::http::access::Access;
 use crate::service::Service;
 
@@ -54,6 +56,7 @@ pub(super) fn tenant() -> OpenApiRouter<Service> {
         .routes(routes!(handlers::findings))
         .routes(routes!(money::extraction_costs))
         .routes(routes!(money::tenant_costs))
+        .routes(routes!(estimates::estimate))
         .routes(routes!(bulk::cancel))
         .routes(routes!(export::export))
         .routes(routes!(schemas::get))

@@ -30,6 +30,7 @@ mod bulk;
 mod console;
 mod endpoint;
 mod erasure;
+mod estimates;
 mod exports;
 mod intake;
 mod money;
@@ -41,6 +42,7 @@ mod revisions;
 mod throughput;
 
 pub use endpoint::{Endpoint, EndpointError, Field, MapError, WebhookOptions};
+pub(crate) use estimates::{EstimateRequest, Estimation, TenantEstimate, estimate_sources};
 pub use exports::{
     DEFAULT_MAX_EXPORTS, DEFAULT_MAX_EXPORTS_PER_TENANT, DEFAULT_STALL_TIMEOUT, ExportCap, ExportLimits, ExportPermit,
 };
@@ -198,6 +200,8 @@ pub struct Service {
     max_page_bytes: usize,
     /// Tenants with series of their own on `/metrics` (0: none).
     tenant_series: usize,
+    /// Providers and prices as `POST /v1/estimates` reads them.
+    estimation: Arc<estimates::Estimation>,
     /// The readiness probe's read in flight (`readiness.rs`).
     probe: readiness::Probe,
 }
@@ -229,6 +233,7 @@ impl Service {
             max_metadata_bytes: DEFAULT_MAX_METADATA_BYTES,
             max_page_bytes: DEFAULT_MAX_PAGE_BYTES,
             tenant_series: DEFAULT_TENANT_SERIES,
+            estimation: Arc::default(),
             probe: readiness::Probe::default(),
         }
     }

@@ -264,3 +264,90 @@ async fn unpriced_calls_are_named_before_the_first_call_warned_once_and_counted(
     assert_eq!(per_call, 1, "one warning for the model, not one per call ({paid} calls):\n{log}");
     crate::util::assert_verifies(&rig.db());
 }
+
+/// Estimates before spending (issue 27, item 4): after one run of the corpus (the tenant's
+/// history), the estimate for 60 more sources is checked against what the simulator then
+/// bills them: input tokens exactly (the simulator counts 4 bytes a token, as the estimator
+/// documents), cost within 15 %. `submit --max-cost` below the estimate sends nothing.
+#[tokio::test]
+async fn an_estimate_is_within_15_percent_of_the_bill_and_max_cost_refuses_above_it() {
+    use commitpoint::domain::identity::{ExtractionId, SourceHash};
+    let rig = Rig::start(Duration::from_millis(100), Faults::default()).await;
+    let config = write_config(&rig, &format!("[budgets]\nperiod = \"month\"\n[budgets.tenants]\n{TENANT} = 5.0\n"));
+    let server = rig.serve(&["--config", &config], None);
+    let api = server.api();
+    settle(&api, &intake_corpus(&api).await).await;
+
+    let dir = rig.dir.path().join("second");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let mut files = Vec::new();
+    for i in 0..60 {
+        let source = &CORPUS[i % CORPUS.len()];
+        // Sources like the history's (the output estimate is the tenant's mean answer):
+        // the corpus again, each under a header of its own.
+        let content = format!("// revision {i} of {}\n{}", source.id, source.content);
+        let name = format!("f{i:02}.rs");
+        std::fs::write(dir.join(&name), &content).expect("write source");
+        files.push((name, content));
+    }
+    let items: Vec<Value> = files.iter().map(|(n, c)| json!({"source_id": n, "bytes": c.len()})).collect();
+    let asked = api.post("/v1/estimates", &json!({"tenant": TENANT, "schema": "code-review@1", "items": items})).await;
+    assert_eq!(asked.status, 200, "{:#}", asked.body);
+    let estimate = asked.body["estimates"][0].clone();
+    assert_eq!(estimate["provider"], json!("openai"), "{:#}", asked.body);
+    assert_eq!(estimate["output_basis"], json!("history"), "the corpus run is the tenant's history");
+    assert_eq!(estimate["covered_by_budget"], json!(true));
+    let estimated_cost = estimate["cost_micros"].as_u64().expect("priced");
+    let both = api.post("/v1/estimates", &json!({"tenant": TENANT, "schema": "code-review@1", "count": 1})).await;
+    both.assert_error(422, "invalid_input");
+
+    let text =
+        crate::util::cli(&["estimate", "--tenant", TENANT, "--server", &server.url, dir.to_str().expect("path")]);
+    assert!(text.status.success(), "{}", crate::util::stderr(&text));
+    let table = crate::util::stdout(&text);
+    let row = table.lines().find(|l| l.starts_with("openai")).unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains("history") && row.contains("covers"), "{table}");
+
+    let before = api.get("/v1/stats").await.body["total"].clone();
+    let submit = |max: &str| {
+        crate::util::cli(&[
+            "submit",
+            "--tenant",
+            TENANT,
+            "--max-cost",
+            max,
+            "--server",
+            &server.url,
+            dir.to_str().expect("path"),
+        ])
+    };
+    let refused = submit("0.000010");
+    assert_eq!(refused.status.code(), Some(1), "{}", crate::util::stderr(&refused));
+    assert!(crate::util::stderr(&refused).contains("refusing to submit: the estimate at openai is"));
+    assert_eq!(api.get("/v1/stats").await.body["total"], before, "nothing was sent");
+    let sent = submit("5");
+    assert!(sent.status.success(), "{}", crate::util::stderr(&sent));
+
+    let ids: BTreeSet<String> = files
+        .iter()
+        .map(|(name, content)| {
+            let hash = SourceHash::compute(content.as_bytes(), "code-review@1");
+            ExtractionId::compute(TENANT, name, &hash, "code-review@1").to_hex()
+        })
+        .collect();
+    let records = settle(&api, &ids).await;
+    assert!(records.values().all(|r| r["state"] == json!("committed")), "{records:#?}");
+    let (mut input, mut cost) = (0, 0);
+    for id in &ids {
+        let reply = api.get(&format!("/v1/extractions/{id}/costs")).await;
+        for attempt in reply.body["attempts"].as_array().expect("attempts") {
+            input += attempt["input_tokens"].as_u64().expect("tokens");
+            cost += attempt["cost_micros"].as_u64().expect("cost");
+        }
+    }
+    assert_eq!(estimate["input_tokens"].as_u64(), Some(input), "the simulator bills input as the estimator counts it");
+    let error = (estimated_cost as f64 - cost as f64).abs() / cost as f64;
+    println!("estimate {estimated_cost} µ$ against a bill of {cost} µ$: {:.1} % off", error * 100.0);
+    assert!(error <= 0.15, "estimate {estimated_cost} against {cost} ({:.1} %)", error * 100.0);
+    crate::util::stop_and_verify(server);
+}

@@ -138,6 +138,34 @@ impl ProviderSettings {
         }
     }
 
+    /// The output tokens one answer may use: the configured budget, or where it is unset
+    /// (the model's own limit applies) the cap a truncation retry may raise it to.
+    pub(crate) fn output_budget(&self) -> u32 {
+        match &self.spec {
+            ProviderSpec::Openai(OpenAiOptions { budget, .. })
+            | ProviderSpec::Simulator(SimulatorOptions { budget, .. }) => {
+                budget.max_completion_tokens.unwrap_or(budget.max_completion_tokens_cap)
+            }
+            ProviderSpec::Azure(a) => a.budget.max_completion_tokens.unwrap_or(a.budget.max_completion_tokens_cap),
+            ProviderSpec::Anthropic(a) => a.max_tokens,
+            ProviderSpec::Generic(g) => g.max_tokens.unwrap_or(g.max_tokens_cap),
+            ProviderSpec::Chat(c) => c.max_tokens.unwrap_or(c.max_tokens_cap),
+            ProviderSpec::Gemini(g) => g.max_output_tokens.unwrap_or(g.max_output_tokens_cap),
+            ProviderSpec::Bedrock(b) => b.max_tokens,
+        }
+    }
+
+    /// What an estimate needs of this provider (`engine::ledger::estimate`).
+    pub(crate) fn estimate_profile(&self) -> crate::engine::ledger::estimate::ProviderProfile {
+        crate::engine::ledger::estimate::ProviderProfile {
+            name: self.name.clone(),
+            model: self.model().map(str::to_string),
+            // `chat` calls a synchronous completions endpoint: list price, no batch discount.
+            batch: self.kind() != ProviderKind::Chat,
+            output_budget: Some(self.output_budget()),
+        }
+    }
+
     pub(crate) fn key_source(&self) -> Option<&KeySource> {
         match &self.spec {
             ProviderSpec::Openai(o) => Some(&o.key),

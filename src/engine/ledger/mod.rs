@@ -7,6 +7,7 @@
 //! tokens and costs are `tokens × price / 1e6`, rounded once per entry.
 
 mod budget;
+pub(crate) mod estimate;
 mod report;
 
 use std::collections::{HashMap, HashSet};

@@ -1,0 +1,189 @@
+//! What a set of sources will cost before it is sent: the estimator behind
+//! `POST /v1/estimates`, `commitpoint estimate` and `commitpoint submit --max-cost`.
+//!
+//! Input tokens are counted from bytes, 4 bytes a token (OpenAI's rule of thumb for
+//! English), over the text every adapter sends: the schema's instructions, then
+//! `source_id: ID` and a blank line, then the content. The simulator bills its tokens by the
+//! same rule, so on it the input estimate is exact; a real tokenizer reads code and
+//! non-English text into more tokens than this, and a provider also counts the schema it
+//! is sent (a few hundred tokens per request). No tokenizer crate is used: the maintained
+//! ones cover OpenAI's encodings only, and a provider-specific count would still miss the
+//! schema and the chat framing.
+//!
+//! Output tokens have no such rule: each answer is as long as its findings. The estimate
+//! takes the tenant's own mean output per fresh answer at that provider over the last
+//! 30 days when it has one (`history`), else the provider's output budget (`budget`, the
+//! most an answer may cost), else nothing (`unknown`).
+
+use serde::Serialize;
+
+use crate::domain::batch::Usage;
+use crate::store::{CostSource, Pricing};
+
+/// Bytes per token of the estimate (and of the simulator's bill).
+pub(crate) const BYTES_PER_TOKEN: u64 = 4;
+/// What the user turn adds around the content: `source_id: ` and `\n\n`.
+const USER_TURN_FRAME_BYTES: u64 = 13;
+
+/// A provider as an estimate sees it: which model its answers are priced by, whether it
+/// goes through a batch API (and its discount), and its output budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ProviderProfile {
+    pub name: String,
+    /// `None` for an Azure deployment: the model behind it is known only from its answers.
+    pub model: Option<String>,
+    pub batch: bool,
+    /// Output tokens an answer may use, when the config sets it (or its cap).
+    pub output_budget: Option<u32>,
+}
+
+/// The sources to estimate: each one's `source_id` and content length, or a count with
+/// their total bytes (source ids then count as empty).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Sources {
+    Items(Vec<(String, u64)>),
+    Counted { count: u64, bytes: u64 },
+}
+
+impl Sources {
+    pub(crate) fn count(&self) -> u64 {
+        match self {
+            Self::Items(items) => items.len() as u64,
+            Self::Counted { count, .. } => *count,
+        }
+    }
+
+    /// Input tokens of every request, with `instructions_bytes` of instructions in each.
+    pub(crate) fn input_tokens(&self, instructions_bytes: u64) -> u64 {
+        let frame = instructions_bytes + USER_TURN_FRAME_BYTES;
+        match self {
+            Self::Items(items) => items.iter().map(|(id, bytes)| tokens(frame + id.len() as u64 + bytes)).sum(),
+            Self::Counted { count, bytes } => {
+                // Spread evenly: the same rule per request, on the mean request.
+                if *count == 0 {
+                    return 0;
+                }
+                tokens(frame * count + bytes).max(*count)
+            }
+        }
+    }
+}
+
+/// A request of `bytes` of prompt text, in tokens: at least one.
+pub(crate) fn tokens(bytes: u64) -> u64 {
+    (bytes / BYTES_PER_TOKEN).max(1)
+}
+
+/// Where an estimate's output tokens come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum OutputBasis {
+    History,
+    Budget,
+    Unknown,
+}
+
+/// One provider's estimate for the sources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Estimate {
+    pub provider: String,
+    pub model: Option<String>,
+    pub requests: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub output_basis: OutputBasis,
+    /// With the batch discount where the provider batches; `None` when no price row (and
+    /// no provider-reported cost, which only an answer carries) prices the model.
+    pub cost_micros: Option<u64>,
+    pub batch: bool,
+}
+
+/// The estimate of `sources` at `provider`. `mean_output` is the tenant's mean output
+/// tokens per fresh answer there, when its ledger has any.
+pub(crate) fn estimate(
+    provider: &ProviderProfile,
+    sources: &Sources,
+    instructions_bytes: u64,
+    mean_output: Option<u64>,
+    pricing: &dyn Pricing,
+) -> Estimate {
+    let requests = sources.count();
+    let input_tokens = sources.input_tokens(instructions_bytes);
+    let (per_answer, output_basis) = match (mean_output, provider.output_budget) {
+        (Some(mean), _) => (mean, OutputBasis::History),
+        (None, Some(budget)) => (u64::from(budget), OutputBasis::Budget),
+        (None, None) => (0, OutputBasis::Unknown),
+    };
+    let output_tokens = per_answer.saturating_mul(requests);
+    let cost_micros = provider.model.as_ref().and_then(|model| {
+        let usage = Usage { model: model.clone(), input_tokens, output_tokens, ..Usage::default() };
+        match pricing.price(&provider.name, &usage, provider.batch) {
+            (_, CostSource::Unpriced) => None,
+            (micros, _) => Some(micros),
+        }
+    });
+    Estimate {
+        provider: provider.name.clone(),
+        model: provider.model.clone(),
+        requests,
+        input_tokens,
+        output_tokens,
+        output_basis,
+        cost_micros,
+        batch: provider.batch,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::ledger::{Price, PriceTable};
+
+    fn prices() -> PriceTable {
+        let mut table = PriceTable::default();
+        let price = Price { input: 150_000, cached_input: 75_000, cache_write: 0, output: 600_000, batch_percent: 50 };
+        table.insert("openai", "gpt-4o-mini", price);
+        table
+    }
+
+    fn openai(budget: Option<u32>) -> ProviderProfile {
+        ProviderProfile { name: "openai".into(), model: Some("gpt-4o-mini".into()), batch: true, output_budget: budget }
+    }
+
+    #[test]
+    fn input_tokens_count_the_instructions_the_frame_and_the_content() {
+        // 100 bytes of instructions, "source_id: " + "a.rs" + "\n\n" (17), 283 of content: 400 bytes.
+        let one = Sources::Items(vec![("a.rs".into(), 283)]);
+        assert_eq!(one.input_tokens(100), 100);
+        assert_eq!(Sources::Items(vec![("a".into(), 0)]).input_tokens(0), 3, "14 bytes round down");
+        assert_eq!(Sources::Items(vec![(String::new(), 0)]).input_tokens(0), 3);
+        assert_eq!(Sources::Counted { count: 0, bytes: 0 }.input_tokens(100), 0);
+        // Ten sources of 387 bytes without ids: each 100 + 13 + 387 = 500 bytes, 125 tokens.
+        assert_eq!(Sources::Counted { count: 10, bytes: 3870 }.input_tokens(100), 1250);
+    }
+
+    #[test]
+    fn output_comes_from_history_then_the_budget_and_the_batch_discount_applies() {
+        let sources = Sources::Items(vec![("a.rs".into(), 283); 1000]);
+        let history = estimate(&openai(Some(4096)), &sources, 100, Some(200), &prices());
+        assert_eq!((history.input_tokens, history.output_tokens), (100_000, 200_000));
+        assert_eq!(history.output_basis, OutputBasis::History);
+        // 100k × $0.15/M + 200k × $0.60/M = $0.135, half through the batch API.
+        assert_eq!(history.cost_micros, Some(67_500));
+        let budget = estimate(&openai(Some(500)), &sources, 100, None, &prices());
+        assert_eq!((budget.output_tokens, budget.output_basis), (500_000, OutputBasis::Budget));
+        let unknown = estimate(&openai(None), &sources, 100, None, &prices());
+        assert_eq!((unknown.output_tokens, unknown.output_basis), (0, OutputBasis::Unknown));
+        let sync = ProviderProfile { batch: false, ..openai(Some(500)) };
+        assert_eq!(estimate(&sync, &sources, 100, Some(200), &prices()).cost_micros, Some(135_000), "list price");
+    }
+
+    #[test]
+    fn an_unpriced_or_unknown_model_has_no_cost() {
+        let sources = Sources::Counted { count: 3, bytes: 900 };
+        let other = ProviderProfile { model: Some("gpt-5".into()), ..openai(None) };
+        assert_eq!(estimate(&other, &sources, 0, Some(10), &prices()).cost_micros, None);
+        let azure = ProviderProfile { model: None, ..openai(None) };
+        assert_eq!(estimate(&azure, &sources, 0, Some(10), &prices()).cost_micros, None);
+    }
+}
