@@ -68,7 +68,7 @@ fn rows(body: &Value) -> Vec<(String, &Value)> {
     rows
 }
 
-fn dollars(micros: u64) -> String {
+pub(super) fn dollars(micros: u64) -> String {
     format!("${}.{:06}", micros / 1_000_000, micros % 1_000_000)
 }
 

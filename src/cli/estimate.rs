@@ -9,6 +9,7 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 use super::EXIT_PROBLEMS;
+use super::costs::dollars;
 use super::submit::{Source, collect};
 
 #[derive(Debug, clap::Args)]
@@ -65,10 +66,6 @@ pub(super) async fn ask(
         bail!("the server refused the estimate: {status}: {}", answer["error"]["message"].as_str().unwrap_or("?"));
     }
     Ok(answer)
-}
-
-fn dollars(micros: u64) -> String {
-    format!("${}.{:06}", micros / 1_000_000, micros % 1_000_000)
 }
 
 /// The side-by-side table `estimate` prints.

@@ -31,6 +31,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/schemas/{name}"),
     ("GET", "/v1/stats"),
     ("GET", "/v1/tenants/{tenant}/costs"),
+    ("POST", "/v1/estimates"),
     ("POST", "/v1/webhooks/{name}"),
     ("GET", "/v1/outbox"),
     ("POST", "/v1/outbox/{id}/redeliver"),
@@ -397,6 +398,9 @@ async fn real_answers_match_their_documented_schemas() {
     let costs = "/v1/tenants/acme/costs?from=1970-01-01&to=2999-01-01T00:00:00%2B02:00&group_by=model";
     let (_, report) = live.call("GET", "/v1/tenants/{tenant}/costs", costs, None).await;
     assert_eq!(report["groups"]["m"]["fresh"]["attempts"], 1);
+    let items = json!({"tenant": "acme", "schema": "code-review@1", "items": [{"source_id": "a.rs", "bytes": 400}]});
+    let (status, estimate) = live.call("POST", "/v1/estimates", "/v1/estimates", Some(items)).await;
+    assert_eq!((status, &estimate["requests"]), (200, &json!(1)), "{estimate:#}");
     live.call("GET", "/v1/stats", "/v1/stats", None).await;
     live.call("GET", "/healthz", "/healthz", None).await;
     live.call("GET", "/v1/admin/providers", "/v1/admin/providers", None).await;

@@ -137,13 +137,10 @@ pub(crate) fn estimate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::ledger::{Price, PriceTable};
+    use crate::engine::ledger::{PriceTable, test_price_table};
 
     fn prices() -> PriceTable {
-        let mut table = PriceTable::default();
-        let price = Price { input: 150_000, cached_input: 75_000, cache_write: 0, output: 600_000, batch_percent: 50 };
-        table.insert("openai", "gpt-4o-mini", price);
-        table
+        test_price_table()
     }
 
     fn openai(budget: Option<u32>) -> ProviderProfile {

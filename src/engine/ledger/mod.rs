@@ -125,16 +125,22 @@ pub(crate) fn dollars_to_micros(dollars: f64) -> Option<u64> {
     (dollars.is_finite() && (0.0..1e15).contains(&micros)).then_some(micros as u64)
 }
 
+/// gpt-4o-mini at "openai": $0.15 / $0.075 / $0.60 per million tokens, half price through
+/// the batch API (the ledger's tests and the estimator's).
+#[cfg(test)]
+pub(crate) fn test_price_table() -> PriceTable {
+    let mut table = PriceTable::default();
+    let price = Price { input: 150_000, cached_input: 75_000, cache_write: 0, output: 600_000, batch_percent: 50 };
+    table.insert("openai", "gpt-4o-mini", price);
+    table
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn table() -> PriceTable {
-        let mut table = PriceTable::default();
-        // $0.15 / $0.075 / $0.60 per million tokens, half price through the batch API.
-        let price = Price { input: 150_000, cached_input: 75_000, cache_write: 0, output: 600_000, batch_percent: 50 };
-        table.insert("openai", "gpt-4o-mini", price);
-        table
+        test_price_table()
     }
 
     fn usage(model: &str, input: u64, cached: u64, output: u64) -> Usage {
