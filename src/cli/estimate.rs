@@ -124,7 +124,7 @@ fn table(answer: &Value) -> String {
     }
     let _ = writeln!(
         out,
-        "input: 4 bytes a token over instructions, source id and content; output: your mean answer (history) or \\
+        "input: 4 bytes a token over instructions, source id and content; output: your mean answer (history) or \
          the output budget (budget). Batch providers at their batch discount."
     );
     out

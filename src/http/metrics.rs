@@ -52,14 +52,6 @@ fn describe() {
         names::OLDEST_IN_STATE_AGE_SECONDS,
         "Age of the longest-waiting extraction in each non-terminal state."
     );
-    describe_gauge!(
-        names::TENANT_EXTRACTIONS,
-        "Extractions by tenant and state: the tenants with the most unfinished work ([metrics] tenant_series), the rest as tenant=\"(other)\"."
-    );
-    describe_gauge!(
-        names::TENANT_OLDEST_PENDING_AGE_SECONDS,
-        "Age of each tenant's oldest pending extraction (its next in intake order); 0 without pending work."
-    );
     describe_gauge!(names::DB_FILE_SIZE_BYTES, "Size of commitpoint.redb.");
     describe_gauge!(names::LAST_BACKUP_SUCCESS_TIMESTAMP_SECONDS, "Unix time of the last successful online backup.");
     describe_gauge!(names::BUILD_INFO, "Build metadata; always 1.");
@@ -127,11 +119,13 @@ pub(crate) async fn render(service: &Service) -> Option<String> {
             }
         }
     }
-    if service.tenant_series() > 0
-        && let Ok(depths) = service.depth_by_tenant().await
-    {
-        super::tenant_series::publish(&depths, service.tenant_series(), now);
-    }
+    let per_tenant = match service.tenant_series() {
+        0 => String::new(),
+        cap => service
+            .depth_by_tenant()
+            .await
+            .map_or_else(|_| String::new(), |d| super::tenant_series::render(&d, cap, now)),
+    };
     if let Some(size) = service.store().file_size() {
         gauge!(names::DB_FILE_SIZE_BYTES).set(size as f64);
     }
@@ -170,5 +164,7 @@ pub(crate) async fn render(service: &Service) -> Option<String> {
         counter!(names::PROVIDER_BUDGET_RETRIES_TOTAL, "provider" => name.clone()).absolute(p.budget_retries);
         counter!(names::PROVIDER_MODEL_REFUSALS_TOTAL, "provider" => name).absolute(p.model_refusals);
     }
-    Some(handle.render())
+    let mut text = handle.render();
+    text.push_str(&per_tenant);
+    Some(text)
 }

@@ -1,12 +1,9 @@
 //! Which tenants get series of their own on `/metrics` (`[metrics] tenant_series`): the
 //! ones with the most unfinished work, the rest summed under one label, so a deployment
-//! with many tenants does not grow every scrape without bound. A tenant whose series was
-//! shown once and no longer is gets 0 at the next scrape rather than its last value.
+//! with many tenants does not grow every scrape without bound.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
-
-use metrics::gauge;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 use crate::domain::lifecycle::StateName;
 use crate::domain::metric_names as names;
@@ -70,30 +67,38 @@ pub(super) fn choose(depths: &[TenantDepth], cap: usize) -> Vec<(String, TenantS
     out
 }
 
-/// Labels shown at an earlier scrape, so one that drops out is set to 0 once.
-static SHOWN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
-
-/// Sets the per-tenant gauges for this scrape.
-pub(super) fn publish(depths: &[TenantDepth], cap: usize, now_ms: u64) {
+/// The two per-tenant families as exposition text, written per scrape rather than kept
+/// in the recorder: a tenant that leaves the chosen set (or is erased) is simply absent
+/// from the next scrape, never a stale or zero series kept until restart. Tenant names
+/// (`[A-Za-z0-9._-]`) and [`OTHER`] need no escaping in a label value.
+pub(super) fn render(depths: &[TenantDepth], cap: usize, now_ms: u64) -> String {
     let chosen = choose(depths, cap);
-    let mut shown = SHOWN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let now_shown: BTreeSet<String> = chosen.iter().map(|(t, _)| t.clone()).collect();
-    for gone in shown.difference(&now_shown) {
-        for state in StateName::ALL {
-            gauge!(names::TENANT_EXTRACTIONS, "tenant" => gone.clone(), "state" => state.as_str()).set(0.0);
-        }
-        gauge!(names::TENANT_OLDEST_PENDING_AGE_SECONDS, "tenant" => gone.clone()).set(0.0);
+    if chosen.is_empty() {
+        return String::new();
     }
-    for (tenant, series) in chosen {
+    let mut out = String::new();
+    let _ = writeln!(out, "# HELP {} {}", names::TENANT_EXTRACTIONS, EXTRACTIONS_HELP);
+    let _ = writeln!(out, "# TYPE {} gauge", names::TENANT_EXTRACTIONS);
+    for (tenant, series) in &chosen {
         for state in StateName::ALL {
             let n = series.counts.get(&state).copied().unwrap_or(0);
-            gauge!(names::TENANT_EXTRACTIONS, "tenant" => tenant.clone(), "state" => state.as_str()).set(n as f64);
+            let _ =
+                writeln!(out, "{}{{tenant=\"{tenant}\",state=\"{}\"}} {n}", names::TENANT_EXTRACTIONS, state.as_str());
         }
-        let age = series.oldest_pending_since_ms.map_or(0.0, |since| now_ms.saturating_sub(since) as f64 / 1000.0);
-        gauge!(names::TENANT_OLDEST_PENDING_AGE_SECONDS, "tenant" => tenant).set(age);
     }
-    *shown = now_shown;
+    let _ = writeln!(out, "# HELP {} {}", names::TENANT_OLDEST_PENDING_AGE_SECONDS, AGE_HELP);
+    let _ = writeln!(out, "# TYPE {} gauge", names::TENANT_OLDEST_PENDING_AGE_SECONDS);
+    for (tenant, series) in &chosen {
+        let age = series.oldest_pending_since_ms.map_or(0.0, |since| now_ms.saturating_sub(since) as f64 / 1000.0);
+        let _ = writeln!(out, "{}{{tenant=\"{tenant}\"}} {age}", names::TENANT_OLDEST_PENDING_AGE_SECONDS);
+    }
+    out
 }
+
+const EXTRACTIONS_HELP: &str = "Extractions by tenant and state: the tenants with the most unfinished work \
+    ([metrics] tenant_series), the rest summed as tenant=\"(other)\".";
+const AGE_HELP: &str =
+    "Age of each tenant's oldest pending extraction (its next in intake order); 0 without pending work.";
 
 #[cfg(test)]
 mod tests {
@@ -127,5 +132,17 @@ mod tests {
         assert_eq!(other.oldest_pending_since_ms, Some(50));
         assert!(choose(&depths, 0).is_empty(), "0 turns the series off");
         assert_eq!(choose(&depths, 10).len(), 4, "under the cap, no (other)");
+    }
+
+    #[test]
+    fn the_text_has_each_family_once_and_only_the_chosen_tenants() {
+        let depths = vec![depth("a", "s@1", 3, 0, Some(1_000)), depth("b", "s@1", 1, 0, None)];
+        let text = render(&depths, 1, 3_500);
+        assert_eq!(text.matches("# TYPE commitpoint_tenant_extractions gauge").count(), 1, "{text}");
+        assert!(text.contains("commitpoint_tenant_extractions{tenant=\"a\",state=\"pending\"} 3\n"), "{text}");
+        assert!(text.contains("commitpoint_tenant_extractions{tenant=\"(other)\",state=\"pending\"} 1\n"), "{text}");
+        assert!(text.contains("commitpoint_tenant_oldest_pending_age_seconds{tenant=\"a\"} 2.5\n"), "{text}");
+        assert!(!text.contains("tenant=\"b\""), "b is past the cap: {text}");
+        assert_eq!(render(&depths, 0, 0), "", "off");
     }
 }

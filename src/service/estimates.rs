@@ -124,7 +124,7 @@ impl Service {
             let prices = self.estimation.prices.read().unwrap_or_else(std::sync::PoisonError::into_inner);
             profiles
                 .iter()
-                .map(|p| estimate::estimate(p, &request.sources, instructions, mean_output(&p.name), &*prices))
+                .map(|p| estimate::estimate(p, &request.sources, instructions, mean_output(&p.name), &prices))
                 .collect()
         };
         let budget = self

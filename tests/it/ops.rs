@@ -154,6 +154,12 @@ async fn metrics_match_the_api_and_pass_promtool() {
         assert_eq!(metric(&text, &series), 0.0, "every failure class is exported from the start");
     }
     assert!(metric(&text, "commitpoint_db_file_size_bytes") > 0.0);
+    // The per-tenant family (written per scrape) agrees with the stats and passes promtool below.
+    assert_eq!(stats["tenants"][0]["tenant"], json!("acme"));
+    for state in ["pending", "committed"] {
+        let series = format!("commitpoint_tenant_extractions{{tenant=\"acme\",state=\"{state}\"}}");
+        assert_eq!(metric(&text, &series), stats["tenants"][0]["extractions"][state].as_f64().unwrap(), "{state}");
+    }
 
     match Command::new("promtool").args(["check", "metrics"]).stdin(std::process::Stdio::piped()).spawn() {
         Ok(mut promtool) => {

@@ -107,11 +107,14 @@ pub async fn check(
 fn bucket(entries: &[&Entry], kind: Kind) -> Value {
     let of_kind: Vec<&&Entry> = entries.iter().filter(|e| e.kind == kind).collect();
     let sum = |key: &str| of_kind.iter().map(|e| e.number(key)).sum::<u64>();
+    // A paid entry no price row priced; replays cost nothing, priced or not.
+    let unpriced = of_kind.iter().filter(|e| e.kind != Kind::Replay && e.raw["cost_source"] == "unpriced").count();
     json!({
         "attempts": of_kind.len(),
         "input_tokens": sum("input_tokens"),
         "output_tokens": sum("output_tokens"),
         "cost_micros": sum("cost_micros"),
+        "unpriced_attempts": unpriced,
     })
 }
 

@@ -40,9 +40,9 @@ pub(crate) const DEFAULT_OPENAI_KEY_ENV: &str = "OPENAI_API_KEY";
 pub(crate) const DEFAULT_MODEL: &str = "gpt-4o-mini";
 /// Past this, one commit would hold the writer (and so every intake) for seconds.
 pub(crate) const MAX_FINDINGS_LIMIT: usize = 100_000;
-/// The most tenants `[metrics] tenant_series` may give series of their own: seven series
-/// each, so 10,000 is 70,000 series per scrape, the top of what one Prometheus target
-/// should carry.
+/// The most tenants `[metrics] tenant_series` may give series of their own: eight series
+/// each (seven states and an age), so 10,000 is 80,000 series per scrape, about the most
+/// one Prometheus target should carry.
 const MAX_TENANT_SERIES: usize = 10_000;
 
 #[derive(Debug, Clone)]

@@ -17,8 +17,8 @@
 
 use serde::Serialize;
 
+use super::PriceTable;
 use crate::domain::batch::Usage;
-use crate::store::{CostSource, Pricing};
 
 /// Bytes per token of the estimate (and of the simulator's bill).
 pub(crate) const BYTES_PER_TOKEN: u64 = 4;
@@ -57,13 +57,16 @@ impl Sources {
     pub(crate) fn input_tokens(&self, instructions_bytes: u64) -> u64 {
         let frame = instructions_bytes + USER_TURN_FRAME_BYTES;
         match self {
-            Self::Items(items) => items.iter().map(|(id, bytes)| tokens(frame + id.len() as u64 + bytes)).sum(),
+            // Saturating throughout: the sizes come from a request body.
+            Self::Items(items) => items.iter().fold(0u64, |sum, (id, bytes)| {
+                sum.saturating_add(tokens(frame.saturating_add(id.len() as u64).saturating_add(*bytes)))
+            }),
             Self::Counted { count, bytes } => {
                 // Spread evenly: the same rule per request, on the mean request.
                 if *count == 0 {
                     return 0;
                 }
-                tokens(frame * count + bytes).max(*count)
+                tokens(frame.saturating_mul(*count).saturating_add(*bytes)).max(*count)
             }
         }
     }
@@ -105,7 +108,7 @@ pub(crate) fn estimate(
     sources: &Sources,
     instructions_bytes: u64,
     mean_output: Option<u64>,
-    pricing: &dyn Pricing,
+    prices: &PriceTable,
 ) -> Estimate {
     let requests = sources.count();
     let input_tokens = sources.input_tokens(instructions_bytes);
@@ -115,12 +118,11 @@ pub(crate) fn estimate(
         (None, None) => (0, OutputBasis::Unknown),
     };
     let output_tokens = per_answer.saturating_mul(requests);
+    // The table's own cost, not `Pricing::price`: an estimate is no paid call, and must not
+    // use up the one warning an unpriced model's first real call gives.
     let cost_micros = provider.model.as_ref().and_then(|model| {
         let usage = Usage { model: model.clone(), input_tokens, output_tokens, ..Usage::default() };
-        match pricing.price(&provider.name, &usage, provider.batch) {
-            (_, CostSource::Unpriced) => None,
-            (micros, _) => Some(micros),
-        }
+        prices.cost(&provider.name, &usage, provider.batch)
     });
     Estimate {
         provider: provider.name.clone(),
@@ -157,6 +159,10 @@ mod tests {
         assert_eq!(Sources::Counted { count: 0, bytes: 0 }.input_tokens(100), 0);
         // Ten sources of 387 bytes without ids: each 100 + 13 + 387 = 500 bytes, 125 tokens.
         assert_eq!(Sources::Counted { count: 10, bytes: 3870 }.input_tokens(100), 1250);
+        // Sizes from a request body saturate instead of overflowing (a panic in debug builds,
+        // a tiny estimate in release ones).
+        assert_eq!(Sources::Counted { count: 1 << 62, bytes: 1 }.input_tokens(100), 1 << 62);
+        assert_eq!(Sources::Items(vec![("a".into(), u64::MAX), ("b".into(), 8)]).input_tokens(0), u64::MAX / 4 + 5);
     }
 
     #[test]

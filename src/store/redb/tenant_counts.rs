@@ -2,7 +2,9 @@
 //! move `STATE_COUNTS`, so per-tenant depth reads one counter per (tenant, schema, state)
 //! instead of counting extractions. A file without the counters, or one an older binary
 //! wrote to after a rollback (its sums then disagree with `STATE_COUNTS`), is recounted
-//! from its records when it is opened.
+//! from its records when it is opened. An older binary's writes that leave every state's
+//! total as it was (one tenant's pending item erased while another's was taken in) pass
+//! that check; `verify` compares every counter with the records and names them.
 
 use std::collections::BTreeMap;
 
@@ -75,11 +77,12 @@ pub(super) fn build_if_absent(t: &mut WriteTables<'_>) -> Result<u64, Error> {
         }
     }
     t.tenant_counts.retain(|_, _| false)?;
-    let mut records = Vec::new();
+    // Counted while walking: a large file is not held in memory.
+    let mut counts = Counts::new();
     for entry in t.extractions.iter()? {
-        records.push(decode::<ExtractionRecord>(entry?.1.value())?);
+        let record = decode::<ExtractionRecord>(entry?.1.value())?;
+        depth::count_one(&mut counts, &record);
     }
-    let counts = depth::recount(&records);
     for ((tenant, schema, code), n) in &counts {
         t.tenant_counts.insert((tenant.as_str(), schema.as_str(), *code), *n)?;
     }

@@ -15,9 +15,14 @@ pub(crate) type Counts = BTreeMap<(String, String, u8), u64>;
 pub(crate) fn recount<'a>(records: impl IntoIterator<Item = &'a ExtractionRecord>) -> Counts {
     let mut counts = Counts::new();
     for record in records {
-        *counts.entry((record.tenant.clone(), record.schema.clone(), record.state.name().code())).or_default() += 1;
+        count_one(&mut counts, record);
     }
     counts
+}
+
+/// Adds one record to a recount.
+pub(crate) fn count_one(counts: &mut Counts, record: &ExtractionRecord) {
+    *counts.entry((record.tenant.clone(), record.schema.clone(), record.state.name().code())).or_default() += 1;
 }
 
 /// The counted rows (any order, zeros allowed) and each (tenant, schema)'s oldest pending
