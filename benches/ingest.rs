@@ -337,9 +337,12 @@ async fn measure(
     // does not leak into the measurement.
     let config_file = dir.join("bench.toml");
     let server = config.cache_bytes.map(|bytes| format!("[server]\ncache_bytes = {bytes}\n")).unwrap_or_default();
+    // Priced as a deployment would be: an unpriced model is a warning in the log, and a
+    // warning fails the run.
     let provider = format!(
         "# commitpoint ingest bench: built-in defaults, the simulator as provider, plus flags\n\
-         {server}[providers.openai]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key_env = \"{KEY_ENV}\"\n",
+         {server}[providers.openai]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key_env = \"{KEY_ENV}\"\n\n\
+         [[prices]]\nprovider = \"openai\"\nmodel = \"gpt-4o-mini\"\ninput_per_mtok = 0.15\noutput_per_mtok = 0.60\n",
         sim.base_url()
     );
     std::fs::write(&config_file, provider)?;
