@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::EXIT_PROBLEMS;
 use super::costs::dollars;
-use super::submit::{Source, collect};
+use super::files::{Source, collect};
 
 #[derive(Debug, clap::Args)]
 pub(super) struct Args {

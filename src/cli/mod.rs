@@ -13,6 +13,7 @@ mod demo;
 mod erase;
 mod estimate;
 mod export;
+mod files;
 mod maintenance;
 mod migrate;
 mod provider;

@@ -1,6 +1,6 @@
 //! `commitpoint submit`: send files as sources, many at once, with a progress bar.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use super::EXIT_PROBLEMS;
+use super::files::{Source, collect};
 
 #[derive(Debug, clap::Args)]
 pub(super) struct Args {
@@ -38,12 +39,6 @@ pub(super) struct Args {
 fn parse_dollars(text: &str) -> Result<u64, String> {
     let dollars: f64 = text.trim_start_matches('$').parse().map_err(|_| format!("{text:?} is not an amount"))?;
     crate::engine::ledger::dollars_to_micros(dollars).ok_or_else(|| format!("{text:?} is not a non-negative amount"))
-}
-
-/// One file to send; `source_id` is its path relative to the argument it came from.
-pub(super) struct Source {
-    pub(super) path: PathBuf,
-    pub(super) source_id: String,
 }
 
 pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -116,34 +111,4 @@ async fn submit_one(
     }
     let id = answer["extraction_id"].as_str().unwrap_or_default().to_string();
     Ok((answer["created"].as_bool().unwrap_or(false), id))
-}
-
-pub(super) fn collect(paths: &[PathBuf]) -> anyhow::Result<Vec<Source>> {
-    let mut out = Vec::new();
-    for root in paths {
-        let meta = std::fs::metadata(root).with_context(|| format!("cannot read {}", root.display()))?;
-        if meta.is_dir() {
-            walk(root, root, &mut out)?;
-        } else {
-            out.push(Source { path: root.clone(), source_id: root.display().to_string() });
-        }
-    }
-    Ok(out)
-}
-
-fn walk(root: &Path, dir: &Path, out: &mut Vec<Source>) -> anyhow::Result<()> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("cannot list {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            walk(root, &path, out)?;
-        } else if path.is_file() {
-            let source_id = path.strip_prefix(root).unwrap_or(&path).display().to_string();
-            out.push(Source { path, source_id });
-        }
-    }
-    Ok(())
 }
