@@ -83,15 +83,13 @@ fn text(body: &Value) -> String {
     );
     let _ = writeln!(out, "charged: {}", dollars(body["charged_micros"].as_u64().unwrap_or(0)));
     let unpriced = body["unpriced_attempts"].as_u64().unwrap_or(0);
-    if unpriced > 0 {
-        let _ = writeln!(
-            out,
-            "unpriced attempts: {unpriced} (booked at $0: the charge is short of the bill; \
-             add [[prices]] rows for their models, `commitpoint config check` lists them)"
-        );
+    let why = if unpriced == 0 {
+        ""
     } else {
-        let _ = writeln!(out, "unpriced attempts: 0");
-    }
+        " (booked at $0: the charge is short of the bill; add [[prices]] rows for their models, \
+         `commitpoint config check` lists them)"
+    };
+    let _ = writeln!(out, "unpriced attempts: {unpriced}{why}");
     let _ = writeln!(
         out,
         "{:<24} {:<18} {:>9} {:>13} {:>13} {:>14} {:>9}",

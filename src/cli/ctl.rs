@@ -1,5 +1,6 @@
 //! `commitpoint ctl`: talk to a running server's admin API.
 
+use crate::domain::lifecycle::StateName;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -113,7 +114,8 @@ fn tenant_table(stats: &Value) -> String {
         return String::new();
     }
     let count = |row: &Value, state: &str| row["extractions"][state].as_u64().unwrap_or(0);
-    let unfinished = |row: &Value| STATES[..4].iter().map(|s| count(row, s)).sum::<u64>();
+    let unfinished =
+        |row: &Value| StateName::ALL.iter().filter(|s| !s.is_terminal()).map(|s| count(row, s.as_str())).sum::<u64>();
     // Stable: equal rows keep the server's (tenant, schema) order.
     rows.sort_by_key(|row| std::cmp::Reverse(unfinished(row)));
     let mut out = format!("{:<20} {:<20}", "tenant", "schema");

@@ -8,7 +8,6 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
-use super::EXIT_PROBLEMS;
 use super::costs::dollars;
 use super::files::{Source, collect};
 
@@ -139,20 +138,15 @@ pub(super) fn cost_to_check(answer: &Value) -> Result<(String, u64), String> {
         Some(name) => estimates.iter().filter(|e| e["provider"].as_str() == Some(name)).collect(),
         None => estimates.iter().collect(),
     };
-    if chosen.is_empty() {
-        return Err("no configured provider to estimate against".to_string());
-    }
-    let mut dearest: Option<(String, u64)> = None;
+    let mut costs = Vec::with_capacity(chosen.len());
     for e in chosen {
         let name = e["provider"].as_str().unwrap_or("?").to_string();
         let Some(cost) = e["cost_micros"].as_u64() else {
             return Err(format!("provider {name}'s model has no [[prices]] row, so its cost cannot be told"));
         };
-        if dearest.as_ref().is_none_or(|(_, c)| cost > *c) {
-            dearest = Some((name, cost));
-        }
+        costs.push((name, cost));
     }
-    dearest.ok_or_else(|| "no estimate".to_string())
+    costs.into_iter().max_by_key(|(_, cost)| *cost).ok_or_else(|| "no configured provider to estimate against".into())
 }
 
 /// `submit --max-cost`: `Ok` when the files fit, else the refusal to print (exit 1).
@@ -177,9 +171,6 @@ pub(super) async fn check_max_cost(
     })
 }
 
-/// The exit code of a refused `submit --max-cost`.
-pub(super) const REFUSED: u8 = EXIT_PROBLEMS;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,7 +184,7 @@ mod tests {
                    {"provider": "dear", "model": "m2", "input_tokens": 10, "output_tokens": 5,
                     "output_basis": "budget", "cost_micros": 900, "covered_by_budget": true},
                    {"provider": "free", "model": "m3", "input_tokens": 10, "output_tokens": 5,
-                    "output_basis": "unknown", "cost_micros": null, "covered_by_budget": null}]})
+                    "output_basis": "budget", "cost_micros": null, "covered_by_budget": null}]})
     }
 
     #[test]

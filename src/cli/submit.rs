@@ -53,7 +53,7 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             super::estimate::check_max_cost(&client, &base, &args.tenant, &args.schema, &sources, max).await?
         {
             eprintln!("commitpoint: {refusal}");
-            return Ok(ExitCode::from(super::estimate::REFUSED));
+            return Ok(ExitCode::from(EXIT_PROBLEMS));
         }
     }
     let bar = ProgressBar::new(sources.len() as u64);

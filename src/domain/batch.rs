@@ -109,6 +109,16 @@ impl OutputBudget {
     }
 }
 
+/// Bytes of text per token in commitpoint's own counts: OpenAI's rule of thumb for English
+/// (docs/PROVIDERS.md, "How the simulator counts tokens"). The cost estimator prices by it
+/// and the simulator bills by it, so on the simulator an estimate's input is exact.
+pub const BYTES_PER_TOKEN: u64 = 4;
+
+/// `bytes` of text in tokens by [`BYTES_PER_TOKEN`]: at least one.
+pub fn approx_tokens(bytes: u64) -> u64 {
+    (bytes / BYTES_PER_TOKEN).max(1)
+}
+
 /// What one paid model call used, as the provider reported it. Raw token counts are
 /// kept so that costs can be recomputed when a price table changes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

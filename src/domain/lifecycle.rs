@@ -141,6 +141,12 @@ impl StateName {
         }
     }
 
+    /// Whether nothing moves an extraction out of this state on its own (an operator's retry
+    /// aside): the rest is work waiting or in flight.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Committed | Self::Failed | Self::Cancelled)
+    }
+
     /// The state a stored code names; `None` for a code no state has.
     pub fn from_code(code: i64) -> Option<StateName> {
         Self::ALL.into_iter().find(|s| i64::from(s.code()) == code)

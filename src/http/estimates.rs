@@ -45,15 +45,13 @@ pub(super) struct EstimateItem {
 }
 
 /// What an estimate's output tokens rest on: the tenant's mean output per fresh answer at
-/// that provider over 30 days, the provider's output budget (the most an answer may use),
-/// or nothing.
+/// that provider over 30 days, else the provider's output budget (the most an answer may use).
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 #[allow(dead_code, reason = "describes OutputBasis's serialisation; never built")]
 pub(super) enum OutputBasisView {
     History,
     Budget,
-    Unknown,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -358,7 +358,7 @@ pub(crate) async fn stats(State(service): State<Service>) -> Reply<Stats> {
     let extractions = counts.iter().map(|c| (c.state.as_str().to_string(), c.count)).collect();
     let oldest_age_seconds = counts
         .iter()
-        .filter(|c| !matches!(c.state, StateName::Committed | StateName::Failed | StateName::Cancelled))
+        .filter(|c| !c.state.is_terminal())
         .filter_map(|c| Some((c.state.as_str().to_string(), now.saturating_sub(c.oldest_since_ms?) / 1000)))
         .collect();
     ok(Stats {

@@ -13,8 +13,6 @@ use crate::store::TenantDepth;
 /// (`[A-Za-z0-9._-]`), so it cannot be mistaken for one.
 pub(super) const OTHER: &str = "(other)";
 
-const UNFINISHED: [StateName; 4] = [StateName::Pending, StateName::Claimed, StateName::Submitted, StateName::Ready];
-
 /// One tenant's series: a count per state (all schemas together) and the oldest pending
 /// time of any of its schemas.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -35,7 +33,7 @@ impl TenantSeries {
     }
 
     fn unfinished(&self) -> u64 {
-        UNFINISHED.iter().map(|s| self.counts.get(s).copied().unwrap_or(0)).sum()
+        self.counts.iter().filter(|(s, _)| !s.is_terminal()).map(|(_, n)| n).sum()
     }
 }
 

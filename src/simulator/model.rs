@@ -205,9 +205,9 @@ pub(super) fn conform(answer: &mut Value, schema: &Value) {
     }
 }
 
-/// Roughly four bytes per token, never zero: good enough for a cost ledger to be exercised.
+/// Tokens billed for `bytes` of text: the rule the cost estimator documents and prices by.
 pub(super) fn tokens(bytes: usize) -> u64 {
-    u64::try_from(bytes / 4).unwrap_or(u64::MAX).max(1)
+    crate::domain::batch::approx_tokens(u64::try_from(bytes).unwrap_or(u64::MAX))
 }
 
 /// A message's text: a plain string or the concatenated `text` parts.

@@ -162,7 +162,7 @@ impl ProviderSettings {
             model: self.model().map(str::to_string),
             // `chat` calls a synchronous completions endpoint: list price, no batch discount.
             batch: self.kind() != ProviderKind::Chat,
-            output_budget: Some(self.output_budget()),
+            output_budget: self.output_budget(),
         }
     }
 

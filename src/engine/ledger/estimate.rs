@@ -1,27 +1,25 @@
 //! What a set of sources will cost before it is sent: the estimator behind
 //! `POST /v1/estimates`, `commitpoint estimate` and `commitpoint submit --max-cost`.
 //!
-//! Input tokens are counted from bytes, 4 bytes a token (OpenAI's rule of thumb for
-//! English), over the text every adapter sends: the schema's instructions, then
-//! `source_id: ID` and a blank line, then the content. The simulator bills its tokens by the
-//! same rule, so on it the input estimate is exact; a real tokenizer reads code and
-//! non-English text into more tokens than this, and a provider also counts the schema it
-//! is sent (a few hundred tokens per request). No tokenizer crate is used: the maintained
-//! ones cover OpenAI's encodings only, and a provider-specific count would still miss the
-//! schema and the chat framing.
+//! Input tokens are counted from bytes (`domain::batch::approx_tokens`, 4 bytes a token:
+//! OpenAI's rule of thumb for English) over the text every adapter sends: the schema's
+//! instructions, then `source_id: ID` and a blank line, then the content. The simulator
+//! bills by the same function, so on it the input estimate is exact; a real tokenizer reads
+//! code and non-English text into more tokens, and a provider also counts the schema it is
+//! sent. No tokenizer is used: OpenAI's (tiktoken) covers its own models only, Anthropic's
+//! local tokenizer is no longer accurate from Claude 3 on and its exact count is an API call
+//! (`count_tokens`), which an estimate must not make; docs/PROVIDERS.md has the sources.
 //!
 //! Output tokens have no such rule: each answer is as long as its findings. The estimate
 //! takes the tenant's own mean output per fresh answer at that provider over the last
 //! 30 days when it has one (`history`), else the provider's output budget (`budget`, the
-//! most an answer may cost), else nothing (`unknown`).
+//! most an answer may cost).
 
 use serde::Serialize;
 
 use super::PriceTable;
-use crate::domain::batch::Usage;
+use crate::domain::batch::{Usage, approx_tokens};
 
-/// Bytes per token of the estimate (and of the simulator's bill).
-pub(crate) const BYTES_PER_TOKEN: u64 = 4;
 /// What the user turn adds around the content: `source_id: ` and `\n\n`.
 const USER_TURN_FRAME_BYTES: u64 = 13;
 
@@ -33,8 +31,8 @@ pub(crate) struct ProviderProfile {
     /// `None` for an Azure deployment: the model behind it is known only from its answers.
     pub model: Option<String>,
     pub batch: bool,
-    /// Output tokens an answer may use, when the config sets it (or its cap).
-    pub output_budget: Option<u32>,
+    /// Output tokens an answer may use: the configured budget, or its cap where unset.
+    pub output_budget: u32,
 }
 
 /// The sources to estimate: each one's `source_id` and content length, or a count with
@@ -59,22 +57,17 @@ impl Sources {
         match self {
             // Saturating throughout: the sizes come from a request body.
             Self::Items(items) => items.iter().fold(0u64, |sum, (id, bytes)| {
-                sum.saturating_add(tokens(frame.saturating_add(id.len() as u64).saturating_add(*bytes)))
+                sum.saturating_add(approx_tokens(frame.saturating_add(id.len() as u64).saturating_add(*bytes)))
             }),
             Self::Counted { count, bytes } => {
                 // Spread evenly: the same rule per request, on the mean request.
                 if *count == 0 {
                     return 0;
                 }
-                tokens(frame.saturating_mul(*count).saturating_add(*bytes)).max(*count)
+                approx_tokens(frame.saturating_mul(*count).saturating_add(*bytes)).max(*count)
             }
         }
     }
-}
-
-/// A request of `bytes` of prompt text, in tokens: at least one.
-pub(crate) fn tokens(bytes: u64) -> u64 {
-    (bytes / BYTES_PER_TOKEN).max(1)
 }
 
 /// Where an estimate's output tokens come from.
@@ -83,7 +76,6 @@ pub(crate) fn tokens(bytes: u64) -> u64 {
 pub(crate) enum OutputBasis {
     History,
     Budget,
-    Unknown,
 }
 
 /// One provider's estimate for the sources.
@@ -112,10 +104,9 @@ pub(crate) fn estimate(
 ) -> Estimate {
     let requests = sources.count();
     let input_tokens = sources.input_tokens(instructions_bytes);
-    let (per_answer, output_basis) = match (mean_output, provider.output_budget) {
-        (Some(mean), _) => (mean, OutputBasis::History),
-        (None, Some(budget)) => (u64::from(budget), OutputBasis::Budget),
-        (None, None) => (0, OutputBasis::Unknown),
+    let (per_answer, output_basis) = match mean_output {
+        Some(mean) => (mean, OutputBasis::History),
+        None => (u64::from(provider.output_budget), OutputBasis::Budget),
     };
     let output_tokens = per_answer.saturating_mul(requests);
     // The table's own cost, not `Pricing::price`: an estimate is no paid call, and must not
@@ -145,7 +136,7 @@ mod tests {
         test_price_table()
     }
 
-    fn openai(budget: Option<u32>) -> ProviderProfile {
+    fn openai(budget: u32) -> ProviderProfile {
         ProviderProfile { name: "openai".into(), model: Some("gpt-4o-mini".into()), batch: true, output_budget: budget }
     }
 
@@ -168,25 +159,23 @@ mod tests {
     #[test]
     fn output_comes_from_history_then_the_budget_and_the_batch_discount_applies() {
         let sources = Sources::Items(vec![("a.rs".into(), 283); 1000]);
-        let history = estimate(&openai(Some(4096)), &sources, 100, Some(200), &prices());
+        let history = estimate(&openai(4096), &sources, 100, Some(200), &prices());
         assert_eq!((history.input_tokens, history.output_tokens), (100_000, 200_000));
         assert_eq!(history.output_basis, OutputBasis::History);
         // 100k × $0.15/M + 200k × $0.60/M = $0.135, half through the batch API.
         assert_eq!(history.cost_micros, Some(67_500));
-        let budget = estimate(&openai(Some(500)), &sources, 100, None, &prices());
+        let budget = estimate(&openai(500), &sources, 100, None, &prices());
         assert_eq!((budget.output_tokens, budget.output_basis), (500_000, OutputBasis::Budget));
-        let unknown = estimate(&openai(None), &sources, 100, None, &prices());
-        assert_eq!((unknown.output_tokens, unknown.output_basis), (0, OutputBasis::Unknown));
-        let sync = ProviderProfile { batch: false, ..openai(Some(500)) };
+        let sync = ProviderProfile { batch: false, ..openai(500) };
         assert_eq!(estimate(&sync, &sources, 100, Some(200), &prices()).cost_micros, Some(135_000), "list price");
     }
 
     #[test]
     fn an_unpriced_or_unknown_model_has_no_cost() {
         let sources = Sources::Counted { count: 3, bytes: 900 };
-        let other = ProviderProfile { model: Some("gpt-5".into()), ..openai(None) };
+        let other = ProviderProfile { model: Some("gpt-5".into()), ..openai(500) };
         assert_eq!(estimate(&other, &sources, 0, Some(10), &prices()).cost_micros, None);
-        let azure = ProviderProfile { model: None, ..openai(None) };
+        let azure = ProviderProfile { model: None, ..openai(500) };
         assert_eq!(estimate(&azure, &sources, 0, Some(10), &prices()).cost_micros, None);
     }
 }

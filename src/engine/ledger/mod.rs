@@ -38,7 +38,9 @@ pub(crate) struct PriceTable {
     prices: HashMap<(String, String), Price>,
     /// (provider, model) pairs already warned of as unpriced: a log line per model, not
     /// one per call. Shared by the clones of one table; a reloaded table warns afresh.
-    warned: Arc<Mutex<HashSet<(String, String)>>>,
+    /// Keyed provider → models, so a repeated unpriced call (on the store's writer thread)
+    /// is looked up by `&str` and allocates nothing.
+    warned: Arc<Mutex<HashMap<String, HashSet<String>>>>,
 }
 
 impl PriceTable {
@@ -104,7 +106,10 @@ impl PriceTable {
     fn first_unpriced(&self, provider: &str, model: &str) -> bool {
         // A poisoned set only means a panic elsewhere mid-insert: the set itself is sound.
         let mut warned = self.warned.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        warned.insert((provider.to_string(), model.to_string()))
+        if warned.get(provider).is_some_and(|models| models.contains(model)) {
+            return false;
+        }
+        warned.entry(provider.to_string()).or_default().insert(model.to_string())
     }
 
     fn warn_unpriced(&self, provider: &str, model: &str) {

@@ -16,7 +16,6 @@ use crate::service::Service;
 
 /// The (tenant, schema) rows the overview shows: those with the most unfinished work.
 const TENANT_ROWS: usize = 50;
-const UNFINISHED: [StateName; 4] = [StateName::Pending, StateName::Claimed, StateName::Submitted, StateName::Ready];
 
 pub(super) async fn show(State(service): State<Service>, viewer: Viewer) -> Result<Response, Problem> {
     if !viewer.is_admin() {
@@ -31,9 +30,8 @@ pub(super) async fn show(State(service): State<Service>, viewer: Viewer) -> Resu
     let (outbox_pending, outbox_dead, oldest_pending) = service.outbox_counts().await?;
     let budgets = service.budget_status().await?;
     let mut tenants = service.depth_by_tenant().await?;
-    let unfinished = |d: &crate::store::TenantDepth| UNFINISHED.iter().map(|s| d.count(*s)).sum::<u64>();
     // Stable: equal pairs keep the store's (tenant, schema) order.
-    tenants.sort_by_key(|d| std::cmp::Reverse(unfinished(d)));
+    tenants.sort_by_key(|d| std::cmp::Reverse(d.unfinished()));
     let more_tenants = tenants.len().saturating_sub(TENANT_ROWS);
     tenants.truncate(TENANT_ROWS);
     let ungrounded = service.ungrounded_findings();
@@ -70,7 +68,7 @@ pub(super) async fn show(State(service): State<Service>, viewer: Viewer) -> Resu
             table {
                 thead { tr { th { "state" } th { "oldest for" } th { "since" } } }
                 tbody {
-                    @for c in counts.iter().filter(|c| !matches!(c.state, StateName::Committed | StateName::Failed | StateName::Cancelled)) {
+                    @for c in counts.iter().filter(|c| !c.state.is_terminal()) {
                         tr {
                             td { (c.state.as_str()) }
                             @if let Some(since) = c.oldest_since_ms {

@@ -12,7 +12,8 @@ use super::rules::intent::{IntentOutcome, IntentRequest, WorkFilter};
 use super::{ClaimRequest, Store, WriterGuard, tables, verify_file};
 use crate::domain::identity::{ExtractionId, SourceHash};
 
-async fn intake(store: &Store, tenant: &str, schema: &str, source: &str) -> ExtractionId {
+/// Takes in `fn {source}() {}` for the tenant and schema (the per-tenant counters' tests use it too).
+pub(super) async fn intake(store: &Store, tenant: &str, schema: &str, source: &str) -> ExtractionId {
     let content = format!("fn {source}() {{}}");
     let hash = SourceHash::compute(content.as_bytes(), schema);
     let id = ExtractionId::compute(tenant, source, &hash, schema);

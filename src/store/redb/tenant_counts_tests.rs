@@ -7,11 +7,11 @@ use crate::store::seam::Extractions;
 use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::codec::decode;
-use super::records::{ExtractionRecord, NewExtraction};
+use super::pending_queue_tests::intake;
+use super::records::ExtractionRecord;
 use super::rules::depth;
 use super::tables::{self, META_TENANT_COUNTS};
 use super::{ClaimRequest, Store, WriterGuard, verify_file};
-use crate::domain::identity::{ExtractionId, SourceHash};
 use crate::domain::lifecycle::StateName;
 
 /// `depth_by_tenant` against a recount of every stored record.
@@ -37,21 +37,6 @@ pub(super) async fn assert_depth_matches_the_records(store: &Store, step: &str) 
         assert_eq!(d.oldest_pending_since_ms, head.map(|r| r.updated_at_ms), "after {step}: {d:?}");
     }
     assert_eq!(reported, depth::recount(&records), "after {step}: per-tenant depth against the records");
-}
-
-async fn intake(store: &Store, tenant: &str, schema: &str, source: &str) {
-    let content = format!("fn {source}() {{}}");
-    let hash = SourceHash::compute(content.as_bytes(), schema);
-    let new = NewExtraction {
-        id: ExtractionId::compute(tenant, source, &hash, schema),
-        tenant: tenant.into(),
-        source_id: source.into(),
-        source_hash: hash,
-        schema: schema.into(),
-        metadata_json: None,
-        content,
-    };
-    store.intake(new).await.unwrap();
 }
 
 async fn close(store: Store, guard: WriterGuard) {

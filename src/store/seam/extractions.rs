@@ -290,6 +290,11 @@ impl TenantDepth {
     pub fn count(&self, state: StateName) -> u64 {
         self.counts.iter().find(|(s, _)| *s == state).map_or(0, |(_, n)| *n)
     }
+
+    /// Work waiting or in flight: what the busiest tenants are ranked by.
+    pub fn unfinished(&self) -> u64 {
+        self.counts.iter().filter(|(s, _)| !s.is_terminal()).map(|(_, n)| n).sum()
+    }
 }
 
 #[derive(Debug, Clone)]
