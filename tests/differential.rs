@@ -25,6 +25,8 @@ mod coverage;
 mod model;
 #[path = "differential/model_batches.rs"]
 mod model_batches;
+#[path = "differential/model_fair.rs"]
+mod model_fair;
 #[path = "differential/model_upkeep.rs"]
 mod model_upkeep;
 #[path = "differential/observe.rs"]

@@ -231,10 +231,11 @@ impl Server {
         crate::http::metrics::init();
         let provider_registry::Providers { providers, simulators } =
             provider_registry::build(&options.providers).await?;
-        store.set_policies(Policies {
-            sinks: sinks.iter().map(|s| s.name.clone()).collect(),
-            pricing: Arc::new(options.prices.clone()),
-        });
+        store.set_policies(Policies::new(
+            sinks.iter().map(|s| s.name.clone()).collect(),
+            Arc::new(options.prices.clone()),
+            options.fairness.clone(),
+        ));
         let supervisor = Supervisor::new();
         // Never cancelled on redb: the one process owns its file.
         let authority = CancellationToken::new();
@@ -348,7 +349,11 @@ impl Server {
             Err(e) => tracing::error!(error = %e, "tokens not reloaded: keeping the ones in force"),
         }
         self.router.configure(options.routes.clone(), options.budgets.clone());
-        self.store.set_policies(Policies { sinks: self.sink_names.clone(), pricing: Arc::new(options.prices.clone()) });
+        self.store.set_policies(Policies::new(
+            self.sink_names.clone(),
+            Arc::new(options.prices.clone()),
+            options.fairness.clone(),
+        ));
         self.service.set_prices(options.prices.clone());
         warn_unpriced(options);
         // Work held or routed elsewhere until now may be free to go.

@@ -147,6 +147,12 @@ impl StateName {
         matches!(self, Self::Committed | Self::Failed | Self::Cancelled)
     }
 
+    /// Whether the work is with a worker or a provider: what a tenant's `max_in_flight`
+    /// counts.
+    pub fn is_in_flight(self) -> bool {
+        matches!(self, Self::Claimed | Self::Submitted | Self::Ready)
+    }
+
     /// The state a stored code names; `None` for a code no state has.
     pub fn from_code(code: i64) -> Option<StateName> {
         Self::ALL.into_iter().find(|s| i64::from(s.code()) == code)

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::domain::batch::Usage;
 use crate::store::records::CostSource;
+use crate::store::rules::fair::{Fairness, Rotations};
 
 /// Turns one call's usage into micro-dollars.
 pub trait Pricing: Send + Sync + fmt::Debug {
@@ -23,15 +24,40 @@ impl Pricing for ProviderReportedOnly {
     }
 }
 
-/// What the writer consults besides the data: where events go, what calls cost.
+/// What the writer consults besides the data: where events go, what calls cost, how
+/// tenants share the work.
 #[derive(Debug, Clone)]
 pub struct Policies {
     pub sinks: Vec<String>,
     pub pricing: Arc<dyn Pricing>,
+    pub fairness: Arc<Fairness>,
+    /// Where each queue's fair rotation stands: the backend's, kept across reloads.
+    pub(in crate::store) rotations: Arc<Rotations>,
+}
+
+impl Policies {
+    pub fn new(sinks: Vec<String>, pricing: Arc<dyn Pricing>, fairness: Fairness) -> Self {
+        Self { sinks, pricing, fairness: Arc::new(fairness), rotations: Arc::default() }
+    }
+
+    /// These policies, carrying on the rotations `current` kept.
+    pub(in crate::store) fn succeeding(mut self, current: &Policies) -> Self {
+        self.rotations = Arc::clone(&current.rotations);
+        self
+    }
+}
+
+/// Replaces the policies in `cell`; the rotations carry on.
+pub(in crate::store) fn replace(cell: &std::sync::RwLock<Arc<Policies>>, next: Policies) {
+    let mut current = match cell.write() {
+        Ok(current) => current,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    *current = Arc::new(next.succeeding(&current));
 }
 
 impl Default for Policies {
     fn default() -> Self {
-        Self { sinks: Vec::new(), pricing: Arc::new(ProviderReportedOnly) }
+        Self::new(Vec::new(), Arc::new(ProviderReportedOnly), Fairness::default())
     }
 }

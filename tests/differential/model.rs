@@ -70,6 +70,8 @@ pub struct Model {
     pub(super) outbox: Vec<Event>,
     pub(super) spend: BTreeMap<String, u64>,
     pub(super) erased_spend: BTreeMap<String, u64>,
+    /// Where each queue's fair rotation stopped (`model_fair`).
+    pub(super) rotations: HashMap<String, (String, String)>,
 }
 
 impl Model {
@@ -87,6 +89,7 @@ impl Model {
             outbox: Vec::new(),
             spend: BTreeMap::new(),
             erased_spend: BTreeMap::new(),
+            rotations: HashMap::new(),
         }
     }
 
@@ -211,7 +214,7 @@ impl Model {
         (true, seq)
     }
 
-    /// Leases that ran out first (oldest first), then pending work in intake order.
+    /// Leases that ran out first (oldest first), then pending work by the fair pick.
     fn claim(&mut self, index: usize, worker: usize, limit: usize, short: bool, schema: Option<usize>) -> Answer {
         let wanted = |e: &Ext| schema.is_none_or(|s| e.view.schema == SCHEMAS[s]);
         let mut expired: Vec<(usize, u64)> = self
@@ -222,9 +225,12 @@ impl Model {
             .collect();
         expired.sort();
         let mut picked: Vec<u64> = expired.into_iter().take(limit).map(|(_, seq)| seq).collect();
-        let pending = self.ext.iter().filter(|(_, e)| e.view.state == StateView::Pending && wanted(e));
-        let more: Vec<u64> = pending.map(|(seq, _)| *seq).take(limit - picked.len()).collect();
-        picked.extend(more);
+        let queue = format!("claim/{}", schema.map_or("*", |s| SCHEMAS[s]));
+        let pick = self.fair_pick(&queue, wanted, limit - picked.len(), u64::MAX);
+        if let Some(stop) = pick.stopped_at {
+            self.rotations.insert(queue, stop);
+        }
+        picked.extend(pick.seqs);
         let mut grants = Vec::new();
         for seq in picked {
             let Some(ext) = self.ext.get_mut(&seq) else { continue };

@@ -4,7 +4,7 @@
 use commitpoint::domain::lifecycle::FailureClass;
 use commitpoint::store::{ChargeKind, CloseReport, StageReport};
 
-use super::model::{Batch, Model, Paid, Reporter};
+use super::model::{Batch, Ext, Model, Paid, Reporter};
 use super::ops::{LeftoverPick, LineKind, LinePick};
 use super::universe::{self, PROVIDERS, SCHEMAS, TENANTS};
 use super::view::*;
@@ -34,33 +34,18 @@ impl Model {
         only: Option<usize>,
     ) -> IntentView {
         let max_bytes = if small_bytes { 20 } else { u64::MAX };
-        let candidates: Vec<u64> = self
-            .ext
-            .iter()
-            .filter(|(_, e)| e.view.state == StateView::Pending && e.view.schema == SCHEMAS[schema])
-            .filter(|(_, e)| only.is_none_or(|t| e.view.tenant == TENANTS[t]))
-            .map(|(seq, _)| *seq)
-            .take(max_size)
-            .collect();
-        let (mut members, mut bytes, mut full) = (Vec::new(), 0u64, false);
-        for seq in candidates {
-            let size = self.ext[&seq].view.content_bytes;
-            if !members.is_empty() && bytes + size > max_bytes {
-                full = true;
-                break;
-            }
-            bytes += size;
-            members.push(seq);
-            if members.len() >= max_size {
-                full = true;
-                break;
-            }
-        }
+        let queue = format!("intent/{}/{}", PROVIDERS[provider], SCHEMAS[schema]);
+        let accepted = |e: &Ext| e.view.schema == SCHEMAS[schema] && only.is_none_or(|t| e.view.tenant == TENANTS[t]);
+        let pick = self.fair_pick(&queue, accepted, max_size, max_bytes);
+        let (members, full) = (pick.seqs, pick.full);
         if members.is_empty() {
             return IntentView::Nothing;
         }
         if !full && wait {
             return IntentView::Waiting { members: members.len() };
+        }
+        if let Some(stop) = pick.stopped_at {
+            self.rotations.insert(queue, stop);
         }
         let label = self.batches.len();
         let provider = PROVIDERS[provider].to_string();

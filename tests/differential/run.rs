@@ -45,7 +45,7 @@ pub fn check(backends: Backends, default_cases: u32, max_ops: usize) {
 }
 
 fn policies() -> Policies {
-    Policies { sinks: SINKS.iter().map(|s| s.to_string()).collect(), pricing: Arc::new(TestPricing) }
+    Policies::new(SINKS.iter().map(|s| s.to_string()).collect(), Arc::new(TestPricing), Default::default())
 }
 
 /// A fresh redb store in its own temp dir; the guard and the dir must outlive it.

@@ -39,6 +39,9 @@ pub(crate) struct RawConfig {
     pub prices: Vec<RawPrice>,
     #[serde(default)]
     pub budgets: RawBudgets,
+    /// `[tenants.<name>]`: how each tenant shares the work (config::tenants).
+    #[serde(default)]
+    pub tenants: BTreeMap<String, super::tenants::RawTenant>,
     #[serde(default)]
     pub outbox: RawOutbox,
     #[serde(default)]
@@ -165,6 +168,8 @@ pub(crate) struct RawScheduler {
     pub delete_provider_files: Option<bool>,
     /// Provider attempts per extraction across requeues (default 5).
     pub max_attempts: Option<u32>,
+    /// Bytes of sources each tenant takes per round of the fair pick (default 4096).
+    pub fair_quantum_bytes: Option<u64>,
 }
 
 /// Reads the file. A missing file is fine only when nobody asked for it explicitly.

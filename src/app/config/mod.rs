@@ -11,6 +11,7 @@ mod limits;
 mod providers;
 mod retention;
 mod store;
+mod tenants;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -66,6 +67,8 @@ pub(crate) struct ServeOptions {
     pub routes: crate::engine::routing::Routes,
     pub prices: crate::engine::ledger::PriceTable,
     pub budgets: crate::engine::ledger::Budgets,
+    /// `[tenants.<name>]` and `[scheduler] fair_quantum_bytes`.
+    pub fairness: crate::store::Fairness,
     pub sinks: Vec<SinkOptions>,
     pub webhooks: Vec<WebhookOptions>,
     /// One line per old configuration form in use, pointing to its new form; `serve` logs
@@ -224,6 +227,7 @@ impl ServeOptions {
             routes,
             prices: extras::resolve_prices(raw.prices)?,
             budgets: raw.budgets.resolve()?,
+            fairness: tenants::resolve(raw.tenants, raw.scheduler.fair_quantum_bytes)?,
             sinks: extras::resolve_sinks(raw.outbox)?,
             webhooks: extras::resolve_webhooks(raw.webhooks)?,
             max_findings: match raw.limits.max_findings_per_output {
@@ -315,6 +319,7 @@ impl ServeOptions {
             self.budgets.limits.len(),
             self.budgets.period
         ));
+        extra.push(tenants::describe(&self.fairness));
         for gap in self.unpriced_providers() {
             extra.push(format!("# unpriced: {gap}"));
         }

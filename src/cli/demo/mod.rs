@@ -118,6 +118,7 @@ fn serve_options(data_dir: PathBuf, providers: Vec<ProviderSettings>, scheduler:
         routes: crate::engine::routing::Routes::default(),
         prices: demo_prices(),
         budgets: crate::engine::ledger::Budgets::default(),
+        fairness: crate::store::Fairness::default(),
         sinks: Vec::new(),
         webhooks: Vec::new(),
         notes: Vec::new(),

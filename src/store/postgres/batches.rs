@@ -224,34 +224,32 @@ impl Batches for PgStore {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
         let now_ms = clock::now_ms();
-        // Only tenants this provider may take (routing, budget holds) are read.
-        let tenants: Vec<String> = tx
-            .query(
-                "SELECT DISTINCT tenant FROM extractions WHERE state_code = $1 AND schema_name = $2",
-                &[&i16::from(StateName::Pending.code()), &request.schema],
-            )
-            .await
-            .map_err(pg("cannot list tenants with pending work"))?
-            .iter()
-            .map(|r| r.get::<_, String>(0))
-            .filter(|tenant| (request.accept.0)(tenant, &request.schema))
-            .collect();
-        if tenants.is_empty() {
-            return Ok(IntentOutcome::Nothing);
-        }
-        // Rows a worker is claiming right now are skipped: they are that worker's.
-        let rows = tx
-            .query(
-                "SELECT record FROM extractions WHERE state_code = $1 AND schema_name = $2 AND tenant = ANY($3) \
-                 ORDER BY seq LIMIT $4 FOR UPDATE SKIP LOCKED",
-                &[&i16::from(StateName::Pending.code()), &request.schema, &tenants, &big(request.max_size as u64)],
-            )
-            .await
-            .map_err(pg("cannot select pending work"))?;
-        let candidates = rows.iter().map(|row| decode_record(row.get(0)));
-        let members = match intent::fill(candidates, &request, now_ms)? {
-            Filling::NotYet(outcome) => return Ok(outcome),
-            Filling::Due(members) => members,
+        let queue = intent::queue(&request);
+        let before = policies.rotations.take(&queue);
+        let mut rotation = before.clone();
+        // Only the work this provider may take (routing, budget holds) is read.
+        let picked = super::pending_queue::pick(
+            &tx,
+            &policies,
+            Some(&request.schema),
+            &request.accept,
+            intent::limits(&request),
+            &mut rotation,
+        )
+        .await;
+        let members = match picked.map(|picked| intent::fill(picked, &request, now_ms)) {
+            Ok(Filling::Due(members)) => {
+                policies.rotations.put(&queue, rotation);
+                members
+            }
+            Ok(Filling::NotYet(outcome)) => {
+                policies.rotations.put(&queue, before);
+                return Ok(outcome);
+            }
+            Err(e) => {
+                policies.rotations.put(&queue, before);
+                return Err(e);
+            }
         };
         let seq: i64 = tx
             .query_one("SELECT nextval('batch_seq')", &[])

@@ -223,7 +223,7 @@ impl Extractions for PgStore {
         let limit = big(request.limit as u64);
         let schema = request.schema.clone();
         // Rows another instance is claiming right now are skipped, not waited for.
-        let mut rows = tx
+        let rows = tx
             .query(
                 "SELECT record, content FROM extractions WHERE state_code = 2 AND lease_expires_at_ms <= $1 \
                  AND ($2::text IS NULL OR schema_name = $2) ORDER BY lease_expires_at_ms, seq LIMIT $3 \
@@ -232,25 +232,44 @@ impl Extractions for PgStore {
             )
             .await
             .map_err(pg("cannot select expired leases"))?;
-        let want = limit - rows.len() as i64;
-        if want > 0 {
-            rows.extend(
-                tx.query(
-                    "SELECT record, content FROM extractions WHERE state_code = 1 \
-                     AND ($1::text IS NULL OR schema_name = $1) ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED",
-                    &[&schema, &want],
-                )
-                .await
-                .map_err(pg("cannot select pending work"))?,
-            );
+        let mut candidates = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let record = decode_record(row.get(0))?;
+            let text = decode::<StoredContent>(stored_content(row.get(1), record.seq)?)?.text;
+            candidates.push((record, text));
         }
-        let mut grants = Vec::with_capacity(rows.len());
-        for row in rows {
-            let mut record = decode_record(row.get(0))?;
+        let queue = claim::queue(&request);
+        let mut rotation = policies.rotations.take(&queue);
+        let limits = claim::limits(&request, candidates.len());
+        let picked = super::pending_queue::pick(
+            &tx,
+            &policies,
+            request.schema.as_deref(),
+            &claim::everyone(),
+            limits,
+            &mut rotation,
+        )
+        .await;
+        policies.rotations.put(&queue, rotation);
+        let pending = picked?.items;
+        let seqs: Vec<i64> = pending.iter().map(|r| big(r.seq)).collect();
+        let mut contents: std::collections::HashMap<i64, Option<Vec<u8>>> = tx
+            .query("SELECT seq, content FROM extractions WHERE seq = ANY($1)", &[&seqs])
+            .await
+            .map_err(pg("cannot read claimed sources"))?
+            .into_iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect();
+        for record in pending {
+            let stored = contents.remove(&big(record.seq)).flatten();
+            let text = decode::<StoredContent>(stored_content(stored.as_deref(), record.seq)?)?.text;
+            candidates.push((record, text));
+        }
+        let mut grants = Vec::with_capacity(candidates.len());
+        for (mut record, content) in candidates {
             let Some((next, lease)) = claim::claim(&mut record, &request, now_ms, rand::random()) else {
                 continue;
             };
-            let content = decode::<StoredContent>(stored_content(row.get(1), record.seq)?)?.text;
             transition(&tx, &policies, now_ms, &mut record, next).await?;
             grants.push(lease.grant(record, content));
         }

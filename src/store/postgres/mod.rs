@@ -21,6 +21,7 @@ mod import;
 mod import_copy;
 mod ledger;
 mod outbox;
+mod pending_queue;
 mod reads;
 mod retention;
 mod revisions;
@@ -205,11 +206,7 @@ impl PgStore {
 
     /// Sets the outbox sinks and the pricing used from the next write on.
     pub fn set_policies(&self, policies: Policies) {
-        let next = Arc::new(policies);
-        match self.policies.write() {
-            Ok(mut current) => *current = next,
-            Err(poisoned) => *poisoned.into_inner() = next,
-        }
+        crate::store::policies::replace(&self.policies, policies);
     }
 
     pub fn cursor_key(&self) -> &CursorKey {

@@ -37,17 +37,24 @@ use crate::domain::lifecycle::{self, Outcome};
 use crate::store::seam::{CloseReport, Leftover};
 
 fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(IntentOutcome, bool), Error> {
-    let accept = |tenant: &str| (request.accept.0)(tenant, &request.schema);
-    // Only the work this provider may take, oldest first: no other schema's or held
-    // tenant's work is read, so forming a batch costs the batch, not the backlog.
-    let seqs = super::pending_queue::oldest(&t.pending_queue, &request.schema, &accept, request.max_size)?;
-    let now_ms = t.now_ms;
-    // Loaded one by one as `fill` asks: it stops at the batch's byte or count limit.
-    let candidates = seqs.into_iter().map(|seq| load(t, seq));
-    let members = match intent::fill(candidates, request, now_ms)? {
-        Filling::NotYet(outcome) => return Ok((outcome, false)),
+    let queue = intent::queue(request);
+    let rotations = Arc::clone(&t.policies.rotations);
+    let before = rotations.take(&queue);
+    let mut rotation = before.clone();
+    // Only the work this provider may take, tenant by tenant as the fair pick reaches
+    // it: no other schema's or held tenant's work is read, so forming a batch costs the
+    // batch, not the backlog.
+    let picked =
+        super::pending_queue::pick(t, Some(&request.schema), &request.accept, intent::limits(request), &mut rotation)?;
+    let members = match intent::fill(picked, request, t.now_ms) {
+        Filling::NotYet(outcome) => {
+            // Nothing was taken: the rotation stays where it was.
+            rotations.put(&queue, before);
+            return Ok((outcome, false));
+        }
         Filling::Due(members) => members,
     };
+    rotations.put(&queue, rotation);
     let seq = t.allocate_batch_seq();
     let (batch, enqueue) = intent::intent(request, seq, &members, t.now_ms);
     for mut member in members {

@@ -30,7 +30,7 @@ use super::tables::required;
 use super::write_tables::WriteTables;
 use super::{Error, Store};
 use crate::domain::identity::ExtractionId;
-use crate::domain::lifecycle::{self, State};
+use crate::domain::lifecycle::State;
 use crate::store::seam::Charge;
 use crate::store::seam::{
     ClaimRequest, DeliveryOutcome, Grant, IntakeOutcome, Judged, PostOutcome, PostResult, RetryOutcome,
@@ -77,7 +77,8 @@ fn claim(t: &mut WriteTables<'_>, request: &ClaimRequest) -> Result<(Vec<Grant>,
     Ok((grants, wrote))
 }
 
-/// Expired leases first (their work has waited longest), then pending work in intake order.
+/// Expired leases first (their work has waited longest), then pending work by the fair
+/// pick (`rules::fair`).
 fn claim_candidates(t: &WriteTables<'_>, request: &ClaimRequest) -> Result<Vec<ExtractionRecord>, Error> {
     let mut picked = Vec::new();
     for entry in t.lease_index.range((0, 0)..(t.now_ms.saturating_add(1), 0))? {
@@ -89,19 +90,14 @@ fn claim_candidates(t: &WriteTables<'_>, request: &ClaimRequest) -> Result<Vec<E
             picked.push(record);
         }
     }
-    let want = request.limit.saturating_sub(picked.len());
-    let seqs = match &request.schema {
-        // Only that schema's queue: work of other schemas is never read.
-        Some(schema) => super::pending_queue::oldest(&t.pending_queue, schema, &|_| true, want)?,
-        None => {
-            let pending = lifecycle::StateName::Pending.code();
-            let range = t.state_index.range((pending, 0)..=(pending, u64::MAX))?;
-            range.take(want).map(|e| Ok(e?.0.value().1)).collect::<Result<_, Error>>()?
-        }
-    };
-    for seq in seqs {
-        picked.push(load(t, seq)?);
-    }
+    let limits = claim::limits(request, picked.len());
+    let queue = claim::queue(request);
+    let mut rotation = t.policies.rotations.take(&queue);
+    // Only the asked schema's queue (or every schema's, tenant by tenant): work the pick
+    // does not reach is never read.
+    let pending = super::pending_queue::pick(t, request.schema.as_deref(), &claim::everyone(), limits, &mut rotation);
+    t.policies.rotations.put(&queue, rotation);
+    picked.extend(pending?.items);
     Ok(picked)
 }
 

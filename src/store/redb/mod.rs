@@ -138,11 +138,7 @@ impl Store {
     /// Sets the outbox sinks and the pricing used from the next write on. Events already
     /// queued keep their sinks; entries already written keep their costs.
     pub fn set_policies(&self, policies: Policies) {
-        let next = Arc::new(policies);
-        match self.policies.write() {
-            Ok(mut current) => *current = next,
-            Err(poisoned) => *poisoned.into_inner() = next,
-        }
+        crate::store::policies::replace(&self.policies, policies);
     }
 
     /// Waits until this is the only handle on the database, so that dropping it closes the

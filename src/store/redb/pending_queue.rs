@@ -1,13 +1,11 @@
-//! Pending work by (schema, tenant), so a claim for one schema and a batch intent for one
-//! provider read only the work they can take, oldest first, instead of walking every
-//! pending extraction and skipping the rest.
+//! Pending work by (schema, tenant), so a claim and a batch intent read only the work
+//! they can take, tenant by tenant as the fair pick (`rules::fair`) reaches them, instead
+//! of walking every pending extraction and skipping the rest.
 //!
 //! `ops::transition` (and intake, and erasure) keep `PENDING_QUEUE` in step with the
 //! `Pending` state in the same write. A file written before the queue existed gets it
 //! built when it is opened.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::ops::Bound;
 
 use redb::{ReadableTable, ReadableTableMetadata};
@@ -15,6 +13,8 @@ use redb::{ReadableTable, ReadableTableMetadata};
 use super::Error;
 use super::codec::decode;
 use super::records::ExtractionRecord;
+use super::rules::fair::{self, Flow, Limits, Picked, Rotation};
+use super::rules::intent::WorkFilter;
 use super::tables::{META_PENDING_QUEUE, required};
 use super::write_tables::WriteTables;
 use crate::domain::lifecycle::{State, StateName};
@@ -44,49 +44,107 @@ pub(super) fn forget(t: &mut WriteTables<'_>, record: &ExtractionRecord) -> Resu
     Ok(())
 }
 
-/// Up to `limit` pending sequences of `schema` whose tenant `accept`s, in intake order.
-/// Costs one seek per tenant with pending work of the schema, then one step per result:
-/// each tenant's entries are already in intake order, so the oldest overall is the
-/// smallest of the tenants' heads.
-pub(super) fn oldest<T: ReadableTable<Key, ()>>(
-    table: &T,
-    schema: &str,
-    accept: &dyn Fn(&str) -> bool,
-    limit: usize,
-) -> Result<Vec<u64>, Error> {
-    let mut ranges = Vec::new();
-    let mut heads = BinaryHeap::new();
-    let mut tenant: Option<String> = None;
-    loop {
-        let start = match &tenant {
-            None => Bound::Included((schema, "", 0)),
-            Some(last) => Bound::Excluded((schema, last.as_str(), u64::MAX)),
-        };
-        let Some(entry) = table.range::<(&str, &str, u64)>((start, Bound::Unbounded))?.next() else { break };
-        let (key, _) = entry?;
-        let (found_schema, found_tenant, _) = key.value();
-        if found_schema != schema {
-            break;
-        }
-        let name = found_tenant.to_string();
-        if accept(&name) {
-            let mut range = table.range((schema, name.as_str(), 0)..=(schema, name.as_str(), u64::MAX))?;
-            if let Some(first) = range.next() {
-                heads.push(Reverse((first?.0.value().2, ranges.len())));
-                ranges.push(range);
+/// The (schema, tenant) pairs with pending work (of `schema`, when given) that `accept`
+/// takes, in rotation order: those after `after`, then the wrap-around up to and
+/// including it. Lazy: one seek per pair the caller actually reaches.
+pub(super) fn pairs<'a, T: ReadableTable<Key, ()>>(
+    table: &'a T,
+    schema: Option<&'a str>,
+    accept: &'a dyn Fn(&str, &str) -> bool,
+    after: Option<(String, String)>,
+) -> impl Iterator<Item = Result<(String, String), Error>> + 'a {
+    let mut at = after.clone();
+    let mut wrapped = after.is_none();
+    std::iter::from_fn(move || {
+        loop {
+            let found = match next_pair(table, schema, at.as_ref()) {
+                Ok(found) => found,
+                Err(e) => return Some(Err(e)),
+            };
+            let pair = match found {
+                Some(pair) if !(wrapped && after.as_ref().is_some_and(|stop| pair > *stop)) => pair,
+                Some(_) => return None,
+                None if !wrapped => {
+                    wrapped = true;
+                    at = None;
+                    continue;
+                }
+                None => return None,
+            };
+            at = Some(pair.clone());
+            if accept(&pair.1, &pair.0) {
+                return Some(Ok(pair));
             }
         }
-        tenant = Some(name);
+    })
+}
+
+/// The first pair after `at` (from the start of `schema`'s queue, or of the table, when
+/// `None`).
+fn next_pair<T: ReadableTable<Key, ()>>(
+    table: &T,
+    schema: Option<&str>,
+    at: Option<&(String, String)>,
+) -> Result<Option<(String, String)>, Error> {
+    let start = match at {
+        None => Bound::Included((schema.unwrap_or(""), "", 0)),
+        Some((s, t)) => Bound::Excluded((s.as_str(), t.as_str(), u64::MAX)),
+    };
+    let Some(entry) = table.range::<(&str, &str, u64)>((start, Bound::Unbounded))?.next() else { return Ok(None) };
+    let (key, _) = entry?;
+    let (found_schema, found_tenant, _) = key.value();
+    if schema.is_some_and(|s| s != found_schema) {
+        return Ok(None);
     }
-    let mut out = Vec::with_capacity(limit.min(1024));
-    while out.len() < limit {
-        let Some(Reverse((seq, which))) = heads.pop() else { break };
-        out.push(seq);
-        if let Some(next) = ranges.get_mut(which).and_then(Iterator::next) {
-            heads.push(Reverse((next?.0.value().2, which)));
+    Ok(Some((found_schema.to_string(), found_tenant.to_string())))
+}
+
+/// One (schema, tenant)'s pending sequences, oldest first.
+pub(super) fn seqs<'a, T: ReadableTable<Key, ()>>(
+    table: &'a T,
+    schema: &str,
+    tenant: &str,
+) -> Result<impl Iterator<Item = Result<u64, Error>> + use<'a, T>, Error> {
+    let range = table.range((schema, tenant, 0)..=(schema, tenant, u64::MAX))?;
+    Ok(range.map(|entry| Ok(entry?.0.value().2)))
+}
+
+/// The fair pick (`rules::fair`) over the pending work of `schema` (or of every schema)
+/// that `accept` takes, loading each record as the pick reaches it.
+pub(super) fn pick(
+    t: &WriteTables<'_>,
+    schema: Option<&str>,
+    accept: &WorkFilter,
+    limits: Limits,
+    rotation: &mut Rotation,
+) -> Result<Picked<ExtractionRecord>, Error> {
+    if limits.count == 0 {
+        return Ok(Picked { items: Vec::new(), full: true });
+    }
+    let accept = |tenant: &str, schema: &str| (accept.0)(tenant, schema);
+    let flows = pairs(&t.pending_queue, schema, &accept, rotation.after.clone()).map(|pair| {
+        let (schema, tenant) = pair?;
+        let records = seqs(&t.pending_queue, &schema, &tenant)?.map(|seq| super::extractions::load(t, seq?));
+        Ok(Flow::new(schema, tenant, records))
+    });
+    fair::pick(flows, &t.policies.fairness, |tenant| in_flight(t, tenant), limits, rotation)
+}
+
+/// How many of `tenant`'s extractions are in flight (claimed, submitted, ready), from its
+/// counters.
+pub(super) fn in_flight(t: &WriteTables<'_>, tenant: &str) -> Result<u64, Error> {
+    let mut total = 0u64;
+    for entry in t.tenant_counts.range((tenant, "", 0u8)..)? {
+        let (key, value) = entry?;
+        let (found, _, code) = key.value();
+        if found != tenant {
+            break;
+        }
+        if StateName::from_code(i64::from(code)).is_some_and(StateName::is_in_flight) {
+            total = total.saturating_add(value.value());
         }
     }
-    Ok(out)
+    Ok(total)
 }
 
 /// Fills the queue from the pending records unless `META` says it is complete and it has

@@ -1,5 +1,5 @@
-//! The pending queue: claims and batch intents take only what they can use, in intake
-//! order across tenants, the queue follows every state change, and a file without it
+//! The pending queue: claims and batch intents take only what they can use, tenant by
+//! tenant by the fair pick, the queue follows every state change, and a file without it
 //! gets it built on open.
 
 use crate::store::seam::{Batches, Extractions};
@@ -63,42 +63,92 @@ async fn fill(store: &Store) -> Vec<(ExtractionId, &'static str, &'static str)> 
     all
 }
 
+/// A quantum of one byte: every tenant takes one source per round.
+fn one_each() -> crate::store::Policies {
+    let fairness = crate::store::Fairness { quantum_bytes: 1, ..Default::default() };
+    crate::store::Policies::new(Vec::new(), Arc::new(crate::store::ProviderReportedOnly), fairness)
+}
+
 #[tokio::test]
-async fn claims_and_intents_take_their_schema_oldest_first_across_tenants() {
+async fn claims_and_intents_take_their_schema_tenant_by_tenant_oldest_first_within_each() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(super::FILE_NAME);
     let (store, guard) = Store::open(dir.path(), 1 << 20).unwrap();
+    store.set_policies(one_each());
     let all = fill(&store).await;
-    let of = |schema: &str, refused: &str| -> Vec<ExtractionId> {
-        all.iter().filter(|(_, t, s)| *s == schema && *t != refused).map(|(id, _, _)| *id).collect()
+    let seq_of = |id: ExtractionId| {
+        let store = &store;
+        async move { store.get(id).await.unwrap().unwrap().seq }
+    };
+    let of = |schema: &str, tenant: &str| -> Vec<ExtractionId> {
+        all.iter().filter(|(_, t, s)| *s == schema && *t == tenant).map(|(id, _, _)| *id).collect()
     };
 
     let grants = store.claim(claim(Some("other@1"), 2)).await.unwrap();
     let got: Vec<ExtractionId> = grants.iter().map(|g| g.record.id).collect();
-    assert_eq!(got, of("other@1", "")[..2], "the two oldest of that schema, whatever their tenant");
+    assert_eq!(got, vec![of("other@1", "a")[0], of("other@1", "b")[0]], "one of each tenant, in rotation");
+    // The rotation goes on from b: c's is next, then a's (the claim of a drained it).
+    let got: Vec<ExtractionId> =
+        store.claim(claim(Some("other@1"), 5)).await.unwrap().iter().map(|g| g.record.id).collect();
+    assert_eq!(got, vec![of("other@1", "c")[0]]);
 
     let IntentOutcome::Created(batch) = store.create_intent(intent("code-review@1", "b", 4)).await.unwrap() else {
         panic!("no intent")
     };
-    let members: Vec<u64> = batch.members.clone();
-    let expected: Vec<u64> = {
-        let ids = of("code-review@1", "b");
-        let mut seqs = Vec::new();
-        for id in &ids[..4] {
-            seqs.push(store.get(*id).await.unwrap().unwrap().seq);
-        }
-        seqs
-    };
-    assert_eq!(members, expected, "the refused tenant's work is skipped, the rest goes in intake order");
+    let (a, c) = (of("code-review@1", "a"), of("code-review@1", "c"));
+    let expected = vec![seq_of(a[0]).await, seq_of(c[0]).await, seq_of(a[1]).await, seq_of(c[1]).await];
+    assert_eq!(batch.members, expected, "the refused tenant is skipped; a and c alternate, oldest first in each");
 
-    // What is left of code-review@1: b's three and one of a's or c's; an unfiltered
-    // claim still takes the oldest pending of any schema.
+    // What is left: b's three of code-review@1 and one each of a and c.
     let rest = store.claim(claim(None, 100)).await.unwrap();
-    assert_eq!(rest.len(), 12 - 2 - 4);
-    let seqs: Vec<u64> = rest.iter().map(|g| g.record.seq).collect();
-    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "intake order: {seqs:?}");
+    let mut got: Vec<ExtractionId> = rest.iter().map(|g| g.record.id).collect();
+    let mut expected: Vec<ExtractionId> = of("code-review@1", "b");
+    expected.extend([a[2], c[2]]);
+    got.sort();
+    expected.sort();
+    assert_eq!(got, expected);
     assert!(store.claim(claim(Some("code-review@1"), 10)).await.unwrap().is_empty());
     assert!(matches!(store.create_intent(intent("absent@1", "", 10)).await.unwrap(), IntentOutcome::Nothing));
+    close_and_verify(store, guard, &path).await;
+}
+
+#[tokio::test]
+async fn a_backlog_delays_another_tenant_by_one_batch_and_a_tenant_never_passes_its_in_flight_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(super::FILE_NAME);
+    let (store, guard) = Store::open(dir.path(), 1 << 20).unwrap();
+    let fairness = crate::store::Fairness {
+        tenants: std::collections::HashMap::from([(
+            "capped".to_string(),
+            crate::store::TenantShare { max_in_flight: Some(3), ..Default::default() },
+        )]),
+        ..Default::default()
+    };
+    store.set_policies(crate::store::Policies::new(Vec::new(), Arc::new(crate::store::ProviderReportedOnly), fairness));
+    for i in 0..400 {
+        intake(&store, "backlog", "code-review@1", &format!("b{i}")).await;
+    }
+    let late = intake(&store, "late", "code-review@1", "l0").await;
+    for i in 0..10 {
+        intake(&store, "capped", "code-review@1", &format!("c{i}")).await;
+    }
+    let late_seq = store.get(late).await.unwrap().unwrap().seq;
+    // Sources this small fill a batch of 50 within one tenant's quantum, so the backlog
+    // (first by name) fills the first batch, and the rotation then starts after it.
+    let (mut capped, mut late_in) = (0, None);
+    for n in 0..10 {
+        let IntentOutcome::Created(batch) = store.create_intent(intent("code-review@1", "", 50)).await.unwrap() else {
+            break;
+        };
+        if batch.members.contains(&late_seq) {
+            late_in = Some(n);
+        }
+        for &seq in &batch.members {
+            capped += usize::from(store.get_by_seq(seq).await.unwrap().is_some_and(|r| r.tenant == "capped"));
+        }
+    }
+    assert_eq!(late_in, Some(1), "the late tenant's one source goes in the second batch, not after the backlog");
+    assert_eq!(capped, 3, "three may be in flight; the rest wait");
     close_and_verify(store, guard, &path).await;
 }
 

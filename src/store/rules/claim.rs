@@ -6,7 +6,10 @@
 use crate::domain::lifecycle::{self, Event, Outcome, State};
 use crate::domain::names::LeaseToken;
 use crate::store::records::ExtractionRecord;
+use crate::store::rules::fair::Limits;
+use crate::store::rules::intent::WorkFilter;
 use crate::store::seam::{ClaimRequest, Grant};
+use std::sync::Arc;
 
 /// A lease one candidate is granted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +47,21 @@ pub(in crate::store) fn claim(
 /// Whether the claim asks for work of this record's schema.
 pub(in crate::store) fn wanted(request: &ClaimRequest, record: &ExtractionRecord) -> bool {
     request.schema.as_ref().is_none_or(|s| *s == record.schema)
+}
+
+/// What the fair pick may add to the `already` expired leases a claim took.
+pub(in crate::store) fn limits(request: &ClaimRequest, already: usize) -> Limits {
+    Limits { count: request.limit.saturating_sub(already), bytes: u64::MAX }
+}
+
+/// The rotation claims for this schema (or for any) share.
+pub(in crate::store) fn queue(request: &ClaimRequest) -> String {
+    format!("claim/{}", request.schema.as_deref().unwrap_or("*"))
+}
+
+/// Workers take any tenant's work.
+pub(in crate::store) fn everyone() -> WorkFilter {
+    WorkFilter(Arc::new(|_: &str, _: &str| true))
 }
 
 /// Fencing tokens: the claim number orders them for humans, the random part makes them

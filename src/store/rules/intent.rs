@@ -1,5 +1,5 @@
-//! How a provider's intent is formed from the oldest pending work, and the record it
-//! starts as. Both backends fill intents by these rules, so a batch takes the same members
+//! When a provider's intent is formed from the work the fair pick chose, and the record
+//! it starts as. Both backends fill intents by these rules, so a batch takes the same members
 //! at the same moment on redb and on PostgreSQL.
 
 use crate::store::records::{BatchRecord, BatchState};
@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use crate::domain::identity::{ExtractionId, batch_key};
 use crate::domain::lifecycle::Event;
-use crate::store::{Error, ExtractionRecord};
+use crate::store::ExtractionRecord;
+use crate::store::rules::fair::{Limits, Picked};
 
 /// Decides, by (tenant, schema), whether pending work may join a batch for this provider:
 /// routing and budget holds, decided outside the store.
@@ -55,37 +56,27 @@ pub(crate) enum Filling {
     Due(Vec<ExtractionRecord>),
 }
 
-/// Takes `candidates` (oldest first) until the batch is full by count or by content bytes.
-/// One oversized source still goes alone, so a batch always makes progress. A batch that
-/// is not full is due once its oldest member has waited `max_wait_ms`.
-pub(crate) fn fill(
-    candidates: impl IntoIterator<Item = Result<ExtractionRecord, Error>>,
-    request: &IntentRequest,
-    now_ms: u64,
-) -> Result<Filling, Error> {
-    let mut members: Vec<ExtractionRecord> = Vec::new();
-    let (mut bytes, mut full) = (0u64, false);
-    for record in candidates {
-        let record = record?;
-        if !members.is_empty() && bytes + record.content_bytes > request.max_content_bytes {
-            full = true;
-            break;
-        }
-        bytes += record.content_bytes;
-        members.push(record);
-        if members.len() >= request.max_size {
-            full = true;
-            break;
-        }
-    }
-    let Some(oldest) = members.iter().map(|m| m.updated_at_ms).min() else {
-        return Ok(Filling::NotYet(IntentOutcome::Nothing));
+/// What one batch of this intent may hold.
+pub(crate) fn limits(request: &IntentRequest) -> Limits {
+    Limits { count: request.max_size, bytes: request.max_content_bytes }
+}
+
+/// The rotation this provider's batches of this schema share.
+pub(crate) fn queue(request: &IntentRequest) -> String {
+    format!("intent/{}/{}", request.provider, request.schema)
+}
+
+/// Whether the fair pick (`rules::fair`) makes a batch now. A batch that is not full is
+/// due once its oldest member has waited `max_wait_ms`.
+pub(crate) fn fill(picked: Picked<ExtractionRecord>, request: &IntentRequest, now_ms: u64) -> Filling {
+    let Some(oldest) = picked.items.iter().map(|m| m.updated_at_ms).min() else {
+        return Filling::NotYet(IntentOutcome::Nothing);
     };
-    if !full && now_ms.saturating_sub(oldest) < request.max_wait_ms {
+    if !picked.full && now_ms.saturating_sub(oldest) < request.max_wait_ms {
         let due_at_ms = oldest.saturating_add(request.max_wait_ms);
-        return Ok(Filling::NotYet(IntentOutcome::Waiting { due_at_ms, members: members.len() }));
+        return Filling::NotYet(IntentOutcome::Waiting { due_at_ms, members: picked.items.len() });
     }
-    Ok(Filling::Due(members))
+    Filling::Due(picked.items)
 }
 
 /// The new intent numbered `seq` over `members`, and the event that enqueues each of them.

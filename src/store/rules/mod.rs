@@ -7,6 +7,9 @@ pub(crate) mod close;
 mod close_tests;
 pub(crate) mod depth;
 pub(crate) mod erase;
+pub(crate) mod fair;
+#[cfg(test)]
+mod fair_tests;
 #[cfg(test)]
 mod fixtures;
 pub(crate) mod intent;

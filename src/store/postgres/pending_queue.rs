@@ -1,0 +1,162 @@
+//! The fair pick (`rules::fair`) on PostgreSQL: the (schema, tenant) pairs with pending
+//! work by a loose index scan of `extractions_pending_by_tenant`, the oldest few of the
+//! pairs the pick can reach, the pick itself in memory, then a lock on what it chose.
+//! Rows another transaction holds by then are skipped, as a claim a moment later would.
+
+use std::collections::HashMap;
+
+use tokio_postgres::Transaction;
+
+use super::rows::{big, decode_record, unbig};
+use super::{Error, pg};
+use crate::domain::lifecycle::StateName;
+use crate::store::rules::fair::{self, Flow, Limits, Picked, Rotation};
+use crate::store::{ExtractionRecord, Policies, WorkFilter};
+
+/// The pick first reads this many rounds' worth of each reached pair's oldest items
+/// (at least this many each); a pair the pick drains of what was read is read deeper and
+/// the pick run again, so it decides exactly as on redb, where it reads as it goes.
+const READ_ROUNDS: usize = 4;
+
+/// Pending (schema, tenant) pairs, of `schema` when given, in order: one index probe
+/// per pair.
+async fn pairs(tx: &Transaction<'_>, schema: Option<&str>) -> Result<Vec<(String, String)>, Error> {
+    let rows = tx
+        .query(
+            "WITH RECURSIVE p(schema_name, tenant) AS ( \
+               (SELECT schema_name, tenant FROM extractions WHERE state_code = 1 \
+                  AND ($1::text IS NULL OR schema_name = $1) ORDER BY schema_name, tenant LIMIT 1) \
+               UNION ALL \
+               SELECT n.schema_name, n.tenant FROM p CROSS JOIN LATERAL ( \
+                 SELECT schema_name, tenant FROM extractions WHERE state_code = 1 \
+                   AND ($1::text IS NULL OR schema_name = $1) AND (schema_name, tenant) > (p.schema_name, p.tenant) \
+                   ORDER BY schema_name, tenant LIMIT 1) n) \
+             SELECT schema_name, tenant FROM p",
+            &[&schema],
+        )
+        .await
+        .map_err(pg("cannot list tenants with pending work"))?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Up to `per_pair` oldest pending records of each pair.
+async fn heads(
+    tx: &Transaction<'_>,
+    pairs: &[(String, String)],
+    per_pair: usize,
+) -> Result<HashMap<(String, String), Vec<ExtractionRecord>>, Error> {
+    let (schemas, tenants): (Vec<&str>, Vec<&str>) = pairs.iter().map(|(s, t)| (s.as_str(), t.as_str())).unzip();
+    let rows = tx
+        .query(
+            "SELECT p.schema_name, p.tenant, e.record FROM unnest($1::text[], $2::text[]) AS p(schema_name, tenant) \
+             CROSS JOIN LATERAL (SELECT record FROM extractions WHERE state_code = 1 \
+               AND schema_name = p.schema_name AND tenant = p.tenant ORDER BY seq LIMIT $3) e",
+            &[&schemas, &tenants, &big(per_pair as u64)],
+        )
+        .await
+        .map_err(pg("cannot read pending work"))?;
+    let mut out: HashMap<(String, String), Vec<ExtractionRecord>> = HashMap::new();
+    for row in &rows {
+        out.entry((row.get(0), row.get(1))).or_default().push(decode_record(row.get(2))?);
+    }
+    Ok(out)
+}
+
+/// In-flight work of the tenants that have a limit.
+async fn in_flight(tx: &Transaction<'_>, tenants: Vec<&str>) -> Result<HashMap<String, u64>, Error> {
+    if tenants.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let codes: Vec<i16> =
+        StateName::ALL.into_iter().filter(|s| s.is_in_flight()).map(|s| i16::from(s.code())).collect();
+    let rows = tx
+        .query(
+            "SELECT tenant, count(*) FROM extractions WHERE tenant = ANY($1) AND state_code = ANY($2) GROUP BY tenant",
+            &[&tenants, &codes],
+        )
+        .await
+        .map_err(pg("cannot count work in flight"))?;
+    Ok(rows.iter().map(|r| (r.get::<_, String>(0), unbig(r.get(1)))).collect())
+}
+
+/// The fair pick over the pending work `accept` takes; the chosen rows are locked (those
+/// another transaction holds are left out).
+pub(super) async fn pick(
+    tx: &Transaction<'_>,
+    policies: &Policies,
+    schema: Option<&str>,
+    accept: &WorkFilter,
+    limits: Limits,
+    rotation: &mut Rotation,
+) -> Result<Picked<ExtractionRecord>, Error> {
+    if limits.count == 0 {
+        return Ok(Picked { items: Vec::new(), full: true });
+    }
+    let mut pairs: Vec<(String, String)> =
+        pairs(tx, schema).await?.into_iter().filter(|(s, t)| (accept.0)(t, s)).collect();
+    fair::rotate(&mut pairs, rotation.after.as_ref());
+    let fairness = &policies.fairness;
+    let ranked = fairness.tenants.values().any(|s| s.priority != fair::Priority::Normal);
+    // A pick of n items reaches at most n pairs (`rules::fair`), and looks one further.
+    let reach = if ranked { pairs.len() } else { pairs.len().min(limits.count) };
+    let reached = &pairs[..reach];
+    let peeked = pairs.get(reach).filter(|_| !ranked);
+    let limited: Vec<&str> =
+        reached.iter().map(|(_, t)| t.as_str()).filter(|t| fairness.share(t).max_in_flight.is_some()).collect();
+    let in_flight = in_flight(tx, limited).await?;
+    let first_read = (READ_ROUNDS * limits.count / reach.max(1)).clamp(READ_ROUNDS, limits.count.max(READ_ROUNDS));
+    let mut depth: HashMap<(String, String), usize> = HashMap::new();
+    let mut read: HashMap<(String, String), Vec<ExtractionRecord>> = HashMap::new();
+    let mut to_read: Vec<(String, String)> = reached.to_vec();
+    loop {
+        let deepest = to_read.iter().map(|p| depth.get(p).map_or(first_read, |d| (d * 2).min(limits.count))).max();
+        let deepest = deepest.unwrap_or(first_read);
+        read.extend(heads(tx, &to_read, deepest).await?);
+        for pair in &to_read {
+            depth.insert(pair.clone(), deepest);
+        }
+        let mut attempt = rotation.clone();
+        let flows = reached.iter().chain(peeked).map(|pair| {
+            let records = read.get(pair).cloned().unwrap_or_default();
+            Ok(Flow::new(pair.0.clone(), pair.1.clone(), records.into_iter().map(Ok)))
+        });
+        let picked = fair::pick(flows, fairness, |t| Ok(in_flight.get(t).copied().unwrap_or(0)), limits, &mut attempt)?;
+        // Pairs the pick took everything read from, where there may be more.
+        to_read = reached
+            .iter()
+            .filter(|pair| {
+                let had = read.get(*pair).map_or(0, Vec::len);
+                let asked = depth.get(pair).copied().unwrap_or(0);
+                let took = picked.items.iter().filter(|r| r.schema == pair.0 && r.tenant == pair.1).count();
+                had == asked && took == had && asked < limits.count
+            })
+            .cloned()
+            .collect();
+        if to_read.is_empty() {
+            *rotation = attempt;
+            let mut picked = picked;
+            picked.items = lock(tx, &picked.items).await?;
+            return Ok(picked);
+        }
+    }
+}
+
+/// Locks `chosen` where still pending, in the pick's order, with their current records.
+async fn lock(tx: &Transaction<'_>, chosen: &[ExtractionRecord]) -> Result<Vec<ExtractionRecord>, Error> {
+    if chosen.is_empty() {
+        return Ok(Vec::new());
+    }
+    let seqs: Vec<i64> = chosen.iter().map(|r| big(r.seq)).collect();
+    let rows = tx
+        .query(
+            "SELECT seq, record FROM extractions WHERE seq = ANY($1) AND state_code = 1 FOR UPDATE SKIP LOCKED",
+            &[&seqs],
+        )
+        .await
+        .map_err(pg("cannot lock pending work"))?;
+    let mut fresh: HashMap<i64, ExtractionRecord> = HashMap::with_capacity(rows.len());
+    for row in &rows {
+        fresh.insert(row.get(0), decode_record(row.get(1))?);
+    }
+    Ok(seqs.iter().filter_map(|seq| fresh.remove(seq)).collect())
+}

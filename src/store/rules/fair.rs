@@ -1,0 +1,378 @@
+//! Which pending work a batch or a worker's claim takes, so that one tenant's backlog
+//! cannot delay every other tenant: deficit round-robin over the tenants with pending
+//! work, by source bytes (a tenant of big documents does not win by count), weighted per
+//! tenant, within strict priority classes, oldest first within a tenant.
+//!
+//! A backend hands in its pending work as flows, one per (schema, tenant), in rotation
+//! order: the flows after the one the previous pick stopped at, then the wrap-around.
+//! What carries over between picks (in the backend's memory: a restart only starts the
+//! rotation over) is where the rotation stands and each flow's unspent credit, so a pick
+//! costs the work it takes, not the backlog: a pick of n items reaches at most n flows
+//! (all of them when priority classes are configured). Every tenant's wait is bounded:
+//! the pick moves the rotation on by at least one flow, and the first flow of a pick
+//! always gets its oldest item, so a tenant with eligible work is served within as many
+//! picks as there are flows with eligible work (and in the next pick whenever a quantum
+//! each fits).
+
+use std::collections::HashMap;
+use std::iter::Peekable;
+use std::sync::Mutex;
+
+use crate::store::Error;
+
+/// A quantum of 4 KiB: a tenant of 1 KiB documents sends four per round, a tenant of
+/// 16 KiB documents one every fourth round. Smaller interleaves tenants more finely
+/// within one batch, at the cost of reading further down the rotation.
+pub const DEFAULT_QUANTUM_BYTES: u64 = 4 * 1024;
+
+/// How tenants share the work: `[scheduler] fair_quantum` and `[tenants.<name>]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fairness {
+    /// Bytes each tenant may take per round, times its weight.
+    pub quantum_bytes: u64,
+    pub tenants: HashMap<String, TenantShare>,
+}
+
+impl Default for Fairness {
+    fn default() -> Self {
+        Self { quantum_bytes: DEFAULT_QUANTUM_BYTES, tenants: HashMap::new() }
+    }
+}
+
+impl Fairness {
+    pub fn share(&self, tenant: &str) -> TenantShare {
+        self.tenants.get(tenant).copied().unwrap_or_default()
+    }
+
+    /// Whether any tenant is in a class other than normal: only then must every flow be
+    /// listed before the first is served.
+    fn ranked(&self) -> bool {
+        self.tenants.values().any(|s| s.priority != Priority::Normal)
+    }
+
+    fn quantum(&self, tenant: &str) -> u64 {
+        self.quantum_bytes.max(1).saturating_mul(u64::from(self.share(tenant).weight.max(1)))
+    }
+}
+
+/// One tenant's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TenantShare {
+    pub weight: u32,
+    /// Claimed, submitted and ready work beyond which its pending work waits.
+    pub max_in_flight: Option<u64>,
+    pub priority: Priority,
+}
+
+impl Default for TenantShare {
+    fn default() -> Self {
+        Self { weight: 1, max_in_flight: None, priority: Priority::Normal }
+    }
+}
+
+/// Strict classes: a class is served only when the classes before it have nothing left
+/// that fits (the rotation's first flow excepted, whatever its class).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    High,
+    Normal,
+    Low,
+}
+
+/// The pending work of one (schema, tenant), oldest first.
+pub(in crate::store) struct Flow<T, I: Iterator<Item = Result<T, Error>>> {
+    pub schema: String,
+    pub tenant: String,
+    items: Peekable<I>,
+}
+
+impl<T, I: Iterator<Item = Result<T, Error>>> Flow<T, I> {
+    pub(in crate::store) fn new(schema: String, tenant: String, items: I) -> Self {
+        Self { schema, tenant, items: items.peekable() }
+    }
+}
+
+/// What a pick may take.
+#[derive(Debug, Clone, Copy)]
+pub(in crate::store) struct Limits {
+    pub count: usize,
+    pub bytes: u64,
+}
+
+/// The size a pick is fair by.
+pub(in crate::store) trait Queued {
+    fn bytes(&self) -> u64;
+}
+
+impl Queued for crate::store::ExtractionRecord {
+    fn bytes(&self) -> u64 {
+        self.content_bytes
+    }
+}
+
+#[derive(Debug)]
+pub(in crate::store) struct Picked<T> {
+    pub items: Vec<T>,
+    /// The pick reached a limit (count or bytes), or stopped at one with eligible work
+    /// left over.
+    pub full: bool,
+}
+
+/// The pick itself. `in_flight(tenant)` is read only for tenants with a limit;
+/// `rotation` is where the previous pick left this queue, and is moved on.
+pub(in crate::store) fn pick<T, I, S>(
+    flows: S,
+    fairness: &Fairness,
+    mut in_flight: impl FnMut(&str) -> Result<u64, Error>,
+    limits: Limits,
+    rotation: &mut Rotation,
+) -> Result<Picked<T>, Error>
+where
+    T: Queued,
+    I: Iterator<Item = Result<T, Error>>,
+    S: Iterator<Item = Result<Flow<T, I>, Error>>,
+{
+    let mut taken = Taking { items: Vec::new(), bytes: 0, limits, full: false, unreached: false, furthest: None };
+    let credit = &rotation.credit;
+    let mut open = |(rank, flow): (usize, Flow<T, I>)| -> Result<Open<T, I>, Error> {
+        let share = fairness.share(&flow.tenant);
+        let allowance = match share.max_in_flight {
+            Some(max) => Some(max.saturating_sub(in_flight(&flow.tenant)?)),
+            None => None,
+        };
+        let quantum = fairness.quantum(&flow.tenant);
+        let deficit = credit.get(&(flow.schema.clone(), flow.tenant.clone())).copied().unwrap_or(0);
+        Ok(Open { deficit, quantum, allowance, rank, priority: share.priority, flow })
+    };
+    let mut flows = flows.enumerate().map(|(rank, flow)| flow.map(|flow| (rank, flow)));
+    let Some(first) = flows.next().transpose()? else {
+        return Ok(Picked { items: Vec::new(), full: false });
+    };
+    // The first flow of the rotation gets at least its oldest item whatever its class
+    // and credit: this is what bounds every tenant's wait.
+    let mut first = open(first)?;
+    let head = first.peek_bytes()?.unwrap_or(0);
+    first.deficit = first.deficit.saturating_add(first.quantum).max(head);
+    taken.serve(&mut first)?;
+    taken.visited(&first);
+    let mut settled = Vec::new();
+    if fairness.ranked() {
+        let mut by_class: Vec<Open<T, I>> = vec![first];
+        for flow in flows {
+            by_class.push(open(flow?)?);
+        }
+        // Stable: within a class the rotation order stays. The first flow had its round.
+        by_class.sort_by_key(|f| f.priority);
+        let mut rest = by_class.into_iter().peekable();
+        while let Some(class) = rest.peek().map(|f| f.priority) {
+            let mut members = Vec::new();
+            while let Some(f) = rest.next_if(|f| f.priority == class) {
+                members.push(f);
+            }
+            let (had_round, fresh): (Vec<_>, Vec<_>) = members.into_iter().partition(|f| f.rank == 0);
+            settled.extend(rounds(&mut taken, had_round, fresh.into_iter().map(Ok), usize::MAX)?);
+            if taken.done() {
+                taken.unreached |= rest.peek().is_some();
+                settled.extend(rest);
+                break;
+            }
+        }
+    } else {
+        settled = rounds(&mut taken, vec![first], flows.map(|f| open(f?)), limits.count)?;
+    }
+    rotation.settle(settled, taken.furthest.take());
+    let full = taken.full || taken.unreached || taken.items.len() >= limits.count;
+    Ok(Picked { items: taken.items, full })
+}
+
+/// Deficit round-robin over `flows` until the pick is done or they have nothing left
+/// it may take. The first round opens flows as it reaches them, at most `reach` in all
+/// (a pick of n items serves at most n flows; the rest wait for the rotation to reach
+/// them); the later rounds skip the rounds in which no flow could be served.
+fn rounds<T, I>(
+    taken: &mut Taking<T>,
+    mut opened: Vec<Open<T, I>>,
+    mut flows: impl Iterator<Item = Result<Open<T, I>, Error>>,
+    reach: usize,
+) -> Result<Vec<Open<T, I>>, Error>
+where
+    T: Queued,
+    I: Iterator<Item = Result<T, Error>>,
+{
+    while !taken.done() && opened.len() < reach {
+        let Some(mut f) = flows.next().transpose()? else { break };
+        f.deficit = f.deficit.saturating_add(f.quantum);
+        taken.serve(&mut f)?;
+        taken.visited(&f);
+        opened.push(f);
+    }
+    if taken.done() || opened.len() >= reach {
+        // Work the pick did not reach: the batch is as full as this pick can make it.
+        taken.unreached |= flows.next().is_some();
+    }
+    let mut dry = Vec::new();
+    loop {
+        let (live, gone): (Vec<_>, Vec<_>) = opened.into_iter().map(|mut f| (f.has_work(), f)).partition(|(w, _)| *w);
+        opened = live.into_iter().map(|(_, f)| f).collect();
+        dry.extend(gone.into_iter().map(|(_, f)| f));
+        if taken.done() || opened.iter().all(|f| f.allowance == Some(0)) {
+            break;
+        }
+        let mut skip = u64::MAX;
+        for f in opened.iter_mut().filter(|f| f.allowance != Some(0)) {
+            let head = f.peek_bytes()?.unwrap_or(0);
+            skip = skip.min(head.saturating_sub(f.deficit).div_ceil(f.quantum).max(1));
+        }
+        for f in opened.iter_mut().filter(|f| f.allowance != Some(0)) {
+            f.deficit = f.deficit.saturating_add(f.quantum.saturating_mul(skip));
+            taken.serve(f)?;
+            if taken.done() {
+                break;
+            }
+        }
+    }
+    opened.extend(dry);
+    Ok(opened)
+}
+
+struct Open<T, I: Iterator<Item = Result<T, Error>>> {
+    flow: Flow<T, I>,
+    deficit: u64,
+    quantum: u64,
+    /// How many more it may take before its in-flight limit (`None`: no limit).
+    allowance: Option<u64>,
+    /// Its place in the rotation.
+    rank: usize,
+    priority: Priority,
+}
+
+struct Taking<T> {
+    items: Vec<T>,
+    bytes: u64,
+    limits: Limits,
+    /// Stopped at the count or byte limit.
+    full: bool,
+    /// Flows with work were left unreached.
+    unreached: bool,
+    /// The flow furthest along the rotation that had its first round: (its place,
+    /// schema, tenant).
+    furthest: Option<(usize, String, String)>,
+}
+
+impl<T: Queued> Taking<T> {
+    fn done(&self) -> bool {
+        self.full || self.items.len() >= self.limits.count
+    }
+
+    /// Takes from `f` while its deficit covers its oldest item and the pick has room.
+    /// An item past the byte limit ends the pick, unless it would be the only one: a
+    /// source bigger than the limit still goes, alone.
+    fn serve<I: Iterator<Item = Result<T, Error>>>(&mut self, f: &mut Open<T, I>) -> Result<(), Error> {
+        while !self.done() && f.allowance != Some(0) {
+            let Some(bytes) = f.peek_bytes()? else { break };
+            if bytes > f.deficit {
+                break;
+            }
+            if !self.items.is_empty() && self.bytes.saturating_add(bytes) > self.limits.bytes {
+                self.full = true;
+                break;
+            }
+            let Some(item) = f.flow.items.next().transpose()? else { break };
+            f.deficit -= bytes;
+            f.allowance = f.allowance.map(|a| a.saturating_sub(1));
+            self.bytes = self.bytes.saturating_add(bytes);
+            self.items.push(item);
+        }
+        Ok(())
+    }
+
+    fn visited<I: Iterator<Item = Result<T, Error>>>(&mut self, f: &Open<T, I>) {
+        if self.furthest.as_ref().is_none_or(|(rank, _, _)| *rank < f.rank) {
+            self.furthest = Some((f.rank, f.flow.schema.clone(), f.flow.tenant.clone()));
+        }
+    }
+}
+
+impl<T: Queued, I: Iterator<Item = Result<T, Error>>> Open<T, I> {
+    fn peek_bytes(&mut self) -> Result<Option<u64>, Error> {
+        match self.flow.items.peek() {
+            None => Ok(None),
+            Some(Ok(item)) => Ok(Some(item.bytes())),
+            Some(Err(_)) => match self.flow.items.next() {
+                Some(Err(e)) => Err(e),
+                _ => Ok(None),
+            },
+        }
+    }
+
+    /// Has work it may still take.
+    fn live(&mut self) -> bool {
+        self.allowance != Some(0) && self.has_work()
+    }
+
+    fn has_work(&mut self) -> bool {
+        self.flow.items.peek().is_some()
+    }
+}
+
+/// Where one queue's rotation stands.
+#[derive(Debug, Default, Clone)]
+pub(in crate::store) struct Rotation {
+    /// The next pick starts after this (schema, tenant).
+    pub after: Option<(String, String)>,
+    /// Unspent credit of flows that still had work when a pick ended.
+    credit: HashMap<(String, String), u64>,
+}
+
+/// A queue that lost its flows (tenants erased, schemas retired) would otherwise keep
+/// their credit forever.
+const MAX_CREDITS: usize = 100_000;
+
+impl Rotation {
+    fn settle<T: Queued, I: Iterator<Item = Result<T, Error>>>(
+        &mut self,
+        flows: Vec<Open<T, I>>,
+        furthest: Option<(usize, String, String)>,
+    ) {
+        for mut f in flows {
+            let key = (f.flow.schema.clone(), f.flow.tenant.clone());
+            // DRR: a flow that ran dry keeps no credit.
+            if f.has_work() && f.deficit > 0 {
+                self.credit.insert(key, f.deficit);
+            } else {
+                self.credit.remove(&key);
+            }
+        }
+        if self.credit.len() > MAX_CREDITS {
+            self.credit.clear();
+        }
+        if let Some((_, schema, tenant)) = furthest {
+            self.after = Some((schema, tenant));
+        }
+    }
+}
+
+/// Each queue's rotation, kept in memory by the backend.
+#[derive(Debug, Default)]
+pub(in crate::store) struct Rotations(Mutex<HashMap<String, Rotation>>);
+
+impl Rotations {
+    pub(in crate::store) fn take(&self, queue: &str) -> Rotation {
+        self.0.lock().ok().and_then(|mut m| m.remove(queue)).unwrap_or_default()
+    }
+
+    pub(in crate::store) fn put(&self, queue: &str, rotation: Rotation) {
+        if let Ok(mut m) = self.0.lock() {
+            m.insert(queue.to_string(), rotation);
+        }
+    }
+}
+
+/// `pairs` (sorted by (schema, tenant)) in rotation order: those after `after`, then the
+/// wrap-around up to and including it.
+pub(in crate::store) fn rotate<P: AsRef<str>>(pairs: &mut [(P, P)], after: Option<&(String, String)>) {
+    let Some((schema, tenant)) = after else { return };
+    let split = pairs.partition_point(|(s, t)| (s.as_ref(), t.as_ref()) <= (schema.as_str(), tenant.as_str()));
+    pairs.rotate_left(split);
+}
