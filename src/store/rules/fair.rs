@@ -306,11 +306,6 @@ impl<T: Queued, I: Iterator<Item = Result<T, Error>>> Open<T, I> {
         }
     }
 
-    /// Has work it may still take.
-    fn live(&mut self) -> bool {
-        self.allowance != Some(0) && self.has_work()
-    }
-
     fn has_work(&mut self) -> bool {
         self.flow.items.peek().is_some()
     }
