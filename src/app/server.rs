@@ -231,11 +231,14 @@ impl Server {
         crate::http::metrics::init();
         let provider_registry::Providers { providers, simulators } =
             provider_registry::build(&options.providers).await?;
-        store.set_policies(Policies::new(
-            sinks.iter().map(|s| s.name.clone()).collect(),
-            Arc::new(options.prices.clone()),
-            options.fairness.clone(),
-        ));
+        store.set_policies(
+            Policies::new(
+                sinks.iter().map(|s| s.name.clone()).collect(),
+                Arc::new(options.prices.clone()),
+                options.fairness.clone(),
+            )
+            .with_budgets(options.budgets.clone()),
+        );
         let supervisor = Supervisor::new();
         // Never cancelled on redb: the one process owns its file.
         let authority = CancellationToken::new();
@@ -248,6 +251,7 @@ impl Server {
         };
         crate::app::systemd::spawn_watchdog(store.shared(), &supervisor);
         let router = Arc::new(Router::new(options.routes.clone(), options.budgets.clone()));
+        router.set_prices(options.prices.clone());
         let outbox_wake = Arc::new(Notify::new());
         let mut service = Service::over(store.shared(), registry)
             .with_backup_dir(options.data_dir.join("backups"))
@@ -284,6 +288,11 @@ impl Server {
         for ((provider, (wake, _)), health) in providers.into_iter().zip(wakes).zip(healths) {
             let mut settings = settings_for(provider.kind, &options.scheduler);
             settings.reask = provider.reask;
+            settings.profile = options
+                .providers
+                .iter()
+                .find(|p| p.name == provider.adapter.name())
+                .map(crate::app::config::ProviderSettings::estimate_profile);
             let context = scheduler::Context {
                 store: Arc::clone(service.store()),
                 committer: service.committer(),
@@ -349,11 +358,11 @@ impl Server {
             Err(e) => tracing::error!(error = %e, "tokens not reloaded: keeping the ones in force"),
         }
         self.router.configure(options.routes.clone(), options.budgets.clone());
-        self.store.set_policies(Policies::new(
-            self.sink_names.clone(),
-            Arc::new(options.prices.clone()),
-            options.fairness.clone(),
-        ));
+        self.store.set_policies(
+            Policies::new(self.sink_names.clone(), Arc::new(options.prices.clone()), options.fairness.clone())
+                .with_budgets(options.budgets.clone()),
+        );
+        self.router.set_prices(options.prices.clone());
         self.service.set_prices(options.prices.clone());
         warn_unpriced(options);
         // Work held or routed elsewhere until now may be free to go.

@@ -36,6 +36,7 @@ pub const RETRIES_TOTAL: &str = "commitpoint_retries_total";
 pub const TENANT_BUDGET_MICROS: &str = "commitpoint_tenant_budget_micros";
 pub const TENANT_EXTRACTIONS: &str = "commitpoint_tenant_extractions";
 pub const TENANT_HELD: &str = "commitpoint_tenant_held";
+pub const TENANT_RESERVED_MICROS: &str = "commitpoint_tenant_reserved_micros";
 pub const TENANT_OLDEST_PENDING_AGE_SECONDS: &str = "commitpoint_tenant_oldest_pending_age_seconds";
 pub const TENANT_SPEND_MICROS: &str = "commitpoint_tenant_spend_micros";
 pub const WEBHOOK_REDELIVERIES_TOTAL: &str = "commitpoint_webhook_redeliveries_total";

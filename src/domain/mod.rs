@@ -3,6 +3,7 @@
 
 pub mod backoff;
 pub mod batch;
+pub mod budget;
 pub mod clock;
 pub mod cursor;
 pub mod failpoint;

@@ -45,6 +45,8 @@ impl Routes {
 pub struct Router {
     routes: RwLock<Arc<Routes>>,
     budgets: RwLock<Arc<Budgets>>,
+    /// What batch members are reserved at (`ledger::estimate::member_estimate`).
+    prices: RwLock<Arc<crate::engine::ledger::PriceTable>>,
     held: RwLock<Arc<HashSet<String>>>,
     paused: RwLock<Arc<HashSet<String>>>,
 }
@@ -74,6 +76,15 @@ impl Router {
     pub fn configure(&self, routes: Routes, budgets: Budgets) {
         write(&self.routes, Arc::new(routes));
         write(&self.budgets, Arc::new(budgets));
+    }
+
+    /// The prices reservations are estimated with (start and reload).
+    pub(crate) fn set_prices(&self, prices: crate::engine::ledger::PriceTable) {
+        write(&self.prices, Arc::new(prices));
+    }
+
+    pub(crate) fn prices(&self) -> Arc<crate::engine::ledger::PriceTable> {
+        read(&self.prices)
     }
 
     pub fn routes(&self) -> Arc<Routes> {

@@ -338,8 +338,23 @@ pub(crate) struct OutboxStatus {
 pub(crate) struct BudgetStatus {
     tenant: String,
     spent_micros: u64,
+    /// Reserved against the budget for batch members with a provider, not yet charged.
+    reserved_micros: u64,
+    reserved_members: u64,
     budget_micros: u64,
+    /// Spend reached the budget: no new work goes out.
     held: bool,
+    /// Work waiting because its next source's estimate does not fit what is left.
+    waiting: Option<BudgetWait>,
+}
+
+/// Why a budgeted tenant's work waits.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct BudgetWait {
+    /// The estimate of its oldest waiting source.
+    needed_micros: u64,
+    /// Budget less spend and reservations.
+    left_micros: u64,
 }
 
 /// Counts by state, the oldest unfinished work, and the providers' health.
@@ -383,11 +398,16 @@ pub(crate) async fn stats(State(service): State<Service>) -> Reply<Stats> {
             .budget_status()
             .await?
             .into_iter()
-            .map(|(tenant, spent_micros, budget_micros, held)| BudgetStatus {
-                tenant,
-                spent_micros,
-                budget_micros,
-                held,
+            .map(|line| BudgetStatus {
+                waiting: line
+                    .waiting
+                    .map(|w| BudgetWait { needed_micros: w.needed_micros, left_micros: w.left_micros }),
+                tenant: line.tenant,
+                spent_micros: line.spent_micros,
+                reserved_micros: line.reserved_micros,
+                reserved_members: line.reserved_members,
+                budget_micros: line.limit_micros,
+                held: line.held,
             })
             .collect(),
         tenants: service.depth_by_tenant().await?.iter().map(|d| TenantDepthView::of(d, now)).collect(),

@@ -87,6 +87,10 @@ fn describe() {
         names::TENANT_SPEND_MICROS,
         "Charged micro-dollars this budget period, for tenants with a budget (bounded by config)."
     );
+    describe_gauge!(
+        names::TENANT_RESERVED_MICROS,
+        "Micro-dollars reserved against a tenant's budget for batch members with a provider, not yet charged."
+    );
     describe_gauge!(names::TENANT_BUDGET_MICROS, "Configured budget per period, per budgeted tenant.");
     describe_gauge!(names::TENANT_HELD, "1 while a tenant's new work is held for its budget.");
     describe_counter!(
@@ -136,10 +140,12 @@ pub(crate) async fn render(service: &Service) -> Option<String> {
         gauge!(names::OUTBOX_OLDEST_PENDING_AGE_SECONDS).set(age);
     }
     if let Ok(rows) = service.budget_status().await {
-        for (tenant, spent, budget, held) in rows {
-            gauge!(names::TENANT_SPEND_MICROS, "tenant" => tenant.clone()).set(spent as f64);
-            gauge!(names::TENANT_BUDGET_MICROS, "tenant" => tenant.clone()).set(budget as f64);
-            gauge!(names::TENANT_HELD, "tenant" => tenant).set(if held { 1.0 } else { 0.0 });
+        for line in rows {
+            let tenant = line.tenant;
+            gauge!(names::TENANT_SPEND_MICROS, "tenant" => tenant.clone()).set(line.spent_micros as f64);
+            gauge!(names::TENANT_RESERVED_MICROS, "tenant" => tenant.clone()).set(line.reserved_micros as f64);
+            gauge!(names::TENANT_BUDGET_MICROS, "tenant" => tenant.clone()).set(line.limit_micros as f64);
+            gauge!(names::TENANT_HELD, "tenant" => tenant).set(if line.held { 1.0 } else { 0.0 });
         }
     }
     if let Ok(views) = service.providers().await {

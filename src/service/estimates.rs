@@ -39,11 +39,13 @@ pub(crate) struct EstimateRequest {
 pub(crate) struct BudgetLeft {
     pub(crate) limit_micros: u64,
     pub(crate) spent_micros: u64,
+    /// Reserved for work already with a provider.
+    pub(crate) reserved_micros: u64,
 }
 
 impl BudgetLeft {
     pub(crate) fn remaining_micros(&self) -> u64 {
-        self.limit_micros.saturating_sub(self.spent_micros)
+        self.limit_micros.saturating_sub(self.spent_micros.saturating_add(self.reserved_micros))
     }
 
     /// Whether `cost` fits what is left (unknown costs fit nothing).
@@ -131,8 +133,12 @@ impl Service {
             .budget_status()
             .await?
             .into_iter()
-            .find(|(tenant, ..)| *tenant == request.tenant)
-            .map(|(_, spent_micros, limit_micros, _)| BudgetLeft { limit_micros, spent_micros });
+            .find(|line| line.tenant == request.tenant)
+            .map(|line| BudgetLeft {
+                limit_micros: line.limit_micros,
+                spent_micros: line.spent_micros,
+                reserved_micros: line.reserved_micros,
+            });
         let routed_to = self.router().routes().target(&request.tenant, &request.schema).map(str::to_string);
         Ok(TenantEstimate {
             tenant: request.tenant,

@@ -1,5 +1,27 @@
 //! Cost reports and budget status, read from the ledger.
 
+/// One budgeted tenant's period so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetLine {
+    pub tenant: String,
+    pub spent_micros: u64,
+    /// Reserved for batch members with a provider, not yet charged.
+    pub reserved_micros: u64,
+    pub reserved_members: u64,
+    pub limit_micros: u64,
+    /// Spend reached the budget: no new work goes out until it is raised or the period ends.
+    pub held: bool,
+    /// Work waiting because its next source's estimate does not fit what is left.
+    pub waiting: Option<crate::store::BudgetHold>,
+}
+
+impl BudgetLine {
+    /// The budget less spend and reservations.
+    pub fn left_micros(&self) -> u64 {
+        self.limit_micros.saturating_sub(self.spent_micros.saturating_add(self.reserved_micros))
+    }
+}
+
 use std::sync::{Arc, Mutex};
 
 use super::{Error, Service, check_tenant, invalid};
@@ -40,10 +62,27 @@ impl Service {
         Ok((record.tenant, entries))
     }
 
-    /// Budgeted tenants with (spend this period, budget), refreshing who is held.
-    pub async fn budget_status(&self) -> Result<Vec<(String, u64, u64, bool)>, Error> {
+    /// Budgeted tenants: spend this period, open reservations, budget, and what holds
+    /// their work; refreshes who is held.
+    pub async fn budget_status(&self) -> Result<Vec<BudgetLine>, Error> {
         let rows = self.router.refresh_holds(self.store.as_ref(), crate::domain::clock::now_ms()).await?;
         let held = self.router.held_tenants();
-        Ok(rows.into_iter().map(|(t, spent, limit)| (t.clone(), spent, limit, held.contains(&t))).collect())
+        let reserved = self.store.reservations().await?;
+        let waiting = self.store.budget_holds();
+        Ok(rows
+            .into_iter()
+            .map(|(tenant, spent_micros, limit_micros)| {
+                let open = reserved.iter().find(|r| r.tenant == tenant);
+                BudgetLine {
+                    held: held.contains(&tenant),
+                    reserved_micros: open.map_or(0, |r| r.micros),
+                    reserved_members: open.map_or(0, |r| r.members),
+                    waiting: waiting.iter().find(|h| h.tenant == tenant).cloned(),
+                    tenant,
+                    spent_micros,
+                    limit_micros,
+                }
+            })
+            .collect())
     }
 }

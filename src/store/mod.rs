@@ -30,7 +30,8 @@ pub use records::{
     BatchRecord, BatchState, ChargeKind, CostSource, DeliveryState, DiffCounts, ExtractionRecord, Fence, FindingRecord,
     LedgerRecord, NewExtraction, OutboxKind, OutboxRecord, ResultRecord,
 };
-pub use rules::fair::{DEFAULT_QUANTUM_BYTES, Fairness, Priority, TenantShare};
+pub use rules::fair::{BudgetHold, DEFAULT_QUANTUM_BYTES, Fairness, Priority, TenantShare};
+pub use rules::reserve::MemberEstimate;
 pub use rules::intent::{IntentOutcome, IntentRequest, WorkFilter};
 pub use rules::member::MemberRules;
 pub use rules::retention::{RETIRED_CONTENT, RETIRED_RAW_RESULT, RetentionPolicy, RetentionStep};

@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::domain::batch::Usage;
+use crate::domain::budget::Budgets;
 use crate::store::records::CostSource;
 use crate::store::rules::fair::{Fairness, Rotations};
 
@@ -31,19 +32,34 @@ pub struct Policies {
     pub sinks: Vec<String>,
     pub pricing: Arc<dyn Pricing>,
     pub fairness: Arc<Fairness>,
+    /// Tenants' budgets: batch members are reserved against them (`rules::reserve`).
+    pub budgets: Arc<Budgets>,
     /// Where each queue's fair rotation stands: the backend's, kept across reloads.
     pub(in crate::store) rotations: Arc<Rotations>,
 }
 
 impl Policies {
     pub fn new(sinks: Vec<String>, pricing: Arc<dyn Pricing>, fairness: Fairness) -> Self {
-        Self { sinks, pricing, fairness: Arc::new(fairness), rotations: Arc::default() }
+        Self { sinks, pricing, fairness: Arc::new(fairness), budgets: Arc::default(), rotations: Arc::default() }
+    }
+
+    pub fn with_budgets(mut self, budgets: Budgets) -> Self {
+        self.budgets = Arc::new(budgets);
+        self
     }
 
     /// These policies, carrying on the rotations `current` kept.
     pub(in crate::store) fn succeeding(mut self, current: &Policies) -> Self {
         self.rotations = Arc::clone(&current.rotations);
         self
+    }
+}
+
+/// The policies in `cell` now.
+pub(in crate::store) fn current(cell: &std::sync::RwLock<Arc<Policies>>) -> Arc<Policies> {
+    match cell.read() {
+        Ok(current) => Arc::clone(&current),
+        Err(poisoned) => Arc::clone(&poisoned.into_inner()),
     }
 }
 

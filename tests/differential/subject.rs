@@ -139,6 +139,7 @@ impl Subject {
                     max_size: *max_size,
                     max_content_bytes: if *small_bytes { 20 } else { u64::MAX },
                     max_wait_ms: if *wait { 3_600_000 } else { 0 },
+                    estimate: None,
                 };
                 Answer::Intent(match store.create_intent(request).await? {
                     IntentOutcome::Created(batch) => {

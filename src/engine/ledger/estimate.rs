@@ -127,6 +127,27 @@ pub(crate) fn estimate(
     }
 }
 
+/// What one batch member is reserved at against its tenant's budget (`store::rules::
+/// reserve`): this estimate with the provider's output budget as the output (the record's
+/// own, where a truncated answer raised it), so a member's reservation is the most its
+/// answer may cost unless its input is underestimated. `None` when no price row prices
+/// the provider's model: such work is bounded by charged spend only.
+pub(crate) fn member_estimate(
+    provider: &ProviderProfile,
+    instructions_bytes: u64,
+    prices: &PriceTable,
+) -> Option<crate::store::MemberEstimate> {
+    let usage = Usage { model: provider.model.clone()?, ..Usage::default() };
+    prices.cost(&provider.name, &usage, provider.batch)?;
+    let (provider, prices) = (provider.clone(), prices.clone());
+    Some(crate::store::MemberEstimate(std::sync::Arc::new(move |record: &crate::store::ExtractionRecord| {
+        let mut profile = provider.clone();
+        profile.output_budget = profile.output_budget.max(record.output_budget.unwrap_or(0));
+        let sources = Sources::Items(vec![(record.source_id.clone(), record.content_bytes)]);
+        estimate(&profile, &sources, instructions_bytes, None, &prices).cost_micros.unwrap_or(0)
+    })))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

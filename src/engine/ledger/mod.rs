@@ -6,14 +6,13 @@
 //! P micro-dollars per token, which is why prices are kept as micro-dollars per million
 //! tokens and costs are `tokens × price / 1e6`, rounded once per entry.
 
-mod budget;
 pub(crate) mod estimate;
 mod report;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-pub(crate) use budget::{BudgetPeriod, Budgets};
+pub(crate) use crate::domain::budget::{BudgetPeriod, Budgets};
 pub(crate) use report::{Bucket, CostQuery, CostReport, GroupBy, Split};
 
 use crate::domain::batch::Usage;

@@ -55,6 +55,9 @@ pub(crate) struct Settings {
     pub max_attempts: u32,
     /// This provider's re-ask limit, overriding each schema's (`[providers.<name>] reask`).
     pub reask: Option<u32>,
+    /// What its members are reserved at against their tenants' budgets is estimated from
+    /// this (`None`: no reservations, budgets act on charged spend only).
+    pub profile: Option<crate::engine::ledger::estimate::ProviderProfile>,
 }
 
 impl Default for Settings {
@@ -69,6 +72,7 @@ impl Default for Settings {
             delete_provider_files: true,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             reask: None,
+            profile: None,
         }
     }
 }
@@ -301,6 +305,7 @@ impl Scheduler {
                 next = Some(next.map_or(due, |n: u64| n.min(due)));
                 continue;
             }
+            let estimate = self.member_estimate(&schema);
             loop {
                 let arrivals_seen = self.signals.arrivals();
                 let request = IntentRequest {
@@ -310,6 +315,7 @@ impl Scheduler {
                     max_size: self.settings.batch_max_size,
                     max_content_bytes: self.settings.batch_max_content_bytes,
                     max_wait_ms: self.settings.batch_max_wait.as_millis() as u64,
+                    estimate: estimate.clone(),
                 };
                 match self.store.create_intent(request).await? {
                     IntentOutcome::Created(batch) => {
@@ -334,6 +340,13 @@ impl Scheduler {
             }
         }
         Ok(next)
+    }
+
+    /// What a member of `schema` is reserved at when its batch is formed here.
+    fn member_estimate(&self, schema: &str) -> Option<crate::store::MemberEstimate> {
+        let profile = self.settings.profile.as_ref()?;
+        let instructions = self.registry.get(schema).ok()?.instructions().len() as u64;
+        crate::engine::ledger::estimate::member_estimate(profile, instructions, &self.router.prices())
     }
 
     /// When the last look found too little work for `schema` and not enough has arrived

@@ -82,7 +82,7 @@ pub(super) async fn costs(State(service): State<Service>, viewer: Viewer, Query(
                 button type="submit" { "Show" }
             }
             @if !budgets.is_empty() {
-                p { "Budgeted tenants: " @for (t, ..) in &budgets { a href=(format!("/ui/costs?tenant={t}")) { (t) } " " } }
+                p { "Budgeted tenants: " @for line in &budgets { a href=(format!("/ui/costs?tenant={}", line.tenant)) { (line.tenant) } " " } }
             }
         }
         @if let Some(report) = &report {

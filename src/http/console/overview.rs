@@ -174,10 +174,19 @@ pub(super) async fn show(State(service): State<Service>, viewer: Viewer) -> Resu
                 h2 { "Budgets" }
                 @if budgets.is_empty() { p { "No tenant has a budget." } }
                 ul {
-                    @for (tenant, spent, limit, held) in &budgets {
-                        li {
-                            a href=(format!("/ui/costs?tenant={tenant}")) { (tenant) } ": " (dollars(*spent)) " of " (dollars(*limit))
-                            @if *held { " " span.badge.warn { "held" } }
+                    @for line in &budgets {
+                        li data-tenant=(line.tenant) {
+                            a href=(format!("/ui/costs?tenant={}", line.tenant)) { (line.tenant) } ": "
+                            (dollars(line.spent_micros)) " spent"
+                            @if line.reserved_micros > 0 {
+                                ", " (dollars(line.reserved_micros)) " reserved for " (line.reserved_members) " in flight"
+                            }
+                            " of " (dollars(line.limit_micros))
+                            @if line.held { " " span.badge.warn { "held" } }
+                            @if let Some(wait) = &line.waiting {
+                                " " span.badge.warn { "waiting" } " next source needs ~" (dollars(wait.needed_micros))
+                                ", " (dollars(wait.left_micros)) " left"
+                            }
                         }
                     }
                 }

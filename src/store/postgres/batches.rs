@@ -225,7 +225,7 @@ impl Batches for PgStore {
         let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
         let now_ms = clock::now_ms();
         let queue = intent::queue(&request);
-        let before = policies.rotations.take(&queue);
+        let mut before = policies.rotations.take(&queue);
         let mut rotation = before.clone();
         // Only the work this provider may take (routing, budget holds) is read.
         let picked = super::pending_queue::pick(
@@ -233,22 +233,31 @@ impl Batches for PgStore {
             &policies,
             Some(&request.schema),
             &request.accept,
+            request.estimate.as_ref(),
             intent::limits(&request),
             &mut rotation,
         )
         .await;
-        let members = match picked.map(|picked| intent::fill(picked, &request, now_ms)) {
-            Ok(Filling::Due(members)) => {
-                policies.rotations.put(&queue, rotation);
-                members
-            }
-            Ok(Filling::NotYet(outcome)) => {
-                policies.rotations.put(&queue, before);
-                return Ok(outcome);
-            }
+        let mut picked = match picked {
+            Ok(picked) => picked,
             Err(e) => {
                 policies.rotations.put(&queue, before);
                 return Err(e);
+            }
+        };
+        let reserved = std::mem::take(&mut picked.reserved);
+        let held = std::mem::take(&mut picked.held);
+        let members = match intent::fill(picked, &request, now_ms) {
+            Filling::Due(members) => {
+                rotation.held = held;
+                policies.rotations.put(&queue, rotation);
+                members
+            }
+            Filling::NotYet(outcome) => {
+                // Nothing was taken: the rotation stays where it was; who waits is news.
+                before.held = held;
+                policies.rotations.put(&queue, before);
+                return Ok(outcome);
             }
         };
         let seq: i64 = tx
@@ -266,11 +275,14 @@ impl Batches for PgStore {
         )
         .await
         .map_err(pg("cannot write batch members"))?;
+        let mut moved = Vec::with_capacity(members.len());
         for mut member in members {
             if let Ok(Outcome::Changed(next)) = lifecycle::apply(&member.state, enqueue.clone(), now_ms) {
                 transition(&tx, &policies, now_ms, &mut member, next).await?;
             }
+            moved.push(member);
         }
+        super::pending_queue::reserve(&tx, &moved, &reserved).await?;
         // Committed before the provider is called: the intent is how the job is found again.
         tx.commit().await.map_err(pg("intent commit failed"))?;
         Ok(IntentOutcome::Created(Box::new(batch)))

@@ -246,6 +246,7 @@ impl Extractions for PgStore {
             &policies,
             request.schema.as_deref(),
             &claim::everyone(),
+            None,
             limits,
             &mut rotation,
         )

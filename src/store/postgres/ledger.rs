@@ -95,6 +95,26 @@ async fn already_charged(
 
 #[async_trait]
 impl Ledger for PgStore {
+    async fn reservations(&self) -> Result<Vec<crate::store::seam::Reserved>, Error> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT tenant, sum(reserved_micros)::bigint, count(*) FROM extractions \
+                 WHERE reserved_micros IS NOT NULL GROUP BY tenant ORDER BY tenant",
+                &[],
+            )
+            .await
+            .map_err(pg("cannot read budget reservations"))?;
+        Ok(rows
+            .iter()
+            .map(|r| crate::store::seam::Reserved { tenant: r.get(0), micros: unbig(r.get(1)), members: unbig(r.get(2)) })
+            .collect())
+    }
+
+    fn budget_holds(&self) -> Vec<crate::store::BudgetHold> {
+        self.policies().rotations.holds()
+    }
+
     /// Micro-dollars erased from `tenant`'s ledger on the UTC days that overlap
     /// `from_ms..to_ms`.
     async fn erased_spend(&self, tenant: String, from_ms: u64, to_ms: u64) -> Result<u64, Error> {

@@ -214,10 +214,7 @@ impl PgStore {
     }
 
     fn policies(&self) -> Arc<Policies> {
-        match self.policies.read() {
-            Ok(current) => Arc::clone(&current),
-            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
-        }
+        crate::store::policies::current(&self.policies)
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, Error> {

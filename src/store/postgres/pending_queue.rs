@@ -10,7 +10,8 @@ use tokio_postgres::Transaction;
 use super::rows::{big, decode_record, unbig};
 use super::{Error, pg};
 use crate::domain::lifecycle::StateName;
-use crate::store::rules::fair::{self, Flow, Limits, Picked, Rotation};
+use crate::store::rules::fair::{self, Bounds, Flow, Limits, Picked, Rotation};
+use crate::store::rules::reserve::{self, MemberEstimate};
 use crate::store::{ExtractionRecord, Policies, WorkFilter};
 
 /// The pick first reads this many rounds' worth of each reached pair's oldest items
@@ -86,11 +87,12 @@ pub(super) async fn pick(
     policies: &Policies,
     schema: Option<&str>,
     accept: &WorkFilter,
+    estimate: Option<&MemberEstimate>,
     limits: Limits,
     rotation: &mut Rotation,
 ) -> Result<Picked<ExtractionRecord>, Error> {
     if limits.count == 0 {
-        return Ok(Picked { items: Vec::new(), full: true });
+        return Ok(Picked::empty(true));
     }
     let mut pairs: Vec<(String, String)> =
         pairs(tx, schema).await?.into_iter().filter(|(s, t)| (accept.0)(t, s)).collect();
@@ -104,6 +106,10 @@ pub(super) async fn pick(
     let limited: Vec<&str> =
         reached.iter().map(|(_, t)| t.as_str()).filter(|t| fairness.share(t).max_in_flight.is_some()).collect();
     let in_flight = in_flight(tx, limited).await?;
+    let budgeted: Vec<&str> =
+        reached.iter().map(|(_, t)| t.as_str()).filter(|t| policies.budgets.limit(t).is_some()).collect();
+    let headroom = headroom(tx, policies, budgeted, estimate.is_some()).await?;
+    let cost = |record: &ExtractionRecord| estimate.map_or(0, |e| (e.0)(record));
     let first_read = (READ_ROUNDS * limits.count / reach.max(1)).clamp(READ_ROUNDS, limits.count.max(READ_ROUNDS));
     let mut depth: HashMap<(String, String), usize> = HashMap::new();
     let mut read: HashMap<(String, String), Vec<ExtractionRecord>> = HashMap::new();
@@ -120,7 +126,12 @@ pub(super) async fn pick(
             let records = read.get(pair).cloned().unwrap_or_default();
             Ok(Flow::new(pair.0.clone(), pair.1.clone(), records.into_iter().map(Ok)))
         });
-        let picked = fair::pick(flows, fairness, |t| Ok(in_flight.get(t).copied().unwrap_or(0)), limits, &mut attempt)?;
+        let bounds = Bounds {
+            in_flight: &mut |t| Ok(in_flight.get(t).copied().unwrap_or(0)),
+            headroom: &mut |t| Ok(headroom.get(t).copied()),
+            cost: &cost,
+        };
+        let picked = fair::pick(flows, fairness, bounds, limits, &mut attempt)?;
         // Pairs the pick took everything read from, where there may be more.
         to_read = reached
             .iter()
@@ -135,14 +146,86 @@ pub(super) async fn pick(
         if to_read.is_empty() {
             *rotation = attempt;
             let mut picked = picked;
-            picked.items = lock(tx, &picked.items).await?;
+            let locked = lock(tx, &picked.items).await?;
+            let reserved = std::mem::take(&mut picked.reserved);
+            (picked.items, picked.reserved) = locked.into_iter().zip(reserved).filter_map(|(r, m)| Some((r?, m))).unzip();
             return Ok(picked);
         }
     }
 }
 
-/// Locks `chosen` where still pending, in the pick's order, with their current records.
-async fn lock(tx: &Transaction<'_>, chosen: &[ExtractionRecord]) -> Result<Vec<ExtractionRecord>, Error> {
+/// What each budgeted tenant may still reserve. When the pick reserves (`locking`), the
+/// tenants' budgets are locked first, in name order, for the rest of the transaction:
+/// two instances forming batches for one tenant take turns, and each reads the other's
+/// reservations. Spend and reservations are read in one statement, so an answer charged
+/// (and its reservation ended) meanwhile is seen either whole or not at all.
+async fn headroom(
+    tx: &Transaction<'_>,
+    policies: &Policies,
+    mut tenants: Vec<&str>,
+    locking: bool,
+) -> Result<HashMap<String, u64>, Error> {
+    if tenants.is_empty() {
+        return Ok(HashMap::new());
+    }
+    tenants.sort_unstable();
+    tenants.dedup();
+    if locking {
+        tx.query(
+            "SELECT pg_advisory_xact_lock(hashtextextended('commitpoint budget ' || tenant, 0)) \
+             FROM unnest($1::text[]) AS t(tenant)",
+            &[&tenants],
+        )
+        .await
+        .map_err(pg("cannot lock the tenants' budgets"))?;
+    }
+    let from_day = big(policies.budgets.period_start_day(crate::domain::clock::now_ms()));
+    let rows = tx
+        .query(
+            "SELECT t.tenant, \
+               coalesce((SELECT sum(micros) FROM spend s WHERE s.tenant = t.tenant AND s.day >= $2), 0)::bigint, \
+               coalesce((SELECT sum(reserved_micros) FROM extractions e \
+                 WHERE e.tenant = t.tenant AND e.reserved_micros IS NOT NULL), 0)::bigint \
+             FROM unnest($1::text[]) AS t(tenant)",
+            &[&tenants, &from_day],
+        )
+        .await
+        .map_err(pg("cannot read what the tenants' budgets have left"))?;
+    let mut out = HashMap::with_capacity(rows.len());
+    for row in &rows {
+        let tenant: String = row.get(0);
+        let (spent, reserved) = (unbig(row.get(1)), unbig(row.get(2)));
+        if let Some(left) = reserve::headroom(&policies.budgets, &tenant, spent, reserved) {
+            out.insert(tenant, left);
+        }
+    }
+    Ok(out)
+}
+
+/// Writes the reservations of a formed batch's members (after their move to submitted).
+pub(super) async fn reserve(
+    tx: &Transaction<'_>,
+    members: &[ExtractionRecord],
+    reserved: &[Option<u64>],
+) -> Result<(), Error> {
+    let (seqs, micros): (Vec<i64>, Vec<i64>) =
+        reserve::to_write(members, reserved).map(|(m, r)| (big(m.seq), big(r))).unzip();
+    if seqs.is_empty() {
+        return Ok(());
+    }
+    tx.execute(
+        "UPDATE extractions SET reserved_micros = r.micros FROM unnest($1::bigint[], $2::bigint[]) AS r(seq, micros) \
+         WHERE extractions.seq = r.seq",
+        &[&seqs, &micros],
+    )
+    .await
+    .map_err(pg("cannot write budget reservations"))?;
+    Ok(())
+}
+
+/// Locks `chosen` where still pending, with their current records, in the pick's order
+/// (`None` where another transaction holds or moved it).
+async fn lock(tx: &Transaction<'_>, chosen: &[ExtractionRecord]) -> Result<Vec<Option<ExtractionRecord>>, Error> {
     if chosen.is_empty() {
         return Ok(Vec::new());
     }
@@ -158,5 +241,5 @@ async fn lock(tx: &Transaction<'_>, chosen: &[ExtractionRecord]) -> Result<Vec<E
     for row in &rows {
         fresh.insert(row.get(0), decode_record(row.get(1))?);
     }
-    Ok(seqs.iter().filter_map(|seq| fresh.remove(seq)).collect())
+    Ok(seqs.iter().map(|seq| fresh.remove(seq)).collect())
 }

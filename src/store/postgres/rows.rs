@@ -5,7 +5,8 @@ use tokio_postgres::Transaction;
 use tokio_postgres::types::ToSql;
 
 use super::{Error, pg};
-use crate::domain::lifecycle::State;
+use crate::domain::lifecycle::{State, StateName};
+use crate::store::rules::reserve;
 use crate::store::Policies;
 use crate::store::codec::{decode, encode};
 use crate::store::records::ExtractionRecord;
@@ -127,7 +128,9 @@ pub(super) async fn transition_as(
     record.updated_at_ms = now_ms;
     let bytes = encode(&*record)?;
     let format = i16::from(bytes[0]);
-    let params: [&(dyn ToSql + Sync); 9] = [
+    let keeping: Vec<i16> =
+        StateName::ALL.into_iter().filter(|s| reserve::keeps(*s)).map(|s| i16::from(s.code())).collect();
+    let params: [&(dyn ToSql + Sync); 10] = [
         &big(record.seq),
         &expected_fence,
         &i16::from(record.state.name().code()),
@@ -137,11 +140,15 @@ pub(super) async fn transition_as(
         &big(now_ms),
         &format,
         &bytes,
+        &keeping,
     ];
+    // A move out of submitted or ready ends the member's reservation (`rules::reserve`).
     let changed = tx
         .execute(
             "UPDATE extractions SET state_code = $3, fence = $4, lease_expires_at_ms = $5, committed_at_ms = $6, \
-             updated_at_ms = $7, format = $8, record = $9 WHERE seq = $1 AND fence IS NOT DISTINCT FROM $2",
+             updated_at_ms = $7, format = $8, record = $9, \
+             reserved_micros = CASE WHEN $3 = ANY($10) THEN reserved_micros END \
+             WHERE seq = $1 AND fence IS NOT DISTINCT FROM $2",
             &params,
         )
         .await

@@ -27,6 +27,7 @@ use super::codec::{decode, encode};
 use super::extractions::{load, transition};
 use super::records::BatchRecord;
 use super::rules::close;
+use super::rules::reserve;
 use super::rules::intent::{self, Filling, IntentOutcome, IntentRequest};
 use super::rules::member::{MemberRules, Move};
 use super::rules::schedule;
@@ -39,24 +40,37 @@ use crate::store::seam::{CloseReport, Leftover};
 fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(IntentOutcome, bool), Error> {
     let queue = intent::queue(request);
     let rotations = Arc::clone(&t.policies.rotations);
-    let before = rotations.take(&queue);
+    let mut before = rotations.take(&queue);
     let mut rotation = before.clone();
     // Only the work this provider may take, tenant by tenant as the fair pick reaches
     // it: no other schema's or held tenant's work is read, so forming a batch costs the
     // batch, not the backlog.
-    let picked =
-        super::pending_queue::pick(t, Some(&request.schema), &request.accept, intent::limits(request), &mut rotation)?;
+    let mut picked = super::pending_queue::pick(
+        t,
+        Some(&request.schema),
+        &request.accept,
+        request.estimate.as_ref(),
+        intent::limits(request),
+        &mut rotation,
+    )?;
+    let reserved = std::mem::take(&mut picked.reserved);
+    let held = std::mem::take(&mut picked.held);
     let members = match intent::fill(picked, request, t.now_ms) {
         Filling::NotYet(outcome) => {
-            // Nothing was taken: the rotation stays where it was.
+            // Nothing was taken: the rotation stays where it was; who waits is news.
+            before.held = held;
             rotations.put(&queue, before);
             return Ok((outcome, false));
         }
         Filling::Due(members) => members,
     };
+    rotation.held = held;
     rotations.put(&queue, rotation);
     let seq = t.allocate_batch_seq();
     let (batch, enqueue) = intent::intent(request, seq, &members, t.now_ms);
+    for (member, micros) in reserve::to_write(&members, &reserved) {
+        super::reservations::reserve(t, member, micros)?;
+    }
     for mut member in members {
         if let Ok(Outcome::Changed(next)) = lifecycle::apply(&member.state, enqueue.clone(), t.now_ms) {
             transition(t, &mut member, next)?;

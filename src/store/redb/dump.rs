@@ -51,6 +51,7 @@ pub fn dump_file(path: &Path, out: &mut dyn Write) -> Result<u64, Error> {
             "erased_spend" => plain(&txn, tables::ERASED_SPEND, out)?,
             "commit_index" => plain(&txn, tables::COMMIT_INDEX, out)?,
             "revisions" => plain(&txn, tables::REVISIONS, out)?,
+            "reservations" => plain(&txn, tables::RESERVATIONS, out)?,
             other => {
                 return Err(Error::Corrupt {
                     kind: "dump",

@@ -98,6 +98,7 @@ fn erase_one(
     super::state_counts::unindex(t, record.state.name().code(), seq)?;
     super::tenant_counts::moved(t, &record, Some(record.state.name()), None)?;
     super::pending_queue::forget(t, &record)?;
+    super::reservations::release(t, &record)?;
     match record.state {
         State::Claimed { expires_at_ms, .. } => {
             t.lease_index.remove((expires_at_ms, seq))?;

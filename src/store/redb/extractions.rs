@@ -95,7 +95,7 @@ fn claim_candidates(t: &WriteTables<'_>, request: &ClaimRequest) -> Result<Vec<E
     let mut rotation = t.policies.rotations.take(&queue);
     // Only the asked schema's queue (or every schema's, tenant by tenant): work the pick
     // does not reach is never read.
-    let pending = super::pending_queue::pick(t, request.schema.as_deref(), &claim::everyone(), limits, &mut rotation);
+    let pending = super::pending_queue::pick(t, request.schema.as_deref(), &claim::everyone(), None, limits, &mut rotation);
     t.policies.rotations.put(&queue, rotation);
     picked.extend(pending?.items);
     Ok(picked)
@@ -197,6 +197,7 @@ fn transition_as(
     super::state_counts::index(t, next.name().code(), seq)?;
     super::tenant_counts::moved(t, record, Some(record.state.name()), Some(next.name()))?;
     super::pending_queue::follow(t, record, &next)?;
+    super::reservations::follow(t, record, record.state.name(), next.name())?;
     if let State::Committed { at_ms } = next {
         t.commit_index.insert((record.tenant.as_str(), at_ms, seq), ())?;
     }

@@ -85,6 +85,15 @@ impl Store {
 
 #[async_trait]
 impl Ledger for Store {
+    async fn reservations(&self) -> Result<Vec<crate::store::seam::Reserved>, Error> {
+        let rows = self.read(|txn| super::reservations::read(txn)).await?;
+        Ok(rows.into_iter().map(|(tenant, micros, members)| crate::store::seam::Reserved { tenant, micros, members }).collect())
+    }
+
+    fn budget_holds(&self) -> Vec<crate::store::BudgetHold> {
+        self.current_policies().rotations.holds()
+    }
+
     /// Micro-dollars erased from `tenant`'s ledger on the UTC days that overlap
     /// `from_ms..to_ms`.
     async fn erased_spend(&self, tenant: String, from_ms: u64, to_ms: u64) -> Result<u64, Error> {

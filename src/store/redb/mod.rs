@@ -34,6 +34,9 @@ mod pending_queue_tests;
 #[cfg(test)]
 mod power_loss;
 mod reads;
+mod reservations;
+#[cfg(test)]
+mod reservations_tests;
 mod retention;
 mod revisions;
 #[cfg(test)]
@@ -139,6 +142,10 @@ impl Store {
     /// queued keep their sinks; entries already written keep their costs.
     pub fn set_policies(&self, policies: Policies) {
         crate::store::policies::replace(&self.policies, policies);
+    }
+
+    fn current_policies(&self) -> Arc<Policies> {
+        crate::store::policies::current(&self.policies)
     }
 
     /// Waits until this is the only handle on the database, so that dropping it closes the

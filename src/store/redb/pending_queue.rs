@@ -13,7 +13,8 @@ use redb::{ReadableTable, ReadableTableMetadata};
 use super::Error;
 use super::codec::decode;
 use super::records::ExtractionRecord;
-use super::rules::fair::{self, Flow, Limits, Picked, Rotation};
+use super::rules::fair::{self, Bounds, Flow, Limits, Picked, Rotation};
+use super::rules::reserve::MemberEstimate;
 use super::rules::intent::WorkFilter;
 use super::tables::{META_PENDING_QUEUE, required};
 use super::write_tables::WriteTables;
@@ -110,16 +111,19 @@ pub(super) fn seqs<'a, T: ReadableTable<Key, ()>>(
 }
 
 /// The fair pick (`rules::fair`) over the pending work of `schema` (or of every schema)
-/// that `accept` takes, loading each record as the pick reaches it.
+/// that `accept` takes, loading each record as the pick reaches it; budgeted tenants'
+/// work is priced by `estimate` (nothing, for a claim) against what their budgets have
+/// left.
 pub(super) fn pick(
     t: &WriteTables<'_>,
     schema: Option<&str>,
     accept: &WorkFilter,
+    estimate: Option<&MemberEstimate>,
     limits: Limits,
     rotation: &mut Rotation,
 ) -> Result<Picked<ExtractionRecord>, Error> {
     if limits.count == 0 {
-        return Ok(Picked { items: Vec::new(), full: true });
+        return Ok(Picked::empty(true));
     }
     let accept = |tenant: &str, schema: &str| (accept.0)(tenant, schema);
     let flows = pairs(&t.pending_queue, schema, &accept, rotation.after.clone()).map(|pair| {
@@ -127,7 +131,13 @@ pub(super) fn pick(
         let records = seqs(&t.pending_queue, &schema, &tenant)?.map(|seq| super::extractions::load(t, seq?));
         Ok(Flow::new(schema, tenant, records))
     });
-    fair::pick(flows, &t.policies.fairness, |tenant| in_flight(t, tenant), limits, rotation)
+    let cost = |record: &ExtractionRecord| estimate.map_or(0, |e| (e.0)(record));
+    let bounds = Bounds {
+        in_flight: &mut |tenant| in_flight(t, tenant),
+        headroom: &mut |tenant| super::reservations::headroom(t, tenant),
+        cost: &cost,
+    };
+    fair::pick(flows, &t.policies.fairness, bounds, limits, rotation)
 }
 
 /// How many of `tenant`'s extractions are in flight (claimed, submitted, ready), from its

@@ -109,6 +109,12 @@ pub(super) const RETIRED: TableDefinition<u64, u8> = TableDefinition::new("retir
 /// (tenant, UTC day number) → micro-dollars charged that day by ledger entries a tenant
 /// erasure removed. `SPEND` keeps its totals, so `SPEND = ledger entries + ERASED_SPEND`.
 pub(super) const ERASED_SPEND: TableDefinition<(&str, u64), u64> = TableDefinition::new("erased_spend");
+/// (tenant, sequence) → micro-dollars reserved against the tenant's budget for a batch
+/// member with the provider (`rules::reserve`); the entry at sequence `RESERVED_TOTAL`
+/// is the tenant's sum, so a pick reads one value per budgeted tenant.
+pub(super) const RESERVATIONS: TableDefinition<(&str, u64), u64> = TableDefinition::new("reservations");
+/// The sequence no extraction takes, under which `RESERVATIONS` keeps a tenant's sum.
+pub(super) const RESERVED_TOTAL: u64 = u64::MAX;
 /// `META` key: the highest extraction sequence a tenant erasure removed. New extractions
 /// are numbered above it, so a batch's old member list never names a stranger's work.
 pub(super) const META_SEQ_FLOOR: &str = "erased_seq_floor";

@@ -54,6 +54,7 @@ fn check(txn: &ReadTransaction, report: &mut Report) -> Result<(), Error> {
     retention::check_retired(txn, &records, report)?;
     super::revisions::check(txn, &records, report)?;
     super::tenant_counts::check(txn, &records, report)?;
+    super::reservations::check(txn, &records, report)?;
     Ok(())
 }
 

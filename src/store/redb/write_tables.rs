@@ -38,7 +38,8 @@ pub(super) struct WriteTables<'txn> {
     pub retired: Table<'txn, u64, u8>,
     pub erased_spend: Table<'txn, (&'static str, u64), u64>,
     pub revisions: Table<'txn, (&'static str, &'static str, &'static str, u64), ()>,
-    /// Outbox sinks and the price table, as configured when this batch began.
+    pub reservations: Table<'txn, (&'static str, u64), u64>,
+    /// Outbox sinks, prices, shares and budgets, as configured when this batch began.
     pub policies: Arc<Policies>,
     /// Wall-clock time of this batch, the same for every job in it.
     pub now_ms: u64,
@@ -93,6 +94,7 @@ impl<'txn> WriteTables<'txn> {
             retired: txn.open_table(tables::RETIRED)?,
             erased_spend: txn.open_table(tables::ERASED_SPEND)?,
             revisions: txn.open_table(tables::REVISIONS)?,
+            reservations: txn.open_table(tables::RESERVATIONS)?,
             policies,
             now_ms,
             next,

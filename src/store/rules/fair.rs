@@ -114,17 +114,41 @@ impl Queued for crate::store::ExtractionRecord {
 #[derive(Debug)]
 pub(in crate::store) struct Picked<T> {
     pub items: Vec<T>,
+    /// What each item is reserved at against its tenant's budget (`None`: no budget).
+    pub reserved: Vec<Option<u64>>,
+    /// Tenants the pick reached whose next item their budget could not cover.
+    pub held: Vec<BudgetHold>,
     /// The pick reached a limit (count or bytes), or stopped at one with eligible work
     /// left over.
     pub full: bool,
 }
 
-/// The pick itself. `in_flight(tenant)` is read only for tenants with a limit;
-/// `rotation` is where the previous pick left this queue, and is moved on.
+/// What bounds a tenant beyond its share, read once for each tenant the pick reaches.
+pub(in crate::store) struct Bounds<'a, T> {
+    /// Its work in flight (read only for tenants with `max_in_flight`).
+    pub in_flight: &'a mut dyn FnMut(&str) -> Result<u64, Error>,
+    /// What it may still reserve against its budget; `None`: it has no budget.
+    pub headroom: &'a mut dyn FnMut(&str) -> Result<Option<u64>, Error>,
+    /// What one item is reserved at.
+    pub cost: &'a dyn Fn(&T) -> u64,
+}
+
+/// A tenant whose next item did not fit what its budget has left: its work waits.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BudgetHold {
+    pub tenant: String,
+    /// The estimate of its oldest waiting source, in micro-dollars.
+    pub needed_micros: u64,
+    /// Its budget less its spend this period and its open reservations.
+    pub left_micros: u64,
+}
+
+/// The pick itself. `rotation` is where the previous pick left this queue, and is moved
+/// on.
 pub(in crate::store) fn pick<T, I, S>(
     flows: S,
     fairness: &Fairness,
-    mut in_flight: impl FnMut(&str) -> Result<u64, Error>,
+    bounds: Bounds<'_, T>,
     limits: Limits,
     rotation: &mut Rotation,
 ) -> Result<Picked<T>, Error>
@@ -133,7 +157,18 @@ where
     I: Iterator<Item = Result<T, Error>>,
     S: Iterator<Item = Result<Flow<T, I>, Error>>,
 {
-    let mut taken = Taking { items: Vec::new(), bytes: 0, limits, full: false, unreached: false, furthest: None };
+    let Bounds { in_flight, headroom, cost } = bounds;
+    let mut taken = Taking {
+        items: Vec::new(),
+        reserved: Vec::new(),
+        held: Vec::new(),
+        cost,
+        bytes: 0,
+        limits,
+        full: false,
+        unreached: false,
+        furthest: None,
+    };
     let credit = &rotation.credit;
     let mut open = |(rank, flow): (usize, Flow<T, I>)| -> Result<Open<T, I>, Error> {
         let share = fairness.share(&flow.tenant);
@@ -141,13 +176,14 @@ where
             Some(max) => Some(max.saturating_sub(in_flight(&flow.tenant)?)),
             None => None,
         };
+        let budget = headroom(&flow.tenant)?;
         let quantum = fairness.quantum(&flow.tenant);
         let deficit = credit.get(&(flow.schema.clone(), flow.tenant.clone())).copied().unwrap_or(0);
-        Ok(Open { deficit, quantum, allowance, rank, priority: share.priority, flow })
+        Ok(Open { deficit, quantum, allowance, budget, blocked: false, rank, priority: share.priority, flow })
     };
     let mut flows = flows.enumerate().map(|(rank, flow)| flow.map(|flow| (rank, flow)));
     let Some(first) = flows.next().transpose()? else {
-        return Ok(Picked { items: Vec::new(), full: false });
+        return Ok(Picked::empty(false));
     };
     // The first flow of the rotation gets at least its oldest item whatever its class
     // and credit: this is what bounds every tenant's wait.
@@ -183,7 +219,7 @@ where
     }
     rotation.settle(settled, taken.furthest.take());
     let full = taken.full || taken.unreached || taken.items.len() >= limits.count;
-    Ok(Picked { items: taken.items, full })
+    Ok(Picked { items: taken.items, reserved: taken.reserved, held: taken.held, full })
 }
 
 /// Deficit round-robin over `flows` until the pick is done or they have nothing left
@@ -216,15 +252,15 @@ where
         let (live, gone): (Vec<_>, Vec<_>) = opened.into_iter().map(|mut f| (f.has_work(), f)).partition(|(w, _)| *w);
         opened = live.into_iter().map(|(_, f)| f).collect();
         dry.extend(gone.into_iter().map(|(_, f)| f));
-        if taken.done() || opened.iter().all(|f| f.allowance == Some(0)) {
+        if taken.done() || !opened.iter().any(Open::may_take) {
             break;
         }
         let mut skip = u64::MAX;
-        for f in opened.iter_mut().filter(|f| f.allowance != Some(0)) {
+        for f in opened.iter_mut().filter(|f| f.may_take()) {
             let head = f.peek_bytes()?.unwrap_or(0);
             skip = skip.min(head.saturating_sub(f.deficit).div_ceil(f.quantum).max(1));
         }
-        for f in opened.iter_mut().filter(|f| f.allowance != Some(0)) {
+        for f in opened.iter_mut().filter(|f| f.may_take()) {
             f.deficit = f.deficit.saturating_add(f.quantum.saturating_mul(skip));
             taken.serve(f)?;
             if taken.done() {
@@ -236,19 +272,32 @@ where
     Ok(opened)
 }
 
+impl<T> Picked<T> {
+    pub(in crate::store) fn empty(full: bool) -> Self {
+        Self { items: Vec::new(), reserved: Vec::new(), held: Vec::new(), full }
+    }
+}
+
 struct Open<T, I: Iterator<Item = Result<T, Error>>> {
     flow: Flow<T, I>,
     deficit: u64,
     quantum: u64,
     /// How many more it may take before its in-flight limit (`None`: no limit).
     allowance: Option<u64>,
+    /// What its budget has left to reserve (`None`: no budget).
+    budget: Option<u64>,
+    /// Its next item did not fit its budget.
+    blocked: bool,
     /// Its place in the rotation.
     rank: usize,
     priority: Priority,
 }
 
-struct Taking<T> {
+struct Taking<'a, T> {
     items: Vec<T>,
+    reserved: Vec<Option<u64>>,
+    held: Vec<BudgetHold>,
+    cost: &'a dyn Fn(&T) -> u64,
     bytes: u64,
     limits: Limits,
     /// Stopped at the count or byte limit.
@@ -260,7 +309,7 @@ struct Taking<T> {
     furthest: Option<(usize, String, String)>,
 }
 
-impl<T: Queued> Taking<T> {
+impl<T: Queued> Taking<'_, T> {
     fn done(&self) -> bool {
         self.full || self.items.len() >= self.limits.count
     }
@@ -269,7 +318,7 @@ impl<T: Queued> Taking<T> {
     /// An item past the byte limit ends the pick, unless it would be the only one: a
     /// source bigger than the limit still goes, alone.
     fn serve<I: Iterator<Item = Result<T, Error>>>(&mut self, f: &mut Open<T, I>) -> Result<(), Error> {
-        while !self.done() && f.allowance != Some(0) {
+        while !self.done() && f.may_take() {
             let Some(bytes) = f.peek_bytes()? else { break };
             if bytes > f.deficit {
                 break;
@@ -278,11 +327,24 @@ impl<T: Queued> Taking<T> {
                 self.full = true;
                 break;
             }
+            if let (Some(left), Some(Ok(next))) = (f.budget, f.flow.items.peek()) {
+                let needed = (self.cost)(next);
+                // An exhausted budget holds even work it cannot price.
+                if needed > left || left == 0 {
+                    f.blocked = true;
+                    let tenant = f.flow.tenant.clone();
+                    self.held.push(BudgetHold { tenant, needed_micros: needed, left_micros: left });
+                    break;
+                }
+            }
             let Some(item) = f.flow.items.next().transpose()? else { break };
             f.deficit -= bytes;
             f.allowance = f.allowance.map(|a| a.saturating_sub(1));
+            let reserved = f.budget.map(|left| (self.cost)(&item).min(left));
+            f.budget = f.budget.zip(reserved).map(|(left, r)| left - r);
             self.bytes = self.bytes.saturating_add(bytes);
             self.items.push(item);
+            self.reserved.push(reserved);
         }
         Ok(())
     }
@@ -306,6 +368,10 @@ impl<T: Queued, I: Iterator<Item = Result<T, Error>>> Open<T, I> {
         }
     }
 
+    fn may_take(&self) -> bool {
+        self.allowance != Some(0) && !self.blocked
+    }
+
     fn has_work(&mut self) -> bool {
         self.flow.items.peek().is_some()
     }
@@ -318,6 +384,8 @@ pub(in crate::store) struct Rotation {
     pub after: Option<(String, String)>,
     /// Unspent credit of flows that still had work when a pick ended.
     credit: HashMap<(String, String), u64>,
+    /// The tenants the last pick left waiting on their budgets.
+    pub held: Vec<BudgetHold>,
 }
 
 /// A queue that lost its flows (tenants erased, schemas retired) would otherwise keep
@@ -361,6 +429,22 @@ impl Rotations {
         if let Ok(mut m) = self.0.lock() {
             m.insert(queue.to_string(), rotation);
         }
+    }
+
+    /// Every queue's budget holds, one per tenant (the largest need).
+    pub(in crate::store) fn holds(&self) -> Vec<BudgetHold> {
+        let mut by_tenant: HashMap<String, BudgetHold> = HashMap::new();
+        if let Ok(m) = self.0.lock() {
+            for hold in m.values().flat_map(|r| &r.held) {
+                let kept = by_tenant.entry(hold.tenant.clone()).or_insert_with(|| hold.clone());
+                if hold.needed_micros > kept.needed_micros {
+                    *kept = hold.clone();
+                }
+            }
+        }
+        let mut holds: Vec<BudgetHold> = by_tenant.into_values().collect();
+        holds.sort_by(|a, b| a.tenant.cmp(&b.tenant));
+        holds
     }
 }
 

@@ -16,9 +16,10 @@ impl Queued for Item {
     }
 }
 
-/// Tenants' queues, as a backend holds them: (tenant, item sizes oldest first).
+/// Tenants' queues, as a backend holds them: (tenant, item sizes oldest first), and what
+/// budgeted tenants may still reserve.
 #[derive(Default, Clone)]
-struct Queues(Vec<(String, Vec<Item>)>);
+struct Queues(Vec<(String, Vec<Item>)>, HashMap<String, u64>);
 
 impl Queues {
     fn add(mut self, tenant: &str, count: usize, bytes: u64) -> Self {
@@ -26,6 +27,11 @@ impl Queues {
         let items = (0..count as u64).map(|i| Item { tenant: tenant.into(), seq: next + i, bytes }).collect();
         self.0.push((tenant.into(), items));
         self.0.sort_by(|a, b| a.0.cmp(&b.0));
+        self
+    }
+
+    fn budget(mut self, tenant: &str, micros: u64) -> Self {
+        self.1.insert(tenant.into(), micros);
         self
     }
 
@@ -48,8 +54,13 @@ impl Queues {
             let items = self.0.iter().find(|(t, _)| *t == tenant).map(|(_, q)| q.clone()).unwrap_or_default();
             Ok(Flow::new(schema, tenant, items.into_iter().map(Ok::<_, Error>)))
         });
-        let picked = pick(flows, fairness, |t| Ok(in_flight.get(t).copied().unwrap_or(0)), limits, rotation)
-            .expect("a pick in memory");
+        let bounds = Bounds {
+            in_flight: &mut |t| Ok(in_flight.get(t).copied().unwrap_or(0)),
+            headroom: &mut |t| Ok(self.1.get(t).copied()),
+            // A micro-dollar a byte.
+            cost: &|item: &Item| item.bytes,
+        };
+        let picked = pick(flows, fairness, bounds, limits, rotation).expect("a pick in memory");
         for item in &picked.items {
             if let Some((_, q)) = self.0.iter_mut().find(|(t, _)| *t == item.tenant) {
                 q.retain(|i| i.seq != item.seq);
@@ -211,4 +222,27 @@ fn the_rotation_continues_after_the_furthest_tenant_served() {
     let mut sorted: Vec<(&str, &str)> = vec![("s", "a"), ("s", "c")];
     rotate(&mut sorted, Some(&("s".to_string(), "b".to_string())));
     assert_eq!(sorted, vec![("s", "c"), ("s", "a")], "a tenant that left the queue still places the rotation");
+}
+
+#[test]
+fn a_budgeted_tenant_takes_what_its_budget_covers_and_the_rest_waits_with_the_reason() {
+    let mut queues =
+        Queues::default().add("budgeted", 100, 1000).add("free", 100, 1000).budget("budgeted", 5_500).budget("spent", 0);
+    let fairness = Fairness { quantum_bytes: 1000, ..Fairness::default() };
+    let picked = queues.pick(&fairness, &mut Rotation::default(), count(40));
+    assert_eq!((of(&picked, "budgeted"), of(&picked, "free")), (5, 35));
+    let reserved: Vec<Option<u64>> =
+        picked.items.iter().zip(&picked.reserved).filter(|(i, _)| i.tenant == "budgeted").map(|(_, r)| *r).collect();
+    assert_eq!(reserved, vec![Some(1000); 5], "each at its estimate");
+    assert!(picked.items.iter().zip(&picked.reserved).all(|(i, r)| i.tenant == "budgeted" || r.is_none()));
+    assert_eq!(
+        picked.held,
+        vec![BudgetHold { tenant: "budgeted".into(), needed_micros: 1000, left_micros: 500 }],
+        "held, with what it needs and has left"
+    );
+    // A spent budget holds even work that costs nothing to estimate (a worker's claim).
+    let mut spent = Queues::default().add("spent", 3, 10).budget("spent", 0);
+    let bounds_free = spent.pick(&fairness, &mut Rotation::default(), count(10));
+    assert!(bounds_free.items.is_empty());
+    assert_eq!(bounds_free.held.len(), 1);
 }

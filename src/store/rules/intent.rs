@@ -9,6 +9,7 @@ use crate::domain::identity::{ExtractionId, batch_key};
 use crate::domain::lifecycle::Event;
 use crate::store::ExtractionRecord;
 use crate::store::rules::fair::{Limits, Picked};
+use crate::store::rules::reserve::MemberEstimate;
 
 /// Decides, by (tenant, schema), whether pending work may join a batch for this provider:
 /// routing and budget holds, decided outside the store.
@@ -34,6 +35,9 @@ pub struct IntentRequest {
     pub max_content_bytes: u64,
     /// Form a batch smaller than `max_size` only once its oldest member waited this long.
     pub max_wait_ms: u64,
+    /// What a member will cost at this provider, reserved against its tenant's budget;
+    /// `None` where no price is known (budgets then act on charged spend only).
+    pub estimate: Option<MemberEstimate>,
 }
 
 #[derive(Debug, Clone)]

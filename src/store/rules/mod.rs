@@ -18,6 +18,7 @@ pub(crate) mod member;
 pub(crate) mod operator;
 pub(crate) mod outbox;
 pub(crate) mod post;
+pub(crate) mod reserve;
 pub(crate) mod retention;
 pub(crate) mod revision;
 pub(crate) mod schedule;

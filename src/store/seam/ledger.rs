@@ -14,9 +14,23 @@ pub trait Ledger: Send + Sync + std::fmt::Debug {
     async fn visit_ledger(&self, tenant: String, from_ms: u64, to_ms: u64, visit: LedgerVisitor) -> Result<(), Error>;
     /// What erased ledger entries of `tenant` had charged in `[from_ms, to_ms)`.
     async fn erased_spend(&self, tenant: String, from_ms: u64, to_ms: u64) -> Result<u64, Error>;
+    /// Open budget reservations (`rules::reserve`), per tenant.
+    async fn reservations(&self) -> Result<Vec<Reserved>, Error>;
+    /// Tenants the last batch formations left waiting on their budgets (this process's
+    /// view: what its own schedulers found).
+    fn budget_holds(&self) -> Vec<crate::store::BudgetHold>;
 }
 
-pub(crate) const DAY_MS: u64 = 86_400_000;
+/// One tenant's open reservations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reserved {
+    pub tenant: String,
+    pub micros: u64,
+    /// Batch members they are for.
+    pub members: u64,
+}
+
+pub(crate) const DAY_MS: u64 = crate::domain::budget::DAY_MS;
 
 /// Spend is kept per UTC day of this many milliseconds.
 pub fn store_day_ms() -> u64 {

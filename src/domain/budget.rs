@@ -1,10 +1,17 @@
 //! Per-tenant budgets. When a tenant's charged spend in the current period reaches its
 //! budget, its pending work is held: not submitted, not lost. It moves again when the
-//! budget is raised (a config reload) or the period rolls over.
+//! budget is raised (a config reload) or the period rolls over. Below the budget, each
+//! batch member is reserved against it when its batch is formed (`store::rules::fair`),
+//! so the money a batch may spend is held before the batch is sent.
 
 use std::collections::{HashMap, HashSet};
 
-use crate::store::store_day_ms;
+/// The ledger's day: spend is summed per tenant and UTC day.
+pub const DAY_MS: u64 = 86_400_000;
+
+fn store_day_ms() -> u64 {
+    DAY_MS
+}
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -36,6 +43,11 @@ impl Budgets {
                 days_from_civil(year, month, 1) as u64
             }
         }
+    }
+
+    /// The budget of `tenant` per period, if it has one.
+    pub fn limit(&self, tenant: &str) -> Option<u64> {
+        self.limits.get(tenant).copied()
     }
 
     /// Tenants whose spend this period reached their budget.
