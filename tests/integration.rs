@@ -39,6 +39,8 @@ mod erasure_inflight;
 mod export;
 #[path = "it/export_backends.rs"]
 mod export_backends;
+#[path = "it/fair_share.rs"]
+mod fair_share;
 #[path = "it/grounding.rs"]
 mod grounding;
 #[path = "it/guessing.rs"]

@@ -129,12 +129,8 @@ impl Service {
                 .map(|p| estimate::estimate(p, &request.sources, instructions, mean_output(&p.name), &prices))
                 .collect()
         };
-        let budget = self
-            .budget_status()
-            .await?
-            .into_iter()
-            .find(|line| line.tenant == request.tenant)
-            .map(|line| BudgetLeft {
+        let budget =
+            self.budget_status().await?.into_iter().find(|line| line.tenant == request.tenant).map(|line| BudgetLeft {
                 limit_micros: line.limit_micros,
                 spent_micros: line.spent_micros,
                 reserved_micros: line.reserved_micros,

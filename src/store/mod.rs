@@ -31,9 +31,9 @@ pub use records::{
     LedgerRecord, NewExtraction, OutboxKind, OutboxRecord, ResultRecord,
 };
 pub use rules::fair::{BudgetHold, DEFAULT_QUANTUM_BYTES, Fairness, Priority, TenantShare};
-pub use rules::reserve::MemberEstimate;
 pub use rules::intent::{IntentOutcome, IntentRequest, WorkFilter};
 pub use rules::member::MemberRules;
+pub use rules::reserve::MemberEstimate;
 pub use rules::retention::{RETIRED_CONTENT, RETIRED_RAW_RESULT, RetentionPolicy, RetentionStep};
 pub use rules::revision::{FindingsDiff, diff as findings_diff, schema_family};
 pub use rules::verify::Report;

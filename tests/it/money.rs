@@ -104,13 +104,18 @@ async fn the_ledger_adds_up_to_the_paid_attempts() {
 #[tokio::test]
 async fn a_tenant_over_budget_is_held_until_the_budget_is_raised() {
     let rig = Rig::start(Duration::from_millis(100), Faults::default()).await;
-    // One extraction costs far more than a micro-dollar... of a budget of one micro-dollar.
-    let tight = write_config(&rig, &format!("[budgets]\nperiod = \"day\"\n[budgets.tenants]\n{TENANT} = 0.000001\n"));
-    let mut server = rig.serve(&["--config", &tight], None);
+    let budget = |dollars: &str| format!("[budgets]\nperiod = \"day\"\n[budgets.tenants]\n{TENANT} = {dollars}\n");
+    let roomy = write_config(&rig, &budget("100.0"));
+    let server = rig.serve(&["--config", &roomy], None);
     let api = server.api();
     let first = api.create(TENANT, "first.rs", CORPUS[0].content).await;
     settle(&api, &BTreeSet::from([first])).await;
     assert!(costs(&api, TENANT).await["charged_micros"].as_u64().expect("charged") >= 1);
+    drop(server);
+    // The budget lowered below what was spent: the tenant is held.
+    let tight = write_config(&rig, &budget("0.000001"));
+    let mut server = rig.serve(&["--config", &tight], None);
+    let api = server.api();
 
     let held = api.create(TENANT, "held.rs", CORPUS[1].content).await;
     let other = api.create("other-tenant", "free.rs", CORPUS[1].content).await;
@@ -157,14 +162,17 @@ async fn a_tenant_over_budget_is_held_until_the_budget_is_raised() {
 async fn ctl_reload_applies_a_raised_budget_without_a_restart() {
     let rig = Rig::start(Duration::from_millis(100), Faults::default()).await;
     let budget = |dollars: &str| format!("[budgets]\nperiod = \"day\"\n[budgets.tenants]\n{TENANT} = {dollars}\n");
+    // A micro-dollar covers no member's reservation: the work waits before any is spent.
     let config = write_config(&rig, &budget("0.000001"));
     let server = rig.serve(&["--config", &config], None);
     let api = server.api();
-    let first = api.create(TENANT, "first.rs", CORPUS[0].content).await;
-    settle(&api, &BTreeSet::from([first])).await;
     let held = api.create(TENANT, "held.rs", CORPUS[1].content).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(api.record(&held).await["state"], json!("pending"));
+    let stats = api.get("/v1/stats").await.body;
+    let line = &stats["budgets"][0];
+    assert_eq!((line["spent_micros"].clone(), line["held"].clone()), (json!(0), json!(false)), "{stats:#}");
+    assert!(line["waiting"]["needed_micros"].as_u64() > Some(1), "waiting, with the reason: {stats:#}");
 
     let data_dir = rig.dir.path().display().to_string();
     let pid = server.pid().to_string();

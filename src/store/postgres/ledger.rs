@@ -107,7 +107,11 @@ impl Ledger for PgStore {
             .map_err(pg("cannot read budget reservations"))?;
         Ok(rows
             .iter()
-            .map(|r| crate::store::seam::Reserved { tenant: r.get(0), micros: unbig(r.get(1)), members: unbig(r.get(2)) })
+            .map(|r| crate::store::seam::Reserved {
+                tenant: r.get(0),
+                micros: unbig(r.get(1)),
+                members: unbig(r.get(2)),
+            })
             .collect())
     }
 

@@ -19,6 +19,10 @@ use crate::store::{ExtractionRecord, Policies, WorkFilter};
 /// the pick run again, so it decides exactly as on redb, where it reads as it goes.
 const READ_ROUNDS: usize = 4;
 
+/// Picks made again after concurrent transactions took rows first, before the pick
+/// settles for what it could lock.
+const MAX_PICKS: usize = 4;
+
 /// Pending (schema, tenant) pairs, of `schema` when given, in order: one index probe
 /// per pair.
 async fn pairs(tx: &Transaction<'_>, schema: Option<&str>) -> Result<Vec<(String, String)>, Error> {
@@ -40,19 +44,21 @@ async fn pairs(tx: &Transaction<'_>, schema: Option<&str>) -> Result<Vec<(String
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
-/// Up to `per_pair` oldest pending records of each pair.
+/// Up to `per_pair` oldest pending records of each pair, `skipped` left out.
 async fn heads(
     tx: &Transaction<'_>,
     pairs: &[(String, String)],
     per_pair: usize,
+    skipped: &[i64],
 ) -> Result<HashMap<(String, String), Vec<ExtractionRecord>>, Error> {
     let (schemas, tenants): (Vec<&str>, Vec<&str>) = pairs.iter().map(|(s, t)| (s.as_str(), t.as_str())).unzip();
     let rows = tx
         .query(
             "SELECT p.schema_name, p.tenant, e.record FROM unnest($1::text[], $2::text[]) AS p(schema_name, tenant) \
              CROSS JOIN LATERAL (SELECT record FROM extractions WHERE state_code = 1 \
-               AND schema_name = p.schema_name AND tenant = p.tenant ORDER BY seq LIMIT $3) e",
-            &[&schemas, &tenants, &big(per_pair as u64)],
+               AND schema_name = p.schema_name AND tenant = p.tenant AND seq <> ALL($4::bigint[]) \
+               ORDER BY seq LIMIT $3) e",
+            &[&schemas, &tenants, &big(per_pair as u64), &skipped],
         )
         .await
         .map_err(pg("cannot read pending work"))?;
@@ -111,47 +117,59 @@ pub(super) async fn pick(
     let headroom = headroom(tx, policies, budgeted, estimate.is_some()).await?;
     let cost = |record: &ExtractionRecord| estimate.map_or(0, |e| (e.0)(record));
     let first_read = (READ_ROUNDS * limits.count / reach.max(1)).clamp(READ_ROUNDS, limits.count.max(READ_ROUNDS));
-    let mut depth: HashMap<(String, String), usize> = HashMap::new();
-    let mut read: HashMap<(String, String), Vec<ExtractionRecord>> = HashMap::new();
-    let mut to_read: Vec<(String, String)> = reached.to_vec();
-    loop {
-        let deepest = to_read.iter().map(|p| depth.get(p).map_or(first_read, |d| (d * 2).min(limits.count))).max();
-        let deepest = deepest.unwrap_or(first_read);
-        read.extend(heads(tx, &to_read, deepest).await?);
-        for pair in &to_read {
-            depth.insert(pair.clone(), deepest);
-        }
-        let mut attempt = rotation.clone();
-        let flows = reached.iter().chain(peeked).map(|pair| {
-            let records = read.get(pair).cloned().unwrap_or_default();
-            Ok(Flow::new(pair.0.clone(), pair.1.clone(), records.into_iter().map(Ok)))
-        });
-        let bounds = Bounds {
-            in_flight: &mut |t| Ok(in_flight.get(t).copied().unwrap_or(0)),
-            headroom: &mut |t| Ok(headroom.get(t).copied()),
-            cost: &cost,
+    // Rows another transaction locked between the read and the lock (a concurrent claim)
+    // are left out and the pick made again, so concurrent claimers split the work.
+    let mut skipped: Vec<i64> = Vec::new();
+    for round in 1..=MAX_PICKS {
+        let mut depth: HashMap<(String, String), usize> = HashMap::new();
+        let mut read: HashMap<(String, String), Vec<ExtractionRecord>> = HashMap::new();
+        let mut to_read: Vec<(String, String)> = reached.to_vec();
+        let (mut picked, attempt) = loop {
+            let deepest = to_read.iter().map(|p| depth.get(p).map_or(first_read, |d| (d * 2).min(limits.count))).max();
+            let deepest = deepest.unwrap_or(first_read);
+            read.extend(heads(tx, &to_read, deepest, &skipped).await?);
+            for pair in &to_read {
+                depth.insert(pair.clone(), deepest);
+            }
+            let mut attempt = rotation.clone();
+            let flows = reached.iter().chain(peeked).map(|pair| {
+                let records = read.get(pair).cloned().unwrap_or_default();
+                Ok(Flow::new(pair.0.clone(), pair.1.clone(), records.into_iter().map(Ok)))
+            });
+            let bounds = Bounds {
+                in_flight: &mut |t| Ok(in_flight.get(t).copied().unwrap_or(0)),
+                headroom: &mut |t| Ok(headroom.get(t).copied()),
+                cost: &cost,
+            };
+            let picked = fair::pick(flows, fairness, bounds, limits, &mut attempt)?;
+            // Pairs the pick took everything read from, where there may be more.
+            to_read = reached
+                .iter()
+                .filter(|pair| {
+                    let had = read.get(*pair).map_or(0, Vec::len);
+                    let asked = depth.get(pair).copied().unwrap_or(0);
+                    let took = picked.items.iter().filter(|r| r.schema == pair.0 && r.tenant == pair.1).count();
+                    had == asked && took == had && asked < limits.count
+                })
+                .cloned()
+                .collect();
+            if to_read.is_empty() {
+                break (picked, attempt);
+            }
         };
-        let picked = fair::pick(flows, fairness, bounds, limits, &mut attempt)?;
-        // Pairs the pick took everything read from, where there may be more.
-        to_read = reached
-            .iter()
-            .filter(|pair| {
-                let had = read.get(*pair).map_or(0, Vec::len);
-                let asked = depth.get(pair).copied().unwrap_or(0);
-                let took = picked.items.iter().filter(|r| r.schema == pair.0 && r.tenant == pair.1).count();
-                had == asked && took == had && asked < limits.count
-            })
-            .cloned()
-            .collect();
-        if to_read.is_empty() {
-            *rotation = attempt;
-            let mut picked = picked;
-            let locked = lock(tx, &picked.items).await?;
-            let reserved = std::mem::take(&mut picked.reserved);
-            (picked.items, picked.reserved) = locked.into_iter().zip(reserved).filter_map(|(r, m)| Some((r?, m))).unzip();
-            return Ok(picked);
+        let locked = lock(tx, &picked.items).await?;
+        let lost: Vec<i64> =
+            picked.items.iter().zip(&locked).filter(|(_, l)| l.is_none()).map(|(r, _)| big(r.seq)).collect();
+        if !lost.is_empty() && round < MAX_PICKS {
+            skipped.extend(lost);
+            continue;
         }
+        *rotation = attempt;
+        let reserved = std::mem::take(&mut picked.reserved);
+        (picked.items, picked.reserved) = locked.into_iter().zip(reserved).filter_map(|(r, m)| Some((r?, m))).unzip();
+        return Ok(picked);
     }
+    Ok(Picked::empty(false))
 }
 
 /// What each budgeted tenant may still reserve. When the pick reserves (`locking`), the

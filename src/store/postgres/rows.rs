@@ -6,10 +6,10 @@ use tokio_postgres::types::ToSql;
 
 use super::{Error, pg};
 use crate::domain::lifecycle::{State, StateName};
-use crate::store::rules::reserve;
 use crate::store::Policies;
 use crate::store::codec::{decode, encode};
 use crate::store::records::ExtractionRecord;
+use crate::store::rules::reserve;
 
 /// Every u64 the store keeps (sequence numbers, Unix ms, micro-dollars) fits i64 for
 /// centuries; a value that does not is clamped rather than wrapped.
@@ -147,7 +147,7 @@ pub(super) async fn transition_as(
         .execute(
             "UPDATE extractions SET state_code = $3, fence = $4, lease_expires_at_ms = $5, committed_at_ms = $6, \
              updated_at_ms = $7, format = $8, record = $9, \
-             reserved_micros = CASE WHEN $3 = ANY($10) THEN reserved_micros END \
+             reserved_micros = CASE WHEN $3::smallint = ANY($10::smallint[]) THEN reserved_micros END \
              WHERE seq = $1 AND fence IS NOT DISTINCT FROM $2",
             &params,
         )

@@ -95,7 +95,8 @@ fn claim_candidates(t: &WriteTables<'_>, request: &ClaimRequest) -> Result<Vec<E
     let mut rotation = t.policies.rotations.take(&queue);
     // Only the asked schema's queue (or every schema's, tenant by tenant): work the pick
     // does not reach is never read.
-    let pending = super::pending_queue::pick(t, request.schema.as_deref(), &claim::everyone(), None, limits, &mut rotation);
+    let pending =
+        super::pending_queue::pick(t, request.schema.as_deref(), &claim::everyone(), None, limits, &mut rotation);
     t.policies.rotations.put(&queue, rotation);
     picked.extend(pending?.items);
     Ok(picked)

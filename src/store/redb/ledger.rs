@@ -87,7 +87,10 @@ impl Store {
 impl Ledger for Store {
     async fn reservations(&self) -> Result<Vec<crate::store::seam::Reserved>, Error> {
         let rows = self.read(|txn| super::reservations::read(txn)).await?;
-        Ok(rows.into_iter().map(|(tenant, micros, members)| crate::store::seam::Reserved { tenant, micros, members }).collect())
+        Ok(rows
+            .into_iter()
+            .map(|(tenant, micros, members)| crate::store::seam::Reserved { tenant, micros, members })
+            .collect())
     }
 
     fn budget_holds(&self) -> Vec<crate::store::BudgetHold> {

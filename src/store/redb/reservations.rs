@@ -8,8 +8,8 @@ use redb::{ReadTransaction, ReadableTable};
 
 use super::Error;
 use super::records::ExtractionRecord;
-use super::rules::verify::Report;
 use super::rules::reserve;
+use super::rules::verify::Report;
 use super::tables::{self, RESERVED_TOTAL};
 use super::write_tables::WriteTables;
 use crate::domain::lifecycle::StateName;

@@ -32,7 +32,8 @@ fn request() -> IntentRequest {
 }
 
 fn truncated_costing(micros: u64) -> LineResult {
-    let usage = Usage { model: "m".into(), output_tokens: 1000, provider_cost_micros: Some(micros), ..Usage::default() };
+    let usage =
+        Usage { model: "m".into(), output_tokens: 1000, provider_cost_micros: Some(micros), ..Usage::default() };
     LineResult::Unusable { class: FailureClass::Truncated, reason: "cut off".into(), usage: Some(usage) }
 }
 
@@ -65,7 +66,10 @@ async fn a_batch_reserves_within_the_budget_and_answers_and_cancellations_settle
     let members = members_of(&store, batch.seq).await;
     let count = |tenant: &str| members.iter().filter(|(t, _)| t == tenant).count();
     assert_eq!((count("acme"), count("beta")), (3, 2), "three estimates fit acme's 10,000; beta has no budget");
-    assert_eq!(store.reservations().await.unwrap(), vec![Reserved { tenant: "acme".into(), micros: 9_000, members: 3 }]);
+    assert_eq!(
+        store.reservations().await.unwrap(),
+        vec![Reserved { tenant: "acme".into(), micros: 9_000, members: 3 }]
+    );
     assert_eq!(
         store.budget_holds(),
         vec![BudgetHold { tenant: "acme".into(), needed_micros: ESTIMATE, left_micros: 1_000 }]
@@ -74,7 +78,8 @@ async fn a_batch_reserves_within_the_budget_and_answers_and_cancellations_settle
     // A charged answer ends its reservation in the same write: 2,500 spent, 6,000 reserved.
     store.record_job(batch.seq, "job-1".into(), 0).await.unwrap();
     let answered = members.iter().find(|(t, _)| t == "acme").map(|(_, id)| *id).unwrap();
-    let rules = MemberRules { max_attempts: 3, budget: OutputBudget { default: Some(1000), cap: 3000 }, batch_api: true };
+    let rules =
+        MemberRules { max_attempts: 3, budget: OutputBudget { default: Some(1000), cap: 3000 }, batch_api: true };
     store.stage_results(batch.seq, vec![(answered, truncated_costing(2_500))], rules).await.unwrap();
     assert_eq!(store.get(answered).await.unwrap().unwrap().state, State::Pending, "requeued with a larger budget");
     assert_eq!(store.reservations().await.unwrap()[0].micros, 6_000);

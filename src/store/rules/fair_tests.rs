@@ -226,8 +226,11 @@ fn the_rotation_continues_after_the_furthest_tenant_served() {
 
 #[test]
 fn a_budgeted_tenant_takes_what_its_budget_covers_and_the_rest_waits_with_the_reason() {
-    let mut queues =
-        Queues::default().add("budgeted", 100, 1000).add("free", 100, 1000).budget("budgeted", 5_500).budget("spent", 0);
+    let mut queues = Queues::default()
+        .add("budgeted", 100, 1000)
+        .add("free", 100, 1000)
+        .budget("budgeted", 5_500)
+        .budget("spent", 0);
     let fairness = Fairness { quantum_bytes: 1000, ..Fairness::default() };
     let picked = queues.pick(&fairness, &mut Rotation::default(), count(40));
     assert_eq!((of(&picked, "budgeted"), of(&picked, "free")), (5, 35));

@@ -1,0 +1,167 @@
+//! Tenants treated fairly on the real binary with the simulated provider: a late tenant
+//! is not queued behind another's backlog, and budgets hold money before it is spent
+//! (batch members are reserved at their estimates, so spend never passes the budget).
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use commitpoint::simulator::Faults;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::provider::{CORPUS, Rig, TENANT, settle};
+use crate::util::Api;
+
+/// gpt-4o-mini list prices, half through the batch API; answers capped at 300 tokens,
+/// which is what a member is reserved for.
+const PROVIDER_AND_PRICES: &str = r#"
+[provider]
+max_completion_tokens = 300
+
+[[prices]]
+provider = "openai"
+model = "gpt-4o-mini"
+input_per_mtok = 0.15
+output_per_mtok = 0.60
+"#;
+
+fn source(i: usize) -> (String, String) {
+    let s = &CORPUS[i % CORPUS.len()];
+    (format!("r{i:03}-{}", s.id), format!("// revision {i}\n{}", s.content))
+}
+
+async fn set_paused(api: &Api, paused: bool) {
+    let verb = if paused { "pause" } else { "resume" };
+    let reply = api.send(Method::POST, &format!("/v1/admin/providers/openai/{verb}"), None).await;
+    assert_eq!(reply.status, 200, "{verb}: {:#}", reply.body);
+}
+
+#[tokio::test]
+async fn a_late_tenant_is_served_before_a_backlog_ahead_of_it_drains() {
+    let rig = Rig::start(Duration::from_millis(100), Faults::default()).await;
+    // Batches of 10; the backlog is 30 batches deep when the late tenant's one source
+    // arrives (the provider is paused meanwhile, so the backlog is all still waiting).
+    let server = rig.serve(&["--batch-max-size", "10"], None);
+    let api = server.api();
+    set_paused(&api, true).await;
+    let mut backlog = BTreeSet::new();
+    for i in 0..300 {
+        let (name, content) = source(i);
+        backlog.insert(api.create("backlog", &name, &content).await);
+    }
+    let late = api.create("late", "one.rs", CORPUS[0].content).await;
+    set_paused(&api, false).await;
+    let mut all = backlog.clone();
+    all.insert(late.clone());
+    let records = settle(&api, &all).await;
+    // Oldest first would put it in the 31st batch; the rotation puts it in the second.
+    let late_at = records[&late]["committed_at"].as_str().expect("committed_at").to_string();
+    let before = backlog
+        .iter()
+        .filter(|id| records[*id]["committed_at"].as_str().is_some_and(|at| at < late_at.as_str()))
+        .count();
+    assert!(before < 100, "{before} of the backlog committed before the late tenant's source");
+    crate::util::stop_and_verify(server);
+}
+
+async fn budget_line(api: &Api) -> Value {
+    let stats = api.get("/v1/stats").await;
+    assert_eq!(stats.status, 200, "{:#}", stats.body);
+    stats.body["budgets"]
+        .as_array()
+        .and_then(|b| b.iter().find(|l| l["tenant"] == json!(TENANT)).cloned())
+        .unwrap_or_else(|| panic!("no budget line for {TENANT}: {:#}", stats.body))
+}
+
+#[tokio::test]
+async fn spend_never_passes_a_budget_and_the_work_it_cannot_cover_waits_with_the_reason() {
+    let rig = Rig::start(Duration::from_millis(100), Faults::default()).await;
+    let config = rig.dir.path().join("config.toml");
+    std::fs::write(&config, PROVIDER_AND_PRICES).expect("write config");
+    let config = config.display().to_string();
+    let sources: Vec<(String, String)> = (0..40).map(source).collect();
+
+    // What one member is reserved at: the estimate with the output budget as its output.
+    let server = rig.serve(&["--config", &config], None);
+    let (name, content) = &sources[0];
+    let one =
+        json!({"tenant": TENANT, "schema": "code-review@1", "items": [{"source_id": name, "bytes": content.len()}]});
+    let asked = server.api().post("/v1/estimates", &one).await;
+    assert_eq!(asked.status, 200, "{:#}", asked.body);
+    assert_eq!(asked.body["estimates"][0]["output_basis"], json!("budget"), "{:#}", asked.body);
+    let reserve = asked.body["estimates"][0]["cost_micros"].as_u64().expect("priced");
+    crate::util::stop_and_verify(server);
+
+    // A budget for five and a half reservations. A reservation is what an answer costs at
+    // most (its output at the budget); the simulator's answers cost about a quarter of
+    // that, so forty answers cost more than this budget.
+    let budget = reserve * 5 + reserve / 2;
+    let dollars = format!("{:.6}", budget as f64 / 1e6);
+    std::fs::write(
+        &config,
+        format!("{PROVIDER_AND_PRICES}\n[budgets]\nperiod = \"month\"\n[budgets.tenants]\n{TENANT} = {dollars}\n"),
+    )
+    .expect("write config");
+    let budget = (dollars.parse::<f64>().expect("dollars") * 1e6).round() as u64;
+    let server = rig.serve(&["--config", &config], None);
+    let api = server.api();
+    let mut ids = BTreeSet::new();
+    for (name, content) in &sources {
+        ids.insert(api.create(TENANT, name, content).await);
+    }
+
+    // Until nothing is with the provider any more: spend and reservations never pass the
+    // budget, and what is left waits, pending, with the reason.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut peak_reserved, mut quiet_since) = (0, None::<Instant>);
+    let line = loop {
+        let line = budget_line(&api).await;
+        let spent = line["spent_micros"].as_u64().expect("spent");
+        let reserved = line["reserved_micros"].as_u64().expect("reserved");
+        assert!(spent + reserved <= budget, "spent {spent} + reserved {reserved} passed the budget {budget}: {line:#}");
+        peak_reserved = peak_reserved.max(reserved);
+        let stats = api.get("/v1/stats").await.body;
+        let in_flight =
+            ["submitted", "ready"].iter().map(|s| stats["extractions"][s].as_u64().unwrap_or(0)).sum::<u64>();
+        if in_flight == 0 && !line["waiting"].is_null() {
+            match quiet_since {
+                Some(since) if since.elapsed() > Duration::from_secs(1) => break line,
+                Some(_) => {}
+                None => quiet_since = Some(Instant::now()),
+            }
+        } else {
+            quiet_since = None;
+        }
+        assert!(Instant::now() < deadline, "never settled: {line:#}\n{stats:#}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(peak_reserved > 0, "batches reserved their members");
+    let spent = line["spent_micros"].as_u64().expect("spent");
+    assert!(spent <= budget, "spent {spent} of {budget}");
+    let waiting = &line["waiting"];
+    let (needed, left) =
+        (waiting["needed_micros"].as_u64().expect("needed"), waiting["left_micros"].as_u64().expect("left"));
+    assert!(needed > left, "waiting only when the next estimate does not fit: {line:#}");
+    assert_eq!(left, budget - spent, "nothing is reserved once the provider has nothing: {line:#}");
+    assert_eq!(line["held"], json!(false), "not spent out: waiting on reservations' room");
+    let states: Vec<Value> =
+        api.list_all(&format!("tenant={TENANT}&")).await.into_iter().map(|r| r["state"].clone()).collect();
+    let committed = states.iter().filter(|s| **s == json!("committed")).count();
+    let pending = states.iter().filter(|s| **s == json!("pending")).count();
+    assert!(committed > 0 && pending > 0 && committed + pending == 40, "{states:?}");
+
+    // A raised budget lets the rest go; nothing was lost while it waited.
+    std::fs::write(
+        &config,
+        format!("{PROVIDER_AND_PRICES}\n[budgets]\nperiod = \"month\"\n[budgets.tenants]\n{TENANT} = 100.0\n"),
+    )
+    .expect("write config");
+    let data_dir = rig.dir.path().display().to_string();
+    let pid = server.pid().to_string();
+    let reloaded = crate::util::cli(&["ctl", "reload", "--pid", &pid, "--config", &config, "--data-dir", &data_dir]);
+    assert!(reloaded.status.success(), "{}", crate::util::stderr(&reloaded));
+    let records = settle(&api, &ids).await;
+    assert!(records.values().all(|r| r["state"] == json!("committed")), "{records:#?}");
+    assert_eq!(budget_line(&api).await["reserved_micros"], json!(0));
+    crate::util::stop_and_verify(server);
+}
