@@ -185,8 +185,20 @@ fn describe(stats: &Value) -> String {
     );
     for b in stats["budgets"].as_array().cloned().unwrap_or_default() {
         let micros = |v: &Value| v.as_u64().unwrap_or(0) as f64 / 1e6;
+        let reserved = match b["reserved_members"].as_u64().unwrap_or(0) {
+            0 => String::new(),
+            n => format!(" (+${:.4} reserved for {n} in flight)", micros(&b["reserved_micros"])),
+        };
+        let waiting = match &b["waiting"] {
+            Value::Object(w) => format!(
+                " — waiting: the next source needs ~${:.4}, ${:.4} left",
+                micros(&w["needed_micros"]),
+                micros(&w["left_micros"])
+            ),
+            _ => String::new(),
+        };
         out += &format!(
-            "budget {}: ${:.2} of ${:.2}{}\n",
+            "budget {}: ${:.2} of ${:.2}{reserved}{}{waiting}\n",
             b["tenant"].as_str().unwrap_or("?"),
             micros(&b["spent_micros"]),
             micros(&b["budget_micros"]),

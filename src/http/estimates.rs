@@ -78,6 +78,9 @@ pub(super) struct ProviderEstimate {
 pub(super) struct BudgetView {
     limit_micros: u64,
     spent_micros: u64,
+    /// Reserved for work already with a provider.
+    reserved_micros: u64,
+    /// Limit less spend and reservations.
     remaining_micros: u64,
 }
 
@@ -107,6 +110,7 @@ impl EstimateReply {
             budget: budget.map(|b| BudgetView {
                 limit_micros: b.limit_micros,
                 spent_micros: b.spent_micros,
+                reserved_micros: b.reserved_micros,
                 remaining_micros: b.remaining_micros(),
             }),
             estimates: e

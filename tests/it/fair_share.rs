@@ -144,6 +144,12 @@ async fn spend_never_passes_a_budget_and_the_work_it_cannot_cover_waits_with_the
     assert!(needed > left, "waiting only when the next estimate does not fit: {line:#}");
     assert_eq!(left, budget - spent, "nothing is reserved once the provider has nothing: {line:#}");
     assert_eq!(line["held"], json!(false), "not spent out: waiting on reservations' room");
+    let status = crate::util::cli(&["ctl", "status", "--server", &server.url]);
+    let status = crate::util::stdout(&status);
+    assert!(
+        status.contains(&format!("budget {TENANT}:")) && status.contains("waiting: the next source needs"),
+        "{status}"
+    );
     let states: Vec<Value> =
         api.list_all(&format!("tenant={TENANT}&")).await.into_iter().map(|r| r["state"].clone()).collect();
     let committed = states.iter().filter(|s| **s == json!("committed")).count();

@@ -86,7 +86,7 @@ impl Store {
 #[async_trait]
 impl Ledger for Store {
     async fn reservations(&self) -> Result<Vec<crate::store::seam::Reserved>, Error> {
-        let rows = self.read(|txn| super::reservations::read(txn)).await?;
+        let rows = self.read(super::reservations::read).await?;
         Ok(rows
             .into_iter()
             .map(|(tenant, micros, members)| crate::store::seam::Reserved { tenant, micros, members })
