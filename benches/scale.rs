@@ -2,9 +2,10 @@
 //!
 //! `cargo bench --bench scale` fills a fresh store through the library with N extractions
 //! (default 1,000,000): half of them are claimed and committed, half stay pending, spread
-//! over 100 tenants; 10 more pending extractions of a second schema arrive last, behind
-//! all the others. It reopens the store (the open recounts the per-state counters), then
-//! times, at that size:
+//! over T tenants (default 1,000, as many as the claim target names: the fair pick's cost
+//! grows with the (schema, tenant) flows holding pending work, not only with N); 10 more
+//! pending extractions of a second schema arrive last, behind all the others. It reopens
+//! the store (the open recounts the per-state counters), then times, at that size:
 //!
 //! * status (`counts_by_state`, what `GET /v1/stats` and `ctl status` read);
 //! * a list page of 100 (pending, by tenant, and unfiltered), from the middle of the store;
@@ -25,6 +26,7 @@
 //! |---|---|---|
 //! | `COMMITPOINT_BENCH_QUICK=1` | off | smoke run: N = 20,000 |
 //! | `COMMITPOINT_BENCH_EXTRACTIONS` | 1000000 (quick: 20000) | N |
+//! | `COMMITPOINT_BENCH_TENANTS` | 1000 | T (100 compares with the figures before the fair pick) |
 //! | `COMMITPOINT_BENCH_DIR` | `target/tmp` | parent of the data directory (avoid tmpfs) |
 //! | `COMMITPOINT_BENCH_CLAIMS` | 20 | claims of 100 timed (more, to profile them) |
 //! | `COMMITPOINT_BENCH_IDLE_SECS` | 10 (quick: 3) | idle window; `0` skips the idle footprint |
@@ -54,7 +56,7 @@ use common::{BINARY, Result, ServerProcess, env_var, filesystem_of, process_cpu_
 const SCHEMA: &str = "code-review@1";
 const RARE_SCHEMA: &str = "rare@1";
 const RARE: u64 = 10;
-const TENANTS: u64 = 100;
+const TENANTS: u64 = 1000;
 const CONCURRENCY: usize = 256;
 
 pub fn main() -> ExitCode {
@@ -81,12 +83,19 @@ async fn run() -> Result<()> {
         None if quick => 20_000,
         None => 1_000_000,
     };
+    let tenants: u64 = match env_var("COMMITPOINT_BENCH_TENANTS") {
+        Some(v) => v.parse().map_err(|e| format!("COMMITPOINT_BENCH_TENANTS={v:?}: {e}"))?,
+        None => TENANTS,
+    };
+    if tenants == 0 {
+        return Err("COMMITPOINT_BENCH_TENANTS=0: the extractions need a tenant".into());
+    }
     let parent = env_var("COMMITPOINT_BENCH_DIR").map_or_else(|| PathBuf::from("target/tmp"), PathBuf::from);
     std::fs::create_dir_all(&parent)?;
     let work = tempfile::Builder::new().prefix("scale-bench-").tempdir_in(&parent)?;
     let data = work.path().join("data");
     println!(
-        "scale bench{}: {n} extractions ({} committed, {} pending) over {TENANTS} tenants, + {RARE} pending of {RARE_SCHEMA}",
+        "scale bench{}: {n} extractions ({} committed, {} pending) over {tenants} tenants, + {RARE} pending of {RARE_SCHEMA}",
         if quick { " (QUICK)" } else { "" },
         n / 2,
         n - n / 2
@@ -94,7 +103,7 @@ async fn run() -> Result<()> {
     println!("data directory: {} ({})", data.display(), common::Filesystem::describe(filesystem_of(&parent).as_ref()));
 
     let started = Instant::now();
-    fill(&data, n).await?;
+    fill(&data, n, tenants).await?;
     common::figures::record("scale.extractions", n as f64);
     println!("fill (library: intake, claim, commit): {:.1} s", started.elapsed().as_secs_f64());
 
@@ -307,8 +316,8 @@ fn report(what: &str, sorted: &[Duration]) {
     );
 }
 
-fn new_extraction(i: u64, schema: &str) -> NewExtraction {
-    let tenant = format!("t{}", i % TENANTS);
+fn new_extraction(i: u64, tenants: u64, schema: &str) -> NewExtraction {
+    let tenant = format!("t{}", i % tenants);
     let source = format!("src/{i}.rs");
     let content = format!("fn f{i}() {{ let x = run().unwrap(); }}");
     let hash = SourceHash::compute(content.as_bytes(), schema);
@@ -326,11 +335,11 @@ fn new_extraction(i: u64, schema: &str) -> NewExtraction {
 
 /// N intakes, claims of 1000 and a committed result for the first half, then the rare
 /// schema's few, straight through the store (the service's checks are not what is measured).
-async fn fill(data: &Path, n: u64) -> Result<()> {
+async fn fill(data: &Path, n: u64, tenants: u64) -> Result<()> {
     let (store, guard) = Store::open(data, 16 << 20)?;
     let intakes = futures_util::stream::iter(0..n).map(|i| {
         let store = store.clone();
-        async move { store.intake(new_extraction(i, SCHEMA)).await.map(|_| ()) }
+        async move { store.intake(new_extraction(i, tenants, SCHEMA)).await.map(|_| ()) }
     });
     let failed = intakes.buffer_unordered(CONCURRENCY).filter(|r| std::future::ready(r.is_err())).count().await;
     if failed > 0 {
@@ -363,7 +372,7 @@ async fn fill(data: &Path, n: u64) -> Result<()> {
         }
     }
     for i in 0..RARE {
-        store.intake(new_extraction(n + i, RARE_SCHEMA)).await?;
+        store.intake(new_extraction(n + i, tenants, RARE_SCHEMA)).await?;
     }
     drop(store);
     tokio::task::spawn_blocking(move || guard.join()).await?;

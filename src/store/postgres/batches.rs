@@ -225,7 +225,7 @@ impl Batches for PgStore {
         let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
         let now_ms = clock::now_ms();
         let queue = intent::queue(&request);
-        let mut before = policies.rotations.take(&queue);
+        let before = policies.rotations.get(&queue);
         let mut rotation = before.clone();
         // Only the work this provider may take (routing, budget holds) is read.
         let picked = super::pending_queue::pick(
@@ -238,27 +238,12 @@ impl Batches for PgStore {
             &mut rotation,
         )
         .await;
-        let mut picked = match picked {
-            Ok(picked) => picked,
-            Err(e) => {
-                policies.rotations.put(&queue, before);
-                return Err(e);
-            }
-        };
-        let reserved = std::mem::take(&mut picked.reserved);
-        let held = std::mem::take(&mut picked.held);
-        let members = match intent::fill(picked, &request, now_ms) {
-            Filling::Due(members) => {
-                rotation.held = held;
-                policies.rotations.put(&queue, rotation);
-                members
-            }
-            Filling::NotYet(outcome) => {
-                // Nothing was taken: the rotation stays where it was; who waits is news.
-                before.held = held;
-                policies.rotations.put(&queue, before);
-                return Ok(outcome);
-            }
+        let picked = picked?;
+        let (filling, reserved, keep) = intent::decide(picked, &request, now_ms, before, rotation);
+        policies.rotations.put(&queue, keep);
+        let members = match filling {
+            Filling::NotYet(outcome) => return Ok(outcome),
+            Filling::Due(members) => members,
         };
         let seq: i64 = tx
             .query_one("SELECT nextval('batch_seq')", &[])

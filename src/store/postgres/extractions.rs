@@ -239,7 +239,7 @@ impl Extractions for PgStore {
             candidates.push((record, text));
         }
         let queue = claim::queue(&request);
-        let mut rotation = policies.rotations.take(&queue);
+        let mut rotation = policies.rotations.get(&queue);
         let limits = claim::limits(&request, candidates.len());
         let picked = super::pending_queue::pick(
             &tx,

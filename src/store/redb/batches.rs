@@ -40,32 +40,26 @@ use crate::store::seam::{CloseReport, Leftover};
 fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(IntentOutcome, bool), Error> {
     let queue = intent::queue(request);
     let rotations = Arc::clone(&t.policies.rotations);
-    let mut before = rotations.take(&queue);
+    let before = rotations.get(&queue);
     let mut rotation = before.clone();
     // Only the work this provider may take, tenant by tenant as the fair pick reaches
     // it: no other schema's or held tenant's work is read, so forming a batch costs the
     // batch, not the backlog.
-    let mut picked = super::pending_queue::pick(
+    let picked = super::pending_queue::pick(
         t,
         Some(&request.schema),
         &request.accept,
         request.estimate.as_ref(),
         intent::limits(request),
         &mut rotation,
-    )?;
-    let reserved = std::mem::take(&mut picked.reserved);
-    let held = std::mem::take(&mut picked.held);
-    let members = match intent::fill(picked, request, t.now_ms) {
-        Filling::NotYet(outcome) => {
-            // Nothing was taken: the rotation stays where it was; who waits is news.
-            before.held = held;
-            rotations.put(&queue, before);
-            return Ok((outcome, false));
-        }
+    );
+    let picked = picked?;
+    let (filling, reserved, keep) = intent::decide(picked, request, t.now_ms, before, rotation);
+    rotations.put(&queue, keep);
+    let members = match filling {
+        Filling::NotYet(outcome) => return Ok((outcome, false)),
         Filling::Due(members) => members,
     };
-    rotation.held = held;
-    rotations.put(&queue, rotation);
     let seq = t.allocate_batch_seq();
     let (batch, enqueue) = intent::intent(request, seq, &members, t.now_ms);
     for (member, micros) in reserve::to_write(&members, &reserved) {

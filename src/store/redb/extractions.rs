@@ -92,7 +92,7 @@ fn claim_candidates(t: &WriteTables<'_>, request: &ClaimRequest) -> Result<Vec<E
     }
     let limits = claim::limits(request, picked.len());
     let queue = claim::queue(request);
-    let mut rotation = t.policies.rotations.take(&queue);
+    let mut rotation = t.policies.rotations.get(&queue);
     // Only the asked schema's queue (or every schema's, tenant by tenant): work the pick
     // does not reach is never read.
     let pending =

@@ -421,8 +421,8 @@ impl Rotation {
 pub(in crate::store) struct Rotations(Mutex<HashMap<String, Rotation>>);
 
 impl Rotations {
-    pub(in crate::store) fn take(&self, queue: &str) -> Rotation {
-        self.0.lock().ok().and_then(|mut m| m.remove(queue)).unwrap_or_default()
+    pub(in crate::store) fn get(&self, queue: &str) -> Rotation {
+        self.0.lock().ok().and_then(|m| m.get(queue).cloned()).unwrap_or_default()
     }
 
     pub(in crate::store) fn put(&self, queue: &str, rotation: Rotation) {

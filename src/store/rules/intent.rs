@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::domain::identity::{ExtractionId, batch_key};
 use crate::domain::lifecycle::Event;
 use crate::store::ExtractionRecord;
-use crate::store::rules::fair::{Limits, Picked};
+use crate::store::rules::fair::{Limits, Picked, Rotation};
 use crate::store::rules::reserve::MemberEstimate;
 
 /// Decides, by (tenant, schema), whether pending work may join a batch for this provider:
@@ -81,6 +81,31 @@ pub(crate) fn fill(picked: Picked<ExtractionRecord>, request: &IntentRequest, no
         return Filling::NotYet(IntentOutcome::Waiting { due_at_ms, members: picked.items.len() });
     }
     Filling::Due(picked.items)
+}
+
+/// What a fair pick comes to for this intent: whether a batch is formed, what its members
+/// are reserved at, and the rotation the queue keeps: the pick's when a batch is formed;
+/// when not, the one from `before` the pick (nothing was taken), with the news of who
+/// waits on a budget.
+pub(crate) fn decide(
+    mut picked: Picked<ExtractionRecord>,
+    request: &IntentRequest,
+    now_ms: u64,
+    mut before: Rotation,
+    mut after: Rotation,
+) -> (Filling, Vec<Option<u64>>, Rotation) {
+    let reserved = std::mem::take(&mut picked.reserved);
+    let held = std::mem::take(&mut picked.held);
+    match fill(picked, request, now_ms) {
+        due @ Filling::Due(_) => {
+            after.held = held;
+            (due, reserved, after)
+        }
+        waiting @ Filling::NotYet(_) => {
+            before.held = held;
+            (waiting, Vec::new(), before)
+        }
+    }
 }
 
 /// The new intent numbered `seq` over `members`, and the event that enqueues each of them.
