@@ -66,6 +66,11 @@ pub(super) fn usize<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> 
     usize::try_from(n).map_err(|_| de::Error::invalid_value(de::Unexpected::Unsigned(n), &"a smaller number"))
 }
 
+pub(super) fn u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let n = u64(d)?;
+    u32::try_from(n).map_err(|_| de::Error::invalid_value(de::Unexpected::Unsigned(n), &"a smaller number"))
+}
+
 pub(super) fn option_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     d.deserialize_option(MaybeWhole)
 }

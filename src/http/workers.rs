@@ -16,7 +16,7 @@ use super::openapi::{
 use super::views::{self, ClaimGrant};
 use super::whole;
 use crate::domain::batch::Usage;
-use crate::service::{ResultRequest, Service, WorkerUsage};
+use crate::service::{ResultRequest, Service, WorkerPricing, WorkerUsage};
 use crate::store::{ClaimRequest, PostOutcome};
 
 /// Asks for work: leases on expired claims first, then pending extractions.
@@ -36,6 +36,23 @@ pub(super) struct ClaimBody {
     /// Only extractions of this registered schema.
     #[serde(default)]
     schema: Option<String>,
+    /// The model this worker calls. With it, each pending source the claim takes is
+    /// reserved against its tenant's budget at the most that model may charge for it (list
+    /// price from `[[prices]]`), and a tenant whose budget cannot cover its next source
+    /// waits; without it nothing is reserved, and only a spent budget holds a tenant back.
+    #[serde(default)]
+    priced_as: Option<PricedAs>,
+}
+
+/// A `[[prices]]` row's provider and model, and the output one answer may use.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PricedAs {
+    provider: String,
+    model: String,
+    #[serde(deserialize_with = "whole::u32")]
+    #[schema(minimum = 1, maximum = 1000000)]
+    max_output_tokens: u32,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -65,8 +82,14 @@ pub(super) async fn claim(State(service): State<Service>, JsonBody(body): JsonBo
         limit: body.limit,
         lease_ms: body.lease_seconds.saturating_mul(1000),
         schema: body.schema,
+        estimate: None,
     };
-    let grants = service.claim(request).await?;
+    let pricing = body.priced_as.map(|p| WorkerPricing {
+        provider: p.provider,
+        model: p.model,
+        max_output_tokens: p.max_output_tokens,
+    });
+    let grants = service.claim(request, pricing).await?;
     let registry = service.registry();
     let instructions = |schema: &str| registry.get(schema).ok().map(|s| s.instructions());
     ok(ClaimsPage { claims: grants.iter().map(|g| views::grant(g, instructions(&g.record.schema))).collect() })

@@ -26,6 +26,20 @@ impl Estimation {
     }
 }
 
+/// The model an external worker says it calls, so its claims are reserved against the
+/// tenants' budgets like batch members (at list price: a worker's call is synchronous).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerPricing {
+    /// The `provider` of a `[[prices]]` row.
+    pub provider: String,
+    pub model: String,
+    /// The most output one answer may use: what a claimed source is reserved for.
+    pub max_output_tokens: u32,
+}
+
+/// Output budgets above this are a mistake, not a model.
+const MAX_WORKER_OUTPUT_TOKENS: u32 = 1_000_000;
+
 #[derive(Debug, Clone)]
 pub(crate) struct EstimateRequest {
     pub(crate) tenant: String,
@@ -82,6 +96,31 @@ impl Service {
     pub(crate) fn with_estimation(mut self, estimation: Estimation) -> Self {
         self.estimation = Arc::new(estimation);
         self
+    }
+
+    /// What one source claimed by a worker that declared `pricing` is reserved at.
+    pub(crate) fn worker_estimate(&self, pricing: &WorkerPricing) -> Result<crate::store::MemberEstimate, Error> {
+        if !(1..=MAX_WORKER_OUTPUT_TOKENS).contains(&pricing.max_output_tokens) {
+            return Err(invalid("priced_as.max_output_tokens", format!("must be 1..={MAX_WORKER_OUTPUT_TOKENS}")));
+        }
+        let profile = ProviderProfile {
+            name: pricing.provider.clone(),
+            model: Some(pricing.model.clone()),
+            batch: false,
+            output_budget: pricing.max_output_tokens,
+        };
+        let registry = self.registry().clone();
+        let instructions = move |schema: &str| registry.get(schema).map_or(0, |s| s.instructions().len() as u64);
+        let prices = self.estimation.prices.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        estimate::member_estimate(&profile, instructions, &prices).ok_or_else(|| {
+            invalid(
+                "priced_as",
+                format!(
+                    "no [[prices]] row prices model {:?} at provider {:?}: claims cannot be reserved against budgets",
+                    pricing.model, pricing.provider
+                ),
+            )
+        })
     }
 
     /// The prices `ctl reload` brought.

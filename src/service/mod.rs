@@ -42,6 +42,7 @@ mod revisions;
 mod throughput;
 
 pub use endpoint::{Endpoint, EndpointError, Field, MapError, WebhookOptions};
+pub use estimates::WorkerPricing;
 pub(crate) use estimates::{EstimateRequest, Estimation, TenantEstimate, estimate_sources};
 pub use exports::{
     DEFAULT_MAX_EXPORTS, DEFAULT_MAX_EXPORTS_PER_TENANT, DEFAULT_STALL_TIMEOUT, ExportCap, ExportLimits, ExportPermit,

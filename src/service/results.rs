@@ -1,14 +1,16 @@
 //! Work distribution and results: claims, a worker's result and operator retries. Output
 //! is judged (`engine::commit`) outside the writer.
 
-use super::{Error, MAX_CLAIM_LIMIT, MAX_LEASE_SECONDS, ResultRequest, Service, check_text, invalid};
+use super::{Error, MAX_CLAIM_LIMIT, MAX_LEASE_SECONDS, ResultRequest, Service, WorkerPricing, check_text, invalid};
 use crate::domain::identity::ExtractionId;
 use crate::domain::schema::{SourceText, ValidationIssue};
 use crate::engine::commit::{Refusal, count_outcome};
 use crate::store::{Authority, Charge, ClaimRequest, ExtractionRecord, Grant, PostOutcome, PostResult, RetryOutcome};
 
 impl Service {
-    pub async fn claim(&self, request: ClaimRequest) -> Result<Vec<Grant>, Error> {
+    /// Leases for a worker; with `pricing`, each pending source it takes is reserved
+    /// against its tenant's budget at what the declared model may charge for it.
+    pub async fn claim(&self, mut request: ClaimRequest, pricing: Option<WorkerPricing>) -> Result<Vec<Grant>, Error> {
         check_text("worker", &request.worker, 256)?;
         if request.limit == 0 || request.limit > MAX_CLAIM_LIMIT {
             return Err(invalid("limit", format!("must be between 1 and {MAX_CLAIM_LIMIT}")));
@@ -18,6 +20,9 @@ impl Service {
         }
         if let Some(schema) = &request.schema {
             self.judge.registry().get(schema)?;
+        }
+        if let Some(pricing) = &pricing {
+            request.estimate = Some(self.worker_estimate(pricing)?);
         }
         let grants = self.store.claim(request).await?;
         if !grants.is_empty() {

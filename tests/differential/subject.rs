@@ -89,6 +89,7 @@ impl Subject {
                     limit: *limit,
                     lease_ms: if *short_lease { 0 } else { 3_600_000 },
                     schema: schema.map(|s| SCHEMAS[s].to_string()),
+                    estimate: None,
                 };
                 let grants = store.claim(request).await?;
                 let mut out = Vec::new();

@@ -171,3 +171,60 @@ async fn spend_never_passes_a_budget_and_the_work_it_cannot_cover_waits_with_the
     assert_eq!(budget_line(&api).await["reserved_micros"], json!(0));
     crate::util::stop_and_verify(server);
 }
+
+/// An external worker that declares its model has each source it claims reserved like a
+/// batch member: claims stop where the budget's room ends, and a charged answer frees what
+/// it did not use.
+#[tokio::test]
+async fn a_worker_that_declares_its_model_claims_within_the_budget() {
+    let dir = crate::util::temp_dir();
+    let config = dir.path().join("config.toml");
+    // $10 per million output tokens: a claim of at most 1,000 output tokens is reserved at
+    // about 10,000 µ$ (plus a few µ$ of input); $0.025 is room for two.
+    std::fs::write(
+        &config,
+        format!(
+            "[[prices]]\nprovider = \"workers\"\nmodel = \"m1\"\ninput_per_mtok = 1.0\noutput_per_mtok = 10.0\n\
+             [budgets]\nperiod = \"month\"\n[budgets.tenants]\n{TENANT} = 0.025\n"
+        ),
+    )
+    .expect("write config");
+    let server = crate::util::Server::start_with(dir.path(), &["--config", config.to_str().expect("utf-8")]);
+    let api = server.api();
+    for i in 0..5 {
+        let (name, content) = source(i);
+        api.create(TENANT, &name, &content).await;
+    }
+    let priced = json!({"provider": "workers", "model": "m1", "max_output_tokens": 1000});
+    let claim = |priced: Value| {
+        let api = api.clone();
+        async move {
+            let body = json!({"worker": "w", "limit": 5, "lease_seconds": 300, "priced_as": priced});
+            let reply = api.post("/v1/claims", &body).await;
+            assert_eq!(reply.status, 200, "{:#}", reply.body);
+            reply.body["claims"].as_array().cloned().expect("claims")
+        }
+    };
+    let first = claim(priced.clone()).await;
+    assert_eq!(first.len(), 2, "room for two reservations: {first:#?}");
+    let line = budget_line(&api).await;
+    assert_eq!(line["reserved_members"], json!(2), "{line:#}");
+    assert!(line["waiting"]["needed_micros"].as_u64() > line["waiting"]["left_micros"].as_u64(), "{line:#}");
+    assert!(claim(priced.clone()).await.is_empty(), "nothing more fits");
+
+    // One answer, charged about 1,000 µ$ of output: what it did not use is free again.
+    let (id, token) = (crate::util::id_of(&first[0]), first[0]["lease_token"].as_str().expect("token").to_string());
+    let usage = json!({"model": "m1", "provider": "workers", "input_tokens": 200, "output_tokens": 100});
+    let body = json!({"lease_token": token, "output": {"findings": []}, "usage": usage});
+    let posted = api.post(&format!("/v1/extractions/{id}/result"), &body).await;
+    assert_eq!(posted.status, 200, "{:#}", posted.body);
+    let line = budget_line(&api).await;
+    assert_eq!((line["reserved_members"].clone(), line["spent_micros"].clone()), (json!(1), json!(1200)), "{line:#}");
+    assert_eq!(claim(priced).await.len(), 1, "25,000 - 1,200 spent - one reservation leaves room for one");
+
+    // A model no price row prices cannot be reserved: the claim is refused, not unbounded.
+    let unknown = json!({"worker": "w", "limit": 1, "lease_seconds": 300,
+        "priced_as": {"provider": "workers", "model": "m2", "max_output_tokens": 1000}});
+    api.post("/v1/claims", &unknown).await.assert_error(422, "invalid_input");
+    crate::util::stop_and_verify(server);
+}

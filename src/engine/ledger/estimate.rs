@@ -134,7 +134,7 @@ pub(crate) fn estimate(
 /// the provider's model: such work is bounded by charged spend only.
 pub(crate) fn member_estimate(
     provider: &ProviderProfile,
-    instructions_bytes: u64,
+    instructions_bytes: impl Fn(&str) -> u64 + Send + Sync + 'static,
     prices: &PriceTable,
 ) -> Option<crate::store::MemberEstimate> {
     let usage = Usage { model: provider.model.clone()?, ..Usage::default() };
@@ -144,7 +144,8 @@ pub(crate) fn member_estimate(
         let mut profile = provider.clone();
         profile.output_budget = profile.output_budget.max(record.output_budget.unwrap_or(0));
         let sources = Sources::Items(vec![(record.source_id.clone(), record.content_bytes)]);
-        estimate(&profile, &sources, instructions_bytes, None, &prices).cost_micros.unwrap_or(0)
+        let instructions = instructions_bytes(&record.schema);
+        estimate(&profile, &sources, instructions, None, &prices).cost_micros.unwrap_or(0)
     })))
 }
 

@@ -346,7 +346,7 @@ impl Scheduler {
     fn member_estimate(&self, schema: &str) -> Option<crate::store::MemberEstimate> {
         let profile = self.settings.profile.as_ref()?;
         let instructions = self.registry.get(schema).ok()?.instructions().len() as u64;
-        crate::engine::ledger::estimate::member_estimate(profile, instructions, &self.router.prices())
+        crate::engine::ledger::estimate::member_estimate(profile, move |_| instructions, &self.router.prices())
     }
 
     /// When the last look found too little work for `schema` and not enough has arrived

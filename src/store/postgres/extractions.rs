@@ -246,13 +246,16 @@ impl Extractions for PgStore {
             &policies,
             request.schema.as_deref(),
             &claim::everyone(),
-            None,
+            request.estimate.as_ref(),
             limits,
             &mut rotation,
         )
-        .await;
+        .await?;
+        rotation.held = picked.held.clone();
         policies.rotations.put(&queue, rotation);
-        let pending = picked?.items;
+        let mut reserved = vec![None; candidates.len()];
+        reserved.extend(picked.reserved);
+        let pending = picked.items;
         let seqs: Vec<i64> = pending.iter().map(|r| big(r.seq)).collect();
         let mut contents: std::collections::HashMap<i64, Option<Vec<u8>>> = tx
             .query("SELECT seq, content FROM extractions WHERE seq = ANY($1)", &[&seqs])
@@ -267,13 +270,17 @@ impl Extractions for PgStore {
             candidates.push((record, text));
         }
         let mut grants = Vec::with_capacity(candidates.len());
-        for (mut record, content) in candidates {
+        let (mut granted, mut granted_reserved) = (Vec::new(), Vec::new());
+        for ((mut record, content), micros) in candidates.into_iter().zip(reserved) {
             let Some((next, lease)) = claim::claim(&mut record, &request, now_ms, rand::random()) else {
                 continue;
             };
             transition(&tx, &policies, now_ms, &mut record, next).await?;
+            granted.push(record.clone());
+            granted_reserved.push(micros);
             grants.push(lease.grant(record, content));
         }
+        super::pending_queue::reserve(&tx, &granted, &granted_reserved).await?;
         tx.commit().await.map_err(pg("claim commit failed"))?;
         Ok(grants)
     }

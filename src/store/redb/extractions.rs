@@ -61,9 +61,9 @@ fn intake(
 }
 
 fn claim(t: &mut WriteTables<'_>, request: &ClaimRequest) -> Result<(Vec<Grant>, bool), Error> {
-    let candidates = claim_candidates(t, request)?;
+    let (candidates, reserved) = claim_candidates(t, request)?;
     let mut grants = Vec::with_capacity(candidates.len());
-    for mut record in candidates {
+    for (mut record, micros) in candidates.into_iter().zip(reserved) {
         // Candidates were selected as claimable in this same transaction, so a refusal
         // here would only mean a stale index entry.
         let Some((next, lease)) = claim::claim(&mut record, request, t.now_ms, rand::random()) else {
@@ -71,19 +71,26 @@ fn claim(t: &mut WriteTables<'_>, request: &ClaimRequest) -> Result<(Vec<Grant>,
         };
         let content = decode::<StoredContent>(&required(t.contents.get(record.seq)?, "content", record.seq)?)?.text;
         transition(t, &mut record, next)?;
+        if let Some(micros) = micros.filter(|&m| m > 0) {
+            super::reservations::reserve(t, &record, micros)?;
+        }
         grants.push(lease.grant(record, content));
     }
     let wrote = !grants.is_empty();
     Ok((grants, wrote))
 }
 
-/// Expired leases first (their work has waited longest), then pending work by the fair
-/// pick (`rules::fair`).
-fn claim_candidates(t: &WriteTables<'_>, request: &ClaimRequest) -> Result<Vec<ExtractionRecord>, Error> {
+/// Expired leases first (their work has waited longest; a reservation they hold stays),
+/// then pending work by the fair pick (`rules::fair`), with what each is reserved at.
+fn claim_candidates(
+    t: &WriteTables<'_>,
+    request: &ClaimRequest,
+) -> Result<(Vec<ExtractionRecord>, Vec<Option<u64>>), Error> {
     let mut picked = Vec::new();
     for entry in t.lease_index.range((0, 0)..(t.now_ms.saturating_add(1), 0))? {
         if picked.len() >= request.limit {
-            return Ok(picked);
+            let none = vec![None; picked.len()];
+            return Ok((picked, none));
         }
         let record = load(t, entry?.0.value().1)?;
         if claim::wanted(request, &record) {
@@ -95,11 +102,15 @@ fn claim_candidates(t: &WriteTables<'_>, request: &ClaimRequest) -> Result<Vec<E
     let mut rotation = t.policies.rotations.get(&queue);
     // Only the asked schema's queue (or every schema's, tenant by tenant): work the pick
     // does not reach is never read.
-    let pending =
-        super::pending_queue::pick(t, request.schema.as_deref(), &claim::everyone(), None, limits, &mut rotation);
+    let estimate = request.estimate.as_ref();
+    let mut pending =
+        super::pending_queue::pick(t, request.schema.as_deref(), &claim::everyone(), estimate, limits, &mut rotation)?;
+    rotation.held = std::mem::take(&mut pending.held);
     t.policies.rotations.put(&queue, rotation);
-    picked.extend(pending?.items);
-    Ok(picked)
+    let mut reserved = vec![None; picked.len()];
+    picked.extend(pending.items);
+    reserved.extend(pending.reserved);
+    Ok((picked, reserved))
 }
 
 fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome, bool), Error> {

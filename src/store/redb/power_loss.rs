@@ -129,7 +129,7 @@ async fn workload(store: &Store) -> Acknowledged {
             acked.intakes.insert(id);
         }
     }
-    let request = ClaimRequest { worker: "w".into(), limit: 8, lease_ms: 60_000, schema: None };
+    let request = ClaimRequest { worker: "w".into(), limit: 8, lease_ms: 60_000, schema: None, estimate: None };
     let Ok(grants) = store.claim(request).await else { return acked };
     let schema = Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap();
     for grant in grants {

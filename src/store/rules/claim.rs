@@ -76,7 +76,13 @@ mod tests {
     use crate::store::rules::fixtures::record;
 
     fn request(schema: Option<&str>) -> ClaimRequest {
-        ClaimRequest { worker: "w1".into(), limit: 10, lease_ms: 30_000, schema: schema.map(str::to_string) }
+        ClaimRequest {
+            worker: "w1".into(),
+            limit: 10,
+            lease_ms: 30_000,
+            schema: schema.map(str::to_string),
+            estimate: None,
+        }
     }
 
     #[test]

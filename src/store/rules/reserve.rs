@@ -2,9 +2,11 @@
 //! reserved at its estimate (`IntentRequest::estimate`: input from its bytes, output at
 //! the provider's output budget, the batch discount applied) in the same transaction,
 //! and only while the tenant's budget less its spend this period and its open
-//! reservations covers it (`rules::fair`, which leaves the rest waiting). A reservation
-//! lives while its extraction is with the provider (submitted or ready) and ends in the
-//! write that moves it on: an answer's commit, which charges the real cost in that same
+//! reservations covers it (`rules::fair`, which leaves the rest waiting); a worker's
+//! claim reserves the same way when the worker declares its model
+//! (`ClaimRequest::estimate`). A reservation lives while its extraction is with the
+//! provider or the worker (submitted, ready, claimed) and ends in the write that moves it
+//! on: an answer's commit, which charges the real cost in that same
 //! transaction, or a failure, a cancellation or a return to the queue, which charge
 //! nothing more. Spend plus open reservations therefore never passes a budget by more
 //! than the members' estimate errors, and a member's estimate is an upper bound on its
@@ -14,9 +16,10 @@ use crate::domain::budget::Budgets;
 use crate::domain::lifecycle::StateName;
 use crate::store::ExtractionRecord;
 
-/// Whether an extraction in this state keeps its reservation.
+/// Whether an extraction in this state keeps its reservation: while a provider (or a
+/// worker that declared its model) has it.
 pub(in crate::store) fn keeps(state: StateName) -> bool {
-    matches!(state, StateName::Submitted | StateName::Ready)
+    matches!(state, StateName::Submitted | StateName::Ready | StateName::Claimed)
 }
 
 /// Whether moving from `from` to `to` ends a reservation the extraction may hold.
@@ -61,6 +64,8 @@ mod tests {
         assert!(ends(StateName::Submitted, StateName::Cancelled));
         assert!(!ends(StateName::Submitted, StateName::Ready), "staged: still to be committed and charged");
         assert!(!ends(StateName::Pending, StateName::Claimed));
+        assert!(!ends(StateName::Claimed, StateName::Claimed), "a lease taken over keeps it");
+        assert!(ends(StateName::Claimed, StateName::Committed), "a worker's answer charged");
     }
 
     #[test]

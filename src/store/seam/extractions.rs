@@ -85,6 +85,10 @@ pub struct ClaimRequest {
     pub limit: usize,
     pub lease_ms: u64,
     pub schema: Option<String>,
+    /// What a claimed member will cost the worker (it declared its model), reserved
+    /// against its tenant's budget like a batch member; `None`: nothing is reserved, and
+    /// only a spent budget holds the tenant's work back.
+    pub estimate: Option<crate::store::MemberEstimate>,
 }
 
 #[derive(Debug, Clone)]

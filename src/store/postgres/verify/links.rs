@@ -30,11 +30,11 @@ fn seq(row: &Row) -> u64 {
     unbig(row.get("seq"))
 }
 
-/// Codes: 3 committed, 5 submitted, 6 ready (`StateName::code`); batch state 2 is closed.
+/// Codes: 2 claimed, 3 committed, 5 submitted, 6 ready (`StateName::code`); batch state 2 is closed.
 const RULES: [Rule; 19] = [
     Rule {
         sql: "SELECT encode(e.id, 'hex') AS id, e.state_code FROM extractions e \
-              WHERE e.reserved_micros IS NOT NULL AND e.state_code NOT IN (5, 6) ORDER BY e.seq",
+              WHERE e.reserved_micros IS NOT NULL AND e.state_code NOT IN (2, 5, 6) ORDER BY e.seq",
         says: |r| format!("{}: a budget reservation is open for it in state {}", id(r), state(r)),
     },
     Rule {
