@@ -72,6 +72,8 @@ pub struct Model {
     pub(super) erased_spend: BTreeMap<String, u64>,
     /// Where each queue's fair rotation stopped (`model_fair`).
     pub(super) rotations: HashMap<String, (String, String)>,
+    /// Open budget reservations: sequence → (tenant, micro-dollars) (`model_fair`).
+    pub(super) reservations: BTreeMap<u64, (String, u64)>,
 }
 
 impl Model {
@@ -90,6 +92,7 @@ impl Model {
             spend: BTreeMap::new(),
             erased_spend: BTreeMap::new(),
             rotations: HashMap::new(),
+            reservations: BTreeMap::new(),
         }
     }
 
@@ -226,7 +229,7 @@ impl Model {
         expired.sort();
         let mut picked: Vec<u64> = expired.into_iter().take(limit).map(|(_, seq)| seq).collect();
         let queue = format!("claim/{}", schema.map_or("*", |s| SCHEMAS[s]));
-        let pick = self.fair_pick(&queue, wanted, limit - picked.len(), u64::MAX);
+        let pick = self.fair_pick(&queue, wanted, limit - picked.len(), u64::MAX, false);
         if let Some(stop) = pick.stopped_at {
             self.rotations.insert(queue, stop);
         }
@@ -483,6 +486,13 @@ impl Model {
         }
         let committed = (next == StateView::Committed).then(|| self.supersede(seq));
         let Some(ext) = self.ext.get_mut(&seq) else { return };
+        // A reservation lives while the provider or a worker has the work.
+        let with_someone = |s: &StateView| {
+            matches!(s, StateView::Claimed { .. } | StateView::Submitted { .. } | StateView::Ready { .. })
+        };
+        if with_someone(&ext.view.state) && !with_someone(&next) {
+            self.reservations.remove(&seq);
+        }
         if !matches!(next, StateView::Claimed { .. }) {
             ext.expiring = None;
         }

@@ -6,7 +6,7 @@ use commitpoint::store::{ChargeKind, CloseReport, StageReport};
 
 use super::model::{Batch, Ext, Model, Paid, Reporter};
 use super::ops::{LeftoverPick, LineKind, LinePick};
-use super::universe::{self, PROVIDERS, SCHEMAS, TENANTS};
+use super::universe::{self, BUDGETED, ESTIMATE, PROVIDERS, SCHEMAS, TENANTS};
 use super::view::*;
 
 /// What a line or a batch's end asks of a member.
@@ -36,8 +36,8 @@ impl Model {
         let max_bytes = if small_bytes { 20 } else { u64::MAX };
         let queue = format!("intent/{}/{}", PROVIDERS[provider], SCHEMAS[schema]);
         let accepted = |e: &Ext| e.view.schema == SCHEMAS[schema] && only.is_none_or(|t| e.view.tenant == TENANTS[t]);
-        let pick = self.fair_pick(&queue, accepted, max_size, max_bytes);
-        let (members, full) = (pick.seqs, pick.full);
+        let pick = self.fair_pick(&queue, accepted, max_size, max_bytes, true);
+        let (members, full) = (pick.seqs.clone(), pick.full);
         if members.is_empty() {
             return IntentView::Nothing;
         }
@@ -46,6 +46,9 @@ impl Model {
         }
         if let Some(stop) = pick.stopped_at {
             self.rotations.insert(queue, stop);
+        }
+        for &seq in &pick.reserved {
+            self.reservations.insert(seq, (BUDGETED.to_string(), ESTIMATE));
         }
         let label = self.batches.len();
         let provider = PROVIDERS[provider].to_string();

@@ -69,6 +69,7 @@ impl Model {
         let erased: Vec<u64> = self.ext.iter().filter(|(_, e)| e.view.tenant == tenant).map(|(s, _)| *s).collect();
         for seq in &erased {
             let Some(ext) = self.ext.remove(seq) else { continue };
+            self.reservations.remove(seq);
             self.by_identity[ext.view.identity] = None;
             report.extractions += 1;
             report.contents += 1;
@@ -160,6 +161,7 @@ impl Model {
             outbox_counts: (pending, dead),
             spend: positive(&self.spend),
             erased_spend: positive(&self.erased_spend),
+            reservations: self.reservation_totals(),
         }
     }
 }

@@ -66,6 +66,13 @@ impl Subject {
             outbox_counts: (pending, dead),
             spend,
             erased_spend,
+            reservations: self
+                .store
+                .reservations()
+                .await?
+                .into_iter()
+                .map(|r| (r.tenant, r.micros, r.members))
+                .collect(),
         })
     }
 

@@ -45,7 +45,12 @@ pub fn check(backends: Backends, default_cases: u32, max_ops: usize) {
 }
 
 fn policies() -> Policies {
+    let budgets = commitpoint::domain::budget::Budgets {
+        period: commitpoint::domain::budget::BudgetPeriod::Month,
+        limits: [(super::universe::BUDGETED.to_string(), super::universe::BUDGET_MICROS)].into(),
+    };
     Policies::new(SINKS.iter().map(|s| s.to_string()).collect(), Arc::new(TestPricing), Default::default())
+        .with_budgets(budgets)
 }
 
 /// A fresh redb store in its own temp dir; the guard and the dir must outlive it.

@@ -140,7 +140,9 @@ impl Subject {
                     max_size: *max_size,
                     max_content_bytes: if *small_bytes { 20 } else { u64::MAX },
                     max_wait_ms: if *wait { 3_600_000 } else { 0 },
-                    estimate: None,
+                    estimate: Some(commitpoint::store::MemberEstimate(std::sync::Arc::new(|_| {
+                        super::universe::ESTIMATE
+                    }))),
                 };
                 Answer::Intent(match store.create_intent(request).await? {
                     IntentOutcome::Created(batch) => {

@@ -15,6 +15,11 @@ pub const PROVIDERS: [&str; 2] = ["p-one", "p-two"];
 pub const SINKS: [&str; 2] = ["downstream", "audit"];
 /// The time a `Retry` delivery report asks for: fixed, so both sides store the same.
 pub const RETRY_AT_MS: u64 = 1_000;
+/// `acme` has a budget (bolt has none); each batch member is reserved at `ESTIMATE`, so a
+/// few fit at a time and charged answers make room.
+pub const BUDGETED: &str = "acme";
+pub const BUDGET_MICROS: u64 = 150;
+pub const ESTIMATE: u64 = 60;
 
 /// (tenant, source, schema, content, metadata): 1 is 0 with a changed content (a new
 /// identity), 3 is 0 for another tenant, 4 is larger than a small batch's byte cap.

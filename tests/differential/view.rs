@@ -188,6 +188,8 @@ pub struct Snapshot {
     pub outbox_counts: (u64, u64),
     pub spend: Vec<(String, u64)>,
     pub erased_spend: Vec<(String, u64)>,
+    /// Open budget reservations: (tenant, micro-dollars, members), by tenant.
+    pub reservations: Vec<(String, u64, u64)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

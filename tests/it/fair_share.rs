@@ -12,18 +12,11 @@ use serde_json::{Value, json};
 use crate::provider::{CORPUS, Rig, TENANT, settle};
 use crate::util::Api;
 
-/// gpt-4o-mini list prices, half through the batch API; answers capped at 300 tokens,
-/// which is what a member is reserved for.
-const PROVIDER_AND_PRICES: &str = r#"
-[provider]
-max_completion_tokens = 300
-
-[[prices]]
-provider = "openai"
-model = "gpt-4o-mini"
-input_per_mtok = 0.15
-output_per_mtok = 0.60
-"#;
+/// Answers capped at 300 tokens, which is what a member is reserved for, at gpt-4o-mini's
+/// prices (`money::PRICES`).
+fn provider_and_prices() -> String {
+    format!("[provider]\nmax_completion_tokens = 300\n{}", crate::money::PRICES)
+}
 
 fn source(i: usize) -> (String, String) {
     let s = &CORPUS[i % CORPUS.len()];
@@ -77,7 +70,7 @@ async fn budget_line(api: &Api) -> Value {
 async fn spend_never_passes_a_budget_and_the_work_it_cannot_cover_waits_with_the_reason() {
     let rig = Rig::start(Duration::from_millis(100), Faults::default()).await;
     let config = rig.dir.path().join("config.toml");
-    std::fs::write(&config, PROVIDER_AND_PRICES).expect("write config");
+    std::fs::write(&config, provider_and_prices()).expect("write config");
     let config = config.display().to_string();
     let sources: Vec<(String, String)> = (0..40).map(source).collect();
 
@@ -99,7 +92,7 @@ async fn spend_never_passes_a_budget_and_the_work_it_cannot_cover_waits_with_the
     let dollars = format!("{:.6}", budget as f64 / 1e6);
     std::fs::write(
         &config,
-        format!("{PROVIDER_AND_PRICES}\n[budgets]\nperiod = \"month\"\n[budgets.tenants]\n{TENANT} = {dollars}\n"),
+        format!("{}\n[budgets]\nperiod = \"month\"\n[budgets.tenants]\n{TENANT} = {dollars}\n", provider_and_prices()),
     )
     .expect("write config");
     let budget = (dollars.parse::<f64>().expect("dollars") * 1e6).round() as u64;
@@ -159,7 +152,7 @@ async fn spend_never_passes_a_budget_and_the_work_it_cannot_cover_waits_with_the
     // A raised budget lets the rest go; nothing was lost while it waited.
     std::fs::write(
         &config,
-        format!("{PROVIDER_AND_PRICES}\n[budgets]\nperiod = \"month\"\n[budgets.tenants]\n{TENANT} = 100.0\n"),
+        format!("{}\n[budgets]\nperiod = \"month\"\n[budgets.tenants]\n{TENANT} = 100.0\n", provider_and_prices()),
     )
     .expect("write config");
     let data_dir = rig.dir.path().display().to_string();

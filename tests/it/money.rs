@@ -11,7 +11,7 @@ use crate::provider::{CORPUS, Rig, TENANT, intake_corpus, settle};
 use crate::util::Api;
 
 /// gpt-4o-mini list prices, half through the batch API.
-const PRICES: &str = r#"
+pub(crate) const PRICES: &str = r#"
 [[prices]]
 provider = "openai"
 model = "gpt-4o-mini"

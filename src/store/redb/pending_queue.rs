@@ -112,8 +112,8 @@ pub(super) fn seqs<'a, T: ReadableTable<Key, ()>>(
 
 /// The fair pick (`rules::fair`) over the pending work of `schema` (or of every schema)
 /// that `accept` takes, loading each record as the pick reaches it; budgeted tenants'
-/// work is priced by `estimate` (nothing, for a claim) against what their budgets have
-/// left.
+/// work is priced by `estimate` (nothing, for a claim by a worker that declared no model)
+/// against what their budgets have left.
 pub(super) fn pick(
     t: &WriteTables<'_>,
     schema: Option<&str>,
