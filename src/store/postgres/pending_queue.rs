@@ -102,6 +102,8 @@ pub(super) async fn pick(
     }
     let mut pairs: Vec<(String, String)> =
         pairs(tx, schema).await?.into_iter().filter(|(s, t)| (accept.0)(t, s)).collect();
+    // By bytes, as redb's keys are ordered, whatever the database's collation.
+    pairs.sort_unstable();
     fair::rotate(&mut pairs, rotation.after.as_ref());
     let fairness = &policies.fairness;
     let ranked = fairness.tenants.values().any(|s| s.priority != fair::Priority::Normal);
@@ -116,7 +118,10 @@ pub(super) async fn pick(
         reached.iter().map(|(_, t)| t.as_str()).filter(|t| policies.budgets.limit(t).is_some()).collect();
     let headroom = headroom(tx, policies, budgeted, estimate.is_some()).await?;
     let cost = |record: &ExtractionRecord| estimate.map_or(0, |e| (e.0)(record));
-    let first_read = (READ_ROUNDS * limits.count / reach.max(1)).clamp(READ_ROUNDS, limits.count.max(READ_ROUNDS));
+    // One more than a pick can take, so a pair it drains still shows whether it has work
+    // (and keeps its credit, as on redb).
+    let most = limits.count.saturating_add(1);
+    let first_read = (READ_ROUNDS * limits.count / reach.max(1)).clamp(READ_ROUNDS, most.max(READ_ROUNDS));
     // Rows another transaction locked between the read and the lock (a concurrent claim)
     // are left out and the pick made again, so concurrent claimers split the work.
     let mut skipped: Vec<i64> = Vec::new();
@@ -125,7 +130,7 @@ pub(super) async fn pick(
         let mut read: HashMap<(String, String), Vec<ExtractionRecord>> = HashMap::new();
         let mut to_read: Vec<(String, String)> = reached.to_vec();
         let (mut picked, attempt) = loop {
-            let deepest = to_read.iter().map(|p| depth.get(p).map_or(first_read, |d| (d * 2).min(limits.count))).max();
+            let deepest = to_read.iter().map(|p| depth.get(p).map_or(first_read, |d| (d * 2).min(most))).max();
             let deepest = deepest.unwrap_or(first_read);
             read.extend(heads(tx, &to_read, deepest, &skipped).await?);
             for pair in &to_read {
@@ -149,7 +154,7 @@ pub(super) async fn pick(
                     let had = read.get(*pair).map_or(0, Vec::len);
                     let asked = depth.get(pair).copied().unwrap_or(0);
                     let took = picked.items.iter().filter(|r| r.schema == pair.0 && r.tenant == pair.1).count();
-                    had == asked && took == had && asked < limits.count
+                    had == asked && took == had && asked < most
                 })
                 .cloned()
                 .collect();

@@ -8,11 +8,16 @@
 //! What carries over between picks (in the backend's memory: a restart only starts the
 //! rotation over) is where the rotation stands and each flow's unspent credit, so a pick
 //! costs the work it takes, not the backlog: a pick of n items reaches at most n flows
-//! (all of them when priority classes are configured). Every tenant's wait is bounded:
-//! the pick moves the rotation on by at least one flow, and the first flow of a pick
-//! always gets its oldest item, so a tenant with eligible work is served within as many
-//! picks as there are flows with eligible work (and in the next pick whenever a quantum
-//! each fits).
+//! (all of them when priority classes are configured). A tenant's in-flight allowance and
+//! budget are shared by its flows.
+//!
+//! Every tenant's wait is bounded. The first flow of a pick always gets its oldest item,
+//! whatever its class, weight or credit; the pick then stops the rotation just before the
+//! first flow (in rotation order) that had work it was free to take and got nothing, or,
+//! when every flow it reached was served, after the furthest one. Either way the rotation
+//! moves on by at least one flow, and a flow passed over is first in the next pick. So a
+//! flow with work it may take is served within as many picks as there are such flows,
+//! and in the next pick whenever a quantum each fits in it.
 
 use std::collections::HashMap;
 use std::iter::Peekable;
@@ -157,69 +162,79 @@ where
     I: Iterator<Item = Result<T, Error>>,
     S: Iterator<Item = Result<Flow<T, I>, Error>>,
 {
-    let Bounds { in_flight, headroom, cost } = bounds;
     let mut taken = Taking {
         items: Vec::new(),
         reserved: Vec::new(),
         held: Vec::new(),
-        cost,
+        bounds,
+        terms: HashMap::new(),
+        fairness,
+        credit: &rotation.credit,
         bytes: 0,
         limits,
         full: false,
         unreached: false,
-        furthest: None,
-    };
-    let credit = &rotation.credit;
-    let mut open = |(rank, flow): (usize, Flow<T, I>)| -> Result<Open<T, I>, Error> {
-        let share = fairness.share(&flow.tenant);
-        let allowance = match share.max_in_flight {
-            Some(max) => Some(max.saturating_sub(in_flight(&flow.tenant)?)),
-            None => None,
-        };
-        let budget = headroom(&flow.tenant)?;
-        let quantum = fairness.quantum(&flow.tenant);
-        let deficit = credit.get(&(flow.schema.clone(), flow.tenant.clone())).copied().unwrap_or(0);
-        Ok(Open { deficit, quantum, allowance, budget, blocked: false, rank, priority: share.priority, flow })
     };
     let mut flows = flows.enumerate().map(|(rank, flow)| flow.map(|flow| (rank, flow)));
-    let Some(first) = flows.next().transpose()? else {
+    let Some((rank, first)) = flows.next().transpose()? else {
         return Ok(Picked::empty(false));
     };
     // The first flow of the rotation gets at least its oldest item whatever its class
     // and credit: this is what bounds every tenant's wait.
-    let mut first = open(first)?;
+    let mut first = taken.open(rank, first)?;
     let head = first.peek_bytes()?.unwrap_or(0);
     first.deficit = first.deficit.saturating_add(first.quantum).max(head);
     taken.serve(&mut first)?;
-    taken.visited(&first);
+    first.visited = true;
     let mut settled = Vec::new();
     if fairness.ranked() {
-        let mut by_class: Vec<Open<T, I>> = vec![first];
-        for flow in flows {
-            by_class.push(open(flow?)?);
-        }
-        // Stable: within a class the rotation order stays. The first flow had its round.
-        by_class.sort_by_key(|f| f.priority);
-        let mut rest = by_class.into_iter().peekable();
-        while let Some(class) = rest.peek().map(|f| f.priority) {
+        let mut rest: Vec<(usize, Flow<T, I>)> = flows.collect::<Result<_, _>>()?;
+        // Stable: within a class the rotation order stays.
+        rest.sort_by_key(|(_, f)| fairness.share(&f.tenant).priority);
+        let mut first = Some(first);
+        let mut rest = rest.into_iter().peekable();
+        for class in [Priority::High, Priority::Normal, Priority::Low] {
+            let had_round: Vec<Open<T, I>> = first.take_if(|f| f.priority == class).into_iter().collect();
             let mut members = Vec::new();
-            while let Some(f) = rest.next_if(|f| f.priority == class) {
+            while let Some(f) = rest.next_if(|(_, f)| fairness.share(&f.tenant).priority == class) {
                 members.push(f);
             }
-            let (had_round, fresh): (Vec<_>, Vec<_>) = members.into_iter().partition(|f| f.rank == 0);
-            settled.extend(rounds(&mut taken, had_round, fresh.into_iter().map(Ok), usize::MAX)?);
             if taken.done() {
-                taken.unreached |= rest.peek().is_some();
-                settled.extend(rest);
-                break;
+                // Never given a round: each may still be the one the rotation stops at.
+                for (rank, flow) in members {
+                    settled.push(taken.open(rank, flow)?);
+                }
+                settled.extend(had_round);
+                continue;
             }
+            settled.extend(rounds(&mut taken, had_round, members.into_iter().map(Ok), usize::MAX)?);
         }
+        settled.extend(first);
     } else {
-        settled = rounds(&mut taken, vec![first], flows.map(|f| open(f?)), limits.count)?;
+        settled = rounds(&mut taken, vec![first], flows, limits.count)?;
     }
-    rotation.settle(settled, taken.furthest.take());
+    let stop = stop_at(&taken, &mut settled);
     let full = taken.full || taken.unreached || taken.items.len() >= limits.count;
-    Ok(Picked { items: taken.items, reserved: taken.reserved, held: taken.held, full })
+    let picked = Picked { items: taken.items, reserved: taken.reserved, held: taken.held, full };
+    rotation.settle(settled, stop);
+    Ok(picked)
+}
+
+/// Where the rotation stops for the next pick: just before the first flow (in rotation
+/// order) that had work it was free to take and got nothing, so that flow is first next
+/// time and gets its oldest item; when every flow reached was served, after the furthest
+/// one reached.
+fn stop_at<T: Queued, I: Iterator<Item = Result<T, Error>>>(
+    taken: &Taking<'_, '_, T>,
+    settled: &mut [Open<T, I>],
+) -> Option<(String, String)> {
+    settled.sort_by_key(|f| f.rank);
+    let wanting = settled.iter_mut().position(|f| f.served == 0 && taken.may_take(f) && f.has_work());
+    let at = match wanting {
+        Some(0) | None => settled.iter().rposition(|f| f.visited),
+        Some(i) => Some(i - 1),
+    };
+    at.and_then(|i| settled.get(i)).map(|f| (f.flow.schema.clone(), f.flow.tenant.clone()))
 }
 
 /// Deficit round-robin over `flows` until the pick is done or they have nothing left
@@ -227,9 +242,9 @@ where
 /// (a pick of n items serves at most n flows; the rest wait for the rotation to reach
 /// them); the later rounds skip the rounds in which no flow could be served.
 fn rounds<T, I>(
-    taken: &mut Taking<T>,
+    taken: &mut Taking<'_, '_, T>,
     mut opened: Vec<Open<T, I>>,
-    mut flows: impl Iterator<Item = Result<Open<T, I>, Error>>,
+    mut flows: impl Iterator<Item = Result<(usize, Flow<T, I>), Error>>,
     reach: usize,
 ) -> Result<Vec<Open<T, I>>, Error>
 where
@@ -237,38 +252,40 @@ where
     I: Iterator<Item = Result<T, Error>>,
 {
     while !taken.done() && opened.len() < reach {
-        let Some(mut f) = flows.next().transpose()? else { break };
+        let Some((rank, flow)) = flows.next().transpose()? else { break };
+        let mut f = taken.open(rank, flow)?;
         f.deficit = f.deficit.saturating_add(f.quantum);
         taken.serve(&mut f)?;
-        taken.visited(&f);
+        f.visited = true;
         opened.push(f);
     }
     if taken.done() || opened.len() >= reach {
         // Work the pick did not reach: the batch is as full as this pick can make it.
         taken.unreached |= flows.next().is_some();
     }
-    let mut dry = Vec::new();
     loop {
-        let (live, gone): (Vec<_>, Vec<_>) = opened.into_iter().map(|mut f| (f.has_work(), f)).partition(|(w, _)| *w);
-        opened = live.into_iter().map(|(_, f)| f).collect();
-        dry.extend(gone.into_iter().map(|(_, f)| f));
-        if taken.done() || !opened.iter().any(Open::may_take) {
+        let mut skip = u64::MAX;
+        let mut any = false;
+        for f in opened.iter_mut() {
+            if taken.may_take(f) && f.has_work() {
+                let head = f.peek_bytes()?.unwrap_or(0);
+                skip = skip.min(head.saturating_sub(f.deficit).div_ceil(f.quantum).max(1));
+                any = true;
+            }
+        }
+        if taken.done() || !any {
             break;
         }
-        let mut skip = u64::MAX;
-        for f in opened.iter_mut().filter(|f| f.may_take()) {
-            let head = f.peek_bytes()?.unwrap_or(0);
-            skip = skip.min(head.saturating_sub(f.deficit).div_ceil(f.quantum).max(1));
-        }
-        for f in opened.iter_mut().filter(|f| f.may_take()) {
-            f.deficit = f.deficit.saturating_add(f.quantum.saturating_mul(skip));
-            taken.serve(f)?;
-            if taken.done() {
-                break;
+        for f in opened.iter_mut() {
+            if taken.may_take(f) && f.has_work() {
+                f.deficit = f.deficit.saturating_add(f.quantum.saturating_mul(skip));
+                taken.serve(f)?;
+                if taken.done() {
+                    break;
+                }
             }
         }
     }
-    opened.extend(dry);
     Ok(opened)
 }
 
@@ -282,43 +299,76 @@ struct Open<T, I: Iterator<Item = Result<T, Error>>> {
     flow: Flow<T, I>,
     deficit: u64,
     quantum: u64,
-    /// How many more it may take before its in-flight limit (`None`: no limit).
-    allowance: Option<u64>,
-    /// What its budget has left to reserve (`None`: no budget).
-    budget: Option<u64>,
-    /// Its next item did not fit its budget.
+    /// Its next item did not fit its tenant's budget.
     blocked: bool,
+    /// Items taken from it in this pick.
+    served: usize,
+    /// It had its first round.
+    visited: bool,
     /// Its place in the rotation.
     rank: usize,
     priority: Priority,
 }
 
-struct Taking<'a, T> {
+/// A tenant's bounds for the rest of the pick, shared by its flows (one per schema).
+#[derive(Debug, Clone, Copy)]
+struct Terms {
+    /// How many more it may take before its in-flight limit (`None`: no limit).
+    allowance: Option<u64>,
+    /// What its budget has left to reserve (`None`: no budget).
+    budget: Option<u64>,
+}
+
+struct Taking<'b, 'p, T> {
     items: Vec<T>,
     reserved: Vec<Option<u64>>,
     held: Vec<BudgetHold>,
-    cost: &'a dyn Fn(&T) -> u64,
+    bounds: Bounds<'b, T>,
+    terms: HashMap<String, Terms>,
+    fairness: &'p Fairness,
+    credit: &'p HashMap<(String, String), u64>,
     bytes: u64,
     limits: Limits,
     /// Stopped at the count or byte limit.
     full: bool,
     /// Flows with work were left unreached.
     unreached: bool,
-    /// The flow furthest along the rotation that had its first round: (its place,
-    /// schema, tenant).
-    furthest: Option<(usize, String, String)>,
 }
 
-impl<T: Queued> Taking<'_, T> {
+impl<T: Queued> Taking<'_, '_, T> {
     fn done(&self) -> bool {
         self.full || self.items.len() >= self.limits.count
+    }
+
+    /// The flow, with its credit, and its tenant's bounds read once per pick.
+    fn open<I: Iterator<Item = Result<T, Error>>>(
+        &mut self,
+        rank: usize,
+        flow: Flow<T, I>,
+    ) -> Result<Open<T, I>, Error> {
+        let share = self.fairness.share(&flow.tenant);
+        if !self.terms.contains_key(&flow.tenant) {
+            let allowance = match share.max_in_flight {
+                Some(max) => Some(max.saturating_sub((self.bounds.in_flight)(&flow.tenant)?)),
+                None => None,
+            };
+            let budget = (self.bounds.headroom)(&flow.tenant)?;
+            self.terms.insert(flow.tenant.clone(), Terms { allowance, budget });
+        }
+        let deficit = self.credit.get(&(flow.schema.clone(), flow.tenant.clone())).copied().unwrap_or(0);
+        let quantum = self.fairness.quantum(&flow.tenant);
+        Ok(Open { deficit, quantum, blocked: false, served: 0, visited: false, rank, priority: share.priority, flow })
+    }
+
+    fn may_take<I: Iterator<Item = Result<T, Error>>>(&self, f: &Open<T, I>) -> bool {
+        !f.blocked && self.terms.get(&f.flow.tenant).is_none_or(|t| t.allowance != Some(0))
     }
 
     /// Takes from `f` while its deficit covers its oldest item and the pick has room.
     /// An item past the byte limit ends the pick, unless it would be the only one: a
     /// source bigger than the limit still goes, alone.
     fn serve<I: Iterator<Item = Result<T, Error>>>(&mut self, f: &mut Open<T, I>) -> Result<(), Error> {
-        while !self.done() && f.may_take() {
+        while !self.done() && self.may_take(f) {
             let Some(bytes) = f.peek_bytes()? else { break };
             if bytes > f.deficit {
                 break;
@@ -327,8 +377,9 @@ impl<T: Queued> Taking<'_, T> {
                 self.full = true;
                 break;
             }
-            if let (Some(left), Some(Ok(next))) = (f.budget, f.flow.items.peek()) {
-                let needed = (self.cost)(next);
+            let terms = self.terms.get(&f.flow.tenant).copied().unwrap_or(Terms { allowance: None, budget: None });
+            if let (Some(left), Some(Ok(next))) = (terms.budget, f.flow.items.peek()) {
+                let needed = (self.bounds.cost)(next);
                 // An exhausted budget holds even work it cannot price.
                 if needed > left || left == 0 {
                     f.blocked = true;
@@ -339,20 +390,18 @@ impl<T: Queued> Taking<'_, T> {
             }
             let Some(item) = f.flow.items.next().transpose()? else { break };
             f.deficit -= bytes;
-            f.allowance = f.allowance.map(|a| a.saturating_sub(1));
-            let reserved = f.budget.map(|left| (self.cost)(&item).min(left));
-            f.budget = f.budget.zip(reserved).map(|(left, r)| left - r);
+            f.served += 1;
+            let reserved = terms.budget.map(|left| (self.bounds.cost)(&item).min(left));
+            let after = Terms {
+                allowance: terms.allowance.map(|a| a.saturating_sub(1)),
+                budget: terms.budget.zip(reserved).map(|(left, r)| left - r),
+            };
+            self.terms.insert(f.flow.tenant.clone(), after);
             self.bytes = self.bytes.saturating_add(bytes);
             self.items.push(item);
             self.reserved.push(reserved);
         }
         Ok(())
-    }
-
-    fn visited<I: Iterator<Item = Result<T, Error>>>(&mut self, f: &Open<T, I>) {
-        if self.furthest.as_ref().is_none_or(|(rank, _, _)| *rank < f.rank) {
-            self.furthest = Some((f.rank, f.flow.schema.clone(), f.flow.tenant.clone()));
-        }
     }
 }
 
@@ -366,10 +415,6 @@ impl<T: Queued, I: Iterator<Item = Result<T, Error>>> Open<T, I> {
                 _ => Ok(None),
             },
         }
-    }
-
-    fn may_take(&self) -> bool {
-        self.allowance != Some(0) && !self.blocked
     }
 
     fn has_work(&mut self) -> bool {
@@ -396,7 +441,7 @@ impl Rotation {
     fn settle<T: Queued, I: Iterator<Item = Result<T, Error>>>(
         &mut self,
         flows: Vec<Open<T, I>>,
-        furthest: Option<(usize, String, String)>,
+        stop: Option<(String, String)>,
     ) {
         for mut f in flows {
             let key = (f.flow.schema.clone(), f.flow.tenant.clone());
@@ -410,8 +455,8 @@ impl Rotation {
         if self.credit.len() > MAX_CREDITS {
             self.credit.clear();
         }
-        if let Some((_, schema, tenant)) = furthest {
-            self.after = Some((schema, tenant));
+        if stop.is_some() {
+            self.after = stop;
         }
     }
 }

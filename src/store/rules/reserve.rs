@@ -6,11 +6,11 @@
 //! claim reserves the same way when the worker declares its model
 //! (`ClaimRequest::estimate`). A reservation lives while its extraction is with the
 //! provider or the worker (submitted, ready, claimed) and ends in the write that moves it
-//! on: an answer's commit, which charges the real cost in that same
-//! transaction, or a failure, a cancellation or a return to the queue, which charge
-//! nothing more. Spend plus open reservations therefore never passes a budget by more
-//! than the members' estimate errors, and a member's estimate is an upper bound on its
-//! output.
+//! on: an answer's commit, which charges the real cost in that same transaction, or a
+//! failure, a cancellation or a return to the queue. Spend plus open reservations
+//! therefore never passes a budget by more than the members' estimate errors (a member's
+//! estimate is an upper bound on its output), and what a provider bills for a member
+//! cancelled while it had it (docs/OPERATIONS.md, "Budgets").
 
 use crate::domain::budget::Budgets;
 use crate::domain::lifecycle::StateName;
