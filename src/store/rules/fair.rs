@@ -377,8 +377,9 @@ impl<T: Queued> Taking<'_, '_, T> {
                 self.full = true;
                 break;
             }
-            let terms = self.terms.get(&f.flow.tenant).copied().unwrap_or(Terms { allowance: None, budget: None });
-            if let (Some(left), Some(Ok(next))) = (terms.budget, f.flow.items.peek()) {
+            let terms = self.terms.get(&f.flow.tenant).copied();
+            let budget = terms.and_then(|t| t.budget);
+            if let (Some(left), Some(Ok(next))) = (budget, f.flow.items.peek()) {
                 let needed = (self.bounds.cost)(next);
                 // An exhausted budget holds even work it cannot price.
                 if needed > left || left == 0 {
@@ -391,12 +392,11 @@ impl<T: Queued> Taking<'_, '_, T> {
             let Some(item) = f.flow.items.next().transpose()? else { break };
             f.deficit -= bytes;
             f.served += 1;
-            let reserved = terms.budget.map(|left| (self.bounds.cost)(&item).min(left));
-            let after = Terms {
-                allowance: terms.allowance.map(|a| a.saturating_sub(1)),
-                budget: terms.budget.zip(reserved).map(|(left, r)| left - r),
-            };
-            self.terms.insert(f.flow.tenant.clone(), after);
+            let reserved = budget.map(|left| (self.bounds.cost)(&item).min(left));
+            if let Some(t) = self.terms.get_mut(&f.flow.tenant) {
+                t.allowance = t.allowance.map(|a| a.saturating_sub(1));
+                t.budget = t.budget.zip(reserved).map(|(left, r)| left - r);
+            }
             self.bytes = self.bytes.saturating_add(bytes);
             self.items.push(item);
             self.reserved.push(reserved);
