@@ -94,6 +94,10 @@ pub struct Faults {
     /// Bedrock dialect: the account's "minimum number of records per batch inference job"
     /// quota (Bedrock's default 100); a job with fewer records fails validation.
     pub bedrock_min_records: u32,
+    /// Gemini dialect: the model's input token limit (0: none). A batch request over it is
+    /// answered with Gemini's per-request error, a bare `google.rpc.Status` with code 3
+    /// (`INVALID_ARGUMENT`), and the batch still succeeds (docs/PROVIDERS.md).
+    pub max_input_tokens: u64,
 }
 
 impl Default for Faults {
@@ -125,6 +129,7 @@ impl Default for Faults {
             invalid_first: 0,
             ungrounded_first: 0,
             bedrock_min_records: super::bedrock::MIN_RECORDS as u32,
+            max_input_tokens: 0,
         }
     }
 }

@@ -283,3 +283,33 @@ async fn gemini_config_check_reports_the_view_and_refuses_an_inexpressible_schem
     assert_eq!(out.status.code(), Some(78), "{err}");
     assert!(err.contains("merged@1") && err.contains("gemini") && err.contains("allOf"), "{err}");
 }
+
+/// A request over the model's input limit comes back as Gemini's per-request error, a
+/// bare `google.rpc.Status` with code 3 (`INVALID_ARGUMENT`) and no status name, in a batch
+/// that succeeds (python-genai `JobError`, #2693). It fails `invalid_request` after one
+/// batch, not retried until its attempts run out; the rest of the batch commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_a_request_over_the_input_limit_fails_invalid_request_after_one_batch() {
+    let faults = Faults { max_input_tokens: 5_000, ..Faults::default() };
+    let rig = GeminiRig::start(Duration::from_millis(100), faults, "").await;
+    let server = rig.serve(&[], None);
+    let api = server.api();
+    let mut ids = intake_corpus(&api).await;
+    let big = format!("// a long file\n{}", "fn filler() { let x = 1; }\n".repeat(1_000));
+    let over = api.create(crate::provider::TENANT, "huge.rs", &big).await;
+    ids.insert(over.clone());
+    let records = settle(&api, &ids).await;
+    let failed = &records[&over];
+    assert_eq!(failed["state"], json!("failed"), "{failed:#}");
+    assert_eq!(failed["failure_class"], json!("invalid_request"), "{failed:#}");
+    let reason = failed["failure_reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("INVALID_ARGUMENT") && reason.contains("exceeds the maximum"), "{failed:#}");
+    let stats = rig.stats();
+    assert_eq!(stats.submissions_per_custom_id.get(&over), Some(&1), "sent once: {stats:#?}");
+    for (id, record) in &records {
+        if *id != over {
+            assert_eq!(record["state"], json!("committed"), "{record:#}");
+        }
+    }
+    finish(server);
+}

@@ -137,9 +137,13 @@ pub(crate) struct ListPage {
 }
 
 /// `google.rpc.Status`: the error body's `error`, a failed batch's `error`, and a failed
-/// request's entry in the results.
+/// request's entry in the results. An HTTP error body names its status (`"status":
+/// "RESOURCE_EXHAUSTED"`, with the HTTP code in `code`); a failed request's entry is bare,
+/// only the integer gRPC code (`{"code": 3, "message": …}`: python-genai `JobError`).
 #[derive(Debug, Clone, Default, Deserialize)]
 pub(crate) struct Status {
+    #[serde(default)]
+    pub code: Option<i64>,
     #[serde(default)]
     pub message: Option<String>,
     #[serde(default)]
@@ -147,6 +151,27 @@ pub(crate) struct Status {
     #[serde(default)]
     pub details: Vec<Value>,
 }
+
+/// The canonical gRPC code names (google.rpc.Code), by number.
+const GRPC_CODES: [&str; 17] = [
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+];
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct ErrorBody {
@@ -176,9 +201,17 @@ pub(crate) fn state(name: &str) -> Option<State> {
 }
 
 impl Status {
+    /// Its status name: the one it gives, else the gRPC name of a bare per-request code.
+    pub(crate) fn name(&self) -> Option<&str> {
+        self.status.as_deref().or_else(|| {
+            let code = usize::try_from(self.code?).ok()?;
+            GRPC_CODES.get(code).copied()
+        })
+    }
+
     pub(crate) fn describe(&self) -> String {
-        let status = self.status.as_deref().unwrap_or("UNKNOWN");
-        format!("{status}: {}", self.message.as_deref().unwrap_or("no message"))
+        let name = self.name().unwrap_or("UNKNOWN");
+        format!("{name}: {}", self.message.as_deref().unwrap_or("no message"))
     }
 
     fn detail(&self, type_suffix: &str) -> impl Iterator<Item = &Value> {
@@ -290,13 +323,15 @@ fn usage(response: &Value) -> Option<Usage> {
 }
 
 /// A request the batch could not run: its own fault for `INVALID_ARGUMENT` and the like,
-/// otherwise (quota, overload, internal) it may run next time.
+/// the account's for a denied permission (neither helped by sending it again); otherwise
+/// (quota, overload, internal, an unknown code) it may run next time.
 fn errored(status: &Status) -> LineResult {
     let reason = status.describe();
-    match status.status.as_deref().unwrap_or_default() {
-        "INVALID_ARGUMENT" | "FAILED_PRECONDITION" | "OUT_OF_RANGE" | "NOT_FOUND" => {
+    match status.name().unwrap_or_default() {
+        "INVALID_ARGUMENT" | "FAILED_PRECONDITION" | "OUT_OF_RANGE" | "NOT_FOUND" | "UNIMPLEMENTED" => {
             LineResult::Refused { class: FailureClass::InvalidRequest, reason }
         }
+        "PERMISSION_DENIED" | "UNAUTHENTICATED" => LineResult::Refused { class: FailureClass::Auth, reason },
         _ => LineResult::Retry { reason },
     }
 }
@@ -355,6 +390,29 @@ mod tests {
             assert!(parse_file_line(bad).is_err(), "{bad}");
         }
         assert!(parse_inline(&json!({"response": {}})).is_err(), "no key, no join");
+    }
+
+    /// The real per-request shape: a bare integer gRPC code, no status name.
+    #[test]
+    fn bare_grpc_codes_are_classified_by_their_names() {
+        let class = |code: i64| {
+            let line = format!(r#"{{"key":"k","error":{{"code":{code},"message":"m"}}}}"#);
+            match parse_file_line(&line).unwrap().1 {
+                LineResult::Refused { class, reason } => Some((class, reason)),
+                LineResult::Retry { .. } => None,
+                other => panic!("{other:?}"),
+            }
+        };
+        let (invalid, reason) = class(3).expect("refused");
+        assert_eq!(invalid, FailureClass::InvalidRequest);
+        assert_eq!(reason, "INVALID_ARGUMENT: m");
+        assert_eq!(class(9).map(|c| c.0), Some(FailureClass::InvalidRequest), "FAILED_PRECONDITION");
+        assert_eq!(class(7).map(|c| c.0), Some(FailureClass::Auth), "PERMISSION_DENIED");
+        for retryable in [4, 8, 13, 14, 2, 99, -1] {
+            assert_eq!(class(retryable), None, "code {retryable} may run next time");
+        }
+        let named = Status { code: Some(429), status: Some("RESOURCE_EXHAUSTED".into()), ..Status::default() };
+        assert_eq!(named.name(), Some("RESOURCE_EXHAUSTED"), "an HTTP body's code is HTTP's, its name wins");
     }
 
     #[test]

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::lifecycle::Request;
 use super::model;
+use crate::domain::batch::approx_tokens;
 use crate::simulator::faults::{Behaviour, Faults, every};
 use crate::simulator::output::{batch_salt, push_line, truncate};
 use crate::simulator::state::Inner;
@@ -52,16 +53,27 @@ pub(super) fn generate(
     let mut entries = Vec::with_capacity(requests.len());
     for (index, request) in requests.iter().enumerate() {
         let position = index + 1;
-        let mut entry = if every(faults.failed_line_every, position) {
+        // A per-request error is a bare google.rpc.Status: an integer gRPC code and a
+        // message, no `status` name (python-genai `JobError`; python-genai#2693).
+        let input_tokens = approx_tokens(request.request.to_string().len() as u64);
+        let mut entry = if faults.max_input_tokens > 0 && input_tokens > faults.max_input_tokens {
             failed += 1;
-            // Alternating two retryable statuses a batch produces under load.
-            let (code, status, message) = if failed % 2 == 1 {
-                (429, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota).")
+            let message = format!(
+                "The input token count ({input_tokens}) exceeds the maximum number of tokens allowed ({}).",
+                faults.max_input_tokens
+            );
+            json!({"error": {"code": 3, "message": message}})
+        } else if every(faults.failed_line_every, position) {
+            failed += 1;
+            // Alternating two retryable codes a batch produces under load: 8
+            // RESOURCE_EXHAUSTED, 13 INTERNAL.
+            let (code, message) = if failed % 2 == 1 {
+                (8, "Resource has been exhausted (e.g. check quota).")
             } else {
-                (500, "INTERNAL", "An internal error has occurred.")
+                (13, "An internal error has occurred.")
             };
             let message = format!("{message} (SIMULATED fault: failed_line_every)");
-            json!({"error": {"code": code, "message": message, "status": status}})
+            json!({"error": {"code": code, "message": message}})
         } else {
             let behaviour = inner.attempts.behaviour(faults, position, &model::ask(&request.request));
             let response = model::respond(&request.request, behaviour, model_name, &mut rng);
@@ -149,7 +161,9 @@ mod tests {
         assert_eq!(lines.len(), 7, "6 lines + 1 duplicate");
         let parsed: Vec<Value> = lines.iter().filter_map(|l| serde_json::from_str(l).ok()).collect();
         assert_eq!(parsed.len(), 6, "line 4 is torn");
-        assert!(parsed.iter().any(|l| l["key"] == "k2" && l["error"]["status"] == "RESOURCE_EXHAUSTED"));
+        assert!(
+            parsed.iter().any(|l| l["key"] == "k2" && l["error"]["code"] == 8 && l["error"].get("status").is_none())
+        );
         assert_eq!((generated.succeeded, generated.failed), (4, 2));
     }
 }
