@@ -62,8 +62,9 @@ pub(super) fn describe(fairness: &Fairness) -> String {
         let share = fairness.share(name);
         let limit = share.max_in_flight.map_or_else(|| "no limit".to_string(), |n| n.to_string());
         lines.push(format!(
-            "# tenant {name}: weight {}, max_in_flight {limit}, priority {:?}",
-            share.weight, share.priority
+            "# tenant {name}: weight {}, max_in_flight {limit}, priority {}",
+            share.weight,
+            share.priority.as_str()
         ));
     }
     lines.join("\n")
@@ -96,5 +97,11 @@ mod tests {
         assert!(toml::from_str::<BTreeMap<String, RawTenant>>("[acme]\nwieght = 2\n").is_err(), "typos are errors");
         let err = resolve(BTreeMap::new(), Some(0)).expect_err("quantum 0");
         assert!(err.to_string().contains("scheduler.fair_quantum_bytes"), "{err}");
+        let described =
+            describe(&resolve(parse("[acme]\nweight = 3\npriority = \"high\"\n"), Some(8192)).expect("valid"));
+        assert_eq!(
+            described,
+            "# fair scheduling: quantum 8192 bytes per round\n# tenant acme: weight 3, max_in_flight no limit, priority high"
+        );
     }
 }

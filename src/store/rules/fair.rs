@@ -85,6 +85,17 @@ pub enum Priority {
     Low,
 }
 
+impl Priority {
+    /// As the config spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::High => "high",
+            Self::Normal => "normal",
+            Self::Low => "low",
+        }
+    }
+}
+
 /// The pending work of one (schema, tenant), oldest first.
 pub(in crate::store) struct Flow<T, I: Iterator<Item = Result<T, Error>>> {
     pub schema: String,
