@@ -98,6 +98,9 @@ pub struct Faults {
     /// answered with Gemini's per-request error, a bare `google.rpc.Status` with code 3
     /// (`INVALID_ARGUMENT`), and the batch still succeeds (docs/PROVIDERS.md).
     pub max_input_tokens: u64,
+    /// Gemini dialect: every Nth input line (1-based) is answered without a
+    /// `finishReason`, which the API reference says means the model has not stopped.
+    pub unfinished_every: u32,
 }
 
 impl Default for Faults {
@@ -130,6 +133,7 @@ impl Default for Faults {
             ungrounded_first: 0,
             bedrock_min_records: super::bedrock::MIN_RECORDS as u32,
             max_input_tokens: 0,
+            unfinished_every: 0,
         }
     }
 }

@@ -313,3 +313,26 @@ async fn gemini_a_request_over_the_input_limit_fails_invalid_request_after_one_b
     }
     finish(server);
 }
+
+/// An answer without a `finishReason` comes from a model that has not stopped (the API
+/// reference's `FinishReason`; an empty one is never `STOP`): it is billed, never
+/// committed, and sent again as a cut-off answer is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_an_answer_without_a_finish_reason_is_never_committed() {
+    let faults = Faults { unfinished_every: 2, ..Faults::default() };
+    let rig = GeminiRig::start(Duration::from_millis(100), faults, "").await;
+    let server = rig.serve(&[], None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    let records = settle(&api, &ids).await;
+    // Every second line of each batch (however the corpus was cut into batches) was sent
+    // again; before, each was committed from its first, unfinished answer.
+    let again = records.values().filter(|r| r["attempts"].as_u64() > Some(1)).count();
+    assert!(again > 0, "{records:#?}");
+    for record in records.values() {
+        let failed_unfinished = record["state"] == json!("failed")
+            && record["failure_reason"].as_str().is_some_and(|r| r.contains("no finishReason"));
+        assert!(record["state"] == json!("committed") || failed_unfinished, "{record:#}");
+    }
+    finish(server);
+}

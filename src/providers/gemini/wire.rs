@@ -285,8 +285,14 @@ fn answer(response: &Value) -> LineResult {
         .as_array()
         .map(|parts| parts.iter().filter(|p| p["thought"] != true).filter_map(|p| p["text"].as_str()).collect())
         .unwrap_or_default();
-    match candidate["finishReason"].as_str().unwrap_or("STOP") {
-        "STOP" | "FINISH_REASON_UNSPECIFIED" => {}
+    match candidate["finishReason"].as_str().unwrap_or_default() {
+        "STOP" => {}
+        // No reason (or the unspecified one) means the model has not stopped: what text there
+        // is may be cut anywhere, so it is billed, never committed, and sent again as a cut-off
+        // answer is.
+        "" | "FINISH_REASON_UNSPECIFIED" => {
+            return unusable(FailureClass::Truncated, "no finishReason: the model had not finished".to_string());
+        }
         "MAX_TOKENS" => {
             return unusable(
                 FailureClass::Truncated,
@@ -367,6 +373,16 @@ mod tests {
         let LineResult::Unusable { class, usage, .. } = parse_file_line(&cut).unwrap().1 else { panic!() };
         assert_eq!(class, FailureClass::Truncated);
         assert_eq!(usage.unwrap().output_tokens, 37);
+        for unfinished in [
+            r#"{"content":{"parts":[{"text":"{\"findings\":[]}"}]}}"#,
+            r#"{"content":{"parts":[{"text":"{\"findings\":[]}"}]},"finishReason":"FINISH_REASON_UNSPECIFIED"}"#,
+        ] {
+            let LineResult::Unusable { class, reason, usage } = parse_file_line(&line(unfinished)).unwrap().1 else {
+                panic!("{unfinished}")
+            };
+            assert_eq!(class, FailureClass::Truncated, "never complete: {unfinished}");
+            assert!(reason.contains("no finishReason") && usage.is_some(), "{reason}");
+        }
         let safety = line(r#"{"content":{"parts":[{"text":"no"}]},"finishReason":"SAFETY"}"#);
         let LineResult::Unusable { class, reason, .. } = parse_file_line(&safety).unwrap().1 else { panic!() };
         assert_eq!(class, FailureClass::Refused);

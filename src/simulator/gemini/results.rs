@@ -76,7 +76,12 @@ pub(super) fn generate(
             json!({"error": {"code": code, "message": message}})
         } else {
             let behaviour = inner.attempts.behaviour(faults, position, &model::ask(&request.request));
-            let response = model::respond(&request.request, behaviour, model_name, &mut rng);
+            let mut response = model::respond(&request.request, behaviour, model_name, &mut rng);
+            if every(faults.unfinished_every, position)
+                && let Some(candidate) = response.pointer_mut("/candidates/0").and_then(Value::as_object_mut)
+            {
+                candidate.remove("finishReason");
+            }
             succeeded += 1;
             let finish = response.pointer("/candidates/0/finishReason").and_then(Value::as_str);
             inner.stats.lines_truncated += u64::from(finish == Some("MAX_TOKENS"));
