@@ -225,8 +225,7 @@ impl Batches for PgStore {
         let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
         let now_ms = clock::now_ms();
         let queue = intent::queue(&request);
-        let before = policies.rotations.get(&queue);
-        let mut rotation = before.clone();
+        let mut rotation = policies.rotations.take(&queue);
         // Only the work this provider may take (routing, budget holds) is read.
         let picked = super::pending_queue::pick(
             &tx,
@@ -235,12 +234,12 @@ impl Batches for PgStore {
             &request.accept,
             request.estimate.as_ref(),
             intent::limits(&request),
-            &mut rotation,
+            &rotation,
         )
         .await;
-        let picked = picked?;
-        let (filling, reserved, keep) = intent::decide(picked, &request, now_ms, before, rotation);
-        policies.rotations.put(&queue, keep);
+        let decided = picked.map(|picked| intent::decide(picked, &request, now_ms, &mut rotation));
+        policies.rotations.put(&queue, rotation);
+        let (filling, reserved) = decided?;
         let members = match filling {
             Filling::NotYet(outcome) => return Ok(outcome),
             Filling::Due(members) => members,

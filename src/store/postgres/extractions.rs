@@ -239,20 +239,23 @@ impl Extractions for PgStore {
             candidates.push((record, text));
         }
         let queue = claim::queue(&request);
-        let mut rotation = policies.rotations.get(&queue);
+        let mut rotation = policies.rotations.take(&queue);
         let limits = claim::limits(&request, candidates.len());
-        let picked = super::pending_queue::pick(
+        let mut picked = super::pending_queue::pick(
             &tx,
             &policies,
             request.schema.as_deref(),
             &claim::everyone(),
             request.estimate.as_ref(),
             limits,
-            &mut rotation,
+            &rotation,
         )
-        .await?;
-        rotation.held = picked.held.clone();
+        .await;
+        if let Ok(picked) = &mut picked {
+            rotation.keep(picked);
+        }
         policies.rotations.put(&queue, rotation);
+        let picked = picked?;
         let mut reserved = vec![None; candidates.len()];
         reserved.extend(picked.reserved);
         let pending = picked.items;

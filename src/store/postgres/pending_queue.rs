@@ -95,7 +95,7 @@ pub(super) async fn pick(
     accept: &WorkFilter,
     estimate: Option<&MemberEstimate>,
     limits: Limits,
-    rotation: &mut Rotation,
+    rotation: &Rotation,
 ) -> Result<Picked<ExtractionRecord>, Error> {
     if limits.count == 0 {
         return Ok(Picked::empty(true));
@@ -129,14 +129,13 @@ pub(super) async fn pick(
         let mut depth: HashMap<(String, String), usize> = HashMap::new();
         let mut read: HashMap<(String, String), Vec<ExtractionRecord>> = HashMap::new();
         let mut to_read: Vec<(String, String)> = reached.to_vec();
-        let (mut picked, attempt) = loop {
+        let mut picked = loop {
             let deepest = to_read.iter().map(|p| depth.get(p).map_or(first_read, |d| (d * 2).min(most))).max();
             let deepest = deepest.unwrap_or(first_read);
             read.extend(heads(tx, &to_read, deepest, &skipped).await?);
             for pair in &to_read {
                 depth.insert(pair.clone(), deepest);
             }
-            let mut attempt = rotation.clone();
             let flows = reached.iter().chain(peeked).map(|pair| {
                 let records = read.get(pair).cloned().unwrap_or_default();
                 Ok(Flow::new(pair.0.clone(), pair.1.clone(), records.into_iter().map(Ok)))
@@ -146,7 +145,7 @@ pub(super) async fn pick(
                 headroom: &mut |t| Ok(headroom.get(t).copied()),
                 cost: &cost,
             };
-            let picked = fair::pick(flows, fairness, bounds, limits, &mut attempt)?;
+            let picked = fair::pick(flows, fairness, bounds, limits, rotation)?;
             // Pairs the pick took everything read from, where there may be more.
             to_read = reached
                 .iter()
@@ -159,7 +158,7 @@ pub(super) async fn pick(
                 .cloned()
                 .collect();
             if to_read.is_empty() {
-                break (picked, attempt);
+                break picked;
             }
         };
         let locked = lock(tx, &picked.items).await?;
@@ -169,7 +168,6 @@ pub(super) async fn pick(
             skipped.extend(lost);
             continue;
         }
-        *rotation = attempt;
         let reserved = std::mem::take(&mut picked.reserved);
         (picked.items, picked.reserved) = locked.into_iter().zip(reserved).filter_map(|(r, m)| Some((r?, m))).unzip();
         return Ok(picked);

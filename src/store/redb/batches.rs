@@ -40,8 +40,7 @@ use crate::store::seam::{CloseReport, Leftover};
 fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(IntentOutcome, bool), Error> {
     let queue = intent::queue(request);
     let rotations = Arc::clone(&t.policies.rotations);
-    let before = rotations.get(&queue);
-    let mut rotation = before.clone();
+    let mut rotation = rotations.take(&queue);
     // Only the work this provider may take, tenant by tenant as the fair pick reaches
     // it: no other schema's or held tenant's work is read, so forming a batch costs the
     // batch, not the backlog.
@@ -51,11 +50,11 @@ fn create_intent(t: &mut WriteTables<'_>, request: &IntentRequest) -> Result<(In
         &request.accept,
         request.estimate.as_ref(),
         intent::limits(request),
-        &mut rotation,
+        &rotation,
     );
-    let picked = picked?;
-    let (filling, reserved, keep) = intent::decide(picked, request, t.now_ms, before, rotation);
-    rotations.put(&queue, keep);
+    let decided = picked.map(|picked| intent::decide(picked, request, t.now_ms, &mut rotation));
+    rotations.put(&queue, rotation);
+    let (filling, reserved) = decided?;
     let members = match filling {
         Filling::NotYet(outcome) => return Ok((outcome, false)),
         Filling::Due(members) => members,

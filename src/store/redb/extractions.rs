@@ -99,14 +99,17 @@ fn claim_candidates(
     }
     let limits = claim::limits(request, picked.len());
     let queue = claim::queue(request);
-    let mut rotation = t.policies.rotations.get(&queue);
+    let mut rotation = t.policies.rotations.take(&queue);
     // Only the asked schema's queue (or every schema's, tenant by tenant): work the pick
     // does not reach is never read.
     let estimate = request.estimate.as_ref();
     let mut pending =
-        super::pending_queue::pick(t, request.schema.as_deref(), &claim::everyone(), estimate, limits, &mut rotation)?;
-    rotation.held = std::mem::take(&mut pending.held);
+        super::pending_queue::pick(t, request.schema.as_deref(), &claim::everyone(), estimate, limits, &rotation);
+    if let Ok(pending) = &mut pending {
+        rotation.keep(pending);
+    }
     t.policies.rotations.put(&queue, rotation);
+    let pending = pending?;
     let mut reserved = vec![None; picked.len()];
     picked.extend(pending.items);
     reserved.extend(pending.reserved);

@@ -120,7 +120,7 @@ pub(super) fn pick(
     accept: &WorkFilter,
     estimate: Option<&MemberEstimate>,
     limits: Limits,
-    rotation: &mut Rotation,
+    rotation: &Rotation,
 ) -> Result<Picked<ExtractionRecord>, Error> {
     if limits.count == 0 {
         return Ok(Picked::empty(true));

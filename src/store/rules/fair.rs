@@ -30,7 +30,7 @@ use crate::store::Error;
 /// within one batch, at the cost of reading further down the rotation.
 pub const DEFAULT_QUANTUM_BYTES: u64 = 4 * 1024;
 
-/// How tenants share the work: `[scheduler] fair_quantum` and `[tenants.<name>]`.
+/// How tenants share the work: `[scheduler] fair_quantum_bytes` and `[tenants.<name>]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fairness {
     /// Bytes each tenant may take per round, times its weight.
@@ -137,6 +137,8 @@ pub(in crate::store) struct Picked<T> {
     /// The pick reached a limit (count or bytes), or stopped at one with eligible work
     /// left over.
     pub full: bool,
+    /// How the rotation moves on if the pick is kept.
+    pub moves: Moves,
 }
 
 /// What bounds a tenant beyond its share, read once for each tenant the pick reaches.
@@ -150,7 +152,7 @@ pub(in crate::store) struct Bounds<'a, T> {
 }
 
 /// A tenant whose next item did not fit what its budget has left: its work waits.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BudgetHold {
     pub tenant: String,
     /// The estimate of its oldest waiting source, in micro-dollars.
@@ -159,14 +161,14 @@ pub struct BudgetHold {
     pub left_micros: u64,
 }
 
-/// The pick itself. `rotation` is where the previous pick left this queue, and is moved
-/// on.
+/// The pick itself. `rotation` is where the previous pick left this queue; how this pick
+/// moves it on is in `Picked::moves`, for the caller to apply once it keeps the pick.
 pub(in crate::store) fn pick<T, I, S>(
     flows: S,
     fairness: &Fairness,
     bounds: Bounds<'_, T>,
     limits: Limits,
-    rotation: &mut Rotation,
+    rotation: &Rotation,
 ) -> Result<Picked<T>, Error>
 where
     T: Queued,
@@ -226,9 +228,8 @@ where
     }
     let stop = stop_at(&taken, &mut settled);
     let full = taken.full || taken.unreached || taken.items.len() >= limits.count;
-    let picked = Picked { items: taken.items, reserved: taken.reserved, held: taken.held, full };
-    rotation.settle(settled, stop);
-    Ok(picked)
+    let moves = Moves::of(settled, stop);
+    Ok(Picked { items: taken.items, reserved: taken.reserved, held: taken.held, full, moves })
 }
 
 /// Where the rotation stops for the next pick: just before the first flow (in rotation
@@ -302,7 +303,7 @@ where
 
 impl<T> Picked<T> {
     pub(in crate::store) fn empty(full: bool) -> Self {
-        Self { items: Vec::new(), reserved: Vec::new(), held: Vec::new(), full }
+        Self { items: Vec::new(), reserved: Vec::new(), held: Vec::new(), full, moves: Moves::default() }
     }
 }
 
@@ -434,7 +435,7 @@ impl<T: Queued, I: Iterator<Item = Result<T, Error>>> Open<T, I> {
 }
 
 /// Where one queue's rotation stands.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub(in crate::store) struct Rotation {
     /// The next pick starts after this (schema, tenant).
     pub after: Option<(String, String)>,
@@ -448,26 +449,51 @@ pub(in crate::store) struct Rotation {
 /// their credit forever.
 const MAX_CREDITS: usize = 100_000;
 
-impl Rotation {
-    fn settle<T: Queued, I: Iterator<Item = Result<T, Error>>>(
-        &mut self,
+/// A pick's effect on its rotation: each reached flow's credit (`None`: it keeps none),
+/// and where the next pick starts after.
+#[derive(Debug, Default)]
+pub(in crate::store) struct Moves {
+    credit: Vec<((String, String), Option<u64>)>,
+    stop: Option<(String, String)>,
+}
+
+impl Moves {
+    fn of<T: Queued, I: Iterator<Item = Result<T, Error>>>(
         flows: Vec<Open<T, I>>,
         stop: Option<(String, String)>,
-    ) {
-        for mut f in flows {
-            let key = (f.flow.schema.clone(), f.flow.tenant.clone());
-            // DRR: a flow that ran dry keeps no credit.
-            if f.has_work() && f.deficit > 0 {
-                self.credit.insert(key, f.deficit);
-            } else {
-                self.credit.remove(&key);
-            }
+    ) -> Self {
+        let credit = flows
+            .into_iter()
+            .map(|mut f| {
+                // DRR: a flow that ran dry keeps no credit.
+                let kept = (f.has_work() && f.deficit > 0).then_some(f.deficit);
+                ((f.flow.schema, f.flow.tenant), kept)
+            })
+            .collect();
+        Self { credit, stop }
+    }
+}
+
+impl Rotation {
+    /// Keeps `picked` (a claim always does): the rotation moves on and records who waits.
+    pub(in crate::store) fn keep<T>(&mut self, picked: &mut Picked<T>) {
+        self.held = std::mem::take(&mut picked.held);
+        self.apply(std::mem::take(&mut picked.moves));
+    }
+
+    /// Moves the rotation on as a kept pick says.
+    pub(in crate::store) fn apply(&mut self, moves: Moves) {
+        for (key, kept) in moves.credit {
+            match kept {
+                Some(credit) => self.credit.insert(key, credit),
+                None => self.credit.remove(&key),
+            };
         }
         if self.credit.len() > MAX_CREDITS {
             self.credit.clear();
         }
-        if stop.is_some() {
-            self.after = stop;
+        if moves.stop.is_some() {
+            self.after = moves.stop;
         }
     }
 }
@@ -477,8 +503,10 @@ impl Rotation {
 pub(in crate::store) struct Rotations(Mutex<HashMap<String, Rotation>>);
 
 impl Rotations {
-    pub(in crate::store) fn get(&self, queue: &str) -> Rotation {
-        self.0.lock().ok().and_then(|m| m.get(queue).cloned()).unwrap_or_default()
+    /// The queue's rotation, out of the map until it is put back (a concurrent pick of the
+    /// same queue, possible on PostgreSQL, starts from a fresh one meanwhile).
+    pub(in crate::store) fn take(&self, queue: &str) -> Rotation {
+        self.0.lock().ok().and_then(|mut m| m.remove(queue)).unwrap_or_default()
     }
 
     pub(in crate::store) fn put(&self, queue: &str, rotation: Rotation) {

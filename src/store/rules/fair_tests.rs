@@ -60,7 +60,8 @@ impl Queues {
             // A micro-dollar a byte.
             cost: &|item: &Item| item.bytes,
         };
-        let picked = pick(flows, fairness, bounds, limits, rotation).expect("a pick in memory");
+        let mut picked = pick(flows, fairness, bounds, limits, rotation).expect("a pick in memory");
+        rotation.apply(std::mem::take(&mut picked.moves));
         for item in &picked.items {
             if let Some((_, q)) = self.0.iter_mut().find(|(t, _)| *t == item.tenant) {
                 q.retain(|i| i.seq != item.seq);
@@ -280,7 +281,7 @@ fn a_tenants_budget_and_in_flight_limit_hold_across_its_schemas() {
     };
     // A budget of 250 at 100 a source: two sources, not two per schema.
     let bounds = Bounds { in_flight: &mut |_| Ok(0), headroom: &mut |_| Ok(Some(250)), cost: &|i: &Item| i.bytes };
-    let picked = pick(flows(5), &Fairness::default(), bounds, count(10), &mut Rotation::default()).expect("pick");
+    let picked = pick(flows(5), &Fairness::default(), bounds, count(10), &Rotation::default()).expect("pick");
     assert_eq!(picked.items.len(), 2, "{picked:?}");
     // Three in flight of at most five: two more, across both schemas.
     let fairness = Fairness {
@@ -288,6 +289,6 @@ fn a_tenants_budget_and_in_flight_limit_hold_across_its_schemas() {
         ..Fairness::default()
     };
     let bounds = Bounds { in_flight: &mut |_| Ok(3), headroom: &mut |_| Ok(None), cost: &|_: &Item| 0 };
-    let picked = pick(flows(5), &fairness, bounds, count(10), &mut Rotation::default()).expect("pick");
+    let picked = pick(flows(5), &fairness, bounds, count(10), &Rotation::default()).expect("pick");
     assert_eq!(picked.items.len(), 2, "{picked:?}");
 }

@@ -83,28 +83,24 @@ pub(crate) fn fill(picked: Picked<ExtractionRecord>, request: &IntentRequest, no
     Filling::Due(picked.items)
 }
 
-/// What a fair pick comes to for this intent: whether a batch is formed, what its members
-/// are reserved at, and the rotation the queue keeps: the pick's when a batch is formed;
-/// when not, the one from `before` the pick (nothing was taken), with the news of who
-/// waits on a budget.
+/// What a fair pick comes to for this intent: whether a batch is formed and what its
+/// members are reserved at. The queue's rotation moves on only when a batch is formed
+/// (nothing was taken otherwise); who waits on a budget is news either way.
 pub(crate) fn decide(
     mut picked: Picked<ExtractionRecord>,
     request: &IntentRequest,
     now_ms: u64,
-    mut before: Rotation,
-    mut after: Rotation,
-) -> (Filling, Vec<Option<u64>>, Rotation) {
+    rotation: &mut Rotation,
+) -> (Filling, Vec<Option<u64>>) {
     let reserved = std::mem::take(&mut picked.reserved);
-    let held = std::mem::take(&mut picked.held);
+    rotation.held = std::mem::take(&mut picked.held);
+    let moves = std::mem::take(&mut picked.moves);
     match fill(picked, request, now_ms) {
         due @ Filling::Due(_) => {
-            after.held = held;
-            (due, reserved, after)
+            rotation.apply(moves);
+            (due, reserved)
         }
-        waiting @ Filling::NotYet(_) => {
-            before.held = held;
-            (waiting, Vec::new(), before)
-        }
+        waiting @ Filling::NotYet(_) => (waiting, Vec::new()),
     }
 }
 
