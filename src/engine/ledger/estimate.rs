@@ -141,11 +141,16 @@ pub(crate) fn member_estimate(
     prices.cost(&provider.name, &usage, provider.batch)?;
     let (provider, prices) = (provider.clone(), prices.clone());
     Some(crate::store::MemberEstimate(std::sync::Arc::new(move |record: &crate::store::ExtractionRecord| {
-        let mut profile = provider.clone();
-        profile.output_budget = profile.output_budget.max(record.output_budget.unwrap_or(0));
         let sources = Sources::Items(vec![(record.source_id.clone(), record.content_bytes)]);
         let instructions = instructions_bytes(&record.schema);
-        estimate(&profile, &sources, instructions, None, &prices).cost_micros.unwrap_or(0)
+        let cost = |profile: &ProviderProfile| estimate(profile, &sources, instructions, None, &prices).cost_micros;
+        // A truncation retry raised this member's budget: it may use that much.
+        let raised = record.output_budget.filter(|&b| b > provider.output_budget);
+        let micros = match raised {
+            Some(output_budget) => cost(&ProviderProfile { output_budget, ..provider.clone() }),
+            None => cost(&provider),
+        };
+        micros.unwrap_or(0)
     })))
 }
 
@@ -160,6 +165,32 @@ mod tests {
 
     fn openai(budget: u32) -> ProviderProfile {
         ProviderProfile { name: "openai".into(), model: Some("gpt-4o-mini".into()), batch: true, output_budget: budget }
+    }
+
+    #[test]
+    fn a_member_is_reserved_at_its_estimate_with_the_output_budget_raised_where_its_own_is() {
+        use crate::domain::identity::{ExtractionId, SourceHash};
+        let hash = SourceHash::compute(b"x", "s@1");
+        let new = crate::store::NewExtraction {
+            id: ExtractionId::compute("t", "a.rs", &hash, "s@1"),
+            tenant: "t".into(),
+            source_id: "a.rs".into(),
+            source_hash: hash,
+            schema: "s@1".into(),
+            metadata_json: None,
+            content: "x".repeat(4000),
+        };
+        let mut record = new.pending(1, 4000, 0);
+        let member = member_estimate(&openai(1000), |_| 200, &prices()).expect("priced");
+        let sources = Sources::Items(vec![("a.rs".into(), 4000)]);
+        let expected = |budget| estimate(&openai(budget), &sources, 200, None, &prices()).cost_micros;
+        assert_eq!(Some((member.0)(&record)), expected(1000), "the estimate, output at the budget");
+        record.output_budget = Some(2000);
+        assert_eq!(Some((member.0)(&record)), expected(2000), "a truncation retry's larger budget");
+        record.output_budget = Some(500);
+        assert_eq!(Some((member.0)(&record)), expected(1000), "never below the provider's");
+        let unpriced = ProviderProfile { model: Some("no-such-model".into()), ..openai(1000) };
+        assert!(member_estimate(&unpriced, |_| 200, &prices()).is_none(), "nothing to reserve without a price");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use tokio_postgres::Transaction;
 use tokio_postgres::types::ToSql;
 
 use super::{Error, pg};
-use crate::domain::lifecycle::{State, StateName};
+use crate::domain::lifecycle::State;
 use crate::store::Policies;
 use crate::store::codec::{decode, encode};
 use crate::store::records::ExtractionRecord;
@@ -128,8 +128,8 @@ pub(super) async fn transition_as(
     record.updated_at_ms = now_ms;
     let bytes = encode(&*record)?;
     let format = i16::from(bytes[0]);
-    let keeping: Vec<i16> =
-        StateName::ALL.into_iter().filter(|s| reserve::keeps(*s)).map(|s| i16::from(s.code())).collect();
+    let keeping = reserve::KEEPING.map(|s| i16::from(s.code()));
+    let keeping: &[i16] = &keeping;
     let params: [&(dyn ToSql + Sync); 10] = [
         &big(record.seq),
         &expected_fence,

@@ -16,10 +16,12 @@ use crate::domain::budget::Budgets;
 use crate::domain::lifecycle::StateName;
 use crate::store::ExtractionRecord;
 
-/// Whether an extraction in this state keeps its reservation: while a provider (or a
-/// worker that declared its model) has it.
+/// The states in which an extraction keeps its reservation: while a provider (or a worker
+/// that declared its model) has it.
+pub(in crate::store) const KEEPING: [StateName; 3] = [StateName::Claimed, StateName::Submitted, StateName::Ready];
+
 pub(in crate::store) fn keeps(state: StateName) -> bool {
-    matches!(state, StateName::Submitted | StateName::Ready | StateName::Claimed)
+    KEEPING.contains(&state)
 }
 
 /// Whether moving from `from` to `to` ends a reservation the extraction may hold.
