@@ -106,7 +106,7 @@ pub(super) async fn pick(
     pairs.sort_unstable();
     fair::rotate(&mut pairs, rotation.after.as_ref());
     let fairness = &policies.fairness;
-    let ranked = fairness.tenants.values().any(|s| s.priority != fair::Priority::Normal);
+    let ranked = fairness.ranked();
     // A pick of n items reaches at most n pairs (`rules::fair`), and looks one further.
     let reach = if ranked { pairs.len() } else { pairs.len().min(limits.count) };
     let reached = &pairs[..reach];

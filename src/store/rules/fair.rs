@@ -51,7 +51,7 @@ impl Fairness {
 
     /// Whether any tenant is in a class other than normal: only then must every flow be
     /// listed before the first is served.
-    fn ranked(&self) -> bool {
+    pub(in crate::store) fn ranked(&self) -> bool {
         self.tenants.values().any(|s| s.priority != Priority::Normal)
     }
 
