@@ -23,6 +23,8 @@ mod compaction;
 mod config_mistakes;
 #[path = "it/console.rs"]
 mod console;
+#[path = "it/console_evaluations.rs"]
+mod console_evaluations;
 #[path = "it/crash.rs"]
 mod crash;
 #[path = "it/cross_site.rs"]
@@ -35,6 +37,8 @@ mod early_refusal;
 mod erasure;
 #[path = "it/erasure_inflight.rs"]
 mod erasure_inflight;
+#[path = "it/evaluations.rs"]
+mod evaluations;
 #[path = "it/export.rs"]
 mod export;
 #[path = "it/export_backends.rs"]

@@ -33,7 +33,7 @@ pub(super) struct Args {
 
 /// Every bucket the API reports, in its order: a finance export that left one out (as
 /// `unusable` once was) would miss what truncated and refused answers cost.
-const KINDS: [&str; 4] = ["fresh", "replay", "failed_validation", "unusable"];
+const KINDS: [&str; 5] = ["fresh", "replay", "failed_validation", "unusable", "evaluation"];
 
 pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let base = args.admin.resolve();
@@ -148,9 +148,10 @@ mod tests {
 
     fn body() -> Value {
         let split = json!({"fresh": bucket(2, 300, 0), "replay": bucket(1, 0, 0),
-                           "failed_validation": bucket(0, 0, 0), "unusable": bucket(3, 90, 1)});
+                           "failed_validation": bucket(0, 0, 0), "unusable": bucket(3, 90, 1),
+                           "evaluation": bucket(4, 25, 0)});
         let mut body = split.clone();
-        body["charged_micros"] = json!(390);
+        body["charged_micros"] = json!(415);
         body["unpriced_attempts"] = json!(1);
         body["groups"] = json!({ "gpt-4o-mini": split });
         body
@@ -160,12 +161,13 @@ mod tests {
     fn csv_has_a_row_per_group_and_kind_unusable_included() {
         let text = csv(&body());
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 9, "{text}");
+        assert_eq!(lines.len(), 11, "{text}");
         assert_eq!(lines[0], "group,kind,attempts,input_tokens,output_tokens,cost_micros,unpriced_attempts");
         assert_eq!(lines[1], "\"total\",fresh,2,10,5,300,0");
         assert_eq!(lines[4], "\"total\",unusable,3,10,5,90,1");
-        assert_eq!(lines[5], "\"gpt-4o-mini\",fresh,2,10,5,300,0");
-        let csv_cost: u64 = lines[1..5].iter().map(|l| l.split(',').nth(5).unwrap().parse::<u64>().unwrap()).sum();
+        assert_eq!(lines[5], "\"total\",evaluation,4,10,5,25,0");
+        assert_eq!(lines[6], "\"gpt-4o-mini\",fresh,2,10,5,300,0");
+        let csv_cost: u64 = lines[1..6].iter().map(|l| l.split(',').nth(5).unwrap().parse::<u64>().unwrap()).sum();
         assert_eq!(csv_cost, body()["charged_micros"].as_u64().unwrap(), "the rows add up to the charge");
         assert_eq!(dollars(1_234_567), "$1.234567");
     }

@@ -63,6 +63,22 @@ fn reload(pid: i32, args: super::serve::Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `ctl reload` for a configuration file named by path (`eval promote --apply`).
+pub(super) fn reload_config(pid: i32, config: &std::path::Path) -> anyhow::Result<ExitCode> {
+    #[derive(clap::Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: super::serve::Args,
+    }
+    let parsed = <Serve as clap::Parser>::try_parse_from([
+        std::ffi::OsStr::new("serve"),
+        "--config".as_ref(),
+        config.as_os_str(),
+    ])
+    .context("cannot name the configuration file to check")?;
+    reload(pid, parsed.args)
+}
+
 pub(super) async fn run(command: Command) -> anyhow::Result<ExitCode> {
     let (target, method, path) = match command {
         Command::Reload { pid, args } => return reload(pid, args),

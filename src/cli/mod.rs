@@ -12,6 +12,7 @@ mod ctl;
 mod demo;
 mod erase;
 mod estimate;
+mod eval;
 mod export;
 mod files;
 mod maintenance;
@@ -96,6 +97,10 @@ enum Command {
     Costs(costs::Args),
     /// What files would cost at each configured provider, before they are submitted.
     Estimate(estimate::Args),
+    /// Provider bake-offs: send a frozen set of extractions to candidate providers, compare
+    /// their answers, promote the winner's (docs/EVALUATIONS.md).
+    #[command(subcommand)]
+    Eval(eval::Command),
     /// Write a tenant's committed extractions and findings to a file (JSON lines or CSV).
     Export(export::Args),
     /// Print one extraction as JSON; with --diff, its findings diff against the previous
@@ -229,6 +234,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Backup(args) => backup::run(args).await,
         Command::Costs(args) => costs::run(args).await,
         Command::Estimate(args) => estimate::run(args).await,
+        Command::Eval(command) => eval::run(command).await,
         Command::Export(args) => export::run(args).await,
         Command::Ctl(command) => ctl::run(command).await,
         Command::Get { id, diff, admin, token } => get(&id, diff.as_deref(), &admin.resolve(), token.as_deref()).await,

@@ -15,6 +15,8 @@ const EXTRACTION_CONTEXT: &str = "commitpoint extraction v1";
 const SOURCE_CONTEXT: &str = "commitpoint source v1";
 const FINDING_CONTEXT: &str = "commitpoint finding v1";
 const BATCH_CONTEXT: &str = "commitpoint batch v1";
+const TRIAL_CONTEXT: &str = "commitpoint trial v1";
+const TRIAL_BATCH_CONTEXT: &str = "commitpoint trial batch v1";
 
 /// A 32-byte blake3 digest shown as lowercase hex.
 macro_rules! hash_newtype {
@@ -137,6 +139,21 @@ pub fn batch_key(provider: &str, schema: &str, intent_seq: u64, members: &[(Extr
     }
     // 128 bits is plenty to find our own job among a provider's recent batches.
     BatchKey::new(format!("cpb-{}", &hex_encode(&hasher.finish())[..32]))
+}
+
+/// The custom id a trial is sent under: never an extraction's own, so no lookup of a
+/// production batch can take a trial job for its own, nor the other way round.
+pub fn trial_id(evaluation: &str, candidate: &str, extraction: &ExtractionId) -> ExtractionId {
+    let mut hasher = CanonicalHasher::new(TRIAL_CONTEXT);
+    hasher.field(evaluation.as_bytes()).field(candidate.as_bytes()).field(extraction.as_bytes());
+    ExtractionId(hasher.finish())
+}
+
+/// The key of a trial batch, fixed with its intent as [`batch_key`] is for a production one.
+pub fn trial_batch_key(evaluation: &str, candidate: &str, intent_seq: u64) -> BatchKey {
+    let mut hasher = CanonicalHasher::new(TRIAL_BATCH_CONTEXT);
+    hasher.field(evaluation.as_bytes()).field(candidate.as_bytes()).field(&intent_seq.to_le_bytes());
+    BatchKey::new(format!("cpe-{}", &hex_encode(&hasher.finish())[..32]))
 }
 
 fn hex_encode(bytes: &[u8; 32]) -> String {

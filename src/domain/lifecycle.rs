@@ -211,6 +211,9 @@ pub enum Event {
     Requeue { batch_key: BatchKey },
     /// The tenant or an operator stops the work for good.
     Cancel,
+    /// An operator promotes an evaluation candidate's valid answer (docs/EVALUATIONS.md):
+    /// it commits work no one else is answering, and only that.
+    Promote,
 }
 
 impl Event {
@@ -226,6 +229,7 @@ impl Event {
             Self::ProviderFailed { .. } => "fail",
             Self::Requeue { .. } => "requeue",
             Self::Cancel => "cancel",
+            Self::Promote => "promote",
         }
     }
 
@@ -238,9 +242,12 @@ impl Event {
             | Self::ReadyInvalid { batch_key, .. }
             | Self::ProviderFailed { batch_key, .. }
             | Self::Requeue { batch_key } => Some(batch_key),
-            Self::Claim { .. } | Self::ValidResult { .. } | Self::InvalidResult { .. } | Self::Retry | Self::Cancel => {
-                None
-            }
+            Self::Claim { .. }
+            | Self::ValidResult { .. }
+            | Self::InvalidResult { .. }
+            | Self::Retry
+            | Self::Cancel
+            | Self::Promote => None,
         }
     }
 }
@@ -310,6 +317,10 @@ pub fn apply(state: &State, event: Event, now_ms: u64) -> Result<Outcome, Transi
             Ok(Outcome::Changed(S::Cancelled { at_ms: now_ms }))
         }
         (S::Cancelled { .. }, E::Cancel) => Ok(Outcome::Replay),
+        // A worker or a batch may be answering the claimed, submitted or ready ones: their
+        // own answer decides, so those are illegal here, as a cancelled one is.
+        (S::Pending | S::Failed { .. }, E::Promote) => Ok(Outcome::Changed(S::Committed { at_ms: now_ms })),
+        (S::Committed { .. }, E::Promote) => Ok(Outcome::Replay),
         (_, event) => Err(illegal(&event)),
     }
 }

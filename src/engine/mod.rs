@@ -2,6 +2,7 @@
 //! the outbox, deciding where work goes and what it costs, and watching over the tasks.
 
 pub(crate) mod commit;
+pub mod evaluation;
 pub(crate) mod ledger;
 pub(crate) mod outbox;
 pub(crate) mod retention;

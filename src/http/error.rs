@@ -176,6 +176,8 @@ impl From<service::Error> for ApiError {
             }
             E::UnknownProvider(_) => Self::new(StatusCode::NOT_FOUND, "unknown_provider", message),
             E::UnknownWebhook(_) => Self::new(StatusCode::NOT_FOUND, "unknown_webhook", message),
+            E::UnknownEvaluation(_) => Self::new(StatusCode::NOT_FOUND, "unknown_evaluation", message),
+            E::EvaluationExists(_) => Self::new(StatusCode::CONFLICT, "evaluation_exists", message),
             E::UnknownEvent(_) => Self::new(StatusCode::NOT_FOUND, "unknown_event", message),
             E::Transition(t) => transition(&t, message),
             E::ValidationFailed { issues, .. } => {

@@ -12,6 +12,7 @@ mod console;
 mod delivery;
 mod error;
 mod estimates;
+mod evaluations;
 mod export;
 mod export_feed;
 mod extract;

@@ -87,6 +87,8 @@ pub(super) struct CostSplit {
     failed_validation: CostBucket,
     /// Paid answers that were truncated or refused by the model: never committed.
     unusable: CostBucket,
+    /// Trials of evaluations: paid, committed only when promoted (then not charged again).
+    evaluation: CostBucket,
 }
 
 impl CostSplit {
@@ -96,6 +98,7 @@ impl CostSplit {
             replay: (&split.replay).into(),
             failed_validation: (&split.failed_validation).into(),
             unusable: (&split.unusable).into(),
+            evaluation: (&split.evaluation).into(),
         }
     }
 }
@@ -109,7 +112,7 @@ pub(super) struct TenantCosts {
     to_ms: u64,
     #[serde(flatten)]
     totals: CostSplit,
-    /// Fresh, failed-validation and unusable cost: what the tenant is charged.
+    /// Fresh, failed-validation, unusable and evaluation cost: what the tenant is charged.
     charged_micros: u64,
     /// Paid attempts of every kind booked at $0 for want of a price: while it is not 0,
     /// `charged_micros` is short of the bill.
@@ -223,6 +226,8 @@ pub(super) enum ChargeKindView {
     FailedValidation,
     /// A paid answer cut off at its output budget or refused by the model: never committed.
     Unusable,
+    /// A trial of an evaluation: paid, never committed by itself.
+    Evaluation,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
@@ -260,6 +265,7 @@ pub(super) fn entry(e: &LedgerRecord) -> LedgerEntry {
             ChargeKind::Replay => ChargeKindView::Replay,
             ChargeKind::FailedValidation => ChargeKindView::FailedValidation,
             ChargeKind::Unusable => ChargeKindView::Unusable,
+            ChargeKind::Evaluation => ChargeKindView::Evaluation,
         },
         attempt: e.attempt,
         provider: e.provider.clone(),

@@ -88,6 +88,7 @@ fn error_response(description: &str) -> RefOr<utoipa::openapi::Response> {
         (name = "webhooks", description = "Signed inbound webhooks (no bearer token)"),
         (name = "outbox", description = "Deliveries to downstream sinks (admin)"),
         (name = "admin", description = "Backups and providers (admin)"),
+        (name = "evaluations", description = "Provider bake-offs over a frozen set: trials, reports, promotion (admin)"),
         (name = "operations", description = "Health, metrics, statistics and this document"),
     ),
 )]

@@ -48,6 +48,12 @@ const ROUTES: &[(&str, &str)] = &[
     ("DELETE", "/v1/tenants/{tenant}"),
     ("GET", "/v1/sources/{tenant}/{source_id}"),
     ("GET", "/v1/extractions/{id}/diff"),
+    ("POST", "/v1/evaluations"),
+    ("GET", "/v1/evaluations"),
+    ("GET", "/v1/evaluations/{name}"),
+    ("GET", "/v1/evaluations/{name}/report"),
+    ("POST", "/v1/evaluations/{name}/promote"),
+    ("POST", "/v1/evaluations/{name}/cancel"),
 ];
 
 const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];

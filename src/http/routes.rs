@@ -15,7 +15,8 @@ use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::{
-    admin, auth, bulk, delivery, estimates, export, handlers, money, openapi, revisions, schemas, tenants, workers,
+    admin, auth, bulk, delivery, estimates, evaluations, export, handlers, money, openapi, revisions, schemas, tenants,
+    workers,
 };
 use crate::http::access::Access;
 use crate::service::Service;
@@ -82,4 +83,9 @@ pub(super) fn admin() -> OpenApiRouter<Service> {
         .routes(routes!(admin::download, admin::remove))
         .routes(routes!(bulk::retry))
         .routes(routes!(tenants::erase))
+        .routes(routes!(evaluations::create, evaluations::list))
+        .routes(routes!(evaluations::get))
+        .routes(routes!(evaluations::report))
+        .routes(routes!(evaluations::promote))
+        .routes(routes!(evaluations::cancel))
 }

@@ -31,6 +31,7 @@ mod console;
 mod endpoint;
 mod erasure;
 mod estimates;
+mod evaluations;
 mod exports;
 mod intake;
 mod money;
@@ -44,6 +45,10 @@ mod throughput;
 pub use endpoint::{Endpoint, EndpointError, Field, MapError, WebhookOptions};
 pub use estimates::WorkerPricing;
 pub(crate) use estimates::{EstimateRequest, Estimation, TenantEstimate, estimate_sources};
+pub use evaluations::{
+    CandidateProgress, EvaluationRequest, EvaluationStatus, MAX_CANDIDATES, PromotionOutcome, SampleState,
+    SelectRequest, routing_rule,
+};
 pub use exports::{
     DEFAULT_MAX_EXPORTS, DEFAULT_MAX_EXPORTS_PER_TENANT, DEFAULT_STALL_TIMEOUT, ExportCap, ExportLimits, ExportPermit,
 };
@@ -89,6 +94,10 @@ pub enum Error {
     Reasked { schema: String, issues: Vec<ValidationIssue>, reask: u32 },
     #[error("no provider named {0:?} is configured (see GET /v1/admin/providers)")]
     UnknownProvider(String),
+    #[error("no evaluation named {0:?}")]
+    UnknownEvaluation(String),
+    #[error("an evaluation named {0:?} exists already; names are never reused")]
+    EvaluationExists(String),
     #[error("no webhook endpoint named {0:?} is configured")]
     UnknownWebhook(String),
     #[error("no outbox event {0}")]

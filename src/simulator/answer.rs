@@ -74,13 +74,19 @@ impl Ask {
     }
 }
 
+/// An answer as a chatty model sends it: the text after a sentence, so it is not JSON.
+pub(super) fn in_prose(text: &str) -> String {
+    format!("Sure! Here is what I found in the source: {text} Let me know if you need anything else.")
+}
+
 /// The answer for `ask`, with `flaw` (see [`Flaw`]).
 pub(super) fn answer(ask: &Ask, flaw: Flaw) -> Value {
     let compiled = compiled(ask.schema.as_ref());
     let (id, content) = (ask.source_id.as_str(), ask.content.as_str());
     let Some(schema) = compiled.schema.as_ref().filter(|_| !compiled.reviewer) else {
         return match flaw {
-            Flaw::None => review(id, content),
+            Flaw::None | Flaw::NotJson => review(id, content),
+            Flaw::Disagree => disagreeing_review(id, content),
             Flaw::Invalid => broken_review(id, content),
             Flaw::Ungrounded => ungrounded_review(id, content),
         };
@@ -95,10 +101,22 @@ pub(super) fn answer(ask: &Ask, flaw: Flaw) -> Value {
         }
     };
     match flaw {
-        Flaw::None => valid,
+        Flaw::None | Flaw::NotJson | Flaw::Disagree => valid,
         Flaw::Ungrounded => ungrounded(&compiled, schema, valid, id, content),
         Flaw::Invalid => invalid(&compiled, schema, valid),
     }
+}
+
+/// Another reading of the same source: the reviewer's findings without the last one, and
+/// one more on line 1 (which every source has), so precision and recall both move.
+fn disagreeing_review(source_id: &str, content: &str) -> Value {
+    let mut output = review(source_id, content);
+    if let Some(Value::Array(findings)) = output.get_mut("findings") {
+        findings.pop();
+        findings.push(json!({"rule": "readability", "severity": "low", "file": source_id, "line": 1,
+            "summary": "the first line could say more plainly what the change does"}));
+    }
+    output
 }
 
 /// The reviewer's findings plus two it made up: one on a line past the end of the source,

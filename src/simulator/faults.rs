@@ -101,6 +101,14 @@ pub struct Faults {
     /// Gemini dialect: every Nth input line (1-based) is answered without a
     /// `finishReason`, which the API reference says means the model has not stopped.
     pub unfinished_every: u32,
+    /// Every Nth input line (1-based) gets a schema-valid, grounded answer whose findings
+    /// differ from the plain answer's (see `Flaw::Disagree`): a second model reading the
+    /// same source differently. TEST BEHAVIOUR, for evaluations (docs/EVALUATIONS.md).
+    pub disagree_every: u32,
+    /// Every Nth input line (1-based) gets its answer wrapped in prose, so the content is
+    /// not JSON (OpenAI and Gemini dialects; Anthropic's forced tool input is always an
+    /// object). TEST BEHAVIOUR: what a model without structured outputs sends.
+    pub not_json_every: u32,
 }
 
 impl Default for Faults {
@@ -134,6 +142,8 @@ impl Default for Faults {
             bedrock_min_records: super::bedrock::MIN_RECORDS as u32,
             max_input_tokens: 0,
             unfinished_every: 0,
+            disagree_every: 0,
+            not_json_every: 0,
         }
     }
 }
@@ -168,6 +178,12 @@ pub enum Flaw {
     /// `code-review@1` findings on line 0 with severity `urgent`, any other schema a
     /// required property left out.
     Invalid,
+    /// Valid and grounded, but not what the plain answer finds (`disagree_every`):
+    /// `code-review@1` leaves out its last finding and adds one on line 1 under the rule
+    /// `readability`; any other schema's answer is left as it is.
+    Disagree,
+    /// The plain answer inside prose, so the text is not JSON (`not_json_every`).
+    NotJson,
     /// Schema-valid, but about things the source does not contain (`ungrounded_first`):
     /// `code-review@1` gets two made-up findings, one on a line past the end of the source
     /// and one in a file it never names; any other schema one more finding whose quotes,
@@ -184,7 +200,15 @@ impl Faults {
             let valid_prefix = odd_occurrence(self.truncate_every, position);
             return Behaviour::Long { needs: self.long_answer_tokens, valid_prefix };
         }
-        let flaw = if every(self.invalid_output_every, position) { Flaw::Invalid } else { Flaw::None };
+        let flaw = if every(self.invalid_output_every, position) {
+            Flaw::Invalid
+        } else if every(self.not_json_every, position) {
+            Flaw::NotJson
+        } else if every(self.disagree_every, position) {
+            Flaw::Disagree
+        } else {
+            Flaw::None
+        };
         Behaviour::Answer { flaw }
     }
 }

@@ -163,6 +163,7 @@ pub(super) fn respond(body: &Value, behaviour: Behaviour) -> Reply {
         }
         Behaviour::Answer { flaw } => {
             let text = render(answer::answer(&ask, flaw));
+            let text = if flaw == Flaw::NotJson { answer::in_prose(&text) } else { text };
             let completion_tokens = tokens(text.len());
             answer(text, "stop", completion_tokens)
         }

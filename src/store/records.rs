@@ -93,6 +93,8 @@ impl Versioned for FindingRecord {
 pub enum Fence {
     Lease(LeaseToken),
     Batch(BatchKey),
+    /// Promoted from an evaluation's trial (its name).
+    Evaluation(String),
 }
 
 impl Fence {
@@ -100,6 +102,7 @@ impl Fence {
         match self {
             Fence::Lease(token) => token.as_str(),
             Fence::Batch(key) => key.as_str(),
+            Fence::Evaluation(name) => name.as_str(),
         }
     }
 }
@@ -393,6 +396,9 @@ pub enum ChargeKind {
     /// A paid answer that could not be used whatever it said: cut off at its output budget
     /// (truncated) or declined by the model (refused). Never committed.
     Unusable,
+    /// A trial of an evaluation (docs/EVALUATIONS.md): paid, never committed by itself; a
+    /// promotion commits it later without a second entry.
+    Evaluation,
 }
 
 /// Where an entry's cost came from.

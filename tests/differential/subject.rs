@@ -405,6 +405,7 @@ impl Subject {
                 FenceView::Lease(self.tokens.get(token).copied().unwrap_or(UNKNOWN_TOKEN))
             }
             commitpoint::store::Fence::Batch(key) => FenceView::Batch(self.key_label(key)),
+            commitpoint::store::Fence::Evaluation(name) => FenceView::Evaluation(name.clone()),
         }
     }
 

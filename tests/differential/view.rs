@@ -80,6 +80,8 @@ pub struct FindingView {
 pub enum FenceView {
     Lease(TokenLabel),
     Batch(usize),
+    /// Promoted from an evaluation (the model never promotes).
+    Evaluation(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

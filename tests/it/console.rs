@@ -8,8 +8,8 @@ use serde_json::json;
 
 use crate::util::{Server, call_as, temp_dir, write_secret};
 
-const ADMIN: &str = "admin-token-console-000001";
-const ACME: &str = "acme-token-console-0000001";
+pub(crate) const ADMIN: &str = "admin-token-console-000001";
+pub(crate) const ACME: &str = "acme-token-console-0000001";
 const GLOBEX: &str = "globex-token-console-00001";
 
 fn start(tokens: bool) -> (tempfile::TempDir, Server) {
@@ -34,19 +34,19 @@ fn start(tokens: bool) -> (tempfile::TempDir, Server) {
 }
 
 /// A browser without redirects or a cookie jar: every step is asserted.
-struct Browser {
+pub(crate) struct Browser {
     base: String,
     client: reqwest::Client,
     cookie: Option<String>,
 }
 
 impl Browser {
-    fn new(base: &str) -> Self {
+    pub(crate) fn new(base: &str) -> Self {
         let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
         Self { base: base.to_string(), client, cookie: None }
     }
 
-    async fn send(&self, method: Method, path: &str, form: Option<&[(&str, &str)]>) -> reqwest::Response {
+    pub(crate) async fn send(&self, method: Method, path: &str, form: Option<&[(&str, &str)]>) -> reqwest::Response {
         let mut request = self.client.request(method, format!("{}{path}", self.base));
         if let Some(cookie) = &self.cookie {
             request = request.header("cookie", cookie);
@@ -58,7 +58,7 @@ impl Browser {
         request.send().await.expect("console request")
     }
 
-    async fn page(&self, path: &str) -> (StatusCode, String) {
+    pub(crate) async fn page(&self, path: &str) -> (StatusCode, String) {
         let response = self.send(Method::GET, path, None).await;
         let status = response.status();
         (status, response.text().await.expect("page body"))
@@ -84,7 +84,7 @@ impl Browser {
     }
 
     /// Logs in; returns the `Set-Cookie` header.
-    async fn login(&mut self, token: &str) -> String {
+    pub(crate) async fn login(&mut self, token: &str) -> String {
         let response = self.post_login(token).await;
         assert_eq!(response.status(), StatusCode::SEE_OTHER);
         let set = response.headers()[SET_COOKIE].to_str().expect("ascii cookie").to_string();
@@ -93,7 +93,7 @@ impl Browser {
     }
 
     /// The CSRF token the forms of a page carry.
-    async fn csrf(&self, path: &str) -> String {
+    pub(crate) async fn csrf(&self, path: &str) -> String {
         let (status, html) = self.page(path).await;
         assert_eq!(status, StatusCode::OK, "{html}");
         let marker = "name=\"csrf\" value=\"";

@@ -183,6 +183,15 @@ impl Api {
         self.send(Method::GET, path, None).await
     }
 
+    /// A GET whose answer is text (CSV, a table): asserts 200 and returns the body.
+    pub async fn get_text(&self, path: &str) -> String {
+        let response = self.http.get(format!("{}{path}", self.base)).send().await.expect("GET");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("read the body");
+        assert_eq!(status, 200, "GET {path}: {text}");
+        text
+    }
+
     pub async fn post(&self, path: &str, body: &Value) -> Reply {
         self.send(Method::POST, path, Some(body.to_string().into_bytes())).await
     }

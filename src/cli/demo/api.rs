@@ -40,6 +40,18 @@ impl Api {
         Ok(body)
     }
 
+    /// A `GET` whose answer is text (a report's `format=text`).
+    pub(super) async fn get_text(&self, path: &str) -> anyhow::Result<String> {
+        let response = self.http.get(format!("{}{path}", self.base)).send().await;
+        let response = response.with_context(|| format!("request to {path} failed"))?;
+        let status = response.status().as_u16();
+        let text = response.text().await.with_context(|| format!("{path}: cannot read the answer"))?;
+        if status != 200 {
+            bail!("GET {path}: {status} {text}");
+        }
+        Ok(text)
+    }
+
     pub(super) async fn intake(&self, source: &Source) -> anyhow::Result<(u16, Value)> {
         let body = json!({"tenant": source.tenant, "source_id": source.source_id, "schema": "code-review@1", "content": source.content});
         self.post("/v1/extractions", body).await

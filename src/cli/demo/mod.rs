@@ -2,9 +2,11 @@
 //! provider key. It starts a real server on a loopback port and talks to it over HTTP
 //! like any client would: duplicate and redelivered intakes, a worker that dies holding
 //! a lease, a stale worker posting late, a model answer that fails the schema and is
-//! retried. It ends by checking the invariants and verifying the database file.
+//! retried. Its third act tries two more simulated models on the committed work, side by
+//! side (an evaluation). It ends by checking the invariants and verifying the database file.
 
 mod api;
+mod bakeoff;
 mod corpus;
 mod provider;
 mod scenario;
@@ -29,8 +31,8 @@ pub(super) struct Args {
     /// Keep the database in this directory instead of a temporary one.
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// After the demo, keep its second server (the one with a provider) running so its
-    /// console at /ui can be looked at; stop it with Ctrl-C.
+    /// After the demo, keep its last server (act two's database, with the bake-off) running
+    /// so its console at /ui can be looked at; stop it with Ctrl-C.
     #[arg(long)]
     keep_running: bool,
 }
@@ -69,7 +71,7 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         poll_interval: Duration::from_millis(200),
         ..scheduler::Settings::default()
     };
-    let server = Server::start(&serve_options(root.join("provider"), vec![simulator], quick)).await?;
+    let server = Server::start(&serve_options(root.join("provider"), vec![simulator], quick.clone())).await?;
     let second_db = server.database_path();
     println!(
         "\ncommitpoint demo, act two: built-in provider. Server on http://{}, database {}\n",
@@ -84,10 +86,6 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
          `--dialect bedrock --s3-endpoint URL`.)\n"
     );
     let outcome = provider::run(&server, &mut summary).await;
-    if args.keep_running {
-        println!("\nThe demo is done; its server keeps running. Console: http://{}/ui (Ctrl-C to stop)", server.addr());
-        tokio::signal::ctrl_c().await.context("cannot wait for Ctrl-C")?;
-    }
     server.stop().await?;
     outcome?;
     ok &= verify(&second_db).await?;
@@ -95,6 +93,26 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         "\nThe same adapter drives Azure OpenAI (kind = \"azure\") and OpenAI-shaped batch platforms such as Groq \
          (kind = \"openai\", base_url); try them on `commitpoint simulator --dialect azure` or `--platform groq`."
     );
+
+    let candidates = bakeoff::Candidates::start().await?;
+    let mut options = serve_options(root.join("provider"), Vec::new(), quick);
+    let config = candidates.configure(&root, &mut options)?;
+    let server = Server::start(&options).await?;
+    println!(
+        "\ncommitpoint demo, act three: a bake-off. Act two's database served again on http://{}, with two more \
+         providers ({})\n",
+        server.addr(),
+        config.display()
+    );
+    println!("Console (open in a browser while the act runs): http://{}/ui\n", server.addr());
+    let outcome = bakeoff::run(&server, &candidates, &mut summary).await;
+    if args.keep_running {
+        println!("\nThe demo is done; its server keeps running. Console: http://{}/ui (Ctrl-C to stop)", server.addr());
+        tokio::signal::ctrl_c().await.context("cannot wait for Ctrl-C")?;
+    }
+    server.stop().await?;
+    outcome?;
+    ok &= verify(&second_db).await?;
 
     let ok = ok && summary.all_checks_passed();
     println!("{}", if ok { "demo: every check passed" } else { "demo: SOME CHECKS FAILED" });

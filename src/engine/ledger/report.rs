@@ -55,6 +55,8 @@ pub struct Split {
     pub failed_validation: Bucket,
     /// Paid answers that were truncated or refused, never committed.
     pub unusable: Bucket,
+    /// Trials of evaluations (docs/EVALUATIONS.md): paid, committed only if promoted.
+    pub evaluation: Bucket,
 }
 
 impl Split {
@@ -64,12 +66,16 @@ impl Split {
             ChargeKind::Replay => self.replay.add(entry),
             ChargeKind::FailedValidation => self.failed_validation.add(entry),
             ChargeKind::Unusable => self.unusable.add(entry),
+            ChargeKind::Evaluation => self.evaluation.add(entry),
         }
     }
 
     /// Paid attempts of every kind that were booked at $0 for want of a price.
     pub fn unpriced_attempts(&self) -> u64 {
-        self.fresh.unpriced_attempts + self.failed_validation.unpriced_attempts + self.unusable.unpriced_attempts
+        self.fresh.unpriced_attempts
+            + self.failed_validation.unpriced_attempts
+            + self.unusable.unpriced_attempts
+            + self.evaluation.unpriced_attempts
     }
 
     pub fn charged_micros(&self) -> u64 {
@@ -77,6 +83,7 @@ impl Split {
             .cost_micros
             .saturating_add(self.failed_validation.cost_micros)
             .saturating_add(self.unusable.cost_micros)
+            .saturating_add(self.evaluation.cost_micros)
     }
 }
 
@@ -87,7 +94,7 @@ pub struct CostReport {
     pub to_ms: u64,
     #[serde(flatten)]
     pub totals: Split,
-    /// Fresh, failed-validation and unusable cost: what the tenant is charged.
+    /// Fresh, failed-validation, unusable and evaluation cost: what the tenant is charged.
     pub charged_micros: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub groups: Option<BTreeMap<String, Split>>,

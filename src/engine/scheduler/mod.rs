@@ -10,6 +10,7 @@
 mod cleanup;
 mod ingest;
 mod submit;
+mod trials;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -127,6 +128,8 @@ pub(crate) struct Scheduler {
     waiting: HashMap<String, WaitingWork>,
     /// Failed batches in a row returned for want of room: sets the next hold's length.
     holds_in_a_row: u32,
+    /// Evaluations this provider has sent every trial of (`trials.rs`): not looked at again.
+    trials_sent: HashSet<String>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -181,6 +184,7 @@ impl Scheduler {
             rate_limits: HashMap::new(),
             waiting: HashMap::new(),
             holds_in_a_row: 0,
+            trials_sent: HashSet::new(),
         };
         supervisor.spawn(name, async move {
             if scheduler.stand_by(&stop, granted).await {
@@ -271,6 +275,9 @@ impl Scheduler {
             }
         }
         if let Some(at) = self.form_batches().await? {
+            earliest(at);
+        }
+        if let Some(at) = self.step_trials().await? {
             earliest(at);
         }
         self.commit_ready().await?;

@@ -9,7 +9,7 @@ use crate::store::{self, BatchRecord, Leftover};
 
 /// How far before an intent the jobs of other batches are listed for the lookup: wider
 /// than any adapter's clock slack.
-const KNOWN_JOBS_WINDOW: std::time::Duration = std::time::Duration::from_secs(600);
+pub(super) const KNOWN_JOBS_WINDOW: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl Scheduler {
     pub(super) async fn submit(&mut self, batch: BatchRecord) -> Result<Option<u64>, store::Error> {

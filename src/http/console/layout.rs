@@ -92,6 +92,7 @@ fn shell(title: &str, viewer: Option<&Viewer>, content: Markup) -> Html<String> 
                             @if viewer.is_admin() { a href="/ui" { "Overview" } }
                             a href="/ui/extractions" { "Extractions" }
                             @if viewer.is_admin() { a href="/ui/batches" { "Batches" } }
+                            @if viewer.is_admin() { a href="/ui/evaluations" { "Evaluations" } }
                             a href="/ui/costs" { "Costs" }
                             @if viewer.is_admin() { a href="/ui/dead-letters" { "Dead letters" } }
                         }

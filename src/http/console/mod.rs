@@ -6,6 +6,7 @@
 mod actions;
 mod assets;
 mod ended;
+mod evaluations;
 mod extractions;
 mod form;
 mod layout;
@@ -72,6 +73,10 @@ fn routes() -> Routes {
         .post("/ui/extractions/{id}/cancel", actions::cancel)
         .post("/ui/retry", actions::retry_matching)
         .get("/ui/batches", operations::batches)
+        .get("/ui/evaluations", evaluations::list)
+        .get("/ui/evaluations/{name}", evaluations::detail)
+        .post("/ui/evaluations/{name}/promote", evaluations::promote)
+        .post("/ui/evaluations/{name}/cancel", evaluations::cancel)
         .get("/ui/costs", operations::costs)
         .get("/ui/dead-letters", operations::dead_letters)
         .post("/ui/dead-letters/{seq}/redeliver", actions::redeliver)

@@ -97,15 +97,15 @@ pub(super) async fn costs(State(service): State<Service>, viewer: Viewer, Query(
             }
             (split_table(&report.totals))
             h2 { "Per day" }
-            p.legend { span.key.fresh {} "fresh " span.key.failed {} "failed validation " span.key.unusable {} "unusable (cost)" }
+            p.legend { span.key.fresh {} "fresh " span.key.failed {} "failed validation " span.key.unusable {} "unusable " span.key.evaluation {} "evaluation trials" }
             @let days: Vec<Bar> = (0..DAYS).map(|i| {
                 let day = from_ms / day_ms + i;
                 let key = crate::domain::clock::format_ms(day * day_ms)[..10].to_string();
                 let split = report.groups.as_ref().and_then(|g| g.get(&key));
                 let cost = |pick: fn(&Split) -> &Bucket| split.map_or(0, |s| pick(s).cost_micros);
-                Bar { label: key.clone(), values: vec![cost(|s| &s.fresh), cost(|s| &s.failed_validation), cost(|s| &s.unusable)] }
+                Bar { label: key.clone(), values: vec![cost(|s| &s.fresh), cost(|s| &s.failed_validation), cost(|s| &s.unusable), cost(|s| &s.evaluation)] }
             }).collect();
-            (bars("Cost per day", &days, &["fresh", "failed", "unusable"]))
+            (bars("Cost per day", &days, &["fresh", "failed", "unusable", "evaluation"]))
         } @else {
             p.muted { "Pick a tenant to see its costs." }
         }
@@ -125,6 +125,7 @@ fn split_table(split: &Split) -> Markup {
                 (row("replay", &split.replay))
                 (row("failed validation", &split.failed_validation))
                 (row("unusable", &split.unusable))
+                (row("evaluation trials", &split.evaluation))
             }
         } }
     }

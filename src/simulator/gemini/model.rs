@@ -77,6 +77,7 @@ pub(super) fn respond(request: &Value, behaviour: Behaviour, model: &str, rng: &
         }
         Behaviour::Answer { flaw } => {
             let text = render(&answer::answer(&ask, flaw), structured);
+            let text = if flaw == Flaw::NotJson { answer::in_prose(&text) } else { text };
             let used = tokens(text.len());
             (text, "STOP", used)
         }

@@ -115,7 +115,7 @@ async fn apply_moves(tx: &Transaction<'_>, policies: &Policies, now_ms: u64, mov
 }
 
 impl PgStore {
-    async fn in_transaction<T, F>(&self, context: &'static str, work: F) -> Result<T, Error>
+    pub(super) async fn in_transaction<T, F>(&self, context: &'static str, work: F) -> Result<T, Error>
     where
         F: for<'t> FnOnce(&'t Transaction<'t>, u64) -> super::TxFuture<'t, T>,
     {

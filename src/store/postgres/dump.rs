@@ -12,12 +12,13 @@ use tokio_postgres::{NoTls, Row};
 use super::{Error, PgOptions, parse_url, pg};
 use crate::store::StagedAnswer;
 use crate::store::codec::{Versioned, decode};
+use crate::store::evaluation::{EvaluationRecord, TrialBatchRecord, TrialRecord};
 use crate::store::records::{
     BatchRecord, ExtractionRecord, FindingRecord, LedgerRecord, OutboxRecord, ResultRecord, StoredContent,
 };
 
 /// How each known table is read: its plain columns, and the decoder of its record column.
-const TABLES: [(&str, &str); 16] = [
+const TABLES: [(&str, &str); 19] = [
     ("meta", "SELECT key, value FROM meta ORDER BY key"),
     (
         "extractions",
@@ -37,6 +38,9 @@ const TABLES: [(&str, &str); 16] = [
     ("provider_leases", "SELECT provider, holder, epoch, expires_at_ms FROM provider_leases ORDER BY provider"),
     ("retired", "SELECT extraction_seq, bits FROM retired ORDER BY extraction_seq"),
     ("erased_spend", "SELECT tenant, day, micros FROM erased_spend ORDER BY tenant, day"),
+    ("evaluations", "SELECT name, created_at_ms, record FROM evaluations ORDER BY name"),
+    ("trials", "SELECT evaluation, candidate, idx, record FROM trials ORDER BY evaluation, candidate, idx"),
+    ("trial_batches", "SELECT seq, evaluation, open, record FROM trial_batches ORDER BY seq"),
 ];
 
 /// The store's tables that are not commitpoint data: the migration history.
@@ -94,6 +98,9 @@ fn render(table: &str, row: &Row) -> Result<String, Error> {
         "outbox" => format!("{}\t{:?}", plain(3), decoded::<OutboxRecord>(row, 3)?),
         "batches" => format!("{}\t{:?}", plain(5), decoded::<BatchRecord>(row, 5)?),
         "staged" => format!("{}\t{:?}", plain(1), decoded::<StagedAnswer>(row, 1)?),
+        "evaluations" => format!("{}\t{:?}", plain(2), decoded::<EvaluationRecord>(row, 2)?),
+        "trials" => format!("{}\t{:?}", plain(3), decoded::<TrialRecord>(row, 3)?),
+        "trial_batches" => format!("{}\t{:?}", plain(3), decoded::<TrialBatchRecord>(row, 3)?),
         _ => plain(row.len()),
     })
 }
@@ -110,6 +117,8 @@ fn column(row: &Row, index: usize) -> String {
         row.get::<_, Option<Vec<u8>>>(index).map(|v| format!("{v:?}"))
     } else if *ty == Type::INT8 {
         row.get::<_, Option<i64>>(index).map(|v| v.to_string())
+    } else if *ty == Type::INT4 {
+        row.get::<_, Option<i32>>(index).map(|v| v.to_string())
     } else if *ty == Type::INT2 {
         row.get::<_, Option<i16>>(index).map(|v| v.to_string())
     } else if *ty == Type::BOOL {

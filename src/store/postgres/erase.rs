@@ -15,18 +15,30 @@
 //! erased-spend totals (the `spend` rows stay as they are), intents shedding erased
 //! members. Sequence numbers come from a PostgreSQL sequence and are never handed out
 //! again, so a submitted batch's member list never comes to name someone else's row.
+//!
+//! Evaluations lose the tenant's part (`rules::evaluation::erase`) in the same transaction,
+//! after the extractions, as on redb. Their locks come first, though: the evaluations the
+//! rule changes (name order), then all their trial batches (sequence order), before any
+//! provider batch or extraction. Answering or closing a trial batch locks the batch, then
+//! its trials, then reads the charged member `FOR KEY SHARE`; taking the trial batches
+//! before the extractions means such a step either finished first or waits for the
+//! erasure, so the two never wait on each other. The evaluation rows are locked `FOR NO
+//! KEY UPDATE`, which a new trial row's foreign key check does not wait for.
 
 use std::collections::{BTreeSet, HashSet};
 
 use tokio_postgres::Transaction;
 
 use super::batches::save_batch;
+use super::evaluations::save_evaluation;
 use super::rows::{big, unbig};
 use super::{Error, pg};
 use crate::store::ErasureReport;
 use crate::store::codec::decode;
+use crate::store::evaluation::EvaluationRecord;
 use crate::store::records::{BatchRecord, LedgerRecord, OutboxRecord};
 use crate::store::rules::erase::{self, ErasedSpend};
+use crate::store::rules::evaluation;
 
 /// Rows read or removed per statement where a tenant can have very many.
 const CHUNK: usize = 1000;
@@ -51,6 +63,7 @@ pub(super) async fn erase_in(
     known: &BTreeSet<i64>,
     now_ms: u64,
 ) -> Result<Round, Error> {
+    let evaluations = lock_evaluations(tx, tenant).await?;
     let mut batches: BTreeSet<i64> = batches_listing(tx, tenant).await?;
     batches.extend(known);
     let wanted: Vec<i64> = batches.iter().copied().collect();
@@ -115,7 +128,72 @@ pub(super) async fn erase_in(
         .await
         .map_err(pg("cannot record erased spend"))?;
     }
+    erase_evaluations(tx, tenant, evaluations).await?;
     Ok(Round::Done(report))
+}
+
+/// Whether the tenant's erasure changes `record` at all.
+fn touches(record: &EvaluationRecord, tenant: &str) -> bool {
+    evaluation::erase(record, tenant).is_none_or(|(_, erased)| !erased.is_empty())
+}
+
+/// The evaluations the erasure changes, locked, with their trial batches (see the module's
+/// note on lock order). Which ones is decided on an unlocked read: the tenant and members
+/// of an evaluation are frozen at its creation (only an erasure marks members erased), so
+/// the locked records are re-read and decided again by `erase_evaluations`.
+async fn lock_evaluations(tx: &Transaction<'_>, tenant: &str) -> Result<Vec<EvaluationRecord>, Error> {
+    let mut touched = Vec::new();
+    for row in
+        tx.query("SELECT record FROM evaluations ORDER BY name", &[]).await.map_err(pg("cannot read evaluations"))?
+    {
+        let record: EvaluationRecord = decode(row.get(0))?;
+        if touches(&record, tenant) {
+            touched.push(record.name);
+        }
+    }
+    if touched.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = tx
+        .query("SELECT record FROM evaluations WHERE name = ANY($1) ORDER BY name FOR NO KEY UPDATE", &[&touched])
+        .await
+        .map_err(pg("cannot lock the tenant's evaluations"))?;
+    let locked = rows.iter().map(|row| decode(row.get(0))).collect::<Result<Vec<EvaluationRecord>, _>>()?;
+    tx.query("SELECT seq FROM trial_batches WHERE evaluation = ANY($1) ORDER BY seq FOR UPDATE", &[&touched])
+        .await
+        .map_err(pg("cannot lock the tenant's trial batches"))?;
+    Ok(locked)
+}
+
+/// The tenant's part of each (locked) evaluation (`rules::evaluation::erase`), the twin
+/// of redb's `erase_evaluations`: an evaluation drawn from the tenant alone goes whole,
+/// its trials and trial batches first (they refer to it); in any other, the tenant's
+/// members lose their source ids and their trials.
+async fn erase_evaluations(tx: &Transaction<'_>, tenant: &str, locked: Vec<EvaluationRecord>) -> Result<(), Error> {
+    for record in locked {
+        let name = record.name.as_str();
+        match evaluation::erase(&record, tenant) {
+            None => {
+                for sql in [
+                    "DELETE FROM trials WHERE evaluation = $1",
+                    "DELETE FROM trial_batches WHERE evaluation = $1",
+                    "DELETE FROM evaluations WHERE name = $1",
+                ] {
+                    tx.execute(sql, &[&name]).await.map_err(pg("cannot erase an evaluation"))?;
+                }
+            }
+            Some((kept, erased)) if !erased.is_empty() => {
+                // Every index is a member's (at most `MAX_MEMBERS`), so each fits the column.
+                let indexes: Vec<i32> = erased.iter().filter_map(|i| i32::try_from(*i).ok()).collect();
+                tx.execute("DELETE FROM trials WHERE evaluation = $1 AND idx = ANY($2)", &[&name, &indexes])
+                    .await
+                    .map_err(pg("cannot erase the tenant's trials"))?;
+                save_evaluation(tx, &kept).await?;
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }
 
 /// Batches listing any of the tenant's extractions, read without locks (a first guess).

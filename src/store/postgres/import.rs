@@ -21,7 +21,7 @@ const UNVERIFIED: &[u8] = b"unverified";
 const VERIFIED: &[u8] = b"verified";
 
 /// Every table of the schema: what "empty" is checked on, and what the copy locks.
-const TABLES: [&str; 14] = [
+const TABLES: [&str; 17] = [
     "meta",
     "extractions",
     "findings",
@@ -36,6 +36,9 @@ const TABLES: [&str; 14] = [
     "staged",
     "provider_pause",
     "provider_leases",
+    "evaluations",
+    "trials",
+    "trial_batches",
 ];
 
 /// Rows per table after the copy, read back inside its transaction.
@@ -107,6 +110,7 @@ impl Importer {
             ("ledger_seq", "ledger"),
             ("outbox_seq", "outbox"),
             ("batch_seq", "batches"),
+            ("trial_batch_seq", "trial_batches"),
         ];
         for (sequence, table) in sequences {
             // The next number handed out follows the highest one copied, as on redb.

@@ -12,6 +12,7 @@ use super::batches::{job_of, state_code};
 use super::outbox::delivery_code;
 use super::rows::{big, committed_at, fence_of, lease_expiry};
 use super::{Error, pg};
+use crate::store::evaluation::{EvaluationRecord, TrialBatchRecord};
 use crate::store::records::{BatchRecord, ChargeKind, ExtractionRecord, LedgerRecord, OutboxRecord};
 
 /// One extraction as stored: its decoded record (for the columns), the record's bytes and
@@ -40,6 +41,11 @@ pub enum ImportRows {
     /// (endpoint, delivery id, extraction seq).
     Deliveries(Vec<(String, String, u64)>),
     Batches(Vec<(BatchRecord, Vec<u8>)>),
+    /// Evaluations before their trials and trial batches.
+    Evaluations(Vec<(EvaluationRecord, Vec<u8>)>),
+    /// (evaluation, candidate, member index, stored bytes).
+    Trials(Vec<(String, String, u32, Vec<u8>)>),
+    TrialBatches(Vec<(TrialBatchRecord, Vec<u8>)>),
     /// What is not a row of a table of its own on redb (flags and keys kept in `META`).
     Settings(Settings),
 }
@@ -55,6 +61,9 @@ impl ImportRows {
             ImportRows::Outbox(v) => v.len(),
             ImportRows::Deliveries(v) => v.len(),
             ImportRows::Batches(v) => v.len(),
+            ImportRows::Evaluations(v) => v.len(),
+            ImportRows::Trials(v) => v.len(),
+            ImportRows::TrialBatches(v) => v.len(),
             ImportRows::Settings(s) => s.paused.len() + s.sinks_disabled.len() + usize::from(s.cursor_key.is_some()),
         }
     }
@@ -253,6 +262,60 @@ pub(super) async fn write_chunk(tx: &Transaction<'_>, chunk: &ImportRows) -> Res
             copy(tx, "batch_members (batch_seq, extraction_seq)", &[T::INT8, T::INT8], members, |(batch, member)| {
                 vec![Box::new(big(*batch)), Box::new(big(*member))]
             })
+            .await
+        }
+        ImportRows::Evaluations(rows) => {
+            copy(
+                tx,
+                "evaluations (name, created_at_ms, format, record)",
+                &[T::TEXT, T::INT8, T::INT2, T::BYTEA],
+                rows,
+                |(evaluation, bytes)| {
+                    vec![
+                        Box::new(evaluation.name.as_str()),
+                        Box::new(big(evaluation.created_at_ms)),
+                        Box::new(format_of(bytes)),
+                        Box::new(bytes.as_slice()),
+                    ]
+                },
+            )
+            .await
+        }
+        ImportRows::Trials(rows) => {
+            copy(
+                tx,
+                "trials (evaluation, candidate, idx, format, record)",
+                &[T::TEXT, T::TEXT, T::INT4, T::INT2, T::BYTEA],
+                rows,
+                |(evaluation, candidate, index, bytes)| {
+                    vec![
+                        Box::new(evaluation.as_str()),
+                        Box::new(candidate.as_str()),
+                        // Past i32, the row is refused by the column's check, never wrapped.
+                        Box::new(i32::try_from(*index).unwrap_or(-1)),
+                        Box::new(format_of(bytes)),
+                        Box::new(bytes.as_slice()),
+                    ]
+                },
+            )
+            .await
+        }
+        ImportRows::TrialBatches(rows) => {
+            copy(
+                tx,
+                "trial_batches (seq, evaluation, open, format, record)",
+                &[T::INT8, T::TEXT, T::BOOL, T::INT2, T::BYTEA],
+                rows,
+                |(batch, bytes)| {
+                    vec![
+                        Box::new(big(batch.seq)),
+                        Box::new(batch.evaluation.as_str()),
+                        Box::new(batch.closed.is_none()),
+                        Box::new(format_of(bytes)),
+                        Box::new(bytes.as_slice()),
+                    ]
+                },
+            )
             .await
         }
         ImportRows::Settings(settings) => write_settings(tx, settings).await,

@@ -30,7 +30,7 @@ pub(super) async fn record_charge(
     record: &ExtractionRecord,
     charge: &Charge,
     kind: ChargeKind,
-) -> Result<(), Error> {
+) -> Result<u64, Error> {
     let charged = match ledger::request_to_look_up(charge, kind) {
         Some(request_id) => already_charged(tx, record.seq, request_id, charge).await?,
         None => false,
@@ -67,7 +67,7 @@ pub(super) async fn record_charge(
         .await
         .map_err(pg("cannot add to the spend total"))?;
     }
-    Ok(())
+    Ok(entry.cost_micros)
 }
 
 /// The earlier entries of the extraction under the same request id, judged by the rule

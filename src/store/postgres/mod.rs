@@ -15,6 +15,7 @@ mod driver_status;
 mod drivers;
 mod dump;
 mod erase;
+mod evaluations;
 mod export;
 mod extractions;
 mod import;

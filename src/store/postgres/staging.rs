@@ -65,7 +65,12 @@ async fn stage(tx: &Transaction<'_>, seq: u64, answer: &StagedAnswer) -> Result<
 /// Commits (or fails) a judged answer in the staging transaction, by the same plan a
 /// worker's post is carried out by (`rules::post::plan_settle`). Nothing was staged for
 /// it, so there is no staged row to drop.
-async fn settle(tx: &Transaction<'_>, policies: &Policies, now_ms: u64, settling: Settle<'_>) -> Result<(), Error> {
+pub(super) async fn settle(
+    tx: &Transaction<'_>,
+    policies: &Policies,
+    now_ms: u64,
+    settling: Settle<'_>,
+) -> Result<(), Error> {
     let Settle { mut member, next, answer, charge, producer, fence } = settling;
     let plan = post::plan_settle(&member, next, answer, charge.as_ref(), producer, fence, now_ms)?;
     carry_out(tx, policies, now_ms, &mut member, plan).await.map(|_| ())

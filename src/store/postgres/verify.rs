@@ -5,6 +5,7 @@
 //! the store's own codec where only they can (identities, source hashes, finding keys,
 //! and that every column agrees with the record it was written from).
 
+mod evaluations;
 mod links;
 mod records;
 
@@ -51,6 +52,7 @@ pub async fn verify(options: &PgOptions) -> Result<Report, Error> {
         records::check_outbox(&tx, &mut report).await?;
         links::check(&tx, &mut report).await?;
         super::revisions::check(&tx, &mut report).await?;
+        evaluations::check_evaluations(&tx, &mut report).await?;
         tx.rollback().await.map_err(pg("cannot end the snapshot"))?;
         Ok(report)
     }

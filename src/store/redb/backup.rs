@@ -74,6 +74,9 @@ fn copy_all(snapshot: &ReadTransaction, file: std::fs::File, temp: &Path) -> Res
     entries += copy(snapshot, &txn, tables::ERASED_SPEND)?;
     entries += copy(snapshot, &txn, tables::REVISIONS)?;
     entries += copy(snapshot, &txn, tables::RESERVATIONS)?;
+    entries += copy(snapshot, &txn, tables::EVALUATIONS)?;
+    entries += copy(snapshot, &txn, tables::TRIALS)?;
+    entries += copy(snapshot, &txn, tables::TRIAL_BATCHES)?;
     // A table added to the store but not to this list would silently be missing from
     // every backup: refuse to finish one instead.
     let copied: std::collections::BTreeSet<String> = txn.list_tables()?.map(|t| t.name().to_string()).collect();

@@ -52,6 +52,11 @@ pub fn dump_file(path: &Path, out: &mut dyn Write) -> Result<u64, Error> {
             "commit_index" => plain(&txn, tables::COMMIT_INDEX, out)?,
             "revisions" => plain(&txn, tables::REVISIONS, out)?,
             "reservations" => plain(&txn, tables::RESERVATIONS, out)?,
+            "evaluations" => coded::<crate::store::evaluation::EvaluationRecord, _>(&txn, tables::EVALUATIONS, out)?,
+            "trials" => coded::<crate::store::evaluation::TrialRecord, _>(&txn, tables::TRIALS, out)?,
+            "trial_batches" => {
+                coded::<crate::store::evaluation::TrialBatchRecord, _>(&txn, tables::TRIAL_BATCHES, out)?
+            }
             other => {
                 return Err(Error::Corrupt {
                     kind: "dump",

@@ -26,6 +26,8 @@ use super::codec::decode;
 use super::extractions::load;
 use super::records::{LedgerRecord, OutboxRecord};
 use super::rules::erase::{self, ErasedSpend};
+use super::rules::evaluation;
+use crate::store::evaluation::{EvaluationRecord, TrialBatchRecord};
 use super::tables::{META_SEQ_FLOOR, required};
 use super::write_tables::WriteTables;
 use crate::domain::lifecycle::State;
@@ -155,4 +157,58 @@ fn release_intents(t: &mut WriteTables<'_>, erased: &HashSet<u64>) -> Result<u64
         save_batch(t, &batch)?;
     }
     Ok(closed)
+}
+
+/// The tenant's part of every evaluation (`rules::evaluation::erase`): an evaluation drawn
+/// from the tenant alone goes whole, with its trials and trial batches; in any other, the
+/// tenant's members lose their source ids and their trials. Run after the extractions
+/// went, so their `evaluation` ledger entries are gone before the trials they paid for.
+pub(super) fn erase_evaluations(t: &mut WriteTables<'_>, tenant: &str) -> Result<((), bool), Error> {
+    let mut evaluations: Vec<EvaluationRecord> = Vec::new();
+    for entry in t.evaluations.iter()? {
+        evaluations.push(decode(entry?.1.value())?);
+    }
+    let mut wrote = false;
+    for record in evaluations {
+        let name = record.name.as_str();
+        match evaluation::erase(&record, tenant) {
+            None => {
+                let mut trials = Vec::new();
+                for entry in t.trials.range((name, "", 0)..)? {
+                    let key = entry?.0;
+                    let (evaluation, candidate, index) = key.value();
+                    if evaluation != name {
+                        break;
+                    }
+                    trials.push((candidate.to_string(), index));
+                }
+                for (candidate, index) in trials {
+                    t.trials.remove((name, candidate.as_str(), index))?;
+                }
+                let mut batches = Vec::new();
+                for entry in t.trial_batches.iter()? {
+                    let (seq, value) = entry?;
+                    if decode::<TrialBatchRecord>(value.value())?.evaluation == name {
+                        batches.push(seq.value());
+                    }
+                }
+                for seq in batches {
+                    t.trial_batches.remove(seq)?;
+                }
+                t.evaluations.remove(name)?;
+                wrote = true;
+            }
+            Some((kept, erased)) if !erased.is_empty() => {
+                for candidate in &kept.candidates {
+                    for index in &erased {
+                        t.trials.remove((name, candidate.as_str(), *index))?;
+                    }
+                }
+                t.evaluations.insert(name, super::codec::encode(&kept)?.as_slice())?;
+                wrote = true;
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(((), wrote))
 }

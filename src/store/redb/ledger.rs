@@ -22,7 +22,7 @@ pub(super) fn record_charge(
     record: &ExtractionRecord,
     charge: &Charge,
     kind: ChargeKind,
-) -> Result<(), Error> {
+) -> Result<u64, Error> {
     let charged = match ledger::request_to_look_up(charge, kind) {
         Some(_) => already_charged(t, record.seq, charge)?,
         None => false,
@@ -37,7 +37,7 @@ pub(super) fn record_charge(
         let spent = t.spend.get(key)?.map_or(0, |v| v.value());
         t.spend.insert(key, spent.saturating_add(planned.spend))?;
     }
-    Ok(())
+    Ok(planned.entry.cost_micros)
 }
 
 fn already_charged(t: &WriteTables<'_>, extraction_seq: u64, charge: &Charge) -> Result<bool, Error> {

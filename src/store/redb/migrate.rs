@@ -23,6 +23,7 @@ use super::migrate_compare::{Comparison, compare};
 use super::postgres::{ExtractionRow, ImportError, ImportRows, ImportSettings, Importer, PgOptions, PgStore};
 use super::records::{BatchRecord, ExtractionRecord, LedgerRecord, OutboxRecord};
 use super::{Error, Store, tables};
+use crate::store::evaluation::{EvaluationRecord, TrialBatchRecord};
 
 /// Rows per `COPY` chunk: large enough to amortise a round trip, small enough that two
 /// chunks in flight of 2 KiB contents stay a few MiB.
@@ -233,6 +234,9 @@ fn survey(txn: &ReadTransaction) -> Result<Survey, Error> {
         tables::TENANT_COUNTS.name(),
         // Not carried: open reservations are released by a migration (docs/OPERATIONS.md).
         tables::RESERVATIONS.name(),
+        tables::EVALUATIONS.name(),
+        tables::TRIALS.name(),
+        tables::TRIAL_BATCHES.name(),
     ]
     .into_iter()
     .collect();
@@ -282,6 +286,9 @@ fn survey(txn: &ReadTransaction) -> Result<Survey, Error> {
         ("staged", table_len(txn, tables::STAGED)?),
         ("provider_pause", settings.paused.len() as u64),
         ("provider_leases", 0),
+        ("evaluations", table_len(txn, tables::EVALUATIONS)?),
+        ("trials", table_len(txn, tables::TRIALS)?),
+        ("trial_batches", table_len(txn, tables::TRIAL_BATCHES)?),
     ];
     Ok(survey)
 }
@@ -398,6 +405,49 @@ fn read_all(txn: &ReadTransaction, settings: ImportSettings, send: &mpsc::Sender
         sent(ImportRows::Deliveries(chunk))?;
     }
     send_decoded::<BatchRecord>(txn, tables::BATCHES, ImportRows::Batches, &sent)?;
+    send_evaluations(txn, &sent)
+}
+
+/// `table`, or `None` in a file written before it existed (an older file has no evaluations).
+fn optional_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &ReadTransaction,
+    def: redb::TableDefinition<K, V>,
+) -> Result<Option<redb::ReadOnlyTable<K, V>>, Error> {
+    match txn.open_table(def) {
+        Ok(table) => Ok(Some(table)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Evaluations, then their trials and trial batches (which refer to them on PostgreSQL).
+fn send_evaluations(txn: &ReadTransaction, sent: &dyn Fn(ImportRows) -> Result<(), Error>) -> Result<(), Error> {
+    if let Some(table) = optional_table(txn, tables::EVALUATIONS)? {
+        let mut chunk = Vec::new();
+        for entry in table.iter()? {
+            let bytes = entry?.1.value().to_vec();
+            chunk.push((decode::<EvaluationRecord>(&bytes)?, bytes));
+            if chunk.len() == CHUNK {
+                sent(ImportRows::Evaluations(std::mem::take(&mut chunk)))?;
+            }
+        }
+        sent(ImportRows::Evaluations(chunk))?;
+    }
+    if let Some(table) = optional_table(txn, tables::TRIALS)? {
+        let mut chunk = Vec::with_capacity(CHUNK);
+        for entry in table.iter()? {
+            let (key, bytes) = entry?;
+            let (evaluation, candidate, index) = key.value();
+            chunk.push((evaluation.to_string(), candidate.to_string(), index, bytes.value().to_vec()));
+            if chunk.len() == CHUNK {
+                sent(ImportRows::Trials(std::mem::take(&mut chunk)))?;
+            }
+        }
+        sent(ImportRows::Trials(chunk))?;
+    }
+    if optional_table(txn, tables::TRIAL_BATCHES)?.is_some() {
+        send_decoded::<TrialBatchRecord>(txn, tables::TRIAL_BATCHES, ImportRows::TrialBatches, sent)?;
+    }
     Ok(())
 }
 

@@ -20,6 +20,7 @@ mod erase;
 mod erase_refs;
 #[cfg(test)]
 mod erase_tests;
+mod evaluations;
 mod export;
 #[cfg(test)]
 mod export_tests;

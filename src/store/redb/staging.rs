@@ -33,7 +33,9 @@ pub(super) fn stage(
     let wrote = !plan.writes.is_empty();
     for write in plan.writes {
         match write {
-            StageWrite::Charge { member, charge, kind } => record_charge(t, &member, &charge, kind)?,
+            StageWrite::Charge { member, charge, kind } => {
+                record_charge(t, &member, &charge, kind)?;
+            }
             StageWrite::Stage { seq, answer } => {
                 t.staged.insert(seq, encode(&answer)?.as_slice())?;
             }

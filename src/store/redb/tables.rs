@@ -113,6 +113,12 @@ pub(super) const ERASED_SPEND: TableDefinition<(&str, u64), u64> = TableDefiniti
 /// member with the provider (`rules::reserve`); the entry at sequence `RESERVED_TOTAL`
 /// is the tenant's sum, so a pick reads one value per budgeted tenant.
 pub(super) const RESERVATIONS: TableDefinition<(&str, u64), u64> = TableDefinition::new("reservations");
+/// evaluation name → `EvaluationRecord`: a frozen set and its candidates.
+pub(super) const EVALUATIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("evaluations");
+/// (evaluation, candidate, member index) → `TrialRecord`, written when the trial is sent.
+pub(super) const TRIALS: TableDefinition<(&str, &str, u32), &[u8]> = TableDefinition::new("trials");
+/// trial batch sequence → `TrialBatchRecord`.
+pub(super) const TRIAL_BATCHES: TableDefinition<u64, &[u8]> = TableDefinition::new("trial_batches");
 /// The sequence no extraction takes, under which `RESERVATIONS` keeps a tenant's sum.
 pub(super) const RESERVED_TOTAL: u64 = u64::MAX;
 /// `META` key: the highest extraction sequence a tenant erasure removed. New extractions

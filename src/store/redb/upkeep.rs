@@ -47,6 +47,8 @@ impl Upkeep for Store {
                 break;
             }
         }
+        let name = tenant.clone();
+        self.writer.write(move |t| super::erase::erase_evaluations(t, &name)).await?;
         // Intake that raced the first step may have added a delivery id or an event since.
         total.add(&self.erase_references(&tenant).await?.0);
         Ok(total)

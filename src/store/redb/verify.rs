@@ -12,6 +12,7 @@ use super::records::{BatchRecord, BatchState, ExtractionRecord, FindingRecord, R
 use super::tables;
 
 mod commit_index;
+mod evaluations;
 mod ledger;
 mod pending_queue;
 mod retention;
@@ -55,6 +56,7 @@ fn check(txn: &ReadTransaction, report: &mut Report) -> Result<(), Error> {
     super::revisions::check(txn, &records, report)?;
     super::tenant_counts::check(txn, &records, report)?;
     super::reservations::check(txn, &records, report)?;
+    evaluations::check_evaluations(txn, &records, report)?;
     Ok(())
 }
 

@@ -39,6 +39,9 @@ pub(super) struct WriteTables<'txn> {
     pub erased_spend: Table<'txn, (&'static str, u64), u64>,
     pub revisions: Table<'txn, (&'static str, &'static str, &'static str, u64), ()>,
     pub reservations: Table<'txn, (&'static str, u64), u64>,
+    pub evaluations: Table<'txn, &'static str, &'static [u8]>,
+    pub trials: Table<'txn, (&'static str, &'static str, u32), &'static [u8]>,
+    pub trial_batches: Table<'txn, u64, &'static [u8]>,
     /// Outbox sinks, prices, shares and budgets, as configured when this batch began.
     pub policies: Arc<Policies>,
     /// Wall-clock time of this batch, the same for every job in it.
@@ -95,6 +98,9 @@ impl<'txn> WriteTables<'txn> {
             erased_spend: txn.open_table(tables::ERASED_SPEND)?,
             revisions: txn.open_table(tables::REVISIONS)?,
             reservations: txn.open_table(tables::RESERVATIONS)?,
+            evaluations: txn.open_table(tables::EVALUATIONS)?,
+            trials: txn.open_table(tables::TRIALS)?,
+            trial_batches: txn.open_table(tables::TRIAL_BATCHES)?,
             policies,
             now_ms,
             next,

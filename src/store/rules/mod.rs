@@ -7,6 +7,8 @@ pub(crate) mod close;
 mod close_tests;
 pub(crate) mod depth;
 pub(crate) mod erase;
+pub(crate) mod evaluation;
+pub(crate) mod evaluation_checks;
 pub(crate) mod fair;
 #[cfg(test)]
 mod fair_tests;

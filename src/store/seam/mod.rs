@@ -31,6 +31,7 @@ pub type LedgerVisitor = Box<dyn FnMut(LedgerRecord) + Send + 'static>;
 pub type ExportSink = Box<dyn FnMut(Option<Exported>) -> bool + Send + 'static>;
 
 mod batches;
+mod evaluations;
 mod extractions;
 mod ledger;
 mod outbox;
@@ -38,6 +39,7 @@ mod revisions;
 mod upkeep;
 
 pub use batches::*;
+pub use evaluations::*;
 pub use extractions::*;
 pub use ledger::*;
 pub use outbox::*;
@@ -45,7 +47,7 @@ pub use revisions::*;
 pub use upkeep::*;
 
 /// Everything the layers above need from a store backend.
-pub trait Backend: Extractions + Batches + Ledger + Outbox + Upkeep + Revisions {
+pub trait Backend: Extractions + Batches + Ledger + Outbox + Upkeep + Revisions + Evaluations {
     /// The key list cursors are sealed with; the same for every reader of this store.
     fn cursor_key(&self) -> &CursorKey;
     /// The size of the store's file, where it has one.

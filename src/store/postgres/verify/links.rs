@@ -198,14 +198,15 @@ async fn check_spend(tx: &Transaction<'_>, report: &mut Report) -> Result<(), Er
 }
 
 /// Each sequence's next number is past every row numbered from it: an intake, entry,
-/// event or batch would otherwise collide with (or, for extractions, be refused by) a row
-/// that exists.
+/// event, batch or trial batch would otherwise collide with (or, for extractions, be
+/// refused by) a row that exists.
 async fn check_sequences(tx: &Transaction<'_>, report: &mut Report) -> Result<(), Error> {
     for (sequence, table) in [
         ("extraction_seq", "extractions"),
         ("ledger_seq", "ledger"),
         ("outbox_seq", "outbox"),
         ("batch_seq", "batches"),
+        ("trial_batch_seq", "trial_batches"),
     ] {
         let sql = format!("SELECT s.last_value, s.is_called, (SELECT max(seq) FROM {table}) FROM {sequence} s");
         let row = tx.query_one(&sql, &[]).await.map_err(pg("verify cannot read a sequence"))?;

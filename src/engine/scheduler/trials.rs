@@ -1,0 +1,354 @@
+//! Evaluation trials (docs/EVALUATIONS.md) go through the provider's scheduler, so they
+//! obey everything its production batches obey: one driver per provider (on PostgreSQL,
+//! its driver lock), its pauses and its holds. They follow the same order of persisted
+//! steps: the intent is committed before the provider is called, a trial batch that may
+//! have reached the provider is looked up by its key before anything is sent again, the
+//! job id is stored before it is polled, and answers seen twice are written once.
+//!
+//! A trial is asked once. An answer the provider does not give (an error line, an expired
+//! job) is recorded as a failed trial, never sent again: the report counts it.
+
+use std::collections::{BTreeSet, HashMap};
+
+use tokio::sync::mpsc;
+
+use super::Scheduler;
+use crate::domain::batch::{BatchMember, LineResult};
+use crate::domain::clock;
+use crate::domain::failpoint;
+use crate::domain::identity::ExtractionId;
+use crate::domain::lifecycle::FailureClass;
+use crate::domain::schema::SourceText;
+use crate::providers::{BatchSpec, ErrorClass, IntentRef, JobPhase, Lookup, ProviderError, ResultLine};
+use crate::store::evaluation::{EvaluationRecord, TrialBatchRecord, TrialFinding, TrialVerdict};
+use crate::store::{self, Judged, TrialAnswer};
+
+/// Trial answers written in one store write.
+const TRIAL_CHUNK: usize = 512;
+/// Under a budget, the first batch a candidate is sent, before its trial cost is known.
+const FIRST_BUDGETED_TRIALS: usize = 10;
+
+impl Scheduler {
+    /// Drives this provider's due trial batches and forms new ones. Returns the earliest
+    /// time something falls due.
+    pub(super) async fn step_trials(&mut self) -> Result<Option<u64>, store::Error> {
+        let mut next: Option<u64> = None;
+        let mut earliest = |at: u64| next = Some(next.map_or(at, |n: u64| n.min(at)));
+        let open: Vec<TrialBatchRecord> =
+            self.store.trial_batches(true).await?.into_iter().filter(|b| b.candidate == self.provider.name()).collect();
+        let busy: BTreeSet<String> = open.iter().map(|b| b.evaluation.clone()).collect();
+        for batch in open {
+            let now = clock::now_ms();
+            let sending = batch.job_id.is_none();
+            if let Some(paused_until) = self.health.paused_until(now, sending) {
+                earliest(paused_until.max(batch.next_action_at_ms));
+                continue;
+            }
+            if batch.next_action_at_ms > now {
+                earliest(batch.next_action_at_ms);
+                continue;
+            }
+            if let Some(at) = self.drive_trial(batch).await? {
+                earliest(at);
+            }
+        }
+        if self.health.paused_until(clock::now_ms(), true).is_none() {
+            for evaluation in self.store.evaluations().await? {
+                let mine = evaluation.is_running() && evaluation.has_candidate(self.provider.name());
+                // Under a budget, one batch at a time: each sizes the next by what it cost.
+                let waits = evaluation.budget_micros.is_some() && busy.contains(&evaluation.name);
+                if !mine || waits || self.trials_sent.contains(&evaluation.name) {
+                    continue;
+                }
+                if let Some(at) = self.form_trials(&evaluation).await? {
+                    earliest(at);
+                }
+            }
+        }
+        Ok(next)
+    }
+
+    /// Trial batches of the members this candidate has not been sent: all of them at once
+    /// (as many batches as the batch size makes), or under a budget one batch sized to what
+    /// is left of it.
+    async fn form_trials(&mut self, evaluation: &EvaluationRecord) -> Result<Option<u64>, store::Error> {
+        let trials = self.store.trials(evaluation.name.clone()).await?;
+        let spent: u64 =
+            trials.iter().filter_map(|t| t.record.outcome.as_ref()).map(|o| o.cost_micros).fold(0, u64::saturating_add);
+        let sent: BTreeSet<u32> =
+            trials.iter().filter(|t| t.candidate == self.provider.name()).map(|t| t.index).collect();
+        let mut room = self.settings.batch_max_size.max(1);
+        if let Some(budget) = evaluation.budget_micros {
+            if spent >= budget {
+                tracing::info!(evaluation = %evaluation.name, spent, budget, "evaluation budget reached: no more trials sent");
+                return Ok(None);
+            }
+            // What the rest of the budget buys at this candidate's mean trial cost so far; a
+            // candidate with no priced answer yet is sent a first batch of a few.
+            let costs: Vec<u64> = trials
+                .iter()
+                .filter(|t| t.candidate == self.provider.name())
+                .filter_map(|t| t.record.outcome.as_ref())
+                .map(|o| o.cost_micros)
+                .filter(|c| *c > 0)
+                .collect();
+            room = match costs.iter().sum::<u64>().checked_div(costs.len() as u64) {
+                Some(each) if each > 0 => {
+                    room.min(usize::try_from((budget - spent) / each).unwrap_or(usize::MAX).max(1))
+                }
+                _ => room.min(FIRST_BUDGETED_TRIALS),
+            };
+        }
+        let waiting: Vec<u32> = (0..evaluation.members.len())
+            .filter(|i| !evaluation.members[*i].erased)
+            .filter_map(|i| u32::try_from(i).ok())
+            .filter(|i| !sent.contains(i))
+            .collect();
+        if waiting.is_empty() {
+            // A frozen set never grows: this candidate has nothing more to send for it.
+            self.trials_sent.insert(evaluation.name.clone());
+            return Ok(None);
+        }
+        let chunks: Vec<Vec<u32>> = match evaluation.budget_micros {
+            Some(_) => vec![waiting.into_iter().take(room).collect()],
+            None => waiting.chunks(room).map(<[u32]>::to_vec).collect(),
+        };
+        let mut next: Option<u64> = None;
+        for chunk in chunks {
+            let candidate = self.provider.name().to_string();
+            let Some(batch) = self.store.create_trial_batch(evaluation.name.clone(), candidate, chunk).await? else {
+                continue;
+            };
+            tracing::info!(evaluation = %batch.evaluation, batch_key = %batch.batch_key, members = batch.members.len(), "trial batch formed");
+            self.formed_here.insert(trial_marker(batch.seq));
+            if let Some(at) = self.drive_trial(batch).await? {
+                next = Some(next.map_or(at, |n: u64| n.min(at)));
+            }
+        }
+        Ok(next)
+    }
+
+    async fn drive_trial(&mut self, batch: TrialBatchRecord) -> Result<Option<u64>, store::Error> {
+        match batch.job_id.clone() {
+            None => self.submit_trial(batch).await,
+            Some(job_id) => self.poll_trial(batch, &job_id).await,
+        }
+    }
+
+    async fn submit_trial(&mut self, batch: TrialBatchRecord) -> Result<Option<u64>, store::Error> {
+        let fresh = self.formed_here.remove(&trial_marker(batch.seq)) && batch.failures == 0;
+        let Some(evaluation) = self.store.evaluation(batch.evaluation.clone()).await? else {
+            self.store.close_trial_batch(batch.seq, "evaluation gone".into(), "its evaluation is gone".into()).await?;
+            return Ok(None);
+        };
+        let lines = self.store.trial_batch_members(batch.seq).await?;
+        let (members, gone): (Vec<_>, Vec<_>) = lines.into_iter().partition(|(_, member)| member.is_some());
+        if !gone.is_empty() {
+            let answers = gone
+                .iter()
+                .map(|(index, _)| TrialAnswer {
+                    index: *index,
+                    verdict: TrialVerdict::Failed { reason: "the source is no longer stored".into() },
+                    usage: None,
+                })
+                .collect();
+            self.store.record_trials(batch.seq, answers, self.provider.batch_api()).await?;
+        }
+        let members: Vec<BatchMember> = members.into_iter().filter_map(|(_, member)| member).collect();
+        if members.is_empty() {
+            self.store.close_trial_batch(batch.seq, "nothing to send".into(), "nothing to send".into()).await?;
+            return Ok(None);
+        }
+        if !fresh {
+            let ids: Vec<ExtractionId> = members.iter().map(|m| m.id).collect();
+            let since = batch.created_at_ms.saturating_sub(super::submit::KNOWN_JOBS_WINDOW.as_millis() as u64);
+            let known_jobs = self.store.recorded_jobs_since(self.provider.name().to_string(), since).await?;
+            let intent = IntentRef {
+                batch_key: batch.batch_key.as_str(),
+                created_at_ms: batch.created_at_ms,
+                members: &ids,
+                known_jobs: &known_jobs,
+            };
+            match self.provider.find_job(&intent).await {
+                Ok(Lookup::Found(job_id)) => {
+                    tracing::info!(batch_key = %batch.batch_key, %job_id, "found the job of an unresolved trial batch; polling it instead of resubmitting");
+                    return self.accept_trial(&batch, job_id).await;
+                }
+                Ok(Lookup::Absent) => {}
+                Ok(Lookup::Undecided { recheck_after, reason }) => {
+                    let recheck = recheck_after.min(self.settings.poll_interval.saturating_mul(10));
+                    let at = clock::now_ms() + recheck.as_millis() as u64;
+                    self.store.reschedule_trial_batch(batch.seq, at, Some(reason), false).await?;
+                    return Ok(Some(at));
+                }
+                Err(e) => return self.on_trial_error(&batch, &e, true).await,
+            }
+        }
+        let Ok(schema) = self.registry.get(&evaluation.schema) else {
+            let reason = format!("schema {} is no longer registered", evaluation.schema);
+            self.store.close_trial_batch(batch.seq, "schema missing".into(), reason).await?;
+            return Ok(None);
+        };
+        let spec = BatchSpec { batch_key: batch.batch_key.as_str(), schema: &schema, members: &members };
+        match self.provider.submit(&spec).await {
+            Ok(job_id) => {
+                failpoint::hit("after-trial-submit-before-job-id");
+                tracing::info!(batch_key = %batch.batch_key, %job_id, members = members.len(), "trial batch submitted");
+                self.accept_trial(&batch, job_id).await
+            }
+            Err(e) => self.on_trial_error(&batch, &e, true).await,
+        }
+    }
+
+    async fn accept_trial(&self, batch: &TrialBatchRecord, job_id: String) -> Result<Option<u64>, store::Error> {
+        let next_poll = clock::now_ms() + self.settings.poll_interval.as_millis() as u64;
+        self.store.record_trial_job(batch.seq, job_id, next_poll).await?;
+        Ok(Some(next_poll))
+    }
+
+    async fn poll_trial(&mut self, batch: TrialBatchRecord, job_id: &str) -> Result<Option<u64>, store::Error> {
+        let status = match self.provider.poll(job_id).await {
+            Ok(status) => status,
+            Err(e) => return self.on_trial_error(&batch, &e, false).await,
+        };
+        if !status.phase.is_terminal() {
+            let next = clock::now_ms() + self.settings.poll_interval.as_millis() as u64;
+            self.store.reschedule_trial_batch(batch.seq, next, None, false).await?;
+            return Ok(Some(next));
+        }
+        if let Err(e) = self.ingest_trials(&batch, &status).await? {
+            return self.on_trial_error(&batch, &e, false).await;
+        }
+        failpoint::hit("after-trial-answers-before-close");
+        let (outcome, unanswered) = match &status.phase {
+            JobPhase::Failed { reason, .. } => (format!("failed: {reason}"), format!("the job failed: {reason}")),
+            phase => {
+                let phase = format!("{phase:?}").to_lowercase();
+                (phase.clone(), format!("no answer in the provider's results (the job ended {phase})"))
+            }
+        };
+        let failed = self.store.close_trial_batch(batch.seq, outcome.clone(), unanswered).await?;
+        if self.settings.delete_provider_files {
+            self.delete_files_later(status.clone());
+        }
+        tracing::info!(evaluation = %batch.evaluation, batch_key = %batch.batch_key, %outcome, unanswered = failed, "trial batch closed");
+        Ok(Some(clock::now_ms()))
+    }
+
+    /// Reads the job's result lines, judges each against the evaluation's schema, and
+    /// stores them in chunks. The outer error is the store's; the inner one the provider's.
+    async fn ingest_trials(
+        &self,
+        batch: &TrialBatchRecord,
+        status: &crate::providers::JobStatus,
+    ) -> Result<Result<(), ProviderError>, store::Error> {
+        let Some(evaluation) = self.store.evaluation(batch.evaluation.clone()).await? else { return Ok(Ok(())) };
+        let lines = self.store.trial_batch_members(batch.seq).await?;
+        // The custom id each trial went out under, back to its member index, with its source.
+        let by_custom_id: HashMap<String, (u32, BatchMember)> = lines
+            .into_iter()
+            .filter_map(|(index, member)| Some((member.as_ref()?.id.to_hex(), (index, member?))))
+            .collect();
+        let schema = self.registry.get(&evaluation.schema).ok();
+        let judge = self.committer.judge().clone();
+        let (sender, mut incoming) = mpsc::channel::<ResultLine>(TRIAL_CHUNK);
+        let provider = self.provider.clone();
+        let download = async move {
+            let counts = provider.stream_results(status, &sender).await;
+            drop(sender);
+            counts
+        };
+        let store = &self.store;
+        let batch_api = self.provider.batch_api();
+        let write = async move {
+            let mut chunk = Vec::with_capacity(TRIAL_CHUNK);
+            while incoming.recv_many(&mut chunk, TRIAL_CHUNK).await > 0 {
+                let answers: Vec<TrialAnswer> = chunk
+                    .drain(..)
+                    .filter_map(|(custom_id, result)| {
+                        let (index, member) = by_custom_id.get(&custom_id)?;
+                        let source = SourceText { id: &member.source_id, text: &member.content };
+                        let (verdict, usage) = judge_trial(&judge, schema.as_deref(), source, result);
+                        Some(TrialAnswer { index: *index, verdict, usage })
+                    })
+                    .collect();
+                if !answers.is_empty() {
+                    store.record_trials(batch.seq, answers, batch_api).await?;
+                }
+            }
+            Ok::<(), store::Error>(())
+        };
+        let (counts, written) = tokio::join!(download, write);
+        written?;
+        Ok(counts.map(|_| ()))
+    }
+
+    /// What a failed provider call means for a trial batch: waits as the production path
+    /// waits, and gives up (the trials fail) where that path would fail its members.
+    async fn on_trial_error(
+        &mut self,
+        batch: &TrialBatchRecord,
+        error: &ProviderError,
+        submitting: bool,
+    ) -> Result<Option<u64>, store::Error> {
+        let now = clock::now_ms();
+        tracing::warn!(batch_key = %batch.batch_key, class = ?error.class, error = %error, "provider call for a trial batch failed");
+        let give_up = match error.class {
+            ErrorClass::InvalidRequest | ErrorClass::TooLarge | ErrorClass::Protocol => submitting,
+            ErrorClass::Gone => !submitting,
+            ErrorClass::RateLimited | ErrorClass::Auth | ErrorClass::Budget => false,
+            ErrorClass::Transient => submitting && batch.failures + 1 >= self.settings.max_submit_failures,
+        };
+        if give_up {
+            let reason = format!("the provider refused the trial batch: {error}");
+            self.store.close_trial_batch(batch.seq, "rejected by the provider".into(), reason).await?;
+            return Ok(None);
+        }
+        let delay = error
+            .retry_after
+            .unwrap_or_else(|| crate::domain::backoff::backoff_delay(batch.failures + 1, super::BACKOFF_CAP));
+        let at = now.saturating_add(delay.min(super::MAX_PROVIDER_DELAY).as_millis() as u64);
+        let counted = !matches!(error.class, ErrorClass::RateLimited);
+        self.store.reschedule_trial_batch(batch.seq, at, Some(error.to_string()), counted).await?;
+        Ok(Some(at))
+    }
+}
+
+/// `formed_here` holds production batch sequences; a trial batch's is kept apart by its
+/// top bit, so the two numberings never meet.
+fn trial_marker(seq: u64) -> u64 {
+    seq | (1 << 63)
+}
+
+/// One result line as a trial verdict, with what the call used.
+fn judge_trial(
+    judge: &crate::engine::commit::Judge,
+    schema: Option<&crate::domain::schema::Schema>,
+    source: SourceText<'_>,
+    result: LineResult,
+) -> (TrialVerdict, Option<crate::domain::batch::Usage>) {
+    match result {
+        LineResult::Answer { output, usage } => {
+            let verdict = match schema {
+                Some(schema) => match Judged::from(&judge.judge_answer(schema, &output, Some(source))) {
+                    Judged::Valid { output_json, findings } => TrialVerdict::Valid {
+                        output_json,
+                        findings: findings
+                            .into_iter()
+                            .map(|f| TrialFinding { canonical_identity: f.canonical_identity, body_json: f.body_json })
+                            .collect(),
+                    },
+                    Judged::Invalid { reason, .. } => TrialVerdict::Invalid { reason },
+                },
+                None => TrialVerdict::Invalid { reason: "the evaluation's schema is no longer registered".into() },
+            };
+            (verdict, usage)
+        }
+        LineResult::Unusable { class: FailureClass::Truncated, reason, usage } => {
+            (TrialVerdict::Truncated { reason }, usage)
+        }
+        LineResult::Unusable { reason, usage, .. } => (TrialVerdict::Refused { reason }, usage),
+        LineResult::Refused { reason, .. } => (TrialVerdict::Failed { reason }, None),
+        LineResult::Retry { reason } => (TrialVerdict::Failed { reason: format!("no answer: {reason}") }, None),
+    }
+}
