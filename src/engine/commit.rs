@@ -27,6 +27,8 @@ pub(crate) const MAX_REASON_CHARS: usize = 2000;
 #[derive(Debug, Clone, Default)]
 pub struct WorkSignals {
     arrivals: Arc<AtomicU64>,
+    /// Evaluations created since start: a scheduler lists evaluations again when it moves.
+    evaluations: Arc<AtomicU64>,
     wakes: Vec<Arc<Notify>>,
 }
 
@@ -52,6 +54,16 @@ impl WorkSignals {
 
     pub fn arrivals(&self) -> u64 {
         self.arrivals.load(Ordering::Relaxed)
+    }
+
+    /// An evaluation was created: every scheduler looks at evaluations again.
+    pub fn evaluation_created(&self) {
+        self.evaluations.fetch_add(1, Ordering::Relaxed);
+        self.wake_all();
+    }
+
+    pub fn evaluations_created(&self) -> u64 {
+        self.evaluations.load(Ordering::Relaxed)
     }
 }
 

@@ -149,7 +149,7 @@ impl Service {
         match self.store.create_evaluation(new).await? {
             EvaluationCreated::Created(record) => {
                 tracing::info!(evaluation = %record.name, members = record.members.len(), candidates = ?record.candidates, "evaluation created");
-                self.wake_schedulers();
+                self.signals.evaluation_created();
                 Ok(record)
             }
             EvaluationCreated::Exists(record) => Err(Error::EvaluationExists(record.name)),

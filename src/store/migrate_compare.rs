@@ -2,8 +2,8 @@
 //! use (the seam), on both backends: every extraction's record, findings, raw result and
 //! ledger entries, the listings, counts by state, open batches and their members, the
 //! outbox (pending and dead), spend per tenant, pause and sink flags, webhook delivery
-//! ids, and the cursor key. Equal answers mean a server on the copy answers as the old
-//! one did.
+//! ids, the cursor key, and every evaluation with its trials and trial batches. Equal
+//! answers mean a server on the copy answers as the old one did.
 
 use std::collections::BTreeSet;
 
@@ -27,6 +27,9 @@ pub struct Comparison {
     pub ledger_entries: u64,
     pub outbox_events: u64,
     pub open_batches: u64,
+    pub evaluations: u64,
+    pub trials: u64,
+    pub trial_batches: u64,
     pub mismatches: Vec<String>,
 }
 
@@ -106,6 +109,7 @@ pub(super) async fn compare(
     }
     compare_batches(source, target, &mut out, &mut providers).await?;
     compare_outbox(source, target, &mut out, sinks).await?;
+    compare_evaluations(source, target, &mut out).await?;
     for provider in providers {
         if source.provider_paused(provider.clone()).await? != target.provider_paused(provider.clone()).await? {
             out.differ(format!("provider {provider:?}: the pause flag differs"));
@@ -173,5 +177,29 @@ async fn compare_outbox(
             out.differ(format!("sink {sink:?}: the disabled flag differs"));
         }
     }
+    Ok(())
+}
+
+/// Every evaluation record, each one's trials, and every trial batch, as the read APIs
+/// return them (in the same order on both backends).
+async fn compare_evaluations(source: &dyn Backend, target: &dyn Backend, out: &mut Comparison) -> Result<(), Error> {
+    let (a, b) = (source.evaluations().await?, target.evaluations().await?);
+    if a != b {
+        out.differ("the evaluations differ".into());
+    }
+    for evaluation in &a {
+        let name = evaluation.name.clone();
+        let (x, y) = (source.trials(name.clone()).await?, target.trials(name).await?);
+        if x != y {
+            out.differ(format!("evaluation {:?}: its trials differ", evaluation.name));
+        }
+        out.trials += x.len() as u64;
+    }
+    out.evaluations = a.len() as u64;
+    let (a, b) = (source.trial_batches(false).await?, target.trial_batches(false).await?);
+    if a != b {
+        out.differ("the trial batches differ".into());
+    }
+    out.trial_batches = a.len() as u64;
     Ok(())
 }

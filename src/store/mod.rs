@@ -9,6 +9,7 @@
 pub(crate) mod codec;
 mod error;
 pub mod evaluation;
+mod evaluation_steps;
 mod migrate_compare;
 mod policies;
 pub mod postgres;

@@ -68,6 +68,11 @@ fn count(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("a count: {v}"))
 }
 
+/// Text as the page holds it.
+fn escaped(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
 /// A cell of the side-by-side table, as the page renders it.
 fn cell(row: &str, candidate: &str, text: &str) -> String {
     format!("data-row=\"{row}\" data-candidate=\"{candidate}\">{text}<")
@@ -178,7 +183,10 @@ async fn the_console_compares_candidates_with_the_apis_numbers_and_promotes_one(
     // The faulty candidate's disagreements, each linking to its extraction.
     let disagreements = f["disagreements"].as_array().expect("disagreements");
     assert!(!disagreements.is_empty(), "{f:#}");
-    let heading = format!("<h3>faulty: {} of {} compared</h3>", f["disagreements_total"], f["agreement"]["compared"]);
+    let heading = format!(
+        "<h3>faulty: {} of {} compared answers differ</h3>",
+        f["disagreements_total"], f["agreement"]["compared"]
+    );
     assert!(html.contains(&heading), "{heading} not in {html}");
     for d in disagreements {
         let id = d["extraction_id"].as_str().expect("id");
@@ -191,7 +199,7 @@ async fn the_console_compares_candidates_with_the_apis_numbers_and_promotes_one(
             .flatten()
             .chain(d["only_reference"].as_array().into_iter().flatten())
         {
-            let identity = identity.as_str().expect("identity").replace('"', "&quot;");
+            let identity = escaped(identity.as_str().expect("identity"));
             assert!(html.contains(&identity), "{identity}: {html}");
         }
     }

@@ -299,8 +299,13 @@ async fn a_bake_off_reports_what_the_candidates_did_survives_a_kill_and_promotes
     // next ones are sized by what is left at their mean cost.
     let mean = g["cost_micros"].as_u64().unwrap_or(0) / COMMITTED as u64;
     let budget = mean * 12;
-    let created = api.post("/v1/evaluations", &json!({"name": "capped", "schema": "code-review@1",
-        "select": {"sample": COMMITTED, "seed": 1}, "candidates": ["good"], "budget_micros": budget})).await;
+    let created = api
+        .post(
+            "/v1/evaluations",
+            &json!({"name": "capped", "schema": "code-review@1",
+        "select": {"sample": COMMITTED, "seed": 1}, "candidates": ["good"], "budget_micros": budget}),
+        )
+        .await;
     assert_eq!(created.status, 201, "{:#}", created.body);
     let held = wait_for(&api, "the budget", |e| e["state"] == "budget_reached", "/v1/evaluations/capped").await;
     let spent = held["spent_micros"].as_u64().unwrap_or(0);

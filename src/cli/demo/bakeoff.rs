@@ -27,7 +27,7 @@ pub(super) const FLAKY: &str = "flaky";
 const STEADY_MODEL: &str = "simulated-steady";
 const FLAKY_MODEL: &str = "simulated-flaky";
 const EVALUATION: &str = "bake-off";
-/// Short, so the act adds about a second: trial batches go one after another.
+/// Short, so the act adds well under a second.
 const COMPLETE_AFTER: Duration = Duration::from_millis(100);
 const WAIT: Duration = Duration::from_secs(30);
 /// The flaky candidate's knobs count positions within a trial batch, which the demo's
@@ -65,13 +65,14 @@ impl Candidates {
     pub(super) fn configure(&self, dir: &Path, options: &mut ServeOptions) -> anyhow::Result<PathBuf> {
         let key = dir.join("bake-off.key");
         write_private(&key, "sk-simulated-candidates-check-no-key\n")?;
-        let key = key.display();
+        // A TOML string, quoted and escaped whatever `--data-dir` is.
+        let key = toml::Value::String(key.display().to_string());
         let config = format!(
             "# The demo's act three. The simulators check no key; a key file is what a real account names.\n\
              [providers.{PRODUCTION}]\nkind = \"simulator\"\nmax_completion_tokens = {DEMO_MAX_COMPLETION_TOKENS}\n\n\
-             [providers.{STEADY}]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"{STEADY_MODEL}\"\napi_key_file = \"{key}\"\n\n\
+             [providers.{STEADY}]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"{STEADY_MODEL}\"\napi_key_file = {key}\n\n\
              # A small output budget: its long answers are cut off.\n\
-             [providers.{FLAKY}]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"{FLAKY_MODEL}\"\napi_key_file = \"{key}\"\n\
+             [providers.{FLAKY}]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"{FLAKY_MODEL}\"\napi_key_file = {key}\n\
              max_completion_tokens = {DEMO_MAX_COMPLETION_TOKENS}\n\n\
              # Production work stays where it was; candidates get only trials.\n\
              [routing]\ndefault = \"{PRODUCTION}\"\n\n\
@@ -105,8 +106,13 @@ fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let cannot = || format!("cannot write {}", path.display());
-    let mut file =
-        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path).with_context(cannot)?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(cannot)?;
     file.write_all(text.as_bytes()).with_context(cannot)?;
     // A file left from an earlier run with `--data-dir` keeps its mode: make it private.
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).with_context(cannot)?;
@@ -153,9 +159,8 @@ pub(super) async fn run(server: &Server, candidates: &Candidates, summary: &mut 
         println!("    {line}");
     }
     let report = api.get(&format!("/v1/evaluations/{EVALUATION}/report")).await?;
-    let candidate = |name: &str| {
-        report["candidates"].as_array().and_then(|c| c.iter().find(|c| c["candidate"] == name)).cloned()
-    };
+    let candidate =
+        |name: &str| report["candidates"].as_array().and_then(|c| c.iter().find(|c| c["candidate"] == name)).cloned();
     let (steady, flaky) = (candidate(STEADY).unwrap_or_default(), candidate(FLAKY).unwrap_or_default());
     let per_valid = |c: &Value| c["cost_per_valid_micros"].as_u64().unwrap_or(u64::MAX);
     println!(

@@ -130,6 +130,8 @@ pub(crate) struct Scheduler {
     holds_in_a_row: u32,
     /// Evaluations this provider has sent every trial of (`trials.rs`): not looked at again.
     trials_sent: HashSet<String>,
+    /// When evaluations were last listed, and the creations seen then (`trials.rs`).
+    evaluations_listed: Option<(u64, u64)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -185,6 +187,7 @@ impl Scheduler {
             waiting: HashMap::new(),
             holds_in_a_row: 0,
             trials_sent: HashSet::new(),
+            evaluations_listed: None,
         };
         supervisor.spawn(name, async move {
             if scheduler.stand_by(&stop, granted).await {

@@ -25,6 +25,9 @@ use crate::store::{self, Judged, TrialAnswer};
 
 /// Trial answers written in one store write.
 const TRIAL_CHUNK: usize = 512;
+/// How often evaluations are listed again without news of one (a store other instances
+/// write to may have new ones).
+const RELIST_EVALUATIONS_MS: u64 = 60_000;
 /// Under a budget, the first batch a candidate is sent, before its trial cost is known.
 const FIRST_BUDGETED_TRIALS: usize = 10;
 
@@ -36,23 +39,36 @@ impl Scheduler {
         let mut earliest = |at: u64| next = Some(next.map_or(at, |n: u64| n.min(at)));
         let open: Vec<TrialBatchRecord> =
             self.store.trial_batches(true).await?.into_iter().filter(|b| b.candidate == self.provider.name()).collect();
-        let busy: BTreeSet<String> = open.iter().map(|b| b.evaluation.clone()).collect();
+        // Evaluations with a trial batch of this provider still open after this step's drive.
+        let mut busy: BTreeSet<String> = BTreeSet::new();
         for batch in open {
             let now = clock::now_ms();
             let sending = batch.job_id.is_none();
+            let evaluation = batch.evaluation.clone();
             if let Some(paused_until) = self.health.paused_until(now, sending) {
                 earliest(paused_until.max(batch.next_action_at_ms));
+                busy.insert(evaluation);
                 continue;
             }
             if batch.next_action_at_ms > now {
                 earliest(batch.next_action_at_ms);
+                busy.insert(evaluation);
                 continue;
             }
             if let Some(at) = self.drive_trial(batch).await? {
                 earliest(at);
+                busy.insert(evaluation);
             }
         }
-        if self.health.paused_until(clock::now_ms(), true).is_none() {
+        let now = clock::now_ms();
+        let created = self.signals.evaluations_created();
+        // Listing decodes every evaluation's frozen set, so it is done when one was created
+        // here, a trial batch of this provider closed, or (other instances may create them
+        // on a shared store) a while has passed.
+        let relist_at = self.evaluations_listed.map_or(now, |(at, _)| at.saturating_add(RELIST_EVALUATIONS_MS));
+        let moved = self.evaluations_listed.is_none_or(|(_, seen)| seen != created);
+        if self.health.paused_until(now, true).is_none() && (moved || now >= relist_at) {
+            self.evaluations_listed = Some((now, created));
             for evaluation in self.store.evaluations().await? {
                 let mine = evaluation.is_running() && evaluation.has_candidate(self.provider.name());
                 // Under a budget, one batch at a time: each sizes the next by what it cost.
@@ -64,6 +80,11 @@ impl Scheduler {
                     earliest(at);
                 }
             }
+        }
+        if self.store.commits().is_none()
+            && let Some((at, _)) = self.evaluations_listed
+        {
+            earliest(at.saturating_add(RELIST_EVALUATIONS_MS));
         }
         Ok(next)
     }
@@ -228,11 +249,13 @@ impl Scheduler {
             }
         };
         let failed = self.store.close_trial_batch(batch.seq, outcome.clone(), unanswered).await?;
+        // A budgeted evaluation sends its next batch once this one's cost is known.
+        self.evaluations_listed = None;
         if self.settings.delete_provider_files {
             self.delete_files_later(status.clone());
         }
         tracing::info!(evaluation = %batch.evaluation, batch_key = %batch.batch_key, %outcome, unanswered = failed, "trial batch closed");
-        Ok(Some(clock::now_ms()))
+        Ok(None)
     }
 
     /// Reads the job's result lines, judges each against the evaluation's schema, and

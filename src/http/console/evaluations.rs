@@ -298,7 +298,7 @@ fn disagreements(c: &CandidateReport, reference: &str) -> Markup {
     let shown = c.disagreements.len() as u64;
     html! {
         div data-candidate=(c.candidate) {
-            h3 { (c.candidate) ": " (c.disagreements_total) " of " (c.agreement.compared) " compared"
+            h3 { (c.candidate) ": " (c.disagreements_total) " of " (c.agreement.compared) " compared answers differ"
                 @if shown < c.disagreements_total { " (the first " (shown) " listed)" } }
             @if c.agreement.compared == 0 {
                 p.muted { "Nothing compared yet: no member has both a valid answer and a reference." }

@@ -20,18 +20,15 @@ use super::staging::settle;
 use super::{Error, PgStore, pg};
 use crate::domain::batch::BatchMember;
 use crate::domain::clock;
-use crate::domain::identity::{ExtractionId, trial_id};
+use crate::domain::identity::ExtractionId;
 use crate::store::codec::{decode, encode};
 use crate::store::evaluation::{EvalMember, EvaluationRecord, Trial, TrialBatchRecord, TrialRecord};
 use crate::store::records::{ChargeKind, ExtractionRecord, Fence, StoredContent};
-use crate::store::rules::evaluation::{self, PromoteStep};
+use crate::store::rules::evaluation::{self, TrialWrites};
 use crate::store::rules::staging::Settle;
 use crate::store::seam::{
     EvaluationCreated, Evaluations, NewEvaluation, Promotion, Selection, TrialAnswer, TrialsWritten,
 };
-
-/// Members promoted in one transaction.
-const PROMOTE_CHUNK: usize = 256;
 
 /// A member index as its column. Every index written is one of a frozen set's (at most
 /// `rules::evaluation::MAX_MEMBERS`), so it fits; `None` for one asked that cannot exist.
@@ -110,6 +107,17 @@ async fn read_trials(
     Ok(trials)
 }
 
+/// Carries out trial writes (`rules::evaluation::TrialWrites`) and hands them back.
+async fn apply(tx: &Transaction<'_>, writes: TrialWrites) -> Result<TrialWrites, Error> {
+    if let Some(batch) = &writes.batch {
+        save_trial_batch(tx, batch).await?;
+    }
+    for (index, trial) in &writes.trials {
+        save_trial(tx, &writes.evaluation, &writes.candidate, *index, trial).await?;
+    }
+    Ok(writes)
+}
+
 async fn save_trial(
     tx: &Transaction<'_>,
     evaluation: &str,
@@ -133,10 +141,64 @@ async fn save_trial(
 }
 
 impl PgStore {
+    /// One chunk of a promotion, in one transaction.
+    async fn promote_chunk_in(
+        &self,
+        evaluation: &std::sync::Arc<EvaluationRecord>,
+        candidate: &str,
+        chunk: &[u32],
+    ) -> Result<Promotion, Error> {
+        let policies = self.policies();
+        let (record, candidate, chunk) = (std::sync::Arc::clone(evaluation), candidate.to_string(), chunk.to_vec());
+        self.in_transaction("promotion commit failed", move |tx, now_ms| {
+            Box::pin(async move {
+                // Trials read as committed, unlocked (see the module's note on lock order);
+                // the members' extractions locked in sequence order.
+                let trials = read_trials(tx, &record.name, &candidate, &chunk, false).await?;
+                let seqs: Vec<i64> =
+                    chunk.iter().filter_map(|i| evaluation::member_of(&record, *i)).map(|m| big(m.seq)).collect();
+                let rows = tx
+                    .query("SELECT seq, record FROM extractions WHERE seq = ANY($1) ORDER BY seq FOR UPDATE", &[&seqs])
+                    .await
+                    .map_err(pg("cannot read extractions to promote"))?;
+                let mut extractions = HashMap::with_capacity(rows.len());
+                for row in &rows {
+                    extractions.insert(unbig(row.get(0)), decode_record(row.get(1))?);
+                }
+                let (part, commits) = evaluation::promote_chunk(&record, &chunk, &trials, &extractions, now_ms);
+                for (seq, next, answer) in commits {
+                    let Some(member) = extractions.remove(&seq) else { continue };
+                    let settling = Settle {
+                        member,
+                        next,
+                        answer: &answer,
+                        charge: None,
+                        producer: candidate.clone(),
+                        fence: Fence::Evaluation(record.name.clone()),
+                    };
+                    settle(tx, &policies, now_ms, settling).await?;
+                }
+                Ok(part)
+            })
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl Evaluations for PgStore {
+    async fn create_evaluation(&self, new: NewEvaluation) -> Result<EvaluationCreated, Error> {
+        crate::store::evaluation_steps::create(self, new).await
+    }
+
+    async fn promote(&self, evaluation: String, candidate: String) -> Result<Option<Promotion>, Error> {
+        crate::store::evaluation_steps::promote(self, evaluation, candidate).await
+    }
+
     /// The records a selection is made from: the asked ids (and which are unknown, each
     /// time it is asked, as redb counts them), or every extraction in the sampled states
     /// of the evaluation's schema (and tenant); `rules::evaluation::choose` filters again.
-    async fn selection_pool(&self, new: &NewEvaluation) -> Result<(Vec<ExtractionRecord>, Vec<ExtractionId>), Error> {
+    async fn selection_pool(&self, new: NewEvaluation) -> Result<(Vec<ExtractionRecord>, Vec<ExtractionId>), Error> {
         let client = self.client().await?;
         match &new.select {
             Selection::Ids(ids) => {
@@ -176,77 +238,49 @@ impl PgStore {
         }
     }
 
-    /// One chunk of a promotion, in one transaction.
-    async fn promote_chunk(
+    async fn freeze_evaluation(
         &self,
-        name: &str,
-        candidate: &str,
-        members: &[EvalMember],
-        chunk: &[u32],
-    ) -> Result<Promotion, Error> {
-        let policies = self.policies();
-        let (name, candidate) = (name.to_string(), candidate.to_string());
-        let chunk: Vec<(u32, Option<EvalMember>)> = chunk
-            .iter()
-            .map(|&index| (index, usize::try_from(index).ok().and_then(|i| members.get(i)).cloned()))
-            .collect();
-        self.in_transaction("promotion commit failed", move |tx, now_ms| {
-            Box::pin(async move {
-                // Read as committed, unlocked (see the module's note on lock order).
-                let indexes: Vec<u32> = chunk.iter().map(|(index, _)| *index).collect();
-                let trials = read_trials(tx, &name, &candidate, &indexes, false).await?;
-                let mut part = Promotion::default();
-                for (index, member) in chunk {
-                    let Some(member) = member else { continue };
-                    let row = tx
-                        .query_opt("SELECT record FROM extractions WHERE seq = $1 FOR UPDATE", &[&big(member.seq)])
-                        .await
-                        .map_err(pg("cannot read an extraction to promote"))?;
-                    let extraction = row.map(|r| decode_record(r.get(0))).transpose()?;
-                    let step = evaluation::promote(&member, extraction.as_ref(), trials.get(&index), now_ms);
-                    step.count(&mut part);
-                    if let (PromoteStep::Commit { next, answer }, Some(extraction)) = (step, extraction) {
-                        let settling = Settle {
-                            member: extraction,
-                            next,
-                            answer: &answer,
-                            charge: None,
-                            producer: candidate.clone(),
-                            fence: Fence::Evaluation(name.clone()),
-                        };
-                        settle(tx, &policies, now_ms, settling).await?;
-                    }
-                }
-                Ok(part)
-            })
-        })
-        .await
-    }
-}
-
-#[async_trait]
-impl Evaluations for PgStore {
-    async fn create_evaluation(&self, new: NewEvaluation) -> Result<EvaluationCreated, Error> {
-        // The pool is read first; the insert then re-checks the name, so two creations of
-        // one name cannot both win (the second waits for the first's commit).
-        let (found, missing) = self.selection_pool(&new).await?;
-        let members = match evaluation::choose(&new, found, &missing) {
-            Ok(members) => members,
-            Err(reason) => return Ok(EvaluationCreated::Refused(reason)),
-        };
+        new: NewEvaluation,
+        members: Vec<EvalMember>,
+    ) -> Result<EvaluationCreated, Error> {
+        // A second creation of one name waits for the first's commit, then inserts nothing.
         let record = evaluation::record(&new, members, clock::now_ms());
         let bytes = encode(&record)?;
-        let client = self.client().await?;
-        let inserted = client
-            .execute(
-                "INSERT INTO evaluations (name, created_at_ms, format, record) VALUES ($1, $2, $3, $4) \
-                 ON CONFLICT (name) DO NOTHING",
-                &[&record.name, &big(record.created_at_ms), &i16::from(bytes[0]), &bytes],
-            )
-            .await
-            .map_err(pg("cannot create an evaluation"))?;
-        if inserted == 1 {
-            return Ok(EvaluationCreated::Created(record));
+        let seqs: Vec<i64> = record.members.iter().map(|m| big(m.seq)).collect();
+        let written = record.clone();
+        // The pool was read without locks: the members are locked against an erasure's
+        // delete while the evaluation is written, and one already erased refuses it.
+        let inserted = self
+            .in_transaction("evaluation commit failed", move |tx, _| {
+                Box::pin(async move {
+                    let present: i64 = tx
+                        .query_one(
+                            "SELECT count(*) FROM (SELECT 1 FROM extractions WHERE seq = ANY($1) FOR KEY SHARE) AS kept",
+                            &[&seqs],
+                        )
+                        .await
+                        .map_err(pg("cannot lock an evaluation's members"))?
+                        .get(0);
+                    let present = usize::try_from(present).unwrap_or(0);
+                    if let Some(reason) = evaluation::gone_meanwhile(seqs.len(), present) {
+                        return Ok(Err(reason));
+                    }
+                    let inserted = tx
+                        .execute(
+                            "INSERT INTO evaluations (name, created_at_ms, format, record) VALUES ($1, $2, $3, $4) \
+                             ON CONFLICT (name) DO NOTHING",
+                            &[&written.name, &big(written.created_at_ms), &i16::from(bytes[0]), &bytes],
+                        )
+                        .await
+                        .map_err(pg("cannot create an evaluation"))?;
+                    Ok(Ok(inserted))
+                })
+            })
+            .await?;
+        match inserted {
+            Err(reason) => return Ok(EvaluationCreated::Refused(reason)),
+            Ok(1) => return Ok(EvaluationCreated::Created(record)),
+            Ok(_) => {}
         }
         match self.evaluation(new.name).await? {
             Some(existing) => Ok(EvaluationCreated::Exists(existing)),
@@ -318,15 +352,10 @@ impl Evaluations for PgStore {
                     return Ok(None);
                 }
                 let seq = super::ledger::next_seq(tx, "trial_batch_seq").await?;
-                let Some((batch, trials)) = evaluation::intent(&record, &candidate, &sent, &members, seq, now_ms)
-                else {
+                let Some(intent) = evaluation::intent(&record, &candidate, &sent, &members, seq, now_ms) else {
                     return Ok(None);
                 };
-                save_trial_batch(tx, &batch).await?;
-                for (index, trial) in &trials {
-                    save_trial(tx, &evaluation, &candidate, *index, trial).await?;
-                }
-                Ok(Some(batch))
+                Ok(apply(tx, TrialWrites::of(intent)).await?.batch)
             })
         })
         .await
@@ -374,22 +403,15 @@ impl Evaluations for PgStore {
         tx.commit().await.map_err(pg("cannot end a read snapshot"))?;
         let mut out = Vec::with_capacity(batch.members.len());
         for &index in &batch.members {
-            let line = match member_of(index).and_then(|m| found.get(&m.seq).map(|f| (m, f))) {
-                // Retention empties the content of committed work only: such a member has
-                // no source to send, as on redb where its content entry is gone.
-                Some((member, (record, Some(content)))) if record.id == member.id => {
-                    let content: StoredContent = decode(content)?;
-                    Some(BatchMember {
-                        id: trial_id(&batch.evaluation, &batch.candidate, &member.id),
-                        source_id: record.source_id.clone(),
-                        content: content.text,
-                        output_budget: None,
-                        previous_attempt: None,
-                    })
-                }
-                _ => None,
+            let member = member_of(index);
+            let stored = member.and_then(|m| found.get(&m.seq));
+            // Retention empties the content of committed work only: such a member has no
+            // source to send, as on redb where its content entry is gone.
+            let text = match stored.and_then(|(_, content)| content.as_deref()) {
+                Some(bytes) => Some(decode::<StoredContent>(bytes)?.text),
+                None => None,
             };
-            out.push((index, line));
+            out.push((index, evaluation::member_line(&batch, member, stored.map(|(record, _)| record), text)));
         }
         Ok(out)
     }
@@ -397,14 +419,11 @@ impl Evaluations for PgStore {
     async fn record_trial_job(&self, batch: u64, job_id: String, next_action_at_ms: u64) -> Result<(), Error> {
         self.in_transaction("trial job id commit failed", move |tx, _now_ms| {
             Box::pin(async move {
-                let mut record = lock_trial_batch(tx, batch).await?;
-                if record.job_id.as_deref() == Some(job_id.as_str()) {
-                    return Ok(());
+                let record = lock_trial_batch(tx, batch).await?;
+                match evaluation::job_recorded(record, job_id, next_action_at_ms) {
+                    Some(recorded) => save_trial_batch(tx, &recorded).await,
+                    None => Ok(()),
                 }
-                record.job_id = Some(job_id);
-                record.next_action_at_ms = next_action_at_ms;
-                record.failures = 0;
-                save_trial_batch(tx, &record).await
             })
         })
         .await
@@ -441,44 +460,28 @@ impl Evaluations for PgStore {
                 };
                 // Every trial answered here, locked at once in index order.
                 let asked: Vec<u32> = answers.iter().map(|a| a.index).collect();
-                let mut trials = read_trials(tx, &record.evaluation, &record.candidate, &asked, true).await?;
-                let mut report = TrialsWritten::default();
-                for answer in &answers {
-                    let trial = trials.get(&answer.index);
-                    let Some(mut write) = evaluation::answer(&record, trial, answer, now_ms) else {
-                        report.seen += 1;
-                        continue;
-                    };
-                    if write.charge {
-                        let member = usize::try_from(answer.index).ok().and_then(|i| evaluation.members.get(i));
-                        let extraction = match member {
-                            Some(m) => tx
-                                .query_opt(
-                                    "SELECT record FROM extractions WHERE seq = $1 FOR KEY SHARE",
-                                    &[&big(m.seq)],
-                                )
-                                .await
-                                .map_err(pg("cannot read a trial's extraction"))?
-                                .map(|r| decode_record(r.get(0)))
-                                .transpose()?
-                                .filter(|r| r.id == m.id),
-                            None => None,
-                        };
-                        if let Some(extraction) = extraction {
-                            let charge = evaluation::charge(&record, answer, batch_api);
-                            let cost =
-                                record_charge(tx, &policies, now_ms, &extraction, &charge, ChargeKind::Evaluation)
-                                    .await?;
-                            if let Some(outcome) = write.record.outcome.as_mut() {
-                                outcome.cost_micros = cost;
-                            }
-                        }
-                    }
-                    save_trial(tx, &record.evaluation, &record.candidate, answer.index, &write.record).await?;
-                    // The same index answered twice in one call is seen the second time.
-                    trials.insert(answer.index, write.record);
-                    report.written += 1;
+                let trials = read_trials(tx, &record.evaluation, &record.candidate, &asked, true).await?;
+                let mut answering = evaluation::answers(&record, &evaluation, trials, &answers, batch_api, now_ms);
+                // The charged members, read under a key-share lock an erasure's delete waits for.
+                let seqs: Vec<i64> = answering.to_read().into_iter().map(big).collect();
+                let rows = tx
+                    .query(
+                        "SELECT seq, record FROM extractions WHERE seq = ANY($1) ORDER BY seq FOR KEY SHARE",
+                        &[&seqs],
+                    )
+                    .await
+                    .map_err(pg("cannot read trials' extractions"))?;
+                let mut records = HashMap::with_capacity(rows.len());
+                for row in &rows {
+                    records.insert(unbig(row.get(0)), decode_record(row.get(1))?);
                 }
+                for (write, extraction, charge) in answering.charges(&evaluation, &records) {
+                    let cost =
+                        record_charge(tx, &policies, now_ms, extraction, &charge, ChargeKind::Evaluation).await?;
+                    answering.charged(write, cost);
+                }
+                let (writes, report) = answering.finish();
+                apply(tx, writes).await?;
                 Ok(report)
             })
         })
@@ -490,39 +493,21 @@ impl Evaluations for PgStore {
             Box::pin(async move {
                 let record = lock_trial_batch(tx, batch).await?;
                 let trials = read_trials(tx, &record.evaluation, &record.candidate, &record.members, true).await?;
-                let Some((closed, failed)) = evaluation::close(&record, &trials, outcome, &unanswered, now_ms) else {
+                let Some(closing) = evaluation::close(&record, &trials, outcome, &unanswered, now_ms) else {
                     return Ok(0);
                 };
-                for (index, trial) in &failed {
-                    save_trial(tx, &closed.evaluation, &closed.candidate, *index, trial).await?;
-                }
-                save_trial_batch(tx, &closed).await?;
-                Ok(failed.len() as u64)
+                Ok(apply(tx, TrialWrites::of(closing)).await?.trials.len() as u64)
             })
         })
         .await
     }
 
-    async fn promote(&self, name: String, candidate: String) -> Result<Option<Promotion>, Error> {
-        let Some(record) = self.evaluation(name.clone()).await? else { return Ok(None) };
-        if !record.has_candidate(&candidate) {
-            return Ok(None);
-        }
-        let mut report = Promotion::default();
-        // In chunks, each one transaction: a crash midway leaves whole chunks committed,
-        // and the next run finds them committed and carries on. A chunk that lost a lock
-        // race (a deadlock PostgreSQL broke) wrote nothing and is made again.
-        let indexes: Vec<u32> = (0..record.members.len()).filter_map(|i| u32::try_from(i).ok()).collect();
-        for chunk in indexes.chunks(PROMOTE_CHUNK) {
-            let mut round = 1;
-            let part = loop {
-                match self.promote_chunk(&name, &candidate, &record.members, chunk).await {
-                    Err(e) if e.is_conflict() && round < super::erase::ROUNDS => round += 1,
-                    other => break other?,
-                }
-            };
-            report.add(part);
-        }
-        Ok(Some(report))
+    async fn promote_chunk(
+        &self,
+        record: std::sync::Arc<EvaluationRecord>,
+        candidate: String,
+        chunk: Vec<u32>,
+    ) -> Result<Promotion, Error> {
+        self.promote_chunk_in(&record, &candidate, &chunk).await
     }
 }

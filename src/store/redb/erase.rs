@@ -27,10 +27,10 @@ use super::extractions::load;
 use super::records::{LedgerRecord, OutboxRecord};
 use super::rules::erase::{self, ErasedSpend};
 use super::rules::evaluation;
-use crate::store::evaluation::{EvaluationRecord, TrialBatchRecord};
 use super::tables::{META_SEQ_FLOOR, required};
 use super::write_tables::WriteTables;
 use crate::domain::lifecycle::State;
+use crate::store::evaluation::{EvaluationRecord, TrialBatchRecord};
 use crate::store::seam::ErasureReport;
 
 /// Extractions erased per write transaction: small enough that intake barely notices.
@@ -170,41 +170,40 @@ pub(super) fn erase_evaluations(t: &mut WriteTables<'_>, tenant: &str) -> Result
     }
     let mut wrote = false;
     for record in evaluations {
-        let name = record.name.as_str();
         match evaluation::erase(&record, tenant) {
             None => {
                 let mut trials = Vec::new();
-                for entry in t.trials.range((name, "", 0)..)? {
+                for entry in t.trials.range((record.name.as_str(), "", 0)..)? {
                     let key = entry?.0;
                     let (evaluation, candidate, index) = key.value();
-                    if evaluation != name {
+                    if evaluation != record.name {
                         break;
                     }
                     trials.push((candidate.to_string(), index));
                 }
                 for (candidate, index) in trials {
-                    t.trials.remove((name, candidate.as_str(), index))?;
+                    t.trials.remove((record.name.as_str(), candidate.as_str(), index))?;
                 }
                 let mut batches = Vec::new();
                 for entry in t.trial_batches.iter()? {
                     let (seq, value) = entry?;
-                    if decode::<TrialBatchRecord>(value.value())?.evaluation == name {
+                    if decode::<TrialBatchRecord>(value.value())?.evaluation == record.name {
                         batches.push(seq.value());
                     }
                 }
                 for seq in batches {
                     t.trial_batches.remove(seq)?;
                 }
-                t.evaluations.remove(name)?;
+                t.evaluations.remove(record.name.as_str())?;
                 wrote = true;
             }
             Some((kept, erased)) if !erased.is_empty() => {
                 for candidate in &kept.candidates {
                     for index in &erased {
-                        t.trials.remove((name, candidate.as_str(), *index))?;
+                        t.trials.remove((record.name.as_str(), candidate.as_str(), *index))?;
                     }
                 }
-                t.evaluations.insert(name, super::codec::encode(&kept)?.as_slice())?;
+                t.evaluations.insert(record.name.as_str(), super::codec::encode(&kept)?.as_slice())?;
                 wrote = true;
             }
             Some(_) => {}

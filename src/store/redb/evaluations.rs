@@ -11,13 +11,13 @@ use super::codec::{decode, encode};
 use super::extractions::settle;
 use super::ledger::record_charge;
 use super::records::{ChargeKind, ExtractionRecord, Fence, StoredContent};
-use super::rules::evaluation::{self, PromoteStep};
+use super::rules::evaluation::{self, TrialWrites};
 use super::tables;
 use super::write_tables::WriteTables;
 use super::{Error, Store};
 use crate::domain::batch::BatchMember;
-use crate::domain::identity::{ExtractionId, trial_id};
-use crate::store::evaluation::{EvaluationRecord, Trial, TrialBatchRecord, TrialRecord};
+use crate::domain::identity::ExtractionId;
+use crate::store::evaluation::{EvalMember, EvaluationRecord, Trial, TrialBatchRecord, TrialRecord};
 use crate::store::seam::{
     EvaluationCreated, Evaluations, NewEvaluation, Promotion, Selection, TrialAnswer, TrialsWritten,
 };
@@ -37,6 +37,17 @@ fn load_trial_batch(t: &WriteTables<'_>, batch: u64) -> Result<TrialBatchRecord,
 fn save_trial_batch(t: &mut WriteTables<'_>, batch: &TrialBatchRecord) -> Result<(), Error> {
     t.trial_batches.insert(batch.seq, encode(batch)?.as_slice())?;
     Ok(())
+}
+
+/// Carries out trial writes (`rules::evaluation::TrialWrites`) and hands them back.
+fn apply(t: &mut WriteTables<'_>, writes: TrialWrites) -> Result<TrialWrites, Error> {
+    if let Some(batch) = &writes.batch {
+        save_trial_batch(t, batch)?;
+    }
+    for (index, trial) in &writes.trials {
+        save_trial(t, &writes.evaluation, &writes.candidate, *index, trial)?;
+    }
+    Ok(writes)
 }
 
 fn load_trial(t: &WriteTables<'_>, batch: &TrialBatchRecord, index: u32) -> Result<Option<TrialRecord>, Error> {
@@ -92,20 +103,40 @@ fn selection_pool(
 #[async_trait]
 impl Evaluations for Store {
     async fn create_evaluation(&self, new: NewEvaluation) -> Result<EvaluationCreated, Error> {
-        // The pool is read from a snapshot first (the writer thread never scans); the
-        // write then re-checks the name, so two creations of one name cannot both win.
-        let select = new.select.clone();
-        let (found, missing) = self.read(move |txn| selection_pool(txn, &select)).await?;
-        let members = match evaluation::choose(&new, found, &missing) {
-            Ok(members) => members,
-            Err(reason) => return Ok(EvaluationCreated::Refused(reason)),
-        };
+        crate::store::evaluation_steps::create(self, new).await
+    }
+
+    async fn promote(&self, evaluation: String, candidate: String) -> Result<Option<Promotion>, Error> {
+        crate::store::evaluation_steps::promote(self, evaluation, candidate).await
+    }
+
+    /// From a snapshot: the writer thread never scans.
+    async fn selection_pool(&self, new: NewEvaluation) -> Result<(Vec<ExtractionRecord>, Vec<ExtractionId>), Error> {
+        self.read(move |txn| selection_pool(txn, &new.select)).await
+    }
+
+    async fn freeze_evaluation(
+        &self,
+        new: NewEvaluation,
+        members: Vec<EvalMember>,
+    ) -> Result<EvaluationCreated, Error> {
         self.writer
             .write(move |t| {
                 if let Some(existing) = load_evaluation(t, &new.name)? {
                     return Ok((EvaluationCreated::Exists(existing), false));
                 }
+                // The pool was read from a snapshot: an erasure may have come between.
+                let mut present = 0;
+                for member in &members {
+                    if t.identity.get(member.id.as_bytes())?.is_some_and(|seq| seq.value() == member.seq) {
+                        present += 1;
+                    }
+                }
+                if let Some(reason) = evaluation::gone_meanwhile(members.len(), present) {
+                    return Ok((EvaluationCreated::Refused(reason), false));
+                }
                 let record = evaluation::record(&new, members.clone(), t.now_ms);
+                // Retried whole if another job of its group fails, so `members` stays.
                 t.evaluations.insert(record.name.as_str(), encode(&record)?.as_slice())?;
                 Ok((EvaluationCreated::Created(record), true))
             })
@@ -178,15 +209,10 @@ impl Evaluations for Store {
                     }
                 }
                 let seq = t.trial_batches.last()?.map_or(1, |(k, _)| k.value() + 1);
-                let Some((batch, trials)) = evaluation::intent(&record, &candidate, &sent, &members, seq, t.now_ms)
-                else {
+                let Some(intent) = evaluation::intent(&record, &candidate, &sent, &members, seq, t.now_ms) else {
                     return Ok((None, false));
                 };
-                for (index, trial) in &trials {
-                    save_trial(t, &evaluation, &candidate, *index, trial)?;
-                }
-                save_trial_batch(t, &batch)?;
-                Ok((Some(batch), true))
+                Ok((apply(t, TrialWrites::of(intent))?.batch, true))
             })
             .await
     }
@@ -216,26 +242,15 @@ impl Evaluations for Store {
             let extractions = txn.open_table(tables::EXTRACTIONS)?;
             let contents = txn.open_table(tables::CONTENTS)?;
             let mut out = Vec::with_capacity(batch.members.len());
-            for index in batch.members {
-                let Some(member) = usize::try_from(index).ok().and_then(|i| evaluation.members.get(i)) else {
-                    out.push((index, None));
-                    continue;
-                };
-                let record: Option<ExtractionRecord> =
-                    extractions.get(member.seq)?.map(|v| decode(v.value())).transpose()?;
-                let content: Option<StoredContent> =
-                    contents.get(member.seq)?.map(|v| decode(v.value())).transpose()?;
-                let line = match (record, content) {
-                    (Some(record), Some(content)) if record.id == member.id => Some(BatchMember {
-                        id: trial_id(&batch.evaluation, &batch.candidate, &member.id),
-                        source_id: record.source_id,
-                        content: content.text,
-                        output_budget: None,
-                        previous_attempt: None,
-                    }),
-                    _ => None,
-                };
-                out.push((index, line));
+            for &index in &batch.members {
+                let member = evaluation::member_of(&evaluation, index);
+                let (mut record, mut content) = (None, None);
+                if let Some(member) = member {
+                    record = extractions.get(member.seq)?.map(|v| decode::<ExtractionRecord>(v.value())).transpose()?;
+                    content = contents.get(member.seq)?.map(|v| decode::<StoredContent>(v.value())).transpose()?;
+                }
+                let text = content.map(|c| c.text);
+                out.push((index, evaluation::member_line(&batch, member, record.as_ref(), text)));
             }
             Ok(out)
         })
@@ -245,14 +260,11 @@ impl Evaluations for Store {
     async fn record_trial_job(&self, batch: u64, job_id: String, next_action_at_ms: u64) -> Result<(), Error> {
         self.writer
             .write(move |t| {
-                let mut record = load_trial_batch(t, batch)?;
-                if record.job_id.as_deref() == Some(job_id.as_str()) {
+                let record = load_trial_batch(t, batch)?;
+                let Some(recorded) = evaluation::job_recorded(record, job_id, next_action_at_ms) else {
                     return Ok(((), false));
-                }
-                record.job_id = Some(job_id);
-                record.next_action_at_ms = next_action_at_ms;
-                record.failures = 0;
-                save_trial_batch(t, &record)?;
+                };
+                save_trial_batch(t, &recorded)?;
                 Ok(((), true))
             })
             .await
@@ -286,32 +298,25 @@ impl Evaluations for Store {
                 let Some(evaluation) = load_evaluation(t, &record.evaluation)? else {
                     return Ok((TrialsWritten::default(), false));
                 };
-                let mut report = TrialsWritten::default();
+                let mut trials = HashMap::new();
                 for answer in &answers {
-                    let trial = load_trial(t, &record, answer.index)?;
-                    let Some(mut write) = evaluation::answer(&record, trial.as_ref(), answer, t.now_ms) else {
-                        report.seen += 1;
-                        continue;
-                    };
-                    if write.charge {
-                        let member = usize::try_from(answer.index).ok().and_then(|i| evaluation.members.get(i));
-                        let extraction = match member {
-                            Some(m) => load_member(t, m.seq)?.filter(|r| r.id == m.id),
-                            None => None,
-                        };
-                        if let Some(extraction) = extraction {
-                            let charge = evaluation::charge(&record, answer, batch_api);
-                            let cost = record_charge(t, &extraction, &charge, ChargeKind::Evaluation)?;
-                            if let Some(outcome) = write.record.outcome.as_mut() {
-                                outcome.cost_micros = cost;
-                            }
-                        }
+                    if let Some(trial) = load_trial(t, &record, answer.index)? {
+                        trials.insert(answer.index, trial);
                     }
-                    save_trial(t, &record.evaluation, &record.candidate, answer.index, &write.record)?;
-                    report.written += 1;
                 }
-                let wrote = report.written > 0;
-                Ok((report, wrote))
+                let mut answering = evaluation::answers(&record, &evaluation, trials, &answers, batch_api, t.now_ms);
+                let mut records = HashMap::new();
+                for seq in answering.to_read() {
+                    if let Some(found) = load_member(t, seq)? {
+                        records.insert(seq, found);
+                    }
+                }
+                for (write, extraction, charge) in answering.charges(&evaluation, &records) {
+                    answering.charged(write, record_charge(t, extraction, &charge, ChargeKind::Evaluation)?);
+                }
+                let (writes, report) = answering.finish();
+                apply(t, writes)?;
+                Ok((report, report.written > 0))
             })
             .await
     }
@@ -326,65 +331,44 @@ impl Evaluations for Store {
                         trials.insert(*index, trial);
                     }
                 }
-                let Some((closed, failed)) = evaluation::close(&record, &trials, outcome, &unanswered, t.now_ms) else {
+                let Some(closing) = evaluation::close(&record, &trials, outcome, &unanswered, t.now_ms) else {
                     return Ok((0, false));
                 };
-                for (index, trial) in &failed {
-                    save_trial(t, &closed.evaluation, &closed.candidate, *index, trial)?;
-                }
-                save_trial_batch(t, &closed)?;
-                Ok((failed.len() as u64, true))
+                Ok((apply(t, TrialWrites::of(closing))?.trials.len() as u64, true))
             })
             .await
     }
 
-    async fn promote(&self, name: String, candidate: String) -> Result<Option<Promotion>, Error> {
-        let Some(record) = self.evaluation(name.clone()).await? else { return Ok(None) };
-        if !record.has_candidate(&candidate) {
-            return Ok(None);
-        }
-        let mut report = Promotion::default();
-        // In chunks, each one write: a crash midway leaves whole chunks committed, and the
-        // next run finds them committed and carries on.
-        let indexes: Vec<u32> = (0..record.members.len()).filter_map(|i| u32::try_from(i).ok()).collect();
-        for chunk in indexes.chunks(PROMOTE_CHUNK) {
-            let (chunk, name, candidate, members) =
-                (chunk.to_vec(), name.clone(), candidate.clone(), record.members.clone());
-            let part = self
-                .writer
-                .write(move |t| {
-                    let mut part = Promotion::default();
-                    for index in chunk {
-                        let Some(member) = usize::try_from(index).ok().and_then(|i| members.get(i)) else { continue };
-                        let trial: Option<TrialRecord> = t
-                            .trials
-                            .get((name.as_str(), candidate.as_str(), index))?
-                            .map(|v| decode(v.value()))
-                            .transpose()?;
-                        let mut extraction = t.extractions.get(member.seq)?.map(|v| decode(v.value())).transpose()?;
-                        let step = evaluation::promote(member, extraction.as_ref(), trial.as_ref(), t.now_ms);
-                        step.count(&mut part);
-                        if let (PromoteStep::Commit { next, answer }, Some(extraction)) = (step, extraction.as_mut()) {
-                            settle(
-                                t,
-                                extraction,
-                                next,
-                                &answer,
-                                None,
-                                candidate.clone(),
-                                Fence::Evaluation(name.clone()),
-                            )?;
-                        }
+    async fn promote_chunk(
+        &self,
+        record: std::sync::Arc<EvaluationRecord>,
+        candidate: String,
+        chunk: Vec<u32>,
+    ) -> Result<Promotion, Error> {
+        self.writer
+            .write(move |t| {
+                let name = record.name.as_str();
+                let (mut trials, mut extractions) = (HashMap::new(), HashMap::new());
+                for &index in &chunk {
+                    if let Some(value) = t.trials.get((name, candidate.as_str(), index))? {
+                        trials.insert(index, decode::<TrialRecord>(value.value())?);
                     }
-                    let wrote = part.committed > 0;
-                    Ok((part, wrote))
-                })
-                .await?;
-            report.add(part);
-        }
-        Ok(Some(report))
+                    if let Some(member) = evaluation::member_of(&record, index)
+                        && let Some(found) = load_member(t, member.seq)?
+                    {
+                        extractions.insert(member.seq, found);
+                    }
+                }
+                let (part, commits) = evaluation::promote_chunk(&record, &chunk, &trials, &extractions, t.now_ms);
+                for (seq, next, answer) in commits {
+                    if let Some(extraction) = extractions.get_mut(&seq) {
+                        let fence = Fence::Evaluation(name.to_string());
+                        settle(t, extraction, next, &answer, None, candidate.clone(), fence)?;
+                    }
+                }
+                let wrote = part.committed > 0;
+                Ok((part, wrote))
+            })
+            .await
     }
 }
-
-/// Members promoted in one write.
-const PROMOTE_CHUNK: usize = 256;

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use crate::domain::batch::BatchMember;
 use crate::domain::identity::{ExtractionId, trial_batch_key};
 use crate::domain::lifecycle::{self, Event, Outcome, State};
 use crate::store::evaluation::{
@@ -81,6 +82,17 @@ fn draw(seed: u64, id: &ExtractionId) -> [u8; 32] {
     hasher.update(&seed.to_le_bytes());
     hasher.update(id.as_bytes());
     *hasher.finalize().as_bytes()
+}
+
+/// Why a set read before its write cannot be frozen: some of its extractions were erased
+/// in between (`present` of them are still stored).
+pub(in crate::store) fn gone_meanwhile(members: usize, present: usize) -> Option<String> {
+    (present < members).then(|| {
+        format!(
+            "{} of the selected extractions were erased while the evaluation was being created; create it again",
+            members - present
+        )
+    })
 }
 
 /// The record a new evaluation is stored as.
@@ -170,12 +182,166 @@ pub(in crate::store) fn answer(
     Some(AnswerWrite { record: TrialRecord { outcome: Some(outcome), ..trial.clone() }, charge })
 }
 
+/// Trial writes as data, which each backend's `apply` carries out: a trial batch record
+/// (intent, close) and the trials of one evaluation and candidate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::store) struct TrialWrites {
+    pub evaluation: String,
+    pub candidate: String,
+    pub batch: Option<TrialBatchRecord>,
+    pub trials: Vec<(u32, TrialRecord)>,
+}
+
+impl TrialWrites {
+    /// A batch record with its trials (`intent`, `close`).
+    pub(in crate::store) fn of((batch, trials): (TrialBatchRecord, Vec<(u32, TrialRecord)>)) -> Self {
+        Self { evaluation: batch.evaluation.clone(), candidate: batch.candidate.clone(), batch: Some(batch), trials }
+    }
+
+    /// Answered trials of `batch`, which itself is unchanged.
+    pub(in crate::store) fn answered(batch: &TrialBatchRecord, trials: Vec<(u32, TrialRecord)>) -> Self {
+        Self { evaluation: batch.evaluation.clone(), candidate: batch.candidate.clone(), batch: None, trials }
+    }
+}
+
+/// A chunk of answers being written: each new answer's trial, the charges they make once
+/// the backend read the members' records, and how many answers were seen before.
+#[derive(Debug)]
+pub(in crate::store) struct Answering {
+    batch: TrialBatchRecord,
+    charged_seqs: Vec<(usize, u64, Charge)>,
+    writes: Vec<(u32, TrialRecord)>,
+    seen: u64,
+}
+
+/// `answer` for each of a chunk (an index answered twice in one chunk is seen the second
+/// time); `trials` are the stored trials of the answered indexes. A charge is planned for
+/// each new answer the provider billed, on its member's extraction.
+pub(in crate::store) fn answers(
+    batch: &TrialBatchRecord,
+    evaluation: &EvaluationRecord,
+    mut trials: HashMap<u32, TrialRecord>,
+    chunk: &[TrialAnswer],
+    batch_api: bool,
+    now_ms: u64,
+) -> Answering {
+    let mut answering = Answering { batch: batch.clone(), charged_seqs: Vec::new(), writes: Vec::new(), seen: 0 };
+    for asked in chunk {
+        let Some(write) = answer(batch, trials.get(&asked.index), asked, now_ms) else {
+            answering.seen += 1;
+            continue;
+        };
+        if write.charge
+            && let Some(member) = member_of(evaluation, asked.index)
+        {
+            answering.charged_seqs.push((answering.writes.len(), member.seq, charge(batch, asked, batch_api)));
+        }
+        trials.insert(asked.index, write.record.clone());
+        answering.writes.push((asked.index, write.record));
+    }
+    answering
+}
+
+impl Answering {
+    /// The extraction sequences whose records the charges need.
+    pub(in crate::store) fn to_read(&self) -> Vec<u64> {
+        self.charged_seqs.iter().map(|(_, seq, _)| *seq).collect()
+    }
+
+    /// The charges to write: (which write, the record charged, the charge). A member whose
+    /// record is gone, or is another extraction now, is a stranger and charged nothing.
+    pub(in crate::store) fn charges<'a>(
+        &self,
+        evaluation: &EvaluationRecord,
+        records: &'a HashMap<u64, ExtractionRecord>,
+    ) -> Vec<(usize, &'a ExtractionRecord, Charge)> {
+        self.charged_seqs
+            .iter()
+            .filter_map(|(write, seq, charge)| {
+                let index = self.writes.get(*write)?.0;
+                let member = member_of(evaluation, index)?;
+                let record = records.get(seq).filter(|r| r.id == member.id)?;
+                Some((*write, record, charge.clone()))
+            })
+            .collect()
+    }
+
+    /// What a write's ledger entry charged, kept with its trial.
+    pub(in crate::store) fn charged(&mut self, write: usize, cost_micros: u64) {
+        if let Some(outcome) = self.writes.get_mut(write).and_then(|(_, t)| t.outcome.as_mut()) {
+            outcome.cost_micros = cost_micros;
+        }
+    }
+
+    /// The trials to write and what the chunk did.
+    pub(in crate::store) fn finish(self) -> (TrialWrites, crate::store::seam::TrialsWritten) {
+        let report = crate::store::seam::TrialsWritten { written: self.writes.len() as u64, seen: self.seen };
+        (TrialWrites::answered(&self.batch, self.writes), report)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(in crate::store) struct AnswerWrite {
-    /// Its `cost_micros` is filled in with what the ledger entry charged.
     pub record: TrialRecord,
     pub charge: bool,
 }
+
+pub(in crate::store) fn member_of(evaluation: &EvaluationRecord, index: u32) -> Option<&EvalMember> {
+    usize::try_from(index).ok().and_then(|i| evaluation.members.get(i))
+}
+
+/// What a trial member is sent as: the extraction's source under the trial's own custom id
+/// (`identity::trial_id`), as a first ask; `None` when the member's extraction or its
+/// content is no longer stored.
+pub(in crate::store) fn member_line(
+    batch: &TrialBatchRecord,
+    member: Option<&EvalMember>,
+    record: Option<&ExtractionRecord>,
+    content: Option<String>,
+) -> Option<BatchMember> {
+    let member = member?;
+    let record = record.filter(|r| r.id == member.id)?;
+    Some(BatchMember {
+        id: crate::domain::identity::trial_id(&batch.evaluation, &batch.candidate, &member.id),
+        source_id: record.source_id.clone(),
+        content: content?,
+        output_budget: None,
+        previous_attempt: None,
+    })
+}
+
+/// What one chunk of a promotion does: the counts, and the commits to make as
+/// (extraction sequence, next state, answer). `trials` are the candidate's trials of the
+/// chunk's indexes, `extractions` the members' records by sequence.
+pub(in crate::store) fn promote_chunk(
+    evaluation: &EvaluationRecord,
+    chunk: &[u32],
+    trials: &HashMap<u32, TrialRecord>,
+    extractions: &HashMap<u64, ExtractionRecord>,
+    now_ms: u64,
+) -> (Promotion, Vec<(u64, State, Judged)>) {
+    let mut part = Promotion::default();
+    let mut commits = Vec::new();
+    for &index in chunk {
+        let Some(member) = member_of(evaluation, index) else { continue };
+        let step = promote(member, extractions.get(&member.seq), trials.get(&index), now_ms);
+        step.count(&mut part);
+        if let PromoteStep::Commit { next, answer } = step {
+            commits.push((member.seq, next, answer));
+        }
+    }
+    (part, commits)
+}
+
+/// The member indexes a promotion walks, in chunks of one write each: a crash midway
+/// leaves whole chunks committed, and the next run finds them committed and goes on.
+pub(in crate::store) fn promote_chunks(evaluation: &EvaluationRecord) -> Vec<Vec<u32>> {
+    let indexes: Vec<u32> = (0..evaluation.members.len()).filter_map(|i| u32::try_from(i).ok()).collect();
+    indexes.chunks(PROMOTE_CHUNK).map(<[u32]>::to_vec).collect()
+}
+
+/// Members promoted in one write.
+const PROMOTE_CHUNK: usize = 256;
 
 /// A batch's end: the batch closed, and each member of it still unanswered failed.
 pub(in crate::store) fn close(
@@ -203,6 +369,19 @@ pub(in crate::store) fn close(
         })
         .collect();
     Some((TrialBatchRecord { closed: Some(outcome), ..batch.clone() }, failed))
+}
+
+/// A trial batch with the provider's job id, polled from `next_action_at_ms`; `None` when
+/// it holds that id already (the write is a repeat).
+pub(in crate::store) fn job_recorded(
+    batch: TrialBatchRecord,
+    job_id: String,
+    next_action_at_ms: u64,
+) -> Option<TrialBatchRecord> {
+    if batch.job_id.as_deref() == Some(job_id.as_str()) {
+        return None;
+    }
+    Some(TrialBatchRecord { job_id: Some(job_id), next_action_at_ms, failures: 0, ..batch })
 }
 
 /// A rescheduled trial batch (a failed call counted, or just a later look).

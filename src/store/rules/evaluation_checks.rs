@@ -23,6 +23,15 @@ pub(crate) struct Stored {
     pub promoted: Vec<(u64, ExtractionId, String, String)>,
 }
 
+impl Stored {
+    /// Counts a ledger entry if it charged a trial.
+    pub(crate) fn count_ledger(&mut self, entry: &crate::store::records::LedgerRecord) {
+        if entry.kind == crate::store::records::ChargeKind::Evaluation {
+            *self.ledger.entry(entry.extraction_seq).or_default() += entry.cost_micros;
+        }
+    }
+}
+
 /// `exists(seq)`: the extraction is still stored (an erased one's entries went with it).
 pub(crate) fn check(stored: &Stored, exists: impl Fn(u64) -> bool, report: &mut Report) {
     let evaluations: HashMap<&str, &EvaluationRecord> =
@@ -64,7 +73,8 @@ pub(crate) fn check(stored: &Stored, exists: impl Fn(u64) -> bool, report: &mut 
     }
     let seqs: std::collections::BTreeSet<u64> = trial_cost.keys().chain(stored.ledger.keys()).copied().collect();
     for seq in seqs.into_iter().filter(|s| exists(*s)) {
-        let (charged, cost) = (stored.ledger.get(&seq).copied().unwrap_or(0), trial_cost.get(&seq).copied().unwrap_or(0));
+        let (charged, cost) =
+            (stored.ledger.get(&seq).copied().unwrap_or(0), trial_cost.get(&seq).copied().unwrap_or(0));
         if charged != cost {
             report.problem(format!(
                 "extraction #{seq}: its evaluation ledger entries charge {charged} µ$, its trials cost {cost} µ$"

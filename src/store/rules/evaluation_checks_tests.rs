@@ -80,7 +80,11 @@ fn a_sound_evaluation_passes() {
 fn each_broken_part_is_named() {
     let mut orphan = sound();
     orphan.trials.push(("gone".into(), orphan.trials[0].1.clone()));
-    assert!(problems(&orphan).iter().any(|p| p.contains("trial gone/a/0 has no evaluation")), "{:?}", problems(&orphan));
+    assert!(
+        problems(&orphan).iter().any(|p| p.contains("trial gone/a/0 has no evaluation")),
+        "{:?}",
+        problems(&orphan)
+    );
 
     let mut stranger = sound();
     stranger.trials[0].1.candidate = "b".into();

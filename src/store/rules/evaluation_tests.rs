@@ -136,6 +136,12 @@ fn closing_fails_only_the_members_still_waiting_and_closes_once() {
 }
 
 #[test]
+fn a_set_whose_members_were_erased_meanwhile_is_refused() {
+    assert_eq!(gone_meanwhile(3, 3), None);
+    assert!(gone_meanwhile(3, 1).is_some_and(|r| r.starts_with("2 of the selected")));
+}
+
+#[test]
 fn a_promotion_commits_only_pending_or_failed_work_with_a_valid_answer() {
     let e = evaluation(1);
     let member = &e.members[0];

@@ -3,15 +3,23 @@
 
 use super::*;
 use crate::domain::batch::Usage;
-use crate::store::evaluation::{EvaluationRecord, Trial, TrialBatchRecord, TrialVerdict};
+use crate::store::evaluation::{EvalMember, EvaluationRecord, Trial, TrialBatchRecord, TrialVerdict};
 use async_trait::async_trait;
 
 /// Evaluations (the service creates, reads, cancels and promotes; the engine's evaluation
 /// driver sends the trials).
 #[async_trait]
 pub trait Evaluations: Send + Sync + std::fmt::Debug {
-    /// Freezes the set the request selects, in one write; a name is never reused.
+    /// Freezes the set the request selects, in one write; a name is never reused. The pool
+    /// is read first, outside the write (`store::evaluation_steps`); the write then checks the name again (two
+    /// creations of one name cannot both win) and that no member was erased meanwhile.
     async fn create_evaluation(&self, new: NewEvaluation) -> Result<EvaluationCreated, Error>;
+    /// The records a selection is made from: the asked ids that exist and those that do
+    /// not, or every extraction in the sampled states (`choose` filters again).
+    async fn selection_pool(&self, new: NewEvaluation) -> Result<(Vec<ExtractionRecord>, Vec<ExtractionId>), Error>;
+    /// Writes the evaluation of `members` unless the name is taken or a member is gone.
+    async fn freeze_evaluation(&self, new: NewEvaluation, members: Vec<EvalMember>)
+    -> Result<EvaluationCreated, Error>;
     async fn evaluation(&self, name: String) -> Result<Option<EvaluationRecord>, Error>;
     /// Every evaluation, oldest first.
     async fn evaluations(&self) -> Result<Vec<EvaluationRecord>, Error>;
@@ -52,8 +60,17 @@ pub trait Evaluations: Send + Sync + std::fmt::Debug {
     async fn close_trial_batch(&self, batch: u64, outcome: String, unanswered: String) -> Result<u64, Error>;
     /// Commits `candidate`'s valid answers for the members not committed yet, through the
     /// normal commit (findings, result, outbox events), charging nothing more: the trial
-    /// was charged when it was answered. Running it again commits nothing new.
+    /// was charged when it was answered. Running it again commits nothing new. In chunks
+    /// (`rules::evaluation::promote_chunks`), each one write: a crash midway leaves whole
+    /// chunks committed, and the next run finds them committed and goes on.
     async fn promote(&self, evaluation: String, candidate: String) -> Result<Option<Promotion>, Error>;
+    /// One chunk of a promotion, in one write (`rules::evaluation::promote_chunk`).
+    async fn promote_chunk(
+        &self,
+        evaluation: Arc<EvaluationRecord>,
+        candidate: String,
+        chunk: Vec<u32>,
+    ) -> Result<Promotion, Error>;
 }
 
 /// An evaluation as the service asks for it, checked except against the store.

@@ -14,7 +14,7 @@ use crate::store::codec::decode;
 use crate::store::evaluation::{EvaluationRecord, Trial, TrialBatchRecord, TrialRecord};
 use crate::store::postgres::pg;
 use crate::store::postgres::rows::{big, unbig};
-use crate::store::records::{ChargeKind, Fence, LedgerRecord, ResultRecord};
+use crate::store::records::{Fence, LedgerRecord, ResultRecord};
 use crate::store::rules::evaluation_checks::{Stored, check};
 
 fn column_problems(report: &mut Report, what: &str, columns: &[(&'static str, bool)]) {
@@ -74,10 +74,8 @@ pub(super) async fn check_evaluations(tx: &Transaction<'_>, report: &mut Report)
     .await?;
     each_row(tx, "SELECT record FROM ledger ORDER BY seq", &[], |row| {
         // Undecodable entries are named by the ledger's own check.
-        if let Ok(e) = decode::<LedgerRecord>(row.get("record"))
-            && e.kind == ChargeKind::Evaluation
-        {
-            *stored.ledger.entry(e.extraction_seq).or_default() += e.cost_micros;
+        if let Ok(entry) = decode::<LedgerRecord>(row.get("record")) {
+            stored.count_ledger(&entry);
         }
     })
     .await?;

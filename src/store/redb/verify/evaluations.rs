@@ -9,7 +9,7 @@ use super::Report;
 use crate::store::Error;
 use crate::store::codec::decode;
 use crate::store::evaluation::{EvaluationRecord, Trial, TrialBatchRecord};
-use crate::store::records::{ChargeKind, ExtractionRecord, Fence, LedgerRecord, ResultRecord};
+use crate::store::records::{ExtractionRecord, Fence, LedgerRecord, ResultRecord};
 use crate::store::redb::tables;
 use crate::store::rules::evaluation_checks::{Stored, check};
 
@@ -45,10 +45,8 @@ pub(super) fn check_evaluations(
     }
     for entry in txn.open_table(tables::LEDGER)?.iter()? {
         // Undecodable entries are named by the ledger's own check.
-        if let Ok(e) = decode::<LedgerRecord>(entry?.1.value())
-            && e.kind == ChargeKind::Evaluation
-        {
-            *stored.ledger.entry(e.extraction_seq).or_default() += e.cost_micros;
+        if let Ok(entry) = decode::<LedgerRecord>(entry?.1.value()) {
+            stored.count_ledger(&entry);
         }
     }
     for entry in txn.open_table(tables::RESULTS)?.iter()? {
