@@ -68,9 +68,7 @@ fn rows(body: &Value) -> Vec<(String, &Value)> {
     rows
 }
 
-pub(super) fn dollars(micros: u64) -> String {
-    format!("${}.{:06}", micros / 1_000_000, micros % 1_000_000)
-}
+pub(super) use crate::engine::ledger::dollars;
 
 fn text(body: &Value) -> String {
     let mut out = String::new();

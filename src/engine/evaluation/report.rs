@@ -7,6 +7,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::engine::ledger::dollars;
+
 use crate::store::evaluation::{EvaluationRecord, Trial, TrialRecord, TrialVerdict};
 
 /// What a report is computed from.
@@ -302,11 +304,8 @@ fn nearest_rank(sorted: &[u64], p: usize) -> Option<u64> {
     sorted.get(rank - 1).copied()
 }
 
-fn dollars(micros: u64) -> String {
-    format!("${}.{:06}", micros / 1_000_000, micros % 1_000_000)
-}
-
-fn percent(rate: f64) -> String {
+/// A rate as a percentage with one decimal, as the report's table and the console show it.
+pub fn percent(rate: f64) -> String {
     format!("{:.1}%", rate * 100.0)
 }
 
@@ -316,7 +315,7 @@ fn or_na<T>(value: Option<T>, show: impl Fn(T) -> String) -> String {
 
 /// Trials take from seconds (synchronous providers) to hours (batch APIs): a unit that
 /// fits keeps the number readable at either end.
-fn duration(ms: u64) -> String {
+pub fn duration(ms: u64) -> String {
     match ms {
         0..1_000 => format!("{ms} ms"),
         1_000..60_000 => format!("{:.1} s", ms as f64 / 1_000.0),

@@ -123,6 +123,12 @@ impl PriceTable {
     }
 }
 
+/// Micro-dollars as dollars, to the micro-dollar: `$0.001234`. Every view of money (the CLI,
+/// the console, the evaluation report) prints it so.
+pub(crate) fn dollars(micros: u64) -> String {
+    format!("${}.{:06}", micros / 1_000_000, micros % 1_000_000)
+}
+
 /// Dollars (as written in config) to micro-dollars; `None` for negative or absurd values.
 pub(crate) fn dollars_to_micros(dollars: f64) -> Option<u64> {
     let micros = (dollars * 1_000_000.0).round();

@@ -9,7 +9,7 @@ use crate::store::{self, BatchRecord, Leftover};
 
 /// How far before an intent the jobs of other batches are listed for the lookup: wider
 /// than any adapter's clock slack.
-pub(super) const KNOWN_JOBS_WINDOW: std::time::Duration = std::time::Duration::from_secs(600);
+const KNOWN_JOBS_WINDOW: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl Scheduler {
     pub(super) async fn submit(&mut self, batch: BatchRecord) -> Result<Option<u64>, store::Error> {
@@ -23,16 +23,7 @@ impl Scheduler {
             return Ok(None);
         }
         if !fresh {
-            let ids: Vec<_> = members.iter().map(|m| m.id).collect();
-            let since = batch.created_at_ms.saturating_sub(KNOWN_JOBS_WINDOW.as_millis() as u64);
-            let known_jobs = self.store.recorded_jobs_since(self.provider.name().to_string(), since).await?;
-            let intent = IntentRef {
-                batch_key: batch.batch_key.as_str(),
-                created_at_ms: batch.created_at_ms,
-                members: &ids,
-                known_jobs: &known_jobs,
-            };
-            match self.provider.find_job(&intent).await {
+            match self.look_up(batch.batch_key.as_str(), batch.created_at_ms, &members).await? {
                 Ok(Lookup::Found(job_id)) => {
                     tracing::info!(batch_key = %batch.batch_key, %job_id, "found the job of an unresolved intent; polling it instead of resubmitting");
                     self.health.update(|h| h.batches_recovered += 1);
@@ -41,9 +32,7 @@ impl Scheduler {
                 Ok(Lookup::Absent) => {}
                 Ok(Lookup::Undecided { recheck_after, reason }) => {
                     tracing::info!(batch_key = %batch.batch_key, %reason, "cannot tell yet whether the provider has this intent's job; not resubmitting");
-                    // However long the adapter suggests, look again within ten polls' time.
-                    let recheck = recheck_after.min(self.settings.poll_interval.saturating_mul(10));
-                    let at = clock::now_ms() + recheck.as_millis() as u64;
+                    let at = self.recheck_at(recheck_after);
                     self.store.reschedule_batch(batch.seq, at, Some(reason), false).await?;
                     return Ok(Some(at));
                 }
@@ -67,6 +56,29 @@ impl Scheduler {
             }
             Err(e) => self.on_error(&batch, &e, true).await,
         }
+    }
+
+    /// Asks the provider for the job an earlier submit of an intent (a production batch or
+    /// a trial batch) may have created. The outer error is the store's, the inner the
+    /// provider's.
+    pub(super) async fn look_up(
+        &self,
+        batch_key: &str,
+        created_at_ms: u64,
+        members: &[crate::domain::batch::BatchMember],
+    ) -> Result<Result<Lookup, crate::providers::ProviderError>, store::Error> {
+        let ids: Vec<_> = members.iter().map(|m| m.id).collect();
+        let since = created_at_ms.saturating_sub(KNOWN_JOBS_WINDOW.as_millis() as u64);
+        let known_jobs = self.store.recorded_jobs_since(self.provider.name().to_string(), since).await?;
+        let intent = IntentRef { batch_key, created_at_ms, members: &ids, known_jobs: &known_jobs };
+        Ok(self.provider.find_job(&intent).await)
+    }
+
+    /// When to look an undecided intent up again: however long the adapter suggests,
+    /// within ten polls' time.
+    pub(super) fn recheck_at(&self, suggested: std::time::Duration) -> u64 {
+        let recheck = suggested.min(self.settings.poll_interval.saturating_mul(10));
+        clock::now_ms() + recheck.as_millis() as u64
     }
 
     async fn accept(&self, batch: &BatchRecord, job_id: String) -> Result<Option<u64>, store::Error> {

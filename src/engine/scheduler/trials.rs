@@ -16,10 +16,9 @@ use super::Scheduler;
 use crate::domain::batch::{BatchMember, LineResult};
 use crate::domain::clock;
 use crate::domain::failpoint;
-use crate::domain::identity::ExtractionId;
 use crate::domain::lifecycle::FailureClass;
 use crate::domain::schema::SourceText;
-use crate::providers::{BatchSpec, ErrorClass, IntentRef, JobPhase, Lookup, ProviderError, ResultLine};
+use crate::providers::{BatchSpec, ErrorClass, JobPhase, Lookup, ProviderError, ResultLine};
 use crate::store::evaluation::{EvaluationRecord, TrialBatchRecord, TrialFinding, TrialVerdict};
 use crate::store::{self, Judged, TrialAnswer};
 
@@ -181,24 +180,14 @@ impl Scheduler {
             return Ok(None);
         }
         if !fresh {
-            let ids: Vec<ExtractionId> = members.iter().map(|m| m.id).collect();
-            let since = batch.created_at_ms.saturating_sub(super::submit::KNOWN_JOBS_WINDOW.as_millis() as u64);
-            let known_jobs = self.store.recorded_jobs_since(self.provider.name().to_string(), since).await?;
-            let intent = IntentRef {
-                batch_key: batch.batch_key.as_str(),
-                created_at_ms: batch.created_at_ms,
-                members: &ids,
-                known_jobs: &known_jobs,
-            };
-            match self.provider.find_job(&intent).await {
+            match self.look_up(batch.batch_key.as_str(), batch.created_at_ms, &members).await? {
                 Ok(Lookup::Found(job_id)) => {
                     tracing::info!(batch_key = %batch.batch_key, %job_id, "found the job of an unresolved trial batch; polling it instead of resubmitting");
                     return self.accept_trial(&batch, job_id).await;
                 }
                 Ok(Lookup::Absent) => {}
                 Ok(Lookup::Undecided { recheck_after, reason }) => {
-                    let recheck = recheck_after.min(self.settings.poll_interval.saturating_mul(10));
-                    let at = clock::now_ms() + recheck.as_millis() as u64;
+                    let at = self.recheck_at(recheck_after);
                     self.store.reschedule_trial_batch(batch.seq, at, Some(reason), false).await?;
                     return Ok(Some(at));
                 }

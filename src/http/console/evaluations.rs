@@ -15,6 +15,7 @@ use super::form::FormBody;
 use super::layout::{PageResult, Problem, dollars, page, when};
 use super::viewer::Viewer;
 use crate::engine::evaluation::report::{CandidateReport, EvaluationReport};
+use crate::engine::evaluation::report::{duration, percent};
 use crate::service::{EvaluationStatus, Service, routing_rule};
 
 type Done = Result<Redirect, Problem>;
@@ -207,22 +208,8 @@ struct Row {
     cells: Vec<String>,
 }
 
-fn percent(rate: f64) -> String {
-    format!("{:.1}%", rate * 100.0)
-}
-
 fn or_dash<T>(value: Option<T>, show: impl Fn(T) -> String) -> String {
     value.map_or_else(|| "—".to_string(), show)
-}
-
-/// As `commitpoint eval report` prints it: a unit that fits seconds and hours alike.
-fn duration(ms: u64) -> String {
-    match ms {
-        0..1_000 => format!("{ms} ms"),
-        1_000..60_000 => format!("{:.1} s", ms as f64 / 1_000.0),
-        60_000..3_600_000 => format!("{}m {:02}s", ms / 60_000, ms % 60_000 / 1_000),
-        _ => format!("{}h {:02}m", ms / 3_600_000, ms % 3_600_000 / 60_000),
-    }
 }
 
 fn with_rate(count: u64, rate: f64) -> String {

@@ -134,10 +134,7 @@ pub(super) fn age(seconds: u64) -> String {
     }
 }
 
-/// Micro-dollars as dollars.
-pub(super) fn dollars(micros: u64) -> String {
-    format!("${}.{:06}", micros / 1_000_000, micros % 1_000_000)
-}
+pub(super) use crate::engine::ledger::dollars;
 
 #[cfg(test)]
 mod tests {
