@@ -300,8 +300,11 @@ fn describe(e: &Value) -> String {
     out
 }
 
-/// Appends `rule` to `[routing] rules` in the file, keeping its comments and layout, and
-/// replaces the file atomically (a crash leaves the old one or the new one).
+/// Adds `rule` to `[routing] rules` in the file, keeping its comments and layout: ahead of
+/// every rule that would take the same work, behind those more specific than it (a rule
+/// pinned to a tenant stays ahead of a new rule for the whole schema). The new text must
+/// still be a configuration this build reads before the file is replaced, atomically (a
+/// crash leaves the old file or the new one), with the old file's permissions.
 fn add_routing_rule(path: &Path, rule: &str) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let mut doc: toml_edit::DocumentMut =
@@ -310,22 +313,58 @@ fn add_routing_rule(path: &Path, rule: &str) -> anyhow::Result<()> {
     let Some(new_rule) = parsed["rule"].as_inline_table().cloned() else {
         anyhow::bail!("the server's routing rule is not an inline table: {rule}");
     };
+    let pins = |keys: &dyn Fn(&str) -> bool| (keys("schema"), keys("tenant"));
+    let new_pins = pins(&|k| new_rule.contains_key(k));
+    // Rules a new one must stay behind: they pin something it leaves open.
+    let narrower = |other: (bool, bool)| (other.0 && !new_pins.0) || (other.1 && !new_pins.1);
     let routing = doc.entry("routing").or_insert_with(toml_edit::table);
     let Some(routing) = routing.as_table_like_mut() else {
         anyhow::bail!("{}: [routing] is not a table", path.display());
     };
     let rules = routing.entry("rules").or_insert(toml_edit::value(toml_edit::Array::new()));
-    let Some(rules) = rules.as_array_mut() else {
-        anyhow::bail!("{}: [routing] rules is not an array of inline tables", path.display());
-    };
-    if rules.iter().any(|r| r.as_inline_table().is_some_and(|t| t.to_string().trim() == new_rule.to_string().trim())) {
-        return Ok(());
+    if let Some(tables) = rules.as_array_of_tables_mut() {
+        let same = |t: &toml_edit::Table| {
+            new_rule.iter().all(|(k, v)| {
+                t.get(k).and_then(|i| i.as_value()).is_some_and(|o| o.to_string().trim() == v.to_string().trim())
+            })
+        };
+        if tables.iter().any(|t| same(t) && t.len() == new_rule.len()) {
+            return Ok(());
+        }
+        let at = tables.iter().position(|t| !narrower(pins(&|k| t.contains_key(k)))).unwrap_or(tables.len());
+        let mut table = toml_edit::Table::new();
+        for (key, value) in new_rule.iter() {
+            table.insert(key, toml_edit::Item::Value(value.clone()));
+        }
+        let mut all: Vec<toml_edit::Table> = tables.iter().cloned().collect();
+        all.insert(at, table);
+        *tables = all.into_iter().collect();
+    } else if let Some(array) = rules.as_array_mut() {
+        let tables: Vec<&toml_edit::InlineTable> = array.iter().filter_map(|r| r.as_inline_table()).collect();
+        if tables.iter().any(|t| t.to_string().trim() == new_rule.to_string().trim()) {
+            return Ok(());
+        }
+        let at = tables.iter().position(|t| !narrower(pins(&|k| t.contains_key(k)))).unwrap_or(array.len());
+        array.insert(at, new_rule);
+    } else {
+        anyhow::bail!("{}: [routing] rules is neither an array of inline tables nor [[routing.rules]]", path.display());
     }
-    // A rule for the same schema and tenant that names another provider would win (rules
-    // are read in order): the new one goes first.
-    rules.insert(0, new_rule);
+    let new_text = doc.to_string();
+    toml::from_str::<crate::app::config::RawConfig>(&new_text)
+        .with_context(|| format!("{} with the rule added is not a configuration this build reads", path.display()))?;
     let partial = path.with_extension("toml.partial");
-    std::fs::write(&partial, doc.to_string()).with_context(|| format!("cannot write {}", partial.display()))?;
+    {
+        use std::io::Write;
+        let mut file =
+            std::fs::File::create(&partial).with_context(|| format!("cannot write {}", partial.display()))?;
+        if let Ok(meta) = std::fs::metadata(path) {
+            file.set_permissions(meta.permissions())
+                .with_context(|| format!("cannot set the mode of {}", partial.display()))?;
+        }
+        file.write_all(new_text.as_bytes())
+            .and_then(|()| file.sync_all())
+            .with_context(|| format!("cannot write {}", partial.display()))?;
+    }
     std::fs::rename(&partial, path).with_context(|| format!("cannot replace {}", path.display()))?;
     Ok(())
 }
@@ -350,13 +389,31 @@ mod tests {
         let doc: toml::Table = text.parse().unwrap();
         let rules = doc["routing"]["rules"].as_array().unwrap();
         assert_eq!(rules.len(), 2, "added once: {text}");
-        assert_eq!(rules[0]["provider"].as_str(), Some("b"));
-        assert_eq!(rules[1]["tenant"].as_str(), Some("x"));
+        assert_eq!(rules[0]["tenant"].as_str(), Some("x"), "a tenant's own rule stays ahead of one for the schema");
+        assert_eq!(rules[1]["provider"].as_str(), Some("b"));
 
         let bare = dir.path().join("bare.toml");
         std::fs::write(&bare, "[server]\nlisten = \"127.0.0.1:0\"\n").unwrap();
         add_routing_rule(&bare, r#"{ schema = "s@1", tenant = "t", provider = "b" }"#).unwrap();
         let doc: toml::Table = std::fs::read_to_string(&bare).unwrap().parse().unwrap();
         assert_eq!(doc["routing"]["rules"][0]["tenant"].as_str(), Some("t"));
+
+        // [[routing.rules]] tables: a rule of the same schema and tenant is passed by the new one.
+        let tables = dir.path().join("tables.toml");
+        std::fs::write(
+            &tables,
+            "[routing]\ndefault = \"a\"\n\n[[routing.rules]]\nschema = \"s@1\"\nprovider = \"a\"\n",
+        )
+        .unwrap();
+        add_routing_rule(&tables, r#"{ schema = "s@1", provider = "b" }"#).unwrap();
+        let doc: toml::Table = std::fs::read_to_string(&tables).unwrap().parse().unwrap();
+        let rules = doc["routing"]["rules"].as_array().unwrap();
+        assert_eq!((rules.len(), rules[0]["provider"].as_str()), (2, Some("b")));
+
+        // A file the rule would turn into one this build refuses is left as it was.
+        let broken = dir.path().join("broken.toml");
+        std::fs::write(&broken, "[routing]\nrules = []\nbogus_key = 1\n").unwrap();
+        assert!(add_routing_rule(&broken, r#"{ schema = "s@1", provider = "b" }"#).is_err());
+        assert_eq!(std::fs::read_to_string(&broken).unwrap(), "[routing]\nrules = []\nbogus_key = 1\n");
     }
 }

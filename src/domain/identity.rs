@@ -150,9 +150,12 @@ pub fn trial_id(evaluation: &str, candidate: &str, extraction: &ExtractionId) ->
 }
 
 /// The key of a trial batch, fixed with its intent as [`batch_key`] is for a production one.
-pub fn trial_batch_key(evaluation: &str, candidate: &str, intent_seq: u64) -> BatchKey {
+/// The evaluation's creation time keeps apart two evaluations of one name (an erasure frees
+/// a name), so a lookup never finds the other's job.
+pub fn trial_batch_key(evaluation: &str, created_at_ms: u64, candidate: &str, intent_seq: u64) -> BatchKey {
     let mut hasher = CanonicalHasher::new(TRIAL_BATCH_CONTEXT);
-    hasher.field(evaluation.as_bytes()).field(candidate.as_bytes()).field(&intent_seq.to_le_bytes());
+    hasher.field(evaluation.as_bytes()).field(&created_at_ms.to_le_bytes()).field(candidate.as_bytes());
+    hasher.field(&intent_seq.to_le_bytes());
     BatchKey::new(format!("cpe-{}", &hex_encode(&hasher.finish())[..32]))
 }
 

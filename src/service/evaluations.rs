@@ -8,7 +8,7 @@ use crate::domain::identity::ExtractionId;
 use crate::domain::lifecycle::StateName;
 use crate::engine::evaluation::report::{self, EvaluationReport, ReportInput};
 use crate::store::evaluation::{EvaluationRecord, Trial};
-use crate::store::{EvaluationCreated, NewEvaluation, Promotion, Selection};
+use crate::store::{EvaluationCreated, Fence, NewEvaluation, Promotion, Selection};
 
 /// The most candidates one evaluation compares.
 pub const MAX_CANDIDATES: usize = 8;
@@ -199,6 +199,13 @@ impl Service {
             for (index, member) in record.members.iter().enumerate() {
                 let Some(extraction) = self.store.get(member.id).await? else { continue };
                 if extraction.state.name() != StateName::Committed {
+                    continue;
+                }
+                // A commit promoted from a trial is a candidate's answer, not production's:
+                // comparing a candidate with it would compare it with itself.
+                let promoted =
+                    self.store.result(member.id).await?.is_some_and(|r| matches!(r.fence, Fence::Evaluation(_)));
+                if promoted {
                     continue;
                 }
                 let findings = self.store.findings(member.id).await?.unwrap_or_default();

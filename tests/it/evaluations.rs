@@ -345,6 +345,9 @@ async fn a_bake_off_reports_what_the_candidates_did_survives_a_kill_and_promotes
         }
     }
     assert_eq!(kinds, BTreeSet::from(["evaluation".to_string()]), "only the trial's charge, never a second");
+    // Promoted commits are the candidate's own answers: never its reference.
+    let own = api.get("/v1/evaluations/pending/report").await.body;
+    assert_eq!(candidate(&own, "good")["agreement"]["compared"], json!(0), "{own:#}");
 
     // Erasing the tenant takes its trials: the evaluation drawn from it alone goes whole,
     // the other keeps its members' places without their source ids or answers.

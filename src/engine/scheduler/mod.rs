@@ -129,7 +129,7 @@ pub(crate) struct Scheduler {
     /// Failed batches in a row returned for want of room: sets the next hold's length.
     holds_in_a_row: u32,
     /// Evaluations this provider has sent every trial of (`trials.rs`): not looked at again.
-    trials_sent: HashSet<String>,
+    trials_sent: HashSet<(String, u64)>,
     /// When evaluations were last listed, and the creations seen then (`trials.rs`).
     evaluations_listed: Option<(u64, u64)>,
 }

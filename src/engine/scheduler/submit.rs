@@ -23,7 +23,8 @@ impl Scheduler {
             return Ok(None);
         }
         if !fresh {
-            match self.look_up(batch.batch_key.as_str(), batch.created_at_ms, &members).await? {
+            let ids: Vec<_> = members.iter().map(|m| m.id).collect();
+            match self.look_up(batch.batch_key.as_str(), batch.created_at_ms, &ids).await? {
                 Ok(Lookup::Found(job_id)) => {
                     tracing::info!(batch_key = %batch.batch_key, %job_id, "found the job of an unresolved intent; polling it instead of resubmitting");
                     self.health.update(|h| h.batches_recovered += 1);
@@ -65,12 +66,11 @@ impl Scheduler {
         &self,
         batch_key: &str,
         created_at_ms: u64,
-        members: &[crate::domain::batch::BatchMember],
+        ids: &[crate::domain::identity::ExtractionId],
     ) -> Result<Result<Lookup, crate::providers::ProviderError>, store::Error> {
-        let ids: Vec<_> = members.iter().map(|m| m.id).collect();
         let since = created_at_ms.saturating_sub(KNOWN_JOBS_WINDOW.as_millis() as u64);
         let known_jobs = self.store.recorded_jobs_since(self.provider.name().to_string(), since).await?;
-        let intent = IntentRef { batch_key, created_at_ms, members: &ids, known_jobs: &known_jobs };
+        let intent = IntentRef { batch_key, created_at_ms, members: ids, known_jobs: &known_jobs };
         Ok(self.provider.find_job(&intent).await)
     }
 

@@ -16,6 +16,7 @@ use super::Scheduler;
 use crate::domain::batch::{BatchMember, LineResult};
 use crate::domain::clock;
 use crate::domain::failpoint;
+use crate::domain::identity::{ExtractionId, trial_id};
 use crate::domain::lifecycle::FailureClass;
 use crate::domain::schema::SourceText;
 use crate::providers::{BatchSpec, ErrorClass, JobPhase, Lookup, ProviderError, ResultLine};
@@ -27,6 +28,9 @@ const TRIAL_CHUNK: usize = 512;
 /// How often evaluations are listed again without news of one (a store other instances
 /// write to may have new ones).
 const RELIST_EVALUATIONS_MS: u64 = 60_000;
+/// Trial batches of one evaluation a provider has open at once without a budget: enough to
+/// keep a long evaluation moving, few enough not to crowd out its production work.
+const MAX_OPEN_TRIAL_BATCHES: usize = 4;
 /// Under a budget, the first batch a candidate is sent, before its trial cost is known.
 const FIRST_BUDGETED_TRIALS: usize = 10;
 
@@ -38,44 +42,46 @@ impl Scheduler {
         let mut earliest = |at: u64| next = Some(next.map_or(at, |n: u64| n.min(at)));
         let open: Vec<TrialBatchRecord> =
             self.store.trial_batches(true).await?.into_iter().filter(|b| b.candidate == self.provider.name()).collect();
-        // Evaluations with a trial batch of this provider still open after this step's drive.
-        let mut busy: BTreeSet<String> = BTreeSet::new();
+        // Per evaluation, this provider's trial batches still open after this step's drive.
+        let mut busy: HashMap<String, usize> = HashMap::new();
         for batch in open {
             let now = clock::now_ms();
             let sending = batch.job_id.is_none();
             let evaluation = batch.evaluation.clone();
-            if let Some(paused_until) = self.health.paused_until(now, sending) {
-                earliest(paused_until.max(batch.next_action_at_ms));
-                busy.insert(evaluation);
-                continue;
-            }
-            if batch.next_action_at_ms > now {
-                earliest(batch.next_action_at_ms);
-                busy.insert(evaluation);
-                continue;
-            }
-            if let Some(at) = self.drive_trial(batch).await? {
+            let at = if let Some(paused_until) = self.health.paused_until(now, sending) {
+                Some(paused_until.max(batch.next_action_at_ms))
+            } else if batch.next_action_at_ms > now {
+                Some(batch.next_action_at_ms)
+            } else {
+                self.drive_trial(batch).await?
+            };
+            if let Some(at) = at {
                 earliest(at);
-                busy.insert(evaluation);
+                *busy.entry(evaluation).or_default() += 1;
             }
         }
         let now = clock::now_ms();
+        if self.health.paused_until(now, true).is_some() {
+            // The pause's own end wakes the loop; nothing is formed meanwhile.
+            return Ok(next);
+        }
         let created = self.signals.evaluations_created();
         // Listing decodes every evaluation's frozen set, so it is done when one was created
         // here, a trial batch of this provider closed, or (other instances may create them
         // on a shared store) a while has passed.
         let relist_at = self.evaluations_listed.map_or(now, |(at, _)| at.saturating_add(RELIST_EVALUATIONS_MS));
         let moved = self.evaluations_listed.is_none_or(|(_, seen)| seen != created);
-        if self.health.paused_until(now, true).is_none() && (moved || now >= relist_at) {
+        if moved || now >= relist_at {
             self.evaluations_listed = Some((now, created));
             for evaluation in self.store.evaluations().await? {
                 let mine = evaluation.is_running() && evaluation.has_candidate(self.provider.name());
+                let open = busy.get(&evaluation.name).copied().unwrap_or(0);
                 // Under a budget, one batch at a time: each sizes the next by what it cost.
-                let waits = evaluation.budget_micros.is_some() && busy.contains(&evaluation.name);
-                if !mine || waits || self.trials_sent.contains(&evaluation.name) {
+                let room = if evaluation.budget_micros.is_some() { 1 } else { MAX_OPEN_TRIAL_BATCHES };
+                if !mine || open >= room || self.trials_sent.contains(&sent_key(&evaluation)) {
                     continue;
                 }
-                if let Some(at) = self.form_trials(&evaluation).await? {
+                if let Some(at) = self.form_trials(&evaluation, room - open).await? {
                     earliest(at);
                 }
             }
@@ -88,36 +94,25 @@ impl Scheduler {
         Ok(next)
     }
 
-    /// Trial batches of the members this candidate has not been sent: all of them at once
-    /// (as many batches as the batch size makes), or under a budget one batch sized to what
-    /// is left of it.
-    async fn form_trials(&mut self, evaluation: &EvaluationRecord) -> Result<Option<u64>, store::Error> {
+    /// Up to `batches` trial batches of the members this candidate has not been sent; under
+    /// a budget, one batch sized to what is left of it.
+    async fn form_trials(
+        &mut self,
+        evaluation: &EvaluationRecord,
+        batches: usize,
+    ) -> Result<Option<u64>, store::Error> {
         let trials = self.store.trials(evaluation.name.clone()).await?;
-        let spent: u64 =
-            trials.iter().filter_map(|t| t.record.outcome.as_ref()).map(|o| o.cost_micros).fold(0, u64::saturating_add);
         let sent: BTreeSet<u32> =
             trials.iter().filter(|t| t.candidate == self.provider.name()).map(|t| t.index).collect();
-        let mut room = self.settings.batch_max_size.max(1);
+        let mut size = self.settings.batch_max_size.max(1);
         if let Some(budget) = evaluation.budget_micros {
-            if spent >= budget {
-                tracing::info!(evaluation = %evaluation.name, spent, budget, "evaluation budget reached: no more trials sent");
-                return Ok(None);
-            }
-            // What the rest of the budget buys at this candidate's mean trial cost so far; a
-            // candidate with no priced answer yet is sent a first batch of a few.
-            let costs: Vec<u64> = trials
-                .iter()
-                .filter(|t| t.candidate == self.provider.name())
-                .filter_map(|t| t.record.outcome.as_ref())
-                .map(|o| o.cost_micros)
-                .filter(|c| *c > 0)
-                .collect();
-            room = match costs.iter().sum::<u64>().checked_div(costs.len() as u64) {
-                Some(each) if each > 0 => {
-                    room.min(usize::try_from((budget - spent) / each).unwrap_or(usize::MAX).max(1))
+            match budget_room(budget, &trials, self.provider.name()) {
+                Some(room) => size = size.min(room),
+                None => {
+                    tracing::info!(evaluation = %evaluation.name, budget, "evaluation budget reached: no more trials sent");
+                    return Ok(None);
                 }
-                _ => room.min(FIRST_BUDGETED_TRIALS),
-            };
+            }
         }
         let waiting: Vec<u32> = (0..evaluation.members.len())
             .filter(|i| !evaluation.members[*i].erased)
@@ -126,17 +121,14 @@ impl Scheduler {
             .collect();
         if waiting.is_empty() {
             // A frozen set never grows: this candidate has nothing more to send for it.
-            self.trials_sent.insert(evaluation.name.clone());
+            self.trials_sent.insert(sent_key(evaluation));
             return Ok(None);
         }
-        let chunks: Vec<Vec<u32>> = match evaluation.budget_micros {
-            Some(_) => vec![waiting.into_iter().take(room).collect()],
-            None => waiting.chunks(room).map(<[u32]>::to_vec).collect(),
-        };
         let mut next: Option<u64> = None;
-        for chunk in chunks {
+        for chunk in waiting.chunks(size).take(batches) {
             let candidate = self.provider.name().to_string();
-            let Some(batch) = self.store.create_trial_batch(evaluation.name.clone(), candidate, chunk).await? else {
+            let Some(batch) = self.store.create_trial_batch(evaluation.name.clone(), candidate, chunk.to_vec()).await?
+            else {
                 continue;
             };
             tracing::info!(evaluation = %batch.evaluation, batch_key = %batch.batch_key, members = batch.members.len(), "trial batch formed");
@@ -161,6 +153,30 @@ impl Scheduler {
             self.store.close_trial_batch(batch.seq, "evaluation gone".into(), "its evaluation is gone".into()).await?;
             return Ok(None);
         };
+        if !fresh {
+            // Under every custom id it was formed with, whether or not its source is still
+            // stored: a job created before a crash holds them all.
+            let ids: Vec<ExtractionId> = trial_ids(&evaluation, &batch).into_iter().map(|(_, id)| id).collect();
+            match self.look_up(batch.batch_key.as_str(), batch.created_at_ms, &ids).await? {
+                Ok(Lookup::Found(job_id)) => {
+                    tracing::info!(batch_key = %batch.batch_key, %job_id, "found the job of an unresolved trial batch; polling it instead of resubmitting");
+                    return self.accept_trial(&batch, job_id).await;
+                }
+                Ok(Lookup::Absent) => {}
+                Ok(Lookup::Undecided { recheck_after, reason }) => {
+                    let at = self.recheck_at(recheck_after);
+                    self.store.reschedule_trial_batch(batch.seq, at, Some(reason), false).await?;
+                    return Ok(Some(at));
+                }
+                Err(e) => return self.on_trial_error(&batch, &e, true).await,
+            }
+        }
+        // Nothing of this batch is at the provider: what is sent is decided now.
+        if !evaluation.is_running() {
+            let reason = "the evaluation was cancelled before this batch was sent";
+            self.store.close_trial_batch(batch.seq, "cancelled".into(), reason.into()).await?;
+            return Ok(None);
+        }
         let lines = self.store.trial_batch_members(batch.seq).await?;
         let (members, gone): (Vec<_>, Vec<_>) = lines.into_iter().partition(|(_, member)| member.is_some());
         if !gone.is_empty() {
@@ -178,21 +194,6 @@ impl Scheduler {
         if members.is_empty() {
             self.store.close_trial_batch(batch.seq, "nothing to send".into(), "nothing to send".into()).await?;
             return Ok(None);
-        }
-        if !fresh {
-            match self.look_up(batch.batch_key.as_str(), batch.created_at_ms, &members).await? {
-                Ok(Lookup::Found(job_id)) => {
-                    tracing::info!(batch_key = %batch.batch_key, %job_id, "found the job of an unresolved trial batch; polling it instead of resubmitting");
-                    return self.accept_trial(&batch, job_id).await;
-                }
-                Ok(Lookup::Absent) => {}
-                Ok(Lookup::Undecided { recheck_after, reason }) => {
-                    let at = self.recheck_at(recheck_after);
-                    self.store.reschedule_trial_batch(batch.seq, at, Some(reason), false).await?;
-                    return Ok(Some(at));
-                }
-                Err(e) => return self.on_trial_error(&batch, &e, true).await,
-            }
         }
         let Ok(schema) = self.registry.get(&evaluation.schema) else {
             let reason = format!("schema {} is no longer registered", evaluation.schema);
@@ -255,11 +256,15 @@ impl Scheduler {
         status: &crate::providers::JobStatus,
     ) -> Result<Result<(), ProviderError>, store::Error> {
         let Some(evaluation) = self.store.evaluation(batch.evaluation.clone()).await? else { return Ok(Ok(())) };
-        let lines = self.store.trial_batch_members(batch.seq).await?;
-        // The custom id each trial went out under, back to its member index, with its source.
-        let by_custom_id: HashMap<String, (u32, BatchMember)> = lines
+        // The custom id each trial went out under, back to its member index, with its source
+        // where it is still stored (grounding needs it; an answer is paid for either way).
+        let mut sources: HashMap<u32, BatchMember> = HashMap::new();
+        for (index, member) in self.store.trial_batch_members(batch.seq).await? {
+            sources.extend(member.map(|m| (index, m)));
+        }
+        let by_custom_id: HashMap<String, (u32, Option<BatchMember>)> = trial_ids(&evaluation, batch)
             .into_iter()
-            .filter_map(|(index, member)| Some((member.as_ref()?.id.to_hex(), (index, member?))))
+            .map(|(index, id)| (id.to_hex(), (index, sources.remove(&index))))
             .collect();
         let schema = self.registry.get(&evaluation.schema).ok();
         let judge = self.committer.judge().clone();
@@ -279,7 +284,7 @@ impl Scheduler {
                     .drain(..)
                     .filter_map(|(custom_id, result)| {
                         let (index, member) = by_custom_id.get(&custom_id)?;
-                        let source = SourceText { id: &member.source_id, text: &member.content };
+                        let source = member.as_ref().map(|m| SourceText { id: &m.source_id, text: &m.content });
                         let (verdict, usage) = judge_trial(&judge, schema.as_deref(), source, result);
                         Some(TrialAnswer { index: *index, verdict, usage })
                     })
@@ -307,7 +312,9 @@ impl Scheduler {
         tracing::warn!(batch_key = %batch.batch_key, class = ?error.class, error = %error, "provider call for a trial batch failed");
         let give_up = match error.class {
             ErrorClass::InvalidRequest | ErrorClass::TooLarge | ErrorClass::Protocol => submitting,
-            ErrorClass::Gone => !submitting,
+            // Providers answer 404 for live jobs now and then: only a run of them, spread by
+            // the backoff over about as long as production waits (`job_gone_after`), ends it.
+            ErrorClass::Gone => !submitting && batch.failures + 1 >= self.settings.max_submit_failures,
             ErrorClass::RateLimited | ErrorClass::Auth | ErrorClass::Budget => false,
             ErrorClass::Transient => submitting && batch.failures + 1 >= self.settings.max_submit_failures,
         };
@@ -326,6 +333,51 @@ impl Scheduler {
     }
 }
 
+/// An evaluation as `trials_sent` knows it: a name freed by an erasure and taken again is
+/// another evaluation.
+fn sent_key(evaluation: &EvaluationRecord) -> (String, u64) {
+    (evaluation.name.clone(), evaluation.created_at_ms)
+}
+
+/// Under a budget, how many more trials this candidate's next batch may hold: what is left
+/// once the spend so far and the trials still waiting (at the mean trial cost) are taken
+/// off, at this candidate's mean trial cost; a candidate with no priced answer yet gets a
+/// first batch of a few. `None` once nothing is left. Other candidates sending at the same
+/// moment see each other's trials only once they are written, so spend can pass the budget
+/// by about one batch per candidate.
+fn budget_room(budget: u64, trials: &[crate::store::evaluation::Trial], candidate: &str) -> Option<usize> {
+    let costs = |mine: bool| -> Vec<u64> {
+        trials
+            .iter()
+            .filter(|t| !mine || t.candidate == candidate)
+            .filter_map(|t| t.record.outcome.as_ref())
+            .map(|o| o.cost_micros)
+            .filter(|c| *c > 0)
+            .collect()
+    };
+    let mean = |costs: Vec<u64>| costs.iter().sum::<u64>().checked_div(costs.len() as u64).filter(|m| *m > 0);
+    let spent: u64 = trials.iter().filter_map(|t| t.record.outcome.as_ref()).map(|o| o.cost_micros).sum();
+    let waiting = trials.iter().filter(|t| t.record.outcome.is_none()).count() as u64;
+    let committed = spent.saturating_add(waiting.saturating_mul(mean(costs(false)).unwrap_or(0)));
+    if committed >= budget {
+        return None;
+    }
+    match mean(costs(true)) {
+        Some(each) => Some(usize::try_from((budget - committed) / each).unwrap_or(usize::MAX).max(1)),
+        None => Some(FIRST_BUDGETED_TRIALS),
+    }
+}
+
+/// The custom id each member of a trial batch goes out under, with its member index.
+fn trial_ids(evaluation: &EvaluationRecord, batch: &TrialBatchRecord) -> Vec<(u32, ExtractionId)> {
+    batch
+        .members
+        .iter()
+        .filter_map(|i| Some((*i, evaluation.members.get(usize::try_from(*i).ok()?)?)))
+        .map(|(i, m)| (i, trial_id(&batch.evaluation, &batch.candidate, &m.id)))
+        .collect()
+}
+
 /// `formed_here` holds production batch sequences; a trial batch's is kept apart by its
 /// top bit, so the two numberings never meet.
 fn trial_marker(seq: u64) -> u64 {
@@ -336,13 +388,13 @@ fn trial_marker(seq: u64) -> u64 {
 fn judge_trial(
     judge: &crate::engine::commit::Judge,
     schema: Option<&crate::domain::schema::Schema>,
-    source: SourceText<'_>,
+    source: Option<SourceText<'_>>,
     result: LineResult,
 ) -> (TrialVerdict, Option<crate::domain::batch::Usage>) {
     match result {
         LineResult::Answer { output, usage } => {
             let verdict = match schema {
-                Some(schema) => match Judged::from(&judge.judge_answer(schema, &output, Some(source))) {
+                Some(schema) => match Judged::from(&judge.judge_answer(schema, &output, source)) {
                     Judged::Valid { output_json, findings } => TrialVerdict::Valid {
                         output_json,
                         findings: findings

@@ -146,6 +146,13 @@ impl Batches for Store {
                     jobs.push(job);
                 }
             }
+            // Evaluations' trial jobs at the same provider are as surely not this intent's.
+            for entry in txn.open_table(tables::TRIAL_BATCHES)?.iter()?.rev() {
+                let trial: crate::store::evaluation::TrialBatchRecord = decode(entry?.1.value())?;
+                if trial.candidate == provider && trial.created_at_ms >= since_ms {
+                    jobs.extend(trial.job_id);
+                }
+            }
             Ok(jobs)
         })
         .await

@@ -26,12 +26,10 @@ fn load_evaluation(t: &WriteTables<'_>, name: &str) -> Result<Option<EvaluationR
     t.evaluations.get(name)?.map(|v| decode(v.value())).transpose()
 }
 
-fn load_trial_batch(t: &WriteTables<'_>, batch: u64) -> Result<TrialBatchRecord, Error> {
-    let value = t
-        .trial_batches
-        .get(batch)?
-        .ok_or_else(|| Error::Corrupt { kind: "trial_batch", reason: format!("trial batch #{batch} has no record") })?;
-    decode(value.value())
+/// `None` when an erasure deleted it (with its evaluation): whatever was to be written of
+/// it is moot.
+fn load_trial_batch(t: &WriteTables<'_>, batch: u64) -> Result<Option<TrialBatchRecord>, Error> {
+    t.trial_batches.get(batch)?.map(|v| decode(v.value())).transpose()
 }
 
 fn save_trial_batch(t: &mut WriteTables<'_>, batch: &TrialBatchRecord) -> Result<(), Error> {
@@ -208,10 +206,12 @@ impl Evaluations for Store {
                         sent.insert(*index);
                     }
                 }
-                let seq = t.trial_batches.last()?.map_or(1, |(k, _)| k.value() + 1);
+                // Never handed out twice, even after an erasure deleted the last batches.
+                let seq = t.meta.get(tables::META_TRIAL_BATCH_SEQ)?.map_or(1, |v| v.value());
                 let Some(intent) = evaluation::intent(&record, &candidate, &sent, &members, seq, t.now_ms) else {
                     return Ok((None, false));
                 };
+                t.meta.insert(tables::META_TRIAL_BATCH_SEQ, seq + 1)?;
                 Ok((apply(t, TrialWrites::of(intent))?.batch, true))
             })
             .await
@@ -260,7 +260,9 @@ impl Evaluations for Store {
     async fn record_trial_job(&self, batch: u64, job_id: String, next_action_at_ms: u64) -> Result<(), Error> {
         self.writer
             .write(move |t| {
-                let record = load_trial_batch(t, batch)?;
+                let Some(record) = load_trial_batch(t, batch)? else {
+                    return Ok(((), false));
+                };
                 let Some(recorded) = evaluation::job_recorded(record, job_id, next_action_at_ms) else {
                     return Ok(((), false));
                 };
@@ -279,7 +281,9 @@ impl Evaluations for Store {
     ) -> Result<(), Error> {
         self.writer
             .write(move |t| {
-                let record = load_trial_batch(t, batch)?;
+                let Some(record) = load_trial_batch(t, batch)? else {
+                    return Ok(((), false));
+                };
                 save_trial_batch(t, &evaluation::reschedule(record, next_action_at_ms, note, count_failure))?;
                 Ok(((), true))
             })
@@ -294,7 +298,9 @@ impl Evaluations for Store {
     ) -> Result<TrialsWritten, Error> {
         self.writer
             .write(move |t| {
-                let record = load_trial_batch(t, batch)?;
+                let Some(record) = load_trial_batch(t, batch)? else {
+                    return Ok((TrialsWritten::default(), false));
+                };
                 let Some(evaluation) = load_evaluation(t, &record.evaluation)? else {
                     return Ok((TrialsWritten::default(), false));
                 };
@@ -324,7 +330,9 @@ impl Evaluations for Store {
     async fn close_trial_batch(&self, batch: u64, outcome: String, unanswered: String) -> Result<u64, Error> {
         self.writer
             .write(move |t| {
-                let record = load_trial_batch(t, batch)?;
+                let Some(record) = load_trial_batch(t, batch)? else {
+                    return Ok((0, false));
+                };
                 let mut trials = HashMap::new();
                 for index in &record.members {
                     if let Some(trial) = load_trial(t, &record, *index)? {

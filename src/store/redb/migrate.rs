@@ -322,6 +322,8 @@ fn read_meta(txn: &ReadTransaction, survey: &mut Survey) -> Result<(), Error> {
             tables::META_PENDING_QUEUE,
             tables::META_REVISIONS,
             tables::META_TENANT_COUNTS,
+            // PostgreSQL's trial_batch_seq is moved past the copied batches instead.
+            tables::META_TRIAL_BATCH_SEQ,
         ]
         .contains(&key.as_str())
         {

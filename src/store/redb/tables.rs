@@ -85,6 +85,8 @@ pub(super) const META_PENDING_QUEUE: &str = "pending_queue";
 pub(super) const META_TENANT_COUNTS: &str = "tenant_counts";
 /// `META` key: 1 once `REVISIONS` holds every extraction.
 pub(super) const META_REVISIONS: &str = "revisions";
+/// `META` key: the next trial batch sequence (`TRIAL_BATCHES`), never handed out twice.
+pub(super) const META_TRIAL_BATCH_SEQ: &str = "trial_batch_seq";
 /// `META` key: Unix ms of the last successful online backup.
 pub(super) const META_LAST_BACKUP: &str = "last_backup_ms";
 /// `META` key prefix: `pause:<provider>` = 1 while an operator has paused submissions.

@@ -148,7 +148,7 @@ pub(in crate::store) fn intent(
         seq,
         evaluation: evaluation.name.clone(),
         candidate: candidate.to_string(),
-        batch_key: trial_batch_key(&evaluation.name, candidate, seq).to_string(),
+        batch_key: trial_batch_key(&evaluation.name, evaluation.created_at_ms, candidate, seq).to_string(),
         members,
         created_at_ms: now_ms,
         job_id: None,

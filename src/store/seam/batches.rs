@@ -59,7 +59,8 @@ pub trait Batches: Send + Sync + std::fmt::Debug {
         next_action_at_ms: u64,
         note: String,
     ) -> Result<(), Error>;
-    /// Job ids recorded for `provider` since a time: what an orphan lookup may skip.
+    /// Job ids recorded for `provider` since a time, evaluations' trial jobs included: what
+    /// an orphan lookup may skip.
     async fn recorded_jobs_since(&self, provider: String, since_ms: u64) -> Result<Vec<String>, Error>;
     async fn provider_paused(&self, provider: String) -> Result<bool, Error>;
     async fn set_provider_paused(&self, provider: String, paused: bool) -> Result<(), Error>;
