@@ -138,18 +138,42 @@ impl Batches for PgStore {
         rows.iter().map(|r| decode(r.get(0))).collect()
     }
 
-    /// Job ids of `provider`'s batches created at or after `since_ms`, newest first.
+    /// Job ids of `provider`'s batches created at or after `since_ms`, newest first: its
+    /// production batches and the trial batches it runs as an evaluation's candidate
+    /// (both are jobs of the provider's account an orphan lookup must rule out).
+    ///
+    /// Trial batches have no provider or time column: every record is decoded (there are
+    /// few) and filtered here. The two lists are merged by creation time, newest first
+    /// (equal times keep production batches first, in sequence order); the order is only a
+    /// hint, a lookup treats the list as a set, so ties and clock skew between instances
+    /// do not matter for correctness.
     async fn recorded_jobs_since(&self, provider: String, since_ms: u64) -> Result<Vec<String>, Error> {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT job_id FROM batches WHERE provider = $1 AND created_at_ms >= $2 AND job_id IS NOT NULL \
-                 ORDER BY seq DESC",
+                "SELECT job_id, created_at_ms FROM batches \
+                 WHERE provider = $1 AND created_at_ms >= $2 AND job_id IS NOT NULL ORDER BY seq DESC",
                 &[&provider, &big(since_ms)],
             )
             .await
             .map_err(pg("cannot list recorded jobs"))?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        let mut jobs: Vec<(u64, String)> = rows.iter().map(|r| (unbig(r.get(1)), r.get(0))).collect();
+        let trial_rows = client
+            .query("SELECT record FROM trial_batches ORDER BY seq DESC", &[])
+            .await
+            .map_err(pg("cannot list recorded trial jobs"))?;
+        for row in &trial_rows {
+            let trial: crate::store::evaluation::TrialBatchRecord = decode(row.get(0))?;
+            if trial.candidate == provider
+                && trial.created_at_ms >= since_ms
+                && let Some(job_id) = trial.job_id
+            {
+                jobs.push((trial.created_at_ms, job_id));
+            }
+        }
+        // Stable: production batches keep their sequence order among equal times.
+        jobs.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+        Ok(jobs.into_iter().map(|(_, job_id)| job_id).collect())
     }
 
     /// The members in submit order, with their content; a missing member keeps its place.

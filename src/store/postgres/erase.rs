@@ -24,6 +24,11 @@
 //! before the extractions means such a step either finished first or waits for the
 //! erasure, so the two never wait on each other. The evaluation rows are locked `FOR NO
 //! KEY UPDATE`, which a new trial row's foreign key check does not wait for.
+//!
+//! An evaluation frozen over the tenant's rows between that first read and the locking of
+//! the extractions is found by a second read once they are locked, and erased too; its
+//! locks are taken `NOWAIT` (out of order, they must not wait), and one not available
+//! sends the erasure round again (`lock_late_evaluations`).
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -83,6 +88,8 @@ pub(super) async fn erase_in(
     if !missed.is_empty() {
         return Ok(Round::LockAlso(missed));
     }
+    let handled: BTreeSet<String> = evaluations.iter().map(|e| e.name.clone()).collect();
+    let late = lock_late_evaluations(tx, tenant, &handled).await?;
     let mut report = ErasureReport { outbox_events: drop_events(tx, tenant).await?, ..ErasureReport::default() };
     let erased: HashSet<u64> = seqs.iter().map(|&s| unbig(s)).collect();
     report.intents_closed = release_intents(tx, &listing, &erased, now_ms).await?;
@@ -128,7 +135,7 @@ pub(super) async fn erase_in(
         .await
         .map_err(pg("cannot record erased spend"))?;
     }
-    erase_evaluations(tx, tenant, evaluations).await?;
+    erase_evaluations(tx, tenant, evaluations.into_iter().chain(late)).await?;
     Ok(Round::Done(report))
 }
 
@@ -137,39 +144,99 @@ fn touches(record: &EvaluationRecord, tenant: &str) -> bool {
     evaluation::erase(record, tenant).is_none_or(|(_, erased)| !erased.is_empty())
 }
 
-/// The evaluations the erasure changes, locked, with their trial batches (see the module's
-/// note on lock order). Which ones is decided on an unlocked read: the tenant and members
-/// of an evaluation are frozen at its creation (only an erasure marks members erased), so
-/// the locked records are re-read and decided again by `erase_evaluations`.
-async fn lock_evaluations(tx: &Transaction<'_>, tenant: &str) -> Result<Vec<EvaluationRecord>, Error> {
+/// The names of the evaluations the erasure changes (other than `skip`), on an unlocked
+/// read: the tenant and members of an evaluation are frozen at its creation (only an
+/// erasure marks members erased), so the records are re-read under lock and decided again
+/// by `erase_evaluations`.
+async fn touched_evaluations(
+    tx: &Transaction<'_>,
+    tenant: &str,
+    skip: &BTreeSet<String>,
+) -> Result<Vec<String>, Error> {
     let mut touched = Vec::new();
     for row in
         tx.query("SELECT record FROM evaluations ORDER BY name", &[]).await.map_err(pg("cannot read evaluations"))?
     {
         let record: EvaluationRecord = decode(row.get(0))?;
-        if touches(&record, tenant) {
+        if !skip.contains(&record.name) && touches(&record, tenant) {
             touched.push(record.name);
         }
     }
-    if touched.is_empty() {
+    Ok(touched)
+}
+
+/// Locks the evaluations `names` (name order) and then their trial batches (sequence
+/// order), and returns the evaluations' records as locked. With `nowait`, a lock another
+/// transaction holds is not waited for: the statement fails as a lost race instead.
+async fn lock_named(tx: &Transaction<'_>, names: &[String], nowait: bool) -> Result<Vec<EvaluationRecord>, Error> {
+    if names.is_empty() {
         return Ok(Vec::new());
     }
-    let rows = tx
-        .query("SELECT record FROM evaluations WHERE name = ANY($1) ORDER BY name FOR NO KEY UPDATE", &[&touched])
-        .await
-        .map_err(pg("cannot lock the tenant's evaluations"))?;
+    let (evaluations, trial_batches) = if nowait {
+        (
+            "SELECT record FROM evaluations WHERE name = ANY($1) ORDER BY name FOR NO KEY UPDATE NOWAIT",
+            "SELECT seq FROM trial_batches WHERE evaluation = ANY($1) ORDER BY seq FOR UPDATE NOWAIT",
+        )
+    } else {
+        (
+            "SELECT record FROM evaluations WHERE name = ANY($1) ORDER BY name FOR NO KEY UPDATE",
+            "SELECT seq FROM trial_batches WHERE evaluation = ANY($1) ORDER BY seq FOR UPDATE",
+        )
+    };
+    let rows = tx.query(evaluations, &[&names]).await.map_err(raced(nowait, "cannot lock the tenant's evaluations"))?;
     let locked = rows.iter().map(|row| decode(row.get(0))).collect::<Result<Vec<EvaluationRecord>, _>>()?;
-    tx.query("SELECT seq FROM trial_batches WHERE evaluation = ANY($1) ORDER BY seq FOR UPDATE", &[&touched])
-        .await
-        .map_err(pg("cannot lock the tenant's trial batches"))?;
+    tx.query(trial_batches, &[&names]).await.map_err(raced(nowait, "cannot lock the tenant's trial batches"))?;
     Ok(locked)
+}
+
+/// `pg`, where a `NOWAIT` lock that was not available is also a lost race.
+fn raced(nowait: bool, context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> Error {
+    move |e| {
+        if nowait && e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) {
+            let failure = Error::Postgres { context, source: Box::new(e) };
+            return Error::Conflict { reason: context.to_string(), cause: Some(Box::new(failure)) };
+        }
+        pg(context)(e)
+    }
+}
+
+/// The evaluations the erasure changes, locked, with their trial batches (see the module's
+/// note on lock order).
+async fn lock_evaluations(tx: &Transaction<'_>, tenant: &str) -> Result<Vec<EvaluationRecord>, Error> {
+    let touched = touched_evaluations(tx, tenant, &BTreeSet::new()).await?;
+    lock_named(tx, &touched, false).await
+}
+
+/// The evaluations frozen over the tenant's rows after `lock_evaluations` read the table
+/// and before the tenant's extractions were locked (`handled` are those it locked), locked
+/// with their trial batches. Called with the extractions locked: a `freeze_evaluation`
+/// takes `FOR KEY SHARE` on its members, so it has either committed by now (and a new
+/// statement sees it, READ COMMITTED) or waits for this erasure and then finds its members
+/// gone and is refused; this second read misses none.
+///
+/// These locks come after the extractions, against the module's lock order, so they are
+/// taken `NOWAIT` to stay deadlock-free: a trial step holding one of them may be waiting
+/// for an extraction this erasure holds. One not available fails the round as a lost race
+/// (`lost_a_race`), and the next round's first read finds the evaluation and locks it in
+/// order, before the extractions.
+async fn lock_late_evaluations(
+    tx: &Transaction<'_>,
+    tenant: &str,
+    handled: &BTreeSet<String>,
+) -> Result<Vec<EvaluationRecord>, Error> {
+    let late = touched_evaluations(tx, tenant, handled).await?;
+    lock_named(tx, &late, true).await
 }
 
 /// The tenant's part of each (locked) evaluation (`rules::evaluation::erase`), the twin
 /// of redb's `erase_evaluations`: an evaluation drawn from the tenant alone goes whole,
 /// its trials and trial batches first (they refer to it); in any other, the tenant's
 /// members lose their source ids and their trials.
-async fn erase_evaluations(tx: &Transaction<'_>, tenant: &str, locked: Vec<EvaluationRecord>) -> Result<(), Error> {
+async fn erase_evaluations(
+    tx: &Transaction<'_>,
+    tenant: &str,
+    locked: impl IntoIterator<Item = EvaluationRecord>,
+) -> Result<(), Error> {
     for record in locked {
         let name = record.name.as_str();
         match evaluation::erase(&record, tenant) {

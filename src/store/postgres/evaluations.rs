@@ -62,14 +62,17 @@ pub(super) async fn save_evaluation(tx: &Transaction<'_>, record: &EvaluationRec
     Ok(())
 }
 
-/// The trial batch, locked for the rest of the transaction.
-async fn lock_trial_batch(tx: &Transaction<'_>, batch: u64) -> Result<TrialBatchRecord, Error> {
+/// The trial batch, locked for the rest of the transaction; `None` when it is gone. A
+/// tenant's erasure deletes the trial batches of an evaluation drawn from that tenant
+/// alone, while the evaluation driver may still hold the batch's number: the step it was
+/// taking then does nothing (as for a provider batch whose rows were erased), it is not
+/// corruption.
+async fn lock_trial_batch(tx: &Transaction<'_>, batch: u64) -> Result<Option<TrialBatchRecord>, Error> {
     let row = tx
         .query_opt("SELECT record FROM trial_batches WHERE seq = $1 FOR UPDATE", &[&big(batch)])
         .await
-        .map_err(pg("cannot read a trial batch"))?
-        .ok_or_else(|| Error::Corrupt { kind: "trial_batch", reason: format!("trial batch #{batch} has no record") })?;
-    decode(row.get(0))
+        .map_err(pg("cannot read a trial batch"))?;
+    row.map(|r| decode(r.get(0))).transpose()
 }
 
 async fn save_trial_batch(tx: &Transaction<'_>, batch: &TrialBatchRecord) -> Result<(), Error> {
@@ -419,7 +422,7 @@ impl Evaluations for PgStore {
     async fn record_trial_job(&self, batch: u64, job_id: String, next_action_at_ms: u64) -> Result<(), Error> {
         self.in_transaction("trial job id commit failed", move |tx, _now_ms| {
             Box::pin(async move {
-                let record = lock_trial_batch(tx, batch).await?;
+                let Some(record) = lock_trial_batch(tx, batch).await? else { return Ok(()) };
                 match evaluation::job_recorded(record, job_id, next_action_at_ms) {
                     Some(recorded) => save_trial_batch(tx, &recorded).await,
                     None => Ok(()),
@@ -438,7 +441,7 @@ impl Evaluations for PgStore {
     ) -> Result<(), Error> {
         self.in_transaction("trial batch reschedule commit failed", move |tx, _now_ms| {
             Box::pin(async move {
-                let record = lock_trial_batch(tx, batch).await?;
+                let Some(record) = lock_trial_batch(tx, batch).await? else { return Ok(()) };
                 save_trial_batch(tx, &evaluation::reschedule(record, next_action_at_ms, note, count_failure)).await
             })
         })
@@ -454,7 +457,9 @@ impl Evaluations for PgStore {
         let policies = self.policies();
         self.in_transaction("trial answers commit failed", move |tx, now_ms| {
             Box::pin(async move {
-                let record = lock_trial_batch(tx, batch).await?;
+                let Some(record) = lock_trial_batch(tx, batch).await? else {
+                    return Ok(TrialsWritten::default());
+                };
                 let Some(evaluation) = read_evaluation(tx, &record.evaluation, false).await? else {
                     return Ok(TrialsWritten::default());
                 };
@@ -491,7 +496,7 @@ impl Evaluations for PgStore {
     async fn close_trial_batch(&self, batch: u64, outcome: String, unanswered: String) -> Result<u64, Error> {
         self.in_transaction("trial batch close commit failed", move |tx, now_ms| {
             Box::pin(async move {
-                let record = lock_trial_batch(tx, batch).await?;
+                let Some(record) = lock_trial_batch(tx, batch).await? else { return Ok(0) };
                 let trials = read_trials(tx, &record.evaluation, &record.candidate, &record.members, true).await?;
                 let Some(closing) = evaluation::close(&record, &trials, outcome, &unanswered, now_ms) else {
                     return Ok(0);
