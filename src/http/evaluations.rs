@@ -153,7 +153,7 @@ fn view(status: EvaluationStatus) -> EvaluationView {
 }
 
 /// Freezes a set of extractions and starts sending it to each candidate as trials.
-#[utoipa::path(post, path = "/v1/evaluations", tag = "evaluations", request_body = EvaluationBody,
+#[utoipa::path(post, path = "/v1/evaluations", operation_id = "create_evaluation", tag = "evaluations", request_body = EvaluationBody,
     security(("bearer" = [])),
     responses(
         (status = 201, description = "The evaluation, frozen; trials start now", body = EvaluationView),
@@ -202,7 +202,7 @@ pub(super) struct EvaluationList {
 }
 
 /// Every evaluation, oldest first, with its progress.
-#[utoipa::path(get, path = "/v1/evaluations", tag = "evaluations",
+#[utoipa::path(get, path = "/v1/evaluations", operation_id = "list_evaluations", tag = "evaluations",
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The evaluations", body = EvaluationList),
@@ -217,7 +217,7 @@ pub(super) async fn list(State(service): State<Service>) -> Reply<EvaluationList
 }
 
 /// One evaluation's progress per candidate.
-#[utoipa::path(get, path = "/v1/evaluations/{name}", tag = "evaluations",
+#[utoipa::path(get, path = "/v1/evaluations/{name}", operation_id = "get_evaluation", tag = "evaluations",
     params(("name" = String, Path, description = "The evaluation's name")),
     security(("bearer" = [])),
     responses(
@@ -234,7 +234,7 @@ pub(super) async fn get(State(service): State<Service>, NamePath(name): NamePath
 }
 
 /// Stops sending trials; jobs already at a provider are still read (they are paid for).
-#[utoipa::path(post, path = "/v1/evaluations/{name}/cancel", tag = "evaluations",
+#[utoipa::path(post, path = "/v1/evaluations/{name}/cancel", operation_id = "cancel_evaluation", tag = "evaluations",
     params(("name" = String, Path, description = "The evaluation's name")),
     security(("bearer" = [])),
     responses(
@@ -279,7 +279,7 @@ pub(super) struct ReportQuery {
 /// findings per answer; agreement with the reference by finding identity (precision,
 /// recall, F1, exact-set rate) with the disagreeing identities; tokens, cost and cost per
 /// valid answer; latency from submit to answer.
-#[utoipa::path(get, path = "/v1/evaluations/{name}/report", tag = "evaluations",
+#[utoipa::path(get, path = "/v1/evaluations/{name}/report", operation_id = "evaluation_report", tag = "evaluations",
     params(("name" = String, Path, description = "The evaluation's name"), ReportQuery),
     security(("bearer" = [])),
     responses(
@@ -336,7 +336,7 @@ pub(super) struct PromotionView {
 
 /// Commits the candidate's valid answers for the set's members that are not committed
 /// yet, exactly once however often it is called, and names the routing change.
-#[utoipa::path(post, path = "/v1/evaluations/{name}/promote", tag = "evaluations", request_body = PromoteBody,
+#[utoipa::path(post, path = "/v1/evaluations/{name}/promote", operation_id = "promote_evaluation", tag = "evaluations", request_body = PromoteBody,
     params(("name" = String, Path, description = "The evaluation's name")),
     security(("bearer" = [])),
     responses(
