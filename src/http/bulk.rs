@@ -100,7 +100,7 @@ pub(super) struct BulkRetryReply {
 
 /// Moves every matching failed extraction back to pending (`attempts` + 1), in intake
 /// order, a bounded number per transaction.
-#[utoipa::path(post, path = "/v1/admin/retry", tag = "admin", request_body = BulkRetryBody,
+#[utoipa::path(post, path = "/v1/admin/retry", operation_id = "retry_failed", tag = "admin", request_body = BulkRetryBody,
     security(("bearer" = [])),
     responses(
         (status = 200, description = "How many were retried", body = BulkRetryReply),

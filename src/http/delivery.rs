@@ -130,7 +130,7 @@ pub(super) struct OutboxPage {
 }
 
 /// Outbox events waiting for delivery, or dead.
-#[utoipa::path(get, path = "/v1/outbox", tag = "outbox", params(OutboxQuery),
+#[utoipa::path(get, path = "/v1/outbox", operation_id = "list_outbox", tag = "outbox", params(OutboxQuery),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "A page of events", body = OutboxPage, links(

@@ -106,7 +106,7 @@ pub(crate) async fn intake(
 }
 
 /// One extraction.
-#[utoipa::path(get, path = "/v1/extractions/{id}", tag = "extractions",
+#[utoipa::path(get, path = "/v1/extractions/{id}", operation_id = "get_extraction", tag = "extractions",
     params(("id" = String, Path, pattern = "^[0-9a-f]{64}$", description = "The extraction id")),
     security(("bearer" = [])),
     responses(
@@ -166,7 +166,7 @@ pub(crate) struct ExtractionPage {
 }
 
 /// Extractions in intake order, a page at a time.
-#[utoipa::path(get, path = "/v1/extractions", tag = "extractions", params(ListQuery),
+#[utoipa::path(get, path = "/v1/extractions", operation_id = "list_extractions", tag = "extractions", params(ListQuery),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "A page of records", body = ExtractionPage),
@@ -252,7 +252,7 @@ pub(crate) async fn findings(
 }
 
 /// Moves a failed extraction back to pending (`attempts` + 1).
-#[utoipa::path(post, path = "/v1/extractions/{id}/retry", tag = "extractions",
+#[utoipa::path(post, path = "/v1/extractions/{id}/retry", operation_id = "retry_extraction", tag = "extractions",
     params(("id" = String, Path, pattern = "^[0-9a-f]{64}$", description = "The extraction id")),
     security(("bearer" = [])),
     responses(

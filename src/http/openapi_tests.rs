@@ -448,3 +448,18 @@ async fn healthz_answers_503_naming_a_failed_task_but_not_its_cause() {
     assert_eq!(health["failed_tasks"], json!(["scheduler simulator"]));
     assert!(!health.to_string().contains("secret-path"), "the cause is for the log, not for anyone: {health}");
 }
+
+/// Client generators key methods by operation id and types by component name: a repeated
+/// id is refused by the reference validator (openapi-spec-validator), and a generator
+/// silently drops one of the operations.
+#[test]
+fn operation_ids_are_unique() {
+    let doc = served_document();
+    let mut seen: std::collections::BTreeMap<String, Vec<String>> = std::collections::BTreeMap::new();
+    for (method, path) in operations(&doc) {
+        let id = doc["paths"][&path][method.to_lowercase()]["operationId"].as_str().unwrap_or_default().to_string();
+        seen.entry(id).or_default().push(format!("{method} {path}"));
+    }
+    let repeated: Vec<_> = seen.into_iter().filter(|(_, ops)| ops.len() > 1).collect();
+    assert!(repeated.is_empty(), "operation ids used more than once: {repeated:?}");
+}

@@ -25,7 +25,7 @@ pub(super) struct SchemaView {
 }
 
 /// A registered schema by its `name@version`.
-#[utoipa::path(get, path = "/v1/schemas/{name}", tag = "extractions",
+#[utoipa::path(get, path = "/v1/schemas/{name}", operation_id = "get_schema", tag = "extractions",
     params(("name" = String, Path, description = "`name@version`, e.g. `code-review@1`")),
     security(("bearer" = [])),
     responses(
