@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes a live server against the OpenAPI document it serves (GET /openapi.json) with
+# Checks the OpenAPI document a live server serves (GET /openapi.json) with the reference
+# validator, then fuzzes the server against it with
 # schemathesis and every check it has: no 5xx, every status and body as documented,
 # invalid input refused, valid input accepted, bearer auth enforced, 405 with Allow.
 #
@@ -11,6 +12,9 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 version=4.32.5
+# The reference validator client generators go by: a document it refuses (an operation id
+# used twice, say) is one they cannot use either.
+validator_version=0.9.0
 venv=$(realpath -m "${SCHEMATHESIS_VENV:-target/schemathesis-venv}")
 max_examples="${SCHEMATHESIS_MAX_EXAMPLES:-100}"
 seed="${SCHEMATHESIS_SEED:-1}"
@@ -22,6 +26,9 @@ if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "$version"; then
     echo "== installing schemathesis $version into $venv"
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$version"
+fi
+if ! "$venv/bin/pip" show openapi-spec-validator 2>/dev/null | grep -q "^Version: $validator_version$"; then
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "openapi-spec-validator==$validator_version"
 fi
 
 echo "== building commitpoint"
@@ -87,6 +94,10 @@ if [ -z "$url" ]; then
     exit 1
 fi
 echo "   listening on $url"
+
+echo "== openapi-spec-validator $validator_version on $url/openapi.json"
+curl -sf "$url/openapi.json" -o "$work/openapi.json"
+"$venv/bin/openapi-spec-validator" "$work/openapi.json"
 
 echo "== schemathesis run $url/openapi.json (max $max_examples examples per operation, seed $seed)"
 status=0
