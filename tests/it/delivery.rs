@@ -132,6 +132,13 @@ async fn events_are_retried_with_one_webhook_id_until_taken() {
     assert_eq!(body["type"], json!("extraction.committed"));
     assert_eq!(body["data"]["id"], json!(id));
     assert_eq!(body["data"]["findings"].as_array().map(Vec::len), Some(1), "{body:#}");
+    // One finding shape everywhere: the API's, with the old `key`/`finding` kept a release.
+    let listed = api.findings(&id).await["findings"][0].clone();
+    let sent = &body["data"]["findings"][0];
+    for (field, value) in listed.as_object().expect("a finding") {
+        assert_eq!(&sent[field], value, "event field {field} differs from the API's: {sent:#}");
+    }
+    assert_eq!((&sent["key"], &sent["finding"]["rule"]), (&listed["finding_key"], &listed["rule"]), "{sent:#}");
     let pending = api.get("/v1/outbox?state=pending").await;
     assert_eq!(pending.body["events"], json!([]), "{:#}", pending.body);
     crate::util::stop_and_verify(server);

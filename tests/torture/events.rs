@@ -185,7 +185,16 @@ fn assert_findings(id: &str, extraction: &str, data: &Value, expected: &Expected
         .as_array()
         .unwrap_or_else(|| panic!("event {id} has no findings"))
         .iter()
-        .map(|f| (f["key"].as_str().unwrap_or_default().to_string(), f["finding"].clone()))
+        .map(|f| {
+            // The API's shape; the old `key`/`finding` (kept a release) say the same again.
+            let mut body = f.clone();
+            let fields = body.as_object_mut().unwrap_or_else(|| panic!("event {id}: a finding is not an object"));
+            let key = fields.remove("finding_key").unwrap_or(Value::Null);
+            assert_eq!(fields.remove("key").as_ref(), Some(&key), "event {id}: the old key differs");
+            let old = fields.remove("finding").unwrap_or(Value::Null);
+            assert_eq!(old, Value::Object(fields.clone()), "event {id}: the old body differs");
+            (key.as_str().unwrap_or_default().to_string(), body)
+        })
         .collect();
     want.sort_by(|a, b| a.0.cmp(&b.0));
     got.sort_by(|a, b| a.0.cmp(&b.0));

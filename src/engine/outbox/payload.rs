@@ -8,18 +8,28 @@ use crate::domain::clock;
 use crate::store::seam::Backend;
 use crate::store::{self, OutboxKind, OutboxRecord};
 
+/// A finding as the API and exports show it, `{"finding_key", …its fields}`, plus the shape
+/// events had before (`key` and the body under `finding`), kept for one release where the
+/// body has no field of those names (docs/API.md, "Outbox").
+fn finding(key: &str, body_json: &str) -> Value {
+    let body = serde_json::from_str::<Value>(body_json).unwrap_or(Value::Null);
+    let mut shown = match &body {
+        Value::Object(fields) => fields.clone(),
+        _ => serde_json::Map::new(),
+    };
+    shown.insert("finding_key".into(), json!(key));
+    for (old, value) in [("key", json!(key)), ("finding", body)] {
+        shown.entry(old).or_insert(value);
+    }
+    Value::Object(shown)
+}
+
 pub(crate) async fn event_body(store: &dyn Backend, event: &OutboxRecord) -> Result<Vec<u8>, store::Error> {
     let record = store.get_by_seq(event.extraction_seq).await?;
     let (kind, mut data) = match &event.kind {
         OutboxKind::Committed | OutboxKind::Revision { .. } => {
             let findings = store.findings(event.extraction_id).await?.unwrap_or_default();
-            let findings: Vec<Value> = findings
-                .iter()
-                .map(|f| {
-                    let body = serde_json::from_str::<Value>(&f.body_json).unwrap_or(Value::Null);
-                    json!({ "key": f.key.to_string(), "finding": body })
-                })
-                .collect();
+            let findings: Vec<Value> = findings.iter().map(|f| finding(&f.key.to_string(), &f.body_json)).collect();
             // A revision names the one it superseded and the findings diff against it
             // (`null` across schema versions); a first revision supersedes nothing.
             let (supersedes, diff) = match &event.kind {
