@@ -128,6 +128,8 @@ pub(crate) struct Scheduler {
     waiting: HashMap<String, WaitingWork>,
     /// Failed batches in a row returned for want of room: sets the next hold's length.
     holds_in_a_row: u32,
+    /// Trial batches formed by this process and not yet sent (`formed_here`, for trials).
+    trials_formed_here: HashSet<u64>,
     /// Evaluations this provider has sent every trial of (`trials.rs`): not looked at again.
     trials_sent: HashSet<(String, u64)>,
     /// When evaluations were last listed, and the creations seen then (`trials.rs`).
@@ -186,6 +188,7 @@ impl Scheduler {
             rate_limits: HashMap::new(),
             waiting: HashMap::new(),
             holds_in_a_row: 0,
+            trials_formed_here: HashSet::new(),
             trials_sent: HashSet::new(),
             evaluations_listed: None,
         };

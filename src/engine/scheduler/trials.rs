@@ -132,7 +132,7 @@ impl Scheduler {
                 continue;
             };
             tracing::info!(evaluation = %batch.evaluation, batch_key = %batch.batch_key, members = batch.members.len(), "trial batch formed");
-            self.formed_here.insert(trial_marker(batch.seq));
+            self.trials_formed_here.insert(batch.seq);
             if let Some(at) = self.drive_trial(batch).await? {
                 next = Some(next.map_or(at, |n: u64| n.min(at)));
             }
@@ -148,7 +148,7 @@ impl Scheduler {
     }
 
     async fn submit_trial(&mut self, batch: TrialBatchRecord) -> Result<Option<u64>, store::Error> {
-        let fresh = self.formed_here.remove(&trial_marker(batch.seq)) && batch.failures == 0;
+        let fresh = self.trials_formed_here.remove(&batch.seq) && batch.failures == 0;
         let Some(evaluation) = self.store.evaluation(batch.evaluation.clone()).await? else {
             self.store.close_trial_batch(batch.seq, "evaluation gone".into(), "its evaluation is gone".into()).await?;
             return Ok(None);
@@ -376,12 +376,6 @@ fn trial_ids(evaluation: &EvaluationRecord, batch: &TrialBatchRecord) -> Vec<(u3
         .filter_map(|i| Some((*i, evaluation.members.get(usize::try_from(*i).ok()?)?)))
         .map(|(i, m)| (i, trial_id(&batch.evaluation, &batch.candidate, &m.id)))
         .collect()
-}
-
-/// `formed_here` holds production batch sequences; a trial batch's is kept apart by its
-/// top bit, so the two numberings never meet.
-fn trial_marker(seq: u64) -> u64 {
-    seq | (1 << 63)
 }
 
 /// One result line as a trial verdict, with what the call used.

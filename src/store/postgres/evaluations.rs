@@ -143,51 +143,6 @@ async fn save_trial(
     Ok(())
 }
 
-impl PgStore {
-    /// One chunk of a promotion, in one transaction.
-    async fn promote_chunk_in(
-        &self,
-        evaluation: &std::sync::Arc<EvaluationRecord>,
-        candidate: &str,
-        chunk: &[u32],
-    ) -> Result<Promotion, Error> {
-        let policies = self.policies();
-        let (record, candidate, chunk) = (std::sync::Arc::clone(evaluation), candidate.to_string(), chunk.to_vec());
-        self.in_transaction("promotion commit failed", move |tx, now_ms| {
-            Box::pin(async move {
-                // Trials read as committed, unlocked (see the module's note on lock order);
-                // the members' extractions locked in sequence order.
-                let trials = read_trials(tx, &record.name, &candidate, &chunk, false).await?;
-                let seqs: Vec<i64> =
-                    chunk.iter().filter_map(|i| evaluation::member_of(&record, *i)).map(|m| big(m.seq)).collect();
-                let rows = tx
-                    .query("SELECT seq, record FROM extractions WHERE seq = ANY($1) ORDER BY seq FOR UPDATE", &[&seqs])
-                    .await
-                    .map_err(pg("cannot read extractions to promote"))?;
-                let mut extractions = HashMap::with_capacity(rows.len());
-                for row in &rows {
-                    extractions.insert(unbig(row.get(0)), decode_record(row.get(1))?);
-                }
-                let (part, commits) = evaluation::promote_chunk(&record, &chunk, &trials, &extractions, now_ms);
-                for (seq, next, answer) in commits {
-                    let Some(member) = extractions.remove(&seq) else { continue };
-                    let settling = Settle {
-                        member,
-                        next,
-                        answer: &answer,
-                        charge: None,
-                        producer: candidate.clone(),
-                        fence: Fence::Evaluation(record.name.clone()),
-                    };
-                    settle(tx, &policies, now_ms, settling).await?;
-                }
-                Ok(part)
-            })
-        })
-        .await
-    }
-}
-
 #[async_trait]
 impl Evaluations for PgStore {
     async fn create_evaluation(&self, new: NewEvaluation) -> Result<EvaluationCreated, Error> {
@@ -507,12 +462,46 @@ impl Evaluations for PgStore {
         .await
     }
 
+    /// One chunk of a promotion, in one transaction.
     async fn promote_chunk(
         &self,
-        record: std::sync::Arc<EvaluationRecord>,
+        evaluation: std::sync::Arc<EvaluationRecord>,
         candidate: String,
         chunk: Vec<u32>,
     ) -> Result<Promotion, Error> {
-        self.promote_chunk_in(&record, &candidate, &chunk).await
+        let policies = self.policies();
+        let record = evaluation;
+        self.in_transaction("promotion commit failed", move |tx, now_ms| {
+            Box::pin(async move {
+                // Trials read as committed, unlocked (see the module's note on lock order);
+                // the members' extractions locked in sequence order.
+                let trials = read_trials(tx, &record.name, &candidate, &chunk, false).await?;
+                let seqs: Vec<i64> =
+                    chunk.iter().filter_map(|i| evaluation::member_of(&record, *i)).map(|m| big(m.seq)).collect();
+                let rows = tx
+                    .query("SELECT seq, record FROM extractions WHERE seq = ANY($1) ORDER BY seq FOR UPDATE", &[&seqs])
+                    .await
+                    .map_err(pg("cannot read extractions to promote"))?;
+                let mut extractions = HashMap::with_capacity(rows.len());
+                for row in &rows {
+                    extractions.insert(unbig(row.get(0)), decode_record(row.get(1))?);
+                }
+                let (part, commits) = evaluation::promote_chunk(&record, &chunk, &trials, &extractions, now_ms);
+                for (seq, next, answer) in commits {
+                    let Some(member) = extractions.remove(&seq) else { continue };
+                    let settling = Settle {
+                        member,
+                        next,
+                        answer: &answer,
+                        charge: None,
+                        producer: candidate.clone(),
+                        fence: Fence::Evaluation(record.name.clone()),
+                    };
+                    settle(tx, &policies, now_ms, settling).await?;
+                }
+                Ok(part)
+            })
+        })
+        .await
     }
 }
