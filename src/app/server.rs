@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 use crate::app::config::{self, ProviderKind, ServeOptions};
 use crate::app::{provider_registry, secrets};
@@ -158,61 +157,6 @@ fn create_private_store_file(data_dir: &std::path::Path) -> Result<(), store::Er
     }
 }
 
-/// How often a standby tries the driver locks: a killed driver's session ends at once, so
-/// a standby takes over within this long.
-const STANDBY_RETRY: Duration = Duration::from_secs(2);
-
-/// On a shared database one instance drives each provider's batches, under its driver
-/// locks. An instance that cannot take them stands by: its schedulers wait (the returned
-/// receiver turns true) while it retries the locks every [`STANDBY_RETRY`], and take over
-/// when the driving instance's session ends. Losing the locks' connection later is a task
-/// failure, so the process exits rather than keep driving batches another instance may
-/// now drive (docs/SCALE-OUT.md). `authority` is cancelled the moment that connection
-/// ends, before the failure starts the shutdown, so the schedulers drop their step.
-async fn hold_provider_drivers(
-    pg: &PgStore,
-    names: Vec<String>,
-    supervisor: &Supervisor,
-    authority: CancellationToken,
-) -> Result<tokio::sync::watch::Receiver<bool>, Error> {
-    if names.is_empty() {
-        return Ok(tokio::sync::watch::channel(true).1);
-    }
-    let first = pg.hold_drivers(names.clone()).await?;
-    let (granted, receiver) = tokio::sync::watch::channel(first.is_ok());
-    let stop = supervisor.token();
-    let pg = pg.clone();
-    supervisor.spawn("provider driver locks", async move {
-        let hold = match first {
-            Ok(hold) => hold,
-            Err(driven) => {
-                tracing::info!(provider = %driven, "another instance drives this provider; standing by");
-                loop {
-                    tokio::select! {
-                        () = stop.cancelled() => return Ok(()),
-                        () = tokio::time::sleep(STANDBY_RETRY) => {}
-                    }
-                    match pg.hold_drivers(names.clone()).await {
-                        Ok(Ok(hold)) => break hold,
-                        Ok(Err(_)) => {}
-                        // The database may be restarting: a standby keeps trying.
-                        Err(e) => tracing::warn!(error = %e, "standby cannot try the provider driver locks"),
-                    }
-                }
-            }
-        };
-        let _ = granted.send(true);
-        tokio::select! {
-            ended = hold => {
-                authority.cancel();
-                ended
-            }
-            () = stop.cancelled() => Ok(()),
-        }
-    });
-    Ok(receiver)
-}
-
 impl Server {
     pub(crate) async fn start(options: &ServeOptions) -> Result<Server, Error> {
         // Secrets first: a bad token file is a configuration error, before anything binds.
@@ -240,15 +184,6 @@ impl Server {
             .with_budgets(options.budgets.clone()),
         );
         let supervisor = Supervisor::new();
-        // Never cancelled on redb: the one process owns its file.
-        let authority = CancellationToken::new();
-        let granted = match &store {
-            Opened::Postgres(pg) => {
-                let names: Vec<String> = providers.iter().map(|p| p.adapter.name().to_string()).collect();
-                hold_provider_drivers(pg, names, &supervisor, authority.clone()).await?
-            }
-            Opened::Redb { .. } => tokio::sync::watch::channel(true).1,
-        };
         crate::app::systemd::spawn_watchdog(store.shared(), &supervisor);
         let router = Arc::new(Router::new(options.routes.clone(), options.budgets.clone()));
         router.set_prices(options.prices.clone());
@@ -288,6 +223,7 @@ impl Server {
         for ((provider, (wake, _)), health) in providers.into_iter().zip(wakes).zip(healths) {
             let mut settings = settings_for(provider.kind, &options.scheduler);
             settings.reask = provider.reask;
+            settings.driver_lease = options.store.driver_lease();
             settings.profile = options
                 .providers
                 .iter()
@@ -301,8 +237,6 @@ impl Server {
                 registry: service.registry().clone(),
                 wake,
                 health,
-                authority: authority.clone(),
-                granted: granted.clone(),
             };
             Scheduler::spawn(context, provider.adapter, settings, &supervisor);
         }

@@ -80,7 +80,7 @@ fn target(args: &Args) -> Result<PgOptions, String> {
         StoreChoice::Redb => Err("no PostgreSQL target: give --to postgres://user@host:5432/db (or \
              COMMITPOINT_STORE_URL), or a --config whose [store] has backend = \"postgres\""
             .into()),
-        StoreChoice::Postgres { url, password } => {
+        StoreChoice::Postgres { url, password, .. } => {
             let password = password.map(|p| p.load_secret()).transpose().map_err(|e| format!("store password: {e}"))?;
             Ok(PgOptions { url, password })
         }

@@ -210,7 +210,7 @@ fn store_exit_code(e: &crate::store::Error) -> Option<u8> {
     match e {
         E::Open { .. } | E::CreateDir { .. } | E::Io { .. } => Some(EXIT_IO),
         E::TargetExists { .. } => Some(EXIT_CANTCREAT),
-        E::Conflict { .. } | E::Halted { .. } | E::Closing | E::DriverLockLost { .. } => Some(EXIT_TEMPFAIL),
+        E::Conflict { .. } | E::Halted { .. } | E::Closing | E::NotDriving { .. } => Some(EXIT_TEMPFAIL),
         E::SchemaTooNew { .. } | E::SchemaTooOld { .. } | E::NoSchema | E::UnverifiedCopy => Some(EXIT_CONFIG),
         _ => None,
     }

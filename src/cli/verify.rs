@@ -68,7 +68,7 @@ async fn postgres(url: Option<String>, config: Option<PathBuf>) -> anyhow::Resul
     };
     // Config errors (a password in the URL, an unreadable secret) exit 78 through `main`.
     let (url, password) = match store_in_file(&path, explicit, url)? {
-        StoreChoice::Postgres { url, password } => (url, password),
+        StoreChoice::Postgres { url, password, .. } => (url, password),
         StoreChoice::Redb => {
             eprintln!(
                 "commitpoint: verify needs a redb FILE, --store-url postgres://… or a config file whose [store] has \

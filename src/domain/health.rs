@@ -42,6 +42,9 @@ pub struct ProviderHealth {
     pub model_refusals: u64,
     /// Extractions failed `attempts_exhausted` instead of another requeue.
     pub attempts_exhausted: u64,
+    /// Terms driving this provider that ended without a shutdown: the lease lapsed (the
+    /// process was paused or cut off from the database) or another instance took over.
+    pub driver_terms_lost: u64,
 }
 
 #[derive(Debug, Clone)]

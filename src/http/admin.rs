@@ -138,6 +138,9 @@ pub(super) struct ProviderStatus {
     model_refusals: u64,
     /// Extractions failed `attempts_exhausted` instead of another requeue.
     attempts_exhausted: u64,
+    /// Terms driving this provider that ended without a shutdown (a lapsed lease or a
+    /// takeover by another instance; PostgreSQL only).
+    driver_terms_lost: u64,
 }
 
 impl From<&ProviderHealth> for ProviderStatus {
@@ -167,6 +170,7 @@ impl From<&ProviderHealth> for ProviderStatus {
             budget_retries,
             model_refusals,
             attempts_exhausted,
+            driver_terms_lost,
         } = h.clone();
         Self {
             name,
@@ -192,6 +196,7 @@ impl From<&ProviderHealth> for ProviderStatus {
             budget_retries,
             model_refusals,
             attempts_exhausted,
+            driver_terms_lost,
         }
     }
 }

@@ -227,7 +227,7 @@ fn storage(e: &store::Error) -> ApiError {
         store::Error::NotOnBackend { .. } => {
             ApiError::new(StatusCode::NOT_IMPLEMENTED, "not_on_backend", e.to_string())
         }
-        store::Error::Halted { .. } | store::Error::Postgres { .. } | store::Error::DriverLockLost { .. } => {
+        store::Error::Halted { .. } | store::Error::Postgres { .. } | store::Error::NotDriving { .. } => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string())
         }
         store::Error::Closing => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", e.to_string()),

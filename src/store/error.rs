@@ -86,9 +86,12 @@ pub enum Error {
          interrupted): drop it, create an empty database and run migrate-store again"
     )]
     UnverifiedCopy,
-    /// The PostgreSQL session holding this instance's provider driver locks ended.
-    #[error("the connection holding the provider driver locks ended ({ended}); another instance may drive them now")]
-    DriverLockLost { ended: String },
+    /// A batch write of a provider's driver after its term ended: another instance may
+    /// drive the provider now, so the write was refused and nothing of it is stored.
+    #[error(
+        "this instance no longer drives provider {provider}'s batches (its lease lapsed or another instance took over)"
+    )]
+    NotDriving { provider: String },
 }
 
 impl Error {

@@ -41,10 +41,10 @@ pub use rules::revision::{FindingsDiff, diff as findings_diff, schema_family};
 pub use rules::verify::Report;
 pub use seam::{
     Authority, Backend, BackupReport, CancelOutcome, Charge, ClaimRequest, CloseReport, DeliveryOutcome,
-    DeliveryReport, EncodedFinding, ErasureReport, EvaluationCreated, ExportFilter, Exported, Flush, Grant, IngestLine,
-    IntakeOutcome, Judged, Leftover, ListFilter, ListPage, NewEvaluation, OutboxFilter, PostOutcome, PostResult,
-    Promotion, ProviderDriver, RETRY_CHUNK, ReadyItem, RetryFilter, RetryOutcome, Selection, SharedStore,
-    SourceContent, StageReport, StateCount, Submission, TenantDepth, TrialAnswer, TrialsWritten, store_day_ms,
-    this_instance,
+    DeliveryReport, DriverTerm, Drivers, EncodedFinding, ErasureReport, EvaluationCreated, ExportFilter, Exported,
+    Flush, Grant, IngestLine, IntakeOutcome, Judged, Leftover, ListFilter, ListPage, NewEvaluation, OutboxFilter,
+    PostOutcome, PostResult, Promotion, ProviderDriver, RETRY_CHUNK, ReadyItem, RetryFilter, RetryOutcome, Selection,
+    SharedStore, SourceContent, StageReport, StateCount, Submission, TenantDepth, TrialAnswer, TrialsWritten,
+    store_day_ms, this_instance,
 };
 pub use staged::StagedAnswer;

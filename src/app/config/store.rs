@@ -3,7 +3,9 @@
 
 use serde::Deserialize;
 
-use super::file::one_source;
+use std::time::Duration;
+
+use super::file::{one_source, parse_duration};
 use super::{Error, KeySource};
 
 #[derive(Debug, Default, Deserialize)]
@@ -15,6 +17,8 @@ pub(crate) struct RawStore {
     pub password_env: Option<String>,
     pub password_file: Option<std::path::PathBuf>,
     pub password_credential: Option<String>,
+    /// How long a provider's driving instance holds its lease unless it renews it.
+    pub driver_lease: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -27,8 +31,12 @@ pub(crate) enum BackendKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum StoreChoice {
     Redb,
-    Postgres { url: String, password: Option<KeySource> },
+    Postgres { url: String, password: Option<KeySource>, driver_lease: Duration },
 }
+
+/// The shortest and longest `driver_lease`: below, a busy database's slow renewal would
+/// end terms needlessly; above, a dead driver's providers wait too long for a standby.
+const DRIVER_LEASE_RANGE: (Duration, Duration) = (Duration::from_secs(2), Duration::from_secs(600));
 
 impl StoreChoice {
     /// `--store-url` (or `COMMITPOINT_STORE_URL`) chooses PostgreSQL and overrides the file's URL.
@@ -41,6 +49,14 @@ impl StoreChoice {
         };
         match backend {
             BackendKind::Redb => {
+                if raw.driver_lease.is_some() {
+                    return Err(Error::Invalid {
+                        key: "store.driver_lease",
+                        reason: "only a PostgreSQL store has driving instances to lease providers to; \
+                                 remove it or set backend = \"postgres\""
+                            .into(),
+                    });
+                }
                 if raw.url.is_some() || password.is_some() {
                     return Err(Error::Invalid {
                         key: "store.url",
@@ -67,16 +83,44 @@ impl StoreChoice {
                             .into(),
                     });
                 }
-                Ok(StoreChoice::Postgres { url, password })
+                let driver_lease = match &raw.driver_lease {
+                    None => crate::engine::scheduler::DEFAULT_DRIVER_LEASE,
+                    Some(text) => {
+                        let lease = parse_duration("store.driver_lease", text)?;
+                        let (shortest, longest) = DRIVER_LEASE_RANGE;
+                        if lease < shortest || lease > longest {
+                            return Err(Error::Invalid {
+                                key: "store.driver_lease",
+                                reason: format!(
+                                    "{text:?} is outside {}..={}",
+                                    humantime::format_duration(shortest),
+                                    humantime::format_duration(longest)
+                                ),
+                            });
+                        }
+                        lease
+                    }
+                };
+                Ok(StoreChoice::Postgres { url, password, driver_lease })
             }
+        }
+    }
+
+    /// How long a provider's driving instance holds its lease (PostgreSQL); on redb the
+    /// one process holds every provider for good.
+    pub(crate) fn driver_lease(&self) -> Duration {
+        match self {
+            StoreChoice::Redb => crate::engine::scheduler::DEFAULT_DRIVER_LEASE,
+            StoreChoice::Postgres { driver_lease, .. } => *driver_lease,
         }
     }
 
     pub(crate) fn describe(&self) -> String {
         match self {
             StoreChoice::Redb => "[store]\nbackend = \"redb\"".to_string(),
-            StoreChoice::Postgres { url, password } => format!(
-                "[store]\nbackend = \"postgres\"\nurl = {url:?}\n# password: {}",
+            StoreChoice::Postgres { url, password, driver_lease } => format!(
+                "[store]\nbackend = \"postgres\"\nurl = {url:?}\ndriver_lease = \"{}\"\n# password: {}",
+                humantime::format_duration(*driver_lease),
                 password.as_ref().map_or_else(|| "none".to_string(), |p| format!("{p} (value redacted)"))
             ),
         }
@@ -105,7 +149,8 @@ mod tests {
             StoreChoice::resolve(&ok, None).unwrap(),
             StoreChoice::Postgres {
                 url: "postgres://cp@db:5432/cp".into(),
-                password: Some(KeySource::Env("PGPASS".into()))
+                password: Some(KeySource::Env("PGPASS".into())),
+                driver_lease: crate::engine::scheduler::DEFAULT_DRIVER_LEASE,
             }
         );
         let inline = raw("backend = \"postgres\"\nurl = \"postgres://cp:hunter2@db:5432/cp\"");
@@ -118,5 +163,20 @@ mod tests {
         assert!(StoreChoice::resolve(&two, None).is_err());
         let stray = raw("url = \"postgres://db/cp\"");
         assert!(StoreChoice::resolve(&stray, None).unwrap_err().to_string().contains("backend is redb"));
+    }
+
+    #[test]
+    fn the_driver_lease_is_postgres_only_and_bounded() {
+        let url = "backend = \"postgres\"\nurl = \"postgres://cp@db:5432/cp\"\n";
+        let set = StoreChoice::resolve(&raw(&format!("{url}driver_lease = \"4s\"")), None).unwrap();
+        assert_eq!(set.driver_lease(), Duration::from_secs(4));
+        let default = StoreChoice::resolve(&raw(url), None).unwrap();
+        assert_eq!(default.driver_lease(), crate::engine::scheduler::DEFAULT_DRIVER_LEASE);
+        for bad in ["500ms", "11m", "soon"] {
+            let err = StoreChoice::resolve(&raw(&format!("{url}driver_lease = \"{bad}\"")), None).unwrap_err();
+            assert!(err.to_string().contains("store.driver_lease"), "{bad}: {err}");
+        }
+        let on_redb = StoreChoice::resolve(&raw("driver_lease = \"4s\""), None).unwrap_err().to_string();
+        assert!(on_redb.contains("only a PostgreSQL store"), "{on_redb}");
     }
 }

@@ -10,7 +10,10 @@
 mod cleanup;
 mod ingest;
 mod submit;
+mod term;
 mod trials;
+
+pub(crate) use term::DEFAULT_DRIVER_LEASE;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -59,6 +62,9 @@ pub(crate) struct Settings {
     /// What its members are reserved at against their tenants' budgets is estimated from
     /// this (`None`: no reservations, budgets act on charged spend only).
     pub profile: Option<crate::engine::ledger::estimate::ProviderProfile>,
+    /// How long a term driving the provider lasts unless renewed (`[store] driver_lease`):
+    /// a standby takes over this long after a driver stopped renewing.
+    pub driver_lease: Duration,
 }
 
 impl Default for Settings {
@@ -74,6 +80,7 @@ impl Default for Settings {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             reask: None,
             profile: None,
+            driver_lease: term::DEFAULT_DRIVER_LEASE,
         }
     }
 }
@@ -99,6 +106,9 @@ const STAGE_CHUNK: usize = 512;
 const MAX_SLEEP: Duration = Duration::from_secs(3600);
 /// Staged answers validated and committed at once (they share group commits).
 const COMMIT_CONCURRENCY: usize = 64;
+/// Where other instances take intake (PostgreSQL), the driver looks for their work every
+/// batch wait, within these bounds.
+const FOREIGN_WORK_LOOK: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
 /// After an unexpected error in a step, the loop waits this long before trying again.
 const STEP_ERROR_PAUSE: Duration = Duration::from_secs(1);
 
@@ -134,6 +144,9 @@ pub(crate) struct Scheduler {
     trials_sent: HashSet<(String, u64)>,
     /// When evaluations were last listed, and the creations seen then (`trials.rs`).
     evaluations_listed: Option<(u64, u64)>,
+    /// When this instance's term driving the provider ends (`term.rs`); the provider
+    /// above is fenced by it.
+    deadline: term::TermDeadline,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -153,13 +166,6 @@ pub(crate) struct Context {
     pub registry: Registry,
     pub wake: Arc<Notify>,
     pub health: SharedHealth,
-    /// Cancelled when this instance loses the right to drive the provider (on PostgreSQL,
-    /// its driver lock's session ended): the step in flight is dropped at its next await
-    /// instead of being finished, because another instance may be driving already.
-    pub authority: CancellationToken,
-    /// True once this instance may drive the provider. On PostgreSQL a standby waits here
-    /// until the driving instance's lock is free; on redb it is true from the start.
-    pub granted: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Scheduler {
@@ -170,9 +176,11 @@ impl Scheduler {
         settings: Settings,
         supervisor: &Supervisor,
     ) {
-        let Context { store, committer, signals, router, registry, wake, health, authority, granted } = context;
+        let Context { store, committer, signals, router, registry, wake, health } = context;
         let name = format!("scheduler {}", provider.name());
         let stop = supervisor.token();
+        let deadline = term::TermDeadline::default();
+        let provider: Arc<dyn BatchProvider> = Arc::new(term::FencedProvider::new(provider, deadline.clone()));
         let scheduler = Scheduler {
             store,
             committer,
@@ -191,48 +199,22 @@ impl Scheduler {
             trials_formed_here: HashSet::new(),
             trials_sent: HashSet::new(),
             evaluations_listed: None,
+            deadline,
         };
         supervisor.spawn(name, async move {
-            if scheduler.stand_by(&stop, granted).await {
-                scheduler.run(stop, authority).await;
-            }
+            scheduler.drive_in_terms(stop).await;
             Ok::<(), std::convert::Infallible>(())
         });
     }
 
-    /// Waits until this instance may drive the provider; false if it is stopped first.
-    async fn stand_by(&self, stop: &CancellationToken, mut granted: tokio::sync::watch::Receiver<bool>) -> bool {
-        if *granted.borrow() {
-            return true;
-        }
-        let provider = self.provider.name();
-        tracing::info!(provider, "standing by: another instance drives this provider's batches");
-        let took_over = tokio::select! {
-            () = stop.cancelled() => false,
-            granted = granted.wait_for(|g| *g) => granted.is_ok(),
-        };
-        if took_over {
-            tracing::info!(provider, "took over driving this provider's batches");
-        }
-        took_over
-    }
-
-    async fn run(mut self, stop: CancellationToken, authority: CancellationToken) {
+    /// Steps until shutdown or until the store refuses a write as made outside this
+    /// instance's term. A shutdown lets the step finish (10 s at most).
+    async fn run(&mut self, stop: &CancellationToken) -> term::TermEnd {
         tracing::info!(provider = self.provider.name(), "scheduler started");
         loop {
-            // A shutdown lets the step finish (10 s at most); a lost driver lock does not.
-            // Dropping a step is what a SIGKILL does to it, which every step survives.
-            let stepped = tokio::select! {
-                biased;
-                () = authority.cancelled() => None,
-                stepped = self.step() => Some(stepped),
-            };
-            let Some(stepped) = stepped else {
-                tracing::warn!(provider = self.provider.name(), "driver lock lost: scheduler step abandoned");
-                break;
-            };
-            let next = match stepped {
+            let next = match self.step().await {
                 Ok(next) => next,
+                Err(store::Error::NotDriving { .. }) => return term::TermEnd::TakenOver,
                 Err(e) => {
                     tracing::error!(error = %crate::store::error_chain(&e), "scheduler step failed");
                     Some(clock::now_ms() + STEP_ERROR_PAUSE.as_millis() as u64)
@@ -248,12 +230,11 @@ impl Scheduler {
                 }
             };
             tokio::select! {
-                () = stop.cancelled() => break,
+                () = stop.cancelled() => return term::TermEnd::Shutdown,
                 () = self.wake.notified() => {}
                 () = sleep => {}
             }
         }
-        tracing::info!("scheduler stopped");
     }
 
     /// One pass over everything due. Returns when the loop should wake next (`None`:
@@ -285,6 +266,14 @@ impl Scheduler {
         }
         if let Some(at) = self.step_trials().await? {
             earliest(at);
+        }
+        // Intake on other instances sharing the store wakes no one here: look for it again
+        // within a batch's wait.
+        if self.store.commits().is_none() {
+            earliest(
+                clock::now_ms()
+                    + self.settings.batch_max_wait.clamp(FOREIGN_WORK_LOOK.0, FOREIGN_WORK_LOOK.1).as_millis() as u64,
+            );
         }
         self.commit_ready().await?;
         Ok(next)

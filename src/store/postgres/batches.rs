@@ -21,6 +21,7 @@ use async_trait::async_trait;
 use tokio_postgres::Transaction;
 use tokio_postgres::types::ToSql;
 
+use super::drivers::HeldTerms;
 use super::rows::{big, decode_record, transition, unbig};
 use super::{Error, PgStore, pg};
 use crate::domain::clock;
@@ -52,14 +53,17 @@ pub(super) fn job_of(state: &BatchState) -> Option<&str> {
     }
 }
 
-/// The batch, locked for the rest of the transaction.
-pub(super) async fn lock_batch(tx: &Transaction<'_>, batch: u64) -> Result<BatchRecord, Error> {
+/// The batch, locked for the rest of the transaction, once this process's term driving
+/// its provider is checked to be current: every batch write of a driver starts here.
+pub(super) async fn lock_batch(tx: &Transaction<'_>, held: &HeldTerms, batch: u64) -> Result<BatchRecord, Error> {
     let row = tx
         .query_opt("SELECT record FROM batches WHERE seq = $1 FOR UPDATE", &[&big(batch)])
         .await
         .map_err(pg("cannot read a batch"))?
         .ok_or_else(|| Error::Corrupt { kind: "batch", reason: format!("batch #{batch} does not exist") })?;
-    decode(row.get(0))
+    let record: BatchRecord = decode(row.get(0))?;
+    held.check(tx, record.provider.as_str()).await?;
+    Ok(record)
 }
 
 /// Writes the batch's record and the columns derived from it in one statement.
@@ -248,6 +252,7 @@ impl Batches for PgStore {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
         let now_ms = clock::now_ms();
+        self.held.check(&tx, &request.provider).await?;
         let queue = intent::queue(&request);
         let mut rotation = policies.rotations.take(&queue);
         // Only the work this provider may take (routing, budget holds) is read.
@@ -300,9 +305,10 @@ impl Batches for PgStore {
     /// the queue as the same attempt (`rules::close::shrink`).
     async fn shrink_intent(&self, batch: u64, keep: usize) -> Result<u64, Error> {
         let policies = self.policies();
+        let held = self.held.clone();
         self.in_transaction("shrink commit failed", move |tx, now_ms| {
             Box::pin(async move {
-                let record = lock_batch(tx, batch).await?;
+                let record = lock_batch(tx, &held, batch).await?;
                 let excess = lock_members(tx, close::to_shrink(&record, keep)).await?;
                 let Some(shrinking) = close::shrink(&record, keep, excess, now_ms) else { return Ok(0) };
                 let returned = shrinking.moves.len() as u64;
@@ -325,9 +331,10 @@ impl Batches for PgStore {
     /// is done with it. A job already recorded, or a closed batch, is left as it is.
     async fn record_job(&self, batch: u64, job_id: String, next_poll_at_ms: u64) -> Result<BatchRecord, Error> {
         let policies = self.policies();
+        let held = self.held.clone();
         self.in_transaction("job id commit failed", move |tx, now_ms| {
             Box::pin(async move {
-                let record = lock_batch(tx, batch).await?;
+                let record = lock_batch(tx, &held, batch).await?;
                 let members = lock_members(tx, schedule::to_record_job(&record, &job_id)).await?;
                 let Some(recorded) = schedule::record_job(&record, &job_id, next_poll_at_ms, members, now_ms) else {
                     return Ok(record);
@@ -348,9 +355,10 @@ impl Batches for PgStore {
         note: Option<String>,
         count_failure: bool,
     ) -> Result<(), Error> {
+        let held = self.held.clone();
         self.in_transaction("reschedule commit failed", move |tx, now_ms| {
             Box::pin(async move {
-                let record = lock_batch(tx, batch).await?;
+                let record = lock_batch(tx, &held, batch).await?;
                 save_batch(tx, &schedule::reschedule(record, next_action_at_ms, note, count_failure, now_ms)).await
             })
         })
@@ -365,9 +373,10 @@ impl Batches for PgStore {
         next_action_at_ms: u64,
         note: String,
     ) -> Result<(), Error> {
+        let held = self.held.clone();
         self.in_transaction("not-found commit failed", move |tx, now_ms| {
             Box::pin(async move {
-                let record = lock_batch(tx, batch).await?;
+                let record = lock_batch(tx, &held, batch).await?;
                 save_batch(tx, &schedule::not_found(record, since_ms, next_action_at_ms, note, now_ms)).await
             })
         })
@@ -384,9 +393,10 @@ impl Batches for PgStore {
         rules: MemberRules,
     ) -> Result<CloseReport, Error> {
         let policies = self.policies();
+        let held = self.held.clone();
         self.in_transaction("close commit failed", move |tx, now_ms| {
             Box::pin(async move {
-                let record = lock_batch(tx, batch).await?;
+                let record = lock_batch(tx, &held, batch).await?;
                 let members = lock_members(tx, close::to_close(&record)).await?;
                 let Some(closing) = close::close(&record, members, outcome, &leftover, &rules, now_ms) else {
                     return Ok(CloseReport::default());
@@ -433,7 +443,8 @@ impl Batches for PgStore {
         let policies = self.policies();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
-        let report = super::staging::stage_in(&tx, &policies, clock::now_ms(), batch, &lines, &rules).await?;
+        let report =
+            super::staging::stage_in(&tx, &self.held, &policies, clock::now_ms(), batch, &lines, &rules).await?;
         tx.commit().await.map_err(pg("staging commit failed"))?;
         Ok(report)
     }

@@ -1,6 +1,5 @@
-//! Who holds each provider's driver lock, read from the server's lock table: the answer
-//! is whatever PostgreSQL says now, so a killed instance stops being named the moment its
-//! session ends, with nothing of ours to clean up.
+//! How this process names its sessions, so `pg_stat_activity` shows which instance each
+//! one belongs to, with the same `host:pid` the provider leases name their holders by.
 
 /// Every session of this process names itself `commitpoint host:pid`.
 pub(super) const APPLICATION_PREFIX: &str = "commitpoint ";

@@ -14,6 +14,7 @@ use std::collections::{BTreeSet, HashMap};
 use async_trait::async_trait;
 use tokio_postgres::Transaction;
 
+use super::drivers::HeldTerms;
 use super::ledger::record_charge;
 use super::rows::{big, decode_record, unbig};
 use super::staging::settle;
@@ -67,12 +68,21 @@ pub(super) async fn save_evaluation(tx: &Transaction<'_>, record: &EvaluationRec
 /// alone, while the evaluation driver may still hold the batch's number: the step it was
 /// taking then does nothing (as for a provider batch whose rows were erased), it is not
 /// corruption.
-async fn lock_trial_batch(tx: &Transaction<'_>, batch: u64) -> Result<Option<TrialBatchRecord>, Error> {
+///
+/// Every write of a trial batch is its candidate's driver's: its term is checked first.
+async fn lock_trial_batch(
+    tx: &Transaction<'_>,
+    held: &HeldTerms,
+    batch: u64,
+) -> Result<Option<TrialBatchRecord>, Error> {
     let row = tx
         .query_opt("SELECT record FROM trial_batches WHERE seq = $1 FOR UPDATE", &[&big(batch)])
         .await
         .map_err(pg("cannot read a trial batch"))?;
-    row.map(|r| decode(r.get(0))).transpose()
+    let Some(row) = row else { return Ok(None) };
+    let record: TrialBatchRecord = decode(row.get(0))?;
+    held.check(tx, &record.candidate).await?;
+    Ok(Some(record))
 }
 
 async fn save_trial_batch(tx: &Transaction<'_>, batch: &TrialBatchRecord) -> Result<(), Error> {
@@ -298,10 +308,12 @@ impl Evaluations for PgStore {
         candidate: String,
         members: Vec<u32>,
     ) -> Result<Option<TrialBatchRecord>, Error> {
+        let held = self.held.clone();
         self.in_transaction("trial batch intent commit failed", move |tx, now_ms| {
             Box::pin(async move {
                 // The evaluation's row is the intents' turnstile: a second intent for the
                 // same candidate sees the trials the first one wrote.
+                held.check(tx, &candidate).await?;
                 let Some(record) = read_evaluation(tx, &evaluation, true).await? else { return Ok(None) };
                 let sent: BTreeSet<u32> =
                     read_trials(tx, &evaluation, &candidate, &members, false).await?.into_keys().collect();
@@ -375,9 +387,10 @@ impl Evaluations for PgStore {
     }
 
     async fn record_trial_job(&self, batch: u64, job_id: String, next_action_at_ms: u64) -> Result<(), Error> {
+        let held = self.held.clone();
         self.in_transaction("trial job id commit failed", move |tx, _now_ms| {
             Box::pin(async move {
-                let Some(record) = lock_trial_batch(tx, batch).await? else { return Ok(()) };
+                let Some(record) = lock_trial_batch(tx, &held, batch).await? else { return Ok(()) };
                 match evaluation::job_recorded(record, job_id, next_action_at_ms) {
                     Some(recorded) => save_trial_batch(tx, &recorded).await,
                     None => Ok(()),
@@ -394,9 +407,10 @@ impl Evaluations for PgStore {
         note: Option<String>,
         count_failure: bool,
     ) -> Result<(), Error> {
+        let held = self.held.clone();
         self.in_transaction("trial batch reschedule commit failed", move |tx, _now_ms| {
             Box::pin(async move {
-                let Some(record) = lock_trial_batch(tx, batch).await? else { return Ok(()) };
+                let Some(record) = lock_trial_batch(tx, &held, batch).await? else { return Ok(()) };
                 save_trial_batch(tx, &evaluation::reschedule(record, next_action_at_ms, note, count_failure)).await
             })
         })
@@ -410,9 +424,10 @@ impl Evaluations for PgStore {
         batch_api: bool,
     ) -> Result<TrialsWritten, Error> {
         let policies = self.policies();
+        let held = self.held.clone();
         self.in_transaction("trial answers commit failed", move |tx, now_ms| {
             Box::pin(async move {
-                let Some(record) = lock_trial_batch(tx, batch).await? else {
+                let Some(record) = lock_trial_batch(tx, &held, batch).await? else {
                     return Ok(TrialsWritten::default());
                 };
                 let Some(evaluation) = read_evaluation(tx, &record.evaluation, false).await? else {
@@ -449,9 +464,10 @@ impl Evaluations for PgStore {
     }
 
     async fn close_trial_batch(&self, batch: u64, outcome: String, unanswered: String) -> Result<u64, Error> {
+        let held = self.held.clone();
         self.in_transaction("trial batch close commit failed", move |tx, now_ms| {
             Box::pin(async move {
-                let Some(record) = lock_trial_batch(tx, batch).await? else { return Ok(0) };
+                let Some(record) = lock_trial_batch(tx, &held, batch).await? else { return Ok(0) };
                 let trials = read_trials(tx, &record.evaluation, &record.candidate, &record.members, true).await?;
                 let Some(closing) = evaluation::close(&record, &trials, outcome, &unanswered, now_ms) else {
                     return Ok(0);

@@ -60,6 +60,12 @@ const MIGRATION_LOCK: i64 = 0x636f_6d6d_6974;
 /// Connections one process keeps open at most.
 const POOL_SIZE: usize = 16;
 
+/// A serving transaction waits on nothing but its own statements, so one idle this long
+/// belongs to a process that was paused or cut off mid-transaction. The server ends its
+/// session, which releases its row locks: a driver paused inside a batch write would
+/// otherwise hold that batch, and the provider's lease row, from the instance taking over.
+const SERVING_IDLE_IN_TRANSACTION: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The sessions exports read on: a pool of their own, so exports can never take the
 /// connections intake and every other read need (16 stalled exports once held them all,
 /// issue 30), with server-side timeouts that end a session whose export stopped moving
@@ -106,6 +112,17 @@ fn export_pool(config: &tokio_postgres::Config, sessions: ExportSessions) -> Res
     build_pool(config, sessions.connections.max(1))
 }
 
+fn serving_pool(config: &tokio_postgres::Config) -> Result<Pool, Error> {
+    let mut config = config.clone();
+    let options = format!(
+        "{} -c idle_in_transaction_session_timeout={}",
+        config.get_options().unwrap_or_default(),
+        SERVING_IDLE_IN_TRANSACTION.as_millis()
+    );
+    config.options(options.trim_start());
+    build_pool(config, POOL_SIZE)
+}
+
 /// Where the database is and how to log in. The password comes from a secret reference
 /// the caller has already read; it is never part of the URL in a configuration file.
 #[derive(Clone)]
@@ -129,10 +146,12 @@ pub struct PgStore {
     pool: Pool,
     /// Exports only (see [`ExportSessions`]).
     export_pool: Pool,
-    /// For connections outside the pool (the provider driver locks).
+    /// For the export pool, rebuilt with its own session settings.
     config: Arc<tokio_postgres::Config>,
     policies: Arc<RwLock<Arc<Policies>>>,
     cursor_key: CursorKey,
+    /// The provider terms this process drives in, which its batch writes are checked by.
+    held: drivers::HeldTerms,
 }
 
 pub(super) fn pg(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> Error {
@@ -184,7 +203,7 @@ impl PgStore {
     pub async fn open_unchecked(options: &PgOptions) -> Result<PgStore, Error> {
         let config = parse_url(options)?;
         migrate(&config).await?;
-        let pool = build_pool(config.clone(), POOL_SIZE)?;
+        let pool = serving_pool(&config)?;
         let export_pool = export_pool(&config, ExportSessions::default())?;
         let store = PgStore {
             pool,
@@ -192,6 +211,7 @@ impl PgStore {
             config: Arc::new(config),
             policies: Arc::default(),
             cursor_key: CursorKey::new([0; 32]),
+            held: drivers::HeldTerms::default(),
         };
         let cursor_key = store.load_cursor_key().await?;
         revisions::backfill(&*store.client().await?).await?;

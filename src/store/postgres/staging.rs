@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use tokio_postgres::Transaction;
 
 use super::batches::lock_batch;
+use super::drivers::HeldTerms;
 use super::extractions::carry_out;
 use super::ledger::record_charge;
 use super::rows::{big, lock_by_id, transition};
@@ -22,6 +23,7 @@ use crate::store::{IngestLine, MemberRules, Policies, StageReport, StagedAnswer}
 
 pub(super) async fn stage_in(
     tx: &Transaction<'_>,
+    held: &HeldTerms,
     policies: &Policies,
     now_ms: u64,
     batch: u64,
@@ -29,7 +31,7 @@ pub(super) async fn stage_in(
     rules: &MemberRules,
 ) -> Result<StageReport, Error> {
     // The batch row is locked first: a close or a second staging of it waits its turn.
-    let record = lock_batch(tx, batch).await?;
+    let record = lock_batch(tx, held, batch).await?;
     let mut members = HashMap::with_capacity(lines.len());
     for id in staging::named(lines) {
         if let Some(member) = lock_by_id(tx, id.as_bytes()).await? {

@@ -2,7 +2,6 @@
 
 use super::Error;
 use super::PgStore;
-use super::drivers::DRIVER_LOCK_CLASS;
 use super::pg;
 use super::rows::big;
 use super::rows::decode_record;
@@ -11,7 +10,6 @@ use crate::domain::clock;
 use crate::domain::lifecycle::StateName;
 use crate::store::BackupReport;
 use crate::store::ErasureReport;
-use crate::store::ProviderDriver;
 use crate::store::RetentionPolicy;
 use crate::store::RetentionStep;
 use crate::store::seam::Upkeep;
@@ -21,31 +19,6 @@ use std::path::PathBuf;
 
 #[async_trait]
 impl Upkeep for PgStore {
-    async fn provider_drivers(&self, providers: Vec<String>) -> Result<Vec<ProviderDriver>, Error> {
-        let client = self.client().await?;
-        let statement = client
-            .prepare_cached(
-                "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
-                 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 \
-                   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-                   AND l.classid = ($1::int4)::oid AND l.objid = hashtext($2)::oid",
-            )
-            .await
-            .map_err(pg("cannot read the provider driver locks"))?;
-        let mut drivers = Vec::with_capacity(providers.len());
-        for provider in providers {
-            let row = client
-                .query_opt(&statement, &[&DRIVER_LOCK_CLASS, &provider])
-                .await
-                .map_err(pg("cannot read the provider driver locks"))?;
-            let instance = row.and_then(|r| r.get::<_, Option<String>>(0)).map(|name| {
-                name.strip_prefix(super::driver_status::APPLICATION_PREFIX).map_or_else(|| name.clone(), str::to_string)
-            });
-            drivers.push(ProviderDriver { provider, instance });
-        }
-        Ok(drivers)
-    }
-
     /// Erases `tenant`. Idempotent: a tenant with nothing stored erases nothing.
     async fn erase_tenant(&self, tenant: String) -> Result<ErasureReport, Error> {
         let mut batches = BTreeSet::new();

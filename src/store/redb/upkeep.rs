@@ -1,12 +1,10 @@
 //! The Upkeep seam on this backend.
 
 use super::Error;
-use super::ProviderDriver;
 use super::Store;
 use super::rules::retention::RetentionPolicy;
 use super::rules::retention::RetentionStep;
 use super::tables;
-use super::this_instance;
 use crate::store::seam::BackupReport;
 use crate::store::seam::ErasureReport;
 use crate::store::seam::Upkeep;
@@ -27,11 +25,6 @@ impl Upkeep for Store {
             })
             .await?;
         Ok(report)
-    }
-
-    async fn provider_drivers(&self, providers: Vec<String>) -> Result<Vec<ProviderDriver>, Error> {
-        let instance = Some(this_instance().to_string());
-        Ok(providers.into_iter().map(|provider| ProviderDriver { provider, instance: instance.clone() }).collect())
     }
 
     /// Erases `tenant`. Idempotent: a tenant with nothing stored erases nothing.

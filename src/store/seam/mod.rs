@@ -31,6 +31,7 @@ pub type LedgerVisitor = Box<dyn FnMut(LedgerRecord) + Send + 'static>;
 pub type ExportSink = Box<dyn FnMut(Option<Exported>) -> bool + Send + 'static>;
 
 mod batches;
+mod drivers;
 mod evaluations;
 mod extractions;
 mod ledger;
@@ -39,6 +40,7 @@ mod revisions;
 mod upkeep;
 
 pub use batches::*;
+pub use drivers::*;
 pub use evaluations::*;
 pub use extractions::*;
 pub use ledger::*;
@@ -47,7 +49,7 @@ pub use revisions::*;
 pub use upkeep::*;
 
 /// Everything the layers above need from a store backend.
-pub trait Backend: Extractions + Batches + Ledger + Outbox + Upkeep + Revisions + Evaluations {
+pub trait Backend: Extractions + Batches + Ledger + Outbox + Upkeep + Revisions + Evaluations + Drivers {
     /// The key list cursors are sealed with; the same for every reader of this store.
     fn cursor_key(&self) -> &CursorKey;
     /// The size of the store's file, where it has one.

@@ -1,4 +1,4 @@
-//! Keeping the store itself: backups, the writer's pulse, retention, erasure, drivers.
+//! Keeping the store itself: backups, the writer's pulse, retention, erasure.
 
 use super::*;
 use async_trait::async_trait;
@@ -17,8 +17,6 @@ pub trait Upkeep: Send + Sync + std::fmt::Debug {
     async fn retention_step(&self, policy: RetentionPolicy, after: u64, scan: usize) -> Result<RetentionStep, Error>;
     /// Erases everything of a tenant but its spend totals, in bounded transactions.
     async fn erase_tenant(&self, tenant: String) -> Result<ErasureReport, Error>;
-    /// The instance driving each of `providers`' batches now, if one is.
-    async fn provider_drivers(&self, providers: Vec<String>) -> Result<Vec<ProviderDriver>, Error>;
 }
 
 /// What an erasure removed. Counts add up over its transactions.
@@ -55,13 +53,6 @@ pub struct BackupReport {
     pub path: PathBuf,
     pub bytes: u64,
     pub entries: u64,
-}
-
-/// A provider and the instance driving its batches, if any instance is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProviderDriver {
-    pub provider: String,
-    pub instance: Option<String>,
 }
 
 /// This process as other instances and the database see it: `host:pid`. A host name
