@@ -31,6 +31,8 @@ mod crash;
 mod cross_site;
 #[path = "it/delivery.rs"]
 mod delivery;
+#[path = "it/driver_lease.rs"]
+mod driver_lease;
 #[path = "it/early_refusal.rs"]
 mod early_refusal;
 #[path = "it/erasure.rs"]

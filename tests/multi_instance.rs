@@ -81,6 +81,10 @@ struct Schedule {
     pg_restart_at: Duration,
     duplicate_ratio: f64,
     slow_ratio: f64,
+    /// When the driving instance is paused (SIGSTOP, its database sessions cut) and for
+    /// how long: past its lease, so the standby takes the provider over.
+    pause_at: Duration,
+    pause_for: Duration,
 }
 
 impl Schedule {
@@ -92,6 +96,8 @@ impl Schedule {
             pg_restart_at: Duration::from_millis(rng.random_range(7_000..15_000)),
             duplicate_ratio: rng.random_range(0.2..0.5),
             slow_ratio: rng.random_range(0.15..0.3),
+            pause_at: Duration::from_millis(rng.random_range(3_000..11_000)),
+            pause_for: Duration::from_millis(rng.random_range(5_000..7_000)),
         }
     }
 }
@@ -104,8 +110,18 @@ struct Timeline {
     pg_restart: Option<(Duration, Duration)>,
     /// After the database restart: when each instance first served a store read again.
     recovered: Vec<(usize, Duration)>,
-    /// The driver's own exit after its lock session died: (status, after the restart).
-    driver_exit: Option<(String, Duration)>,
+    /// The driver paused past its lease.
+    pause: Option<Pause>,
+}
+
+/// The driver's pause: which slot, when, and when the standby was seen driving.
+#[derive(Debug, Clone, Copy)]
+struct Pause {
+    slot: usize,
+    at: Duration,
+    until: Duration,
+    taken_over_after: Option<Duration>,
+    resumed: bool,
 }
 
 fn seed() -> u64 {
@@ -167,8 +183,10 @@ fn three_instances_on_one_database_survive_kills_and_a_database_restart() {
     let mut next_kill = schedule.first_kill;
     let mut next_slot = schedule.first_slot;
     while traffic.elapsed() < TRAFFIC {
-        supervise(&mut fleet, &mut timeline, traffic);
-        if timeline.pg_restart.is_none() && traffic.elapsed() >= schedule.pg_restart_at {
+        supervise(&mut fleet);
+        pause_the_driver(&rt, &world, &cluster, &mut fleet, &mut timeline, &schedule, traffic);
+        let paused_now = timeline.pause.is_some_and(|p| !p.resumed);
+        if timeline.pg_restart.is_none() && !paused_now && traffic.elapsed() >= schedule.pg_restart_at {
             let at = traffic.elapsed();
             cluster.restart_immediate();
             timeline.pg_restart = Some((at, traffic.elapsed() - at));
@@ -195,11 +213,15 @@ fn three_instances_on_one_database_survive_kills_and_a_database_restart() {
         std::thread::sleep(Duration::from_millis(50));
     }
 
+    while timeline.pause.is_some_and(|p| !p.resumed) {
+        pause_the_driver(&rt, &world, &cluster, &mut fleet, &mut timeline, &schedule, traffic);
+        std::thread::sleep(Duration::from_millis(50));
+    }
     world.stop_intake.store(true, Ordering::SeqCst);
     for client in clients {
         surface(&rt, client);
     }
-    let drained_in = drain(&rt, &world, &mut fleet, &mut timeline, traffic);
+    let drained_in = drain(&rt, &world, &mut fleet);
     world.stop_workers.store(true, Ordering::SeqCst);
     for worker in workers {
         surface(&rt, worker);
@@ -234,7 +256,7 @@ fn three_instances_on_one_database_survive_kills_and_a_database_restart() {
          database: {} extractions ({} acknowledged), {} committed by batch, {} by workers, {} findings, \
          {} worker calls charged, {} replay entries, {} outbox events\n\
          simulator: {} batches, {} lines billed\n\
-         kills: {:?}\nstarts: {restarts:#?}\ndatabase restart (at, took): {:?}; served again: {:?}; driver exit: {:?}\n{report}",
+         kills: {:?}\nstarts: {restarts:#?}\ndatabase restart (at, took): {:?}; served again: {:?}; driver pause: {:?}\n{report}",
         began.elapsed(),
         n(&c.intakes),
         n(&c.duplicate_sends),
@@ -261,7 +283,7 @@ fn three_instances_on_one_database_survive_kills_and_a_database_restart() {
         timeline.kills,
         timeline.pg_restart,
         timeline.recovered,
-        timeline.driver_exit,
+        timeline.pause,
     );
     // A run that exercised nothing proves nothing.
     assert!(
@@ -275,6 +297,8 @@ fn three_instances_on_one_database_survive_kills_and_a_database_restart() {
         timeline.kills.iter().any(|(_, slot)| DRIVERS.contains(slot)),
         "an instance with the provider must be killed at least once"
     );
+    let pause = timeline.pause.expect("the driver must have been paused");
+    assert!(pause.taken_over_after.is_some(), "the standby never took over from the paused driver: {pause:?}");
     rt.block_on(sim.stop());
 }
 
@@ -284,37 +308,81 @@ fn refusing_url() -> String {
     format!("http://127.0.0.1:{port}/events")
 }
 
-/// An instance that exits by itself fails the test, except the one driving the provider
-/// when the database restarted (either of [`DRIVERS`]; the other stands by and does not
-/// exit): its lock session died with the server, and it must exit (70) rather than keep
-/// driving; it is started again, as systemd's `Restart=on-failure` would.
-fn supervise(fleet: &mut Fleet, timeline: &mut Timeline, traffic: Instant) {
-    for (slot, status, stderr) in fleet.exited() {
-        let after_pg = timeline.pg_restart.map(|(at, _)| traffic.elapsed().saturating_sub(at));
-        let lost_lock = DRIVERS.contains(&slot)
-            && after_pg.is_some()
-            && timeline.driver_exit.is_none()
-            && status.code() == Some(70)
-            && stderr.contains("provider driver locks");
-        assert!(lost_lock, "slot {slot} exited by itself ({status}); its stderr (tail):\n{}", tail(&stderr, 40));
-        timeline.driver_exit = Some((status.to_string(), after_pg.unwrap_or_default()));
-        let started = fleet.start(slot);
-        eprintln!(
-            "{:>6.1?}: the driver exited ({status}) after its lock session died; started again in {:?}",
-            traffic.elapsed(),
-            started.took
-        );
-        timeline.restarts.push(started);
+/// An instance that exits by itself fails the test: not even the driver exits when the
+/// database restarts or its sessions are cut, since its term lives in the lease row, not
+/// in a session.
+fn supervise(fleet: &mut Fleet) {
+    if let Some((slot, status, stderr)) = fleet.exited().into_iter().next() {
+        panic!("slot {slot} exited by itself ({status}); its stderr (tail):\n{}", tail(&stderr, 40));
+    }
+}
+
+/// The instance driving the provider now, as `host:pid`, asked of any live instance.
+fn driver_now(rt: &Runtime, world: &World, fleet: &Fleet) -> Option<String> {
+    let base = fleet.live.any().first().cloned()?;
+    let (status, stats) = rt.block_on(world.call(&base, "/v1/stats", None)).ok()?;
+    (status == 200).then(|| stats["store"]["drivers"]["openai"].as_str().map(str::to_string)).flatten()
+}
+
+/// At the schedule's moment, stops the driving instance (SIGSTOP) and cuts its database
+/// sessions, as a partition would; notes when the standby is seen driving; resumes it
+/// (SIGCONT) after the pause. A kill of the paused slot meanwhile is allowed.
+fn pause_the_driver(
+    rt: &Runtime,
+    world: &World,
+    cluster: &Cluster,
+    fleet: &mut Fleet,
+    timeline: &mut Timeline,
+    schedule: &Schedule,
+    traffic: Instant,
+) {
+    let now = traffic.elapsed();
+    match timeline.pause {
+        None if now >= schedule.pause_at => {
+            let Some(driver) = driver_now(rt, world, fleet) else { return };
+            let Some(pid) = driver.rsplit(':').next().and_then(|p| p.parse::<u32>().ok()) else { return };
+            let Some(slot) = fleet.slot_of(pid) else { return };
+            if fleet.pause(slot).is_none() {
+                return;
+            }
+            let cut = cluster.psql(
+                DATABASE,
+                &format!(
+                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity \
+                     WHERE application_name = 'commitpoint {driver}'"
+                ),
+            );
+            eprintln!("{now:>6.1?}: slot {slot} (the driver, {driver}) SIGSTOPped; {cut} of its database sessions cut");
+            timeline.pause =
+                Some(Pause { slot, at: now, until: now + schedule.pause_for, taken_over_after: None, resumed: false });
+        }
+        Some(mut pause) if !pause.resumed => {
+            if pause.taken_over_after.is_none()
+                && let Some(driver) = driver_now(rt, world, fleet)
+                && driver.rsplit(':').next().and_then(|p| p.parse::<u32>().ok()).and_then(|pid| fleet.slot_of(pid))
+                    != Some(pause.slot)
+            {
+                pause.taken_over_after = Some(now - pause.at);
+                eprintln!("{now:>6.1?}: {driver} drives the provider now");
+            }
+            if now >= pause.until {
+                fleet.resume(pause.slot);
+                pause.resumed = true;
+                eprintln!("{now:>6.1?}: slot {} SIGCONTed", pause.slot);
+            }
+            timeline.pause = Some(pause);
+        }
+        _ => {}
     }
 }
 
 /// After the database restart every instance must serve store reads again, without a
-/// restart (the driver excepted, see [`supervise`]).
+/// restart.
 fn wait_recovered(rt: &Runtime, world: &World, fleet: &mut Fleet, timeline: &mut Timeline, traffic: Instant) {
     let (restarted_at, _) = timeline.pg_restart.expect("the database was restarted");
     let mut pending: Vec<usize> = (0..INSTANCES).collect();
     while !pending.is_empty() {
-        supervise(fleet, timeline, traffic);
+        supervise(fleet);
         pending.retain(|&slot| {
             let Some(base) = fleet.live.get(slot) else { return true };
             let answer = rt.block_on(world.call(&base, "/v1/stats", None));
@@ -333,10 +401,10 @@ fn wait_recovered(rt: &Runtime, world: &World, fleet: &mut Fleet, timeline: &mut
 }
 
 /// Waits until nothing is pending, claimed, submitted or ready. Returns how long it took.
-fn drain(rt: &Runtime, world: &World, fleet: &mut Fleet, timeline: &mut Timeline, traffic: Instant) -> Duration {
+fn drain(rt: &Runtime, world: &World, fleet: &mut Fleet) -> Duration {
     let started = Instant::now();
     loop {
-        supervise(fleet, timeline, traffic);
+        supervise(fleet);
         let base = fleet.live.any().first().cloned().expect("an instance is up");
         if let Ok((200, stats)) = rt.block_on(world.call(&base, "/v1/stats", None)) {
             let count = |state: &str| stats["extractions"][state].as_u64().unwrap_or(0);

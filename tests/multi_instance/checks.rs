@@ -208,6 +208,15 @@ pub async fn run(world: &Arc<World>, cluster: &Cluster, database: &str, stats: &
     assert_eq!((stats.lines_failed, stats.lines_truncated, stats.lines_refused), (0, 0, 0), "{stats:#?}");
     assert_eq!(by_batch, stats.lines_completed, "ledger entries of openai vs lines the simulator billed");
     assert_eq!(stats.submissions_per_custom_id.len() as u64, stats.lines_completed, "{stats:#?}");
+    // Every batch the provider created, also by a driver paused or cut off meanwhile, is
+    // one the store knows and has finished: none was orphaned.
+    let known: u64 = cluster
+        .psql(database, "SELECT count(DISTINCT job_id) FROM batches WHERE job_id IS NOT NULL")
+        .parse()
+        .expect("a count");
+    assert_eq!(stats.batches_created, known, "batches created at the provider vs known to the store: {stats:#?}");
+    let unfinished = cluster.psql(database, "SELECT count(*) FROM batches WHERE state_code <> 2");
+    assert_eq!(unfinished, "0", "batches left open after the drain");
 
     // One `committed` event per extraction for the one sink, and nothing else.
     let base = world.live.any().first().cloned().expect("an instance is up");

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 pub const SINK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 pub const SINK_SECRET_ENV: &str = "MULTI_SINK_SECRET";
+/// The providers' lease: a paused driver loses its term this long after its last renewal.
+pub const DRIVER_LEASE: &str = "3s";
 /// What the simulator answers as `model` (the server's default model).
 const OPENAI_MODEL: &str = "gpt-4o-mini";
 /// The model the external workers report; it names no provider, so it is `external`.
@@ -14,7 +16,10 @@ pub const WORKER_MODEL: &str = "multi-worker-model";
 /// Writes the file into `dir`; `sink_url` refuses every delivery.
 pub fn write(dir: &Path, sink_url: &str) -> PathBuf {
     let text = format!(
-        r#"[[prices]]
+        r#"[store]
+driver_lease = "{DRIVER_LEASE}"
+
+[[prices]]
 provider = "openai"
 model = "{OPENAI_MODEL}"
 input_per_mtok = 0.15

@@ -6,13 +6,17 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
 use crate::support::postgres::STORE_URL_ENV;
 use crate::support::process::{BIN, Server};
 
 pub const INSTANCES: usize = 3;
 pub const SIM_KEY: &str = "sk-multi";
-/// The slots whose instances have `[providers.openai]`. One drives at a time (its driver
-/// lock, docs/SCALE-OUT.md); the other stands by and takes over when the driver is killed.
+/// The slots whose instances have `[providers.openai]`. One drives at a time (its term of
+/// the provider's lease, docs/SCALE-OUT.md); the other stands by and takes over when the
+/// driver is killed or paused past its lease.
 /// The third has no provider: intake, claims and reads only.
 pub const DRIVERS: [usize; 2] = [0, 1];
 /// How long a start may keep being refused (the killed driver's session not yet gone, the
@@ -141,6 +145,29 @@ impl Fleet {
         }
     }
 
+    /// The slot whose process has `pid`, if it runs.
+    pub fn slot_of(&self, pid: u32) -> Option<usize> {
+        (0..INSTANCES).find(|&slot| self.slots[slot].server.as_ref().is_some_and(|s| s.pid() == pid))
+    }
+
+    /// SIGSTOPs `slot` (taken out of the clients' list, as a load balancer's health check
+    /// would) and returns its pid.
+    pub fn pause(&mut self, slot: usize) -> Option<u32> {
+        let pid = self.slots[slot].server.as_ref()?.pid();
+        self.live.set(slot, None);
+        signal(pid, Signal::SIGSTOP);
+        Some(pid)
+    }
+
+    /// SIGCONTs `slot` if it still runs (a kill may have ended it meanwhile) and puts it
+    /// back in the clients' list.
+    pub fn resume(&mut self, slot: usize) {
+        if let Some(server) = &self.slots[slot].server {
+            signal(server.pid(), Signal::SIGCONT);
+            self.live.set(slot, Some(server.url.clone()));
+        }
+    }
+
     /// SIGKILLs `slot` (taken out of the clients' list first).
     pub fn kill(&mut self, slot: usize, why: &str) {
         self.live.set(slot, None);
@@ -177,4 +204,9 @@ impl Fleet {
             }
         }
     }
+}
+
+fn signal(pid: u32, signal: Signal) {
+    let pid = Pid::from_raw(i32::try_from(pid).expect("a pid fits an i32"));
+    kill(pid, signal).unwrap_or_else(|e| panic!("{signal} to {pid}: {e}"));
 }
