@@ -40,17 +40,30 @@ impl Scheduler {
         self.commit_ready().await?;
         let mut hold = None;
         let (outcome, leftover) = match &status.phase {
-            // The provider ran none of it: the members go back as the same attempt, and
-            // whatever it refused by line is refused alone.
-            JobPhase::Failed { reason, cause } => {
-                let blamed = match cause {
-                    FailureCause::Lines(lines) => self.refuse_lines(&batch, lines, reason).await?,
-                    FailureCause::Capacity | FailureCause::Unattributed => 0,
-                };
-                if blamed == 0 {
-                    hold = Some(reason.clone());
-                }
+            // The provider had no room: nobody's fault, the members go back as the same
+            // attempt and new submissions wait.
+            JobPhase::Failed { reason, cause: FailureCause::Capacity } => {
+                hold = Some(reason.clone());
                 (format!("failed: {reason}"), Leftover::Return)
+            }
+            // Whatever the provider refused by line is refused alone; the others go back
+            // as the same attempt.
+            JobPhase::Failed { reason, cause: FailureCause::Lines(lines) }
+                if self.refuse_lines(&batch, lines, reason).await? > 0 =>
+            {
+                (format!("failed: {reason}"), Leftover::Return)
+            }
+            // Failed blaming no member (Gemini's BATCH_STATE_FAILED, Bedrock's `Failed`, a
+            // validation naming nothing): it may fail the same way every time (a schema
+            // the provider rejects), so each member's attempt is counted, and after
+            // `max_attempts` it fails `attempts_exhausted` with the provider's reason.
+            JobPhase::Failed { reason, .. } => {
+                self.health.update(|h| {
+                    h.batches_failed += 1;
+                    h.last_error = Some(format!("batch {} failed: {reason}", batch.batch_key));
+                });
+                tracing::warn!(batch_key = %batch.batch_key, %reason, "the provider failed a batch blaming no member; each member's attempt is counted");
+                (format!("failed: {reason}"), Leftover::Requeue)
             }
             phase => (format!("{phase:?}").to_lowercase(), Leftover::Requeue),
         };
