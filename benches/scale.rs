@@ -265,6 +265,7 @@ async fn measure(store: &Store, n: u64) -> Result<()> {
         max_size: 1000,
         max_content_bytes: u64::MAX,
         max_wait_ms: 0,
+        minimum: None,
         estimate: None,
     };
     let samples = time(5, || async {

@@ -224,11 +224,12 @@ impl Server {
             let mut settings = settings_for(provider.kind, &options.scheduler);
             settings.reask = provider.reask;
             settings.driver_lease = options.store.driver_lease();
-            settings.profile = options
-                .providers
-                .iter()
-                .find(|p| p.name == provider.adapter.name())
-                .map(crate::app::config::ProviderSettings::estimate_profile);
+            let configured = options.providers.iter().find(|p| p.name == provider.adapter.name());
+            settings.profile = configured.map(crate::app::config::ProviderSettings::estimate_profile);
+            if let Some(configured) = configured {
+                settings.min_batch_size = configured.min_batch();
+                settings.min_batch_wait = configured.min_batch_wait.unwrap_or(scheduler::DEFAULT_MIN_BATCH_WAIT);
+            }
             let context = scheduler::Context {
                 store: Arc::clone(service.store()),
                 committer: service.committer(),

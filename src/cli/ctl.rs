@@ -191,6 +191,9 @@ fn describe(stats: &Value) -> String {
             p["batches_closed"],
             p["last_error"].as_str().unwrap_or("none"),
         );
+        if let Some(waiting) = p["waiting_for_minimum"].as_str() {
+            out += &format!("provider {name}: waiting: {waiting}\n");
+        }
     }
     let outbox = &stats["outbox"];
     out += &format!(
@@ -266,5 +269,20 @@ mod tests {
         assert_eq!(table.lines().count(), 1 + TENANT_ROWS + 1, "{table}");
         assert!(table.ends_with("… and 12 more (tenant, schema) pairs: GET /v1/stats lists them all\n"), "{table}");
         assert_eq!(tenant_table(&json!({"tenants": []})), "");
+    }
+
+    #[test]
+    fn a_provider_waiting_for_its_minimum_says_so() {
+        let stats = json!({
+            "store": {"backend": "redb", "instance": "h:1", "drivers": {"bedrock": "h:1"}},
+            "providers": [
+                {"name": "bedrock", "batches_submitted": 0, "batches_recovered": 0, "batches_closed": 0,
+                 "waiting_for_minimum": "12 extractions of code-review@1 wait for a job of at least 100"},
+                {"name": "openai", "batches_submitted": 3, "batches_recovered": 0, "batches_closed": 3}
+            ]
+        });
+        let text = describe(&stats);
+        assert!(text.contains("provider bedrock: waiting: 12 extractions"), "{text}");
+        assert!(!text.contains("provider openai: waiting"), "{text}");
     }
 }

@@ -28,8 +28,13 @@ pub struct ProviderHealth {
     /// capacity, or failed naming no member): lifted early when one of its jobs ends.
     pub held_until_ms: Option<u64>,
     pub hold_reason: Option<String>,
+    /// Set while work waits only because it is under the provider's minimum job size.
+    pub waiting_for_minimum: Option<String>,
     /// Failed batches whose members went back to the queue as the same attempt.
     pub batches_returned: u64,
+    /// Failed batches that blamed no member: each member's attempt was counted, so a
+    /// batch failing every time ends its members `attempts_exhausted`, not in a loop.
+    pub batches_failed: u64,
     /// Polls answered 404 for a job we created, while it was not yet declared gone.
     pub polls_not_found: u64,
     /// Uploaded and result files deleted at the provider after ingestion.

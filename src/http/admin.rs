@@ -124,8 +124,13 @@ pub(super) struct ProviderStatus {
     /// Unix ms until which new submissions wait for room at the provider.
     held_until_ms: Option<u64>,
     hold_reason: Option<String>,
+    /// Work waiting only because it is under the provider's minimum job size (Bedrock:
+    /// 100 records), and when it is failed unless more arrives.
+    waiting_for_minimum: Option<String>,
     /// Failed batches whose members went back to the queue as the same attempt.
     batches_returned: u64,
+    /// Failed batches that blamed no member; their members' attempts were counted.
+    batches_failed: u64,
     /// 404s on polls of live jobs, tolerated until the job is declared gone.
     polls_not_found: u64,
     /// Files deleted at the provider after ingestion.
@@ -163,7 +168,9 @@ impl From<&ProviderHealth> for ProviderStatus {
             members_requeued,
             held_until_ms,
             hold_reason,
+            waiting_for_minimum,
             batches_returned,
+            batches_failed,
             polls_not_found,
             files_deleted,
             truncated,
@@ -189,7 +196,9 @@ impl From<&ProviderHealth> for ProviderStatus {
             members_requeued,
             held_until_ms,
             hold_reason,
+            waiting_for_minimum,
             batches_returned,
+            batches_failed,
             polls_not_found,
             files_deleted,
             truncated,

@@ -33,7 +33,7 @@ pub use records::{
     LedgerRecord, NewExtraction, OutboxKind, OutboxRecord, ResultRecord,
 };
 pub use rules::fair::{BudgetHold, DEFAULT_QUANTUM_BYTES, Fairness, Priority, TenantShare};
-pub use rules::intent::{IntentOutcome, IntentRequest, WorkFilter};
+pub use rules::intent::{IntentOutcome, IntentRequest, Minimum, WorkFilter};
 pub use rules::member::MemberRules;
 pub use rules::reserve::MemberEstimate;
 pub use rules::retention::{RETIRED_CONTENT, RETIRED_RAW_RESULT, RetentionPolicy, RetentionStep};

@@ -140,6 +140,7 @@ impl Subject {
                     max_size: *max_size,
                     max_content_bytes: if *small_bytes { 20 } else { u64::MAX },
                     max_wait_ms: if *wait { 3_600_000 } else { 0 },
+                    minimum: None,
                     estimate: Some(commitpoint::store::MemberEstimate(std::sync::Arc::new(|_| {
                         super::universe::ESTIMATE
                     }))),

@@ -264,59 +264,111 @@ async fn bedrock_expired_job_keeps_its_partial_results_and_requeues_the_rest() {
     assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
 }
 
-/// With Bedrock's default minimum of 100 records, six are held with a clear reason and
-/// never sent as a job the service would refuse.
+/// Waits (bounded) until every one of `ids` has failed; returns their records.
+async fn all_failed(api: &crate::util::Api, ids: &BTreeSet<String>, within: Duration) -> Vec<Value> {
+    let deadline = Instant::now() + within;
+    loop {
+        let mut records = Vec::new();
+        for id in ids {
+            records.push(api.record(id).await);
+        }
+        if records.iter().all(|r| r["state"] == json!("failed")) {
+            return records;
+        }
+        assert!(Instant::now() < deadline, "not all failed within {within:?}: {records:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// With Bedrock's default minimum of 100 records, six wait for more (said in the provider's
+/// health), never sent as a job the service would refuse; once `min_batch_wait` is over
+/// they fail `transient`, naming the minimum, and nothing was uploaded or created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bedrock_batch_below_the_minimum_is_held_not_sent() {
-    let rig = BedrockRig::start(Duration::from_millis(300), Faults::default(), "min_records = 100").await;
+async fn bedrock_work_under_the_minimum_waits_then_fails_naming_it() {
+    let rig =
+        BedrockRig::start(Duration::from_millis(300), Faults::default(), "min_records = 100\nmin_batch_wait = \"4s\"")
+            .await;
     let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
-    intake_corpus(&api).await;
+    let ids = intake_corpus(&api).await;
     let deadline = Instant::now() + SETTLE;
-    let health = loop {
-        let health = health(&api).await;
-        if health["last_error"].as_str().is_some_and(|e| e.contains("below the 100")) {
-            break health;
+    let waiting = loop {
+        let now = health(&api).await;
+        if now["waiting_for_minimum"].as_str().is_some_and(|w| w.contains("at least 100")) {
+            break now;
         }
-        assert!(Instant::now() < deadline, "never held: {health:#}");
+        assert!(Instant::now() < deadline, "never said it waits for the minimum: {now:#}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert!(health["last_error"].as_str().is_some_and(|e| e.contains("min_records")), "{health:#}");
+    assert!(waiting["waiting_for_minimum"].as_str().is_some_and(|w| w.contains("6 extractions")), "{waiting:#}");
+    for id in &ids {
+        assert_eq!(api.record(id).await["state"], json!("pending"), "waiting work stays pending");
+    }
+    for record in all_failed(&api, &ids, SETTLE).await {
+        assert_eq!(record["failure_class"], json!("transient"), "{record:#}");
+        let reason = record["failure_reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("takes at least 100 in one job"), "{record:#}");
+    }
     let stats = rig.stats();
     assert_eq!(stats.batches_created, 0, "no job under the minimum: {stats:#?}");
     assert!(rig.moto.keys(IN_BUCKET, "commitpoint/").await.is_empty(), "nothing uploaded either");
+    assert!(health(&api).await["waiting_for_minimum"].is_null(), "the note goes with the work");
     let report = finish(server);
-    assert_report_counts(&report, CORPUS.len(), &[&format!("submitted: {}", CORPUS.len())]);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("failed: {}", CORPUS.len())]);
+}
+
+/// Work under the minimum is not sent on its own: later work joins it, and one job of
+/// the minimum's size goes out with both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bedrock_later_work_joins_work_under_the_minimum() {
+    let rig = BedrockRig::start(Duration::from_millis(300), Faults::default(), "min_records = 6").await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let (first, second) = CORPUS.split_at(3);
+    let mut ids = BTreeSet::new();
+    for source in first {
+        ids.insert(api.create(crate::provider::TENANT, source.id, source.content).await);
+    }
+    // Past the batch wait (2 s): three are still waiting, for three more.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(rig.stats().batches_created, 0, "{:#?}", rig.stats());
+    let waiting = health(&api).await;
+    assert!(waiting["waiting_for_minimum"].as_str().is_some_and(|w| w.contains("3 extractions")), "{waiting:#}");
+    for source in second {
+        ids.insert(api.create(crate::provider::TENANT, source.id, source.content).await);
+    }
+    let records = settle(&api, &ids).await;
+    assert!(records.values().all(|r| r["state"] == json!("committed")), "{records:#?}");
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 1, "one job with all six: {stats:#?}");
+    assert!(stats.submissions_per_custom_id.values().all(|n| *n == 1), "{stats:#?}");
+    finish(server);
 }
 
 /// Sent anyway (the provider's `min_records` set below the account's real quota), a job
 /// under Bedrock's minimum fails validation in the simulator as at the service, naming both
-/// counts; no member is blamed or failed: they go back as the same attempt and new
-/// submissions are held with Bedrock's reason.
+/// counts. A failure that blames no record counts each member's attempt, so the job is not
+/// re-created for ever: after `max_attempts` the members fail `attempts_exhausted` with
+/// Bedrock's reason, and `/healthz` counts the failed jobs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bedrock_job_under_the_services_minimum_fails_validation_and_holds_submissions() {
-    let rig = BedrockRig::start(Duration::from_millis(300), Faults::default(), "").await;
+async fn bedrock_job_failing_validation_every_time_ends_its_members_after_max_attempts() {
+    let rig = BedrockRig::start(Duration::from_millis(300), Faults::default(), "\n[scheduler]\nmax_attempts = 2").await;
     rig.sim.set_faults(Faults::default());
     assert_eq!(Faults::default().bedrock_min_records, 100, "the simulator's default is Bedrock's quota");
     let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
-    let deadline = Instant::now() + SETTLE;
-    let health = loop {
-        let health = health(&api).await;
-        let reason = health["hold_reason"].as_str().unwrap_or_default();
-        if reason.contains("less than the minimum required (100)") {
-            break health;
-        }
-        assert!(Instant::now() < deadline, "never held for the minimum: {health:#}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    assert!(counter(&health, "batches_returned") >= 1, "{health:#}");
-    for id in &ids {
-        let record = api.record(id).await;
-        assert_ne!(record["state"], json!("failed"), "a job-level refusal fails no member: {record:#}");
-        assert_eq!(record["attempts"], json!(1), "returned as the same attempt: {record:#}");
+    for record in all_failed(&api, &ids, SETTLE).await {
+        assert_eq!(record["failure_class"], json!("attempts_exhausted"), "{record:#}");
+        let reason = record["failure_reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("less than the minimum required (100)"), "Bedrock's reason is kept: {record:#}");
+        assert_eq!(record["attempts"], json!(2), "{record:#}");
     }
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 2, "one job per attempt, then no more: {stats:#?}");
+    let now = health(&api).await;
+    assert_eq!(counter(&now, "batches_failed"), 2, "{now:#}");
+    assert!(now["last_error"].as_str().is_some_and(|e| e.contains("minimum required")), "{now:#}");
     finish(server);
 }
 

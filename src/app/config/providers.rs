@@ -7,6 +7,8 @@
 //! `kind`. Batches already stored under those names keep being driven because the
 //! shorthands produce exactly those names.
 
+use std::time::Duration;
+
 use std::collections::BTreeMap;
 
 use super::ProviderChoice;
@@ -91,6 +93,9 @@ pub(crate) struct ProviderSettings {
     /// `reask`: how many times this provider's invalid answers are asked again, overriding
     /// each schema's `x-commitpoint-reask`.
     pub reask: Option<u32>,
+    /// `min_batch_wait`: how long work under the provider's minimum job size waits for
+    /// more before it is failed (only Bedrock has a minimum).
+    pub min_batch_wait: Option<Duration>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -110,6 +115,14 @@ pub(crate) enum ProviderSpec {
 }
 
 impl ProviderSettings {
+    /// The fewest requests the provider takes in one job: Bedrock's `min_records`, else 1.
+    pub(crate) fn min_batch(&self) -> usize {
+        match &self.spec {
+            ProviderSpec::Bedrock(b) => b.min_records,
+            _ => 1,
+        }
+    }
+
     pub(crate) fn kind(&self) -> ProviderKind {
         match self.spec {
             ProviderSpec::Openai(_) => ProviderKind::Openai,
@@ -361,7 +374,7 @@ fn resolve_primary(
             budget,
         }),
     };
-    Ok(Some(ProviderSettings { name: choice_name(choice).to_string(), spec, reask: None }))
+    Ok(Some(ProviderSettings { name: choice_name(choice).to_string(), spec, reask: None, min_batch_wait: None }))
 }
 
 fn choice_name(choice: ProviderChoice) -> &'static str {
@@ -395,6 +408,17 @@ fn resolve_table(name: String, mut table: toml::Table) -> Result<(ProviderSettin
         })?),
         Some(other) => return Err(invalid(format!("reask must be a whole number of re-asks, not {other}"))),
     };
+    let min_batch_wait = match table.remove("min_batch_wait") {
+        None => None,
+        Some(toml::Value::String(text)) => {
+            let wait = super::file::parse_duration("min_batch_wait", &text).map_err(|e| invalid(e.to_string()))?;
+            if wait.is_zero() {
+                return Err(invalid("min_batch_wait must be longer than 0s".to_string()));
+            }
+            Some(wait)
+        }
+        Some(other) => return Err(invalid(format!("min_batch_wait must be a duration like \"1h\", not {other}"))),
+    };
     let value = toml::Value::Table(table);
     let parse_error = |e: toml::de::Error| invalid(e.message().trim().to_string());
     let in_table = |e: Error| match e {
@@ -427,7 +451,13 @@ fn resolve_table(name: String, mut table: toml::Table) -> Result<(ProviderSettin
             value.try_into::<RawBedrock>().map_err(parse_error)?.resolve().map_err(in_table)?,
         )),
     };
-    Ok((ProviderSettings { name, spec, reask }, implied))
+    if min_batch_wait.is_some() && !matches!(kind, ProviderKind::Bedrock) {
+        return Err(invalid(format!(
+            "min_batch_wait applies to providers with a minimum job size (bedrock), not {}",
+            kind.as_str()
+        )));
+    }
+    Ok((ProviderSettings { name, spec, reask, min_batch_wait }, implied))
 }
 
 #[cfg(test)]

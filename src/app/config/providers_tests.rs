@@ -258,3 +258,28 @@ fn output_budgets_are_per_table_with_defaults_and_survive_the_old_forms() {
         assert!(err.starts_with("providers.a") && err.contains(needle), "{text:?} → {err}");
     }
 }
+
+#[test]
+fn min_batch_wait_belongs_to_providers_with_a_minimum_job() {
+    let bedrock = |extra: &str| {
+        format!(
+            "[providers.bedrock]\nkind = \"bedrock\"\nregion = \"us-east-1\"\n\
+             model = \"anthropic.claude-3-5-haiku-20241022-v1:0\"\n\
+             role_arn = \"arn:aws:iam::123456789012:role/commitpoint-batch\"\n\
+             input_s3_uri = \"s3://cp-batch-in/in/\"\noutput_s3_uri = \"s3://cp-batch-out/out/\"\n{extra}\n\
+             [routing]\ndefault = \"bedrock\"\n"
+        )
+    };
+    let set = options(&bedrock("min_records = 150\nmin_batch_wait = \"30m\"")).expect("accepted");
+    let provider = &set.providers[0];
+    assert_eq!((provider.min_batch(), provider.min_batch_wait), (150, Some(std::time::Duration::from_secs(1800))));
+    assert_eq!(options(&bedrock("")).expect("accepted").providers[0].min_batch_wait, None);
+    assert!(refusal(&bedrock("min_batch_wait = \"0s\"")).contains("longer than 0s"));
+    assert!(refusal(&bedrock("min_batch_wait = 30")).contains("duration like"));
+    let openai = "[providers.openai]\nkind = \"openai\"\nmin_batch_wait = \"1h\"\n[routing]\ndefault = \"openai\"\n";
+    assert!(
+        refusal(openai).contains("min_batch_wait applies to providers with a minimum job size"),
+        "{}",
+        refusal(openai)
+    );
+}

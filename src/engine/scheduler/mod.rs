@@ -8,6 +8,7 @@
 //! next persisted deadline; there is no busy loop.
 
 mod cleanup;
+mod form;
 mod ingest;
 mod submit;
 mod term;
@@ -33,9 +34,7 @@ use crate::engine::commit::{Committer, WorkSignals};
 use crate::engine::routing::Router;
 use crate::engine::supervisor::Supervisor;
 use crate::providers::{BatchProvider, ErrorClass, ProviderError};
-use crate::store::{
-    self, BatchRecord, BatchState, CloseReport, IntentOutcome, IntentRequest, Leftover, MemberRules, SharedStore,
-};
+use crate::store::{self, BatchRecord, BatchState, CloseReport, Leftover, MemberRules, SharedStore};
 
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
@@ -62,6 +61,10 @@ pub(crate) struct Settings {
     /// What its members are reserved at against their tenants' budgets is estimated from
     /// this (`None`: no reservations, budgets act on charged spend only).
     pub profile: Option<crate::engine::ledger::estimate::ProviderProfile>,
+    /// The fewest members the provider takes in one job (Bedrock's `min_records`; 1: no
+    /// minimum). Fewer wait for more work, up to `min_batch_wait`, and are then failed.
+    pub min_batch_size: usize,
+    pub min_batch_wait: Duration,
     /// How long a term driving the provider lasts unless renewed (`[store] driver_lease`):
     /// a standby takes over this long after a driver stopped renewing.
     pub driver_lease: Duration,
@@ -80,11 +83,16 @@ impl Default for Settings {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             reask: None,
             profile: None,
+            min_batch_size: 1,
+            min_batch_wait: DEFAULT_MIN_BATCH_WAIT,
             driver_lease: term::DEFAULT_DRIVER_LEASE,
         }
     }
 }
 
+/// How long work under a provider's minimum job size waits for more unless configured
+/// (`[providers.<name>] min_batch_wait`).
+pub(crate) const DEFAULT_MIN_BATCH_WAIT: Duration = Duration::from_secs(3600);
 /// Provider attempts per extraction unless configured (`scheduler.max_attempts`).
 pub(crate) const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 /// After a 401/403, how long to leave the provider alone before probing again.
@@ -109,6 +117,11 @@ const COMMIT_CONCURRENCY: usize = 64;
 /// Where other instances take intake (PostgreSQL), the driver looks for their work every
 /// batch wait, within these bounds.
 const FOREIGN_WORK_LOOK: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
+
+/// How often, in ms, a driver on a shared store looks for work other instances took in.
+fn foreign_work_look(settings: &Settings) -> u64 {
+    settings.batch_max_wait.clamp(FOREIGN_WORK_LOOK.0, FOREIGN_WORK_LOOK.1).as_millis() as u64
+}
 /// After an unexpected error in a step, the loop waits this long before trying again.
 const STEP_ERROR_PAUSE: Duration = Duration::from_secs(1);
 
@@ -135,7 +148,7 @@ pub(crate) struct Scheduler {
     /// Per schema: the last look for a batch found too little work. Looking scans pending
     /// records in the writer, so it is not repeated on every intake until enough new work
     /// could have arrived to fill a batch, or the wait is over.
-    waiting: HashMap<String, WaitingWork>,
+    waiting: HashMap<String, form::WaitingWork>,
     /// Failed batches in a row returned for want of room: sets the next hold's length.
     holds_in_a_row: u32,
     /// Trial batches formed by this process and not yet sent (`formed_here`, for trials).
@@ -147,13 +160,6 @@ pub(crate) struct Scheduler {
     /// When this instance's term driving the provider ends (`term.rs`); the provider
     /// above is fenced by it.
     deadline: term::TermDeadline,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct WaitingWork {
-    due_at_ms: u64,
-    members: usize,
-    arrivals_seen: u64,
 }
 
 /// Everything a scheduler needs besides its provider and settings.
@@ -270,10 +276,7 @@ impl Scheduler {
         // Intake on other instances sharing the store wakes no one here: look for it again
         // within a batch's wait.
         if self.store.commits().is_none() {
-            earliest(
-                clock::now_ms()
-                    + self.settings.batch_max_wait.clamp(FOREIGN_WORK_LOOK.0, FOREIGN_WORK_LOOK.1).as_millis() as u64,
-            );
+            earliest(clock::now_ms() + foreign_work_look(&self.settings));
         }
         self.commit_ready().await?;
         Ok(next)
@@ -289,75 +292,6 @@ impl Scheduler {
             }
             BatchState::Closed { .. } => Ok(None),
         }
-    }
-
-    /// Turns waiting work into submit intents and submits them right away.
-    async fn form_batches(&mut self) -> Result<Option<u64>, store::Error> {
-        // Wake when a timed pause or hold ends (an operator's pause has no end: resuming wakes).
-        if let Some(until) = self.health.paused_until(clock::now_ms(), true) {
-            return Ok((until != u64::MAX).then_some(until));
-        }
-        let router = &self.router;
-        router.refresh_holds(self.store.as_ref(), clock::now_ms()).await?;
-        let accept = router.filter_for(self.provider.name());
-        let mut next = None;
-        let schemas: Vec<String> = self.registry.names().map(str::to_string).collect();
-        for schema in schemas {
-            if let Some(due) = self.still_waiting(&schema) {
-                next = Some(next.map_or(due, |n: u64| n.min(due)));
-                continue;
-            }
-            let estimate = self.member_estimate(&schema);
-            loop {
-                let arrivals_seen = self.signals.arrivals();
-                let request = IntentRequest {
-                    provider: self.provider.name().to_string(),
-                    schema: schema.clone(),
-                    accept: accept.clone(),
-                    max_size: self.settings.batch_max_size,
-                    max_content_bytes: self.settings.batch_max_content_bytes,
-                    max_wait_ms: self.settings.batch_max_wait.as_millis() as u64,
-                    estimate: estimate.clone(),
-                };
-                match self.store.create_intent(request).await? {
-                    IntentOutcome::Created(batch) => {
-                        self.waiting.remove(&schema);
-                        tracing::info!(batch_key = %batch.batch_key, members = batch.members.len(), %schema, "batch formed");
-                        self.health.update(|h| h.batches_formed += 1);
-                        self.formed_here.insert(batch.seq);
-                        if let Some(at) = self.submit(*batch).await? {
-                            next = Some(next.map_or(at, |n: u64| n.min(at)));
-                        }
-                    }
-                    IntentOutcome::Waiting { due_at_ms, members } => {
-                        self.waiting.insert(schema.clone(), WaitingWork { due_at_ms, members, arrivals_seen });
-                        next = Some(next.map_or(due_at_ms, |n: u64| n.min(due_at_ms)));
-                        break;
-                    }
-                    IntentOutcome::Nothing => {
-                        self.waiting.remove(&schema);
-                        break;
-                    }
-                }
-            }
-        }
-        Ok(next)
-    }
-
-    /// What a member of `schema` is reserved at when its batch is formed here.
-    fn member_estimate(&self, schema: &str) -> Option<crate::store::MemberEstimate> {
-        let profile = self.settings.profile.as_ref()?;
-        let instructions = self.registry.get(schema).ok()?.instructions().len() as u64;
-        crate::engine::ledger::estimate::member_estimate(profile, move |_| instructions, &self.router.prices())
-    }
-
-    /// When the last look found too little work for `schema` and not enough has arrived
-    /// since to fill a batch, the time it falls due; `None` when it is worth looking now.
-    fn still_waiting(&self, schema: &str) -> Option<u64> {
-        let waiting = self.waiting.get(schema)?;
-        let arrived = self.signals.arrivals().saturating_sub(waiting.arrivals_seen);
-        let could_fill = waiting.members as u64 + arrived >= self.settings.batch_max_size as u64;
-        (clock::now_ms() < waiting.due_at_ms && !could_fill).then_some(waiting.due_at_ms)
     }
 
     /// How this provider's members are released and its answers charged.

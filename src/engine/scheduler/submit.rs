@@ -46,6 +46,23 @@ impl Scheduler {
             self.close(&batch, "schema missing".to_string(), leftover).await?;
             return Ok(None);
         };
+        // Formed under the provider's minimum only once its members waited `min_batch_wait`
+        // (`rules::intent::fill`): the provider would refuse the job, so they fail, saying why.
+        if members.len() < self.settings.min_batch_size {
+            let reason = format!(
+                "only {} extractions of {} arrived within min_batch_wait ({}), and this provider takes at \
+                 least {} in one job (min_records); retry them once more work is pending",
+                members.len(),
+                batch.schema,
+                humantime::format_duration(self.settings.min_batch_wait),
+                self.settings.min_batch_size
+            );
+            tracing::warn!(batch_key = %batch.batch_key, %reason, "failing work under the provider's minimum job size");
+            let leftover = Leftover::Fail { class: crate::domain::lifecycle::FailureClass::Transient, reason };
+            self.close(&batch, "under the provider's minimum job size".to_string(), leftover).await?;
+            self.health.update(|h| h.waiting_for_minimum = None);
+            return Ok(None);
+        }
         let spec = BatchSpec { batch_key: batch.batch_key.as_str(), schema: &schema, members: &members };
         match self.provider.submit(&spec).await {
             Ok(job_id) => {

@@ -119,6 +119,9 @@ pub(super) async fn show(State(service): State<Service>, viewer: Viewer) -> Resu
                                     span.badge.warn { "backing off until " (when(until)) }
                                 } @else { span.badge.ok { "running" } }
                                 @if let Some(reason) = &h.pause_reason { " " small { (reason) } }
+                                @if let Some(waiting) = &h.waiting_for_minimum {
+                                    " " span.badge.warn { "under its minimum" } " " small.waiting-minimum { (waiting) }
+                                }
                             }
                             td.driver {
                                 @match driver_of(&h.name) {

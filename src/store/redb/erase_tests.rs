@@ -41,6 +41,7 @@ async fn intent(store: &Store, max_size: usize) -> u64 {
         max_size,
         max_content_bytes: u64::MAX,
         max_wait_ms: 0,
+        minimum: None,
         estimate: None,
     };
     let IntentOutcome::Created(batch) = store.create_intent(request).await.unwrap() else { panic!("no intent") };

@@ -38,6 +38,7 @@ fn intent(schema: &str, refused: &'static str, max_size: usize) -> IntentRequest
         max_size,
         max_content_bytes: u64::MAX,
         max_wait_ms: 0,
+        minimum: None,
         estimate: None,
     }
 }

@@ -27,6 +27,7 @@ fn request() -> IntentRequest {
         max_size: 10,
         max_content_bytes: u64::MAX,
         max_wait_ms: 0,
+        minimum: None,
         estimate: Some(MemberEstimate(Arc::new(|_| ESTIMATE))),
     }
 }

@@ -66,6 +66,7 @@ impl Rig {
             max_size: 1,
             max_content_bytes: u64::MAX,
             max_wait_ms: 0,
+            minimum: None,
             estimate: None,
         };
         let IntentOutcome::Created(batch) = self.store.create_intent(request).await.unwrap() else { panic!() };

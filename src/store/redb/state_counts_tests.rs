@@ -107,6 +107,7 @@ async fn counters_follow_every_write_and_survive_a_reopen() {
         max_size: 2,
         max_content_bytes: u64::MAX,
         max_wait_ms: 0,
+        minimum: None,
         estimate: None,
     };
     assert!(matches!(store.create_intent(request).await.unwrap(), IntentOutcome::Created(_)));

@@ -35,9 +35,21 @@ pub struct IntentRequest {
     pub max_content_bytes: u64,
     /// Form a batch smaller than `max_size` only once its oldest member waited this long.
     pub max_wait_ms: u64,
+    /// The fewest members the provider takes in one job (Amazon Bedrock: 100), if any.
+    pub minimum: Option<Minimum>,
     /// What a member will cost at this provider, reserved against its tenant's budget;
     /// `None` where no price is known (budgets then act on charged spend only).
     pub estimate: Option<MemberEstimate>,
+}
+
+/// A provider's smallest job, and how long work waits to make one up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Minimum {
+    pub size: usize,
+    /// Once the oldest member waited this long, fewer are formed into an intent anyway:
+    /// the scheduler then fails them, naming the minimum, rather than send a job the
+    /// provider refuses or keep them waiting for ever.
+    pub wait_ms: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -71,14 +83,21 @@ pub(crate) fn queue(request: &IntentRequest) -> String {
 }
 
 /// Whether the fair pick (`rules::fair`) makes a batch now. A batch that is not full is
-/// due once its oldest member has waited `max_wait_ms`.
+/// due once its oldest member has waited `max_wait_ms`; one under the provider's minimum,
+/// once it has waited the minimum's `wait_ms` (later work joins it meanwhile).
 pub(crate) fn fill(picked: Picked<ExtractionRecord>, request: &IntentRequest, now_ms: u64) -> Filling {
     let Some(oldest) = picked.items.iter().map(|m| m.updated_at_ms).min() else {
         return Filling::NotYet(IntentOutcome::Nothing);
     };
-    if !picked.full && now_ms.saturating_sub(oldest) < request.max_wait_ms {
+    let waited = now_ms.saturating_sub(oldest);
+    let members = picked.items.len();
+    if !picked.full && waited < request.max_wait_ms {
         let due_at_ms = oldest.saturating_add(request.max_wait_ms);
-        return Filling::NotYet(IntentOutcome::Waiting { due_at_ms, members: picked.items.len() });
+        return Filling::NotYet(IntentOutcome::Waiting { due_at_ms, members });
+    }
+    if let Some(minimum) = request.minimum.filter(|m| members < m.size && waited < m.wait_ms) {
+        let due_at_ms = oldest.saturating_add(minimum.wait_ms);
+        return Filling::NotYet(IntentOutcome::Waiting { due_at_ms, members });
     }
     Filling::Due(picked.items)
 }
@@ -129,4 +148,51 @@ pub(crate) fn intent(
         not_found_since_ms: None,
     };
     (batch, enqueue)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::lifecycle::State;
+    use crate::store::rules::fixtures::member;
+
+    fn request(minimum: Option<Minimum>) -> IntentRequest {
+        IntentRequest {
+            provider: "bedrock".into(),
+            schema: "code-review@1".into(),
+            accept: WorkFilter(Arc::new(|_: &str, _: &str| true)),
+            max_size: 500,
+            max_content_bytes: u64::MAX,
+            max_wait_ms: 2_000,
+            minimum,
+            estimate: None,
+        }
+    }
+
+    fn picked(n: u64, at_ms: u64) -> Picked<ExtractionRecord> {
+        let items =
+            (1..=n).map(|seq| ExtractionRecord { updated_at_ms: at_ms, ..member(seq, State::Pending) }).collect();
+        Picked { items, reserved: Vec::new(), held: Vec::new(), full: false, moves: Default::default() }
+    }
+
+    fn waiting_until(filling: Filling) -> Option<u64> {
+        match filling {
+            Filling::NotYet(IntentOutcome::Waiting { due_at_ms, .. }) => Some(due_at_ms),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn work_under_the_minimum_waits_for_more_then_is_formed_for_the_scheduler_to_fail() {
+        let minimum = Some(Minimum { size: 100, wait_ms: 3_600_000 });
+        // Past the batch wait but under the minimum: it waits for the minimum's wait.
+        assert_eq!(waiting_until(fill(picked(12, 1_000), &request(minimum), 10_000)), Some(3_601_000));
+        // Enough work arrived: a job forms at the batch wait.
+        assert!(matches!(fill(picked(100, 1_000), &request(minimum), 10_000), Filling::Due(m) if m.len() == 100));
+        // The minimum's wait is over: the few are formed (and failed by the scheduler).
+        assert!(matches!(fill(picked(12, 1_000), &request(minimum), 3_601_000), Filling::Due(m) if m.len() == 12));
+        // Without a minimum, the batch wait alone decides.
+        assert!(matches!(fill(picked(12, 1_000), &request(None), 10_000), Filling::Due(m) if m.len() == 12));
+        assert_eq!(waiting_until(fill(picked(12, 1_000), &request(minimum), 2_000)), Some(3_000));
+    }
 }
