@@ -59,6 +59,15 @@ pub(crate) enum Error {
 }
 
 impl Error {
+    /// The store's failure this is, if any: its exit code is the store's (a locked or
+    /// unreadable database file is an I/O failure, 74, not a crash).
+    pub(crate) fn store(&self) -> Option<&store::Error> {
+        match self {
+            Error::Store(e) => Some(e),
+            _ => None,
+        }
+    }
+
     /// Configuration mistakes an operator must fix; restarting will not help.
     pub(crate) fn is_config(&self) -> bool {
         matches!(self, Error::Bind { .. } | Error::Schema(_) | Error::Config(_) | Error::Secret(_))

@@ -192,9 +192,11 @@ fn exit_code_for(e: &anyhow::Error) -> u8 {
         {
             return EXIT_UNAVAILABLE;
         }
-        if let Some(store) = cause.downcast_ref::<crate::store::Error>()
-            && let Some(code) = store_exit_code(store)
-        {
+        // A transparent wrapper hides the store's error from the chain: ask it.
+        let store = cause
+            .downcast_ref::<crate::store::Error>()
+            .or_else(|| cause.downcast_ref::<crate::app::server::Error>().and_then(|s| s.store()));
+        if let Some(code) = store.and_then(store_exit_code) {
             return code;
         }
         if cause.downcast_ref::<std::io::Error>().is_some() {

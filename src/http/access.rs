@@ -68,6 +68,10 @@ pub(crate) enum Caller {
 pub(crate) enum Denied {
     #[error("a bearer token is required (Authorization: Bearer <token>)")]
     Unauthenticated,
+    /// A bearer token was sent and matches no configured token: saying so (rather than
+    /// "required") points the caller at a stale or mistyped token.
+    #[error("invalid token: the bearer token matches neither the admin token nor a tenant's")]
+    InvalidToken,
     #[error("this call needs the admin token")]
     AdminOnly,
     #[error("this token may only reach tenant {0:?}")]
@@ -155,7 +159,7 @@ impl AccessPolicy {
                 found = Some(tenant.clone());
             }
         }
-        found.map(Caller::Tenant).ok_or(Denied::Unauthenticated)
+        found.map(Caller::Tenant).ok_or(Denied::InvalidToken)
     }
 }
 
@@ -324,7 +328,7 @@ mod tests {
         let p = policy();
         assert_eq!(p.identify(Some("Bearer admin-secret")), Ok(Caller::Admin));
         assert_eq!(p.identify(Some("Bearer acme-secret")), Ok(Caller::Tenant("acme".into())));
-        assert_eq!(p.identify(Some("Bearer wrong")), Err(Denied::Unauthenticated));
+        assert_eq!(p.identify(Some("Bearer wrong")), Err(Denied::InvalidToken));
         assert_eq!(p.identify(Some("Basic YWRtaW4=")), Err(Denied::Unauthenticated));
         assert_eq!(p.identify(None), Err(Denied::Unauthenticated));
         assert_eq!(AccessPolicy::default().identify(None), Ok(Caller::Open));

@@ -64,7 +64,7 @@ async fn admit(
 impl From<Denied> for ApiError {
     fn from(denied: Denied) -> Self {
         match denied {
-            Denied::Unauthenticated => ApiError::unauthenticated(denied.to_string()),
+            Denied::Unauthenticated | Denied::InvalidToken => ApiError::unauthenticated(denied.to_string()),
             Denied::AdminOnly | Denied::OtherTenant(_) => {
                 ApiError::new(axum::http::StatusCode::FORBIDDEN, "forbidden", denied.to_string())
             }

@@ -85,3 +85,25 @@ fn verify_reports_an_unreadable_file() {
     let out = verify(&garbage);
     assert_ne!(out.status.code(), Some(0), "{}", stdout(&out));
 }
+
+/// A second `serve` on a data directory whose database another process holds exits 74
+/// (an I/O failure systemd does not restart into a loop, `RestartPreventExitStatus`), not
+/// 70, and says why.
+#[test]
+fn serve_on_a_locked_database_exits_74() {
+    if crate::support::postgres::enabled() {
+        eprintln!("skipped: the redb file lock is what this test is about");
+        return;
+    }
+    let dir = temp_dir();
+    let _first = Server::start(dir.path());
+    let second = std::process::Command::new(env!("CARGO_BIN_EXE_commitpoint"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .env_remove("COMMITPOINT_CONFIG")
+        .env_remove("COMMITPOINT_STORE_URL")
+        .output()
+        .expect("run a second serve");
+    assert_eq!(second.status.code(), Some(74), "{}", stderr(&second));
+    assert!(stderr(&second).contains("cannot open the database"), "{}", stderr(&second));
+}

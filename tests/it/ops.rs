@@ -214,8 +214,12 @@ async fn tokens_scope_tenants_and_never_reach_the_logs() {
 
     let (status, body) = call(&format!("{base}/v1/extractions"), None, post.clone(), Some(intake("acme"))).await;
     assert_eq!((status, body["error"]["code"].as_str()), (401, Some("unauthenticated")));
-    let (status, _) = call(&format!("{base}/v1/extractions"), Some("nope"), post.clone(), Some(intake("acme"))).await;
+    assert!(body["error"]["message"].as_str().is_some_and(|m| m.contains("token is required")), "{body:#}");
+    let (status, body) =
+        call(&format!("{base}/v1/extractions"), Some("nope"), post.clone(), Some(intake("acme"))).await;
     assert_eq!(status, 401);
+    // A wrong token is called that, not "required".
+    assert!(body["error"]["message"].as_str().is_some_and(|m| m.starts_with("invalid token")), "{body:#}");
     let (status, body) =
         call(&format!("{base}/v1/extractions"), Some("tok-acme-77a1-c3d9e0"), post.clone(), Some(intake("acme"))).await;
     assert_eq!(status, 201, "{body}");
