@@ -381,6 +381,11 @@ fn settings_for(kind: ProviderKind, base: &scheduler::Settings) -> scheduler::Se
         settings.batch_max_size = settings.batch_max_size.min(32);
         settings.poll_interval = Duration::from_millis(20);
     }
+    // The embedded simulator keeps nothing across a restart of `serve`: a job it does not
+    // know is gone at the first 404, not after ten minutes of polls answered 404.
+    if kind == ProviderKind::Simulator {
+        settings.job_gone_after = Duration::ZERO;
+    }
     settings
 }
 

@@ -144,3 +144,30 @@ fn config_check_says_how_each_schema_is_adapted_per_provider() {
     assert!(text.contains("# schema code-review@1 -> simulator (openai-strict): adapted:"), "{text}");
     assert!(text.contains("/properties/findings/items/properties/rule: dropped `minLength`"), "{text}");
 }
+
+/// The embedded simulator (`--provider simulator`) keeps nothing across a restart of
+/// `serve`: a batch it was running when the process died is unknown to the new one. The
+/// scheduler takes the first 404 as the job gone and requeues its members at once, saying
+/// so once, instead of polling a job nobody has for ten minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_the_embedded_simulator_forgot_in_a_restart_is_requeued_at_once() {
+    let dir = temp_dir();
+    let args = ["--provider", "simulator", "--batch-max-wait", "200ms", "--poll-interval", "100ms"];
+    let mut first = crate::util::Server::start_with_env(
+        dir.path(),
+        &args,
+        &[("COMMITPOINT_FAILPOINTS", "after-job-id-before-poll")],
+    );
+    let id = first.api().create("acme", "PR-1", "fn main() { x.unwrap() }").await;
+    crate::providers_e2e::expect_crash(&mut first, "after-job-id-before-poll");
+    let restarted = crate::util::Server::start_with_env(dir.path(), &args, &[]);
+    let ids = std::collections::BTreeSet::from([id]);
+    // On PostgreSQL the restarted instance first waits for its predecessor's lease to lapse (10 s).
+    let records = crate::provider::settle_within(&restarted.api(), &ids, std::time::Duration::from_secs(30)).await;
+    assert!(records.values().all(|r| r["state"] == "committed"), "{records:#?}");
+    assert!(records.values().all(|r| r["attempts"] == 2), "the forgotten job cost one attempt: {records:#?}");
+    let (exit, log) = restarted.terminate();
+    assert_eq!(exit.code(), Some(0), "{log}");
+    let forgotten = log.lines().filter(|l| l.contains("class=Gone")).count();
+    assert_eq!(forgotten, 1, "said once, not at every poll:\n{log}");
+}

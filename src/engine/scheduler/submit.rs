@@ -101,6 +101,7 @@ impl Scheduler {
     async fn accept(&self, batch: &BatchRecord, job_id: String) -> Result<Option<u64>, store::Error> {
         let next_poll = clock::now_ms() + self.settings.poll_interval.as_millis() as u64;
         self.store.record_job(batch.seq, job_id, next_poll).await?;
+        failpoint::hit("after-job-id-before-poll");
         Ok(Some(next_poll))
     }
 }
