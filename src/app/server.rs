@@ -273,6 +273,7 @@ impl Server {
         let serve = crate::http::serve(listener, app, options.limits, async move { stop.cancelled().await });
         let http = supervisor.spawn("http", serve);
         warn_unpriced(options);
+        crate::app::write_address(&options.data_dir, addr);
         tracing::info!(%addr, data_dir = %options.data_dir.display(), "commitpoint is serving");
         Ok(Server {
             addr,

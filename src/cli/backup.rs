@@ -19,9 +19,6 @@ pub(super) struct Args {
     out: PathBuf,
     #[command(flatten)]
     admin: super::AdminUrl,
-    /// Bearer token, when the server has access tokens configured (the admin token for backups).
-    #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
-    token: Option<String>,
     /// Leave the server's copy in its data directory (by default it is removed once downloaded).
     #[arg(long)]
     keep_on_server: bool,
@@ -32,7 +29,7 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         bail!("{}: already exists; choose a new file name", args.out.display());
     }
     let base = args.admin.resolve();
-    let client = super::http_client(args.token.as_deref())?;
+    let client = args.admin.client()?;
     let response =
         client.post(format!("{base}/v1/admin/backup")).send().await.with_context(|| format!("cannot reach {base}"))?;
     let status = response.status();

@@ -26,9 +26,6 @@ pub(super) struct Args {
     csv: bool,
     #[command(flatten)]
     admin: super::AdminUrl,
-    /// Bearer token (admin, or the tenant's own), if the server requires one.
-    #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
-    token: Option<String>,
 }
 
 /// Every bucket the API reports, in its order: a finance export that left one out (as
@@ -44,7 +41,9 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     let url = format!("{base}/v1/tenants/{}/costs", args.tenant);
-    let response = super::http_client(args.token.as_deref())?
+    let response = args
+        .admin
+        .client()?
         .get(&url)
         .query(&query)
         .send()

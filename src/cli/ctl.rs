@@ -13,9 +13,6 @@ use super::EXIT_PROBLEMS;
 pub(super) struct Target {
     #[command(flatten)]
     admin: super::AdminUrl,
-    /// Bearer token (the admin token), if the server requires one.
-    #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
-    token: Option<String>,
     /// Print the raw JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -92,7 +89,7 @@ pub(super) async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
     };
     let base = target.admin.resolve();
-    let request = super::http_client(target.token.as_deref())?.request(method, format!("{base}{path}"));
+    let request = target.admin.client()?.request(method, format!("{base}{path}"));
     let response = request.send().await.with_context(|| format!("cannot reach the server at {base}"))?;
     let status = response.status();
     let body: Value = response.json().await.context("the server sent a non-JSON answer")?;

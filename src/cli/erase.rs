@@ -16,9 +16,6 @@ pub(super) struct Args {
     yes: bool,
     #[command(flatten)]
     admin: super::AdminUrl,
-    /// The admin token, when the server has access tokens configured.
-    #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
-    token: Option<String>,
 }
 
 pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -30,7 +27,7 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_USAGE));
     }
     let base = args.admin.resolve();
-    let client = super::http_client(args.token.as_deref())?;
+    let client = args.admin.client()?;
     let mut url = reqwest::Url::parse(&format!("{base}/v1/tenants/")).context("the server address is not a URL")?;
     url.path_segments_mut()
         .map_err(|()| anyhow::anyhow!("the server address cannot carry a path"))?

@@ -25,14 +25,11 @@ pub(super) struct Args {
     provider: Option<String>,
     #[command(flatten)]
     admin: super::AdminUrl,
-    /// Bearer token (admin, or the tenant's own), if the server requires one.
-    #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
-    token: Option<String>,
 }
 
 pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let sources = collect(&args.paths)?;
-    let client = super::http_client(args.token.as_deref())?;
+    let client = args.admin.client()?;
     let base = args.admin.resolve();
     let answer = ask(&client, &base, &args.tenant, &args.schema, args.provider.as_deref(), &sources).await?;
     print!("{}", table(&answer));

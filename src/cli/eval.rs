@@ -16,9 +16,6 @@ use super::{EXIT_PROBLEMS, EXIT_USAGE};
 pub(super) struct Target {
     #[command(flatten)]
     admin: super::AdminUrl,
-    /// Bearer token (the admin token), if the server requires one.
-    #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
-    token: Option<String>,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -115,7 +112,7 @@ struct Client {
 
 impl Client {
     fn new(target: &Target) -> anyhow::Result<Self> {
-        Ok(Self { base: target.admin.resolve(), http: super::http_client(target.token.as_deref())? })
+        Ok(Self { base: target.admin.resolve(), http: target.admin.client()? })
     }
 
     /// Sends one request; a refusal is printed and becomes `Err(exit code)`.

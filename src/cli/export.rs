@@ -50,9 +50,6 @@ pub(super) struct Args {
     out: PathBuf,
     #[command(flatten)]
     admin: super::AdminUrl,
-    /// Bearer token (admin, or the tenant's own), if the server requires one.
-    #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
-    token: Option<String>,
 }
 
 /// The columns before a finding's own fields: where it comes from, then its key.
@@ -69,7 +66,9 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             query.push((key, v));
         }
     }
-    let response = super::http_client(args.token.as_deref())?
+    let response = args
+        .admin
+        .client()?
         .get(format!("{base}/v1/export"))
         .query(&query)
         .send()

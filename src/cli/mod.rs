@@ -24,7 +24,10 @@ mod signals;
 mod simulator;
 mod simulator_platform;
 mod submit;
+mod target;
 mod verify;
+
+pub use target::AdminUrl;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,34 +45,6 @@ pub const EXIT_CANTCREAT: u8 = 73;
 /// Try again: the store refused for now (a conflict, a halted writer, a shutdown).
 pub const EXIT_TEMPFAIL: u8 = 75;
 pub const EXIT_CONFIG: u8 = 78;
-const DEFAULT_SERVER: &str = "http://127.0.0.1:7878";
-
-/// Where a client subcommand finds the server's API.
-#[derive(Debug, Clone, clap::Args)]
-pub struct AdminUrl {
-    /// The server's API. Default: $COMMITPOINT_ADMIN, else the listen address in the config
-    /// file ($COMMITPOINT_CONFIG or /etc/commitpoint/config.toml), else http://127.0.0.1:7878.
-    #[arg(long = "admin", visible_alias = "server", env = "COMMITPOINT_ADMIN")]
-    admin: Option<String>,
-}
-
-impl AdminUrl {
-    pub fn resolve(&self) -> String {
-        if let Some(url) = &self.admin {
-            return url.trim_end_matches('/').to_string();
-        }
-        let path = std::env::var_os("COMMITPOINT_CONFIG")
-            .map_or_else(|| PathBuf::from(crate::app::config::DEFAULT_CONFIG_PATH), PathBuf::from);
-        crate::app::config::listen_in_file(&path)
-            .map(|addr| {
-                // A server bound to every interface is reached on loopback.
-                let host = if addr.ip().is_unspecified() { "127.0.0.1".to_string() } else { addr.ip().to_string() };
-                let host = if host.contains(':') { format!("[{host}]") } else { host };
-                format!("http://{host}:{}", addr.port())
-            })
-            .unwrap_or_else(|| DEFAULT_SERVER.to_string())
-    }
-}
 
 #[derive(Debug, Parser)]
 #[command(name = "commitpoint", version, about = "Exactly-once LLM structured extraction at the commit point")]
@@ -113,9 +88,6 @@ enum Command {
         diff: Option<String>,
         #[command(flatten)]
         admin: AdminUrl,
-        /// Bearer token, when the server has access tokens configured.
-        #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
-        token: Option<String>,
     },
     /// Check every commitpoint invariant: a redb file offline (with redb's own integrity
     /// check), or a PostgreSQL store with --store-url (read-only, safe while serving).
@@ -239,7 +211,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Eval(command) => eval::run(command).await,
         Command::Export(args) => export::run(args).await,
         Command::Ctl(command) => ctl::run(command).await,
-        Command::Get { id, diff, admin, token } => get(&id, diff.as_deref(), &admin.resolve(), token.as_deref()).await,
+        Command::Get { id, diff, admin } => {
+            get(&id, diff.as_deref(), &admin.resolve(), admin.token()?.as_deref()).await
+        }
         Command::Verify(args) => verify::run(args).await,
         Command::Compact { path } => maintenance::compact(path).await,
         Command::EraseTenant(args) => erase::run(args).await,

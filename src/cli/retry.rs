@@ -22,9 +22,6 @@ pub(super) struct Args {
     limit: Option<u64>,
     #[command(flatten)]
     admin: super::AdminUrl,
-    /// Bearer token (the admin token), if the server requires one.
-    #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
-    token: Option<String>,
 }
 
 pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -38,7 +35,9 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(limit) = args.limit {
         body["limit"] = json!(limit);
     }
-    let response = super::http_client(args.token.as_deref())?
+    let response = args
+        .admin
+        .client()?
         .post(format!("{base}/v1/admin/retry"))
         .json(&body)
         .send()

@@ -26,9 +26,6 @@ pub(super) struct Args {
     concurrency: usize,
     #[command(flatten)]
     admin: super::AdminUrl,
-    /// Bearer token, when the server has access tokens configured (the admin token for backups).
-    #[arg(long, env = "COMMITPOINT_TOKEN", hide_env_values = true)]
-    token: Option<String>,
     /// Refuse to submit anything (exit 1) when the server's estimate for the files, at the
     /// provider routing sends them to, is above this many dollars (`commitpoint estimate`
     /// shows it); an estimate that cannot be told (no price row) refuses too.
@@ -46,7 +43,7 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         bail!("--concurrency must be at least 1");
     }
     let sources = collect(&args.paths)?;
-    let client = super::http_client(args.token.as_deref())?;
+    let client = args.admin.client()?;
     if let Some(max) = args.max_cost {
         let base = args.admin.resolve();
         if let Err(refusal) =

@@ -107,3 +107,38 @@ fn serve_on_a_locked_database_exits_74() {
     assert_eq!(second.status.code(), Some(74), "{}", stderr(&second));
     assert!(stderr(&second).contains("cannot open the database"), "{}", stderr(&second));
 }
+
+/// The CLI finds a server bound to port 0 through the address it wrote to its data
+/// directory, and reads its token from `--token-file`; a wrong token is called that.
+#[test]
+fn the_cli_finds_a_port_zero_server_and_reads_its_token_from_a_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir();
+    let secret = dir.path().join("admin-token");
+    std::fs::write(&secret, "adm-41c0e7-b29d55aa\n").expect("write");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, format!("[access]\nadmin_token_file = \"{}\"\n", secret.display())).expect("write");
+    let data = dir.path().join("data");
+    let server = Server::start_with(&data, &["--config", config.to_str().expect("utf-8")]);
+    let written = std::fs::read_to_string(data.join("address")).expect("serve wrote its address");
+    assert!(server.url.ends_with(written.trim().rsplit(':').next().expect("a port")), "{written} vs {}", server.url);
+
+    let data_dir = data.to_str().expect("utf-8");
+    let wrong = dir.path().join("wrong-token");
+    std::fs::write(&wrong, "not-the-admin-token\n").expect("write");
+    let ctl = |extra: &[&str]| {
+        let mut args = vec!["ctl", "status"];
+        args.extend_from_slice(extra);
+        crate::util::cli_with_env(&args, &[("COMMITPOINT_DATA_DIR", data_dir)])
+    };
+    let out = ctl(&["--token-file", secret.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("store: redb") || stdout(&out).contains("store: postgres"), "{}", stdout(&out));
+    let out = ctl(&["--token-file", wrong.to_str().expect("utf-8")]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("invalid token"), "{}", stderr(&out));
+    let out = ctl(&["--token-file", dir.path().join("absent").to_str().expect("utf-8")]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("cannot read the token file"), "{}", stderr(&out));
+}

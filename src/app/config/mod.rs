@@ -384,6 +384,12 @@ pub(crate) fn listen_in_file(path: &Path) -> Option<SocketAddr> {
     file::load(path, false).ok()?.server.listen?.parse().ok()
 }
 
+/// The data directory a config file names, if it names one (the CLI looks there for the
+/// address a server bound to port 0 wrote).
+pub(crate) fn data_dir_in_file(path: &Path) -> Option<std::path::PathBuf> {
+    file::load(path, false).ok()?.server.data_dir
+}
+
 /// The store a config file's `[store]` and `--store-url` choose, resolved as `serve`
 /// resolves them (`explicit`: the file was named, so it must exist). Commands that only
 /// open the store (`verify`) read no other setting, so nothing else must be set up for them.
