@@ -20,6 +20,8 @@ pub struct Faults {
     /// `retry-after` seconds sent with `rate_limit_next` 429s.
     pub retry_after_secs: u32,
     /// The next N API requests get 429 `insufficient_quota` (no `retry-after`: not retryable).
+    /// Gemini: a per-day `QuotaFailure` that still carries `RetryInfo` of `retry_after_secs`
+    /// (left out at 0), as the real service answers.
     pub insufficient_quota_next: u32,
     /// The next N API requests get an overload answer with `retry-after` (Anthropic: 529
     /// `overloaded_error`; OpenAI, which has no 529: 503 `server_error`).
@@ -101,6 +103,10 @@ pub struct Faults {
     /// Gemini dialect: every Nth input line (1-based) is answered without a
     /// `finishReason`, which the API reference says means the model has not stopped.
     pub unfinished_every: u32,
+    /// Gemini dialect: every Nth per-request error row (1-based, counted per batch) comes
+    /// without its key (`key` in a responses file, `metadata` inline). One third-party
+    /// measurement saw such rows; no Google source confirms or rules them out.
+    pub keyless_error_every: u32,
     /// Every Nth input line (1-based) gets a schema-valid, grounded answer whose findings
     /// differ from the plain answer's (see `Flaw::Disagree`): a second model reading the
     /// same source differently. TEST BEHAVIOUR, for evaluations (docs/EVALUATIONS.md).
@@ -142,6 +148,7 @@ impl Default for Faults {
             bedrock_min_records: super::bedrock::MIN_RECORDS as u32,
             max_input_tokens: 0,
             unfinished_every: 0,
+            keyless_error_every: 0,
             disagree_every: 0,
             not_json_every: 0,
         }
@@ -222,10 +229,20 @@ fn odd_occurrence(every: u32, position: usize) -> bool {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Injected {
     Unauthorized,
-    InsufficientQuota,
-    RateLimited { retry_after_secs: u32 },
-    Overloaded { retry_after_secs: u32 },
-    ServerError { unavailable: bool },
+    /// The delay a dialect whose quota answers carry one says to wait (Gemini's
+    /// `RetryInfo`); 0: none given.
+    InsufficientQuota {
+        retry_after_secs: u32,
+    },
+    RateLimited {
+        retry_after_secs: u32,
+    },
+    Overloaded {
+        retry_after_secs: u32,
+    },
+    ServerError {
+        unavailable: bool,
+    },
 }
 
 impl Faults {
@@ -240,7 +257,7 @@ impl Faults {
             return Some(Injected::Unauthorized);
         }
         if take(&mut self.insufficient_quota_next) {
-            return Some(Injected::InsufficientQuota);
+            return Some(Injected::InsufficientQuota { retry_after_secs: self.retry_after_secs });
         }
         if take(&mut self.rate_limit_next) {
             return Some(Injected::RateLimited { retry_after_secs: self.retry_after_secs.max(1) });
@@ -285,7 +302,7 @@ impl Injected {
                 "Incorrect API key provided. (SIMULATED fault: unauthorized_next)",
             )
             .code("invalid_api_key"),
-            Injected::InsufficientQuota => ApiError::new(
+            Injected::InsufficientQuota { .. } => ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "insufficient_quota",
                 "You exceeded your current quota, please check your plan and billing details. \
@@ -355,7 +372,7 @@ mod tests {
             got,
             [
                 Injected::Unauthorized,
-                Injected::InsufficientQuota,
+                Injected::InsufficientQuota { retry_after_secs: 3 },
                 Injected::RateLimited { retry_after_secs: 3 },
                 Injected::RateLimited { retry_after_secs: 3 },
                 Injected::ServerError { unavailable: true },
@@ -413,7 +430,7 @@ mod tests {
         assert_eq!(error.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(error.header_value("retry-after"), Some("2"));
         assert_eq!(error.header_value("retry-after-ms"), Some("2000"));
-        let quota = Injected::InsufficientQuota.into_error();
+        let quota = Injected::InsufficientQuota { retry_after_secs: 0 }.into_error();
         assert_eq!(quota.header_value("retry-after"), None);
     }
 }

@@ -84,7 +84,7 @@ impl AwsError {
                 "AccessDeniedException",
                 "You don't have access to the model with the specified model ID. (SIMULATED fault: unauthorized_next)",
             ),
-            Injected::InsufficientQuota => Self::new(
+            Injected::InsufficientQuota { .. } => Self::new(
                 StatusCode::BAD_REQUEST,
                 "ServiceQuotaExceededException",
                 "The number of in-progress batch inference jobs exceeds the quota. (SIMULATED fault)",
