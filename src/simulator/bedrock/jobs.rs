@@ -18,7 +18,7 @@ use rand::rngs::StdRng;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{AwsError, MAX_RECORDS};
+use super::{AwsError, MAX_RECORDS, constraints};
 use crate::simulator::answer::Attempts;
 use crate::simulator::anthropic::model;
 use crate::simulator::faults::{Faults, every};
@@ -155,9 +155,7 @@ pub(super) async fn create(
             "1 validation error detected: Value '{token}' at 'clientRequestToken' failed to satisfy constraint: Member must satisfy regular expression pattern: [a-zA-Z0-9]{{1,256}}(-*[a-zA-Z0-9]){{0,256}}"
         )));
     }
-    if !role.starts_with("arn:") {
-        return Err(AwsError::validation("roleArn must be an IAM role ARN"));
-    }
+    constraints::check(&body)?;
     if let Some(format) = text("/inputDataConfig/s3InputDataConfig/s3InputFormat").filter(|f| f != "JSONL") {
         return Err(AwsError::validation(format!("Unsupported s3InputFormat {format}")));
     }

@@ -16,6 +16,7 @@
 //! with only the first half of its records answered), `failed_line_every` and
 //! `malformed_line_every` on the output records, `fail_batch_validation` (`Failed`).
 
+mod constraints;
 mod jobs;
 
 use std::sync::Arc;
