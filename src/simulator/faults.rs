@@ -36,7 +36,11 @@ pub struct Faults {
     /// without answering: the client cannot know whether its create happened.
     pub drop_after_create_next: u32,
     /// Batches end `expired`: about half the lines answered, the rest `batch_expired`.
+    /// Gemini: no output at all. Bedrock: `Expired`, a job that never began, no output.
     pub expire_batches: bool,
+    /// Bedrock dialect: jobs run out of time while running and end `PartiallyCompleted`
+    /// with the first half of the records answered and the rest missing from the output.
+    pub partial_batches: bool,
     /// Every Nth input line (1-based) is answered with an error line.
     pub failed_line_every: u32,
     /// Every Nth line of the output file is truncated JSON.
@@ -129,6 +133,7 @@ impl Default for Faults {
             slow_ms: 0,
             drop_after_create_next: 0,
             expire_batches: false,
+            partial_batches: false,
             failed_line_every: 0,
             malformed_line_every: 0,
             duplicate_line_every: 0,

@@ -338,7 +338,9 @@ impl BatchProvider for BedrockBatches {
         let phase = match wire::state(&job.status) {
             Some(wire::State::Running) => JobPhase::Running,
             Some(wire::State::Completed) => JobPhase::Completed,
-            Some(wire::State::Expired) => JobPhase::Expired,
+            // Both end the job before every record ran; what did is read from the output
+            // (an `Expired` job never began, so normally nothing) and the rest is requeued.
+            Some(wire::State::OutOfTime | wire::State::NeverStarted) => JobPhase::Expired,
             Some(wire::State::Stopped) => JobPhase::Cancelled,
             Some(wire::State::Failed) => JobPhase::Failed { reason: reason(), cause: FailureCause::Unattributed },
             None => {

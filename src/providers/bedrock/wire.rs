@@ -95,26 +95,31 @@ pub(crate) struct JobList {
     pub next_token: Option<String>,
 }
 
-/// Bedrock's job states, sorted into what we do about them.
+/// Bedrock's job states, sorted into what we do about them. The two ways a timeout ends a
+/// job are told apart as the service model's `ModelInvocationJobStatus` does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum State {
     /// Submitted, Validating, Scheduled, InProgress, and Stopping (not ended yet).
     Running,
-    /// Completed, and PartiallyCompleted (some records errored; each says so in its line).
+    /// Every record was processed; those that errored say so in their lines.
     Completed,
     Failed,
     Stopped,
-    /// The job's timeout passed: what ran is in the output, the rest never ran.
-    Expired,
+    /// `PartiallyCompleted`: the timeout came while it ran ("not all of your records could
+    /// be processed in time"): what ran is in the output, the rest is missing from it.
+    OutOfTime,
+    /// `Expired`: scheduled but never begun before its timeout; submit anew.
+    NeverStarted,
 }
 
 pub(crate) fn state(status: &str) -> Option<State> {
     Some(match status {
         "Submitted" | "Validating" | "Scheduled" | "InProgress" | "Stopping" => State::Running,
-        "Completed" | "PartiallyCompleted" => State::Completed,
+        "Completed" => State::Completed,
+        "PartiallyCompleted" => State::OutOfTime,
         "Failed" => State::Failed,
         "Stopped" => State::Stopped,
-        "Expired" => State::Expired,
+        "Expired" => State::NeverStarted,
         _ => return None,
     })
 }
@@ -208,8 +213,11 @@ mod tests {
     fn states_cover_every_documented_status() {
         let running = ["Submitted", "Validating", "Scheduled", "InProgress", "Stopping"];
         assert!(running.iter().all(|s| state(s) == Some(State::Running)));
-        assert_eq!(state("PartiallyCompleted"), Some(State::Completed));
-        assert_eq!(state("Expired"), Some(State::Expired));
+        assert_eq!(state("Completed"), Some(State::Completed));
+        // The service model: PartiallyCompleted ran out of time while running (some records
+        // answered); Expired never began before its timeout (none). Both end the job early.
+        assert_eq!(state("PartiallyCompleted"), Some(State::OutOfTime));
+        assert_eq!(state("Expired"), Some(State::NeverStarted));
         assert_eq!(state("Stopped"), Some(State::Stopped));
         assert_eq!(state("Failed"), Some(State::Failed));
         assert_eq!(state("Paused"), None);

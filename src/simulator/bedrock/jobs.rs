@@ -317,12 +317,21 @@ async fn settle(shared: &Shared, index: usize) {
     tracing::info!(status, "SIMULATED provider: Bedrock job ended");
 }
 
-/// Answers the records (only the first half of them when the job expires) as the
-/// `.jsonl.out` lines Bedrock writes, plus `manifest.json.out`.
+/// Answers the records as the `.jsonl.out` lines Bedrock writes, plus `manifest.json.out`.
+/// The service model's states (`ModelInvocationJobStatus`): `Expired` is a job that was
+/// scheduled but did not begin before its timeout, so it writes nothing;
+/// `PartiallyCompleted` is one whose timeout came while it ran ("not all of your records
+/// could be processed in time"), so only the first half is answered and the rest are
+/// missing from the output. Record errors in a job that processed everything still end it
+/// `Completed` (the manifest counts them).
 fn output(job: &Job, index: usize, inner: &mut Inner) -> Finish {
-    let mut rng = StdRng::seed_from_u64(inner.seed ^ batch_salt(&job.arn));
     let faults = &job.faults;
-    let answered = if faults.expire_batches { job.records.len() / 2 } else { job.records.len() };
+    if faults.expire_batches {
+        inner.stats.lines_failed += job.records.len() as u64;
+        return Finish { index, status: "Expired", files: Vec::new() };
+    }
+    let mut rng = StdRng::seed_from_u64(inner.seed ^ batch_salt(&job.arn));
+    let answered = if faults.partial_batches { job.records.len() / 2 } else { job.records.len() };
     let (mut ok, mut errors, mut input_tokens, mut output_tokens) = (0u64, 0u64, 0u64, 0u64);
     let mut jsonl = Vec::new();
     for (position, (id, input)) in job.records.iter().take(answered).enumerate().map(|(i, r)| (i + 1, r)) {
@@ -359,11 +368,7 @@ fn output(job: &Job, index: usize, inner: &mut Inner) -> Finish {
         (out_bucket.clone(), format!("{dir}/{input_name}.out"), jsonl),
         (out_bucket, format!("{dir}/manifest.json.out"), manifest.to_string().into_bytes()),
     ];
-    let status = match (faults.expire_batches, errors) {
-        (true, _) => "Expired",
-        (false, 0) => "Completed",
-        (false, _) => "PartiallyCompleted",
-    };
+    let status = if answered < job.records.len() { "PartiallyCompleted" } else { "Completed" };
     Finish { index, status, files }
 }
 

@@ -12,8 +12,9 @@
 //! Faults: `rate_limit_next` (429 `ThrottlingException`), `server_error_next` (500
 //! `InternalServerException`), `unauthorized_next` (403 `AccessDeniedException`),
 //! `insufficient_quota_next` (`ServiceQuotaExceededException`), `drop_after_create_next`
-//! (the job is created, the connection dropped), `expire_batches` (the job ends `Expired`
-//! with only the first half of its records answered), `failed_line_every` and
+//! (the job is created, the connection dropped), `expire_batches` (the job ends `Expired`:
+//! it never began, nothing is written), `partial_batches` (it ends `PartiallyCompleted`:
+//! it ran out of time with the first half of its records answered), `failed_line_every` and
 //! `malformed_line_every` on the output records, `fail_batch_validation` (`Failed`).
 
 mod constraints;
