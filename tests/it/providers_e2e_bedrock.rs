@@ -130,6 +130,11 @@ async fn assert_records_follow_the_contract(moto: &Moto, ids: &BTreeSet<String>)
         assert!(input["max_tokens"].as_u64().is_some_and(|n| n > 0), "{input:#}");
         assert_eq!(input["tool_choice"]["type"], json!("tool"), "{input:#}");
         assert_eq!(input["tool_choice"]["name"], input["tools"][0]["name"], "{input:#}");
+        // Only what Bedrock documents for Claude: `disable_parallel_tool_use` is refused for
+        // Claude 3 models ("extraneous key … is not permitted", anthropic-sdk-python#739).
+        let choice: BTreeSet<&str> =
+            input["tool_choice"].as_object().expect("object").keys().map(String::as_str).collect();
+        assert_eq!(choice, BTreeSet::from(["name", "type"]), "{input:#}");
         assert_eq!(input["tools"][0]["input_schema"]["type"], json!("object"), "{input:#}");
         assert_eq!(input["messages"][0]["role"], json!("user"), "{input:#}");
     }

@@ -387,13 +387,8 @@ fn answer(
             "Too many requests, please wait before trying again. (SIMULATED fault: failed_line_every)".into(),
         ));
     }
-    if let Some(key) = ["model", "custom_id"].into_iter().find(|k| input.get(*k).is_some()) {
-        return Err((
-            400,
-            format!(
-                "Malformed input request: #: extraneous key [{key}] is not permitted, please reformat your input and try again."
-            ),
-        ));
+    if let Some(message) = constraints::extraneous_key(input, model_id) {
+        return Err((400, message));
     }
     if input.get("anthropic_version").and_then(Value::as_str) != Some(ANTHROPIC_VERSION) {
         return Err((400, format!("Malformed input request: anthropic_version must be {ANTHROPIC_VERSION}")));
