@@ -30,12 +30,13 @@ struct Form {
 
 pub(super) async fn upload(
     State(shared): State<Arc<Shared>>,
+    uri: axum::http::Uri,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Json<OpenAiFile>, ApiError> {
     let mut multipart =
         multipart.map_err(|e| ApiError::invalid(format!("Expected a multipart/form-data body: {e}")))?;
     let variant = shared.variant.clone();
-    let form = read_form(&mut multipart, variant.azure).await?;
+    let form = read_form(&mut multipart, variant.azure && super::variant::azure_expiry_accepted(uri.query())).await?;
     let Some((filename, content)) = form.file else {
         return Err(missing("file"));
     };
@@ -102,7 +103,8 @@ pub(super) async fn content(State(shared): State<Arc<Shared>>, Path(id): Path<St
     Ok((content_type, bytes).into_response())
 }
 
-/// `azure`: also Azure's documented `expires_after.anchor` / `expires_after.seconds`.
+/// `azure`: also Azure's documented `expires_after.anchor` / `expires_after.seconds` (where
+/// the request's api-version takes them; elsewhere they are unrecognized arguments).
 async fn read_form(multipart: &mut Multipart, azure: bool) -> Result<Form, ApiError> {
     let mut form = Form::default();
     while let Some(field) = multipart.next_field().await.map_err(bad_multipart)? {
