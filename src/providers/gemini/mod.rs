@@ -221,7 +221,8 @@ impl GeminiBatches {
     /// A 404 from a `models/{model}:…` call names what is missing. The model (Gemini's
     /// "models/<m> is not found for API version v1beta, or is not supported for <method>"):
     /// nothing a retry fixes, so an invalid request that says so. The input file, gone before
-    /// the create: the next attempt uploads it again.
+    /// the create: the next attempt uploads it again. A 404 naming neither (a wrong
+    /// `base_url`, say) is left as it came.
     fn on_model_call_error(&self, e: ProviderError, input_file: Option<&str>) -> ProviderError {
         if e.status != Some(404) {
             return e;
@@ -230,6 +231,9 @@ impl GeminiBatches {
             return error(ErrorClass::Transient, Some(404), e.message().to_string());
         }
         let model = &self.config.model;
+        if !e.message().contains(&format!("models/{model}")) {
+            return e;
+        }
         error(ErrorClass::InvalidRequest, Some(404), format!("unknown model {model}: {}", e.message()))
     }
 

@@ -247,6 +247,9 @@ async fn an_unknown_model_on_create_is_invalid_and_its_upload_is_deleted() {
     let url = provider.model_url("batchGenerateContent").unwrap();
     let missing = provider.create(url, &body).await.unwrap_err();
     assert_eq!((missing.class, missing.status), (ErrorClass::Transient, Some(404)), "{missing}");
+    // Naming neither (a wrong base URL, say): left as it came.
+    let elsewhere = provider.create(provider.api_url(&["nosuch"]).unwrap(), &body).await.unwrap_err();
+    assert_eq!((elsewhere.class, elsewhere.status), (ErrorClass::Gone, Some(404)), "{elsewhere}");
 }
 
 /// What a recorder saw: (path with query, headers, body).
