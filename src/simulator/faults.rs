@@ -69,6 +69,9 @@ pub struct Faults {
     pub foreign_batches: u32,
     /// Batch input files over this many bytes are refused at upload (0: the real 200 MB).
     pub max_input_file_bytes: u64,
+    /// Azure dialect: batch files without an expiry a resource may hold (0: Azure's 500);
+    /// an upload past it is 400 `quotaExceeded`.
+    pub azure_unexpiring_file_quota: u32,
     /// Every Nth input line (1-based; for the synchronous chat endpoint, every Nth call)
     /// asks for a long answer of `long_answer_tokens` output tokens. Under a smaller output
     /// budget (`max_completion_tokens`, else `max_tokens`; OpenAI without either: the model's
@@ -145,6 +148,7 @@ impl Default for Faults {
             should_retry_false: false,
             foreign_batches: 0,
             max_input_file_bytes: 0,
+            azure_unexpiring_file_quota: 0,
             truncate_every: 0,
             long_answer_tokens: DEFAULT_LONG_ANSWER_TOKENS,
             refuse_every: 0,
