@@ -33,11 +33,14 @@ pub fn parse_retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duratio
 /// Sorts an HTTP failure into a class. `error_code` is the provider's machine code or
 /// type from the error body, used to tell quota exhaustion from a rate limit.
 pub fn classify_status(status: u16, headers: &HeaderMap, error_code: Option<&str>) -> ErrorClass {
-    let budget = error_code.is_some_and(|c| c == "insufficient_quota" || c == "billing_hard_limit_reached");
+    // Azure answers a full quota of files without expiry with 400 `quotaExceeded`
+    // (Azure/azure-sdk-for-java#47401): spent, like OpenAI's quota, not a bad request.
+    let budget =
+        error_code.is_some_and(|c| matches!(c, "insufficient_quota" | "billing_hard_limit_reached" | "quotaExceeded"));
     let should_retry = headers.get("x-should-retry").and_then(|v| v.to_str().ok());
     match (status, should_retry) {
         (401 | 403, _) => ErrorClass::Auth,
-        (402, _) | (429, _) if budget => ErrorClass::Budget,
+        (400 | 402 | 429, _) if budget => ErrorClass::Budget,
         (429 | 529, _) => ErrorClass::RateLimited,
         (_, Some("true")) => ErrorClass::Transient,
         (404, _) => ErrorClass::Gone,
@@ -81,6 +84,8 @@ mod tests {
         let none = HeaderMap::new();
         assert_eq!(classify_status(429, &none, Some("rate_limit_exceeded")), ErrorClass::RateLimited);
         assert_eq!(classify_status(429, &none, Some("insufficient_quota")), ErrorClass::Budget);
+        assert_eq!(classify_status(400, &none, Some("quotaExceeded")), ErrorClass::Budget);
+        assert_eq!(classify_status(400, &none, Some("invalid_value")), ErrorClass::InvalidRequest);
         assert_eq!(classify_status(529, &none, None), ErrorClass::RateLimited);
         assert_eq!(classify_status(503, &none, None), ErrorClass::Transient);
         assert_eq!(classify_status(401, &none, None), ErrorClass::Auth);

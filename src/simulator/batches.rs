@@ -30,12 +30,16 @@ const WINDOW_SECS: i64 = 24 * 3600;
 pub(super) async fn create(
     State(shared): State<Arc<Shared>>,
     ConnectInfo(conn): ConnectInfo<ConnHandle>,
+    uri: axum::http::Uri,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Batch>, ApiError> {
     let body = body.map_err(|e| ApiError::invalid(e.body_text()))?;
     let request: CreateBatchRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::invalid(format!("We could not parse the JSON body of your request: {e}")))?;
     let variant = shared.variant.clone();
+    if variant.azure && request.output_expires_after.is_some() && !super::variant::azure_expiry_accepted(uri.query()) {
+        return Err(ApiError::invalid("Unrecognized request argument supplied: output_expires_after"));
+    }
     check_request(&request, &variant)?;
     let output_expires_after = check_output_expiry(&request)?;
     let now = Instant::now();

@@ -20,6 +20,8 @@ pub struct Faults {
     /// `retry-after` seconds sent with `rate_limit_next` 429s.
     pub retry_after_secs: u32,
     /// The next N API requests get 429 `insufficient_quota` (no `retry-after`: not retryable).
+    /// Gemini: a per-day `QuotaFailure` that still carries `RetryInfo` of `retry_after_secs`
+    /// (left out at 0), as the real service answers.
     pub insufficient_quota_next: u32,
     /// The next N API requests get an overload answer with `retry-after` (Anthropic: 529
     /// `overloaded_error`; OpenAI, which has no 529: 503 `server_error`).
@@ -34,7 +36,11 @@ pub struct Faults {
     /// without answering: the client cannot know whether its create happened.
     pub drop_after_create_next: u32,
     /// Batches end `expired`: about half the lines answered, the rest `batch_expired`.
+    /// Gemini: no output at all. Bedrock: `Expired`, a job that never began, no output.
     pub expire_batches: bool,
+    /// Bedrock dialect: jobs run out of time while running and end `PartiallyCompleted`
+    /// with the first half of the records answered and the rest missing from the output.
+    pub partial_batches: bool,
     /// Every Nth input line (1-based) is answered with an error line.
     pub failed_line_every: u32,
     /// Every Nth line of the output file is truncated JSON.
@@ -63,6 +69,9 @@ pub struct Faults {
     pub foreign_batches: u32,
     /// Batch input files over this many bytes are refused at upload (0: the real 200 MB).
     pub max_input_file_bytes: u64,
+    /// Azure dialect: batch files without an expiry a resource may hold (0: Azure's 500);
+    /// an upload past it is 400 `quotaExceeded`.
+    pub azure_unexpiring_file_quota: u32,
     /// Every Nth input line (1-based; for the synchronous chat endpoint, every Nth call)
     /// asks for a long answer of `long_answer_tokens` output tokens. Under a smaller output
     /// budget (`max_completion_tokens`, else `max_tokens`; OpenAI without either: the model's
@@ -101,6 +110,10 @@ pub struct Faults {
     /// Gemini dialect: every Nth input line (1-based) is answered without a
     /// `finishReason`, which the API reference says means the model has not stopped.
     pub unfinished_every: u32,
+    /// Gemini dialect: every Nth per-request error row (1-based, counted per batch) comes
+    /// without its key (`key` in a responses file, `metadata` inline). One third-party
+    /// measurement saw such rows; no Google source confirms or rules them out.
+    pub keyless_error_every: u32,
     /// Every Nth input line (1-based) gets a schema-valid, grounded answer whose findings
     /// differ from the plain answer's (see `Flaw::Disagree`): a second model reading the
     /// same source differently. TEST BEHAVIOUR, for evaluations (docs/EVALUATIONS.md).
@@ -123,6 +136,7 @@ impl Default for Faults {
             slow_ms: 0,
             drop_after_create_next: 0,
             expire_batches: false,
+            partial_batches: false,
             failed_line_every: 0,
             malformed_line_every: 0,
             duplicate_line_every: 0,
@@ -134,6 +148,7 @@ impl Default for Faults {
             should_retry_false: false,
             foreign_batches: 0,
             max_input_file_bytes: 0,
+            azure_unexpiring_file_quota: 0,
             truncate_every: 0,
             long_answer_tokens: DEFAULT_LONG_ANSWER_TOKENS,
             refuse_every: 0,
@@ -142,6 +157,7 @@ impl Default for Faults {
             bedrock_min_records: super::bedrock::MIN_RECORDS as u32,
             max_input_tokens: 0,
             unfinished_every: 0,
+            keyless_error_every: 0,
             disagree_every: 0,
             not_json_every: 0,
         }
@@ -222,10 +238,20 @@ fn odd_occurrence(every: u32, position: usize) -> bool {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Injected {
     Unauthorized,
-    InsufficientQuota,
-    RateLimited { retry_after_secs: u32 },
-    Overloaded { retry_after_secs: u32 },
-    ServerError { unavailable: bool },
+    /// The delay a dialect whose quota answers carry one says to wait (Gemini's
+    /// `RetryInfo`); 0: none given.
+    InsufficientQuota {
+        retry_after_secs: u32,
+    },
+    RateLimited {
+        retry_after_secs: u32,
+    },
+    Overloaded {
+        retry_after_secs: u32,
+    },
+    ServerError {
+        unavailable: bool,
+    },
 }
 
 impl Faults {
@@ -240,7 +266,7 @@ impl Faults {
             return Some(Injected::Unauthorized);
         }
         if take(&mut self.insufficient_quota_next) {
-            return Some(Injected::InsufficientQuota);
+            return Some(Injected::InsufficientQuota { retry_after_secs: self.retry_after_secs });
         }
         if take(&mut self.rate_limit_next) {
             return Some(Injected::RateLimited { retry_after_secs: self.retry_after_secs.max(1) });
@@ -285,7 +311,7 @@ impl Injected {
                 "Incorrect API key provided. (SIMULATED fault: unauthorized_next)",
             )
             .code("invalid_api_key"),
-            Injected::InsufficientQuota => ApiError::new(
+            Injected::InsufficientQuota { .. } => ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "insufficient_quota",
                 "You exceeded your current quota, please check your plan and billing details. \
@@ -355,7 +381,7 @@ mod tests {
             got,
             [
                 Injected::Unauthorized,
-                Injected::InsufficientQuota,
+                Injected::InsufficientQuota { retry_after_secs: 3 },
                 Injected::RateLimited { retry_after_secs: 3 },
                 Injected::RateLimited { retry_after_secs: 3 },
                 Injected::ServerError { unavailable: true },
@@ -413,7 +439,7 @@ mod tests {
         assert_eq!(error.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(error.header_value("retry-after"), Some("2"));
         assert_eq!(error.header_value("retry-after-ms"), Some("2000"));
-        let quota = Injected::InsufficientQuota.into_error();
+        let quota = Injected::InsufficientQuota { retry_after_secs: 0 }.into_error();
         assert_eq!(quota.header_value("retry-after"), None);
     }
 }

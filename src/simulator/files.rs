@@ -30,12 +30,13 @@ struct Form {
 
 pub(super) async fn upload(
     State(shared): State<Arc<Shared>>,
+    uri: axum::http::Uri,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Json<OpenAiFile>, ApiError> {
     let mut multipart =
         multipart.map_err(|e| ApiError::invalid(format!("Expected a multipart/form-data body: {e}")))?;
     let variant = shared.variant.clone();
-    let form = read_form(&mut multipart, variant.azure).await?;
+    let form = read_form(&mut multipart, variant.azure && super::variant::azure_expiry_accepted(uri.query())).await?;
     let Some((filename, content)) = form.file else {
         return Err(missing("file"));
     };
@@ -57,10 +58,16 @@ pub(super) async fn upload(
             .code("invalid_value"));
     }
     let now = unix_now();
+    // Azure keeps a batch file without an expiry until it is deleted, 500 of them at most.
+    let unexpiring = variant.azure && ttl.is_none();
     let (expires_at, parsed) = if purpose == PURPOSE_BATCH {
         check_lowered_size_limit(&shared, content.len())?;
+        if unexpiring {
+            check_unexpiring_quota(&shared)?;
+        }
         let parsed = check_batch_input(&filename, content.clone(), &variant).await?;
-        (Some(now + ttl.unwrap_or(DEFAULT_FILE_TTL_SECS)), Some(Arc::new(parsed)))
+        let expires_at = (!unexpiring).then(|| now + ttl.unwrap_or(DEFAULT_FILE_TTL_SECS));
+        (expires_at, Some(Arc::new(parsed)))
     } else {
         tracing::warn!(%purpose, "SIMULATED provider: file uploaded with a purpose no batch can use");
         (ttl.map(|s| now + s), None)
@@ -102,7 +109,8 @@ pub(super) async fn content(State(shared): State<Arc<Shared>>, Path(id): Path<St
     Ok((content_type, bytes).into_response())
 }
 
-/// `azure`: also Azure's documented `expires_after.anchor` / `expires_after.seconds`.
+/// `azure`: also Azure's documented `expires_after.anchor` / `expires_after.seconds` (where
+/// the request's api-version takes them; elsewhere they are unrecognized arguments).
 async fn read_form(multipart: &mut Multipart, azure: bool) -> Result<Form, ApiError> {
     let mut form = Form::default();
     while let Some(field) = multipart.next_field().await.map_err(bad_multipart)? {
@@ -167,6 +175,28 @@ fn expiry(anchor: Option<String>, seconds: Option<String>) -> Result<Option<i64>
         _ => Err(bad("expires_after needs both [anchor] and [seconds].")),
     }
 }
+
+/// Azure's cap on batch files without an expiry, in its words (a 400 body quoted in
+/// Azure/azure-sdk-for-java#47401): `{"error": {"code": "quotaExceeded", "message": "The
+/// quota for files without expiry is reached. The maximum is 500."}}`.
+fn check_unexpiring_quota(shared: &Shared) -> Result<(), ApiError> {
+    let mut inner = shared.lock();
+    let cap = match inner.faults.azure_unexpiring_file_quota {
+        0 => AZURE_UNEXPIRING_FILES,
+        n => n as usize,
+    };
+    let held = inner.files.values().filter(|f| f.meta.purpose == PURPOSE_BATCH && f.meta.expires_at.is_none()).count();
+    if held < cap {
+        return Ok(());
+    }
+    inner.stats.uploads_refused += 1;
+    Err(ApiError::invalid(format!("The quota for files without expiry is reached. The maximum is {cap}."))
+        .code("quotaExceeded"))
+}
+
+/// "There is a max limit of 500 batch files per resource when no expiration is set" (Azure's
+/// batch how-to).
+const AZURE_UNEXPIRING_FILES: usize = 500;
 
 /// The size limit a test lowered (`max_input_file_bytes`), refused as the real one is.
 fn check_lowered_size_limit(shared: &Shared, bytes: usize) -> Result<(), ApiError> {

@@ -376,7 +376,7 @@ fn take_request_fault(shared: &Shared, path: &str) -> Option<faults::Injected> {
     let served = inner.stats.server_errors;
     let fault = inner.faults.take_request_fault(served)?;
     match fault {
-        faults::Injected::RateLimited { .. } | faults::Injected::InsufficientQuota => {
+        faults::Injected::RateLimited { .. } | faults::Injected::InsufficientQuota { .. } => {
             inner.stats.rate_limited += 1;
         }
         faults::Injected::Overloaded { .. } => inner.stats.overloaded += 1,

@@ -124,6 +124,17 @@ impl Variant {
     }
 }
 
+/// Whether an Azure request's api-version takes `expires_after` / `output_expires_after`:
+/// the v1 API (no api-version) and dated versions from `2025-03-01-preview` on, the version
+/// Azure's batch how-to moved to when it added them (MicrosoftDocs/azure-ai-docs 0a3ff77,
+/// 2025-03-31; before, it used `2024-10-21` without them).
+pub(super) fn azure_expiry_accepted(query: Option<&str>) -> bool {
+    let version = query.and_then(|q| q.split('&').find_map(|p| p.strip_prefix("api-version=")));
+    version.is_none_or(|v| v.get(..10).is_some_and(|date| date >= FIRST_EXPIRY_VERSION))
+}
+
+const FIRST_EXPIRY_VERSION: &str = "2025-03-01";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,5 +152,15 @@ mod tests {
         assert_eq!(reset_only.header_value("x-ratelimit-remaining-tokens"), Some("0"));
         let openai = Variant::default().restyle(Injected::RateLimited { retry_after_secs: 3 }.into_error());
         assert_eq!(openai.header_value("retry-after-ms"), Some("3000"));
+    }
+
+    #[test]
+    fn azure_expiry_fields_from_2025_03_01_preview_and_on_v1() {
+        assert!(azure_expiry_accepted(None) && azure_expiry_accepted(Some("x=1")));
+        assert!(azure_expiry_accepted(Some("api-version=2025-03-01-preview")));
+        assert!(azure_expiry_accepted(Some("a=b&api-version=2025-04-01-preview")));
+        assert!(!azure_expiry_accepted(Some("api-version=2024-10-21")));
+        assert!(!azure_expiry_accepted(Some("api-version=2025-02-01-preview")));
+        assert!(!azure_expiry_accepted(Some("api-version=junk")));
     }
 }

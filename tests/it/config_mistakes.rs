@@ -179,3 +179,42 @@ fn every_secret_serve_reads_is_checked_by_config_check() {
     let out = cli(&["config", "check", "--config", config.to_str().expect("utf-8 path")]);
     assert_eq!(out.status.code(), Some(0), "good secrets pass: {}", stderr(&out));
 }
+
+/// Settings `CreateModelInvocationJob` refuses on every create (service model constraints:
+/// `timeoutDurationInHours` 24–168, `roleArn` with a 12-digit account, `S3Uri`'s pattern)
+/// stop `config check` and `serve` with the rule, instead of failing every extraction.
+#[test]
+fn bedrock_settings_bedrock_would_refuse_are_refused_with_the_rule() {
+    let dir = temp_dir();
+    let config = dir.path().join("config.toml");
+    let base = [
+        ("region", "\"us-east-1\""),
+        ("model", "\"anthropic.claude-3-5-haiku-20241022-v1:0\""),
+        ("role_arn", "\"arn:aws:iam::123456789012:role/batch\""),
+        ("input_s3_uri", "\"s3://cp-in/commitpoint/in/\""),
+        ("output_s3_uri", "\"s3://cp-out/commitpoint/out/\""),
+        ("timeout_hours", "48"),
+    ];
+    let write = |key: &str, value: &str| {
+        let table: String = base
+            .iter()
+            .map(|(k, v)| if *k == key { format!("{k} = {value}\n") } else { format!("{k} = {v}\n") })
+            .collect();
+        std::fs::write(&config, format!("[providers.bedrock]\nkind = \"bedrock\"\n{table}")).expect("write config");
+    };
+    write("region", "\"us-east-1\"");
+    let out = cli(&["config", "check", "--config", config.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(0), "a good table passes: {}", stderr(&out));
+    let cases = [
+        ("timeout_hours", "12", "24–168"),
+        ("timeout_hours", "200", "24–168"),
+        ("role_arn", "\"arn:aws:iam::12345:role/batch\"", "12-digit account"),
+        ("role_arn", "\"arn:aws:iam:::role/batch\"", "12-digit account"),
+        ("input_s3_uri", "\"s3://cp-in/commit point/\"", "S3 URI pattern"),
+        ("output_s3_uri", "\"s3://cp-out/a=b/\"", "S3 URI pattern"),
+    ];
+    for (key, value, rule) in cases {
+        write(key, value);
+        assert_refused(&check_and_serve(dir.path(), &config), &[key, rule], &[]);
+    }
+}

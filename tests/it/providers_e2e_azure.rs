@@ -4,14 +4,14 @@
 //! create and persisting the batch id, a 429, an expiry with partial results, and
 //! `provider check`. Counters of the simulator span restarts.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use commitpoint::simulator::{Dialect, Faults, SimulatorConfig};
 use serde_json::json;
 
 use crate::provider::{
-    CORPUS, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts, assert_submitted,
-    counter, finish, health, intake_corpus, settle,
+    CORPUS, SETTLE, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts,
+    assert_submitted, counter, finish, health, intake_corpus, settle,
 };
 use crate::providers_e2e::{KEY, KEY_ENV, ONE_BATCH, expect_crash};
 use crate::providers_e2e_compat::{ShapedRig, assert_discounted, assert_waited_for_the_429, provider_check};
@@ -146,4 +146,36 @@ async fn azure_torn_and_duplicated_lines_commit_once() {
     let faults = Faults { malformed_line_every: 2, duplicate_line_every: 3, ..Faults::default() };
     let rig = azure_rig(faults, Duration::from_millis(200), "").await;
     crate::providers_e2e_compat::assert_bad_lines_commit_once(&rig).await;
+}
+
+/// A dated api-version before 2025-03-01 sends no expiry, so Azure's cap on batch files
+/// without one applies: past it an upload is 400 `quotaExceeded` ("The quota for files
+/// without expiry is reached. The maximum is 500.", Azure/azure-sdk-for-java#47401). That
+/// is a spent quota, not a file too large: submissions pause (`budget`) instead of the
+/// intent being halved down to members failed as invalid requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_a_full_quota_of_files_without_expiry_pauses_instead_of_splitting() {
+    let faults = Faults { azure_unexpiring_file_quota: 1, ..Faults::default() };
+    let rig = azure_rig(faults, Duration::from_secs(3), "api_version = \"2024-10-21\"").await;
+    let server = rig.serve(&["--batch-max-size", "3", "--batch-max-wait", "200ms"], None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    let deadline = Instant::now() + SETTLE;
+    let health = loop {
+        let health = health(&api).await;
+        if health["last_error"].as_str().is_some_and(|e| e.contains("quotaExceeded")) {
+            break health;
+        }
+        assert!(Instant::now() < deadline, "never refused: {health:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // Long enough for a split (immediate) to have failed members.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for id in &ids {
+        let record = api.record(id).await;
+        assert_ne!(record["state"], json!("failed"), "{record:#}\n{health:#}");
+    }
+    let stats = rig.stats();
+    assert_eq!(stats.uploads_refused, 1, "no split retried the upload: {stats:#?}");
+    finish(server);
 }

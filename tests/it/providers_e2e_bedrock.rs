@@ -130,6 +130,11 @@ async fn assert_records_follow_the_contract(moto: &Moto, ids: &BTreeSet<String>)
         assert!(input["max_tokens"].as_u64().is_some_and(|n| n > 0), "{input:#}");
         assert_eq!(input["tool_choice"]["type"], json!("tool"), "{input:#}");
         assert_eq!(input["tool_choice"]["name"], input["tools"][0]["name"], "{input:#}");
+        // Only what Bedrock documents for Claude: `disable_parallel_tool_use` is refused for
+        // Claude 3 models ("extraneous key … is not permitted", anthropic-sdk-python#739).
+        let choice: BTreeSet<&str> =
+            input["tool_choice"].as_object().expect("object").keys().map(String::as_str).collect();
+        assert_eq!(choice, BTreeSet::from(["name", "type"]), "{input:#}");
         assert_eq!(input["tools"][0]["input_schema"]["type"], json!("object"), "{input:#}");
         assert_eq!(input["messages"][0]["role"], json!("user"), "{input:#}");
     }
@@ -240,11 +245,35 @@ async fn bedrock_throttling_is_waited_out_then_the_job_runs() {
     assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
 }
 
-/// An expired job leaves what ran in its output: those records commit from it, the rest
-/// go back to the queue and commit once from the next job.
+/// `Expired` is a job that was scheduled but never began before its timeout (service model
+/// `ModelInvocationJobStatus`): nothing ran, so every record goes back to the queue and
+/// commits once from the next job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bedrock_expired_job_keeps_its_partial_results_and_requeues_the_rest() {
+async fn bedrock_expired_job_never_ran_and_is_requeued_whole() {
     let faults = Faults { expire_batches: true, ..Faults::default() };
+    let rig = BedrockRig::start(Duration::from_millis(300), faults, "").await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    rig.wait_stats("the first job", |s| s.batches_created >= 1).await;
+    rig.sim.set_faults(Faults { bedrock_min_records: 1, ..Faults::default() });
+
+    let records = settle(&api, &ids).await;
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 2, "{stats:#?}");
+    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "nothing answered twice: {stats:#?}");
+    assert!(records.values().all(|r| r["attempts"] == json!(2)), "{records:#?}");
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+/// Records missing from a `PartiallyCompleted` job (its timeout came while it ran: "not
+/// all of your records could be processed in time"): those it answered commit from it,
+/// the missing ones go back to the queue and commit once from the next job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bedrock_records_missing_from_a_partially_completed_job_are_requeued() {
+    let faults = Faults { partial_batches: true, ..Faults::default() };
     let rig = BedrockRig::start(Duration::from_millis(300), faults, "").await;
     let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
@@ -260,6 +289,8 @@ async fn bedrock_expired_job_keeps_its_partial_results_and_requeues_the_rest() {
     let first = records.values().filter(|r| r["attempts"] == json!(1)).count();
     let second = records.values().filter(|r| r["attempts"] == json!(2)).count();
     assert_eq!((first, second), (CORPUS.len() / 2, CORPUS.len() - CORPUS.len() / 2), "{records:#?}");
+    let health = health(&api).await;
+    assert_eq!(counter(&health, "members_requeued"), (CORPUS.len() - CORPUS.len() / 2) as u64, "{health:#}");
     let report = finish(server);
     assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
 }

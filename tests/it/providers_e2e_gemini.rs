@@ -336,3 +336,57 @@ async fn gemini_an_answer_without_a_finish_reason_is_never_committed() {
     }
     finish(server);
 }
+
+/// A model the project cannot use is 404 `NOT_FOUND` on create ("models/<m> is not found
+/// for API version v1beta, or is not supported for batchGenerateContent."). No retry
+/// fixes that: every member fails `invalid_request` after one create each, instead of eight
+/// tries ending `transient`, and each refused create's uploaded input file is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_an_unknown_model_fails_invalid_request_without_retries_or_leftover_files() {
+    let faults = Faults { missing_models: vec!["gemini-e2e".to_string()], ..Faults::default() };
+    let rig = GeminiRig::start(Duration::from_millis(100), faults, "inline_max_bytes = 1000").await;
+    let server = rig.serve(&[], None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    let records = settle(&api, &ids).await;
+    for record in records.values() {
+        assert_eq!(record["state"], json!("failed"), "{record:#}");
+        assert_eq!(record["failure_class"], json!("invalid_request"), "{record:#}");
+        let reason = record["failure_reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("unknown model gemini-e2e"), "{record:#}");
+    }
+    let stats = rig.wait_stats("the uploads to be deleted", |s| s.files_deleted == s.files_uploaded).await;
+    assert!(stats.files_uploaded >= 1 && stats.batches_created == 0, "{stats:#?}");
+    let health = health(&api).await;
+    assert!(health["last_error"].as_str().is_some_and(|e| e.contains("unknown model")), "{health:#}");
+    finish(server);
+}
+
+/// The over-limit request's error row comes back without its key (`keyless_error_every`,
+/// after one third-party measurement): it is the batch's only unkeyed row and its request
+/// the only one without a keyed row, so it is matched by elimination and fails
+/// `invalid_request` after one batch, instead of going round as unanswered until its
+/// attempts run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_an_error_row_without_its_key_is_matched_by_elimination() {
+    let faults = Faults { max_input_tokens: 5_000, keyless_error_every: 1, ..Faults::default() };
+    let rig = GeminiRig::start(Duration::from_millis(100), faults, "").await;
+    let server = rig.serve(&[], None);
+    let api = server.api();
+    let big = format!("// a long file\n{}", "fn filler() { let x = 1; }\n".repeat(1_000));
+    let mut ids = intake_corpus(&api).await;
+    let over = api.create(crate::provider::TENANT, "huge.rs", &big).await;
+    ids.insert(over.clone());
+    let records = settle(&api, &ids).await;
+    let failed = &records[&over];
+    assert_eq!(failed["failure_class"], json!("invalid_request"), "{failed:#}");
+    let stats = rig.stats();
+    assert_eq!(stats.submissions_per_custom_id.get(&over), Some(&1), "sent once: {stats:#?}");
+    assert!(
+        records.iter().filter(|(id, _)| **id != over).all(|(_, r)| r["state"] == json!("committed")),
+        "{records:#?}"
+    );
+    let health = health(&api).await;
+    assert_eq!(counter(&health, "malformed_lines"), 0, "{health:#}");
+    finish(server);
+}

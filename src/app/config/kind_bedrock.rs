@@ -53,14 +53,17 @@ pub(crate) struct BedrockOptions {
 impl RawBedrock {
     pub(super) fn resolve(self) -> Result<BedrockOptions, Error> {
         let invalid = |key: &'static str, reason: String| Error::Invalid { key, reason };
+        // Bedrock's own rules (`bedrock::rules`) first: a URI it refuses says which rule.
         let s3 = |key: &'static str, text: &str| {
+            bedrock::rules::s3_uri(text).map_err(|rule| invalid(key, rule))?;
             S3Uri::parse(text).ok_or_else(|| invalid(key, format!("{text:?} must be an s3://bucket/prefix/ URI")))
         };
         if self.model.trim().is_empty() {
             return Err(invalid("model", "must be a Bedrock model id".into()));
         }
-        if !self.role_arn.starts_with("arn:") || !self.role_arn.contains(":role/") {
-            return Err(invalid("role_arn", format!("{:?} must be an IAM role ARN (arn:…:role/…)", self.role_arn)));
+        bedrock::rules::role_arn(&self.role_arn).map_err(|rule| invalid("role_arn", rule))?;
+        if let Some(hours) = self.timeout_hours {
+            bedrock::rules::timeout_hours(hours).map_err(|rule| invalid("timeout_hours", rule))?;
         }
         let min_records = self.min_records.unwrap_or(bedrock::DEFAULT_MIN_RECORDS);
         let max_records = self.max_records.unwrap_or(bedrock::DEFAULT_MAX_RECORDS);
@@ -127,6 +130,8 @@ mod tests {
         assert!(resolve(&format!("{BASE}min_records = 60000")).is_err());
         assert!(resolve(&BASE.replace("s3://in-bucket/commitpoint/", "https://x")).is_err());
         assert!(resolve(&BASE.replace(":role/batch", ":user/x")).is_err());
+        assert!(resolve(&format!("{BASE}timeout_hours = 12")).is_err());
+        assert!(resolve(&format!("{BASE}timeout_hours = 48")).is_ok());
         assert!(resolve(&format!("{BASE}api_key_env = \"X\"")).is_err(), "no key in the config");
     }
 }

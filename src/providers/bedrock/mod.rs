@@ -17,6 +17,7 @@
 //! Credentials come from the standard AWS chain, never from the config file.
 
 mod aws;
+pub mod rules;
 pub(crate) mod wire;
 
 use std::collections::HashSet;
@@ -103,6 +104,9 @@ pub enum ConfigError {
     Region(String),
     #[error("bedrock: min_records ({min}) must be between 1 and max_records ({max})")]
     Records { min: usize, max: usize },
+    /// A setting `CreateModelInvocationJob` would refuse on every create.
+    #[error("bedrock {key}: {rule}")]
+    Refused { key: &'static str, rule: String },
     #[error("cannot set up S3 for bucket {bucket}")]
     S3 {
         bucket: String,
@@ -139,6 +143,13 @@ impl BedrockBatches {
         }
         if config.min_records == 0 || config.min_records > config.max_records {
             return Err(ConfigError::Records { min: config.min_records, max: config.max_records });
+        }
+        let refused = |key: &'static str| move |rule: String| ConfigError::Refused { key, rule };
+        rules::role_arn(&config.role_arn).map_err(refused("role_arn"))?;
+        rules::s3_uri(&config.input.uri("")).map_err(refused("input_s3_uri"))?;
+        rules::s3_uri(&config.output.uri("")).map_err(refused("output_s3_uri"))?;
+        if let Some(hours) = config.timeout_hours {
+            rules::timeout_hours(hours).map_err(refused("timeout_hours"))?;
         }
         let bucket = |uri: &S3Uri| {
             aws::Bucket::new(&uri.bucket, &config.region, config.s3_endpoint.as_deref())
@@ -327,7 +338,9 @@ impl BatchProvider for BedrockBatches {
         let phase = match wire::state(&job.status) {
             Some(wire::State::Running) => JobPhase::Running,
             Some(wire::State::Completed) => JobPhase::Completed,
-            Some(wire::State::Expired) => JobPhase::Expired,
+            // Both end the job before every record ran; what did is read from the output
+            // (an `Expired` job never began, so normally nothing) and the rest is requeued.
+            Some(wire::State::OutOfTime | wire::State::NeverStarted) => JobPhase::Expired,
             Some(wire::State::Stopped) => JobPhase::Cancelled,
             Some(wire::State::Failed) => JobPhase::Failed { reason: reason(), cause: FailureCause::Unattributed },
             None => {

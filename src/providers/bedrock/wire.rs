@@ -19,9 +19,15 @@ pub(crate) const ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";
 const MAX_JOB_NAME: usize = 63;
 
 /// One input record: our extraction id as `recordId`, the model-native body as `modelInput`.
+/// Only the keys Bedrock documents for Claude's body go out: `tool_choice` is `{type, name}`.
+/// Bedrock refused `disable_parallel_tool_use` ("extraneous key … is not permitted") for
+/// Claude 3.5 Sonnet v2 (anthropic-sdk-python#739); the forced tool gets the answer anyway.
 pub(crate) fn record(member: &BatchMember, schema: &Schema, input_schema: &Value, max_tokens: u32) -> Value {
     let mut body = anthropic::params(member, schema, input_schema, max_tokens);
     body["anthropic_version"] = json!(ANTHROPIC_VERSION);
+    if let Some(choice) = body.get_mut("tool_choice").and_then(Value::as_object_mut) {
+        choice.retain(|key, _| matches!(key.as_str(), "type" | "name"));
+    }
     json!({"recordId": member.id.to_hex(), "modelInput": body})
 }
 
@@ -95,26 +101,31 @@ pub(crate) struct JobList {
     pub next_token: Option<String>,
 }
 
-/// Bedrock's job states, sorted into what we do about them.
+/// Bedrock's job states, sorted into what we do about them. The two ways a timeout ends a
+/// job are told apart as the service model's `ModelInvocationJobStatus` does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum State {
     /// Submitted, Validating, Scheduled, InProgress, and Stopping (not ended yet).
     Running,
-    /// Completed, and PartiallyCompleted (some records errored; each says so in its line).
+    /// Every record was processed; those that errored say so in their lines.
     Completed,
     Failed,
     Stopped,
-    /// The job's timeout passed: what ran is in the output, the rest never ran.
-    Expired,
+    /// `PartiallyCompleted`: the timeout came while it ran ("not all of your records could
+    /// be processed in time"): what ran is in the output, the rest is missing from it.
+    OutOfTime,
+    /// `Expired`: scheduled but never begun before its timeout; submit anew.
+    NeverStarted,
 }
 
 pub(crate) fn state(status: &str) -> Option<State> {
     Some(match status {
         "Submitted" | "Validating" | "Scheduled" | "InProgress" | "Stopping" => State::Running,
-        "Completed" | "PartiallyCompleted" => State::Completed,
+        "Completed" => State::Completed,
+        "PartiallyCompleted" => State::OutOfTime,
         "Failed" => State::Failed,
         "Stopped" => State::Stopped,
-        "Expired" => State::Expired,
+        "Expired" => State::NeverStarted,
         _ => return None,
     })
 }
@@ -208,11 +219,29 @@ mod tests {
     fn states_cover_every_documented_status() {
         let running = ["Submitted", "Validating", "Scheduled", "InProgress", "Stopping"];
         assert!(running.iter().all(|s| state(s) == Some(State::Running)));
-        assert_eq!(state("PartiallyCompleted"), Some(State::Completed));
-        assert_eq!(state("Expired"), Some(State::Expired));
+        assert_eq!(state("Completed"), Some(State::Completed));
+        // The service model: PartiallyCompleted ran out of time while running (some records
+        // answered); Expired never began before its timeout (none). Both end the job early.
+        assert_eq!(state("PartiallyCompleted"), Some(State::OutOfTime));
+        assert_eq!(state("Expired"), Some(State::NeverStarted));
         assert_eq!(state("Stopped"), Some(State::Stopped));
         assert_eq!(state("Failed"), Some(State::Failed));
         assert_eq!(state("Paused"), None);
+    }
+
+    /// Bedrock refused `tool_choice.disable_parallel_tool_use` for Claude 3.5 Sonnet v2 with
+    /// "extraneous key [disable_parallel_tool_use] is not permitted" (anthropic-sdk-python#739).
+    #[test]
+    fn records_carry_only_the_keys_bedrock_documents_for_claude() {
+        let registry = crate::domain::schema::Registry::builtin();
+        let schema = registry.get(crate::domain::schema::BUILTIN_CODE_REVIEW).unwrap();
+        let view = schema.view(crate::domain::schema::Dialect::AnthropicTool).unwrap().document.clone();
+        let record = record(&crate::providers::probe_member(), &schema, &view, 64);
+        let input = record["modelInput"].as_object().unwrap();
+        let documented = ["anthropic_version", "max_tokens", "messages", "system", "tools", "tool_choice"];
+        assert!(input.keys().all(|k| documented.contains(&k.as_str())), "{input:?}");
+        let choice: Vec<&String> = input["tool_choice"].as_object().unwrap().keys().collect();
+        assert_eq!(choice, ["name", "type"], "{choice:?}");
     }
 
     #[test]

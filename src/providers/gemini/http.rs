@@ -143,7 +143,10 @@ fn classify(status: u16, headers: &HeaderMap, parsed: Option<&wire::Status>) -> 
         _ if parsed.is_some_and(wire::Status::is_bad_key) => ErrorClass::Auth,
         (_, "UNAUTHENTICATED" | "PERMISSION_DENIED") => ErrorClass::Auth,
         (400, "FAILED_PRECONDITION") => ErrorClass::Auth,
-        (429, _) if parsed.is_some_and(wire::Status::is_daily_quota) => ErrorClass::Budget,
+        // A per-day quota is spent budget, unless the answer says when to come back: the real
+        // service sends `RetryInfo` of seconds with per-day violations too, and that wait
+        // is honoured (a 15-minute pause would only idle for nothing).
+        (429, _) if parsed.is_some_and(|s| s.is_daily_quota() && s.retry_delay().is_none()) => ErrorClass::Budget,
         _ => classify_status(status, headers, None),
     }
 }
@@ -174,6 +177,11 @@ mod tests {
             {"@type": "type.googleapis.com/google.rpc.QuotaFailure",
              "violations": [{"quotaId": "GenerateRequestsPerDayPerProjectPerModel"}]}]}));
         assert_eq!(classify(429, &none, Some(&daily)), ErrorClass::Budget);
+        let daily_but_soon = status(json!({"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [
+            {"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+             "violations": [{"quotaId": "GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]},
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "36s"}]}));
+        assert_eq!(classify(429, &none, Some(&daily_but_soon)), ErrorClass::RateLimited);
         assert_eq!(classify(403, &none, None), ErrorClass::Auth);
         assert_eq!(classify(404, &none, None), ErrorClass::Gone);
         assert_eq!(classify(503, &none, None), ErrorClass::Transient);

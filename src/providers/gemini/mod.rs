@@ -17,6 +17,7 @@
 //! guess.
 
 mod http;
+mod keyless;
 pub(crate) mod wire;
 
 use std::collections::HashSet;
@@ -32,9 +33,9 @@ use super::job_list::{JobListPage, find_in_job_list};
 use super::lines::{Line, Lines};
 use super::{
     BatchProvider, BatchSpec, ErrorClass, FailureCause, IntentRef, JobPhase, JobStatus, Lookup,
-    PROBE_MAX_OUTPUT_TOKENS, Probe, ProviderError, ResultLine, StreamCounts, probe_member,
+    PROBE_MAX_OUTPUT_TOKENS, Probe, ProviderError, ResultLine, StreamCounts, probe_member, redact,
 };
-use crate::domain::batch::OutputBudget;
+use crate::domain::batch::{LineResult, OutputBudget};
 use crate::domain::schema::{Dialect, Schema};
 
 pub use super::ApiKey;
@@ -117,6 +118,8 @@ pub struct GeminiBatches {
     /// `x-goog-api-key`, marked sensitive.
     headers: HeaderMap,
     http: reqwest::Client,
+    /// What `keyless` needs of the batches this process created.
+    submitted: keyless::Submitted,
 }
 
 impl GeminiBatches {
@@ -147,7 +150,7 @@ impl GeminiBatches {
             .read_timeout(config.request_timeout)
             .build()
             .map_err(ConfigError::Client)?;
-        Ok(Self { config, base, headers, http })
+        Ok(Self { config, base, headers, http, submitted: keyless::Submitted::default() })
     }
 
     /// Every request of the batch, keyed by extraction id, checked before anything is sent.
@@ -170,15 +173,16 @@ impl GeminiBatches {
         Ok(requests)
     }
 
-    /// The `inputConfig`: inline when the body stays within the limit, else an uploaded file.
-    async fn input_config(&self, spec: &BatchSpec<'_>) -> Result<Value, ProviderError> {
+    /// The `inputConfig`: inline when the body stays within the limit, else an uploaded file
+    /// (whose name comes back too).
+    async fn input_config(&self, spec: &BatchSpec<'_>) -> Result<(Value, Option<String>), ProviderError> {
         let requests = self.requests(spec)?;
         let encode = |e: serde_json::Error| error(ErrorClass::InvalidRequest, None, format!("cannot encode: {e}"));
         let inline: Vec<Value> = requests.iter().map(|(key, r)| wire::inline_entry(key, r.clone())).collect();
         let config = json!({"requests": {"requests": inline}});
         let size = serde_json::to_vec(&config).map_err(encode)?.len() as u64;
         if size <= self.config.inline_max_bytes {
-            return Ok(config);
+            return Ok((config, None));
         }
         drop(config);
         let mut jsonl = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
@@ -195,7 +199,51 @@ impl GeminiBatches {
             }
         }
         let file = self.upload(&display_name(spec.batch_key), jsonl).await?;
-        Ok(json!({"fileName": file}))
+        Ok((json!({"fileName": file}), Some(file)))
+    }
+
+    /// An upload no batch refers to, because the create was answered with a refusal (an
+    /// answer, unlike a lost connection, means no batch was made): deleted now rather than
+    /// left to fill the project's 20 GB for 48 hours. A failure here is only logged.
+    async fn discard_upload(&self, file: &str) {
+        let deleted = match self.file_url(file) {
+            Ok(url) => self.send(self.http.delete(url).timeout(self.config.request_timeout)).await.map(drop),
+            Err(e) => Err(e),
+        };
+        match deleted {
+            Ok(()) => {}
+            Err(e) if e.class == ErrorClass::Gone => {}
+            Err(e) => tracing::warn!(provider = PROVIDER, %file, error = %e,
+                "cannot delete the input file of a refused create; the File API drops it after 48 hours"),
+        }
+    }
+
+    /// A 404 from a `models/{model}:…` call names what is missing. The model (Gemini's
+    /// "models/<m> is not found for API version v1beta, or is not supported for <method>"):
+    /// nothing a retry fixes, so an invalid request that says so. The input file, gone before
+    /// the create: the next attempt uploads it again. A 404 naming neither (a wrong
+    /// `base_url`, say) is left as it came.
+    fn on_model_call_error(&self, e: ProviderError, input_file: Option<&str>) -> ProviderError {
+        if e.status != Some(404) {
+            return e;
+        }
+        if input_file.is_some_and(|file| e.message().contains(file)) {
+            return error(ErrorClass::Transient, Some(404), e.message().to_string());
+        }
+        let model = &self.config.model;
+        if !e.message().contains(&format!("models/{model}")) {
+            return e;
+        }
+        error(ErrorClass::InvalidRequest, Some(404), format!("unknown model {model}: {}", e.message()))
+    }
+
+    /// `batchGenerateContent`: the created batch's name.
+    async fn create(&self, url: Url, body: &Value) -> Result<String, ProviderError> {
+        let input_file = body.pointer("/batch/inputConfig/fileName").and_then(Value::as_str);
+        let operation: wire::Operation =
+            self.json(self.http.post(url).json(body)).await.map_err(|e| self.on_model_call_error(e, input_file))?;
+        job_name(&operation.name)?;
+        Ok(operation.name)
     }
 
     async fn list_page(&self, token: Option<&str>) -> Result<wire::ListPage, ProviderError> {
@@ -214,14 +262,14 @@ impl GeminiBatches {
     async fn stream_inline(
         &self,
         job_id: &str,
-        counts: &mut StreamCounts,
+        seen: &mut Seen,
         out: &mpsc::Sender<ResultLine>,
     ) -> Result<(), ProviderError> {
         let operation = self.operation(job_id).await?;
         let entries = operation.output().and_then(|o| o.inlined_responses.as_ref()).map(|i| &i.inlined_responses);
         for entry in entries.into_iter().flatten() {
-            counts.lines += 1;
-            deliver(wire::parse_inline(entry), counts, out).await?;
+            seen.counts.lines += 1;
+            deliver(wire::inline_row(entry), seen, out).await?;
         }
         Ok(())
     }
@@ -229,15 +277,15 @@ impl GeminiBatches {
     async fn stream_file(
         &self,
         file: &str,
-        counts: &mut StreamCounts,
+        seen: &mut Seen,
         out: &mpsc::Sender<ResultLine>,
     ) -> Result<(), ProviderError> {
         let response = self.send(self.http.get(self.download_url(file)?)).await?;
         let mut lines = Lines::new(response, PROVIDER);
         while let Some(line) = lines.next().await? {
-            let Some(parsed) = Line::parse(&line, wire::parse_file_line) else { continue };
-            counts.lines += 1;
-            deliver(parsed, counts, out).await?;
+            let Some(parsed) = Line::parse(&line, wire::file_row) else { continue };
+            seen.counts.lines += 1;
+            deliver(parsed, seen, out).await?;
         }
         Ok(())
     }
@@ -254,12 +302,20 @@ impl BatchProvider for GeminiBatches {
     }
 
     async fn submit(&self, spec: &BatchSpec<'_>) -> Result<String, ProviderError> {
-        let input = self.input_config(spec).await?;
+        let (input, uploaded) = self.input_config(spec).await?;
         let body = wire::create_body(&display_name(spec.batch_key), input);
         let url = self.model_url("batchGenerateContent")?;
-        let operation: wire::Operation = self.json(self.http.post(url).json(&body)).await?;
-        job_name(&operation.name)?;
-        Ok(operation.name)
+        let created = self.create(url, &body).await;
+        if let Ok(job) = &created {
+            self.submitted.record(job, keyless::Digest::of(spec.members.iter().map(|m| &m.id)));
+        }
+        // Without an answer (status None) a batch may exist and refer to the file: kept.
+        if let (Err(refused), Some(file)) = (&created, &uploaded)
+            && refused.status.is_some()
+        {
+            self.discard_upload(file).await;
+        }
+        created
     }
 
     async fn find_job(&self, intent: &IntentRef<'_>) -> Result<Lookup, ProviderError> {
@@ -317,14 +373,32 @@ impl BatchProvider for GeminiBatches {
         job: &JobStatus,
         out: &mpsc::Sender<ResultLine>,
     ) -> Result<StreamCounts, ProviderError> {
-        let mut counts = StreamCounts::default();
+        let mut seen = Seen {
+            counts: StreamCounts::default(),
+            matcher: keyless::Matcher::new(self.submitted.digest(&job.job_id)),
+        };
         for handle in &job.result_files {
             if let Some(job_id) = handle.strip_prefix(INLINE_HANDLE) {
-                self.stream_inline(job_id, &mut counts, out).await?;
+                self.stream_inline(job_id, &mut seen, out).await?;
             } else if let Some(file) = handle.strip_prefix(FILE_HANDLE) {
-                self.stream_file(file, &mut counts, out).await?;
+                self.stream_file(file, &mut seen, out).await?;
             } else {
                 return Err(error(ErrorClass::Protocol, None, format!("unknown result handle {handle:?}")));
+            }
+        }
+        let Seen { mut counts, matcher } = seen;
+        match matcher.finish() {
+            Ok(line) => {
+                tracing::warn!(provider = PROVIDER, key = %line.0,
+                    "a result without its key was matched by elimination: the only key without a result");
+                send(line, out).await?;
+            }
+            Err(unmatched) => {
+                for result in unmatched {
+                    counts.malformed += 1;
+                    tracing::warn!(provider = PROVIDER, result = %describe_keyless(&result),
+                        "a result without its key, matching no member for certain: its member goes round again");
+                }
             }
         }
         Ok(counts)
@@ -360,7 +434,7 @@ impl BatchProvider for GeminiBatches {
         };
         match self.send(self.http.post(url).timeout(self.config.request_timeout).json(&request)).await {
             Ok(_) => Probe::Accepted,
-            Err(e) => Probe::Refused(e),
+            Err(e) => Probe::Refused(self.on_model_call_error(e, None)),
         }
     }
 }
@@ -377,22 +451,47 @@ fn job_name(name: &str) -> Result<&str, ProviderError> {
         .ok_or_else(|| error(ErrorClass::Protocol, None, format!("unexpected batch name {name:?}")))
 }
 
+/// One stream's counts and its rows without a key, held to the end (see `keyless`).
+struct Seen {
+    counts: StreamCounts,
+    matcher: keyless::Matcher,
+}
+
 async fn deliver(
-    parsed: Result<ResultLine, String>,
-    counts: &mut StreamCounts,
+    parsed: Result<wire::Row, String>,
+    seen: &mut Seen,
     out: &mpsc::Sender<ResultLine>,
 ) -> Result<(), ProviderError> {
     match parsed {
-        Ok(line) => out
-            .send(super::scrub(line))
-            .await
-            .map_err(|_| error(ErrorClass::Transient, None, "result consumer stopped".to_string())),
+        Ok((Some(key), result)) => {
+            seen.matcher.saw(&key);
+            send((key, result), out).await
+        }
+        Ok((None, result)) => {
+            seen.matcher.keyless(result);
+            Ok(())
+        }
         Err(reason) => {
             // The line's content is model output: log why, never what.
-            counts.malformed += 1;
+            seen.counts.malformed += 1;
             tracing::warn!(provider = PROVIDER, %reason, "skipping a malformed result");
             Ok(())
         }
+    }
+}
+
+async fn send(line: ResultLine, out: &mpsc::Sender<ResultLine>) -> Result<(), ProviderError> {
+    out.send(super::scrub(line))
+        .await
+        .map_err(|_| error(ErrorClass::Transient, None, "result consumer stopped".to_string()))
+}
+
+/// What an unmatched row was, for the log: an error's code and words, never model output.
+fn describe_keyless(result: &LineResult) -> String {
+    match result {
+        LineResult::Refused { reason, .. } | LineResult::Retry { reason } => redact(reason),
+        LineResult::Unusable { .. } => "an unusable answer".to_string(),
+        LineResult::Answer { .. } => "an answer (paid for)".to_string(),
     }
 }
 

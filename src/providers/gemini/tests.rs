@@ -190,7 +190,7 @@ async fn googles_errors_sort_into_classes_with_their_retry_delay() {
     assert_eq!(limited.retry_after, Some(Duration::from_secs(7)), "read from RetryInfo in the body");
     assert!(limited.message().contains("RESOURCE_EXHAUSTED"), "{}", limited.message());
     for (faults, class) in [
-        (Faults { insufficient_quota_next: 1, ..Faults::default() }, ErrorClass::Budget),
+        (Faults { insufficient_quota_next: 1, retry_after_secs: 0, ..Faults::default() }, ErrorClass::Budget),
         (Faults { unauthorized_next: 1, ..Faults::default() }, ErrorClass::Auth),
         (Faults { overloaded_next: 1, ..Faults::default() }, ErrorClass::Transient),
         (Faults { server_error_next: 1, ..Faults::default() }, ErrorClass::Transient),
@@ -198,6 +198,11 @@ async fn googles_errors_sort_into_classes_with_their_retry_delay() {
         sim.set_faults(faults);
         assert_eq!(submit(&provider, "cpb-e", &members(1)).await.unwrap_err().class, class);
     }
+    // A per-day quota whose RetryInfo says seconds: the service says when to come back, so
+    // that wait is honoured instead of a 15-minute budget pause.
+    sim.set_faults(Faults { insufficient_quota_next: 1, retry_after_secs: 3, ..Faults::default() });
+    let daily = submit(&provider, "cpb-e", &members(1)).await.unwrap_err();
+    assert_eq!((daily.class, daily.retry_after), (ErrorClass::RateLimited, Some(Duration::from_secs(3))));
     assert_eq!(provider.poll("batches/nosuch").await.unwrap_err().class, ErrorClass::Gone);
     assert_eq!(sim.stats().batches_created, 0, "no error created a batch");
     let mut config = GeminiConfig::new(ApiKey::new("AIza-wrong".into()), MODEL);
@@ -215,8 +220,36 @@ async fn probe_asks_generate_content_and_quotes_a_refusal() {
     let mut config = GeminiConfig::new(ApiKey::new(KEY.into()), "gemini-gone");
     config.base_url = sim.base_url();
     let Probe::Refused(error) = GeminiBatches::new(config).unwrap().probe(&schema).await else { panic!() };
-    assert_eq!((error.class, error.status), (ErrorClass::Gone, Some(404)));
+    assert_eq!((error.class, error.status), (ErrorClass::InvalidRequest, Some(404)));
     assert!(error.message().contains("models/gemini-gone is not found"), "{}", error.message());
+    assert!(error.message().contains("unknown model gemini-gone"), "{}", error.message());
+}
+
+/// A create naming a model the project cannot use is 404 `NOT_FOUND` at Gemini: nothing a
+/// retry fixes, so it is an invalid request, and the input file uploaded for it (which no
+/// batch refers to) is deleted rather than left for the Files API's 48 hours.
+#[tokio::test]
+async fn an_unknown_model_on_create_is_invalid_and_its_upload_is_deleted() {
+    let sim = simulator(Faults { missing_models: vec!["gemini-gone".into()], ..Faults::default() }).await;
+    let mut config = GeminiConfig::new(ApiKey::new(KEY.into()), "gemini-gone");
+    config.base_url = sim.base_url();
+    config.inline_max_bytes = 100;
+    let provider = GeminiBatches::new(config).unwrap();
+    let refused = submit(&provider, "cpb-gone", &members(2)).await.unwrap_err();
+    assert_eq!((refused.class, refused.status), (ErrorClass::InvalidRequest, Some(404)), "{refused}");
+    assert!(refused.message().contains("unknown model gemini-gone"), "{}", refused.message());
+    let stats = sim.stats();
+    assert_eq!((stats.files_uploaded, stats.files_deleted, stats.batches_created), (1, 1, 0), "{stats:#?}");
+    // A file that went away before the create is no fault of the request: retried.
+    let provider = adapter(sim.base_url(), 100);
+    sim.set_faults(Faults::default());
+    let body = wire::create_body("commitpoint-x", json!({"fileName": "files/nosuch"}));
+    let url = provider.model_url("batchGenerateContent").unwrap();
+    let missing = provider.create(url, &body).await.unwrap_err();
+    assert_eq!((missing.class, missing.status), (ErrorClass::Transient, Some(404)), "{missing}");
+    // Naming neither (a wrong base URL, say): left as it came.
+    let elsewhere = provider.create(provider.api_url(&["nosuch"]).unwrap(), &body).await.unwrap_err();
+    assert_eq!((elsewhere.class, elsewhere.status), (ErrorClass::Gone, Some(404)), "{elsewhere}");
 }
 
 /// What a recorder saw: (path with query, headers, body).
@@ -350,4 +383,38 @@ async fn partial_results_of_an_expired_batch_are_read_wherever_they_sit() {
     assert_eq!((counts.lines, counts.malformed), (3, 1), "an entry without a key cannot be joined");
     assert!(matches!(&lines[0], (key, LineResult::Answer { .. }) if key == "k-ran"), "{lines:?}");
     assert!(matches!(&lines[1], (key, LineResult::Retry { .. }) if key == "k-failed"), "{lines:?}");
+}
+
+/// An error row without its key (`keyless_error_every`) is matched by elimination when it
+/// is the only unkeyed row and exactly one submitted key has no row: each request yields
+/// one row, so it can be no one else's. Where that cannot be told (a process that did not
+/// submit the batch, two unkeyed rows), it stays unmatched and counted malformed.
+#[tokio::test]
+async fn an_error_row_without_its_key_is_matched_by_elimination_or_left_unmatched() {
+    for inline_max_bytes in [INLINE_MAX_BYTES, 100] {
+        let faults = Faults { failed_line_every: 3, keyless_error_every: 1, ..Faults::default() };
+        let sim = simulator(faults).await;
+        let provider = adapter(sim.base_url(), inline_max_bytes);
+        let members = members(3);
+        let job = submit(&provider, "cpb-keyless", &members).await.unwrap();
+        let status = wait_terminal(&provider, &job).await;
+        let (lines, counts) = collect(&provider, &status).await;
+        assert_eq!((counts.lines, counts.malformed), (3, 0), "inline_max_bytes {inline_max_bytes}: {lines:?}");
+        let third = members[2].id.to_hex();
+        let (_, result) = lines.iter().find(|(key, _)| *key == third).expect("the third member's row");
+        let LineResult::Retry { reason } = result else { panic!("{result:?}") };
+        assert!(reason.contains("RESOURCE_EXHAUSTED"), "{reason}");
+
+        // Another process (after a restart) did not submit it: nothing to eliminate against.
+        let restarted = adapter(sim.base_url(), inline_max_bytes);
+        let (lines, counts) = collect(&restarted, &status).await;
+        assert_eq!((lines.len(), counts.malformed), (2, 1), "{lines:?}");
+    }
+    let faults = Faults { failed_line_every: 1, keyless_error_every: 2, ..Faults::default() };
+    let sim = simulator(faults).await;
+    let provider = adapter(sim.base_url(), 100);
+    let job = submit(&provider, "cpb-two", &members(4)).await.unwrap();
+    let status = wait_terminal(&provider, &job).await;
+    let (lines, counts) = collect(&provider, &status).await;
+    assert_eq!((lines.len(), counts.malformed), (2, 2), "two unkeyed rows, two keys without one: {lines:?}");
 }

@@ -242,17 +242,34 @@ fn quota_id(violation: &Value) -> &str {
     violation["quotaId"].as_str().or_else(|| violation["subject"].as_str()).unwrap_or_default()
 }
 
+/// A result whose key may be missing (see `keyless`).
+pub(crate) type Row = (Option<String>, LineResult);
+
 /// A line of the responses file: `{"key", "response"}` or `{"key", "error"}`.
-pub(crate) fn parse_file_line(line: &str) -> Result<(String, LineResult), String> {
+pub(crate) fn file_row(line: &str) -> Result<Row, String> {
     let value: Value = serde_json::from_str(line).map_err(|e| format!("unreadable result line: {e}"))?;
-    let key = value["key"].as_str().ok_or("a result line without a key")?.to_string();
-    Ok((key, result_of(&value)?))
+    Ok((value["key"].as_str().map(str::to_string), result_of(&value)?))
 }
 
 /// An entry of `inlinedResponses`: `{"response"|"error", "metadata": {"key"}}`.
-pub(crate) fn parse_inline(entry: &Value) -> Result<(String, LineResult), String> {
-    let key = entry["metadata"]["key"].as_str().ok_or("an inlined response without metadata.key")?.to_string();
-    Ok((key, result_of(entry)?))
+pub(crate) fn inline_row(entry: &Value) -> Result<Row, String> {
+    Ok((entry["metadata"]["key"].as_str().map(str::to_string), result_of(entry)?))
+}
+
+#[cfg(test)]
+fn keyed(row: Result<Row, String>) -> Result<(String, LineResult), String> {
+    let (key, result) = row?;
+    Ok((key.ok_or("a result without its key")?, result))
+}
+
+#[cfg(test)]
+fn parse_file_line(line: &str) -> Result<(String, LineResult), String> {
+    keyed(file_row(line))
+}
+
+#[cfg(test)]
+fn parse_inline(entry: &Value) -> Result<(String, LineResult), String> {
+    keyed(inline_row(entry))
 }
 
 fn result_of(value: &Value) -> Result<LineResult, String> {

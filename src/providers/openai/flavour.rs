@@ -58,6 +58,16 @@ const OPENAI_MAX_LINES: usize = 50_000;
 const AZURE_MAX_LINES: usize = 100_000;
 /// Azure takes 14 to 30 days; 14 leaves the most room under the 10,000-file cap.
 pub const AZURE_FILE_EXPIRY: Duration = Duration::from_secs(1_209_600);
+/// The first dated api-version whose uploads and creates take `expires_after` /
+/// `output_expires_after`: Azure's batch how-to moved from `2024-10-21` to
+/// `2025-03-01-preview` when it added them (MicrosoftDocs/azure-ai-docs 0a3ff77, 2025-03-31).
+const FIRST_EXPIRY_VERSION: &str = "2025-03-01";
+
+/// An older dated version does not know the fields: sending them would be refused, and the
+/// file would then live under the 500-file cap until deleted.
+fn takes_expiry(api_version: &str) -> bool {
+    api_version.get(..10).is_some_and(|date| date >= FIRST_EXPIRY_VERSION)
+}
 
 impl Flavour {
     /// OpenAI, or a platform speaking its API. `metadata_kept` is true for OpenAI itself;
@@ -88,6 +98,7 @@ impl Flavour {
         metadata_kept: bool,
     ) -> Self {
         let dated = api_version.is_some();
+        let expiry_taken = api_version.as_deref().is_none_or(takes_expiry);
         Self {
             label: "azure",
             auth,
@@ -96,7 +107,7 @@ impl Flavour {
             chat_path: if dated { "/deployments/{model}/chat/completions" } else { "/chat/completions" },
             max_input_lines: AZURE_MAX_LINES,
             max_input_bytes: OPENAI_MAX_BYTES,
-            file_expiry: Some(AZURE_FILE_EXPIRY),
+            file_expiry: expiry_taken.then_some(AZURE_FILE_EXPIRY),
             metadata_kept,
             probe: check_deployment.map_or(ProbeTarget::ListOnly, ProbeTarget::Model),
         }
@@ -116,6 +127,16 @@ impl Default for Flavour {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_expiry_fields_go_only_where_the_api_version_takes_them() {
+        let with = |version: Option<&str>| Flavour::azure(Auth::ApiKeyHeader, version.map(str::to_string), None, true);
+        assert_eq!(with(None).file_expiry, Some(AZURE_FILE_EXPIRY), "the v1 API");
+        assert_eq!(with(Some("2025-04-01-preview")).file_expiry, Some(AZURE_FILE_EXPIRY));
+        assert_eq!(with(Some("2025-03-01-preview")).file_expiry, Some(AZURE_FILE_EXPIRY));
+        assert_eq!(with(Some("2024-10-21")).file_expiry, None);
+        assert_eq!(with(Some("2024-07-01-preview")).file_expiry, None);
+    }
 
     #[test]
     fn azure_dated_and_v1_differ_where_the_docs_say() {

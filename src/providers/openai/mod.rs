@@ -173,10 +173,12 @@ impl OpenAiBatches {
         }
         // Whatever the limit in force (it has changed over time), a 400 on the upload of a
         // file we built is about the file: splitting the batch either gets under the limit
-        // or narrows the refusal down to the one member it is about.
+        // or narrows the refusal down to the one member it is about. Not one whose code says
+        // a quota is spent (`quotaExceeded`, Azure's cap on files without expiry): smaller
+        // files would be refused the same, so it stays `budget`.
         let uploaded: wire::FileObject =
             self.json(self.http.post(self.url("/files")).multipart(form)).await.map_err(|mut e| {
-                if e.status == Some(400) {
+                if e.status == Some(400) && e.class != ErrorClass::Budget {
                     e.class = ErrorClass::TooLarge;
                 }
                 e

@@ -179,6 +179,9 @@ async fn a_dated_api_version_goes_on_every_request_and_statuses_are_read_in_any_
     let line: Value = serde_json::from_str(String::from_utf8(file.2.clone()).unwrap().lines().next().unwrap()).unwrap();
     assert_eq!(line["url"], "/chat/completions");
     assert_eq!(seen.create_body.as_ref().unwrap()["endpoint"], "/chat/completions");
+    // Azure's how-to added the expiry fields with 2025-03-01-preview; 2024-10-21 has none.
+    assert!(seen.upload_fields.iter().all(|f| !f.0.starts_with("expires_after")), "{:?}", seen.upload_fields);
+    assert!(seen.create_body.as_ref().unwrap().get("output_expires_after").is_none());
 }
 
 #[tokio::test]

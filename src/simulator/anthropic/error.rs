@@ -60,7 +60,7 @@ impl AnthropicError {
                 "invalid x-api-key (SIMULATED fault: unauthorized_next)",
             ),
             // What Anthropic answers once prepaid credit is gone (observed 400, not 402).
-            Injected::InsufficientQuota => Self::invalid(
+            Injected::InsufficientQuota { .. } => Self::invalid(
                 "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing \
                  to upgrade or purchase credits. (SIMULATED fault: insufficient_quota_next)",
             ),

@@ -18,7 +18,7 @@ use rand::rngs::StdRng;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{AwsError, MAX_RECORDS};
+use super::{AwsError, MAX_RECORDS, constraints};
 use crate::simulator::answer::Attempts;
 use crate::simulator::anthropic::model;
 use crate::simulator::faults::{Faults, every};
@@ -155,9 +155,7 @@ pub(super) async fn create(
             "1 validation error detected: Value '{token}' at 'clientRequestToken' failed to satisfy constraint: Member must satisfy regular expression pattern: [a-zA-Z0-9]{{1,256}}(-*[a-zA-Z0-9]){{0,256}}"
         )));
     }
-    if !role.starts_with("arn:") {
-        return Err(AwsError::validation("roleArn must be an IAM role ARN"));
-    }
+    constraints::check(&body)?;
     if let Some(format) = text("/inputDataConfig/s3InputDataConfig/s3InputFormat").filter(|f| f != "JSONL") {
         return Err(AwsError::validation(format!("Unsupported s3InputFormat {format}")));
     }
@@ -319,12 +317,21 @@ async fn settle(shared: &Shared, index: usize) {
     tracing::info!(status, "SIMULATED provider: Bedrock job ended");
 }
 
-/// Answers the records (only the first half of them when the job expires) as the
-/// `.jsonl.out` lines Bedrock writes, plus `manifest.json.out`.
+/// Answers the records as the `.jsonl.out` lines Bedrock writes, plus `manifest.json.out`.
+/// The service model's states (`ModelInvocationJobStatus`): `Expired` is a job that was
+/// scheduled but did not begin before its timeout, so it writes nothing;
+/// `PartiallyCompleted` is one whose timeout came while it ran ("not all of your records
+/// could be processed in time"), so only the first half is answered and the rest are
+/// missing from the output. Record errors in a job that processed everything still end it
+/// `Completed` (the manifest counts them).
 fn output(job: &Job, index: usize, inner: &mut Inner) -> Finish {
-    let mut rng = StdRng::seed_from_u64(inner.seed ^ batch_salt(&job.arn));
     let faults = &job.faults;
-    let answered = if faults.expire_batches { job.records.len() / 2 } else { job.records.len() };
+    if faults.expire_batches {
+        inner.stats.lines_failed += job.records.len() as u64;
+        return Finish { index, status: "Expired", files: Vec::new() };
+    }
+    let mut rng = StdRng::seed_from_u64(inner.seed ^ batch_salt(&job.arn));
+    let answered = if faults.partial_batches { job.records.len() / 2 } else { job.records.len() };
     let (mut ok, mut errors, mut input_tokens, mut output_tokens) = (0u64, 0u64, 0u64, 0u64);
     let mut jsonl = Vec::new();
     for (position, (id, input)) in job.records.iter().take(answered).enumerate().map(|(i, r)| (i + 1, r)) {
@@ -361,11 +368,7 @@ fn output(job: &Job, index: usize, inner: &mut Inner) -> Finish {
         (out_bucket.clone(), format!("{dir}/{input_name}.out"), jsonl),
         (out_bucket, format!("{dir}/manifest.json.out"), manifest.to_string().into_bytes()),
     ];
-    let status = match (faults.expire_batches, errors) {
-        (true, _) => "Expired",
-        (false, 0) => "Completed",
-        (false, _) => "PartiallyCompleted",
-    };
+    let status = if answered < job.records.len() { "PartiallyCompleted" } else { "Completed" };
     Finish { index, status, files }
 }
 
@@ -384,13 +387,8 @@ fn answer(
             "Too many requests, please wait before trying again. (SIMULATED fault: failed_line_every)".into(),
         ));
     }
-    if let Some(key) = ["model", "custom_id"].into_iter().find(|k| input.get(*k).is_some()) {
-        return Err((
-            400,
-            format!(
-                "Malformed input request: #: extraneous key [{key}] is not permitted, please reformat your input and try again."
-            ),
-        ));
+    if let Some(message) = constraints::extraneous_key(input, model_id) {
+        return Err((400, message));
     }
     if input.get("anthropic_version").and_then(Value::as_str) != Some(ANTHROPIC_VERSION) {
         return Err((400, format!("Malformed input request: anthropic_version must be {ANTHROPIC_VERSION}")));

@@ -12,10 +12,12 @@
 //! Faults: `rate_limit_next` (429 `ThrottlingException`), `server_error_next` (500
 //! `InternalServerException`), `unauthorized_next` (403 `AccessDeniedException`),
 //! `insufficient_quota_next` (`ServiceQuotaExceededException`), `drop_after_create_next`
-//! (the job is created, the connection dropped), `expire_batches` (the job ends `Expired`
-//! with only the first half of its records answered), `failed_line_every` and
+//! (the job is created, the connection dropped), `expire_batches` (the job ends `Expired`:
+//! it never began, nothing is written), `partial_batches` (it ends `PartiallyCompleted`:
+//! it ran out of time with the first half of its records answered), `failed_line_every` and
 //! `malformed_line_every` on the output records, `fail_batch_validation` (`Failed`).
 
+mod constraints;
 mod jobs;
 
 use std::sync::Arc;
@@ -84,7 +86,7 @@ impl AwsError {
                 "AccessDeniedException",
                 "You don't have access to the model with the specified model ID. (SIMULATED fault: unauthorized_next)",
             ),
-            Injected::InsufficientQuota => Self::new(
+            Injected::InsufficientQuota { .. } => Self::new(
                 StatusCode::BAD_REQUEST,
                 "ServiceQuotaExceededException",
                 "The number of in-progress batch inference jobs exceeds the quota. (SIMULATED fault)",

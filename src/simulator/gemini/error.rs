@@ -77,10 +77,18 @@ impl GoogleError {
             |message: &str| Self::new(StatusCode::TOO_MANY_REQUESTS, "RESOURCE_EXHAUSTED", format!("{message}{TAG}"));
         match fault {
             Injected::Unauthorized => Self::bad_key(TAG),
-            // A spent daily quota: waiting minutes will not bring it back.
-            Injected::InsufficientQuota => {
-                exhausted("You exceeded your current quota, please check your plan and billing details.")
-                    .detail(quota("GenerateRequestsPerDayPerProjectPerModel"))
+            // A per-day quota, as the real service answers it: the `QuotaFailure` names the
+            // day, yet `RetryInfo` still says seconds ("Please retry in 36.4s", a captured body
+            // in diegosouzapw/OmniRoute#9504; the same in google-gemini/gemini-cli#22486).
+            // `retry_after_secs: 0` leaves `RetryInfo` out, as bodies that only point at
+            // billing do (python-genai#1427).
+            Injected::InsufficientQuota { retry_after_secs } => {
+                let spent = exhausted("You exceeded your current quota, please check your plan and billing details.")
+                    .detail(quota("GenerateRequestsPerDayPerProjectPerModel-FreeTier"));
+                match retry_after_secs {
+                    0 => spent,
+                    secs => spent.detail(json!({"@type": RETRY_INFO, "retryDelay": format!("{secs}s")})),
+                }
             }
             Injected::RateLimited { retry_after_secs } => exhausted("Resource has been exhausted (e.g. check quota).")
                 .detail(quota("GenerateRequestsPerMinutePerProjectPerModel"))

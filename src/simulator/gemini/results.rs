@@ -88,7 +88,9 @@ pub(super) fn generate(
             inner.stats.lines_refused += u64::from(matches!(behaviour, Behaviour::Refuse { .. }));
             json!({"response": response})
         };
-        if let Some(key) = &request.key {
+        let keyless =
+            entry.get("error").is_some() && every(faults.keyless_error_every, usize::try_from(failed).unwrap_or(0));
+        if let Some(key) = request.key.as_ref().filter(|_| !keyless) {
             if to_file {
                 entry["key"] = json!(key);
             } else {
