@@ -29,6 +29,20 @@ use crate::store::{
     PostOutcome, PostResult, RetryFilter, RetryOutcome,
 };
 
+/// The counts by state: the folded counters plus the deltas written since, with the
+/// deltas folded in by the same statement. The `SELECT` sees the statement's snapshot,
+/// from before its own fold, so it adds each delta exactly once (folded or not), and a
+/// fold another reader commits meanwhile is not counted twice. The fold takes the counter
+/// rows in state order, so two concurrent folds wait for each other instead of deadlocking.
+const COUNTS: &str = "WITH moved AS (DELETE FROM state_deltas RETURNING state_code, delta), \
+     folded AS (INSERT INTO state_counts (state_code, n) \
+     SELECT state_code, sum(delta)::bigint FROM moved GROUP BY state_code ORDER BY state_code \
+     ON CONFLICT (state_code) DO UPDATE SET n = state_counts.n + excluded.n) \
+     SELECT c.code, coalesce((SELECT n FROM state_counts WHERE state_code = c.code), 0) \
+     + coalesce((SELECT sum(delta)::bigint FROM state_deltas WHERE state_code = c.code), 0), \
+     (SELECT updated_at_ms FROM extractions WHERE state_code = c.code ORDER BY seq LIMIT 1) \
+     FROM unnest($1::smallint[]) AS c(code)";
+
 /// Inserts unless the identity exists; the existing row is the answer otherwise (the
 /// conflicting insert waited for its writer's commit, so it is visible now).
 async fn intake_in(tx: &Transaction<'_>, mut new: NewExtraction, now_ms: u64) -> Result<IntakeOutcome, Error> {
@@ -477,20 +491,13 @@ impl Extractions for PgStore {
         row.map(|r| decode(r.get(0))).transpose()
     }
 
-    /// How many extractions are in each state, and when the first of each (in intake
-    /// order, as on redb) entered it; every count from one statement.
+    /// How many extractions are in each state (the counters of migration V6), and when the
+    /// first of each (in intake order, as on redb) entered it, by one index probe per state.
     async fn counts_by_state(&self) -> Result<Vec<StateCount>, Error> {
         let client = self.client().await?;
         let codes: Vec<i16> = StateName::ALL.iter().map(|s| i16::from(s.code())).collect();
-        let rows = client
-            .query(
-                "SELECT c.code, (SELECT count(*) FROM extractions WHERE state_code = c.code), \
-                 (SELECT updated_at_ms FROM extractions WHERE state_code = c.code ORDER BY seq LIMIT 1) \
-                 FROM unnest($1::smallint[]) AS c(code)",
-                &[&codes],
-            )
-            .await
-            .map_err(pg("cannot count extractions"))?;
+        let statement = client.prepare_cached(COUNTS).await.map_err(pg("cannot count extractions"))?;
+        let rows = client.query(&statement, &[&codes]).await.map_err(pg("cannot count extractions"))?;
         let mut counts = Vec::with_capacity(rows.len());
         for row in rows {
             let code: i16 = row.get(0);
