@@ -28,6 +28,7 @@ mod retention;
 mod revisions;
 mod rows;
 mod seam;
+mod sql;
 mod staging;
 mod upkeep;
 mod verify;
