@@ -14,8 +14,9 @@ use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use std::collections::HashMap;
 
+use super::intake_group::{EXISTING, Lookup, insert_or_existing, look_up};
 use super::ledger::record_charge;
-use super::rows::{big, decode_record, insert_new, lock_by_id, stored_content, transition, unbig};
+use super::rows::{big, decode_record, lock_by_id, stored_content, transition, unbig};
 use super::sql::{self, Tx};
 use super::{Error, PgStore, pg};
 use crate::domain::clock;
@@ -43,57 +44,6 @@ const COUNTS: &str = "WITH moved AS (DELETE FROM state_deltas RETURNING state_co
      + coalesce((SELECT sum(delta)::bigint FROM state_deltas WHERE state_code = c.code), 0), \
      (SELECT updated_at_ms FROM extractions WHERE state_code = c.code ORDER BY seq LIMIT 1) \
      FROM unnest($1::smallint[]) AS c(code)";
-
-/// One round trip before an intake's insert: the record of an existing identity (a
-/// redelivery is answered from it), or else a fresh sequence number (the record is
-/// encoded with its number, so it must be known before the insert).
-const LOOKUP: &str = "SELECT e.record, CASE WHEN e.record IS NULL THEN nextval('extraction_seq') END \
-     FROM (SELECT (SELECT record FROM extractions WHERE id = $1) AS record) e";
-
-const EXISTING: &str = "SELECT record FROM extractions WHERE id = $1";
-
-/// What [`LOOKUP`] found: the existing record, or the number a new one gets.
-enum Lookup {
-    Known(Box<ExtractionRecord>),
-    Fresh(u64),
-}
-
-async fn look_up(client: &impl GenericClient, id: &ExtractionId) -> Result<Lookup, Error> {
-    let statement = client.prepare_cached(LOOKUP).await.map_err(pg("cannot look an identity up"))?;
-    let row =
-        client.query_one(&statement, &[&id.as_bytes().as_slice()]).await.map_err(pg("cannot look an identity up"))?;
-    match (row.get::<_, Option<&[u8]>>(0), row.get::<_, Option<i64>>(1)) {
-        (Some(bytes), _) => Ok(Lookup::Known(Box::new(decode_record(bytes)?))),
-        (None, Some(seq)) => Ok(Lookup::Fresh(unbig(seq))),
-        (None, None) => Err(Error::Corrupt { kind: "sequence", reason: "no sequence number for a new intake".into() }),
-    }
-}
-
-/// Inserts a new extraction numbered `seq` unless its identity exists; the existing row is
-/// the answer otherwise (the conflicting insert waited for its writer's commit, so the
-/// next statement sees it). In autocommit, the insert is its own transaction.
-async fn insert_or_existing(
-    client: &impl GenericClient,
-    mut new: NewExtraction,
-    seq: u64,
-    now_ms: u64,
-) -> Result<IntakeOutcome, Error> {
-    let content_bytes = new.content.len() as u64;
-    let content = encode(&StoredContent { text: std::mem::take(&mut new.content) })?;
-    let record = new.pending(seq, content_bytes, now_ms);
-    if insert_new(client, &record, &content).await?.is_some() {
-        return Ok(IntakeOutcome { created: true, record });
-    }
-    let statement = client.prepare_cached(EXISTING).await.map_err(pg("cannot read the existing extraction"))?;
-    match client.query_opt(&statement, &[&record.id.as_bytes().as_slice()]).await {
-        Ok(Some(row)) => Ok(IntakeOutcome { created: false, record: decode_record(row.get(0))? }),
-        // Erased between the conflict and this read: asking again makes it anew.
-        Ok(None) => {
-            Err(Error::Conflict { reason: format!("{} was erased while it was taken in", record.id), cause: None })
-        }
-        Err(e) => Err(pg("cannot read the existing extraction")(e)),
-    }
-}
 
 const RECORD_DELIVERY: &str = "INSERT INTO webhook_deliveries (endpoint, delivery_id, extraction_seq) \
      VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING extraction_seq";
@@ -218,15 +168,10 @@ impl Extractions for PgStore {
         Ok(())
     }
 
-    /// A redelivery of a known identity costs one round trip and writes nothing; a new one
-    /// two (the lookup that numbers it, then the insert that commits it on its own).
+    /// Answered once the commit that holds it returned, often shared with other intakes
+    /// (`intake_group`).
     async fn intake(&self, new: NewExtraction) -> Result<IntakeOutcome, Error> {
-        let client = self.client().await?;
-        match look_up(&client, &new.id).await? {
-            Lookup::Known(record) => Ok(IntakeOutcome { created: false, record: *record }),
-            // Acknowledged only once the insert's commit (synchronous_commit = on) returned.
-            Lookup::Fresh(seq) => insert_or_existing(&client, new, seq, clock::now_ms()).await,
-        }
+        self.intake.intake(new).await
     }
 
     async fn intake_delivery(

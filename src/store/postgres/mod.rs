@@ -20,6 +20,7 @@ mod export;
 mod extractions;
 mod import;
 mod import_copy;
+mod intake_group;
 mod ledger;
 mod outbox;
 mod pending_queue;
@@ -134,6 +135,8 @@ pub struct PgStore {
     config: Arc<tokio_postgres::Config>,
     policies: Arc<RwLock<Arc<Policies>>>,
     cursor_key: CursorKey,
+    /// Intakes waiting for a shared commit.
+    intake: intake_group::Group,
 }
 
 pub(super) fn pg(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> Error {
@@ -188,6 +191,7 @@ impl PgStore {
         let pool = build_pool(config.clone(), POOL_SIZE)?;
         let export_pool = export_pool(&config, ExportSessions::default())?;
         let store = PgStore {
+            intake: intake_group::Group::start(pool.clone()),
             pool,
             export_pool,
             config: Arc::new(config),
