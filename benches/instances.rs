@@ -8,6 +8,11 @@
 //! - workers: W workers (`common/workers.rs`), spread the same way, claim 10 and post a
 //!   result with 2 findings for each, working off what the intake phase stored.
 //!
+//! Then, on the same server, `pgbench` runs a single-row `INSERT … ON CONFLICT DO NOTHING`
+//! of a new 1 KiB row per transaction with as many connections as intake clients: what a
+//! durable insert costs PostgreSQL itself, printed with each PostgreSQL setup's intake
+//! rate as a multiple of it and the server's CPU per intake and per result.
+//!
 //! Beside each figure it prints the CPU seconds the commitpoint processes and the
 //! PostgreSQL processes used, against the machine's cores: that says what limits the
 //! setup. PostgreSQL's binaries must be installed (Debian: `postgresql`); without them
@@ -121,6 +126,7 @@ async fn run(config: &Config) -> Result<bool> {
         load_average()
     );
     let mut outcomes = vec![setup(config, Backend::Redb, 1).await?];
+    let mut reference = None;
     match postgres::find_bin() {
         Ok(_) => {
             let cluster = Cluster::start(&config.base, "256MB")?;
@@ -130,10 +136,14 @@ async fn run(config: &Config) -> Result<bool> {
                 let postmaster = cluster.postmaster_pid()?;
                 outcomes.push(setup(config, Backend::Postgres { url: &url, postmaster }, *instances).await?);
             }
+            reference = Some(pgbench_insert(config, &cluster)?);
         }
         Err(e) => println!("PostgreSQL: skipped ({e})"),
     }
     print_table(&outcomes, cores);
+    if let Some(reference) = reference {
+        print_reference(&reference, &outcomes, cores);
+    }
     Ok(outcomes.iter().all(|o| o.problems.is_empty()))
 }
 
@@ -353,4 +363,82 @@ fn print_table(outcomes: &[Outcome], cores: usize) {
         "cpu cp+pg: cores used by the commitpoint processes + by PostgreSQL during the phase, of {cores}; \
          their sum near {cores} means the setup is CPU-bound on this machine"
     );
+}
+
+/// pgbench's single-row insert of a new identity with 1 KiB of content, committed on its
+/// own, by as many connections as there are intake clients, on the same server: what one
+/// durable insert costs PostgreSQL itself. Client variables persist across transactions,
+/// so `:n` numbers each client's rows.
+const PGBENCH_INSERT: &str = r"\set n :n + 1
+INSERT INTO extractions (id, tenant, source_id, schema, content)
+VALUES (sha256(convert_to('ref/' || :client_id::text || '/' || :n::text, 'UTF8')), 'bench',
+        'ref/' || :client_id::text || '-' || :n::text, 'code-review@1', :fill::text)
+ON CONFLICT (id) DO NOTHING;
+";
+
+/// The reference figure: pgbench's transactions per second, its latencies and the
+/// server's CPU over the run.
+struct Reference {
+    tps: f64,
+    transactions: u64,
+    latencies: Latencies,
+    postgres_cpu: f64,
+    clients: usize,
+}
+
+fn pgbench_insert(config: &Config, cluster: &Cluster) -> Result<Reference> {
+    cluster.create_extractions(false)?;
+    let vars = [("n", "0".to_string()), ("fill", "x".repeat(CONTENT_BYTES))];
+    let postmaster = cluster.postmaster_pid()?;
+    // pgbench's backends end with its run and take their CPU time with them, so the
+    // server's CPU is sampled while they live; the last sample covers the run to within
+    // the sampling period.
+    let before = postgres_cpu_secs(postmaster);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut most = 0.0f64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(postgres_cpu_secs(postmaster) - before);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            most
+        })
+    };
+    let run = cluster.pgbench(PGBENCH_INSERT, config.clients, config.secs, &vars);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let postgres_cpu = sampler.join().map_err(|_| "the CPU sampler panicked")?;
+    let run = run?;
+    if run.failed > 0 || run.transactions == 0 {
+        return Err(format!("pgbench: {} of {} transactions failed", run.failed, run.transactions).into());
+    }
+    Ok(Reference {
+        tps: run.tps,
+        transactions: run.transactions,
+        latencies: Latencies::from(run.latencies_us),
+        postgres_cpu,
+        clients: config.clients,
+    })
+}
+
+fn print_reference(reference: &Reference, outcomes: &[Outcome], cores: usize) {
+    let Reference { tps, transactions, latencies, postgres_cpu, clients } = reference;
+    println!(
+        "pgbench, same server, {clients} connections, single-row INSERT … ON CONFLICT DO NOTHING: {tps:.0} tps, \
+         p50 {}, p99 {}, {:.2} ms of PostgreSQL CPU per insert ({cores} cores)",
+        fmt_us(latencies.p50),
+        fmt_us(latencies.p99),
+        postgres_cpu * 1000.0 / (*transactions).max(1) as f64,
+    );
+    for o in outcomes.iter().filter(|o| o.label.starts_with("postgres")) {
+        let intake = rate(o.intake.done, o.intake.elapsed);
+        let per_intake = o.intake.postgres_cpu * 1000.0 / o.intake.done.max(1) as f64;
+        let per_result = o.work.postgres_cpu * 1000.0 / o.work.done.max(1) as f64;
+        println!(
+            "  {}: intake {:.2}x pgbench's insert; PostgreSQL CPU {per_intake:.2} ms per intake, {per_result:.2} ms per result",
+            o.label,
+            intake / tps.max(1e-9),
+        );
+    }
 }

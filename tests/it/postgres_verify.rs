@@ -199,29 +199,6 @@ async fn a_state_column_that_disagrees_with_its_record_fails_verify() {
     assert_fails_with(dir.path(), "its state_code column disagrees with its record, which is committed");
 }
 
-/// The per-state counters (folded counts plus deltas not yet folded) must equal the rows
-/// in each state; an extra delta, or a folded count for a state no row is in, is caught.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_state_counter_that_disagrees_with_the_rows_fails_verify() {
-    if skip() {
-        return;
-    }
-    let (dir, server) = committed_and_pending().await;
-    corrupt(dir.path(), server, "INSERT INTO state_deltas (state_code, delta) VALUES (1, 1)");
-    assert_fails_with(dir.path(), "the counter of state pending says 2 extractions, but 1 are in it");
-
-    let database = database_for(dir.path());
-    // Another delta takes it back (the legitimate ones may not be folded yet).
-    cluster().psql(&database, "INSERT INTO state_deltas (state_code, delta) VALUES (1, -1)");
-    crate::util::assert_verifies(&dir.path().join(commitpoint::store::FILE_NAME));
-    cluster().psql(
-        &database,
-        "INSERT INTO state_counts (state_code, n) VALUES (4, -1) \
-         ON CONFLICT (state_code) DO UPDATE SET n = state_counts.n - 1",
-    );
-    assert_fails_with(dir.path(), "the counter of state failed says -1 extractions, but 0 are in it");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spend_row_that_disagrees_with_its_ledger_entries_fails_verify() {
     if skip() {
