@@ -49,7 +49,7 @@ const INSERT_MANY: &str = "INSERT INTO extractions (id, seq, tenant, schema_name
      ORDER BY n.id ON CONFLICT (id) DO NOTHING RETURNING id";
 
 /// Committers working at once: each takes whatever has queued up while it was busy.
-const COMMITTERS: usize = 4;
+const COMMITTERS: usize = 8;
 
 /// The most intakes one group takes.
 const MOST: usize = 512;
