@@ -8,6 +8,14 @@
 //! - workers: W workers (`common/workers.rs`), spread the same way, claim 10 and post a
 //!   result with 2 findings for each, working off what the intake phase stored.
 //!
+//! Then, on the same server, `pgbench` runs a single-row `INSERT … ON CONFLICT DO NOTHING`
+//! of a new 1 KiB row per transaction with as many connections as intake clients: what a
+//! durable insert costs PostgreSQL itself, printed with each PostgreSQL setup's intake
+//! rate as a multiple of it and the server's CPU per intake and per result; then the
+//! River/Oban-style worker script of `benches/worker.rs` (`FOR UPDATE SKIP LOCKED` claim
+//! of 10, each completed with 2 findings) over the rows that run left, beside the
+//! workers' results per second.
+//!
 //! Beside each figure it prints the CPU seconds the commitpoint processes and the
 //! PostgreSQL processes used, against the machine's cores: that says what limits the
 //! setup. PostgreSQL's binaries must be installed (Debian: `postgresql`); without them
@@ -36,7 +44,7 @@ mod common;
 use common::http::Connection;
 use common::postgres::{self, Cluster};
 use common::stats::{Latencies, fmt_us, micros, rate};
-use common::workers::{output_body, worker};
+use common::workers::{CLAIM_LIMIT, output_body, worker};
 use common::{BINARY, Result, ServerProcess, env_var, load_average, process_cpu_secs};
 
 const SCHEMA: &str = "code-review@1";
@@ -121,6 +129,7 @@ async fn run(config: &Config) -> Result<bool> {
         load_average()
     );
     let mut outcomes = vec![setup(config, Backend::Redb, 1).await?];
+    let mut reference = None;
     match postgres::find_bin() {
         Ok(_) => {
             let cluster = Cluster::start(&config.base, "256MB")?;
@@ -130,10 +139,15 @@ async fn run(config: &Config) -> Result<bool> {
                 let postmaster = cluster.postmaster_pid()?;
                 outcomes.push(setup(config, Backend::Postgres { url: &url, postmaster }, *instances).await?);
             }
+            let insert = pgbench_insert(config, &cluster)?;
+            reference = Some((insert, pgbench_claims(config, &cluster)?));
         }
         Err(e) => println!("PostgreSQL: skipped ({e})"),
     }
     print_table(&outcomes, cores);
+    if let Some((insert, claims)) = reference {
+        print_reference(&insert, &claims, &outcomes, cores);
+    }
     Ok(outcomes.iter().all(|o| o.problems.is_empty()))
 }
 
@@ -353,4 +367,124 @@ fn print_table(outcomes: &[Outcome], cores: usize) {
         "cpu cp+pg: cores used by the commitpoint processes + by PostgreSQL during the phase, of {cores}; \
          their sum near {cores} means the setup is CPU-bound on this machine"
     );
+}
+
+/// pgbench's single-row insert of a new identity with 1 KiB of content, committed on its
+/// own, by as many connections as there are intake clients, on the same server: what one
+/// durable insert costs PostgreSQL itself. Client variables persist across transactions,
+/// so `:n` numbers each client's rows.
+const PGBENCH_INSERT: &str = r"\set n :n + 1
+INSERT INTO extractions (id, tenant, source_id, schema, content)
+VALUES (sha256(convert_to('ref/' || :client_id::text || '/' || :n::text, 'UTF8')), 'bench',
+        'ref/' || :client_id::text || '-' || :n::text, 'code-review@1', :fill::text)
+ON CONFLICT (id) DO NOTHING;
+";
+
+/// The reference figure: pgbench's transactions per second, its latencies and the
+/// server's CPU over the run.
+struct Reference {
+    /// Operations per second: transactions (the insert), completed rows (the worker).
+    tps: f64,
+    done: u64,
+    latencies: Latencies,
+    postgres_cpu: f64,
+    clients: usize,
+}
+
+fn pgbench_insert(config: &Config, cluster: &Cluster) -> Result<Reference> {
+    cluster.create_extractions(false)?;
+    let vars = [("n", "0".to_string()), ("fill", "x".repeat(CONTENT_BYTES))];
+    let (run, postgres_cpu) = pgbench_sampled(cluster, PGBENCH_INSERT, config.clients, config.secs, &vars)?;
+    Ok(Reference {
+        tps: run.tps,
+        done: run.transactions,
+        latencies: Latencies::from(run.latencies_us),
+        postgres_cpu,
+        clients: config.clients,
+    })
+}
+
+/// The River/Oban-style worker of `benches/worker.rs` (claim 10 with `FOR UPDATE SKIP
+/// LOCKED`, then complete each with 2 findings in its own transaction), by as many
+/// connections as workers, over the rows the insert run left; `done` counts completed rows.
+fn pgbench_claims(config: &Config, cluster: &Cluster) -> Result<Reference> {
+    cluster.add_claim_tables()?;
+    cluster.psql("VACUUM ANALYZE extractions")?;
+    let (script, vars) = postgres::claim_and_complete(CLAIM_LIMIT, &output_body());
+    let (run, postgres_cpu) = pgbench_sampled(cluster, &script, config.workers, config.secs, &vars)?;
+    let done: u64 = cluster.psql("SELECT count(*) FROM extractions WHERE state = 2")?.parse()?;
+    Ok(Reference {
+        tps: done as f64 / config.secs.max(1) as f64,
+        done,
+        latencies: Latencies::from(run.latencies_us),
+        postgres_cpu,
+        clients: config.workers,
+    })
+}
+
+/// Runs pgbench and returns its run with the server's CPU seconds over it. pgbench's
+/// backends end with its run and take their CPU time with them, so the CPU is sampled
+/// while they live; the last sample covers the run to within the sampling period.
+fn pgbench_sampled(
+    cluster: &Cluster,
+    script: &str,
+    clients: usize,
+    secs: u64,
+    vars: &[(&str, String)],
+) -> Result<(postgres::PgbenchRun, f64)> {
+    let postmaster = cluster.postmaster_pid()?;
+    let before = postgres_cpu_secs(postmaster);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut most = 0.0f64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(postgres_cpu_secs(postmaster) - before);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            most
+        })
+    };
+    let run = cluster.pgbench(script, clients, secs, vars);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let postgres_cpu = sampler.join().map_err(|_| "the CPU sampler panicked")?;
+    let run = run?;
+    if run.failed > 0 || run.transactions == 0 {
+        return Err(format!("pgbench: {} of {} transactions failed", run.failed, run.transactions).into());
+    }
+    Ok((run, postgres_cpu))
+}
+
+fn print_reference(insert: &Reference, claims: &Reference, outcomes: &[Outcome], cores: usize) {
+    let per_op = |r: &Reference| r.postgres_cpu * 1000.0 / r.done.max(1) as f64;
+    println!(
+        "pgbench, same server, {} connections, single-row INSERT … ON CONFLICT DO NOTHING: {:.0} tps, \
+         p50 {}, p99 {}, {:.2} ms of PostgreSQL CPU per insert ({cores} cores)",
+        insert.clients,
+        insert.tps,
+        fmt_us(insert.latencies.p50),
+        fmt_us(insert.latencies.p99),
+        per_op(insert),
+    );
+    println!(
+        "pgbench, same server, {} connections, SKIP LOCKED claim {CLAIM_LIMIT} + complete each with 2 findings: \
+         {:.0} rows/s, {:.2} ms of PostgreSQL CPU per row",
+        claims.clients,
+        claims.tps,
+        per_op(claims),
+    );
+    for o in outcomes.iter().filter(|o| o.label.starts_with("postgres")) {
+        let intake = rate(o.intake.done, o.intake.elapsed);
+        let results = rate(o.work.done, o.work.elapsed);
+        let per_intake = o.intake.postgres_cpu * 1000.0 / o.intake.done.max(1) as f64;
+        let per_result = o.work.postgres_cpu * 1000.0 / o.work.done.max(1) as f64;
+        println!(
+            "  {}: intake {:.2}x pgbench's insert, results {:.2}x its claim + complete; \
+             PostgreSQL CPU {per_intake:.2} ms per intake, {per_result:.2} ms per result",
+            o.label,
+            intake / insert.tps.max(1e-9),
+            results / claims.tps.max(1e-9),
+        );
+    }
 }

@@ -31,8 +31,6 @@ use std::process::{Command, ExitCode};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 #[path = "common/mod.rs"]
 mod common;
 
@@ -262,29 +260,6 @@ async fn commitpoint_side(config: &Config, base: &Path) -> Result<Side> {
 // ---------------------------------------------------------------------------------------
 // PostgreSQL
 
-/// The claim: the River/Oban pattern, returning the ids (hex, into `:ids`) and the
-/// content's size (the worker needs the content; it is read, not shipped).
-const CLAIM: &str = r"\set tok random(1, 9000000000000000000)
-WITH claimed AS (
-  UPDATE extractions SET state = 1, lease = :tok, lease_expires_at = now() + interval '300 seconds',
-         attempt = attempt + 1, updated_at = now()
-  WHERE id IN (SELECT id FROM extractions WHERE state = 0 ORDER BY seq LIMIT 10 FOR UPDATE SKIP LOCKED)
-  RETURNING id, content)
-SELECT coalesce(array_agg(encode(id, 'hex')), '{}') AS ids, coalesce(sum(length(content)), 0) AS bytes FROM claimed
-\gset
-";
-
-/// One item's completion, `{i}` = 1…10: the fenced completing UPDATE and 2 findings.
-const COMPLETE: &str = r"BEGIN;
-UPDATE extractions SET state = 2, output = :output::jsonb, lease = NULL, lease_expires_at = NULL, updated_at = now()
-WHERE id = decode((:ids::text[])[{i}], 'hex') AND state = 1 AND lease = :tok;
-INSERT INTO findings (extraction_id, ordinal, body)
-SELECT decode((:ids::text[])[{i}], 'hex'), 0, :f0::jsonb WHERE (:ids::text[])[{i}] IS NOT NULL;
-INSERT INTO findings (extraction_id, ordinal, body)
-SELECT decode((:ids::text[])[{i}], 'hex'), 1, :f1::jsonb WHERE (:ids::text[])[{i}] IS NOT NULL;
-COMMIT;
-";
-
 fn postgres_side(config: &Config, base: &Path) -> Result<Side> {
     postgres::find_bin()?;
     let cluster = Cluster::start(base, "256MB")?;
@@ -292,17 +267,7 @@ fn postgres_side(config: &Config, base: &Path) -> Result<Side> {
     let started = Instant::now();
     cluster.preload(config.pending, "work", config.content_bytes)?;
     let fill = started.elapsed();
-    let mut script = CLAIM.to_string();
-    for i in 1..=CLAIM_LIMIT {
-        script.push_str(&COMPLETE.replace("{i}", &i.to_string()));
-    }
-    let output = output_body();
-    let findings = output["findings"].as_array().cloned().unwrap_or_default();
-    let vars = [
-        ("output", output.to_string()),
-        ("f0", findings.first().map(Value::to_string).unwrap_or_default()),
-        ("f1", findings.get(1).map(Value::to_string).unwrap_or_default()),
-    ];
+    let (script, vars) = postgres::claim_and_complete(CLAIM_LIMIT, &output_body());
     let load = load_average();
     let run = cluster.pgbench(&script, config.workers, config.secs, &vars)?;
     let checkpoint = cluster.checkpoint_bytes()?;

@@ -125,6 +125,8 @@ mod schemas;
 mod simulator_schemas;
 #[path = "it/stalled_readers.rs"]
 mod stalled_readers;
+#[path = "it/state_counts.rs"]
+mod state_counts;
 #[path = "it/supervision.rs"]
 mod supervision;
 #[path = "support/mod.rs"]

@@ -335,15 +335,22 @@ impl Cluster {
                 updated_at timestamptz NOT NULL DEFAULT now())",
         )?;
         if pending_index {
-            self.psql("CREATE INDEX extractions_pending ON extractions (seq) WHERE state = 0")?;
-            self.psql(
-                "CREATE TABLE findings (
-                    extraction_id bytea NOT NULL REFERENCES extractions (id),
-                    ordinal integer NOT NULL,
-                    body jsonb NOT NULL,
-                    PRIMARY KEY (extraction_id, ordinal))",
-            )?;
+            self.add_claim_tables()?;
         }
+        Ok(())
+    }
+
+    /// What a claim needs beside `extractions`: the partial index of pending rows in
+    /// intake order, and the `findings` table a completion writes.
+    pub fn add_claim_tables(&self) -> Result<()> {
+        self.psql("CREATE INDEX extractions_pending ON extractions (seq) WHERE state = 0")?;
+        self.psql(
+            "CREATE TABLE findings (
+                extraction_id bytea NOT NULL REFERENCES extractions (id),
+                ordinal integer NOT NULL,
+                body jsonb NOT NULL,
+                PRIMARY KEY (extraction_id, ordinal))",
+        )?;
         Ok(())
     }
 
@@ -375,4 +382,43 @@ impl Cluster {
         self.psql("CHECKPOINT")?;
         Ok(sampler.finish())
     }
+}
+
+/// The claim: the River/Oban pattern, returning the ids (hex, into `:ids`) and the
+/// content's size (the worker needs the content; it is read, not shipped).
+pub const CLAIM: &str = r"\set tok random(1, 9000000000000000000)
+WITH claimed AS (
+  UPDATE extractions SET state = 1, lease = :tok, lease_expires_at = now() + interval '300 seconds',
+         attempt = attempt + 1, updated_at = now()
+  WHERE id IN (SELECT id FROM extractions WHERE state = 0 ORDER BY seq LIMIT 10 FOR UPDATE SKIP LOCKED)
+  RETURNING id, content)
+SELECT coalesce(array_agg(encode(id, 'hex')), '{}') AS ids, coalesce(sum(length(content)), 0) AS bytes FROM claimed
+\gset
+";
+
+/// One item's completion, `{i}` = 1…10: the fenced completing UPDATE and 2 findings.
+pub const COMPLETE: &str = r"BEGIN;
+UPDATE extractions SET state = 2, output = :output::jsonb, lease = NULL, lease_expires_at = NULL, updated_at = now()
+WHERE id = decode((:ids::text[])[{i}], 'hex') AND state = 1 AND lease = :tok;
+INSERT INTO findings (extraction_id, ordinal, body)
+SELECT decode((:ids::text[])[{i}], 'hex'), 0, :f0::jsonb WHERE (:ids::text[])[{i}] IS NOT NULL;
+INSERT INTO findings (extraction_id, ordinal, body)
+SELECT decode((:ids::text[])[{i}], 'hex'), 1, :f1::jsonb WHERE (:ids::text[])[{i}] IS NOT NULL;
+COMMIT;
+";
+
+/// The pgbench script of a worker that claims `limit` rows and completes each in its own
+/// transaction with 2 findings (`output`'s first two), and the variables it reads.
+pub fn claim_and_complete(limit: usize, output: &serde_json::Value) -> (String, [(&'static str, String); 3]) {
+    let mut script = CLAIM.to_string();
+    for i in 1..=limit {
+        script.push_str(&COMPLETE.replace("{i}", &i.to_string()));
+    }
+    let findings = output["findings"].as_array().cloned().unwrap_or_default();
+    let vars = [
+        ("output", output.to_string()),
+        ("f0", findings.first().map(serde_json::Value::to_string).unwrap_or_default()),
+        ("f1", findings.get(1).map(serde_json::Value::to_string).unwrap_or_default()),
+    ];
+    (script, vars)
 }

@@ -43,8 +43,9 @@ const TABLES: [(&str, &str); 19] = [
     ("trial_batches", "SELECT seq, evaluation, open, record FROM trial_batches ORDER BY seq"),
 ];
 
-/// The store's tables that are not commitpoint data: the migration history.
-const NOT_DATA: [&str; 1] = ["refinery_schema_history"];
+/// The store's tables that hold no record: the migration history, and the per-state
+/// counters (derived from `extractions`; `verify` checks them).
+const NOT_DATA: [&str; 3] = ["refinery_schema_history", "state_counts", "state_deltas"];
 
 /// Every row of the store at `options`, decoded; returns the dump's text.
 pub async fn dump_database(options: &PgOptions) -> Result<String, Error> {

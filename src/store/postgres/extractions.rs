@@ -11,11 +11,13 @@ use crate::store::seam::ExportSink;
 use crate::store::seam::Extractions;
 use crate::store::seam::SourceContent;
 use async_trait::async_trait;
+use deadpool_postgres::GenericClient;
 use std::collections::HashMap;
-use tokio_postgres::Transaction;
 
+use super::intake_group::{EXISTING, Lookup, insert_or_existing, look_up};
 use super::ledger::record_charge;
-use super::rows::{big, decode_record, insert_new, lock_by_id, stored_content, transition, unbig};
+use super::rows::{big, decode_record, lock_by_id, stored_content, transition, unbig};
+use super::sql::{self, Tx};
 use super::{Error, PgStore, pg};
 use crate::domain::clock;
 use crate::domain::identity::ExtractionId;
@@ -29,31 +31,27 @@ use crate::store::{
     PostOutcome, PostResult, RetryFilter, RetryOutcome,
 };
 
-/// Inserts unless the identity exists; the existing row is the answer otherwise (the
-/// conflicting insert waited for its writer's commit, so it is visible now).
-async fn intake_in(tx: &Transaction<'_>, mut new: NewExtraction, now_ms: u64) -> Result<IntakeOutcome, Error> {
-    let seq: i64 = tx
-        .query_one("SELECT nextval('extraction_seq')", &[])
-        .await
-        .map_err(pg("cannot allocate a sequence number"))?
-        .get(0);
-    let content_bytes = new.content.len() as u64;
-    let content = encode(&StoredContent { text: std::mem::take(&mut new.content) })?;
-    let record = new.pending(unbig(seq), content_bytes, now_ms);
-    if insert_new(tx, &record, &content).await?.is_some() {
-        return Ok(IntakeOutcome { created: true, record });
-    }
-    let row = tx
-        .query_one("SELECT record FROM extractions WHERE id = $1", &[&record.id.as_bytes().as_slice()])
-        .await
-        .map_err(pg("cannot read the existing extraction"))?;
-    Ok(IntakeOutcome { created: false, record: decode_record(row.get(0))? })
-}
+/// The counts by state: the folded counters plus the deltas written since, with the
+/// deltas folded in by the same statement. The `SELECT` sees the statement's snapshot,
+/// from before its own fold, so it adds each delta exactly once (folded or not), and a
+/// fold another reader commits meanwhile is not counted twice. The fold takes the counter
+/// rows in state order, so two concurrent folds wait for each other instead of deadlocking.
+const COUNTS: &str = "WITH moved AS (DELETE FROM state_deltas RETURNING state_code, delta), \
+     folded AS (INSERT INTO state_counts (state_code, n) \
+     SELECT state_code, sum(delta)::bigint FROM moved GROUP BY state_code ORDER BY state_code \
+     ON CONFLICT (state_code) DO UPDATE SET n = state_counts.n + excluded.n) \
+     SELECT c.code, coalesce((SELECT n FROM state_counts WHERE state_code = c.code), 0) \
+     + coalesce((SELECT sum(delta)::bigint FROM state_deltas WHERE state_code = c.code), 0), \
+     (SELECT updated_at_ms FROM extractions WHERE state_code = c.code ORDER BY seq LIMIT 1) \
+     FROM unnest($1::smallint[]) AS c(code)";
+
+const RECORD_DELIVERY: &str = "INSERT INTO webhook_deliveries (endpoint, delivery_id, extraction_seq) \
+     VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING extraction_seq";
 
 /// Makes a result's writes (`rules::post`) in this transaction: a post's, or (planned by
 /// `post::plan_settle`) a judged answer's that ingestion commits as it stages it.
 pub(super) async fn carry_out(
-    tx: &Transaction<'_>,
+    tx: &impl Tx,
     policies: &Policies,
     now_ms: u64,
     record: &mut ExtractionRecord,
@@ -63,20 +61,15 @@ pub(super) async fn carry_out(
         record_charge(tx, policies, now_ms, record, charge, kind).await?;
     }
     if plan.drop_staged {
-        tx.execute("DELETE FROM staged WHERE extraction_seq = $1", &[&big(record.seq)])
-            .await
-            .map_err(pg("cannot drop a staged answer"))?;
+        let drop = "DELETE FROM staged WHERE extraction_seq = $1";
+        sql::execute(tx, drop, &[&big(record.seq)], "cannot drop a staged answer").await?;
     }
     write_findings(tx, record.seq, &plan.findings).await?;
     if let Some(result) = &plan.result {
         let bytes = encode(result)?;
-        tx.execute(
-            "INSERT INTO results (extraction_seq, format, record) VALUES ($1, $2, $3) \
-             ON CONFLICT (extraction_seq) DO UPDATE SET format = excluded.format, record = excluded.record",
-            &[&big(record.seq), &i16::from(bytes[0]), &bytes],
-        )
-        .await
-        .map_err(pg("cannot write a result"))?;
+        let write = "INSERT INTO results (extraction_seq, format, record) VALUES ($1, $2, $3) \
+                     ON CONFLICT (extraction_seq) DO UPDATE SET format = excluded.format, record = excluded.record";
+        sql::execute(tx, write, &[&big(record.seq), &i16::from(bytes[0]), &bytes], "cannot write a result").await?;
     }
     plan.change.apply(record);
     if let Some(next) = plan.next {
@@ -97,33 +90,41 @@ pub(super) async fn carry_out(
     Ok(plan.answer.outcome(findings))
 }
 
-/// Upserts by finding key, so an output that repeats a finding stores it once.
-async fn write_findings(tx: &Transaction<'_>, seq: u64, findings: &[FindingRecord]) -> Result<(), Error> {
+/// Upserts by finding key, so an output that repeats a finding stores it once. One
+/// statement for all of them: the keys, formats and records as arrays.
+async fn write_findings(tx: &impl Tx, seq: u64, findings: &[FindingRecord]) -> Result<(), Error> {
     if findings.is_empty() {
         return Ok(());
     }
-    let statement = tx
-        .prepare(
-            "INSERT INTO findings (extraction_seq, key, format, record) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (extraction_seq, key) DO UPDATE SET format = excluded.format, record = excluded.record",
-        )
-        .await
-        .map_err(pg("cannot prepare the findings insert"))?;
+    let mut keys: Vec<&[u8]> = Vec::with_capacity(findings.len());
+    let mut formats: Vec<i16> = Vec::with_capacity(findings.len());
+    let mut records: Vec<Vec<u8>> = Vec::with_capacity(findings.len());
+    // A key repeated within one output keeps its last record, as the upserts one by one did.
+    let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(findings.len());
     for finding in findings {
         let bytes = encode(finding)?;
-        tx.execute(&statement, &[&big(seq), &finding.key.as_bytes().as_slice(), &i16::from(bytes[0]), &bytes])
-            .await
-            .map_err(pg("cannot write a finding"))?;
+        let key = finding.key.as_bytes().as_slice();
+        if let Some(&at) = last.get(key) {
+            formats[at] = i16::from(bytes[0]);
+            records[at] = bytes;
+            continue;
+        }
+        last.insert(key, keys.len());
+        keys.push(key);
+        formats.push(i16::from(bytes[0]));
+        records.push(bytes);
     }
+    let write = "INSERT INTO findings (extraction_seq, key, format, record) \
+                 SELECT $1, f.key, f.format, f.record FROM unnest($2::bytea[], $3::smallint[], $4::bytea[]) \
+                 AS f(key, format, record) \
+                 ON CONFLICT (extraction_seq, key) DO UPDATE SET format = excluded.format, record = excluded.record";
+    sql::execute(tx, write, &[&big(seq), &keys, &formats, &records], "cannot write a finding").await?;
     Ok(())
 }
 
-async fn count_findings(tx: &Transaction<'_>, seq: u64) -> Result<u64, Error> {
-    let n: i64 = tx
-        .query_one("SELECT count(*) FROM findings WHERE extraction_seq = $1", &[&big(seq)])
-        .await
-        .map_err(pg("cannot count findings"))?
-        .get(0);
+async fn count_findings(tx: &impl Tx, seq: u64) -> Result<u64, Error> {
+    let count = "SELECT count(*) FROM findings WHERE extraction_seq = $1";
+    let n: i64 = sql::query_one(tx, count, &[&big(seq)], "cannot count findings").await?.get(0);
     Ok(unbig(n))
 }
 
@@ -167,17 +168,10 @@ impl Extractions for PgStore {
         Ok(())
     }
 
+    /// Answered once the commit that holds it returned, often shared with other intakes
+    /// (`intake_group`).
     async fn intake(&self, new: NewExtraction) -> Result<IntakeOutcome, Error> {
-        // A redelivery of a known identity is answered without a transaction.
-        if let Some(record) = self.get(new.id).await? {
-            return Ok(IntakeOutcome { created: false, record });
-        }
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
-        let outcome = intake_in(&tx, new, clock::now_ms()).await?;
-        // Acknowledged only once the commit (synchronous_commit = on) has returned.
-        tx.commit().await.map_err(pg("intake commit failed"))?;
-        Ok(outcome)
+        self.intake.intake(new).await
     }
 
     async fn intake_delivery(
@@ -191,13 +185,13 @@ impl Extractions for PgStore {
         }
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
-        let outcome = intake_in(&tx, new, clock::now_ms()).await?;
+        let outcome = match look_up(&tx, &new.id).await? {
+            Lookup::Known(record) => IntakeOutcome { created: false, record: *record },
+            Lookup::Fresh(seq) => insert_or_existing(&tx, new, seq, clock::now_ms()).await?,
+        };
+        let statement = tx.prepare_cached(RECORD_DELIVERY).await.map_err(pg("cannot record a webhook delivery"))?;
         let recorded = tx
-            .query_opt(
-                "INSERT INTO webhook_deliveries (endpoint, delivery_id, extraction_seq) VALUES ($1, $2, $3) \
-                 ON CONFLICT DO NOTHING RETURNING extraction_seq",
-                &[&endpoint, &delivery_id, &big(outcome.record.seq)],
-            )
+            .query_opt(&statement, &[&endpoint, &delivery_id, &big(outcome.record.seq)])
             .await
             .map_err(pg("cannot record a webhook delivery"))?;
         if recorded.is_none() {
@@ -223,15 +217,15 @@ impl Extractions for PgStore {
         let limit = big(request.limit as u64);
         let schema = request.schema.clone();
         // Rows another instance is claiming right now are skipped, not waited for.
-        let rows = tx
-            .query(
-                "SELECT record, content FROM extractions WHERE state_code = 2 AND lease_expires_at_ms <= $1 \
+        let rows = sql::query(
+            &tx,
+            "SELECT record, content FROM extractions WHERE state_code = 2 AND lease_expires_at_ms <= $1 \
                  AND ($2::text IS NULL OR schema_name = $2) ORDER BY lease_expires_at_ms, seq LIMIT $3 \
                  FOR UPDATE SKIP LOCKED",
-                &[&big(now_ms), &schema, &limit],
-            )
-            .await
-            .map_err(pg("cannot select expired leases"))?;
+            &[&big(now_ms), &schema, &limit],
+            "cannot select expired leases",
+        )
+        .await?;
         let mut candidates = Vec::with_capacity(rows.len());
         for row in &rows {
             let record = decode_record(row.get(0))?;
@@ -260,13 +254,16 @@ impl Extractions for PgStore {
         reserved.extend(picked.reserved);
         let pending = picked.items;
         let seqs: Vec<i64> = pending.iter().map(|r| big(r.seq)).collect();
-        let mut contents: std::collections::HashMap<i64, Option<Vec<u8>>> = tx
-            .query("SELECT seq, content FROM extractions WHERE seq = ANY($1)", &[&seqs])
-            .await
-            .map_err(pg("cannot read claimed sources"))?
-            .into_iter()
-            .map(|row| (row.get(0), row.get(1)))
-            .collect();
+        let mut contents: std::collections::HashMap<i64, Option<Vec<u8>>> = sql::query(
+            &tx,
+            "SELECT seq, content FROM extractions WHERE seq = ANY($1)",
+            &[&seqs],
+            "cannot read claimed sources",
+        )
+        .await?
+        .into_iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
         for record in pending {
             let stored = contents.remove(&big(record.seq)).flatten();
             let text = decode::<StoredContent>(stored_content(stored.as_deref(), record.seq)?)?.text;
@@ -379,8 +376,9 @@ impl Extractions for PgStore {
 
     async fn get(&self, id: ExtractionId) -> Result<Option<ExtractionRecord>, Error> {
         let client = self.client().await?;
+        let statement = client.prepare_cached(EXISTING).await.map_err(pg("cannot read an extraction"))?;
         let row = client
-            .query_opt("SELECT record FROM extractions WHERE id = $1", &[&id.as_bytes().as_slice()])
+            .query_opt(&statement, &[&id.as_bytes().as_slice()])
             .await
             .map_err(pg("cannot read an extraction"))?;
         row.map(|r| decode_record(r.get(0))).transpose()
@@ -477,20 +475,13 @@ impl Extractions for PgStore {
         row.map(|r| decode(r.get(0))).transpose()
     }
 
-    /// How many extractions are in each state, and when the first of each (in intake
-    /// order, as on redb) entered it; every count from one statement.
+    /// How many extractions are in each state (the counters of migration V6), and when the
+    /// first of each (in intake order, as on redb) entered it, by one index probe per state.
     async fn counts_by_state(&self) -> Result<Vec<StateCount>, Error> {
         let client = self.client().await?;
         let codes: Vec<i16> = StateName::ALL.iter().map(|s| i16::from(s.code())).collect();
-        let rows = client
-            .query(
-                "SELECT c.code, (SELECT count(*) FROM extractions WHERE state_code = c.code), \
-                 (SELECT updated_at_ms FROM extractions WHERE state_code = c.code ORDER BY seq LIMIT 1) \
-                 FROM unnest($1::smallint[]) AS c(code)",
-                &[&codes],
-            )
-            .await
-            .map_err(pg("cannot count extractions"))?;
+        let statement = client.prepare_cached(COUNTS).await.map_err(pg("cannot count extractions"))?;
+        let rows = client.query(&statement, &[&codes]).await.map_err(pg("cannot count extractions"))?;
         let mut counts = Vec::with_capacity(rows.len());
         for row in rows {
             let code: i16 = row.get(0);

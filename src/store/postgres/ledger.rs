@@ -4,10 +4,10 @@
 use crate::store::rules::erase::erased_days;
 use crate::store::seam::Ledger;
 use async_trait::async_trait;
-use tokio_postgres::Transaction;
 use tokio_postgres::types::ToSql;
 
 use super::rows::{big, unbig};
+use super::sql::{self, Tx};
 use super::{Error, PgStore, pg};
 use crate::domain::identity::ExtractionId;
 use crate::store::Policies;
@@ -16,15 +16,15 @@ use crate::store::records::{ChargeKind, ExtractionRecord, LedgerRecord};
 use crate::store::rules::ledger;
 use crate::store::seam::{Charge, LedgerVisitor};
 
-pub(super) async fn next_seq(tx: &Transaction<'_>, sequence: &'static str) -> Result<u64, Error> {
+pub(super) async fn next_seq(tx: &impl Tx, sequence: &'static str) -> Result<u64, Error> {
     let query = format!("SELECT nextval('{sequence}')");
-    let seq: i64 = tx.query_one(query.as_str(), &[]).await.map_err(pg("cannot allocate a sequence number"))?.get(0);
+    let seq: i64 = sql::query_one(tx, &query, &[], "cannot allocate a sequence number").await?.get(0);
     Ok(unbig(seq))
 }
 
 /// Writes the entry `rules::ledger` plans for a charge, with its spend, as on redb.
 pub(super) async fn record_charge(
-    tx: &Transaction<'_>,
+    tx: &impl Tx,
     policies: &Policies,
     now_ms: u64,
     record: &ExtractionRecord,
@@ -51,40 +51,23 @@ pub(super) async fn record_charge(
         &i16::from(bytes[0]),
         &bytes,
     ];
-    tx.execute(
-        "INSERT INTO ledger (seq, tenant, at_ms, extraction_seq, provider, request_id, replay, cost_micros, format, record) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        &params,
-    )
-    .await
-    .map_err(pg("cannot write a ledger entry"))?;
+    let insert = "INSERT INTO ledger (seq, tenant, at_ms, extraction_seq, provider, request_id, replay, cost_micros, \
+                  format, record) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+    sql::execute(tx, insert, &params, "cannot write a ledger entry").await?;
     if planned.spend > 0 {
-        tx.execute(
-            "INSERT INTO spend (tenant, day, micros) VALUES ($1, $2, $3) \
-             ON CONFLICT (tenant, day) DO UPDATE SET micros = spend.micros + excluded.micros",
-            &[&entry.tenant, &big(planned.day), &big(planned.spend)],
-        )
-        .await
-        .map_err(pg("cannot add to the spend total"))?;
+        let add = "INSERT INTO spend (tenant, day, micros) VALUES ($1, $2, $3) \
+                   ON CONFLICT (tenant, day) DO UPDATE SET micros = spend.micros + excluded.micros";
+        let params: [&(dyn ToSql + Sync); 3] = [&entry.tenant, &big(planned.day), &big(planned.spend)];
+        sql::execute(tx, add, &params, "cannot add to the spend total").await?;
     }
     Ok(entry.cost_micros)
 }
 
 /// The earlier entries of the extraction under the same request id, judged by the rule
 /// redb applies to them too.
-async fn already_charged(
-    tx: &Transaction<'_>,
-    extraction_seq: u64,
-    request_id: &str,
-    charge: &Charge,
-) -> Result<bool, Error> {
-    let rows = tx
-        .query(
-            "SELECT record FROM ledger WHERE extraction_seq = $1 AND request_id = $2",
-            &[&big(extraction_seq), &request_id],
-        )
-        .await
-        .map_err(pg("cannot read the ledger"))?;
+async fn already_charged(tx: &impl Tx, extraction_seq: u64, request_id: &str, charge: &Charge) -> Result<bool, Error> {
+    let earlier = "SELECT record FROM ledger WHERE extraction_seq = $1 AND request_id = $2";
+    let rows = sql::query(tx, earlier, &[&big(extraction_seq), &request_id], "cannot read the ledger").await?;
     for row in &rows {
         if ledger::charged_before(&decode(row.get(0))?, charge) {
             return Ok(true);

@@ -20,6 +20,7 @@ mod export;
 mod extractions;
 mod import;
 mod import_copy;
+mod intake_group;
 mod ledger;
 mod outbox;
 mod pending_queue;
@@ -28,6 +29,7 @@ mod retention;
 mod revisions;
 mod rows;
 mod seam;
+mod sql;
 mod staging;
 mod upkeep;
 mod verify;
@@ -152,6 +154,8 @@ pub struct PgStore {
     cursor_key: CursorKey,
     /// The provider terms this process drives in, which its batch writes are checked by.
     held: drivers::HeldTerms,
+    /// Intakes waiting for a shared commit.
+    intake: intake_group::Group,
 }
 
 pub(super) fn pg(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> Error {
@@ -206,6 +210,7 @@ impl PgStore {
         let pool = serving_pool(&config)?;
         let export_pool = export_pool(&config, ExportSessions::default())?;
         let store = PgStore {
+            intake: intake_group::Group::start(pool.clone()),
             pool,
             export_pool,
             config: Arc::new(config),

@@ -8,6 +8,7 @@ use tokio_postgres::types::ToSql;
 
 use super::ledger::next_seq;
 use super::rows::{big, unbig};
+use super::sql::{self, Tx};
 use super::{Error, PgStore, pg};
 use crate::domain::clock;
 use crate::domain::lifecycle::State;
@@ -27,7 +28,7 @@ pub(super) const DEAD: i16 = 3;
 
 /// Called by `transition` for every state change: terminal states get their events.
 pub(super) async fn enqueue_events(
-    tx: &Transaction<'_>,
+    tx: &impl Tx,
     policies: &Policies,
     now_ms: u64,
     record: &ExtractionRecord,
@@ -39,7 +40,7 @@ pub(super) async fn enqueue_events(
 
 /// Numbers and stores new events about `record`, due now.
 pub(super) async fn insert_events(
-    tx: &Transaction<'_>,
+    tx: &impl Tx,
     now_ms: u64,
     record: &ExtractionRecord,
     events: Vec<outbox::NewEvent<'_>>,
@@ -60,7 +61,7 @@ pub(super) fn delivery_code(state: &DeliveryState) -> i16 {
     }
 }
 
-async fn write_event(tx: &Transaction<'_>, event: &OutboxRecord, insert: bool) -> Result<(), Error> {
+async fn write_event(tx: &impl Tx, event: &OutboxRecord, insert: bool) -> Result<(), Error> {
     let bytes = encode(event)?;
     let state = delivery_code(&event.state);
     let params: [&(dyn ToSql + Sync); 7] = [
@@ -79,7 +80,7 @@ async fn write_event(tx: &Transaction<'_>, event: &OutboxRecord, insert: bool) -
         "UPDATE outbox SET state_code = $4, next_attempt_at_ms = $5, format = $6, record = $7 \
          WHERE seq = $1 AND event_id = $2 AND sink = $3"
     };
-    tx.execute(sql, &params).await.map_err(pg("cannot write an outbox event"))?;
+    sql::execute(tx, sql, &params, "cannot write an outbox event").await?;
     Ok(())
 }
 

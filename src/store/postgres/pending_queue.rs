@@ -5,10 +5,9 @@
 
 use std::collections::HashMap;
 
-use tokio_postgres::Transaction;
-
+use super::Error;
 use super::rows::{big, decode_record, unbig};
-use super::{Error, pg};
+use super::sql::{self, Tx};
 use crate::domain::lifecycle::StateName;
 use crate::store::rules::fair::{self, Bounds, Flow, Limits, Picked, Rotation};
 use crate::store::rules::reserve::{self, MemberEstimate};
@@ -25,10 +24,10 @@ const MAX_PICKS: usize = 4;
 
 /// Pending (schema, tenant) pairs, of `schema` when given, in order: one index probe
 /// per pair.
-async fn pairs(tx: &Transaction<'_>, schema: Option<&str>) -> Result<Vec<(String, String)>, Error> {
-    let rows = tx
-        .query(
-            "WITH RECURSIVE p(schema_name, tenant) AS ( \
+async fn pairs(tx: &impl Tx, schema: Option<&str>) -> Result<Vec<(String, String)>, Error> {
+    let rows = sql::query(
+        tx,
+        "WITH RECURSIVE p(schema_name, tenant) AS ( \
                (SELECT schema_name, tenant FROM extractions WHERE state_code = 1 \
                   AND ($1::text IS NULL OR schema_name = $1) ORDER BY schema_name, tenant LIMIT 1) \
                UNION ALL \
@@ -37,31 +36,31 @@ async fn pairs(tx: &Transaction<'_>, schema: Option<&str>) -> Result<Vec<(String
                    AND ($1::text IS NULL OR schema_name = $1) AND (schema_name, tenant) > (p.schema_name, p.tenant) \
                    ORDER BY schema_name, tenant LIMIT 1) n) \
              SELECT schema_name, tenant FROM p",
-            &[&schema],
-        )
-        .await
-        .map_err(pg("cannot list tenants with pending work"))?;
+        &[&schema],
+        "cannot list tenants with pending work",
+    )
+    .await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
 /// Up to `per_pair` oldest pending records of each pair, `skipped` left out.
 async fn heads(
-    tx: &Transaction<'_>,
+    tx: &impl Tx,
     pairs: &[(String, String)],
     per_pair: usize,
     skipped: &[i64],
 ) -> Result<HashMap<(String, String), Vec<ExtractionRecord>>, Error> {
     let (schemas, tenants): (Vec<&str>, Vec<&str>) = pairs.iter().map(|(s, t)| (s.as_str(), t.as_str())).unzip();
-    let rows = tx
-        .query(
-            "SELECT p.schema_name, p.tenant, e.record FROM unnest($1::text[], $2::text[]) AS p(schema_name, tenant) \
+    let rows = sql::query(
+        tx,
+        "SELECT p.schema_name, p.tenant, e.record FROM unnest($1::text[], $2::text[]) AS p(schema_name, tenant) \
              CROSS JOIN LATERAL (SELECT record FROM extractions WHERE state_code = 1 \
                AND schema_name = p.schema_name AND tenant = p.tenant AND seq <> ALL($4::bigint[]) \
                ORDER BY seq LIMIT $3) e",
-            &[&schemas, &tenants, &big(per_pair as u64), &skipped],
-        )
-        .await
-        .map_err(pg("cannot read pending work"))?;
+        &[&schemas, &tenants, &big(per_pair as u64), &skipped],
+        "cannot read pending work",
+    )
+    .await?;
     let mut out: HashMap<(String, String), Vec<ExtractionRecord>> = HashMap::new();
     for row in &rows {
         out.entry((row.get(0), row.get(1))).or_default().push(decode_record(row.get(2))?);
@@ -70,26 +69,26 @@ async fn heads(
 }
 
 /// In-flight work of the tenants that have a limit.
-async fn in_flight(tx: &Transaction<'_>, tenants: Vec<&str>) -> Result<HashMap<String, u64>, Error> {
+async fn in_flight(tx: &impl Tx, tenants: Vec<&str>) -> Result<HashMap<String, u64>, Error> {
     if tenants.is_empty() {
         return Ok(HashMap::new());
     }
     let codes: Vec<i16> =
         StateName::ALL.into_iter().filter(|s| s.is_in_flight()).map(|s| i16::from(s.code())).collect();
-    let rows = tx
-        .query(
-            "SELECT tenant, count(*) FROM extractions WHERE tenant = ANY($1) AND state_code = ANY($2) GROUP BY tenant",
-            &[&tenants, &codes],
-        )
-        .await
-        .map_err(pg("cannot count work in flight"))?;
+    let rows = sql::query(
+        tx,
+        "SELECT tenant, count(*) FROM extractions WHERE tenant = ANY($1) AND state_code = ANY($2) GROUP BY tenant",
+        &[&tenants, &codes],
+        "cannot count work in flight",
+    )
+    .await?;
     Ok(rows.iter().map(|r| (r.get::<_, String>(0), unbig(r.get(1)))).collect())
 }
 
 /// The fair pick over the pending work `accept` takes; the chosen rows are locked (those
 /// another transaction holds are left out).
 pub(super) async fn pick(
-    tx: &Transaction<'_>,
+    tx: &impl Tx,
     policies: &Policies,
     schema: Option<&str>,
     accept: &WorkFilter,
@@ -181,7 +180,7 @@ pub(super) async fn pick(
 /// reservations. Spend and reservations are read in one statement, so an answer charged
 /// (and its reservation ended) meanwhile is seen either whole or not at all.
 async fn headroom(
-    tx: &Transaction<'_>,
+    tx: &impl Tx,
     policies: &Policies,
     mut tenants: Vec<&str>,
     locking: bool,
@@ -192,26 +191,27 @@ async fn headroom(
     tenants.sort_unstable();
     tenants.dedup();
     if locking {
-        tx.query(
+        sql::query(
+            tx,
             "SELECT pg_advisory_xact_lock(hashtextextended('commitpoint budget ' || tenant, 0)) \
              FROM unnest($1::text[]) AS t(tenant)",
             &[&tenants],
+            "cannot lock the tenants' budgets",
         )
-        .await
-        .map_err(pg("cannot lock the tenants' budgets"))?;
+        .await?;
     }
     let from_day = big(policies.budgets.period_start_day(crate::domain::clock::now_ms()));
-    let rows = tx
-        .query(
-            "SELECT t.tenant, \
+    let rows = sql::query(
+        tx,
+        "SELECT t.tenant, \
                coalesce((SELECT sum(micros) FROM spend s WHERE s.tenant = t.tenant AND s.day >= $2), 0)::bigint, \
                coalesce((SELECT sum(reserved_micros) FROM extractions e \
                  WHERE e.tenant = t.tenant AND e.reserved_micros IS NOT NULL), 0)::bigint \
              FROM unnest($1::text[]) AS t(tenant)",
-            &[&tenants, &from_day],
-        )
-        .await
-        .map_err(pg("cannot read what the tenants' budgets have left"))?;
+        &[&tenants, &from_day],
+        "cannot read what the tenants' budgets have left",
+    )
+    .await?;
     let mut out = HashMap::with_capacity(rows.len());
     for row in &rows {
         let tenant: String = row.get(0);
@@ -224,40 +224,37 @@ async fn headroom(
 }
 
 /// Writes the reservations of a formed batch's members (after their move to submitted).
-pub(super) async fn reserve(
-    tx: &Transaction<'_>,
-    members: &[ExtractionRecord],
-    reserved: &[Option<u64>],
-) -> Result<(), Error> {
+pub(super) async fn reserve(tx: &impl Tx, members: &[ExtractionRecord], reserved: &[Option<u64>]) -> Result<(), Error> {
     let (seqs, micros): (Vec<i64>, Vec<i64>) =
         reserve::to_write(members, reserved).map(|(m, r)| (big(m.seq), big(r))).unzip();
     if seqs.is_empty() {
         return Ok(());
     }
-    tx.execute(
+    sql::execute(
+        tx,
         "UPDATE extractions SET reserved_micros = r.micros FROM unnest($1::bigint[], $2::bigint[]) AS r(seq, micros) \
          WHERE extractions.seq = r.seq",
         &[&seqs, &micros],
+        "cannot write budget reservations",
     )
-    .await
-    .map_err(pg("cannot write budget reservations"))?;
+    .await?;
     Ok(())
 }
 
 /// Locks `chosen` where still pending, with their current records, in the pick's order
 /// (`None` where another transaction holds or moved it).
-async fn lock(tx: &Transaction<'_>, chosen: &[ExtractionRecord]) -> Result<Vec<Option<ExtractionRecord>>, Error> {
+async fn lock(tx: &impl Tx, chosen: &[ExtractionRecord]) -> Result<Vec<Option<ExtractionRecord>>, Error> {
     if chosen.is_empty() {
         return Ok(Vec::new());
     }
     let seqs: Vec<i64> = chosen.iter().map(|r| big(r.seq)).collect();
-    let rows = tx
-        .query(
-            "SELECT seq, record FROM extractions WHERE seq = ANY($1) AND state_code = 1 FOR UPDATE SKIP LOCKED",
-            &[&seqs],
-        )
-        .await
-        .map_err(pg("cannot lock pending work"))?;
+    let rows = sql::query(
+        tx,
+        "SELECT seq, record FROM extractions WHERE seq = ANY($1) AND state_code = 1 FOR UPDATE SKIP LOCKED",
+        &[&seqs],
+        "cannot lock pending work",
+    )
+    .await?;
     let mut fresh: HashMap<i64, ExtractionRecord> = HashMap::with_capacity(rows.len());
     for row in &rows {
         fresh.insert(row.get(0), decode_record(row.get(1))?);

@@ -4,10 +4,12 @@
 //! own transaction, as redb does in its write.
 
 use async_trait::async_trait;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{GenericClient, Transaction};
 
 use super::outbox::insert_events;
 use super::rows::{big, decode_record};
+use super::sql::{self, Tx};
 use super::{Error, PgStore, pg};
 use crate::store::Policies;
 use crate::store::codec::{decode, encode};
@@ -51,6 +53,10 @@ pub(super) async fn backfill(client: &tokio_postgres::Client) -> Result<u64, Err
     Ok(filled)
 }
 
+/// A source's revisions in intake order.
+const REVISIONS: &str =
+    "SELECT record FROM extractions WHERE tenant = $1 AND source_id = $2 AND schema_family = $3 ORDER BY seq";
+
 async fn read<C: GenericClient>(
     client: &C,
     tenant: &str,
@@ -58,20 +64,15 @@ async fn read<C: GenericClient>(
     family: &str,
 ) -> Result<Vec<ExtractionRecord>, Error> {
     let rows = client
-        .query(
-            "SELECT record FROM extractions WHERE tenant = $1 AND source_id = $2 AND schema_family = $3 ORDER BY seq",
-            &[&tenant, &source_id, &family],
-        )
+        .query(REVISIONS, &[&tenant, &source_id, &family])
         .await
         .map_err(pg("cannot read a source's revisions"))?;
     rows.iter().map(|r| decode_record(r.get(0))).collect()
 }
 
-async fn identities(tx: &Transaction<'_>, seq: u64) -> Result<Vec<String>, Error> {
-    let rows = tx
-        .query("SELECT record FROM findings WHERE extraction_seq = $1 ORDER BY key", &[&big(seq)])
-        .await
-        .map_err(pg("cannot read findings"))?;
+async fn identities(tx: &impl Tx, seq: u64) -> Result<Vec<String>, Error> {
+    let read = "SELECT record FROM findings WHERE extraction_seq = $1 ORDER BY key";
+    let rows = sql::query(tx, read, &[&big(seq)], "cannot read findings").await?;
     rows.iter().map(|r| Ok(decode::<FindingRecord>(r.get(0))?.canonical_identity)).collect()
 }
 
@@ -79,17 +80,18 @@ async fn identities(tx: &Transaction<'_>, seq: u64) -> Result<Vec<String>, Error
 /// take turns, so each sees the other's link), loads what `rules::revision::plan` needs
 /// and asks it.
 pub(super) async fn plan(
-    tx: &Transaction<'_>,
+    tx: &impl Tx,
     record: &ExtractionRecord,
     findings: &[FindingRecord],
 ) -> Result<Supersession, Error> {
     let family = schema_family(&record.schema);
     // Text cannot hold NUL; tenants and source ids hold no control characters.
     let key = format!("{}\u{1}{}\u{1}{}", record.tenant, record.source_id, family);
-    tx.query_one("SELECT 1 FROM pg_advisory_xact_lock($1::int4, hashtext($2::text))", &[&LOCK_CLASS, &key])
-        .await
-        .map_err(pg("cannot lock a source's revisions"))?;
-    let mut revisions = read(tx, &record.tenant, &record.source_id, family).await?;
+    let lock = "SELECT 1 FROM pg_advisory_xact_lock($1::int4, hashtext($2::text))";
+    sql::query_one(tx, lock, &[&LOCK_CLASS, &key], "cannot lock a source's revisions").await?;
+    let params: [&(dyn ToSql + Sync); 3] = [&record.tenant, &record.source_id, &family];
+    let rows = sql::query(tx, REVISIONS, &params, "cannot read a source's revisions").await?;
+    let mut revisions = rows.iter().map(|r| decode_record(r.get(0))).collect::<Result<Vec<_>, _>>()?;
     revisions.retain(|r| r.seq != record.seq);
     let mut previous = None;
     if let Some(p) = revision::previous(record, &revisions) {
@@ -98,22 +100,19 @@ pub(super) async fn plan(
     Ok(revision::plan_commit(record, &revisions, findings, previous.as_deref()))
 }
 
-async fn set_link(tx: &Transaction<'_>, record: &ExtractionRecord) -> Result<(), Error> {
+async fn set_link(tx: &impl Tx, record: &ExtractionRecord) -> Result<(), Error> {
     let bytes = encode(record)?;
     let by = record.superseded_by.map(|id| id.as_bytes().to_vec());
-    tx.execute(
-        "UPDATE extractions SET superseded_by = $2, format = $3, record = $4 WHERE seq = $1",
-        &[&big(record.seq), &by, &i16::from(bytes[0]), &bytes],
-    )
-    .await
-    .map_err(pg("cannot link a revision"))?;
+    let link = "UPDATE extractions SET superseded_by = $2, format = $3, record = $4 WHERE seq = $1";
+    let params: [&(dyn ToSql + Sync); 4] = [&big(record.seq), &by, &i16::from(bytes[0]), &bytes];
+    sql::execute(tx, link, &params, "cannot link a revision").await?;
     Ok(())
 }
 
 /// The plan's writes beyond the committing record's own transition: its born-superseded
 /// link's column, the older revision's link, and the `extraction.superseded` events.
 pub(super) async fn carry_out(
-    tx: &Transaction<'_>,
+    tx: &impl Tx,
     policies: &Policies,
     now_ms: u64,
     record: &ExtractionRecord,
@@ -124,10 +123,8 @@ pub(super) async fn carry_out(
     }
     let mut older = None;
     if let Some(seq) = plan.supersede {
-        let row = tx
-            .query_one("SELECT record FROM extractions WHERE seq = $1 FOR UPDATE", &[&big(seq)])
-            .await
-            .map_err(pg("cannot read a superseded revision"))?;
+        let lock = "SELECT record FROM extractions WHERE seq = $1 FOR UPDATE";
+        let row = sql::query_one(tx, lock, &[&big(seq)], "cannot read a superseded revision").await?;
         let mut superseded = decode_record(row.get(0))?;
         superseded.superseded_by = Some(record.id);
         set_link(tx, &superseded).await?;

@@ -1,9 +1,9 @@
 //! Extraction rows: the encoded record and the columns derived from it, written together
 //! by the one function that changes a state.
 
-use tokio_postgres::Transaction;
 use tokio_postgres::types::ToSql;
 
+use super::sql::{self, Tx};
 use super::{Error, pg};
 use crate::domain::lifecycle::State;
 use crate::store::Policies;
@@ -57,17 +57,19 @@ pub(super) fn stored_content(column: Option<&[u8]>, seq: u64) -> Result<&[u8], E
 }
 
 /// The extraction with this identity, locked for the rest of the transaction.
-pub(super) async fn lock_by_id(tx: &Transaction<'_>, id: &[u8; 32]) -> Result<Option<ExtractionRecord>, Error> {
-    let row = tx
-        .query_opt("SELECT record FROM extractions WHERE id = $1 FOR UPDATE", &[&id.as_slice()])
-        .await
-        .map_err(pg("cannot read an extraction"))?;
+pub(super) async fn lock_by_id(tx: &impl Tx, id: &[u8; 32]) -> Result<Option<ExtractionRecord>, Error> {
+    let sql = "SELECT record FROM extractions WHERE id = $1 FOR UPDATE";
+    let row = sql::query_opt(tx, sql, &[&id.as_slice()], "cannot read an extraction").await?;
     row.map(|r| decode_record(r.get(0))).transpose()
 }
 
+const INSERT: &str = "INSERT INTO extractions (id, seq, tenant, schema_name, state_code, updated_at_ms, format, record, \
+     content, fence, source_id, schema_family) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (id) DO NOTHING RETURNING seq";
+
 /// Inserts a new extraction unless its identity exists. `None`: it existed.
 pub(super) async fn insert_new(
-    tx: &Transaction<'_>,
+    client: &impl deadpool_postgres::GenericClient,
     record: &ExtractionRecord,
     content: &[u8],
 ) -> Result<Option<()>, Error> {
@@ -88,15 +90,8 @@ pub(super) async fn insert_new(
         &record.source_id,
         &family,
     ];
-    let inserted = tx
-        .query_opt(
-            "INSERT INTO extractions (id, seq, tenant, schema_name, state_code, updated_at_ms, format, record, content, fence, \
-             source_id, schema_family) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (id) DO NOTHING RETURNING seq",
-            &params,
-        )
-        .await
-        .map_err(pg("cannot insert an extraction"))?;
+    let statement = client.prepare_cached(INSERT).await.map_err(pg("cannot insert an extraction"))?;
+    let inserted = client.query_opt(&statement, &params).await.map_err(pg("cannot insert an extraction"))?;
     Ok(inserted.map(|_| ()))
 }
 
@@ -104,7 +99,7 @@ pub(super) async fn insert_new(
 /// changes. The `UPDATE` repeats the fence the caller checked under its row lock, so a
 /// write that lost its authority changes nothing and fails.
 pub(super) async fn transition(
-    tx: &Transaction<'_>,
+    tx: &impl Tx,
     policies: &Policies,
     now_ms: u64,
     record: &mut ExtractionRecord,
@@ -115,7 +110,7 @@ pub(super) async fn transition(
 
 /// [`transition`], with the kind of a commit's events (`rules::revision` decides it).
 pub(super) async fn transition_as(
-    tx: &Transaction<'_>,
+    tx: &impl Tx,
     policies: &Policies,
     now_ms: u64,
     record: &mut ExtractionRecord,
@@ -143,16 +138,11 @@ pub(super) async fn transition_as(
         &keeping,
     ];
     // A move out of submitted or ready ends the member's reservation (`rules::reserve`).
-    let changed = tx
-        .execute(
-            "UPDATE extractions SET state_code = $3, fence = $4, lease_expires_at_ms = $5, committed_at_ms = $6, \
-             updated_at_ms = $7, format = $8, record = $9, \
-             reserved_micros = CASE WHEN $3::smallint = ANY($10::smallint[]) THEN reserved_micros END \
-             WHERE seq = $1 AND fence IS NOT DISTINCT FROM $2",
-            &params,
-        )
-        .await
-        .map_err(pg("cannot update an extraction"))?;
+    let sql = "UPDATE extractions SET state_code = $3, fence = $4, lease_expires_at_ms = $5, committed_at_ms = $6, \
+               updated_at_ms = $7, format = $8, record = $9, \
+               reserved_micros = CASE WHEN $3::smallint = ANY($10::smallint[]) THEN reserved_micros END \
+               WHERE seq = $1 AND fence IS NOT DISTINCT FROM $2";
+    let changed = sql::execute(tx, sql, &params, "cannot update an extraction").await?;
     if changed != 1 {
         return Err(Error::Conflict {
             reason: format!("extraction {} changed under its lock (its fence moved)", record.seq),

@@ -1,6 +1,7 @@
 //! `verify`'s questions that SQL answers alone: which rows may exist beside which
 //! extraction state (invariants 2 and 4), unique finding keys (invariant 3), per-day spend
-//! against the charged ledger entries, and sequences that will not hand a number out twice.
+//! against the charged ledger entries, per-state counters against the rows, and sequences
+//! that will not hand a number out twice.
 
 use tokio_postgres::{Row, Transaction};
 
@@ -31,7 +32,7 @@ fn seq(row: &Row) -> u64 {
 }
 
 /// Codes: 2 claimed, 3 committed, 5 submitted, 6 ready (`StateName::code`); batch state 2 is closed.
-const RULES: [Rule; 19] = [
+const RULES: [Rule; 20] = [
     Rule {
         sql: "SELECT encode(e.id, 'hex') AS id, e.state_code FROM extractions e \
               WHERE e.reserved_micros IS NOT NULL AND e.state_code NOT IN (2, 5, 6) ORDER BY e.seq",
@@ -152,6 +153,23 @@ const RULES: [Rule; 19] = [
                 "batch #{} lists extraction #{}, and one of them does not exist",
                 seq(r),
                 unbig(r.get("extraction_seq"))
+            )
+        },
+    },
+    // The per-state counters (migration V6: the folded counts plus the deltas not yet
+    // folded) are what status and `/metrics` read instead of counting.
+    Rule {
+        sql: "SELECT state_code, coalesce(k.counted, 0) AS counted, coalesce(x.stored, 0) AS stored FROM \
+              (SELECT state_code, count(*) AS counted FROM extractions GROUP BY 1) k FULL JOIN \
+              (SELECT state_code, sum(n)::bigint AS stored FROM (SELECT state_code, n FROM state_counts \
+               UNION ALL SELECT state_code, delta FROM state_deltas) c GROUP BY 1) x USING (state_code) \
+              WHERE coalesce(k.counted, 0) <> coalesce(x.stored, 0) ORDER BY 1",
+        says: |r| {
+            format!(
+                "the counter of state {} says {} extractions, but {} are in it",
+                state(r),
+                r.get::<_, i64>("stored"),
+                r.get::<_, i64>("counted")
             )
         },
     },
