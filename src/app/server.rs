@@ -252,8 +252,14 @@ impl Server {
         }
         let sink_names: Vec<String> = sinks.iter().map(|s| s.name.clone()).collect();
         if !sinks.is_empty() {
-            crate::engine::outbox::spawn(Arc::clone(service.store()), sinks, outbox_wake, &supervisor)
-                .map_err(|e| Error::Task(e.to_string()))?;
+            crate::engine::outbox::spawn(
+                Arc::clone(service.store()),
+                service.registry().clone(),
+                sinks,
+                outbox_wake,
+                &supervisor,
+            )
+            .map_err(|e| Error::Task(e.to_string()))?;
         }
         crate::engine::retention::spawn(
             Arc::clone(service.store()),

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::Value;
 
+mod fields;
 pub mod grounding;
 mod reach;
 mod view;
@@ -260,6 +261,11 @@ impl Schema {
     }
 
     /// Validates a model output and extracts its findings with their identities.
+    /// What `output` holds besides its findings array (`None`: not an object).
+    pub fn output_fields(&self, output: &Value) -> Option<serde_json::Map<String, Value>> {
+        fields::beside_findings(output, &self.findings_pointer)
+    }
+
     pub fn validate(&self, output: &Value) -> Result<Vec<ValidatedFinding>, Vec<ValidationIssue>> {
         let issues: Vec<ValidationIssue> = self
             .validator
@@ -393,6 +399,13 @@ impl Registry {
 
     pub fn get(&self, name: &str) -> Result<Arc<Schema>, Error> {
         self.schemas.get(name).cloned().ok_or_else(|| Error::Unknown(name.to_string()))
+    }
+
+    /// What a committed output (its raw JSON) says besides its findings, as an object;
+    /// `None` when its schema is not loaded or the text is not a JSON object.
+    pub fn output_fields(&self, schema: &str, output_json: &str) -> Option<Value> {
+        let output: Value = serde_json::from_str(output_json).ok()?;
+        self.get(schema).ok()?.output_fields(&output).map(Value::Object)
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {

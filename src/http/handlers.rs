@@ -125,7 +125,8 @@ pub(crate) async fn get(
     let record = service.get(id).await?;
     visible(&caller, &record.tenant, id)?;
     let retired = service.retired(vec![record.seq]).await?;
-    ok(views::extraction_retained(&record, retired.get(&record.seq).copied().unwrap_or(0)))
+    let fields = service.output_fields(&record).await?;
+    ok(views::extraction_retained(&record, retired.get(&record.seq).copied().unwrap_or(0)).with_output_fields(fields))
 }
 
 /// Another tenant's extraction answers exactly as a missing one does, so a tenant token

@@ -85,6 +85,18 @@ pub(crate) struct Extraction {
     /// (see `GET /v1/sources/{tenant}/{source_id}`); null while it is the latest committed.
     #[schema(pattern = "^[0-9a-f]{64}$")]
     superseded_by: Option<String>,
+    /// What the committed output holds besides its findings array (fields the schema
+    /// requires next to it, such as a `language` or a `summary`). Shown by
+    /// `GET /v1/extractions/{id}`, null in listings, before the commit, and once retention
+    /// dropped the raw result.
+    #[schema(value_type = Option<Object>)]
+    output_fields: Option<Value>,
+}
+
+impl Extraction {
+    pub(super) fn with_output_fields(self, output_fields: Option<Value>) -> Self {
+        Self { output_fields, ..self }
+    }
 }
 
 /// The view of a record whose `RETIRED_*` bits are `retired` (see `store`).
@@ -132,6 +144,7 @@ pub(super) fn extraction(r: &ExtractionRecord) -> Extraction {
         content_retained: true,
         raw_result_retained: true,
         superseded_by: r.superseded_by.map(|id| id.to_hex()),
+        output_fields: None,
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::{Error, Service};
 use crate::domain::identity::ExtractionId;
-use crate::store::{BatchRecord, OutboxFilter, OutboxRecord, ResultRecord};
+use crate::store::{BatchRecord, ExtractionRecord, OutboxFilter, OutboxRecord, ResultRecord};
 
 /// How many outbox events (per list) are searched for one extraction's.
 const OUTBOX_SCAN: usize = 1000;
@@ -24,6 +24,13 @@ impl Service {
     /// dropped it).
     pub async fn raw_result(&self, id: ExtractionId) -> Result<Option<ResultRecord>, Error> {
         Ok(self.store.result(id).await?)
+    }
+
+    /// What the committed output says besides its findings (`None` before it commits,
+    /// once retention dropped the raw result, or when its schema is no longer loaded).
+    pub async fn output_fields(&self, record: &ExtractionRecord) -> Result<Option<serde_json::Value>, Error> {
+        let Some(result) = self.store.result(record.id).await? else { return Ok(None) };
+        Ok(self.registry().output_fields(&record.schema, &result.output_json))
     }
 
     /// The extraction's outbox events still waiting or dead (delivered ones leave both

@@ -278,3 +278,55 @@ async fn signed_webhooks_are_taken_once_per_delivery_and_forgeries_store_nothing
     assert_eq!(api.list_all("").await.len(), 2, "one extraction per genuine delivery");
     crate::util::stop_and_verify(server);
 }
+
+/// A schema that requires fields beside its findings (`language`, `summary`): the committed
+/// output's other fields are shown on the extraction and sent in `extraction.committed`,
+/// not dropped once validated.
+#[tokio::test]
+async fn the_outputs_fields_beside_its_findings_reach_the_api_and_the_event() {
+    let hook = receiver(Arc::new(|_| Some((StatusCode::NO_CONTENT, None)))).await;
+    let dir = temp_dir();
+    let schemas = dir.path().join("schemas");
+    std::fs::create_dir_all(&schemas).expect("schema dir");
+    let schema = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "required": ["language", "summary", "findings"],
+        "properties": {
+            "language": {"type": "string"},
+            "summary": {"type": "string"},
+            "findings": {"type": "array", "items": {"type": "object", "required": ["rule"],
+                         "properties": {"rule": {"type": "string"}}}}
+        },
+        "x-commitpoint-identity": ["/rule"]
+    });
+    std::fs::write(schemas.join("triage@1.json"), schema.to_string()).expect("write schema");
+    let config = config_with_sink(dir.path(), &hook.url);
+    let env = [("SINK_SECRET", SINK_SECRET), ("HOOK_SECRET", HOOK_SECRET)];
+    let server = Server::start_with_env(
+        dir.path(),
+        &["--config", &config, "--schema-dir", schemas.to_str().expect("utf-8")],
+        &env,
+    );
+    let api = server.api();
+    let intake = json!({"tenant": "acme", "source_id": "T-1", "schema": "triage@1", "content": "the app crashes"});
+    let reply = api.post("/v1/extractions", &intake).await;
+    assert_eq!(reply.status, 201, "{:#}", reply.body);
+    let id = crate::util::id_of(&reply.body);
+    assert!(api.record(&id).await["output_fields"].is_null(), "nothing before the commit");
+    let (claimed, token) = api.claim_one("w1", 60).await;
+    assert_eq!(claimed, id);
+    let output = json!({"language": "en", "summary": "a crash at start", "findings": [{"rule": "crash"}]});
+    let reply = api.post_result(&id, &token, &output).await;
+    assert_eq!(reply.status, 200, "{:#}", reply.body);
+    let expected = json!({"language": "en", "summary": "a crash at start"});
+    assert_eq!(api.record(&id).await["output_fields"], expected);
+
+    wait_for("the committed event", Duration::from_secs(20), || !hook.seen.lock().expect("log").is_empty()).await;
+    let sent = hook.seen.lock().expect("log")[0].clone();
+    let body: Value = serde_json::from_slice(&sent.body).expect("json body");
+    assert_eq!(body["type"], json!("extraction.committed"), "{body:#}");
+    assert_eq!(body["data"]["output_fields"], expected, "{body:#}");
+    assert_eq!(body["data"]["findings"][0]["rule"], json!("crash"), "{body:#}");
+    crate::util::stop_and_verify(server);
+}

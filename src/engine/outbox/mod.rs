@@ -11,6 +11,7 @@
 
 mod payload;
 
+use crate::domain::schema::Registry;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -54,13 +55,14 @@ const DUE_BATCH: usize = 256;
 /// due in the store and is sent again on start.
 pub(crate) fn spawn(
     store: SharedStore,
+    registry: Registry,
     sinks: Vec<Sink>,
     wake: Arc<Notify>,
     supervisor: &Supervisor,
 ) -> Result<(), reqwest::Error> {
     let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build()?;
     let sinks: HashMap<String, Sink> = sinks.into_iter().map(|s| (s.name.clone(), s)).collect();
-    let deliverer = Deliverer { store, http, sinks: Arc::new(sinks) };
+    let deliverer = Deliverer { store, registry, http, sinks: Arc::new(sinks) };
     let stop = supervisor.token();
     supervisor.spawn("outbox delivery", async move {
         deliverer.run(stop, wake).await;
@@ -72,6 +74,8 @@ pub(crate) fn spawn(
 #[derive(Debug, Clone)]
 struct Deliverer {
     store: SharedStore,
+    /// Where each schema keeps its findings, to show the rest of a committed output.
+    registry: Registry,
     http: reqwest::Client,
     sinks: Arc<HashMap<String, Sink>>,
 }
@@ -139,7 +143,7 @@ impl Deliverer {
         if self.store.sink_disabled(sink.name.clone()).await? {
             return Ok(DeliveryReport::Dead { reason: "the sink is disabled (its receiver answered 410 Gone)".into() });
         }
-        let body = event_body(self.store.as_ref(), event).await?;
+        let body = event_body(self.store.as_ref(), &self.registry, event).await?;
         let now = crate::domain::clock::now();
         let timestamp = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let signature = sign_standard(&sink.secret, &event.event_id, timestamp, &body);

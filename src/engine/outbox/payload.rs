@@ -5,6 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::domain::clock;
+use crate::domain::schema::Registry;
 use crate::store::seam::Backend;
 use crate::store::{self, OutboxKind, OutboxRecord};
 
@@ -24,7 +25,11 @@ fn finding(key: &str, body_json: &str) -> Value {
     Value::Object(shown)
 }
 
-pub(crate) async fn event_body(store: &dyn Backend, event: &OutboxRecord) -> Result<Vec<u8>, store::Error> {
+pub(crate) async fn event_body(
+    store: &dyn Backend,
+    registry: &Registry,
+    event: &OutboxRecord,
+) -> Result<Vec<u8>, store::Error> {
     let record = store.get_by_seq(event.extraction_seq).await?;
     let (kind, mut data) = match &event.kind {
         OutboxKind::Committed | OutboxKind::Revision { .. } => {
@@ -42,7 +47,14 @@ pub(crate) async fn event_body(store: &dyn Backend, event: &OutboxRecord) -> Res
                 ),
                 _ => (Value::Null, Value::Null),
             };
-            ("extraction.committed", json!({ "findings": findings, "supersedes": supersedes, "diff": diff }))
+            // What the output says besides its findings, from the raw result (null once
+            // retention dropped it, or when its schema is no longer loaded).
+            let fields = match (&record, store.result(event.extraction_id).await?) {
+                (Some(record), Some(result)) => registry.output_fields(&record.schema, &result.output_json),
+                _ => None,
+            };
+            let data = json!({ "findings": findings, "output_fields": fields, "supersedes": supersedes, "diff": diff });
+            ("extraction.committed", data)
         }
         OutboxKind::Superseded { by } => ("extraction.superseded", json!({ "superseded_by": by.to_string() })),
         OutboxKind::Failed { class, reason } => {
