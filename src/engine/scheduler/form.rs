@@ -34,6 +34,10 @@ impl Scheduler {
             }
             let estimate = self.member_estimate(&schema);
             loop {
+                // Checked again for every intent: an operator may pause while this runs.
+                if self.health.paused_until(clock::now_ms(), true).is_some() {
+                    return Ok(next);
+                }
                 let arrivals_seen = self.signals.arrivals();
                 let request = IntentRequest {
                     provider: self.provider.name().to_string(),
@@ -52,6 +56,11 @@ impl Scheduler {
                         tracing::info!(batch_key = %batch.batch_key, members = batch.members.len(), %schema, "batch formed");
                         self.health.update(|h| h.batches_formed += 1);
                         self.formed_here.insert(batch.seq);
+                        // A pause that came while the intent was formed holds it unsent:
+                        // open intents are not driven while submissions are paused.
+                        if self.health.paused_until(clock::now_ms(), true).is_some() {
+                            break;
+                        }
                         if let Some(at) = self.submit(*batch).await? {
                             next = Some(next.map_or(at, |n: u64| n.min(at)));
                         }
