@@ -55,8 +55,11 @@ pub(super) struct Args {
 /// The columns before a finding's own fields: where it comes from, then its key.
 const FIXED_COLUMNS: [&str; 6] = ["extraction_id", "finding_key", "tenant", "source_id", "schema", "committed_at"];
 /// Holds, as a JSON object, the fields of a finding that the header (taken from the first
-/// finding) has no column for.
+/// finding) has no column for, and the output's own fields that have none (named
+/// `output.<field>`).
 const OTHER_COLUMN: &str = "other_fields";
+/// The prefix of the columns of the output's fields beside its findings (`output_fields`).
+const OUTPUT_PREFIX: &str = "output.";
 
 pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let base = args.admin.resolve();
@@ -139,13 +142,16 @@ struct Sink {
     cells: Cells,
     /// The finding fields that have a column, once the first finding fixed them.
     columns: Option<Vec<String>>,
+    /// The output fields (beside the findings) that have a column, fixed with `columns`
+    /// by the first extraction that has a finding.
+    output_columns: Vec<String>,
     extractions: u64,
     findings: u64,
 }
 
 impl Sink {
     fn new(out: BufWriter<std::fs::File>, format: Format, cells: Cells) -> Self {
-        Self { out, format, cells, columns: None, extractions: 0, findings: 0 }
+        Self { out, format, cells, columns: None, output_columns: Vec::new(), extractions: 0, findings: 0 }
     }
 
     fn line(&mut self, line: &[u8]) -> anyhow::Result<()> {
@@ -158,10 +164,12 @@ impl Sink {
             self.out.write_all(b"\n")?;
             return Ok(());
         }
+        let output = parsed["output_fields"].as_object().cloned().unwrap_or_default();
         for finding in findings {
             let Some(fields) = finding.as_object() else { continue };
             if self.columns.is_none() {
                 let own = fields.keys().filter(|k| *k != "finding_key").cloned().collect::<Vec<_>>();
+                self.output_columns = output.keys().cloned().collect();
                 self.header(&own)?;
                 self.columns = Some(own);
             }
@@ -171,11 +179,15 @@ impl Sink {
                 .map(|c| if *c == "finding_key" { cell(&finding[*c]) } else { cell(&parsed[*c]) })
                 .collect();
             row.extend(columns.iter().map(|c| cell(&fields.get(c).cloned().unwrap_or(Value::Null))));
-            let others: Map<String, Value> = fields
+            row.extend(self.output_columns.iter().map(|c| cell(&output.get(c).cloned().unwrap_or(Value::Null))));
+            let mut others: Map<String, Value> = fields
                 .iter()
                 .filter(|(k, _)| *k != "finding_key" && !columns.contains(*k))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
+            for (k, v) in output.iter().filter(|(k, _)| !self.output_columns.contains(*k)) {
+                others.insert(format!("{OUTPUT_PREFIX}{k}"), v.clone());
+            }
             row.push(if others.is_empty() { String::new() } else { Value::Object(others).to_string() });
             if self.cells == Cells::Escaped {
                 row = row.into_iter().map(defuse).collect();
@@ -188,6 +200,7 @@ impl Sink {
     fn header(&mut self, own: &[String]) -> anyhow::Result<()> {
         let mut names: Vec<String> = FIXED_COLUMNS.iter().map(|c| c.to_string()).collect();
         names.extend(own.iter().cloned());
+        names.extend(self.output_columns.iter().map(|c| format!("{OUTPUT_PREFIX}{c}")));
         names.push(OTHER_COLUMN.to_string());
         if self.cells == Cells::Escaped {
             names = names.into_iter().map(defuse).collect();
@@ -251,5 +264,32 @@ mod tests {
         for cell in ["", "a=1", "1", "'x", " =1"] {
             assert_eq!(defuse(cell.to_string()), cell);
         }
+    }
+
+    #[test]
+    fn the_outputs_own_fields_get_columns_fixed_by_the_first_row() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("out.csv");
+        let file = std::fs::File::create(&path).expect("create");
+        let mut sink = Sink::new(BufWriter::new(file), Format::Csv, Cells::Escaped);
+        let line = |id: &str, output: Value| {
+            serde_json::json!({"extraction_id": id, "tenant": "acme", "source_id": "s", "schema": "triage@1",
+                "committed_at": "2026-12-06T10:00:00Z", "output_fields": output,
+                "findings": [{"finding_key": "k", "rule": "crash"}]})
+            .to_string()
+        };
+        sink.line(line("e1", serde_json::json!({"language": "en"})).as_bytes()).expect("first line");
+        sink.line(line("e2", serde_json::json!({"language": "de", "score": 3})).as_bytes()).expect("second line");
+        sink.line(line("e3", Value::Null).as_bytes()).expect("a line whose raw result retention dropped");
+        sink.finish(&path).expect("finish");
+        let text = std::fs::read_to_string(&path).expect("read");
+        let rows: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            rows[0],
+            "extraction_id,finding_key,tenant,source_id,schema,committed_at,rule,output.language,other_fields"
+        );
+        assert!(rows[1].starts_with("e1,k,") && rows[1].ends_with(",crash,en,"), "{text}");
+        assert!(rows[2].ends_with(",crash,de,\"{\"\"output.score\"\":3}\""), "{text}");
+        assert!(rows[3].ends_with(",crash,,"), "{text}");
     }
 }

@@ -17,6 +17,7 @@ use super::openapi::{Forbidden, Unauthenticated};
 use super::time::parse_time;
 use super::views::{self, Finding};
 use crate::domain::clock::format_ms;
+use crate::domain::schema::Registry;
 use crate::service::Service;
 use crate::store::{ExportFilter, Exported};
 
@@ -50,6 +51,10 @@ pub(super) struct ExportLine {
     schema: String,
     committed_at: String,
     findings: Vec<Finding>,
+    /// What the committed output holds besides its findings array; null once retention
+    /// dropped the raw result.
+    #[schema(value_type = Option<Object>)]
+    output_fields: Option<serde_json::Value>,
 }
 
 /// A tenant's committed extractions, one JSON object per line, in commit order.
@@ -82,7 +87,8 @@ pub(super) async fn export(
         ExportFilter { tenant: q.tenant, schema: q.schema, since_ms, until_ms, latest: q.latest.unwrap_or(false) };
     service.check_export(&filter)?;
     let permit = service.start_export(&filter.tenant)?;
-    let (sink, body) = super::export_feed::feed(permit, write_line);
+    let registry = service.registry().clone();
+    let (sink, body) = super::export_feed::feed(permit, Box::new(move |buf, item| write_line(&registry, buf, item)));
     let store = service.store().clone();
     tokio::spawn(async move {
         // A store error cuts the body short (the feed never hands over its end).
@@ -93,8 +99,9 @@ pub(super) async fn export(
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
 }
 
-fn write_line(buf: &mut Vec<u8>, item: &Exported) {
+fn write_line(registry: &Registry, buf: &mut Vec<u8>, item: &Exported) {
     let r = &item.record;
+    let output_fields = item.output_json.as_deref().and_then(|output| registry.output_fields(&r.schema, output));
     let line = ExportLine {
         extraction_id: r.id.to_hex(),
         tenant: r.tenant.clone(),
@@ -102,6 +109,7 @@ fn write_line(buf: &mut Vec<u8>, item: &Exported) {
         schema: r.schema.clone(),
         committed_at: format_ms(item.committed_at_ms),
         findings: item.findings.iter().map(views::finding).collect(),
+        output_fields,
     };
     // Serializing plain strings and JSON values into a Vec cannot fail.
     if serde_json::to_writer(&mut *buf, &line).is_ok() {

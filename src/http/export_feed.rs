@@ -43,8 +43,11 @@ struct Feed {
     runtime: Handle,
     permit: ExportPermit,
     buf: Vec<u8>,
-    write_line: fn(&mut Vec<u8>, &Exported),
+    write_line: LineWriter,
 }
+
+/// Turns one exported extraction into its line(s), appended to the buffer.
+pub(super) type LineWriter = Box<dyn Fn(&mut Vec<u8>, &Exported) + Send>;
 
 impl Feed {
     /// `false` ends the walk.
@@ -102,7 +105,7 @@ impl Feed {
 
 /// A sink for the store's walk and the response body it feeds. The permit is held until
 /// the walk lets go of the sink.
-pub(super) fn feed(permit: ExportPermit, write_line: fn(&mut Vec<u8>, &Exported)) -> (ExportSink, Body) {
+pub(super) fn feed(permit: ExportPermit, write_line: LineWriter) -> (ExportSink, Body) {
     let (pieces, received) = mpsc::channel::<Piece>(CHUNKS_IN_FLIGHT);
     let mut feed =
         Feed { pieces, runtime: Handle::current(), permit, buf: Vec::with_capacity(CHUNK_BYTES), write_line };

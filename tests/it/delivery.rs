@@ -328,5 +328,12 @@ async fn the_outputs_fields_beside_its_findings_reach_the_api_and_the_event() {
     assert_eq!(body["type"], json!("extraction.committed"), "{body:#}");
     assert_eq!(body["data"]["output_fields"], expected, "{body:#}");
     assert_eq!(body["data"]["findings"][0]["rule"], json!("crash"), "{body:#}");
+
+    // The export line carries them too.
+    let export = reqwest::get(format!("{}/v1/export?tenant=acme", server.url)).await.expect("export");
+    assert_eq!(export.status(), 200);
+    let text = export.text().await.expect("the whole body");
+    let line: Value = serde_json::from_str(text.lines().next().expect("one line")).expect("a JSON line");
+    assert_eq!(line["output_fields"], expected, "{line:#}");
     crate::util::stop_and_verify(server);
 }

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use super::rows::{big, decode_record, unbig};
 use super::{Error, pg};
 use crate::store::codec::decode;
-use crate::store::{ExportFilter, Exported, FindingRecord};
+use crate::store::{ExportFilter, Exported, FindingRecord, ResultRecord};
 
 /// Extractions read per page.
 pub(super) const PAGE: i64 = 256;
@@ -50,6 +50,14 @@ pub(super) async fn read_page(
     for row in &finding_rows {
         findings.entry(row.get(0)).or_default().push(decode(row.get(1))?);
     }
+    let result_rows = tx
+        .query("SELECT extraction_seq, record FROM results WHERE extraction_seq = ANY($1)", &[&seqs])
+        .await
+        .map_err(pg("cannot read raw results"))?;
+    let mut outputs: HashMap<i64, String> = HashMap::new();
+    for row in &result_rows {
+        outputs.insert(row.get(0), decode::<ResultRecord>(row.get(1))?.output_json);
+    }
     rows.iter()
         .map(|row| {
             let seq: i64 = row.get(0);
@@ -57,6 +65,7 @@ pub(super) async fn read_page(
                 record: decode_record(row.get(2))?,
                 committed_at_ms: unbig(row.get(1)),
                 findings: findings.remove(&seq).unwrap_or_default(),
+                output_json: outputs.remove(&seq),
             })
         })
         .collect()

@@ -42,6 +42,7 @@ pub(super) fn walk(
     let index = txn.open_table(tables::COMMIT_INDEX)?;
     let extractions = txn.open_table(tables::EXTRACTIONS)?;
     let findings = txn.open_table(tables::FINDINGS)?;
+    let results = txn.open_table(tables::RESULTS)?;
     let tenant = filter.tenant.as_str();
     let (low, high): (&[u8; 32], &[u8; 32]) = (&[0; 32], &[0xff; 32]);
     for entry in index.range((tenant, filter.since_ms, 0)..(tenant, filter.until_ms, 0))? {
@@ -56,7 +57,11 @@ pub(super) fn walk(
         for finding in findings.range((seq, low)..=(seq, high))? {
             found.push(decode(finding?.1.value())?);
         }
-        if !f(Exported { record, committed_at_ms, findings: found }) {
+        let output_json = match results.get(seq)? {
+            Some(value) => Some(decode::<crate::store::ResultRecord>(value.value())?.output_json),
+            None => None,
+        };
+        if !f(Exported { record, committed_at_ms, findings: found, output_json }) {
             break;
         }
     }

@@ -354,4 +354,7 @@ pub struct Exported {
     pub record: ExtractionRecord,
     pub committed_at_ms: u64,
     pub findings: Vec<FindingRecord>,
+    /// The committed raw output, while retention keeps it: what the export shows of the
+    /// output besides its findings is read from it.
+    pub output_json: Option<String>,
 }
