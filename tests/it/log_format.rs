@@ -1,5 +1,6 @@
 //! Issue 31 item 13 on the real binary: `COMMITPOINT_LOG_FORMAT=json` gives one JSON object
-//! per stderr line (for Loki/ELK), and a value it does not know stops it before it logs.
+//! per stderr line (for Loki/ELK), a value it does not know stops it before it logs, and a
+//! JOURNAL_STREAM naming stderr itself drops the timestamp journald adds anyway.
 
 use serde_json::Value;
 
@@ -34,4 +35,45 @@ fn an_unknown_log_format_is_a_configuration_error() {
     assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(err.contains("COMMITPOINT_LOG_FORMAT=\"logfmt\"") && err.contains("\"json\""), "{err}");
+}
+
+/// Runs serve until it is ready, then SIGTERM; returns what it wrote to stderr (a file,
+/// so that its device and inode are known before the start).
+fn serve_stderr_to_file(journal_stream_matches: bool) -> String {
+    use std::io::BufRead;
+    use std::os::unix::fs::MetadataExt;
+
+    let dir = temp_dir();
+    let log_path = dir.path().join("stderr.log");
+    let log = std::fs::File::create(&log_path).expect("create the stderr file");
+    let meta = log.metadata().expect("stat the stderr file");
+    let mut cmd = serve_command(&dir.path().join("data"), &[]);
+    cmd.env_remove("JOURNAL_STREAM").env_remove("COMMITPOINT_LOG_FORMAT");
+    if journal_stream_matches {
+        cmd.env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()));
+    }
+    let mut child = cmd.stdout(std::process::Stdio::piped()).stderr(log).spawn().expect("spawn serve");
+    let mut ready = String::new();
+    let stdout = child.stdout.take().expect("piped stdout");
+    std::io::BufReader::new(stdout).read_line(&mut ready).expect("read the ready line");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let status = child.wait().expect("wait for serve");
+    let written = std::fs::read_to_string(&log_path).expect("read the stderr file");
+    assert!(ready.contains("listening"), "not ready: {ready:?}\n{written}");
+    assert_eq!(status.code(), Some(0), "{written}");
+    written
+}
+
+#[test]
+fn under_journald_lines_carry_no_timestamp_or_colour() {
+    let journald = serve_stderr_to_file(true);
+    let shutdown = journald.lines().find(|l| l.contains("shutting down")).unwrap_or_else(|| panic!("{journald}"));
+    assert!(shutdown.trim_start().starts_with("INFO"), "journald stamps lines itself: {shutdown:?}");
+    assert!(!journald.contains('\u{1b}'), "no ANSI for the journal: {journald:?}");
+
+    // The control: the same stderr without JOURNAL_STREAM keeps the timestamp.
+    let plain = serve_stderr_to_file(false);
+    let shutdown = plain.lines().find(|l| l.contains("shutting down")).unwrap_or_else(|| panic!("{plain}"));
+    assert!(shutdown.starts_with(|c: char| c.is_ascii_digit()), "a timestamp first: {shutdown:?}");
 }
