@@ -113,7 +113,10 @@ cmp -s "$work/root/etc/commitpoint/config.toml" packaging/config.toml || fail "t
 
 step "stripped binary, symbols in the .ddeb"
 packaged_bin="$work/root/usr/bin/commitpoint"
-if readelf -S --wide "$packaged_bin" | grep -q '\.debug_'; then fail "the packaged binary keeps debug sections"; fi
+# .debug_gdb_scripts is loaded with the program (rustc's pretty-printer hook), not debug info.
+if readelf -S --wide "$packaged_bin" | grep -Eq '\.(z?debug_(info|line|str|abbrev|ranges|loclists|rnglists))'; then
+    fail "the packaged binary keeps debug sections"
+fi
 build_id=$(readelf -n "$packaged_bin" | sed -n 's/^ *Build ID: *\([0-9a-f]*\)$/\1/p')
 [ -n "$build_id" ] || fail "the packaged binary has no build id"
 dpkg-deb -c "$ddeb" >"$work/ddeb-contents"
@@ -127,7 +130,8 @@ dpkg-deb -e "$deb" "$work/control"
     fail "conffiles is not exactly /etc/commitpoint/config.toml: $(cat "$work/control/conffiles")"
 field() { sed -n "s/^$1: //p" "$work/control/control"; }
 maintainer=$(field Maintainer)
-[[ "$maintainer" =~ ^[^\<]+\ \<[^@\>]+@[^\>]+\>$ ]] || fail "Maintainer is not 'Name <address>': '$maintainer'"
+name_and_address='^[^<]+ <[^@>]+@[^>]+>$'
+[[ "$maintainer" =~ $name_and_address ]] || fail "Maintainer is not 'Name <address>': '$maintainer'"
 # The changelog's top entry describes this version, signed by the same maintainer.
 changelog=$(gzip -dc "$work/root/usr/share/doc/commitpoint/changelog.Debian.gz")
 top=$(printf '%s\n' "$changelog" | head -n 1)
