@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Packaging gate: the systemd unit (verify output and offline security exposure), the .deb
-# that cargo-deb builds (contents, modes, conffiles, maintainer scripts) and the example
+# and -dbgsym .ddeb that cargo-deb builds (contents, modes, conffiles, changelog, stripped
+# binary, maintainer scripts, the credentials postinst creates) and the example
 # configuration it ships. Installs cargo-deb and apt packages only when they are missing.
 # Run from anywhere: .ci/check-packaging.sh
 set -euo pipefail
@@ -31,6 +32,8 @@ step "tools"
 missing=()
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v dpkg-deb >/dev/null || missing+=(dpkg)
+# readelf: is the packaged binary stripped, and do its symbols match the .ddeb's.
+command -v readelf >/dev/null || missing+=(binutils)
 if [ ${#missing[@]} -gt 0 ]; then
     as_root apt-get update -q
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
@@ -68,10 +71,25 @@ exposure=$(printf '%s\n' "$security" | sed -n 's/.*Overall exposure level for co
 [ "$security_rc" -eq 0 ] || fail "exposure $exposure is above $((MAX_EXPOSURE_X10 / 10)).$((MAX_EXPOSURE_X10 % 10))"
 echo "exposure: $exposure"
 
-step "cargo deb (release build)"
-deb=$(cargo deb --locked | tail -n 1)
+step "unit and sample config: the same credential names"
+# Each name the sample config.toml uses (commented or not) needs its LoadCredential= line,
+# and a line no sample uses is a stale one.
+sample_names=$(sed -n 's/^#* *[a-z_]*_credential = "\([^"]*\)".*/\1/p' packaging/config.toml | sort -u)
+unit_names=$(sed -n 's|^LoadCredential=\([^:]*\):/etc/commitpoint/credentials/\1$|\1|p' "$UNIT" | sort -u)
+[ -n "$sample_names" ] || fail "packaging/config.toml names no credential"
+all_lines=$(grep -c '^LoadCredential=' "$UNIT" || true)
+[ "$all_lines" -eq "$(printf '%s\n' "$unit_names" | wc -l)" ] ||
+    fail "a LoadCredential= line in $UNIT is not NAME:/etc/commitpoint/credentials/NAME"
+[ "$sample_names" = "$unit_names" ] ||
+    fail "credential names differ: config.toml uses [$(echo $sample_names)], the unit loads [$(echo $unit_names)]"
+echo "credentials: $(echo $unit_names)"
+
+step "cargo deb (release build, debug symbols in a -dbgsym package)"
+cargo deb --locked | tee "$work/cargo-deb.out"
+deb=$(tail -n 1 "$work/cargo-deb.out")
 [ -f "$deb" ] || fail "cargo deb did not report a .deb (got '$deb')"
-echo "$deb"
+ddeb=$(grep -E -- '-dbgsym_.*\.ddeb$' "$work/cargo-deb.out" | tail -n 1 || true)
+[ -n "$ddeb" ] && [ -f "$ddeb" ] || fail "cargo deb made no -dbgsym .ddeb"
 
 step "package contents"
 dpkg-deb -c "$deb" >"$work/contents"
@@ -81,26 +99,45 @@ has() { # mode regex, path regex (relative to the package root)
 has '-rwxr-xr-x' 'usr/bin/commitpoint'
 has '-rw-r--r--' '(usr/)?lib/systemd/system/commitpoint\.service'
 has '-rw-r--r--' 'etc/commitpoint/config\.toml'
-# Every LoadCredential= source the unit names must ship (empty, 0600), or the start fails.
-credentials=$(sed -n 's|^LoadCredential=[^:]*:/||p' "$UNIT")
-[ -n "$credentials" ] || fail "$UNIT names no LoadCredential= file"
-for path in $credentials; do
-    has '-rw-------' "${path//./\\.}"
-done
+# postinst makes the credentials: shipped ones would be conffiles dpkg may offer to replace.
+if grep -q 'etc/commitpoint/credentials/.' "$work/contents"; then fail "the .deb ships a credential file"; fi
+if grep -q 'usr/lib/debug/' "$work/contents"; then fail "the .deb holds debug symbols (they go in the .ddeb)"; fi
 has '-rw-r--r--' 'usr/share/doc/commitpoint/OPERATIONS\.md'
 has '-rw-r--r--' 'usr/share/doc/commitpoint/README\.md'
+has '-rw-r--r--' 'usr/share/doc/commitpoint/changelog\.Debian\.gz'
 
 dpkg-deb -x "$deb" "$work/root"
 packaged_unit=$(find "$work/root" -path '*/lib/systemd/system/commitpoint.service' | head -n 1)
 cmp -s "$packaged_unit" "$UNIT" || fail "the packaged unit differs from $UNIT"
 cmp -s "$work/root/etc/commitpoint/config.toml" packaging/config.toml || fail "the packaged config differs"
-for path in $credentials; do
-    [ ! -s "$work/root/$path" ] || fail "the shipped credential file /$path is not empty"
-done
+
+step "stripped binary, symbols in the .ddeb"
+packaged_bin="$work/root/usr/bin/commitpoint"
+# .debug_gdb_scripts is loaded with the program (rustc's pretty-printer hook), not debug info.
+if readelf -S --wide "$packaged_bin" | grep -Eq '\.(z?debug_(info|line|str|abbrev|ranges|loclists|rnglists))'; then
+    fail "the packaged binary keeps debug sections"
+fi
+build_id=$(readelf -n "$packaged_bin" | sed -n 's/^ *Build ID: *\([0-9a-f]*\)$/\1/p')
+[ -n "$build_id" ] || fail "the packaged binary has no build id"
+dpkg-deb -c "$ddeb" >"$work/ddeb-contents"
+grep -q "\./usr/lib/debug/\.build-id/${build_id:0:2}/${build_id:2}\.debug\$" "$work/ddeb-contents" ||
+    fail "$ddeb has no symbols for build id $build_id"
+echo "binary stripped; $(basename "$ddeb") holds build id $build_id"
 
 step "control files"
 dpkg-deb -e "$deb" "$work/control"
-grep -qx '/etc/commitpoint/config.toml' "$work/control/conffiles" || fail "conffiles does not list /etc/commitpoint/config.toml"
+[ "$(cat "$work/control/conffiles")" = /etc/commitpoint/config.toml ] ||
+    fail "conffiles is not exactly /etc/commitpoint/config.toml: $(cat "$work/control/conffiles")"
+field() { sed -n "s/^$1: //p" "$work/control/control"; }
+maintainer=$(field Maintainer)
+name_and_address='^[^<]+ <[^@>]+@[^>]+>$'
+[[ "$maintainer" =~ $name_and_address ]] || fail "Maintainer is not 'Name <address>': '$maintainer'"
+# The changelog's top entry describes this version, signed by the same maintainer.
+changelog=$(gzip -dc "$work/root/usr/share/doc/commitpoint/changelog.Debian.gz")
+top=$(printf '%s\n' "$changelog" | head -n 1)
+[[ "$top" == "commitpoint ($(field Version)) "* ]] || fail "changelog starts '$top', not version $(field Version)"
+printf '%s\n' "$changelog" | grep -q "^ -- $maintainer  " || fail "the changelog's signature is not '$maintainer'"
+echo "maintainer: $maintainer; changelog: $top"
 for script in postinst prerm postrm; do
     [ -f "$work/control/$script" ] || continue
     sh -n "$work/control/$script" || fail "$script is not valid sh"
@@ -112,7 +149,33 @@ enables=$(grep -c 'deb-systemd-helper enable commitpoint.service' "$work/control
 if grep -q 'deb-systemd-invoke start' "$work/control/postinst"; then
     fail "postinst starts the unit on a fresh install (systemd-units start = false)"
 fi
-grep -q 'chmod 0700 /etc/commitpoint/credentials' "$work/control/postinst" || fail "postinst lost our own part"
+grep -q 'make_credential' "$work/control/postinst" || fail "postinst lost our own part"
+
+step "postinst makes the credentials (in the extracted tree, without the systemd part)"
+# Our part only: the generated snippets would talk to this host's systemd.
+ours() { # maintainer script: copies it without the generated sections
+    sed '/^# Automatically added by /,/^# End automatically added section$/d' "$work/control/$1" >"$work/$1-ours"
+    if grep -q 'deb-systemd' "$work/$1-ours"; then fail "could not cut the systemd part out of $1"; fi
+}
+ours postinst
+ours postrm
+creds="$work/root/etc/commitpoint/credentials"
+as_root env DPKG_ROOT="$work/root" sh "$work/postinst-ours" configure
+[ "$(stat -c '%a %u' "$creds")" = "700 0" ] || fail "credentials directory is $(stat -c '%a %u' "$creds")"
+for name in $unit_names; do
+    [ "$(as_root stat -c '%a %u %g' "$creds/$name")" = "600 0 0" ] ||
+        fail "postinst made $name as $(as_root stat -c '%a %u %g' "$creds/$name" 2>&1), not 0600 root"
+done
+token=$(as_root cat "$creds/admin-token")
+[[ "$token" =~ ^[0-9a-f]{64}$ ]] || fail "the admin token postinst made is not 64 hex digits"
+printf 'sk-operator' | as_root tee "$creds/openai-key" >/dev/null
+as_root env DPKG_ROOT="$work/root" sh "$work/postinst-ours" configure
+[ "$(as_root cat "$creds/admin-token")" = "$token" ] || fail "a second configure replaced the admin token"
+[ "$(as_root cat "$creds/openai-key")" = sk-operator ] || fail "a second configure replaced the operator's key"
+echo "postinst: $(echo $unit_names) at 0600 root, admin-token random, kept on reconfigure"
+as_root env DPKG_ROOT="$work/root" sh "$work/postrm-ours" purge
+[ ! -e "$creds" ] || fail "postrm purge left $creds"
+echo "postrm purge: credentials removed"
 
 step "the built binary against the unit and the shipped config"
 target_dir=${CARGO_TARGET_DIR:-target}

@@ -59,6 +59,8 @@ mod intake;
 mod large_outputs;
 #[path = "it/leases.rs"]
 mod leases;
+#[path = "it/log_format.rs"]
+mod log_format;
 #[path = "it/migrate.rs"]
 mod migrate;
 #[path = "it/money.rs"]

@@ -15,6 +15,7 @@ mod estimate;
 mod eval;
 mod export;
 mod files;
+mod logging;
 mod maintenance;
 mod migrate;
 mod provider;
@@ -131,7 +132,11 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    init_tracing();
+    if let Err(e) = init_tracing() {
+        // Before any log line: a typo must not silently change what operators parse.
+        eprintln!("commitpoint: {e}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -190,14 +195,18 @@ fn store_exit_code(e: &crate::store::Error) -> Option<u8> {
     }
 }
 
-fn init_tracing() {
+fn init_tracing() -> Result<(), logging::Error> {
+    let format = logging::choose(&logging::Environment::of_process())?;
     let filter = tracing_subscriber::EnvFilter::try_from_env("COMMITPOINT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // The builder's type differs per shape, hence one try_init per arm.
+    let _ = match format {
+        logging::Format::Json => builder.json().try_init(),
+        logging::Format::Text { timestamps: true, ansi } => builder.with_ansi(ansi).try_init(),
+        logging::Format::Text { timestamps: false, ansi } => builder.with_ansi(ansi).without_time().try_init(),
+    };
+    Ok(())
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
