@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use commitpoint::store::postgres::{PgOptions, PgStore};
-use commitpoint::store::{Policies, SharedStore, Store, WriterGuard};
+use commitpoint::store::{Drivers, Policies, SharedStore, Store, WriterGuard};
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 
 use super::model::Model;
@@ -83,6 +83,16 @@ fn run_case(runtime: &tokio::runtime::Runtime, backends: Backends, case: &Case) 
                 .await
                 .map_err(|e| TestCaseError::fail(format!("open PostgreSQL: {e:#}")))?;
             store.set_policies(policies());
+            // Batch writes are a driver's, checked against its term of the provider's lease.
+            for provider in super::universe::PROVIDERS {
+                let term = store
+                    .acquire_driver(provider.to_string(), std::time::Duration::from_secs(3600))
+                    .await
+                    .map_err(|e| TestCaseError::fail(format!("take {provider}'s lease: {e:#}")))?;
+                if term.is_none() {
+                    return Err(TestCaseError::fail(format!("{provider}'s lease is held on a fresh database")));
+                }
+            }
             subjects.push(Subject::new(Arc::new(store), case.rules));
         }
         compare(case, &mut subjects).await
