@@ -114,10 +114,13 @@ struct Timeline {
     pause: Option<Pause>,
 }
 
-/// The driver's pause: which slot, when, and when the standby was seen driving.
+/// The driver's pause: which slot and process, when, and when another process was seen
+/// driving.
 #[derive(Debug, Clone, Copy)]
 struct Pause {
     slot: usize,
+    /// The paused process: a kill of its slot meanwhile starts another, which may take over.
+    pid: u32,
     at: Duration,
     until: Duration,
     taken_over_after: Option<Duration>,
@@ -342,9 +345,7 @@ fn pause_the_driver(
             let Some(driver) = driver_now(rt, world, fleet) else { return };
             let Some(pid) = driver.rsplit(':').next().and_then(|p| p.parse::<u32>().ok()) else { return };
             let Some(slot) = fleet.slot_of(pid) else { return };
-            if fleet.pause(slot).is_none() {
-                return;
-            }
+            let Some(pid) = fleet.pause(slot) else { return };
             let cut = cluster.psql(
                 DATABASE,
                 &format!(
@@ -353,14 +354,19 @@ fn pause_the_driver(
                 ),
             );
             eprintln!("{now:>6.1?}: slot {slot} (the driver, {driver}) SIGSTOPped; {cut} of its database sessions cut");
-            timeline.pause =
-                Some(Pause { slot, at: now, until: now + schedule.pause_for, taken_over_after: None, resumed: false });
+            timeline.pause = Some(Pause {
+                slot,
+                pid,
+                at: now,
+                until: now + schedule.pause_for,
+                taken_over_after: None,
+                resumed: false,
+            });
         }
         Some(mut pause) if !pause.resumed => {
             if pause.taken_over_after.is_none()
                 && let Some(driver) = driver_now(rt, world, fleet)
-                && driver.rsplit(':').next().and_then(|p| p.parse::<u32>().ok()).and_then(|pid| fleet.slot_of(pid))
-                    != Some(pause.slot)
+                && driver.rsplit(':').next().and_then(|p| p.parse::<u32>().ok()) != Some(pause.pid)
             {
                 pause.taken_over_after = Some(now - pause.at);
                 eprintln!("{now:>6.1?}: {driver} drives the provider now");
