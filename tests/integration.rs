@@ -141,3 +141,5 @@ mod tenant_depth;
 mod trickle;
 #[path = "it/util.rs"]
 mod util;
+#[path = "it/worker_tokens.rs"]
+mod worker_tokens;

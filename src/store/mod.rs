@@ -45,6 +45,6 @@ pub use seam::{
     Flush, Grant, IngestLine, IntakeOutcome, Judged, Leftover, ListFilter, ListPage, NewEvaluation, OutboxFilter,
     PostOutcome, PostResult, Promotion, ProviderDriver, RETRY_CHUNK, ReadyItem, RetryFilter, RetryOutcome, Selection,
     SharedStore, SourceContent, StageReport, StateCount, Submission, TenantDepth, TrialAnswer, TrialsWritten,
-    store_day_ms, this_instance,
+    WorkScope, store_day_ms, this_instance,
 };
 pub use staged::StagedAnswer;

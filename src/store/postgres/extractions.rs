@@ -220,9 +220,10 @@ impl Extractions for PgStore {
         let rows = sql::query(
             &tx,
             "SELECT record, content FROM extractions WHERE state_code = 2 AND lease_expires_at_ms <= $1 \
-                 AND ($2::text IS NULL OR schema_name = $2) ORDER BY lease_expires_at_ms, seq LIMIT $3 \
-                 FOR UPDATE SKIP LOCKED",
-            &[&big(now_ms), &schema, &limit],
+                 AND ($2::text IS NULL OR schema_name = $2) \
+                 AND ($4::text[] IS NULL OR tenant = ANY($4)) AND ($5::text[] IS NULL OR schema_name = ANY($5)) \
+                 ORDER BY lease_expires_at_ms, seq LIMIT $3 FOR UPDATE SKIP LOCKED",
+            &[&big(now_ms), &schema, &limit, &request.scope.tenants, &request.scope.schemas],
             "cannot select expired leases",
         )
         .await?;
@@ -239,7 +240,7 @@ impl Extractions for PgStore {
             &tx,
             &policies,
             request.schema.as_deref(),
-            &claim::everyone(),
+            &claim::accepted(&request),
             request.estimate.as_ref(),
             limits,
             &rotation,

@@ -103,8 +103,14 @@ fn claim_candidates(
     // Only the asked schema's queue (or every schema's, tenant by tenant): work the pick
     // does not reach is never read.
     let estimate = request.estimate.as_ref();
-    let mut pending =
-        super::pending_queue::pick(t, request.schema.as_deref(), &claim::everyone(), estimate, limits, &rotation);
+    let mut pending = super::pending_queue::pick(
+        t,
+        request.schema.as_deref(),
+        &claim::accepted(request),
+        estimate,
+        limits,
+        &rotation,
+    );
     if let Ok(pending) = &mut pending {
         rotation.keep(pending);
     }

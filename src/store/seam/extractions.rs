@@ -89,6 +89,27 @@ pub struct ClaimRequest {
     /// against its tenant's budget like a batch member; `None`: nothing is reserved, and
     /// only a spent budget holds the tenant's work back.
     pub estimate: Option<crate::store::MemberEstimate>,
+    /// The tenants and schemas the worker's token may take work of.
+    pub scope: WorkScope,
+}
+
+/// Which work a worker may claim: every tenant's and every schema's unless its token
+/// names some (`[access] worker_tokens_*`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkScope {
+    pub tenants: Option<Vec<String>>,
+    pub schemas: Option<Vec<String>>,
+}
+
+impl WorkScope {
+    pub fn covers(&self, tenant: &str, schema: &str) -> bool {
+        let has = |names: &Option<Vec<String>>, name: &str| names.as_ref().is_none_or(|n| n.iter().any(|x| x == name));
+        has(&self.tenants, tenant) && has(&self.schemas, schema)
+    }
+
+    pub fn covers_schema(&self, schema: &str) -> bool {
+        self.schemas.as_ref().is_none_or(|n| n.iter().any(|x| x == schema))
+    }
 }
 
 #[derive(Debug, Clone)]
