@@ -20,7 +20,7 @@ use super::rows::{big, decode_record, lock_by_id, stored_content, transition, un
 use super::sql::{self, Tx};
 use super::{Error, PgStore, pg};
 use crate::domain::clock;
-use crate::domain::identity::ExtractionId;
+use crate::domain::identity::{ExtractionId, IdPrefix};
 use crate::domain::lifecycle::StateName;
 use crate::store::codec::{decode, encode};
 use crate::store::records::{FindingRecord, StoredContent};
@@ -383,6 +383,25 @@ impl Extractions for PgStore {
             .await
             .map_err(pg("cannot read an extraction"))?;
         row.map(|r| decode_record(r.get(0))).transpose()
+    }
+
+    async fn with_id_prefix(
+        &self,
+        prefix: IdPrefix,
+        tenant: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<ExtractionRecord>, Error> {
+        let client = self.client().await?;
+        let (low, high) = prefix.bounds();
+        let rows = client
+            .query(
+                "SELECT record FROM extractions WHERE id BETWEEN $1 AND $2 AND ($3::text IS NULL OR tenant = $3) \
+                 ORDER BY id LIMIT $4",
+                &[&low.as_slice(), &high.as_slice(), &tenant, &big(limit as u64)],
+            )
+            .await
+            .map_err(pg("cannot look up an id prefix"))?;
+        rows.iter().map(|r| decode_record(r.get(0))).collect()
     }
 
     /// A page in intake order after the cursor; `next` is set only when more follow.

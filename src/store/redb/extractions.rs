@@ -29,7 +29,7 @@ use super::rules::{claim, post};
 use super::tables::required;
 use super::write_tables::WriteTables;
 use super::{Error, Store};
-use crate::domain::identity::ExtractionId;
+use crate::domain::identity::{ExtractionId, IdPrefix};
 use crate::domain::lifecycle::State;
 use crate::store::seam::Charge;
 use crate::store::seam::{
@@ -344,6 +344,29 @@ impl Extractions for Store {
 
     async fn get(&self, id: ExtractionId) -> Result<Option<ExtractionRecord>, Error> {
         self.read_point(|txn| super::reads::get(txn, &id))
+    }
+
+    async fn with_id_prefix(
+        &self,
+        prefix: IdPrefix,
+        tenant: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<ExtractionRecord>, Error> {
+        self.read(move |txn| {
+            let (low, high) = prefix.bounds();
+            let mut out = Vec::new();
+            for entry in txn.open_table(tables::IDENTITY)?.range::<&[u8; 32]>(&low..=&high)? {
+                let record = super::reads::by_seq(txn, entry?.1.value())?;
+                if tenant.as_ref().is_none_or(|t| *t == record.tenant) {
+                    out.push(record);
+                }
+                if out.len() >= limit {
+                    break;
+                }
+            }
+            Ok(out)
+        })
+        .await
     }
 
     /// The findings of an extraction, or `None` when the extraction does not exist.

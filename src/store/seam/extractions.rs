@@ -1,6 +1,7 @@
 //! Intake, reads of extractions, workers' claims and results, and what they answer.
 
 use super::*;
+use crate::domain::identity::IdPrefix;
 use crate::domain::lifecycle::Event;
 use async_trait::async_trait;
 use serde_json::Value;
@@ -21,6 +22,14 @@ pub trait Extractions: Send + Sync + std::fmt::Debug {
     async fn delivered(&self, endpoint: String, delivery_id: String) -> Result<Option<ExtractionRecord>, Error>;
     async fn get(&self, id: ExtractionId) -> Result<Option<ExtractionRecord>, Error>;
     async fn get_by_seq(&self, seq: u64) -> Result<Option<ExtractionRecord>, Error>;
+    /// Up to `limit` extractions (of `tenant` only, if given) whose id starts with
+    /// `prefix`, in id order.
+    async fn with_id_prefix(
+        &self,
+        prefix: IdPrefix,
+        tenant: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<ExtractionRecord>, Error>;
     async fn list(&self, filter: ListFilter) -> Result<ListPage, Error>;
     async fn findings(&self, id: ExtractionId) -> Result<Option<Vec<FindingRecord>>, Error>;
     async fn findings_page(
