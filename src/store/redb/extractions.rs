@@ -102,15 +102,8 @@ fn claim_candidates(
     let mut rotation = t.policies.rotations.take(&queue);
     // Only the asked schema's queue (or every schema's, tenant by tenant): work the pick
     // does not reach is never read.
-    let estimate = request.estimate.as_ref();
-    let mut pending = super::pending_queue::pick(
-        t,
-        request.schema.as_deref(),
-        &claim::accepted(request),
-        estimate,
-        limits,
-        &rotation,
-    );
+    let (schema, accepted, estimate) = (request.schema.as_deref(), claim::accepted(request), request.estimate.as_ref());
+    let mut pending = super::pending_queue::pick(t, schema, &accepted, estimate, limits, &rotation);
     if let Ok(pending) = &mut pending {
         rotation.keep(pending);
     }
@@ -354,17 +347,13 @@ impl Extractions for Store {
     ) -> Result<Vec<ExtractionRecord>, Error> {
         self.read(move |txn| {
             let (low, high) = prefix.bounds();
-            let mut out = Vec::new();
-            for entry in txn.open_table(tables::IDENTITY)?.range::<&[u8; 32]>(&low..=&high)? {
-                let record = super::reads::by_seq(txn, entry?.1.value())?;
-                if tenant.as_ref().is_none_or(|t| *t == record.tenant) {
-                    out.push(record);
-                }
-                if out.len() >= limit {
-                    break;
-                }
-            }
-            Ok(out)
+            let identity = txn.open_table(tables::IDENTITY)?;
+            let records =
+                identity.range::<&[u8; 32]>(&low..=&high)?.map(|entry| super::reads::by_seq(txn, entry?.1.value()));
+            let theirs = |r: &Result<ExtractionRecord, Error>| {
+                r.as_ref().map_or(true, |r| tenant.as_ref().is_none_or(|t| *t == r.tenant))
+            };
+            records.filter(theirs).take(limit).collect()
         })
         .await
     }
