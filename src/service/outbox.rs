@@ -13,6 +13,11 @@ impl Service {
         Ok(self.store.list_outbox(filter, after, limit).await?)
     }
 
+    /// The body a delivery of `event` sends, as the receiver would get it now.
+    pub async fn outbox_payload(&self, event: &OutboxRecord) -> Result<Vec<u8>, Error> {
+        Ok(crate::engine::outbox::event_body(self.store.as_ref(), self.registry(), event).await?)
+    }
+
     pub async fn redeliver(&self, seq: u64) -> Result<OutboxRecord, Error> {
         let event = self.store.redeliver(seq).await?.ok_or(Error::UnknownEvent(seq))?;
         if let Some(wake) = &self.outbox_wake {

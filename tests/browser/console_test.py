@@ -208,6 +208,11 @@ def main():
         # (the provider is paused, so it stays pending).
         driver.get(URL + "/ui/extractions?state=failed")
         shoot(driver, "extractions-failed")
+        row = driver.find_element(By.CSS_SELECTOR, f"a[href='/ui/extractions/{failed_id}']").find_element(
+            By.XPATH, "./ancestor::tr")
+        failure = row.find_element(By.CSS_SELECTOR, "td.failure").text
+        check("the failed list shows the failure's class and reason",
+              failure.startswith("validation") and len(failure) > len("validation "), failure)
         driver.find_element(By.CSS_SELECTOR, f"a[href='/ui/extractions/{failed_id}']").click()
         check("the failed extraction shows failed", text(driver, "state") == "failed")
         check("its failure names the class", text(driver, "failure").startswith("validation"))
@@ -220,6 +225,24 @@ def main():
 
         driver.get(URL + "/ui/extractions")
         shoot(driver, "extractions")
+        tenants = {o.get_attribute("value") for o in driver.find_elements(By.CSS_SELECTOR, "select[name='tenant'] option")}
+        check("the tenant filter is a choice of the tenants", {"acme", "globex"} <= tenants, tenants)
+        updated = driver.find_element(By.CSS_SELECTOR, "#extractions tbody tr td:last-child time")
+        check("list times read as time ago, the exact time on hover",
+              updated.text.endswith("ago") and updated.get_attribute("title").endswith("Z"), updated.text)
+        # The quiet refresh: the page's content is read again without a reload, and the
+        # button pauses it.
+        toggle = driver.find_element(By.ID, "refresh-toggle")
+        check("auto-refresh starts on", toggle.text == "Auto-refresh: on", toggle.text)
+        main_of = lambda d: d.find_element(By.TAG_NAME, "main").get_attribute("data-refreshed")
+        WebDriverWait(driver, 20).until(main_of)
+        check("the extractions page refreshed itself", main_of(driver))
+        toggle.click()
+        check("the button pauses it", toggle.text == "Auto-refresh: paused", toggle.text)
+        paused_at = main_of(driver)
+        time.sleep(7)
+        check("a paused page is not refreshed", main_of(driver) == paused_at, (paused_at, main_of(driver)))
+        toggle.click()
         committed = api("GET", "/v1/extractions?state=committed&tenant=globex")[1]["extractions"][0]["extraction_id"]
         driver.get(URL + f"/ui/extractions/{committed}")
         check("a committed extraction shows findings and its raw result",
@@ -232,6 +255,9 @@ def main():
         shoot(driver, "costs")
         driver.get(URL + "/ui/dead-letters")
         shoot(driver, "dead-letters")
+        for details in driver.find_elements(By.CSS_SELECTOR, "#dead-letters details.payload"):
+            details.click()
+            check("a dead letter shows its payload", '"type"' in details.text, details.text[:200])
 
         # Resume through the console, for a clean end.
         driver.get(URL + "/ui")

@@ -6,7 +6,7 @@ use axum::extract::{Path, Query, State};
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::layout::{PageResult, Problem, dollars, page, when};
+use super::layout::{PageResult, Problem, ago, charge_words, clip, dollars, live_page, page, when};
 use super::viewer::Viewer;
 use crate::domain::identity::ExtractionId;
 use crate::domain::lifecycle::{FailureClass, State as Lifecycle, StateName};
@@ -63,11 +63,19 @@ pub(super) async fn list(State(service): State<Service>, viewer: Viewer, Query(f
         format!("/ui/extractions?{q}")
     };
     let schemas: Vec<String> = service.registry().names().map(str::to_string).collect();
+    let mut tenants: Vec<String> = match viewer.tenant_scope() {
+        Some(_) => Vec::new(),
+        None => service.depth_by_tenant().await?.into_iter().map(|d| d.tenant).collect(),
+    };
+    tenants.dedup();
     let content = html! {
         h1 { "Extractions" }
         form.filters method="get" action="/ui/extractions" {
             @if viewer.tenant_scope().is_none() {
-                label { "tenant " input name="tenant" value=(tenant.as_deref().unwrap_or("")) size="12"; }
+                label { "tenant " select name="tenant" {
+                    option value="" { "any" }
+                    @for t in &tenants { option value=(t) selected[tenant.as_deref() == Some(t.as_str())] { (t) } }
+                } }
             }
             label { "state " select name="state" {
                 option value="" { "any" }
@@ -94,7 +102,10 @@ pub(super) async fn list(State(service): State<Service>, viewer: Viewer, Query(f
             }
         }
         div.scroll { table id="extractions" {
-            thead { tr { th { "id" } th { "tenant" } th { "source" } th { "schema" } th { "state" } th { "attempts" } th { "updated" } } }
+            thead { tr {
+                th { "id" } th { "tenant" } th { "source" } th { "schema" } th { "state" } th { "failure" } th { "attempts" }
+                th { "updated" }
+            } }
             tbody {
                 @for r in &shown {
                     tr {
@@ -103,8 +114,13 @@ pub(super) async fn list(State(service): State<Service>, viewer: Viewer, Query(f
                         td.wrap { (r.source_id) }
                         td { (r.schema) }
                         td { (state_badge(&r.state)) }
+                        td.wrap.failure {
+                            @if let Lifecycle::Failed { class, reason } = &r.state {
+                                strong { (class.as_str()) } " " (clip(reason, 140))
+                            }
+                        }
                         td { (r.attempt) }
-                        td { (when(r.updated_at_ms)) }
+                        td { (ago(r.updated_at_ms)) }
                     }
                 }
             }
@@ -112,7 +128,7 @@ pub(super) async fn list(State(service): State<Service>, viewer: Viewer, Query(f
         @if shown.is_empty() { p.muted { "Nothing on this page matches." } }
         @if let Some(next) = &next { p { a.button href=(query(next)) rel="next" { "Next page →" } } }
     };
-    Ok(page("Extractions", &viewer, content))
+    Ok(live_page("Extractions", &viewer, content))
 }
 
 pub(super) async fn detail(State(service): State<Service>, viewer: Viewer, Path(raw): Path<String>) -> PageResult {
@@ -132,7 +148,13 @@ pub(super) async fn detail(State(service): State<Service>, viewer: Viewer, Path(
     for e in &ledger {
         timeline.push((
             e.at_ms,
-            format!("attempt {} answered by {} ({:?}, {})", e.attempt, e.provider, e.kind, dollars(e.cost_micros)),
+            format!(
+                "attempt {} answered by {} ({}, {})",
+                e.attempt,
+                e.provider,
+                charge_words(e.kind),
+                dollars(e.cost_micros)
+            ),
         ));
     }
     for e in &events {
@@ -205,7 +227,7 @@ pub(super) async fn detail(State(service): State<Service>, viewer: Viewer, Path(
             div.scroll { table {
                 thead { tr { th { "at" } th { "attempt" } th { "kind" } th { "provider" } th { "model" } th { "tokens in/out" } th { "cost" } } }
                 tbody { @for e in &ledger { tr {
-                    td { (when(e.at_ms)) } td { (e.attempt) } td { (format!("{:?}", e.kind)) } td { (e.provider) }
+                    td { (when(e.at_ms)) } td { (e.attempt) } td { (charge_words(e.kind)) } td { (e.provider) }
                     td { (e.usage.model) } td { (e.usage.input_tokens) " / " (e.usage.output_tokens) } td { (dollars(e.cost_micros)) }
                 } } }
             } }

@@ -57,6 +57,7 @@ impl IntoResponse for Problem {
                 p.problem { (self.message) }
                 p { a href="/ui" { "Back to the overview" } }
             },
+            false,
         );
         let mut response = (self.status, body).into_response();
         if let Some(seconds) = self.retry_after {
@@ -70,10 +71,16 @@ pub(super) type PageResult = Result<Html<String>, Problem>;
 
 /// A whole page: head, navigation for who is looking, and `content`.
 pub(super) fn page(title: &str, viewer: &Viewer, content: Markup) -> Html<String> {
-    shell(title, Some(viewer), content)
+    shell(title, Some(viewer), content, false)
 }
 
-fn shell(title: &str, viewer: Option<&Viewer>, content: Markup) -> Html<String> {
+/// A page whose numbers move: the script reads it again every few seconds and swaps its
+/// content in, unless the operator paused that or is typing in one of its forms.
+pub(super) fn live_page(title: &str, viewer: &Viewer, content: Markup) -> Html<String> {
+    shell(title, Some(viewer), content, true)
+}
+
+fn shell(title: &str, viewer: Option<&Viewer>, content: Markup, live: bool) -> Html<String> {
     let markup = html! {
         (DOCTYPE)
         html lang="en" {
@@ -112,7 +119,7 @@ fn shell(title: &str, viewer: Option<&Viewer>, content: Markup) -> Html<String> 
                         }
                     }
                 }
-                main { (content) }
+                main data-refresh[live] { (content) }
             }
         }
     };
@@ -122,6 +129,34 @@ fn shell(title: &str, viewer: Option<&Viewer>, content: Markup) -> Html<String> 
 /// A Unix ms time as RFC 3339 (UTC).
 pub(super) fn when(ms: u64) -> String {
     crate::domain::clock::format_ms(ms)
+}
+
+/// A time as people read a list: how long ago, the exact time on hover.
+pub(super) fn ago(ms: u64) -> Markup {
+    let now = crate::domain::clock::now_ms();
+    let exact = when(ms);
+    let relative = if ms > now { "just now".to_string() } else { format!("{} ago", age((now - ms) / 1000)) };
+    html! { time datetime=(exact) title=(exact) { (relative) } }
+}
+
+/// At most `max` characters of `text`, with an ellipsis when cut.
+pub(super) fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
+/// A ledger entry's kind as the cost report words it.
+pub(super) fn charge_words(kind: crate::store::ChargeKind) -> &'static str {
+    use crate::store::ChargeKind as K;
+    match kind {
+        K::Fresh => "fresh",
+        K::Replay => "replay",
+        K::FailedValidation => "failed validation",
+        K::Unusable => "unusable",
+        K::Evaluation => "evaluation",
+    }
 }
 
 /// A duration in seconds as the largest two units (`3h 12m`).

@@ -45,8 +45,9 @@ impl Console {
 }
 
 /// No script or style but our own files, no framing, forms post only here.
+/// `connect-src 'self'`: the script's quiet refresh reads the same page again.
 const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; \
-     form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+     connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 pub(super) fn router(service: &Service, access: Arc<Access>) -> Router<Service> {
     let secret = service.store().cursor_key().derive("console session");

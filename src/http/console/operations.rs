@@ -5,7 +5,7 @@ use axum::extract::{Query, State};
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::layout::{PageResult, age, dollars, page, when};
+use super::layout::{PageResult, age, dollars, live_page, page, when};
 use super::svg::{Bar, bars};
 use super::viewer::Viewer;
 use crate::engine::ledger::{Bucket, CostQuery, GroupBy, Split};
@@ -44,7 +44,7 @@ pub(super) async fn batches(State(service): State<Service>, viewer: Viewer) -> P
             } } }
         } }
     };
-    Ok(page("Batches", &viewer, content))
+    Ok(live_page("Batches", &viewer, content))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -134,6 +134,17 @@ fn split_table(split: &Split) -> Markup {
 pub(super) async fn dead_letters(State(service): State<Service>, viewer: Viewer) -> PageResult {
     viewer.require_admin()?;
     let dead = service.outbox(OutboxFilter::Dead, 0, DEAD_PAGE).await?;
+    let mut payloads = Vec::with_capacity(dead.len());
+    for event in &dead {
+        // An event whose extraction was erased since has no body left to show.
+        let body = service.outbox_payload(event).await.ok();
+        payloads.push(body.map(|b| {
+            serde_json::from_slice::<serde_json::Value>(&b).map_or_else(
+                |_| String::from_utf8_lossy(&b).into_owned(),
+                |v| serde_json::to_string_pretty(&v).unwrap_or_default(),
+            )
+        }));
+    }
     let mut sinks: Vec<&str> = dead.iter().map(|e| e.sink.as_str()).collect();
     sinks.sort_unstable();
     sinks.dedup();
@@ -152,14 +163,20 @@ pub(super) async fn dead_letters(State(service): State<Service>, viewer: Viewer)
         }
         div.scroll { table id="dead-letters" {
             thead { tr { th { "event" } th { "sink" } th { "extraction" } th { "tenant" } th { "deliveries" } th { "created" } th { "last error" } th { "" } } }
-            tbody { @for e in &dead { tr {
+            tbody { @for (e, payload) in dead.iter().zip(&payloads) { tr {
                 td { (e.seq) }
                 td { (e.sink) }
                 td.mono { a href=(format!("/ui/extractions/{}", e.extraction_id.to_hex())) { (e.extraction_id.to_hex()[..12]) } }
                 td { (e.tenant) }
                 td { (e.deliveries) }
                 td { (when(e.created_at_ms)) }
-                td.error { (e.last_error.as_deref().unwrap_or("")) }
+                td.error {
+                    (e.last_error.as_deref().unwrap_or(""))
+                    details.payload {
+                        summary { "payload" }
+                        pre.json { (payload.as_deref().unwrap_or("(no body: the extraction is gone)")) }
+                    }
+                }
                 td { form.inline method="post" action=(format!("/ui/dead-letters/{}/redeliver", e.seq)) {
                     (viewer.csrf_field())
                     button type="submit" { "Redeliver" }
@@ -167,5 +184,5 @@ pub(super) async fn dead_letters(State(service): State<Service>, viewer: Viewer)
             } } }
         } }
     };
-    Ok(page("Dead letters", &viewer, content))
+    Ok(live_page("Dead letters", &viewer, content))
 }

@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 
-use super::layout::{Problem, age, dollars, page, when};
+use super::layout::{Problem, age, dollars, live_page, when};
 use super::svg::{Bar, bars};
 use super::viewer::Viewer;
 use crate::domain::lifecycle::StateName;
@@ -197,5 +197,5 @@ pub(super) async fn show(State(service): State<Service>, viewer: Viewer) -> Resu
         }
         p.muted { "Last backup: " (service.last_backup_ms().map(when).unwrap_or_else(|| "none since start".to_string())) }
     };
-    Ok(page("Overview", &viewer, content).into_response())
+    Ok(live_page("Overview", &viewer, content).into_response())
 }
