@@ -9,6 +9,7 @@ pub mod gemini;
 pub mod generic;
 mod job_list;
 pub(crate) mod lines;
+pub mod mistral;
 pub mod openai;
 mod ratelimit;
 #[cfg(test)]

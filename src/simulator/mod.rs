@@ -19,6 +19,8 @@
 //!   sharing the model, the faults, the statistics and the listener).
 //! - `gemini`: the Gemini batch mode dialect, likewise (operations, File API uploads,
 //!   `google.rpc.Status` errors).
+//! - `mistral`: the Mistral batch dialect, likewise (`/v1/batch/jobs`, its error bodies
+//!   and its strict request checks).
 //! - `faults`: the fault knobs ([`Faults`]).
 //! - `state`: shared memory and [`Stats`]; `net`: a listener that can drop a connection.
 //!
@@ -37,6 +39,7 @@ mod gemini;
 mod input;
 mod instance;
 mod lifecycle;
+mod mistral;
 mod model;
 mod net;
 mod output;
@@ -102,6 +105,8 @@ pub enum Dialect {
     Azure,
     /// Amazon Bedrock batch inference: a SigV4-checked control plane over a real S3.
     Bedrock,
+    /// Mistral batch: `/v1/files` and `/v1/batch/jobs`; base URL is the bare origin.
+    Mistral,
 }
 
 #[derive(Clone, Debug)]
@@ -170,6 +175,7 @@ impl Simulator {
             Dialect::Anthropic => anthropic::router(Arc::clone(&shared)),
             Dialect::Gemini => gemini::router(Arc::clone(&shared)),
             Dialect::Bedrock => bedrock::router(Arc::clone(&shared)),
+            Dialect::Mistral => mistral::router(Arc::clone(&shared)),
         };
         let app = app.into_make_service_with_connect_info::<ConnHandle>();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -197,7 +203,7 @@ impl Simulator {
     pub fn base_url(&self) -> String {
         match self.dialect {
             Dialect::OpenAi | Dialect::Azure => format!("{}{}", origin(self.addr), self.shared.variant.base_path),
-            Dialect::Anthropic | Dialect::Gemini | Dialect::Bedrock => origin(self.addr),
+            Dialect::Anthropic | Dialect::Gemini | Dialect::Bedrock | Dialect::Mistral => origin(self.addr),
         }
     }
 
