@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 pub use crate::domain::redact::redact;
 pub use retry::{classify_status, parse_retry_after};
 pub use transport::ApiKey;
-pub(crate) use transport::{describe_transport, truncate};
+pub(crate) use transport::{OriginProblem, api_origin, describe_transport, truncate};
 
 use crate::domain::batch::{BatchMember, LineResult, OutputBudget};
 use crate::domain::identity::ExtractionId;

@@ -6,13 +6,13 @@
 
 use std::path::Path;
 use std::process::Output;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use commitpoint::simulator::{Dialect, Faults, Simulator, SimulatorConfig, Stats};
+use commitpoint::simulator::{Dialect, Faults, Simulator, SimulatorConfig};
 use serde_json::json;
 
 use crate::provider::{
-    CORPUS, SETTLE, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts,
+    CORPUS, Rig, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts,
     assert_submitted, counter, finish, health, intake_corpus, settle,
 };
 use crate::providers_e2e::{KEY, KEY_ENV, ONE_BATCH, assert_billed_by, expect_crash, serve, write_config};
@@ -20,9 +20,10 @@ use crate::util::{Server, assert_verifies, cli_with_env, run_to_end, stderr, std
 
 const MODEL: &str = "mistral-small-latest";
 
+/// The simulator's Mistral dialect in the shared rig (its counters and waits), and a config
+/// naming it.
 struct MistralRig {
-    sim: Simulator,
-    dir: tempfile::TempDir,
+    rig: Rig,
     config: String,
 }
 
@@ -38,29 +39,21 @@ impl MistralRig {
         let sim = Simulator::start("127.0.0.1:0".parse().expect("loopback address"), config)
             .await
             .expect("start the simulator");
-        let dir = temp_dir();
-        let config = write_config(dir.path(), &section(&sim, MODEL, ""), "mistral");
-        MistralRig { sim, dir, config }
+        let rig = Rig { sim, dir: temp_dir() };
+        let config = write_config(rig.dir.path(), &section(&rig.sim, MODEL, ""), "mistral");
+        MistralRig { rig, config }
     }
 
     fn serve(&self, extra: &[&str], failpoint: Option<&str>) -> Server {
-        serve(self.dir.path(), &self.config, extra, failpoint)
+        serve(self.rig.dir.path(), &self.config, extra, failpoint)
     }
+}
 
-    fn stats(&self) -> Stats {
-        self.sim.stats()
-    }
+impl std::ops::Deref for MistralRig {
+    type Target = Rig;
 
-    async fn wait_stats(&self, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
-        let deadline = Instant::now() + SETTLE;
-        loop {
-            let stats = self.stats();
-            if done(&stats) {
-                return stats;
-            }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}; simulator stats: {stats:#?}");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+    fn deref(&self) -> &Rig {
+        &self.rig
     }
 }
 
@@ -106,7 +99,7 @@ async fn mistral_kill_after_create_before_the_job_id_is_stored_finds_the_job() {
     expect_crash(&mut server, "after-submit-before-job-id");
 
     assert_eq!(rig.stats().batches_created, 1, "{:#?}", rig.stats());
-    let report = assert_verifies(&rig.dir.path().join("commitpoint.redb"));
+    let report = assert_verifies(&rig.db());
     assert_report_counts(&report, CORPUS.len(), &[&format!("submitted: {}", CORPUS.len())]);
 
     let server = rig.serve(ONE_BATCH, None);

@@ -110,14 +110,10 @@ pub struct MistralBatches {
 
 impl MistralBatches {
     pub fn new(config: MistralConfig) -> Result<Self, ConfigError> {
-        let trimmed = config.base_url.trim_end_matches('/');
-        let base = Url::parse(trimmed)
-            .ok()
-            .filter(|u| matches!(u.scheme(), "http" | "https") && u.has_host())
-            .ok_or_else(|| ConfigError::BaseUrl(config.base_url.clone()))?;
-        if base.path().trim_end_matches('/').ends_with("/v1") {
-            return Err(ConfigError::BaseUrlWithVersion(config.base_url.clone()));
-        }
+        let base = super::api_origin(&config.base_url, "v1").map_err(|problem| match problem {
+            super::OriginProblem::NotHttp => ConfigError::BaseUrl(config.base_url.clone()),
+            super::OriginProblem::WithVersion => ConfigError::BaseUrlWithVersion(config.base_url.clone()),
+        })?;
         if config.api_key.expose().trim().is_empty() {
             return Err(ConfigError::EmptyKey);
         }
@@ -328,19 +324,7 @@ impl BatchProvider for MistralBatches {
             let response = self.send(self.http.get(self.url(&["files", file_id, "content"])?)).await?;
             let mut lines = Lines::new(response, PROVIDER);
             while let Some(line) = lines.next().await? {
-                let Some(parsed) = line.parse(wire::parse_line) else { continue };
-                counts.lines += 1;
-                match parsed {
-                    Ok(parsed) => out
-                        .send(super::scrub(parsed))
-                        .await
-                        .map_err(|_| error(ErrorClass::Transient, None, "result consumer stopped".to_string()))?,
-                    Err(reason) => {
-                        // The line's content is model output: log why, never what.
-                        counts.malformed += 1;
-                        tracing::warn!(provider = PROVIDER, %reason, "skipping a malformed result line");
-                    }
-                }
+                super::lines::deliver(PROVIDER, &line, wire::parse_line, &mut counts, out).await?;
             }
         }
         Ok(counts)

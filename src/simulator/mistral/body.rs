@@ -91,7 +91,7 @@ mod tests {
         let detail = refused.body["message"]["detail"].as_array().unwrap();
         assert_eq!(detail.len(), 2, "{detail:?}");
         assert!(detail.iter().all(|d| d["type"] == "extra_forbidden" && d["loc"][0] == "body"));
-        let mut ok = body.clone();
+        let mut ok = body;
         ok.as_object_mut().unwrap().retain(|k, _| k != "max_completion_tokens" && k != "store");
         assert!(check(&ok, false).is_ok());
         ok["response_format"]["json_schema"]["additionalProperties"] = json!(false);
