@@ -376,6 +376,34 @@ fn admit(shared: &Shared, request: &Request) -> Result<(), ApiError> {
     }
 }
 
+/// What every dialect's guard does around its own checks: `/_sim` passes straight
+/// through; an API request waits out `slow_ms`, then `admit` may answer it in the
+/// dialect's words. Every response is marked SIMULATED.
+async fn admit_then_run<E: IntoResponse>(
+    shared: &Shared,
+    request: Request,
+    next: Next,
+    admit: impl FnOnce(&Shared, &Request) -> Result<(), E>,
+) -> Response {
+    let mut response = if request.uri().path().starts_with(SIM_PREFIX) {
+        next.run(request).await
+    } else {
+        let delay = shared.lock().faults.delay();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        match admit(shared, &request) {
+            Ok(()) => next.run(request).await,
+            Err(error) => error.into_response(),
+        }
+    };
+    response.headers_mut().insert(
+        HeaderName::from_static("x-commitpoint-simulator"),
+        HeaderValue::from_static("SIMULATED provider, not a real model"),
+    );
+    response
+}
+
 /// Consumes at most one request-level fault and counts it; both dialects call this.
 fn take_request_fault(shared: &Shared, path: &str) -> Option<faults::Injected> {
     let mut inner = shared.lock();
