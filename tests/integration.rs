@@ -105,6 +105,8 @@ mod providers_e2e_compat;
 mod providers_e2e_gemini;
 #[path = "it/providers_e2e_generic.rs"]
 mod providers_e2e_generic;
+#[path = "it/providers_e2e_mistral.rs"]
+mod providers_e2e_mistral;
 #[path = "it/providers_e2e_pause.rs"]
 mod providers_e2e_pause;
 #[path = "it/providers_named.rs"]

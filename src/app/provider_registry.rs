@@ -12,6 +12,7 @@ use crate::providers::bedrock::{BedrockBatches, BedrockConfig};
 use crate::providers::chat::{ChatCompletions, ChatConfig};
 use crate::providers::gemini::{GeminiBatches, GeminiConfig};
 use crate::providers::generic::{GenericBatches, GenericConfig};
+use crate::providers::mistral::{MistralBatches, MistralConfig};
 use crate::providers::openai::{Flavour, OpenAiBatches, OpenAiConfig};
 use crate::providers::{ApiKey, BatchProvider, ProviderError};
 use crate::simulator::{Simulator, SimulatorConfig};
@@ -187,6 +188,18 @@ fn adapter(settings: &ProviderSettings, simulator_url: Option<String>) -> Result
             config.timeout_hours = b.timeout_hours;
             let adapter =
                 BedrockBatches::new(config).map_err(|e| Error::Setup { name: name.clone(), reason: e.to_string() })?;
+            Arc::new(adapter)
+        }
+        ProviderSpec::Mistral(m) => {
+            let mut config = MistralConfig { name: name.clone(), ..MistralConfig::new(key(), m.model.clone()) };
+            if let Some(base) = &m.base_url {
+                config.base_url = base.clone();
+            }
+            config.max_tokens = m.max_tokens;
+            config.max_tokens_cap = m.max_tokens_cap;
+            config.timeout_hours = m.timeout_hours;
+            let adapter =
+                MistralBatches::new(config).map_err(|e| Error::Setup { name: name.clone(), reason: e.to_string() })?;
             Arc::new(adapter)
         }
     };

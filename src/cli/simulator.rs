@@ -1,5 +1,5 @@
 //! `commitpoint simulator`: run the built-in SIMULATED batch provider (OpenAI Batch API,
-//! Anthropic Message Batches, Gemini batch mode or Amazon Bedrock batch inference) on its own, for trying an adapter or a script against it.
+//! Anthropic Message Batches, Gemini batch mode, Amazon Bedrock batch inference or Mistral batch) on its own, for trying an adapter or a script against it.
 //! It is a rule-based stand-in, not a model.
 
 use std::net::SocketAddr;
@@ -56,6 +56,8 @@ pub(super) enum DialectArg {
     Azure,
     /// Amazon Bedrock batch inference: SigV4-signed control plane, job files in S3 (--s3-endpoint).
     Bedrock,
+    /// Mistral batch: `/v1/files`, `/v1/batch/jobs`, Mistral's error bodies.
+    Mistral,
 }
 
 pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -77,6 +79,7 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         DialectArg::Gemini => Dialect::Gemini,
         DialectArg::Azure => Dialect::Azure,
         DialectArg::Bedrock => Dialect::Bedrock,
+        DialectArg::Mistral => Dialect::Mistral,
     };
     if matches!(dialect, Dialect::Bedrock) && args.s3_endpoint.is_none() {
         anyhow::bail!(
@@ -121,6 +124,10 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         ),
         Dialect::Bedrock => println!(
             "commitpoint simulator listening on {} (SIMULATED Amazon Bedrock batch inference control plane, not a real model)",
+            simulator.base_url()
+        ),
+        Dialect::Mistral => println!(
+            "commitpoint simulator listening on {} (SIMULATED Mistral batch provider, not a real model)",
             simulator.base_url()
         ),
     }

@@ -9,7 +9,9 @@ use std::pin::Pin;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
-use super::{ErrorClass, ProviderError, describe_transport};
+use tokio::sync::mpsc;
+
+use super::{ErrorClass, ProviderError, ResultLine, StreamCounts, describe_transport};
 
 /// No result line is this long (a request is capped at well under it); longer is garbage.
 pub(crate) const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
@@ -50,6 +52,33 @@ pub(crate) struct Lines {
     max_line: usize,
     oversized: bool,
     ended: bool,
+}
+
+/// Hands one file line to the result consumer: parsed by `parse`, its reason redacted,
+/// counted. A malformed line is counted and logged (why, never what: its content is model
+/// output) and skipped, so one torn line never fails the file.
+pub(crate) async fn deliver(
+    provider: &'static str,
+    line: &Line,
+    parse: impl FnOnce(&str) -> Result<ResultLine, String>,
+    counts: &mut StreamCounts,
+    out: &mpsc::Sender<ResultLine>,
+) -> Result<(), ProviderError> {
+    let Some(parsed) = line.parse(parse) else {
+        return Ok(());
+    };
+    counts.lines += 1;
+    match parsed {
+        Ok(parsed) => out
+            .send(super::scrub(parsed))
+            .await
+            .map_err(|_| ProviderError::new(provider, ErrorClass::Transient, None, "result consumer stopped")),
+        Err(reason) => {
+            counts.malformed += 1;
+            tracing::warn!(provider, %reason, "skipping a malformed result line");
+            Ok(())
+        }
+    }
 }
 
 impl std::fmt::Debug for Lines {

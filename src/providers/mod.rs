@@ -9,6 +9,7 @@ pub mod gemini;
 pub mod generic;
 mod job_list;
 pub(crate) mod lines;
+pub mod mistral;
 pub mod openai;
 mod ratelimit;
 #[cfg(test)]
@@ -25,7 +26,7 @@ use tokio::sync::mpsc;
 pub use crate::domain::redact::redact;
 pub use retry::{classify_status, parse_retry_after};
 pub use transport::ApiKey;
-pub(crate) use transport::{describe_transport, truncate};
+pub(crate) use transport::{OriginProblem, api_origin, describe_transport, truncate};
 
 use crate::domain::batch::{BatchMember, LineResult, OutputBudget};
 use crate::domain::identity::ExtractionId;

@@ -74,3 +74,17 @@ fn a_long_refused_answer_is_cut_and_says_so() {
     assert_eq!(previous.output.chars().filter(|&c| c == 'é').count(), crate::domain::batch::MAX_PREVIOUS_OUTPUT_CHARS);
     assert_eq!(PreviousAttempt::new("{}", Vec::new()).output, "{}", "a short answer is kept whole");
 }
+
+/// Mistral serves a conversation only when it ends on a user turn (400 "Expected last role
+/// User or Tool (or Assistant with prefix True) for serving but got assistant",
+/// NEKOparapa/AiNiee#641): a re-ask's last turn is the issues, and the line keeps to
+/// Mistral's own fields.
+#[test]
+fn mistral_lines_end_on_the_users_turn() {
+    let schema = Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap();
+    let line = crate::providers::mistral::wire::input_line(&reasked(), &schema, Some(500));
+    let messages = &line["body"]["messages"];
+    assert_eq!(roles(messages, "role"), ["system", "user", "assistant", "user"]);
+    says_what_to_fix(messages[3]["content"].as_str().unwrap());
+    assert!(line["body"].get("max_completion_tokens").is_none(), "{line:#}");
+}

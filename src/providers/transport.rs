@@ -23,3 +23,24 @@ pub(crate) fn describe_transport(e: &reqwest::Error) -> String {
 pub(crate) fn truncate(body: &str) -> String {
     body.chars().take(300).collect()
 }
+
+/// Why a configured API origin cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OriginProblem {
+    NotHttp,
+    /// It already ends in the API version the adapter adds itself.
+    WithVersion,
+}
+
+/// `base_url` as an API origin: an absolute http(s) URL with a host, not ending in
+/// `/{version}` (adapters that add their versioned paths would double it).
+pub(crate) fn api_origin(base_url: &str, version: &str) -> Result<reqwest::Url, OriginProblem> {
+    let base = reqwest::Url::parse(base_url.trim_end_matches('/'))
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https") && u.has_host())
+        .ok_or(OriginProblem::NotHttp)?;
+    if base.path().trim_end_matches('/').ends_with(&format!("/{version}")) {
+        return Err(OriginProblem::WithVersion);
+    }
+    Ok(base)
+}

@@ -19,6 +19,8 @@
 //!   sharing the model, the faults, the statistics and the listener).
 //! - `gemini`: the Gemini batch mode dialect, likewise (operations, File API uploads,
 //!   `google.rpc.Status` errors).
+//! - `mistral`: the Mistral batch dialect, likewise (`/v1/batch/jobs`, its error bodies
+//!   and its strict request checks).
 //! - `faults`: the fault knobs ([`Faults`]).
 //! - `state`: shared memory and [`Stats`]; `net`: a listener that can drop a connection.
 //!
@@ -37,6 +39,7 @@ mod gemini;
 mod input;
 mod instance;
 mod lifecycle;
+mod mistral;
 mod model;
 mod net;
 mod output;
@@ -102,6 +105,8 @@ pub enum Dialect {
     Azure,
     /// Amazon Bedrock batch inference: a SigV4-checked control plane over a real S3.
     Bedrock,
+    /// Mistral batch: `/v1/files` and `/v1/batch/jobs`; base URL is the bare origin.
+    Mistral,
 }
 
 #[derive(Clone, Debug)]
@@ -170,6 +175,7 @@ impl Simulator {
             Dialect::Anthropic => anthropic::router(Arc::clone(&shared)),
             Dialect::Gemini => gemini::router(Arc::clone(&shared)),
             Dialect::Bedrock => bedrock::router(Arc::clone(&shared)),
+            Dialect::Mistral => mistral::router(Arc::clone(&shared)),
         };
         let app = app.into_make_service_with_connect_info::<ConnHandle>();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -197,7 +203,7 @@ impl Simulator {
     pub fn base_url(&self) -> String {
         match self.dialect {
             Dialect::OpenAi | Dialect::Azure => format!("{}{}", origin(self.addr), self.shared.variant.base_path),
-            Dialect::Anthropic | Dialect::Gemini | Dialect::Bedrock => origin(self.addr),
+            Dialect::Anthropic | Dialect::Gemini | Dialect::Bedrock | Dialect::Mistral => origin(self.addr),
         }
     }
 
@@ -368,6 +374,34 @@ fn admit(shared: &Shared, request: &Request) -> Result<(), ApiError> {
         }
         None => Ok(()),
     }
+}
+
+/// What every dialect's guard does around its own checks: `/_sim` passes straight
+/// through; an API request waits out `slow_ms`, then `admit` may answer it in the
+/// dialect's words. Every response is marked SIMULATED.
+async fn admit_then_run<E: IntoResponse>(
+    shared: &Shared,
+    request: Request,
+    next: Next,
+    admit: impl FnOnce(&Shared, &Request) -> Result<(), E>,
+) -> Response {
+    let mut response = if request.uri().path().starts_with(SIM_PREFIX) {
+        next.run(request).await
+    } else {
+        let delay = shared.lock().faults.delay();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        match admit(shared, &request) {
+            Ok(()) => next.run(request).await,
+            Err(error) => error.into_response(),
+        }
+    };
+    response.headers_mut().insert(
+        HeaderName::from_static("x-commitpoint-simulator"),
+        HeaderValue::from_static("SIMULATED provider, not a real model"),
+    );
+    response
 }
 
 /// Consumes at most one request-level fault and counts it; both dialects call this.

@@ -114,6 +114,8 @@ pub(super) struct Inner {
     pub gemini: super::gemini::Store,
     /// Bedrock model invocation jobs, creation order (Bedrock dialect only).
     pub bedrock: Vec<super::bedrock::Job>,
+    /// Mistral batch jobs and files (Mistral dialect only).
+    pub mistral: super::mistral::Store,
     pub faults: Faults,
     /// Answers per source while a misbehave knob is on (`invalid_first`, `ungrounded_first`).
     pub attempts: super::answer::Attempts,
@@ -147,6 +149,7 @@ impl Shared {
                 message_batches: Vec::new(),
                 gemini: super::gemini::Store::default(),
                 bedrock: Vec::new(),
+                mistral: super::mistral::Store::default(),
                 faults,
                 attempts: super::answer::Attempts::default(),
                 stats: Stats::default(),

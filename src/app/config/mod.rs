@@ -6,6 +6,7 @@ mod extras;
 mod file;
 mod kind_bedrock;
 mod kind_gemini;
+mod kind_mistral;
 mod kinds;
 mod limits;
 mod providers;

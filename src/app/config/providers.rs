@@ -17,6 +17,7 @@ use super::extras::name_ok;
 use super::file::RawProvider;
 use super::kind_bedrock::{BedrockOptions, RawBedrock};
 use super::kind_gemini::{GeminiOptions, RawGemini};
+use super::kind_mistral::{MistralOptions, RawMistral};
 use super::kinds::{
     AnthropicOptions, ChatOptions, GenericOptions, OpenAiBudget, OpenAiOptions, RawAnthropic, RawChat, RawGeneric,
     RawOpenAi, RawSimulator, SIMULATOR_MODEL, SimulatorOptions, at_least_one,
@@ -34,10 +35,11 @@ pub(crate) enum ProviderKind {
     Gemini,
     Azure,
     Bedrock,
+    Mistral,
 }
 
 impl ProviderKind {
-    const ALL: [ProviderKind; 8] = [
+    const ALL: [ProviderKind; 9] = [
         ProviderKind::Openai,
         ProviderKind::Anthropic,
         ProviderKind::Generic,
@@ -46,6 +48,7 @@ impl ProviderKind {
         ProviderKind::Gemini,
         ProviderKind::Azure,
         ProviderKind::Bedrock,
+        ProviderKind::Mistral,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -58,6 +61,7 @@ impl ProviderKind {
             ProviderKind::Gemini => "gemini",
             ProviderKind::Azure => "azure",
             ProviderKind::Bedrock => "bedrock",
+            ProviderKind::Mistral => "mistral",
         }
     }
 
@@ -75,7 +79,8 @@ impl ProviderKind {
             | ProviderKind::Generic
             | ProviderKind::Chat
             | ProviderKind::Simulator
-            | ProviderKind::Azure => Dialect::OpenAiStrict,
+            | ProviderKind::Azure
+            | ProviderKind::Mistral => Dialect::OpenAiStrict,
         }
     }
 
@@ -112,6 +117,8 @@ pub(crate) enum ProviderSpec {
     Azure(Box<AzureOptions>),
     /// Amazon Bedrock batch inference (Claude's Messages body).
     Bedrock(Box<BedrockOptions>),
+    /// Mistral's batch API.
+    Mistral(MistralOptions),
 }
 
 impl ProviderSettings {
@@ -133,6 +140,7 @@ impl ProviderSettings {
             ProviderSpec::Gemini(_) => ProviderKind::Gemini,
             ProviderSpec::Azure(_) => ProviderKind::Azure,
             ProviderSpec::Bedrock(_) => ProviderKind::Bedrock,
+            ProviderSpec::Mistral(_) => ProviderKind::Mistral,
         }
     }
 
@@ -147,6 +155,7 @@ impl ProviderSettings {
             ProviderSpec::Chat(c) => Some(&c.model),
             ProviderSpec::Gemini(g) => Some(&g.model),
             ProviderSpec::Bedrock(b) => Some(&b.model),
+            ProviderSpec::Mistral(m) => Some(&m.model),
             ProviderSpec::Azure(_) => None,
         }
     }
@@ -165,6 +174,7 @@ impl ProviderSettings {
             ProviderSpec::Chat(c) => c.max_tokens.unwrap_or(c.max_tokens_cap),
             ProviderSpec::Gemini(g) => g.max_output_tokens.unwrap_or(g.max_output_tokens_cap),
             ProviderSpec::Bedrock(b) => b.max_tokens,
+            ProviderSpec::Mistral(m) => m.max_tokens.unwrap_or(m.max_tokens_cap),
         }
     }
 
@@ -187,6 +197,7 @@ impl ProviderSettings {
             ProviderSpec::Chat(c) => c.key.as_ref(),
             ProviderSpec::Gemini(g) => Some(&g.key),
             ProviderSpec::Azure(a) => Some(&a.key),
+            ProviderSpec::Mistral(m) => Some(&m.key),
             // Credentials come from the standard AWS chain, never from the config.
             ProviderSpec::Simulator(_) | ProviderSpec::Bedrock(_) => None,
         }
@@ -237,6 +248,7 @@ impl ProviderSettings {
             }
             ProviderSpec::Azure(a) => super::azure::describe(a, &mut lines),
             ProviderSpec::Bedrock(b) => super::kind_bedrock::describe(b, &mut lines),
+            ProviderSpec::Mistral(m) => super::kind_mistral::describe(m, &mut lines),
             ProviderSpec::Chat(c) => {
                 line(&mut lines, "base_url", &c.base_url);
                 line(&mut lines, "model", &c.model);
@@ -450,6 +462,9 @@ fn resolve_table(name: String, mut table: toml::Table) -> Result<(ProviderSettin
         ProviderKind::Bedrock => ProviderSpec::Bedrock(Box::new(
             value.try_into::<RawBedrock>().map_err(parse_error)?.resolve().map_err(in_table)?,
         )),
+        ProviderKind::Mistral => {
+            ProviderSpec::Mistral(value.try_into::<RawMistral>().map_err(parse_error)?.resolve().map_err(in_table)?)
+        }
     };
     if min_batch_wait.is_some() && !matches!(kind, ProviderKind::Bedrock) {
         return Err(invalid(format!(

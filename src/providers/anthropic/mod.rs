@@ -128,14 +128,10 @@ pub struct AnthropicBatches {
 
 impl AnthropicBatches {
     pub fn new(config: AnthropicConfig) -> Result<Self, ConfigError> {
-        let trimmed = config.base_url.trim_end_matches('/');
-        let base = Url::parse(trimmed)
-            .ok()
-            .filter(|u| matches!(u.scheme(), "http" | "https") && u.has_host())
-            .ok_or_else(|| ConfigError::BaseUrl(config.base_url.clone()))?;
-        if base.path().trim_end_matches('/').ends_with("/v1") {
-            return Err(ConfigError::BaseUrlWithVersion(config.base_url.clone()));
-        }
+        let base = super::api_origin(&config.base_url, "v1").map_err(|problem| match problem {
+            super::OriginProblem::NotHttp => ConfigError::BaseUrl(config.base_url.clone()),
+            super::OriginProblem::WithVersion => ConfigError::BaseUrlWithVersion(config.base_url.clone()),
+        })?;
         if config.api_key.expose().trim().is_empty() {
             return Err(ConfigError::EmptyKey);
         }

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use crate::domain::schema::{Dialect, Schema};
 
 use super::chat::wire::{self as chat_wire, BudgetField};
-use super::lines::{Line, Lines};
+use super::lines::Lines;
 use super::{
     BatchProvider, BatchSpec, ErrorClass, FailureCause, IntentRef, JobPhase, JobStatus, Lookup,
     PROBE_MAX_OUTPUT_TOKENS, Probe, ProviderError, ResultLine, StreamCounts, classify_status, describe_transport,
@@ -294,7 +294,7 @@ impl BatchProvider for OpenAiBatches {
             let response = self.send(self.http.get(self.url(&format!("/files/{file_id}/content")))).await?;
             let mut lines = Lines::new(response, PROVIDER);
             while let Some(line) = lines.next().await? {
-                deliver(line, &mut counts, out).await?;
+                super::lines::deliver(PROVIDER, &line, wire::parse_line, &mut counts, out).await?;
             }
         }
         Ok(counts)
@@ -338,25 +338,6 @@ impl BatchProvider for OpenAiBatches {
             }
         }
         Ok(deleted)
-    }
-}
-
-async fn deliver(line: Line, counts: &mut StreamCounts, out: &mpsc::Sender<ResultLine>) -> Result<(), ProviderError> {
-    let Some(parsed) = line.parse(wire::parse_line) else {
-        return Ok(());
-    };
-    counts.lines += 1;
-    match parsed {
-        Ok(parsed) => out
-            .send(super::scrub(parsed))
-            .await
-            .map_err(|_| error(ErrorClass::Transient, None, "result consumer stopped".to_string())),
-        Err(reason) => {
-            // The line's content is model output: log why, never what.
-            counts.malformed += 1;
-            tracing::warn!(provider = PROVIDER, %reason, "skipping a malformed result line");
-            Ok(())
-        }
     }
 }
 

@@ -33,7 +33,6 @@ use serde_json::json;
 
 pub(super) use jobs::Job;
 
-use super::SIM_PREFIX;
 use super::faults::Injected;
 use super::state::Shared;
 
@@ -119,26 +118,11 @@ impl IntoResponse for AwsError {
 }
 
 async fn guard(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
-    let mut response = if request.uri().path().starts_with(SIM_PREFIX) {
-        next.run(request).await
-    } else {
-        let delay = shared.lock().faults.delay();
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
-        }
-        match admit(&shared, &request) {
-            Ok(()) => next.run(request).await,
-            Err(error) => error.into_response(),
-        }
-    };
+    let mut response = super::admit_then_run(&shared, request, next, admit).await;
     let id = shared.next_request_id();
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HeaderName::from_static("x-amzn-requestid"), value);
     }
-    response.headers_mut().insert(
-        HeaderName::from_static("x-commitpoint-simulator"),
-        HeaderValue::from_static("SIMULATED provider, not a real model"),
-    );
     response
 }
 

@@ -24,14 +24,13 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 
 pub(super) use store::Store;
 
-use super::SIM_PREFIX;
 use super::state::Shared;
 use error::GoogleError;
 
@@ -65,23 +64,7 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
 
 /// In front of every request: the delay, the key check and at most one injected fault.
 async fn guard(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
-    let mut response = if request.uri().path().starts_with(SIM_PREFIX) {
-        next.run(request).await
-    } else {
-        let delay = shared.lock().faults.delay();
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
-        }
-        match admit(&shared, &request) {
-            Ok(()) => next.run(request).await,
-            Err(error) => error.into_response(),
-        }
-    };
-    response.headers_mut().insert(
-        HeaderName::from_static("x-commitpoint-simulator"),
-        HeaderValue::from_static("SIMULATED provider, not a real model"),
-    );
-    response
+    super::admit_then_run(&shared, request, next, admit).await
 }
 
 fn admit(shared: &Shared, request: &Request) -> Result<(), GoogleError> {
