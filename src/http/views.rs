@@ -91,6 +91,20 @@ pub(crate) struct Extraction {
     /// dropped the raw result.
     #[schema(value_type = Option<Object>)]
     output_fields: Option<Value>,
+    /// Why earlier attempts failed, oldest first: failures an operator retried past (the
+    /// latest 16), which the state no longer shows.
+    earlier_failures: Vec<EarlierFailure>,
+    /// While failed `validation`: the answer refused with no re-ask left, and its issues.
+    rejected_answer: Option<PreviousAttemptView>,
+}
+
+/// A failure an operator retried past.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct EarlierFailure {
+    attempt: u32,
+    failure_class: &'static str,
+    failure_reason: String,
+    failed_at: String,
 }
 
 impl Extraction {
@@ -145,6 +159,27 @@ pub(super) fn extraction(r: &ExtractionRecord) -> Extraction {
         raw_result_retained: true,
         superseded_by: r.superseded_by.map(|id| id.to_hex()),
         output_fields: None,
+        earlier_failures: r
+            .past_failures
+            .iter()
+            .map(|p| EarlierFailure {
+                attempt: p.attempt,
+                failure_class: p.class.as_str(),
+                failure_reason: p.reason.clone(),
+                failed_at: format_ms(p.failed_at_ms),
+            })
+            .collect(),
+        rejected_answer: match &r.state {
+            State::Failed { .. } => r.previous_attempt.as_ref().map(previous_attempt),
+            _ => None,
+        },
+    }
+}
+
+fn previous_attempt(p: &crate::domain::batch::PreviousAttempt) -> PreviousAttemptView {
+    PreviousAttemptView {
+        output: p.output.clone(),
+        issues: p.issues.iter().map(|i| IssueView { path: i.path.clone(), message: i.message.clone() }).collect(),
     }
 }
 
@@ -202,10 +237,7 @@ pub(super) fn grant(g: &Grant, instructions: Option<String>) -> ClaimGrant {
         content: g.content.clone(),
         instructions: instructions.unwrap_or_default(),
         schema_url: format!("/v1/schemas/{}", g.record.schema),
-        previous_attempt: g.record.previous_attempt.as_ref().map(|p| PreviousAttemptView {
-            output: p.output.clone(),
-            issues: p.issues.iter().map(|i| IssueView { path: i.path.clone(), message: i.message.clone() }).collect(),
-        }),
+        previous_attempt: g.record.previous_attempt.as_ref().map(previous_attempt),
     }
 }
 

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::batch::{PreviousAttempt, Usage};
 use crate::domain::identity::{ExtractionId, FindingKey, SourceHash};
-use crate::domain::lifecycle::State;
+use crate::domain::lifecycle::{FailureClass, State};
 use crate::domain::names::{BatchKey, LeaseToken, ProviderName};
 use crate::store::codec::{Versioned, decode_body};
 
@@ -48,17 +48,34 @@ pub struct ExtractionRecord {
     /// The newer revision of the same (tenant, source_id, schema name) that committed
     /// after this one did: this one stays committed, it is no longer current.
     pub superseded_by: Option<ExtractionId>,
+    /// Why earlier attempts failed, oldest first, kept when an operator retries a failed
+    /// extraction (the state itself then forgets): the last `MAX_PAST_FAILURES`.
+    pub past_failures: Vec<PastFailure>,
 }
+
+/// One failure an operator retried past.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PastFailure {
+    pub attempt: u32,
+    pub class: FailureClass,
+    pub reason: String,
+    pub failed_at_ms: u64,
+}
+
+/// Past failures a record keeps; an extraction retried more often than this drops the
+/// oldest, so a record cannot grow without bound.
+pub(crate) const MAX_PAST_FAILURES: usize = 16;
 
 impl Versioned for ExtractionRecord {
     const KIND: &'static str = "extraction";
-    /// 3: `reasks`, `previous_attempt` and `superseded_by`.
-    const VERSION: u8 = 3;
+    /// 3: `reasks`, `previous_attempt` and `superseded_by`. 4: `past_failures`.
+    const VERSION: u8 = 4;
 
     fn upgrade(version: u8, body: &[u8]) -> Option<Result<Self, String>> {
         match version {
             1 => Some(decode_body::<legacy::ExtractionRecordV1>(body).map(Into::into)),
             2 => Some(decode_body::<legacy::ExtractionRecordV2>(body).map(Into::into)),
+            3 => Some(decode_body::<legacy::ExtractionRecordV3>(body).map(Into::into)),
             _ => None,
         }
     }
@@ -139,6 +156,7 @@ impl Versioned for ResultRecord {
 mod legacy {
     use serde::Deserialize;
 
+    use crate::domain::batch::PreviousAttempt;
     use crate::domain::identity::{ExtractionId, SourceHash};
     use crate::domain::lifecycle::State;
 
@@ -183,6 +201,7 @@ mod legacy {
                 reasks: 0,
                 previous_attempt: None,
                 superseded_by: None,
+                past_failures: Vec::new(),
             }
         }
     }
@@ -231,6 +250,59 @@ mod legacy {
                 reasks: 0,
                 previous_attempt: None,
                 superseded_by: None,
+                past_failures: Vec::new(),
+            }
+        }
+    }
+
+    /// Format 3: before past failures were kept across retries.
+    #[derive(Debug, Deserialize)]
+    pub struct ExtractionRecordV3 {
+        id: ExtractionId,
+        seq: u64,
+        tenant: String,
+        source_id: String,
+        source_hash: SourceHash,
+        schema: String,
+        metadata_json: Option<String>,
+        state: State,
+        attempt: u32,
+        claims: u32,
+        content_bytes: u64,
+        created_at_ms: u64,
+        updated_at_ms: u64,
+        requeues: u32,
+        output_budget: Option<u32>,
+        truncation_retried: bool,
+        reasks: u32,
+        previous_attempt: Option<PreviousAttempt>,
+        superseded_by: Option<ExtractionId>,
+    }
+
+    impl From<ExtractionRecordV3> for crate::store::ExtractionRecord {
+        /// Failures retried past before format 4 were not kept.
+        fn from(v3: ExtractionRecordV3) -> Self {
+            Self {
+                id: v3.id,
+                seq: v3.seq,
+                tenant: v3.tenant,
+                source_id: v3.source_id,
+                source_hash: v3.source_hash,
+                schema: v3.schema,
+                metadata_json: v3.metadata_json,
+                state: v3.state,
+                attempt: v3.attempt,
+                claims: v3.claims,
+                content_bytes: v3.content_bytes,
+                created_at_ms: v3.created_at_ms,
+                updated_at_ms: v3.updated_at_ms,
+                requeues: v3.requeues,
+                output_budget: v3.output_budget,
+                truncation_retried: v3.truncation_retried,
+                reasks: v3.reasks,
+                previous_attempt: v3.previous_attempt,
+                superseded_by: v3.superseded_by,
+                past_failures: Vec::new(),
             }
         }
     }
@@ -563,6 +635,7 @@ impl NewExtraction {
             reasks: 0,
             previous_attempt: None,
             superseded_by: None,
+            past_failures: Vec::new(),
         }
     }
 }
@@ -617,6 +690,7 @@ mod tests {
             reasks: 0,
             previous_attempt: None,
             superseded_by: None,
+            past_failures: Vec::new(),
         }
     }
 
@@ -644,10 +718,37 @@ mod tests {
         assert_eq!((truncated.requeues, truncated.output_budget, truncated.truncation_retried), (1, Some(8192), true));
     }
 
+    /// Format 3's fixtures, read by this build: no past failures kept.
+    #[test]
+    fn version_3_extractions_are_upgraded_on_read() {
+        for name in [
+            "v3_extraction_pending.bin",
+            "v3_extraction_claimed.bin",
+            "v3_extraction_committed.bin",
+            "v3_extraction_cancelled.bin",
+            "v3_extraction_failed.bin",
+            "v3_extraction_truncated.bin",
+            "v3_extraction_refused.bin",
+            "v3_extraction_exhausted.bin",
+            "v3_extraction_reasked_superseded.bin",
+        ] {
+            let golden = std::fs::read(fixture(name)).unwrap();
+            assert_eq!(golden[0], 3, "{name} is a format 3 file");
+            let read = decode::<ExtractionRecord>(&golden).unwrap();
+            assert!(read.past_failures.is_empty(), "{name}");
+            assert_eq!((read.id, read.seq, read.attempt), (ExtractionId([7; 32]), 42, 2), "{name}");
+        }
+        let reasked =
+            decode::<ExtractionRecord>(&std::fs::read(fixture("v3_extraction_reasked_superseded.bin")).unwrap())
+                .unwrap();
+        assert_eq!((reasked.reasks, reasked.superseded_by), (2, Some(ExtractionId([8; 32]))));
+        assert!(reasked.previous_attempt.is_some_and(|p| p.issues.len() == 1));
+    }
+
     #[test]
     fn golden_extraction_records_with_reasks_and_a_newer_revision() {
         check_golden(
-            "v3_extraction_reasked_superseded.bin",
+            "v4_extraction_reasked_superseded.bin",
             &ExtractionRecord {
                 reasks: 2,
                 previous_attempt: Some(PreviousAttempt {
@@ -658,6 +759,12 @@ mod tests {
                     }],
                 }),
                 superseded_by: Some(ExtractionId([8; 32])),
+                past_failures: vec![PastFailure {
+                    attempt: 1,
+                    class: FailureClass::Validation,
+                    reason: "line: 0 < 1".into(),
+                    failed_at_ms: 1_764_000_000_500,
+                }],
                 ..record(State::Committed { at_ms: 1_764_000_001_000 })
             },
         );
@@ -665,25 +772,25 @@ mod tests {
 
     #[test]
     fn golden_extraction_records() {
-        check_golden("v3_extraction_pending.bin", &record(State::Pending));
+        check_golden("v4_extraction_pending.bin", &record(State::Pending));
         check_golden(
-            "v3_extraction_claimed.bin",
+            "v4_extraction_claimed.bin",
             &record(State::Claimed {
                 worker: "w1".into(),
                 lease_token: "lt-1-abc".into(),
                 expires_at_ms: 1_764_000_060_000,
             }),
         );
-        check_golden("v3_extraction_committed.bin", &record(State::Committed { at_ms: 1_764_000_001_000 }));
+        check_golden("v4_extraction_committed.bin", &record(State::Committed { at_ms: 1_764_000_001_000 }));
         // Appended after format 2 was fixed (its cancelled state kept the others' bytes).
-        check_golden("v3_extraction_cancelled.bin", &record(State::Cancelled { at_ms: 1_764_000_002_000 }));
+        check_golden("v4_extraction_cancelled.bin", &record(State::Cancelled { at_ms: 1_764_000_002_000 }));
         check_golden(
-            "v3_extraction_failed.bin",
+            "v4_extraction_failed.bin",
             &record(State::Failed { class: FailureClass::Validation, reason: "line: 0 < 1".into() }),
         );
         // The classes appended in format 2, and a record that used a truncation retry.
         check_golden(
-            "v3_extraction_truncated.bin",
+            "v4_extraction_truncated.bin",
             &ExtractionRecord {
                 requeues: 1,
                 output_budget: Some(8192),
@@ -692,8 +799,8 @@ mod tests {
             },
         );
         for (name, class) in [
-            ("v3_extraction_refused.bin", FailureClass::Refused),
-            ("v3_extraction_exhausted.bin", FailureClass::AttemptsExhausted),
+            ("v4_extraction_refused.bin", FailureClass::Refused),
+            ("v4_extraction_exhausted.bin", FailureClass::AttemptsExhausted),
         ] {
             check_golden(
                 name,

@@ -310,3 +310,44 @@ async fn a_huge_invalid_output_gets_a_bounded_error() {
     let reason = api.record(&id).await["failure_reason"].as_str().expect("reason").to_string();
     assert!(reason.chars().count() <= 2001, "{} chars", reason.chars().count());
 }
+
+/// A failed validation keeps the refused answer and its issues, and an operator's retry
+/// keeps why the earlier attempt failed, through a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_answer_and_the_failures_retried_past_are_kept() {
+    let dir = temp_dir();
+    let server = Server::start(dir.path());
+    let api = server.api();
+    let id = api.create("t", "a.rs", "fn a() {}").await;
+    let (_, lease) = api.claim_one("w", 60).await;
+    let bad = json!({"findings": "not an array"});
+    assert_eq!(api.post_result(&id, &lease, &bad).await.status, 422);
+    let failed = api.record(&id).await;
+    assert_eq!(failed["failure_class"], json!("validation"));
+    let rejected = &failed["rejected_answer"];
+    assert_eq!(rejected["output"].as_str().map(|o| serde_json::from_str::<Value>(o).ok()), Some(Some(bad.clone())));
+    assert!(rejected["issues"][0]["path"].as_str().is_some_and(|p| p.starts_with("/findings")), "{failed}");
+    assert_eq!(failed["earlier_failures"], json!([]));
+    let reason = failed["failure_reason"].clone();
+
+    assert_eq!(api.retry(&id).await.status, 200);
+    let server = {
+        let (status, log) = server.terminate();
+        assert_eq!(status.code(), Some(0), "{log}");
+        Server::start(dir.path())
+    };
+    let api = server.api();
+    let retried = api.record(&id).await;
+    assert_eq!((retried["state"].as_str(), retried["attempts"].as_u64()), (Some("pending"), Some(2)));
+    assert_eq!(retried["rejected_answer"], Value::Null, "not failed any more");
+    let earlier = retried["earlier_failures"].as_array().expect("earlier failures");
+    assert_eq!(earlier.len(), 1, "{retried}");
+    assert_eq!(
+        (&earlier[0]["attempt"], &earlier[0]["failure_class"], &earlier[0]["failure_reason"]),
+        (&json!(1), &json!("validation"), &reason)
+    );
+    // The retry asks again with the issues of the answer that failed.
+    let grant = &api.claim("w", 1, 60).await[0];
+    assert!(grant["previous_attempt"]["issues"][0]["path"].is_string(), "{grant}");
+    stop_and_verify(server);
+}

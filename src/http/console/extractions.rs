@@ -160,6 +160,12 @@ pub(super) async fn detail(State(service): State<Service>, viewer: Viewer, Path(
     for e in &events {
         timeline.push((e.created_at_ms, format!("outbox event for sink {} ({})", e.sink, kind(&e.kind))));
     }
+    for past in &record.past_failures {
+        timeline.push((
+            past.failed_at_ms,
+            format!("attempt {} failed {}: {}", past.attempt, past.class.as_str(), clip(&past.reason, 300)),
+        ));
+    }
     timeline.push((record.updated_at_ms, format!("now {}", record.state.name().as_str())));
     timeline.sort_by_key(|(at, _)| *at);
     let content = html! {
@@ -200,8 +206,13 @@ pub(super) async fn detail(State(service): State<Service>, viewer: Viewer, Path(
         }
         @if let Some(previous) = &record.previous_attempt {
             section {
-                h2 { "Refused answer, asked again" }
-                p.muted { "The issues the re-ask shows the model, and the answer they are about." }
+                @if matches!(record.state, Lifecycle::Failed { .. }) {
+                    h2 { "Rejected answer (no re-ask left)" }
+                    p.muted { "The issues that failed it, and the answer they are about; a retry asks again with them." }
+                } @else {
+                    h2 { "Refused answer, asked again" }
+                    p.muted { "The issues the re-ask shows the model, and the answer they are about." }
+                }
                 ul id="reask-issues" {
                     @for issue in &previous.issues {
                         li { code { (if issue.path.is_empty() { "/" } else { issue.path.as_str() }) } " " (issue.message) }

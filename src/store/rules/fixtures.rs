@@ -29,6 +29,7 @@ pub(super) fn record(state: State) -> ExtractionRecord {
         reasks: 0,
         previous_attempt: None,
         superseded_by: None,
+        past_failures: Vec::new(),
     }
 }
 

@@ -2,7 +2,7 @@
 //! a scanned run of failed extractions a bulk retry moves: the same on both backends.
 
 use crate::domain::lifecycle::{self, Event, Outcome, State};
-use crate::store::records::ExtractionRecord;
+use crate::store::records::{ExtractionRecord, MAX_PAST_FAILURES, PastFailure};
 use crate::store::seam::{CancelOutcome, RETRY_CHUNK, RetryFilter, RetryOutcome};
 
 /// Most failed extractions one bulk-retry transaction looks at, so a filter that matches
@@ -57,6 +57,18 @@ pub(in crate::store) enum Step<O> {
 pub(in crate::store) fn retry(record: &mut ExtractionRecord, now_ms: u64) -> Step<RetryOutcome> {
     match lifecycle::apply(&record.state, Event::Retry, now_ms) {
         Ok(Outcome::Changed(next)) => {
+            // The failed state is about to go: its class and reason stay on the record.
+            if let State::Failed { class, reason } = &record.state {
+                let past = PastFailure {
+                    attempt: record.attempt,
+                    class: *class,
+                    reason: reason.clone(),
+                    failed_at_ms: record.updated_at_ms,
+                };
+                record.past_failures.push(past);
+                let over = record.past_failures.len().saturating_sub(MAX_PAST_FAILURES);
+                record.past_failures.drain(..over);
+            }
             record.attempt += 1;
             record.requeues = 0;
             record.truncation_retried = false;
@@ -153,6 +165,18 @@ mod tests {
         assert!(matches!(retry(&mut r, 9), Step::Move(State::Pending)));
         assert_eq!((r.attempt, r.requeues, r.truncation_retried, r.output_budget), (5, 0, false, Some(8_000)));
         assert_eq!(r.reasks, 0, "a retry grants a fresh allowance of re-asks");
+        let past = &r.past_failures;
+        assert_eq!(past.len(), 1, "the failure retried past is kept");
+        assert_eq!(
+            (past[0].attempt, past[0].class, past[0].failed_at_ms),
+            (4, FailureClass::AttemptsExhausted, r.updated_at_ms)
+        );
+        for n in 0..40 {
+            r.state = State::Failed { class: FailureClass::Transient, reason: format!("failure {n}") };
+            assert!(matches!(retry(&mut r, 10 + n), Step::Move(State::Pending)));
+        }
+        assert_eq!(r.past_failures.len(), MAX_PAST_FAILURES, "a record keeps the latest few");
+        assert_eq!(r.past_failures.last().map(|p| p.reason.as_str()), Some("failure 39"));
         let mut pending = record(State::Pending);
         assert!(matches!(retry(&mut pending, 9), Step::Answer(RetryOutcome::Rejected(_))));
         assert_eq!(pending.attempt, 1, "a refused retry changes nothing");

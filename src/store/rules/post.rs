@@ -34,6 +34,9 @@ pub(in crate::store) enum Change {
     Reask(PreviousAttempt),
     /// A commit: the re-ask's previous answer has served its purpose.
     Committed,
+    /// An invalid answer with no re-ask left: it is kept with its issues, to be read (and
+    /// shown to the model again if an operator retries).
+    Rejected(PreviousAttempt),
 }
 
 impl Change {
@@ -46,6 +49,7 @@ impl Change {
                 record.previous_attempt = Some(previous);
             }
             Change::Committed => record.previous_attempt = None,
+            Change::Rejected(previous) => record.previous_attempt = Some(previous),
         }
     }
 }
@@ -166,7 +170,12 @@ pub(in crate::store) fn plan_settle<'a>(
             });
             plan.change = Change::Committed;
         }
-        (State::Failed { reason, .. }, _) => plan.answer = Answer::Failed { reason: reason.clone() },
+        (State::Failed { reason, .. }, judged) => {
+            if let Judged::Invalid { issues, output, .. } = judged {
+                plan.change = Change::Rejected(PreviousAttempt::new(output, issues.clone()));
+            }
+            plan.answer = Answer::Failed { reason: reason.clone() };
+        }
         // Only an invalid answer with re-asks left leads back to the queue (`lifecycle`).
         (State::Pending, Judged::Invalid { reason, issues, output, .. }) => {
             plan.change = Change::Reask(PreviousAttempt::new(output, issues.clone()));
@@ -189,6 +198,7 @@ mod tests {
     use crate::domain::batch::Usage;
     use crate::domain::lifecycle::FailureClass;
     use crate::domain::names::{BatchKey, LeaseToken};
+    use crate::domain::schema::ValidationIssue;
     use crate::store::rules::fixtures::record;
     use crate::store::seam::{Authority, EncodedFinding, Submission};
 
@@ -243,14 +253,19 @@ mod tests {
             "lt-1",
             Submission::Invalid {
                 reason: "missing field".into(),
-                issues: Vec::new(),
-                output: String::new(),
+                issues: vec![ValidationIssue { path: "/findings".into(), message: "missing field".into() }],
+                output: r#"{"finding": []}"#.into(),
                 reask_limit: 0,
             },
             Some(charge()),
         );
         let plan = plan_post(&claimed("lt-1"), &post, 2_000).unwrap();
         assert!(matches!(&plan.next, Some(State::Failed { class: FailureClass::Validation, .. })));
+        let mut failed = claimed("lt-1");
+        plan.change.clone().apply(&mut failed);
+        let kept = failed.previous_attempt.expect("the rejected answer is kept");
+        assert_eq!((kept.output.as_str(), kept.issues.len()), (r#"{"finding": []}"#, 1), "with its issues");
+        assert_eq!((failed.attempt, failed.reasks), (1, 0), "and no new attempt is counted");
         assert_eq!(plan.charge.map(|(_, kind)| kind), Some(ChargeKind::FailedValidation));
         assert!(plan.findings.is_empty() && plan.result.is_none());
         assert!(matches!(plan.answer, Answer::Failed { ref reason } if reason.contains("missing field")));
