@@ -71,6 +71,7 @@ pub(super) fn admin() -> OpenApiRouter<Service> {
     OpenApiRouter::new()
         .routes(routes!(workers::claim))
         .routes(routes!(workers::post_result))
+        .routes(routes!(workers::extend_lease))
         .routes(routes!(handlers::retry))
         .routes(routes!(handlers::stats))
         .routes(routes!(delivery::list))
