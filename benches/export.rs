@@ -167,8 +167,14 @@ async fn fill(data: &Path, n: u64) -> Result<()> {
     }
     let mut committed = 0u64;
     while committed < n {
-        let request =
-            ClaimRequest { worker: "bench".into(), limit: 1000, lease_ms: 3_600_000, schema: None, estimate: None };
+        let request = ClaimRequest {
+            worker: "bench".into(),
+            limit: 1000,
+            lease_ms: 3_600_000,
+            schema: None,
+            estimate: None,
+            scope: Default::default(),
+        };
         let grants = service.claim(request, None).await?;
         if grants.is_empty() {
             return Err(format!("only {committed} of {n} could be claimed").into());

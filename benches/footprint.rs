@@ -128,8 +128,14 @@ async fn fill(store: &Store, n: usize, content_bytes: usize) -> Result<()> {
         while let Some(done) = tasks.join_next().await {
             done??;
         }
-        let request =
-            ClaimRequest { worker: "w".into(), limit: CONCURRENCY, lease_ms: 600_000, schema: None, estimate: None };
+        let request = ClaimRequest {
+            worker: "w".into(),
+            limit: CONCURRENCY,
+            lease_ms: 600_000,
+            schema: None,
+            estimate: None,
+            scope: Default::default(),
+        };
         let grants = store.claim(request).await?;
         let mut tasks = tokio::task::JoinSet::new();
         for grant in grants {

@@ -121,7 +121,14 @@ async fn commit_half(data: &Path, count: u64) -> Result<()> {
     let mut committed = 0u64;
     while committed < count {
         let limit = (count - committed).min(1000) as usize;
-        let request = ClaimRequest { worker: "bench".into(), limit, lease_ms: 3_600_000, schema: None, estimate: None };
+        let request = ClaimRequest {
+            worker: "bench".into(),
+            limit,
+            lease_ms: 3_600_000,
+            schema: None,
+            estimate: None,
+            scope: Default::default(),
+        };
         let grants = service.claim(request, None).await?;
         if grants.is_empty() {
             return Err(format!("only {committed} of {count} could be claimed").into());

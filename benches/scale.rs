@@ -247,6 +247,7 @@ async fn measure(store: &Store, n: u64) -> Result<()> {
         lease_ms: 3_600_000,
         schema: schema.map(str::to_string),
         estimate: None,
+        scope: Default::default(),
     };
     let claims = match env_var("COMMITPOINT_BENCH_CLAIMS") {
         Some(v) => v.parse().map_err(|e| format!("COMMITPOINT_BENCH_CLAIMS={v:?}: {e}"))?,
@@ -350,7 +351,14 @@ async fn fill(data: &Path, n: u64, tenants: u64) -> Result<()> {
     let mut committed = 0u64;
     while committed < n / 2 {
         let limit = 1000.min((n / 2 - committed) as usize);
-        let request = ClaimRequest { worker: "bench".into(), limit, lease_ms: 3_600_000, schema: None, estimate: None };
+        let request = ClaimRequest {
+            worker: "bench".into(),
+            limit,
+            lease_ms: 3_600_000,
+            schema: None,
+            estimate: None,
+            scope: Default::default(),
+        };
         let grants = store.claim(request).await?;
         if grants.is_empty() {
             return Err(format!("only {committed} of {} could be claimed", n / 2).into());

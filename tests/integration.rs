@@ -139,5 +139,9 @@ mod tenancy;
 mod tenant_depth;
 #[path = "it/trickle.rs"]
 mod trickle;
+#[path = "it/tutorial.rs"]
+mod tutorial;
 #[path = "it/util.rs"]
 mod util;
+#[path = "it/worker_tokens.rs"]
+mod worker_tokens;

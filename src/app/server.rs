@@ -169,8 +169,12 @@ fn create_private_store_file(data_dir: &std::path::Path) -> Result<(), store::Er
 impl Server {
     pub(crate) async fn start(options: &ServeOptions) -> Result<Server, Error> {
         // Secrets first: a bad token file is a configuration error, before anything binds.
-        let access = AccessPolicy::load(options.access.admin_token.as_ref(), options.access.tenant_tokens.as_ref())
-            .map_err(config::Error::from)?;
+        let access = AccessPolicy::load(
+            options.access.admin_token.as_ref(),
+            options.access.tenant_tokens.as_ref(),
+            options.access.worker_tokens.as_ref(),
+        )
+        .map_err(config::Error::from)?;
         let secrets::Secrets { store_password, sinks, webhooks } = secrets::load(options)?;
         let listener =
             TcpListener::bind(options.listen).await.map_err(|source| Error::Bind { addr: options.listen, source })?;
@@ -300,7 +304,11 @@ impl Server {
     pub(crate) fn reload(&self, options: &ServeOptions) {
         // Rotating a token must end what the old one opened: the console's session key is
         // derived from the tokens, so swapping them ends those sessions too.
-        match AccessPolicy::load(options.access.admin_token.as_ref(), options.access.tenant_tokens.as_ref()) {
+        match AccessPolicy::load(
+            options.access.admin_token.as_ref(),
+            options.access.tenant_tokens.as_ref(),
+            options.access.worker_tokens.as_ref(),
+        ) {
             Ok(policy) => {
                 if self.access.replace(policy) {
                     tracing::warn!("tokens changed: the old ones are refused, console sessions opened with them ended");

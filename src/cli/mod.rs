@@ -15,6 +15,7 @@ mod estimate;
 mod eval;
 mod export;
 mod files;
+mod get;
 mod logging;
 mod maintenance;
 mod migrate;
@@ -27,6 +28,7 @@ mod simulator_platform;
 mod submit;
 mod target;
 mod verify;
+mod wait;
 
 pub use target::AdminUrl;
 
@@ -79,17 +81,10 @@ enum Command {
     Eval(eval::Command),
     /// Write a tenant's committed extractions and findings to a file (JSON lines or CSV).
     Export(export::Args),
-    /// Print one extraction as JSON; with --diff, its findings diff against the previous
-    /// committed revision of its source (or against the revision id given).
-    Get {
-        id: String,
-        /// Print the findings introduced, resolved and unchanged against `previous` (the
-        /// default) or another revision's id, instead of the record.
-        #[arg(long, value_name = "AGAINST", num_args = 0..=1, default_missing_value = "previous")]
-        diff: Option<String>,
-        #[command(flatten)]
-        admin: AdminUrl,
-    },
+    /// Print one extraction as JSON (by id, id prefix or --source), its findings
+    /// (--findings), or its findings diff against the previous committed revision of its
+    /// source (--diff).
+    Get(get::Args),
     /// Check every commitpoint invariant: a redb file offline (with redb's own integrity
     /// check), or a PostgreSQL store with --store-url (read-only, safe while serving).
     Verify(verify::Args),
@@ -220,9 +215,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Eval(command) => eval::run(command).await,
         Command::Export(args) => export::run(args).await,
         Command::Ctl(command) => ctl::run(command).await,
-        Command::Get { id, diff, admin } => {
-            get(&id, diff.as_deref(), &admin.resolve(), admin.token()?.as_deref()).await
-        }
+        Command::Get(args) => get::run(args).await,
         Command::Verify(args) => verify::run(args).await,
         Command::Compact { path } => maintenance::compact(path).await,
         Command::EraseTenant(args) => erase::run(args).await,
@@ -245,23 +238,6 @@ pub(crate) fn http_client(token: Option<&str>) -> anyhow::Result<reqwest::Client
         headers.insert(reqwest::header::AUTHORIZATION, value);
     }
     reqwest::Client::builder().default_headers(headers).build().context("cannot build the HTTP client")
-}
-
-async fn get(id: &str, diff: Option<&str>, server: &str, token: Option<&str>) -> anyhow::Result<ExitCode> {
-    let mut url = format!("{}/v1/extractions/{id}", server.trim_end_matches('/'));
-    if let Some(against) = diff {
-        let id_like = against.len() == 64 && against.bytes().all(|b| b.is_ascii_hexdigit());
-        anyhow::ensure!(
-            against == "previous" || id_like,
-            "--diff takes `previous` or an extraction id, not {against:?}"
-        );
-        url.push_str(&format!("/diff?against={against}"));
-    }
-    let response = http_client(token)?.get(&url).send().await.with_context(|| format!("cannot reach {server}"))?;
-    let status = response.status();
-    let body: serde_json::Value = response.json().await.context("the server sent a non-JSON answer")?;
-    println!("{}", serde_json::to_string_pretty(&body)?);
-    Ok(if status.is_success() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROBLEMS) })
 }
 
 #[cfg(test)]

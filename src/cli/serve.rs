@@ -150,7 +150,11 @@ pub(super) fn check(args: Args) -> ExitCode {
         eprint!("{}", registry.describe_views(&targets));
         return config_error(&e);
     }
-    if let Err(e) = AccessPolicy::load(options.access.admin_token.as_ref(), options.access.tenant_tokens.as_ref()) {
+    if let Err(e) = AccessPolicy::load(
+        options.access.admin_token.as_ref(),
+        options.access.tenant_tokens.as_ref(),
+        options.access.worker_tokens.as_ref(),
+    ) {
         return config_error(&e);
     }
     if let Err(e) = crate::app::provider_registry::check(&options.providers) {

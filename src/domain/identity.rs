@@ -72,6 +72,58 @@ hash_newtype!(
 #[error("an id must be 64 lowercase hex characters (a blake3 digest)")]
 pub struct ParseIdError;
 
+/// The start of an extraction id as people copy it (the console shows 12 characters):
+/// the range of ids it stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdPrefix {
+    text: String,
+}
+
+impl IdPrefix {
+    /// Fewer characters match too many ids to be worth a lookup.
+    pub const MIN_LEN: usize = 4;
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The lowest and the highest id starting with this prefix, both inclusive.
+    pub fn bounds(&self) -> ([u8; 32], [u8; 32]) {
+        let (mut low, mut high) = ([0u8; 32], [0xffu8; 32]);
+        for (i, nibble) in self.text.bytes().map(nibble).enumerate() {
+            let (byte, shift) = (i / 2, if i % 2 == 0 { 4 } else { 0 });
+            let mask = 0x0f_u8 << shift;
+            low[byte] = (low[byte] & !mask) | (nibble << shift);
+            high[byte] = (high[byte] & !mask) | (nibble << shift);
+        }
+        (low, high)
+    }
+
+    pub fn matches(&self, id: &ExtractionId) -> bool {
+        id.to_hex().starts_with(&self.text)
+    }
+}
+
+impl FromStr for IdPrefix {
+    type Err = ParsePrefixError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let valid =
+            (Self::MIN_LEN..=64).contains(&s.len()) && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        valid.then(|| IdPrefix { text: s.to_string() }).ok_or(ParsePrefixError)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("an id prefix must be 4 to 64 lowercase hex characters")]
+pub struct ParsePrefixError;
+
+fn nibble(hex: u8) -> u8 {
+    match hex {
+        b'0'..=b'9' => hex - b'0',
+        _ => hex - b'a' + 10,
+    }
+}
+
 /// Feeds length-prefixed fields into a hasher so field boundaries are unambiguous.
 struct CanonicalHasher(blake3::Hasher);
 
@@ -240,5 +292,25 @@ mod tests {
         let ident = r#"["R1","src/a.rs",3]"#;
         assert_ne!(FindingKey::compute(&a, ident), FindingKey::compute(&b, ident));
         assert_ne!(FindingKey::compute(&a, ident), FindingKey::compute(&a, r#"["R1","src/a.rs",4]"#));
+    }
+
+    #[test]
+    fn a_prefix_bounds_exactly_the_ids_that_start_with_it() {
+        let id: ExtractionId = "3fa9".repeat(16).parse().unwrap();
+        for len in [4, 5, 12, 63, 64] {
+            let prefix: IdPrefix = id.to_hex()[..len].parse().unwrap();
+            let (low, high) = prefix.bounds();
+            assert!(low <= id.0 && id.0 <= high, "{len}");
+            assert!(prefix.matches(&id));
+            let below = ExtractionId(low);
+            let above = ExtractionId(high);
+            assert!(prefix.matches(&below) && prefix.matches(&above), "{len}: the bounds start with it too");
+        }
+        let odd: IdPrefix = "3fa9c".parse().unwrap();
+        let (low, high) = odd.bounds();
+        assert_eq!((low[2], high[2]), (0xc0, 0xcf));
+        for bad in ["3fa", "3FA9", "3fa9g", &"a".repeat(65)] {
+            assert!(bad.parse::<IdPrefix>().is_err(), "{bad}");
+        }
     }
 }

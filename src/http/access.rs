@@ -1,7 +1,8 @@
 //! Who may call what. With no tokens configured the API is open (and must then listen
 //! on loopback only); once an admin token exists, every call but `/healthz` and
-//! `/metrics` needs a bearer token: the admin token for everything, or a tenant token
-//! that sees and submits only its own tenant's extractions.
+//! `/metrics` needs a bearer token: the admin token for everything, a tenant token
+//! that sees and submits only its own tenant's extractions, or a worker token that only
+//! claims work (of the tenants and schemas it names, if any) and posts results.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -11,13 +12,15 @@ use std::time::Duration;
 
 use subtle::ConstantTimeEq;
 
+mod token_files;
+
 use super::guesses::{Guesses, Via};
 use crate::domain::secret::{KeySource, SecretError};
+use crate::store::WorkScope;
 
 /// Shorter tokens can be guessed; generate them with e.g. `openssl rand -hex 16`.
 pub(crate) const MIN_TOKEN_LEN: usize = 16;
 
-/// A bearer token; compared in constant time and never printed.
 /// Why the configured tokens cannot be used. The messages name the file, never a token.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LoadError {
@@ -29,6 +32,7 @@ pub(crate) enum LoadError {
     Invalid { key: &'static str, reason: String },
 }
 
+/// A bearer token; compared in constant time and never printed.
 #[derive(Clone)]
 pub(crate) struct Token(Vec<u8>);
 
@@ -53,6 +57,14 @@ impl fmt::Debug for Token {
 pub(crate) struct AccessPolicy {
     admin: Option<Token>,
     tenants: Vec<(String, Token)>,
+    workers: Vec<(Arc<Worker>, Token)>,
+}
+
+/// A worker token's holder: its name (for logs) and the work it may claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Worker {
+    pub name: String,
+    pub scope: WorkScope,
 }
 
 /// The caller a request was authenticated as.
@@ -62,6 +74,7 @@ pub(crate) enum Caller {
     Open,
     Admin,
     Tenant(String),
+    Worker(Arc<Worker>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,12 +83,18 @@ pub(crate) enum Denied {
     Unauthenticated,
     /// A bearer token was sent and matches no configured token: saying so (rather than
     /// "required") points the caller at a stale or mistyped token.
-    #[error("invalid token: the bearer token matches neither the admin token nor a tenant's")]
+    #[error("invalid token: the bearer token matches neither the admin token nor a tenant's or a worker's")]
     InvalidToken,
     #[error("this call needs the admin token")]
     AdminOnly,
     #[error("this token may only reach tenant {0:?}")]
     OtherTenant(String),
+    #[error("this call needs the admin token or a worker token")]
+    WorkersOnly,
+    #[error("a worker token may only claim work, extend its leases, post results and read schemas")]
+    NotForWorkers,
+    #[error("worker token {worker:?} may not take work of {what}")]
+    OutsideScope { worker: String, what: String },
 }
 
 impl AccessPolicy {
@@ -83,7 +102,11 @@ impl AccessPolicy {
     /// Refuses mistakes that would otherwise be accepted silently: a short token, a
     /// tenant holding the admin token, one token for two tenants, a tenant name no
     /// extraction can carry.
-    pub(crate) fn load(admin: Option<&KeySource>, tenant_tokens: Option<&KeySource>) -> Result<Self, LoadError> {
+    pub(crate) fn load(
+        admin: Option<&KeySource>,
+        tenant_tokens: Option<&KeySource>,
+        worker_tokens: Option<&KeySource>,
+    ) -> Result<Self, LoadError> {
         let admin = match admin {
             Some(source) => {
                 let token = Token::new(&source.load_secret()?);
@@ -98,7 +121,7 @@ impl AccessPolicy {
             None => None,
         };
         let tenants = match tenant_tokens {
-            Some(source) => parse_tenant_tokens(source, admin.as_ref())?,
+            Some(source) => token_files::tenant_tokens(source, admin.as_ref())?,
             None => Vec::new(),
         };
         if admin.is_none() && !tenants.is_empty() {
@@ -107,14 +130,38 @@ impl AccessPolicy {
                 reason: "tenant tokens need an admin token too (access.admin_token_*)".to_string(),
             });
         }
-        Ok(Self { admin, tenants })
+        let workers = match worker_tokens {
+            Some(source) => {
+                let taken: Vec<(String, &Token)> = admin
+                    .iter()
+                    .map(|t| ("the admin token".to_string(), t))
+                    .chain(tenants.iter().map(|(name, t)| (format!("the token of tenant {name:?}"), t)))
+                    .collect();
+                token_files::worker_tokens(source, &taken)?
+            }
+            None => Vec::new(),
+        };
+        if admin.is_none() && !workers.is_empty() {
+            return Err(LoadError::Invalid {
+                key: "access.worker_tokens_file",
+                reason: "worker tokens need an admin token too (access.admin_token_*)".to_string(),
+            });
+        }
+        Ok(Self { admin, tenants, workers })
     }
 
     /// A closed policy without token files, for tests of the routes' layers.
     #[cfg(test)]
     pub(crate) fn with_tokens(admin: &str, tenants: &[(&str, &str)]) -> Self {
         let tenants = tenants.iter().map(|(name, token)| (name.to_string(), Token::new(token))).collect();
-        Self { admin: Some(Token::new(admin)), tenants }
+        Self { admin: Some(Token::new(admin)), tenants, workers: Vec::new() }
+    }
+
+    /// This policy with one more worker token, for tests of the routes' layers.
+    #[cfg(test)]
+    pub(crate) fn with_worker(mut self, name: &str, token: &str, scope: WorkScope) -> Self {
+        self.workers.push((Arc::new(Worker { name: name.to_string(), scope }), Token::new(token)));
+        self
     }
 
     /// Whether no admin token is configured (the API is open, on loopback only).
@@ -127,13 +174,17 @@ impl AccessPolicy {
     /// opened with the old one.
     pub(crate) fn fingerprint(&self) -> [u8; 32] {
         let mut hasher = blake3::Hasher::new();
-        for token in self.admin.iter().chain(self.tenants.iter().map(|(_, t)| t)) {
+        let workers = self.workers.iter().map(|(_, t)| t);
+        for token in self.admin.iter().chain(self.tenants.iter().map(|(_, t)| t)).chain(workers) {
             hasher.update(&(token.0.len() as u64).to_le_bytes());
             hasher.update(&token.0);
         }
         for (tenant, _) in &self.tenants {
             hasher.update(&(tenant.len() as u64).to_le_bytes());
             hasher.update(tenant.as_bytes());
+        }
+        for (worker, _) in &self.workers {
+            hasher.update(format!("{worker:?}").as_bytes());
         }
         *hasher.finalize().as_bytes()
     }
@@ -152,14 +203,19 @@ impl AccessPolicy {
         if admin.matches(presented) {
             return Ok(Caller::Admin);
         }
-        // Every token is compared, so timing does not tell which tenant (if any) matched.
+        // Every token is compared, so timing does not tell which holder (if any) matched.
         let mut found = None;
         for (tenant, token) in &self.tenants {
             if token.matches(presented) && found.is_none() {
-                found = Some(tenant.clone());
+                found = Some(Caller::Tenant(tenant.clone()));
             }
         }
-        found.map(Caller::Tenant).ok_or(Denied::InvalidToken)
+        for (worker, token) in &self.workers {
+            if token.matches(presented) && found.is_none() {
+                found = Some(Caller::Worker(Arc::clone(worker)));
+            }
+        }
+        found.ok_or(Denied::InvalidToken)
     }
 }
 
@@ -241,14 +297,53 @@ impl Caller {
     pub(crate) fn require_admin(&self) -> Result<(), Denied> {
         match self {
             Caller::Open | Caller::Admin => Ok(()),
-            Caller::Tenant(_) => Err(Denied::AdminOnly),
+            Caller::Tenant(_) | Caller::Worker(_) => Err(Denied::AdminOnly),
+        }
+    }
+
+    /// The worker routes: claims, leases and results.
+    pub(crate) fn require_worker(&self) -> Result<(), Denied> {
+        match self {
+            Caller::Open | Caller::Admin | Caller::Worker(_) => Ok(()),
+            Caller::Tenant(_) => Err(Denied::WorkersOnly),
+        }
+    }
+
+    /// The tenant routes: a worker token reads no tenant's extractions, costs or exports.
+    pub(crate) fn require_not_worker(&self) -> Result<(), Denied> {
+        match self {
+            Caller::Worker(_) => Err(Denied::NotForWorkers),
+            _ => Ok(()),
         }
     }
 
     pub(crate) fn may_reach(&self, tenant: &str) -> Result<(), Denied> {
         match self {
             Caller::Tenant(own) if own != tenant => Err(Denied::OtherTenant(own.clone())),
+            Caller::Worker(worker) if worker.scope.tenants.as_ref().is_none_or(|t| !t.iter().any(|t| t == tenant)) => {
+                Err(Denied::OutsideScope { worker: worker.name.clone(), what: format!("tenant {tenant:?}") })
+            }
             _ => Ok(()),
+        }
+    }
+
+    /// Whether a worker may take (or answer) work of this tenant and schema.
+    pub(crate) fn may_work_on(&self, tenant: &str, schema: &str) -> Result<(), Denied> {
+        match self {
+            Caller::Worker(worker) if !worker.scope.covers(tenant, schema) => Err(Denied::OutsideScope {
+                worker: worker.name.clone(),
+                what: format!("tenant {tenant:?} with schema {schema:?}"),
+            }),
+            Caller::Tenant(_) => Err(Denied::WorkersOnly),
+            _ => Ok(()),
+        }
+    }
+
+    /// The scope a claim by this caller runs in: a worker token's, or everything.
+    pub(crate) fn work_scope(&self) -> WorkScope {
+        match self {
+            Caller::Worker(worker) => worker.scope.clone(),
+            _ => WorkScope::default(),
         }
     }
 
@@ -261,55 +356,6 @@ impl Caller {
     }
 }
 
-/// `tenant token` per line; blank lines and `#` comments ignored. Errors name the line,
-/// never the token.
-fn parse_tenant_tokens(source: &KeySource, admin: Option<&Token>) -> Result<Vec<(String, Token)>, LoadError> {
-    let text = source.load_secret()?;
-    let refuse = |n: usize, reason: String| LoadError::Refused {
-        path: PathBuf::from(source.to_string()),
-        reason: format!("line {n}: {reason}"),
-    };
-    // (tenant, token, line number)
-    let mut out: Vec<(String, Token, usize)> = Vec::new();
-    for (index, line) in text.lines().enumerate() {
-        let n = index + 1;
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let mut parts = line.split_whitespace();
-        let (Some(tenant), Some(token), None) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(refuse(n, "expected `<tenant> <token>`".to_string()));
-        };
-        if !crate::service::is_tenant_name(tenant) {
-            return Err(refuse(
-                n,
-                format!(
-                    "tenant {tenant:?} can never match an extraction: tenants are 1-128 characters of [A-Za-z0-9._-]"
-                ),
-            ));
-        }
-        let token = Token::new(token);
-        if token.0.len() < MIN_TOKEN_LEN {
-            return Err(refuse(
-                n,
-                format!("the token of tenant {tenant:?} is shorter than {MIN_TOKEN_LEN} characters"),
-            ));
-        }
-        if admin.is_some_and(|a| a.matches(&token.0)) {
-            return Err(refuse(n, format!("the token of tenant {tenant:?} is the admin token")));
-        }
-        if let Some((other, _, first)) = out.iter().find(|(_, t, _)| t.matches(&token.0)) {
-            return Err(refuse(
-                n,
-                format!("the token of tenant {tenant:?} is already on line {first} (tenant {other:?})"),
-            ));
-        }
-        out.push((tenant.to_string(), token, n));
-    }
-    Ok(out.into_iter().map(|(tenant, token, _)| (tenant, token)).collect())
-}
-
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
@@ -320,6 +366,13 @@ mod tests {
         AccessPolicy {
             admin: Some(Token::new("admin-secret")),
             tenants: vec![("acme".into(), Token::new("acme-secret")), ("globex".into(), Token::new("globex-secret"))],
+            workers: vec![(
+                Arc::new(Worker {
+                    name: "triage".into(),
+                    scope: WorkScope { tenants: Some(vec!["acme".into()]), schemas: None },
+                }),
+                Token::new("worker-secret"),
+            )],
         }
     }
 
@@ -344,6 +397,26 @@ mod tests {
     }
 
     #[test]
+    fn worker_tokens_reach_only_the_work_routes_and_their_scope() {
+        let p = policy();
+        let Ok(Caller::Worker(worker)) = p.identify(Some("Bearer worker-secret")) else {
+            panic!("the worker token names a worker")
+        };
+        let caller = Caller::Worker(worker);
+        assert_eq!(caller.require_admin(), Err(Denied::AdminOnly), "no backups, erasures or pauses");
+        assert_eq!(caller.require_not_worker(), Err(Denied::NotForWorkers), "no tenant's extractions or costs");
+        assert!(caller.require_worker().is_ok());
+        assert!(caller.may_work_on("acme", "code-review@1").is_ok());
+        assert!(matches!(caller.may_work_on("globex", "code-review@1"), Err(Denied::OutsideScope { .. })));
+        assert!(caller.may_reach("globex").is_err() && caller.may_reach("acme").is_ok());
+        assert_eq!(caller.work_scope().tenants, Some(vec!["acme".to_string()]));
+        let tenant = Caller::Tenant("acme".into());
+        assert_eq!(tenant.require_worker(), Err(Denied::WorkersOnly), "a tenant token claims no work");
+        assert_eq!(tenant.may_work_on("acme", "code-review@1"), Err(Denied::WorkersOnly));
+        assert!(Caller::Admin.require_worker().is_ok() && Caller::Admin.work_scope() == WorkScope::default());
+    }
+
+    #[test]
     fn token_files_are_checked() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tenants");
@@ -356,12 +429,12 @@ mod tests {
         write(&admin, "admin-token-00001\n");
         let admin = KeySource::File(admin);
         let tenants = KeySource::File(path.clone());
-        let p = AccessPolicy::load(Some(&admin), Some(&tenants)).unwrap();
+        let p = AccessPolicy::load(Some(&admin), Some(&tenants), None).unwrap();
         assert_eq!(p.identify(Some("Bearer tenant-token-0002")), Ok(Caller::Tenant("globex".into())));
         assert_eq!(p.identify(Some("Bearer admin-token-00001")), Ok(Caller::Admin));
         assert!(!format!("{p:?}").contains("tenant-token-0001"), "tokens never show in Debug output");
         write(&path, "acme\n");
-        assert!(AccessPolicy::load(None, Some(&tenants)).is_err());
+        assert!(AccessPolicy::load(None, Some(&tenants), None).is_err());
 
         let refused = [
             (
@@ -377,11 +450,11 @@ mod tests {
         ];
         for (text, want) in refused {
             write(&path, text);
-            let message = AccessPolicy::load(Some(&admin), Some(&tenants)).unwrap_err().to_string();
+            let message = AccessPolicy::load(Some(&admin), Some(&tenants), None).unwrap_err().to_string();
             assert!(message.contains(want) && message.contains(path.to_str().unwrap()), "{text}: {message}");
             assert!(!message.contains("token-000"), "the token is never printed: {message}");
         }
         write(&dir.path().join("admin"), "admin-short\n");
-        assert!(AccessPolicy::load(Some(&admin), None).unwrap_err().to_string().contains("shorter than 16"));
+        assert!(AccessPolicy::load(Some(&admin), None, None).unwrap_err().to_string().contains("shorter than 16"));
     }
 }

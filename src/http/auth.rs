@@ -14,10 +14,21 @@ use super::error::ApiError;
 use super::guesses::Via;
 use crate::http::access::{Access, Caller, Denied, Refused};
 
-/// The layer of tenant routes (see `routes.rs`): any valid token; the handlers scope
-/// records by the caller it leaves in the request.
+/// The layer of tenant routes (see `routes.rs`): the admin's or a tenant's token; the
+/// handlers scope records by the caller it leaves in the request.
+pub(super) async fn tenant_or_admin(State(access): State<Arc<Access>>, request: Request, next: Next) -> Response {
+    admit(&access, request, next, Caller::require_not_worker).await
+}
+
+/// The layer of routes every token may call (the registered schemas).
 pub(super) async fn any_caller(State(access): State<Arc<Access>>, request: Request, next: Next) -> Response {
     admit(&access, request, next, |_| Ok(())).await
+}
+
+/// The layer of worker routes: the admin's or a worker's token; the handlers check a
+/// worker's scope against the work.
+pub(super) async fn worker_or_admin(State(access): State<Arc<Access>>, request: Request, next: Next) -> Response {
+    admit(&access, request, next, Caller::require_worker).await
 }
 
 /// The layer of admin routes (see `routes.rs`): the admin token only.
@@ -65,7 +76,11 @@ impl From<Denied> for ApiError {
     fn from(denied: Denied) -> Self {
         match denied {
             Denied::Unauthenticated | Denied::InvalidToken => ApiError::unauthenticated(denied.to_string()),
-            Denied::AdminOnly | Denied::OtherTenant(_) => {
+            Denied::AdminOnly
+            | Denied::OtherTenant(_)
+            | Denied::WorkersOnly
+            | Denied::NotForWorkers
+            | Denied::OutsideScope { .. } => {
                 ApiError::new(axum::http::StatusCode::FORBIDDEN, "forbidden", denied.to_string())
             }
         }

@@ -19,7 +19,7 @@ use super::openapi::{
     UnsupportedEncoding,
 };
 use super::views::{self, Extraction, Finding, StateView};
-use crate::domain::identity::ExtractionId;
+use crate::domain::identity::{ExtractionId, IdPrefix, ParsePrefixError};
 use crate::domain::lifecycle::StateName;
 use crate::http::access::Caller;
 use crate::service::{IntakeRequest, Service};
@@ -156,6 +156,11 @@ pub(crate) struct ListQuery {
     /// Only each source's current revision (the newest intake of its tenant, source id and
     /// schema name), whatever its state.
     latest: Option<bool>,
+    /// The extractions whose id starts with these 4–64 hex characters, in id order (as
+    /// the console shows ids, 12 characters), instead of a listing in intake order: taken
+    /// with `tenant` and `limit` only, on one page.
+    #[param(pattern = "^[0-9a-f]{4,64}$")]
+    id_prefix: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -189,6 +194,20 @@ pub(crate) async fn list(
         }
         q.tenant = Some(own.to_string());
     }
+    let limit = q.limit.unwrap_or(100);
+    if let Some(prefix) = &q.id_prefix {
+        let prefix: IdPrefix =
+            prefix.parse().map_err(|e: ParsePrefixError| ApiError::bad_request("invalid_query", e.to_string()))?;
+        if q.state.is_some() || q.after.is_some() || q.latest.is_some() {
+            return Err(ApiError::bad_request("invalid_query", "id_prefix is taken with tenant and limit only"));
+        }
+        let records = service.with_id_prefix(prefix, q.tenant, limit).await?;
+        let retired = service.retired(records.iter().map(|r| r.seq).collect()).await?;
+        let view = |r: &crate::store::ExtractionRecord| {
+            views::extraction_retained(r, retired.get(&r.seq).copied().unwrap_or(0))
+        };
+        return ok(ExtractionPage { extractions: records.iter().map(view).collect(), next: None });
+    }
     let state = match q.state.as_deref() {
         None => None,
         Some(s) => Some(StateName::parse(s).ok_or_else(|| {
@@ -198,7 +217,6 @@ pub(crate) async fn list(
             )
         })?),
     };
-    let limit = q.limit.unwrap_or(100);
     let (records, next) =
         service.list_page(q.tenant, state, q.latest.unwrap_or(false), limit, q.after.as_deref()).await?;
     let retired = service.retired(records.iter().map(|r| r.seq).collect()).await?;

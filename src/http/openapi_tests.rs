@@ -73,12 +73,20 @@ fn group_operations(group: utoipa_axum::router::OpenApiRouter<Service>) -> BTree
 struct Groups {
     public: BTreeSet<(String, String)>,
     tenant: BTreeSet<(String, String)>,
+    shared: BTreeSet<(String, String)>,
+    worker: BTreeSet<(String, String)>,
     admin: BTreeSet<(String, String)>,
 }
 
 fn groups() -> Groups {
-    use super::routes::{admin, public, tenant};
-    Groups { public: group_operations(public()), tenant: group_operations(tenant()), admin: group_operations(admin()) }
+    use super::routes::{admin, public, shared, tenant, worker};
+    Groups {
+        public: group_operations(public()),
+        tenant: group_operations(tenant()),
+        shared: group_operations(shared()),
+        worker: group_operations(worker()),
+        admin: group_operations(admin()),
+    }
 }
 
 fn operations(doc: &Value) -> BTreeSet<(String, String)> {
@@ -145,10 +153,10 @@ fn the_document_lists_exactly_the_routes_of_the_router() {
 
 #[test]
 fn every_route_is_in_exactly_one_access_group() {
-    let Groups { public, tenant, admin } = groups();
+    let Groups { public, tenant, shared, worker, admin } = groups();
     let all = operations(&served_document());
     let mut seen = BTreeSet::new();
-    for route in public.iter().chain(&tenant).chain(&admin) {
+    for route in public.iter().chain(&tenant).chain(&shared).chain(&worker).chain(&admin) {
         assert!(seen.insert(route.clone()), "{route:?} is in two groups");
     }
     assert_eq!(seen, all);
@@ -159,7 +167,7 @@ fn every_route_is_in_exactly_one_access_group() {
 #[test]
 fn bearer_security_is_declared_exactly_where_the_layers_demand_a_token() {
     let doc = served_document();
-    let Groups { public, tenant, admin } = groups();
+    let Groups { public, admin, worker, .. } = groups();
     for (method, path) in operations(&doc) {
         let route = (method.clone(), path.clone());
         let operation = &doc["paths"][&path][method.to_lowercase()];
@@ -168,32 +176,54 @@ fn bearer_security_is_declared_exactly_where_the_layers_demand_a_token() {
         if secured {
             assert!(operation["responses"]["401"].is_object(), "{method} {path} documents no 401");
         }
-        if admin.contains(&route) {
-            assert!(operation["responses"]["403"].is_object(), "{method} {path} is admin-only but documents no 403");
+        if admin.contains(&route) || worker.contains(&route) {
+            assert!(operation["responses"]["403"].is_object(), "{method} {path} refuses tokens but documents no 403");
         }
-        assert!(public.contains(&route) || tenant.contains(&route) || admin.contains(&route));
     }
 }
 
 /// Asks the layers themselves, over HTTP, about every route of every group: a tenant
-/// token gets 403 on each admin route, and no token gets 401 everywhere but public routes.
+/// token gets 403 on each admin and worker route, a worker token on each admin and
+/// tenant route, and no token gets 401 everywhere but public routes.
 #[tokio::test]
-async fn a_tenant_token_reaches_no_admin_route_and_no_token_only_public_ones() {
-    let access = AccessPolicy::with_tokens("admin-secret", &[("acme", "acme-secret")]);
+async fn each_token_reaches_its_own_groups_and_no_token_only_public_ones() {
+    let access = AccessPolicy::with_tokens("admin-secret", &[("acme", "acme-secret")]).with_worker(
+        "triage",
+        "worker-secret",
+        crate::store::WorkScope::default(),
+    );
     let live = live_as(|service| service, access).await;
-    let Groups { public, tenant, admin } = groups();
-    assert!(!admin.is_empty() && !tenant.is_empty() && !public.is_empty());
-    for (method, path) in &admin {
-        let (status, answer) = live.send_as(method, &concrete(path), Some("acme-secret")).await;
-        assert_eq!(status, 403, "{method} {path} answered a tenant token: {answer}");
-        assert_eq!(answer["error"]["message"], "this call needs the admin token", "{method} {path}");
+    let Groups { public, tenant, shared, worker, admin } = groups();
+    assert!(!admin.is_empty() && !tenant.is_empty() && !public.is_empty() && !worker.is_empty());
+    let refusals = [
+        ("acme-secret", &admin, "this call needs the admin token"),
+        ("acme-secret", &worker, "this call needs the admin token or a worker token"),
+        ("worker-secret", &admin, "this call needs the admin token"),
+        (
+            "worker-secret",
+            &tenant,
+            "a worker token may only claim work, extend its leases, post results and read schemas",
+        ),
+    ];
+    for (token, routes, message) in refusals {
+        for (method, path) in routes {
+            let (status, answer) = live.send_as(method, &concrete(path), Some(token)).await;
+            assert_eq!(status, 403, "{method} {path} answered {token}: {answer}");
+            assert_eq!(answer["error"]["message"], message, "{method} {path}");
+        }
     }
-    for (method, path) in &tenant {
-        let (status, answer) = live.send_as(method, &concrete(path), Some("acme-secret")).await;
-        let refused = status == 401 || answer["error"]["message"] == "this call needs the admin token";
-        assert!(!refused, "{method} {path} refused a tenant token: {status} {answer}");
+    let reached = [
+        ("acme-secret", tenant.iter().chain(&shared).collect::<Vec<_>>()),
+        ("worker-secret", worker.iter().chain(&shared).collect()),
+    ];
+    for (token, routes) in reached {
+        for (method, path) in routes {
+            let (status, answer) = live.send_as(method, &concrete(path), Some(token)).await;
+            let by_layer = refusals.iter().any(|(_, _, message)| answer["error"]["message"] == *message);
+            assert!(status != 401 && !by_layer, "{method} {path} refused {token}: {status} {answer}");
+        }
     }
-    for (method, path) in tenant.iter().chain(&admin) {
+    for (method, path) in tenant.iter().chain(&shared).chain(&worker).chain(&admin) {
         let (status, answer) = live.send_as(method, &concrete(path), None).await;
         assert_eq!(status, 401, "{method} {path} answered without a token: {answer}");
     }

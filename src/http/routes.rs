@@ -1,5 +1,5 @@
-//! Every route, declared in the group that decides who may call it: public, tenant or
-//! admin. Each group carries its own authentication layer, so a new route must pick a
+//! Every route, declared in the group that decides who may call it: public, tenant,
+//! shared (any token), worker or admin. Each group carries its own authentication layer, so a new route must pick a
 //! group and cannot end up open to tenants by default. Each route is registered with its
 //! OpenAPI description; one `routes!` per path, since the macro serves all the handlers it
 //! is given on every path among them.
@@ -26,9 +26,11 @@ use crate::service::Service;
 pub(super) fn documented(access: &Arc<Access>) -> (Router<Service>, Document) {
     let mut doc = openapi::ApiDoc::openapi();
     let public = part(public(), &mut doc).layer(from_fn_with_state(Arc::clone(access), auth::recognise));
-    let tenant = part(tenant(), &mut doc).layer(from_fn_with_state(Arc::clone(access), auth::any_caller));
+    let tenant = part(tenant(), &mut doc).layer(from_fn_with_state(Arc::clone(access), auth::tenant_or_admin));
+    let shared = part(shared(), &mut doc).layer(from_fn_with_state(Arc::clone(access), auth::any_caller));
+    let worker = part(worker(), &mut doc).layer(from_fn_with_state(Arc::clone(access), auth::worker_or_admin));
     let admin = part(admin(), &mut doc).layer(from_fn_with_state(Arc::clone(access), auth::admin_only));
-    (public.merge(tenant).merge(admin), doc)
+    (public.merge(tenant).merge(shared).merge(worker).merge(admin), doc)
 }
 
 /// A group's routes, their description added to `doc`. The JSON 405 is set here, before
@@ -60,18 +62,28 @@ pub(super) fn tenant() -> OpenApiRouter<Service> {
         .routes(routes!(estimates::estimate))
         .routes(routes!(bulk::cancel))
         .routes(routes!(export::export))
-        .routes(routes!(schemas::get))
         .routes(routes!(revisions::source))
         .routes(routes!(revisions::diff))
 }
 
-/// The admin token only: work distribution and results, operator actions, and views of
-/// the whole store.
-pub(super) fn admin() -> OpenApiRouter<Service> {
+/// Any token, a worker's too: the registered schemas say nothing of any tenant, and a
+/// worker needs them to answer.
+pub(super) fn shared() -> OpenApiRouter<Service> {
+    OpenApiRouter::new().routes(routes!(schemas::get))
+}
+
+/// The admin's or a worker's token: work distribution, lease extensions and results. A worker token's
+/// scope (tenants, schemas) is checked by the handlers.
+pub(super) fn worker() -> OpenApiRouter<Service> {
     OpenApiRouter::new()
         .routes(routes!(workers::claim))
         .routes(routes!(workers::post_result))
         .routes(routes!(workers::extend_lease))
+}
+
+/// The admin token only: operator actions and views of the whole store.
+pub(super) fn admin() -> OpenApiRouter<Service> {
+    OpenApiRouter::new()
         .routes(routes!(handlers::retry))
         .routes(routes!(handlers::stats))
         .routes(routes!(delivery::list))

@@ -1,11 +1,13 @@
 //! The external workers' side: claiming leases and posting results under them.
 
+use axum::Extension;
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::auth::CallerExt;
 use super::error::{ApiError, ErrorBody};
 use super::error::{Reply, ok};
 use super::extract::{IdPath, JsonBody};
@@ -16,8 +18,9 @@ use super::openapi::{
 use super::views::{self, ClaimGrant};
 use super::whole;
 use crate::domain::batch::Usage;
+use crate::http::access::{Caller, Denied};
 use crate::service::{ResultRequest, Service, WorkerPricing, WorkerUsage};
-use crate::store::{ClaimRequest, PostOutcome};
+use crate::store::{ClaimRequest, PostOutcome, WorkScope};
 
 /// Asks for work: leases on expired claims first, then pending extractions.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -76,13 +79,24 @@ pub(super) struct ClaimsPage {
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]
-pub(super) async fn claim(State(service): State<Service>, JsonBody(body): JsonBody<ClaimBody>) -> Reply<ClaimsPage> {
+pub(super) async fn claim(
+    State(service): State<Service>,
+    Extension(caller): CallerExt,
+    JsonBody(body): JsonBody<ClaimBody>,
+) -> Reply<ClaimsPage> {
+    let scope = caller.work_scope();
+    if let (Some(schema), Caller::Worker(worker)) = (&body.schema, &caller)
+        && !scope.covers_schema(schema)
+    {
+        return Err(Denied::OutsideScope { worker: worker.name.clone(), what: format!("schema {schema:?}") }.into());
+    }
     let request = ClaimRequest {
         worker: body.worker,
         limit: body.limit,
         lease_ms: body.lease_seconds.saturating_mul(1000),
         schema: body.schema,
         estimate: None,
+        scope,
     };
     let pricing = body.priced_as.map(|p| WorkerPricing {
         provider: p.provider,
@@ -179,9 +193,16 @@ pub(super) struct ResultReply {
     ))]
 pub(super) async fn post_result(
     State(service): State<Service>,
+    Extension(caller): CallerExt,
     IdPath(id): IdPath,
     JsonBody(body): JsonBody<ResultBody>,
 ) -> Reply<ResultReply> {
+    // The lease token already proves the claim; a scoped token is also held to its scope
+    // here, so a token that leaked from another worker's claim is of no use to it.
+    if caller.work_scope() != WorkScope::default() {
+        let record = service.get(id).await?;
+        caller.may_work_on(&record.tenant, &record.schema)?;
+    }
     let usage = body.usage.map(|u| WorkerUsage {
         provider: u.provider.unwrap_or_else(|| "external".to_string()),
         latency_ms: u.latency_ms,
@@ -254,9 +275,15 @@ pub(super) struct LeaseReply {
     ))]
 pub(super) async fn extend_lease(
     State(service): State<Service>,
+    Extension(caller): CallerExt,
     IdPath(id): IdPath,
     JsonBody(body): JsonBody<LeaseBody>,
 ) -> Reply<LeaseReply> {
+    // As for results: a scoped worker token is held to its scope even with a valid lease token.
+    if caller.work_scope() != WorkScope::default() {
+        let record = service.get(id).await?;
+        caller.may_work_on(&record.tenant, &record.schema)?;
+    }
     let expires_at_ms = service.extend_lease(id, body.lease_token.clone(), body.lease_seconds).await?;
     ok(LeaseReply { lease_token: body.lease_token, lease_expires_at: crate::domain::clock::format_ms(expires_at_ms) })
 }

@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 
 use crate::domain::batch::Usage;
 use crate::domain::health::{ProviderHealth, SharedHealth};
-use crate::domain::identity::ExtractionId;
+use crate::domain::identity::{ExtractionId, IdPrefix};
 use crate::domain::lifecycle::TransitionError;
 use crate::domain::schema::{self, Registry, ValidationIssue};
 use crate::engine::commit::{Committer, Judge, WorkSignals};
@@ -434,6 +434,20 @@ impl Service {
 
     pub async fn get(&self, id: ExtractionId) -> Result<ExtractionRecord, Error> {
         self.store.get(id).await?.ok_or(Error::NotFound(id))
+    }
+
+    /// The extractions (of `tenant`, if given) whose id starts with `prefix`: one when
+    /// the prefix is unique, up to `limit` when not.
+    pub async fn with_id_prefix(
+        &self,
+        prefix: IdPrefix,
+        tenant: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<ExtractionRecord>, Error> {
+        if limit == 0 || limit > MAX_LIST_LIMIT {
+            return Err(invalid("limit", format!("must be between 1 and {MAX_LIST_LIMIT}")));
+        }
+        Ok(self.store.with_id_prefix(prefix, tenant, limit).await?)
     }
 
     pub async fn list(&self, filter: ListFilter) -> Result<ListPage, Error> {

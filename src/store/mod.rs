@@ -45,6 +45,6 @@ pub use seam::{
     ExtendOutcome, Flush, Grant, IngestLine, IntakeOutcome, Judged, LeaseExtension, Leftover, ListFilter, ListPage,
     NewEvaluation, OutboxFilter, PostOutcome, PostResult, Promotion, ProviderDriver, RETRY_CHUNK, ReadyItem,
     RetryFilter, RetryOutcome, Selection, SharedStore, SourceContent, StageReport, StateCount, Submission, TenantDepth,
-    TrialAnswer, TrialsWritten, store_day_ms, this_instance,
+    TrialAnswer, TrialsWritten, WorkScope, store_day_ms, this_instance,
 };
 pub use staged::StagedAnswer;

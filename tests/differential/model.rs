@@ -11,7 +11,10 @@ use commitpoint::domain::lifecycle::{FailureClass, StateName, TransitionError};
 use commitpoint::store::{ChargeKind, DiffCounts, OutboxKind, PostOutcome, Submission};
 
 use super::ops::{AuthorityPick, Op, RulesPick, TokenPick};
-use super::universe::{self, IDENTITY_COUNT, SCHEMAS, SINKS};
+use super::universe::{self, IDENTITY_COUNT, SCHEMAS, SINKS, TENANTS};
+
+/// A claim's schema, and the one tenant its worker token is scoped to.
+type ClaimScope = (Option<usize>, Option<usize>);
 use super::view::*;
 
 pub(super) struct Ext {
@@ -111,8 +114,8 @@ impl Model {
                 self.deliveries.insert(key, seq);
                 Answer::Delivery { first: Some(created), record: self.ext[&seq].view.clone() }
             }
-            Op::Claim { worker, limit, short_lease, schema } => {
-                self.claim(index, *worker, *limit, *short_lease, *schema)
+            Op::Claim { worker, limit, short_lease, schema, only } => {
+                self.claim(index, *worker, *limit, *short_lease, (*schema, *only))
             }
             Op::Post { identity, authority, ok, findings, paid, again } => {
                 let identity = &identity.unwrap_or(self.last_granted);
@@ -223,8 +226,12 @@ impl Model {
     }
 
     /// Leases that ran out first (oldest first), then pending work by the fair pick.
-    fn claim(&mut self, index: usize, worker: usize, limit: usize, short: bool, schema: Option<usize>) -> Answer {
-        let wanted = |e: &Ext| schema.is_none_or(|s| e.view.schema == SCHEMAS[s]);
+    /// `scope`: the schema asked for, and the one tenant the worker's token is scoped to.
+    fn claim(&mut self, index: usize, worker: usize, limit: usize, short: bool, scope: ClaimScope) -> Answer {
+        let (schema, only) = scope;
+        let wanted = |e: &Ext| {
+            schema.is_none_or(|s| e.view.schema == SCHEMAS[s]) && only.is_none_or(|t| e.view.tenant == TENANTS[t])
+        };
         let mut expired: Vec<(usize, u64)> = self
             .ext
             .iter()

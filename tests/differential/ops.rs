@@ -73,11 +73,13 @@ pub enum Op {
         delivery: usize,
         identity: usize,
     },
+    /// `only`: a worker token scoped to this one tenant.
     Claim {
         worker: usize,
         limit: usize,
         short_lease: bool,
         schema: Option<usize>,
+        only: Option<usize>,
     },
     /// `paid`: (a latency is known, which of a few request ids the call had).
     /// `identity`: `None` names the extraction granted last. `again`: the same answer is
@@ -216,8 +218,8 @@ pub fn op() -> impl Strategy<Value = Op> {
         8 => identity().prop_map(|identity| Op::Intake { identity }),
         2 => (0usize..2, 0usize..3, identity())
             .prop_map(|(endpoint, delivery, identity)| Op::IntakeDelivery { endpoint, delivery, identity }),
-        5 => (0usize..3, 1usize..4, any::<bool>(), prop::option::of(schema.clone()))
-            .prop_map(|(worker, limit, short_lease, schema)| Op::Claim { worker, limit, short_lease, schema }),
+        5 => (0usize..3, 1usize..4, any::<bool>(), prop::option::of(schema.clone()), prop::option::weighted(0.3, tenant.clone()))
+            .prop_map(|(worker, limit, short_lease, schema, only)| Op::Claim { worker, limit, short_lease, schema, only }),
         6 => (post_target(), authority, any::<bool>(), findings(), prop::option::of((any::<bool>(), 0u8..3)))
             .prop_flat_map(|(identity, authority, ok, findings, paid)| {
                 prop::bool::weighted(0.3)

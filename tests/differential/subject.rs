@@ -11,7 +11,7 @@ use commitpoint::domain::names::{BatchKey, LeaseToken};
 use commitpoint::store::{
     Authority, BatchRecord, BatchState, Charge, ClaimRequest, DeliveryOutcome, DeliveryReport, Error, ExtendOutcome,
     ExtractionRecord, Flush, IngestLine, IntentOutcome, IntentRequest, LeaseExtension, Leftover, MemberRules,
-    OutboxFilter, OutboxRecord, PostResult, ReadyItem, RetryFilter, SharedStore, WorkFilter,
+    OutboxFilter, OutboxRecord, PostResult, ReadyItem, RetryFilter, SharedStore, WorkFilter, WorkScope,
 };
 
 use super::ops::{AuthorityPick, DeliveryPick, LeftoverPick, LineKind, LinePick, LineTarget, Op, RulesPick, TokenPick};
@@ -83,13 +83,14 @@ impl Subject {
                     }
                 }
             }
-            Op::Claim { worker, limit, short_lease, schema } => {
+            Op::Claim { worker, limit, short_lease, schema, only } => {
                 let request = ClaimRequest {
                     worker: format!("w{worker}"),
                     limit: *limit,
                     lease_ms: if *short_lease { 0 } else { 3_600_000 },
                     schema: schema.map(|s| SCHEMAS[s].to_string()),
                     estimate: None,
+                    scope: WorkScope { tenants: only.map(|t| vec![TENANTS[t].to_string()]), schemas: None },
                 };
                 let grants = store.claim(request).await?;
                 let mut out = Vec::new();

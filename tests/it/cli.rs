@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use crate::util::{Server, assert_verifies, cli, id_of, stderr, stdout, temp_dir, verify};
+use crate::util::{Server, assert_verifies, cli, finding, id_of, output, stderr, stdout, temp_dir, verify};
 
 fn write_sources(root: &std::path::Path) {
     std::fs::create_dir_all(root.join("sub")).expect("mkdir");
@@ -66,12 +66,145 @@ async fn submit_counts_failures_and_exits_one() {
     let out = cli(&["submit", "--server", &server.url, "--tenant", "t", root]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stdout(&out).contains("submitted: 1 created, 0 already known, 2 failed"), "{}", stdout(&out));
+    // stderr is a pipe here, so the progress bar is hidden: the reasons must still show.
+    assert!(stderr(&out).contains("binary.bin") && stderr(&out).contains("not UTF-8"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("empty.txt"), "{}", stderr(&out));
     assert_eq!(server.api().list_all("").await.len(), 1);
 
     let zero = cli(&["submit", "--server", &server.url, "--tenant", "u", "--concurrency", "0", root]);
     assert_ne!(zero.status.code(), Some(0), "{}", stdout(&zero));
     assert!(stderr(&zero).contains("--concurrency"), "{}", stderr(&zero));
     assert_eq!(server.api().list_all("").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_takes_an_id_prefix_a_source_and_prints_findings() {
+    let dir = temp_dir();
+    let sources = temp_dir();
+    write_sources(sources.path());
+    let server = Server::start(dir.path());
+    let api = server.api();
+    let root = sources.path().to_str().expect("utf-8 temp path");
+    let out = cli(&["submit", "--server", &server.url, "--tenant", "cli-t", root]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let listed = api.list_all("tenant=cli-t&").await;
+    let nested = listed.iter().find(|r| r["source_id"] == "sub/c.txt").expect("sub/c.txt");
+    let id = id_of(nested);
+
+    let by_prefix = cli(&["get", &id[..12], "--server", &server.url]);
+    assert_eq!(by_prefix.status.code(), Some(0), "{}", stderr(&by_prefix));
+    let printed: Value = serde_json::from_str(&stdout(&by_prefix)).expect("JSON");
+    assert_eq!(printed, api.record(&id).await, "the 12 characters the console shows name the record");
+
+    let by_source = cli(&["get", "--source", "cli-t/sub/c.txt", "--server", &server.url]);
+    assert_eq!(by_source.status.code(), Some(0), "{}", stderr(&by_source));
+    let printed: Value = serde_json::from_str(&stdout(&by_source)).expect("JSON");
+    assert_eq!(printed["extraction_id"], json!(id), "a source id with a slash in it");
+
+    // Commit it with two findings; --findings prints them.
+    let (claimed, lease) = api.claim_one("w", 60).await;
+    let file = api.record(&claimed).await["source_id"].as_str().expect("source_id").to_string();
+    let findings = [finding("r1", &file, 1, "one"), finding("r2", &file, 1, "two")];
+    let reply = api.post_result(&claimed, &lease, &output(&findings)).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let printed = cli(&["get", &claimed[..8], "--findings", "--server", &server.url]);
+    assert_eq!(printed.status.code(), Some(0), "{}", stderr(&printed));
+    let printed: Value = serde_json::from_str(&stdout(&printed)).expect("JSON");
+    let rules: BTreeSet<&str> =
+        printed.as_array().expect("an array").iter().filter_map(|f| f["rule"].as_str()).collect();
+    assert_eq!(rules, BTreeSet::from(["r1", "r2"]), "{printed}");
+
+    // Names that pick nothing, or more than one, are usage errors that say so.
+    let common = common_prefix(&listed.iter().map(id_of).collect::<Vec<_>>());
+    let cases = [
+        (vec!["get", "ffff0000"], "no extraction id starts with"),
+        (vec!["get", "xyz1"], "4 to 64 lowercase hex"),
+        (vec!["get", "--source", "no-slash"], "TENANT/SOURCE_ID"),
+    ];
+    for (args, message) in cases {
+        let out = cli(&[&args[..], &["--server", &server.url]].concat());
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
+    }
+    if common.len() >= 4 {
+        let out = cli(&["get", &common, "--server", &server.url]);
+        assert_eq!(out.status.code(), Some(64));
+        assert!(stderr(&out).contains("give more characters"), "{}", stderr(&out));
+    }
+    let unknown = cli(&["get", "--source", "cli-t/missing.rs", "--server", &server.url]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(stdout(&unknown).contains("unknown_source"), "{}", stdout(&unknown));
+}
+
+fn common_prefix(ids: &[String]) -> String {
+    let first = &ids[0];
+    let len = (0..first.len()).take_while(|&i| ids.iter().all(|id| id.as_bytes()[i] == first.as_bytes()[i])).count();
+    first[..len].to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_json_metadata_and_wait_report_each_file_and_each_failure() {
+    let dir = temp_dir();
+    let sources = temp_dir();
+    std::fs::write(sources.path().join("good.rs"), "fn good() {}\n").expect("write");
+    std::fs::write(sources.path().join("bad.rs"), "fn bad() {}\n").expect("write");
+    std::fs::write(sources.path().join("binary.bin"), [0xff, 0xfe]).expect("write");
+    let server = Server::start(dir.path());
+    let api = server.api();
+    let root = sources.path().to_str().expect("utf-8 temp path").to_string();
+    let url = server.url.clone();
+    // No provider: a worker answers while `submit --wait` waits, one answer valid, one not.
+    let submit = tokio::task::spawn_blocking(move || {
+        cli(&[
+            "submit",
+            "--server",
+            &url,
+            "--tenant",
+            "w-t",
+            "--json",
+            "--wait",
+            "--wait-timeout",
+            "60s",
+            "--metadata",
+            r#"{"team": "payments"}"#,
+            &root,
+        ])
+    });
+    let mut answered = 0;
+    while answered < 2 {
+        for grant in api.claim("w", 2, 60).await {
+            let (id, lease) = (id_of(&grant), grant["lease_token"].as_str().expect("lease").to_string());
+            assert_eq!(grant["metadata"], json!({"team": "payments"}), "--metadata reached the source");
+            let body = if grant["source_id"] == "good.rs" {
+                output(&[finding("r1", "good.rs", 1, "ok")])
+            } else {
+                json!({"findings": "not an array"})
+            };
+            api.post_result(&id, &lease, &body).await;
+            answered += 1;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let out = submit.await.expect("submit ran");
+    assert_eq!(out.status.code(), Some(1), "one failed: {}", stderr(&out));
+    let lines: Vec<Value> =
+        stdout(&out).lines().map(|l| serde_json::from_str(l).expect("one JSON object per line")).collect();
+    let by_source: std::collections::BTreeMap<&str, &Value> =
+        lines.iter().map(|l| (l["source_id"].as_str().expect("source_id"), l)).collect();
+    assert_eq!(by_source.len(), 3, "{lines:?}");
+    assert_eq!(by_source["good.rs"]["state"], json!("committed"));
+    assert_eq!(by_source["good.rs"]["created"], json!(true));
+    assert_eq!(by_source["good.rs"]["extraction_id"].as_str().map(str::len), Some(64));
+    assert_eq!(by_source["bad.rs"]["state"], json!("failed"));
+    assert_eq!(by_source["bad.rs"]["failure_class"], json!("validation"));
+    assert!(by_source["binary.bin"]["error"].as_str().expect("error").contains("not UTF-8"));
+    let err = stderr(&out);
+    assert!(err.contains("bad.rs: failed (validation):"), "each failure with its class and reason: {err}");
+    assert!(err.contains("settled: 1 committed, 1 failed, 0 cancelled"), "{err}");
+
+    let bad_metadata = cli(&["submit", "--server", &server.url, "--tenant", "w-t", "--metadata", "[1]", "x"]);
+    assert_eq!(bad_metadata.status.code(), Some(64));
+    assert!(stderr(&bad_metadata).contains("must be a JSON object"), "{}", stderr(&bad_metadata));
 }
 
 #[test]

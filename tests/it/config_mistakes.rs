@@ -78,6 +78,28 @@ fn token_file_mistakes_are_refused_with_the_line_named() {
     }
 
     write_secret(&tenants, "acme acme-token-0123456789\n");
+    // A worker token file is checked against the other tokens, and by line too.
+    let workers = dir.path().join("workers");
+    let mut text = std::fs::read_to_string(&config).expect("read config");
+    text.push_str(&format!("worker_tokens_file = \"{}\"\n", workers.display()));
+    std::fs::write(&config, text).expect("write config");
+    write_secret(&workers, "triage worker-token-0123456789 tenants=acme\n");
+    let out = cli(&["config", "check", "--config", config.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(0), "a good worker file passes: {}", stderr(&out));
+    let workers_name = workers.to_str().expect("utf-8 path");
+    let cases: [(&str, &[&str]); 2] = [
+        ("triage worker-token-0123456789\nbatch acme-token-0123456789\n", &["line 2", "tenant \"acme\""]),
+        ("triage worker-token-0123456789 tenant=acme\n", &["line 1", "unknown field \"tenant\""]),
+    ];
+    for (text, needles) in cases {
+        write_secret(&workers, text);
+        let mut needles = needles.to_vec();
+        needles.push(workers_name);
+        let outputs = check_and_serve(dir.path(), &config);
+        assert_refused(&outputs, &needles, &["worker-token-0123456789", "acme-token-0123456789"]);
+    }
+    write_secret(&workers, "triage worker-token-0123456789\n");
+
     write_secret(&admin, "short-admin\n");
     assert_refused(&check_and_serve(dir.path(), &config), &["shorter than 16", "admin"], &["short-admin"]);
 }

@@ -76,7 +76,7 @@ impl Browser {
     }
 
     /// Posts the login form with `token`.
-    async fn post_login(&self, token: &str) -> reqwest::Response {
+    pub(crate) async fn post_login(&self, token: &str) -> reqwest::Response {
         let (nonce, csrf) = self.login_form().await;
         let mut with_nonce = Browser::new(&self.base);
         with_nonce.cookie = Some(nonce);

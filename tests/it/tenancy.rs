@@ -56,6 +56,16 @@ async fn another_tenants_extraction_is_indistinguishable_from_a_missing_one() {
         call_as(&format!("{base}/v1/extractions/{id}/result"), Some(ADMIN), Method::POST, Some(result)).await;
     assert_eq!(status, 200);
 
+    // Nor does a lookup by id prefix tell another tenant the id exists.
+    let by_prefix = |token: &'static str| {
+        let url = format!("{base}/v1/extractions?id_prefix={}", &id[..12]);
+        async move { call_as(&url, Some(token), Method::GET, None).await }
+    };
+    let (status, own) = by_prefix(ACME).await;
+    assert_eq!((status, own["extractions"][0]["extraction_id"].as_str()), (200, Some(id.as_str())), "{own}");
+    let (status, theirs) = by_prefix(GLOBEX).await;
+    assert_eq!((status, theirs["extractions"].as_array().map(Vec::len)), (200, Some(0)), "{theirs}");
+
     let missing = "0".repeat(64);
     for suffix in ["", "/findings", "/costs"] {
         let (own, _) = call_as(&format!("{base}/v1/extractions/{id}{suffix}"), Some(ACME), Method::GET, None).await;

@@ -87,6 +87,9 @@ pub(crate) struct RawAccess {
     pub tenant_tokens_file: Option<PathBuf>,
     /// The same file as a systemd credential (`$CREDENTIALS_DIRECTORY/NAME`).
     pub tenant_tokens_credential: Option<String>,
+    /// `worker token [tenants=…] [schemas=…]` per line, mode 0600.
+    pub worker_tokens_file: Option<PathBuf>,
+    pub worker_tokens_credential: Option<String>,
 }
 
 impl RawAccess {
@@ -97,6 +100,11 @@ impl RawAccess {
     /// Where the tenant tokens file is: a path, or a systemd credential.
     pub(crate) fn tenant_tokens_source(&self) -> Result<Option<KeySource>, Error> {
         one_source("access.tenant_tokens_*", &None, &self.tenant_tokens_file, &self.tenant_tokens_credential)
+    }
+
+    /// Where the worker tokens file is: a path, or a systemd credential.
+    pub(crate) fn worker_tokens_source(&self) -> Result<Option<KeySource>, Error> {
+        one_source("access.worker_tokens_*", &None, &self.worker_tokens_file, &self.worker_tokens_credential)
     }
 }
 

@@ -92,6 +92,8 @@ pub(crate) struct AccessOptions {
     pub admin_token: Option<KeySource>,
     /// A file (or systemd credential) with `tenant token` per line.
     pub tenant_tokens: Option<KeySource>,
+    /// A file (or systemd credential) with `worker token [tenants=…] [schemas=…]` per line.
+    pub worker_tokens: Option<KeySource>,
     /// `[access] wrong_token_allowance`; `None`: the default (`http::guesses`).
     pub wrong_token_allowance: Option<u32>,
 }
@@ -207,6 +209,7 @@ impl ServeOptions {
         let access = AccessOptions {
             admin_token: raw.access.admin_source()?,
             tenant_tokens: raw.access.tenant_tokens_source()?,
+            worker_tokens: raw.access.worker_tokens_source()?,
             wrong_token_allowance: raw.access.wrong_token_allowance,
         };
         if !listen.ip().is_loopback() && access.admin_token.is_none() {
@@ -352,7 +355,7 @@ impl ServeOptions {
             "[server]\nlisten = \"{}\"\ndata_dir = \"{}\"\n{}\nmax_body_bytes = {}\ncache_bytes = {}\n{}\n\n\
              [scheduler]\nbatch_max_size = {}\nbatch_max_wait = \"{}\"\npoll_interval = \"{}\"\nmax_submit_failures = {}\n\
              job_gone_after = \"{}\"\ndelete_provider_files = {}\nmax_attempts = {}\n\n\
-             [access]\n# admin token: {}\n# tenant tokens: {}\n",
+             [access]\n# admin token: {}\n# tenant tokens: {}\n# worker tokens: {}\n",
             self.listen,
             self.data_dir.display(),
             self.schema_dir.as_ref().map_or_else(
@@ -374,6 +377,7 @@ impl ServeOptions {
                 .as_ref()
                 .map_or_else(|| "none (open API, loopback only)".to_string(), |k| format!("{k} (value redacted)")),
             self.access.tenant_tokens.as_ref().map_or_else(|| "none".to_string(), |f| format!("{f} (values redacted)")),
+            self.access.worker_tokens.as_ref().map_or_else(|| "none".to_string(), |f| format!("{f} (values redacted)")),
         )
     }
 }

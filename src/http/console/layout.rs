@@ -101,6 +101,7 @@ fn shell(title: &str, viewer: Option<&Viewer>, content: Markup) -> Html<String> 
                                 Caller::Open => "open (loopback)".to_string(),
                                 Caller::Admin => "admin".to_string(),
                                 Caller::Tenant(t) => format!("tenant {t}"),
+                                Caller::Worker(w) => format!("worker {}", w.name),
                             })
                         }
                         @if !matches!(viewer.session.caller, Caller::Open) {

@@ -53,6 +53,11 @@ pub(super) async fn submit(
     }
     let who = peer.map(|Extension(p)| p.remote.ip());
     match console.access.authenticate(Some(&format!("Bearer {}", form.token)), who, Via::Login) {
+        Ok(Caller::Worker(_)) => login_page(
+            &console,
+            StatusCode::FORBIDDEN,
+            Some("A worker token only claims work and posts results; it cannot open the console."),
+        ),
         Ok(caller) => start(&console, caller),
         Err(Refused::Denied(_)) => {
             login_page(&console, StatusCode::UNAUTHORIZED, Some("That token is not valid here."))

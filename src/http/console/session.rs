@@ -67,6 +67,8 @@ impl SessionKey {
             Caller::Open => ("open", ""),
             Caller::Admin => ("admin", ""),
             Caller::Tenant(t) => ("tenant", t.as_str()),
+            // The login refuses worker tokens; were one issued, `verify` would not take it.
+            Caller::Worker(_) => ("worker", ""),
         };
         let payload = format!("{role}|{tenant}|{}|{}", session.expires_ms, session.id);
         let tag = self.mac(b"session\0", payload.as_bytes()).finalize().into_bytes();

@@ -20,7 +20,7 @@ use super::rows::{big, decode_record, lock_by_id, stored_content, transition, un
 use super::sql::{self, Tx};
 use super::{Error, PgStore, pg};
 use crate::domain::clock;
-use crate::domain::identity::ExtractionId;
+use crate::domain::identity::{ExtractionId, IdPrefix};
 use crate::domain::lifecycle::StateName;
 use crate::store::codec::{decode, encode};
 use crate::store::records::{FindingRecord, StoredContent};
@@ -220,9 +220,10 @@ impl Extractions for PgStore {
         let rows = sql::query(
             &tx,
             "SELECT record, content FROM extractions WHERE state_code = 2 AND lease_expires_at_ms <= $1 \
-                 AND ($2::text IS NULL OR schema_name = $2) ORDER BY lease_expires_at_ms, seq LIMIT $3 \
-                 FOR UPDATE SKIP LOCKED",
-            &[&big(now_ms), &schema, &limit],
+                 AND ($2::text IS NULL OR schema_name = $2) \
+                 AND ($4::text[] IS NULL OR tenant = ANY($4)) AND ($5::text[] IS NULL OR schema_name = ANY($5)) \
+                 ORDER BY lease_expires_at_ms, seq LIMIT $3 FOR UPDATE SKIP LOCKED",
+            &[&big(now_ms), &schema, &limit, &request.scope.tenants, &request.scope.schemas],
             "cannot select expired leases",
         )
         .await?;
@@ -239,7 +240,7 @@ impl Extractions for PgStore {
             &tx,
             &policies,
             request.schema.as_deref(),
-            &claim::everyone(),
+            &claim::accepted(&request),
             request.estimate.as_ref(),
             limits,
             &rotation,
@@ -400,6 +401,25 @@ impl Extractions for PgStore {
             .await
             .map_err(pg("cannot read an extraction"))?;
         row.map(|r| decode_record(r.get(0))).transpose()
+    }
+
+    async fn with_id_prefix(
+        &self,
+        prefix: IdPrefix,
+        tenant: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<ExtractionRecord>, Error> {
+        let client = self.client().await?;
+        let (low, high) = prefix.bounds();
+        let rows = client
+            .query(
+                "SELECT record FROM extractions WHERE id BETWEEN $1 AND $2 AND ($3::text IS NULL OR tenant = $3) \
+                 ORDER BY id LIMIT $4",
+                &[&low.as_slice(), &high.as_slice(), &tenant, &big(limit as u64)],
+            )
+            .await
+            .map_err(pg("cannot look up an id prefix"))?;
+        rows.iter().map(|r| decode_record(r.get(0))).collect()
     }
 
     /// A page in intake order after the cursor; `next` is set only when more follow.

@@ -28,7 +28,14 @@ async fn fail(store: &Store, tenant: &str, n: usize) {
         };
         store.intake(new).await.unwrap();
     }
-    let request = ClaimRequest { worker: "w".into(), limit: n, lease_ms: 60_000, schema: None, estimate: None };
+    let request = ClaimRequest {
+        worker: "w".into(),
+        limit: n,
+        lease_ms: 60_000,
+        schema: None,
+        estimate: None,
+        scope: Default::default(),
+    };
     for grant in store.claim(request).await.unwrap() {
         let submission =
             Submission::Invalid { reason: "bad".into(), issues: Vec::new(), output: String::new(), reask_limit: 0 };

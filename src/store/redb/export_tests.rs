@@ -36,7 +36,14 @@ async fn commit(store: &Store, from: usize, n: usize) {
         };
         store.intake(new).await.unwrap();
     }
-    let request = ClaimRequest { worker: "w".into(), limit: n, lease_ms: 60_000, schema: None, estimate: None };
+    let request = ClaimRequest {
+        worker: "w".into(),
+        limit: n,
+        lease_ms: 60_000,
+        schema: None,
+        estimate: None,
+        scope: Default::default(),
+    };
     for grant in store.claim(request).await.unwrap() {
         let finding = ValidatedFinding { canonical_identity: "[1]".into(), body: json!({"line": 1}) };
         let submission = Submission::Valid { findings: vec![finding], output: json!({"findings": [{"line": 1}]}) };

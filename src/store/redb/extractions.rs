@@ -29,7 +29,7 @@ use super::rules::{claim, lease, post};
 use super::tables::required;
 use super::write_tables::WriteTables;
 use super::{Error, Store};
-use crate::domain::identity::ExtractionId;
+use crate::domain::identity::{ExtractionId, IdPrefix};
 use crate::domain::lifecycle::State;
 use crate::store::seam::Charge;
 use crate::store::seam::{
@@ -103,9 +103,8 @@ fn claim_candidates(
     let mut rotation = t.policies.rotations.take(&queue);
     // Only the asked schema's queue (or every schema's, tenant by tenant): work the pick
     // does not reach is never read.
-    let estimate = request.estimate.as_ref();
-    let mut pending =
-        super::pending_queue::pick(t, request.schema.as_deref(), &claim::everyone(), estimate, limits, &rotation);
+    let (schema, accepted, estimate) = (request.schema.as_deref(), claim::accepted(request), request.estimate.as_ref());
+    let mut pending = super::pending_queue::pick(t, schema, &accepted, estimate, limits, &rotation);
     if let Ok(pending) = &mut pending {
         rotation.keep(pending);
     }
@@ -357,6 +356,25 @@ impl Extractions for Store {
 
     async fn get(&self, id: ExtractionId) -> Result<Option<ExtractionRecord>, Error> {
         self.read_point(|txn| super::reads::get(txn, &id))
+    }
+
+    async fn with_id_prefix(
+        &self,
+        prefix: IdPrefix,
+        tenant: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<ExtractionRecord>, Error> {
+        self.read(move |txn| {
+            let (low, high) = prefix.bounds();
+            let identity = txn.open_table(tables::IDENTITY)?;
+            let records =
+                identity.range::<&[u8; 32]>(&low..=&high)?.map(|entry| super::reads::by_seq(txn, entry?.1.value()));
+            let theirs = |r: &Result<ExtractionRecord, Error>| {
+                r.as_ref().map_or(true, |r| tenant.as_ref().is_none_or(|t| *t == r.tenant))
+            };
+            records.filter(theirs).take(limit).collect()
+        })
+        .await
     }
 
     /// The findings of an extraction, or `None` when the extraction does not exist.

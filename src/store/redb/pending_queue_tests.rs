@@ -44,7 +44,14 @@ fn intent(schema: &str, refused: &'static str, max_size: usize) -> IntentRequest
 }
 
 fn claim(schema: Option<&str>, limit: usize) -> ClaimRequest {
-    ClaimRequest { worker: "w".into(), limit, lease_ms: 60_000, schema: schema.map(str::to_string), estimate: None }
+    ClaimRequest {
+        worker: "w".into(),
+        limit,
+        lease_ms: 60_000,
+        schema: schema.map(str::to_string),
+        estimate: None,
+        scope: Default::default(),
+    }
 }
 
 async fn close_and_verify(store: Store, guard: WriterGuard, path: &std::path::Path) {

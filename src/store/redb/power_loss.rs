@@ -129,7 +129,14 @@ async fn workload(store: &Store) -> Acknowledged {
             acked.intakes.insert(id);
         }
     }
-    let request = ClaimRequest { worker: "w".into(), limit: 8, lease_ms: 60_000, schema: None, estimate: None };
+    let request = ClaimRequest {
+        worker: "w".into(),
+        limit: 8,
+        lease_ms: 60_000,
+        schema: None,
+        estimate: None,
+        scope: Default::default(),
+    };
     let Ok(grants) = store.claim(request).await else { return acked };
     let schema = Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap();
     for grant in grants {

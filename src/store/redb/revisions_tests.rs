@@ -41,8 +41,14 @@ async fn newest_first(store: &Store, contents: &[&str]) -> Vec<ExtractionId> {
         store.intake(new).await.unwrap();
         ids.push(id);
     }
-    let request =
-        ClaimRequest { worker: "w".into(), limit: contents.len(), lease_ms: 60_000, schema: None, estimate: None };
+    let request = ClaimRequest {
+        worker: "w".into(),
+        limit: contents.len(),
+        lease_ms: 60_000,
+        schema: None,
+        estimate: None,
+        scope: Default::default(),
+    };
     let mut grants = store.claim(request).await.unwrap();
     grants.reverse();
     for grant in grants {

@@ -74,7 +74,14 @@ async fn counters_follow_every_write_and_survive_a_reopen() {
     intake(&store, "a", "s0").await; // a redelivery writes nothing and counts nothing
     assert_counts(&store, "intake", &[("pending", 9), ("claimed", 0)]).await;
 
-    let claim = ClaimRequest { worker: "w".into(), limit: 3, lease_ms: 60_000, schema: None, estimate: None };
+    let claim = ClaimRequest {
+        worker: "w".into(),
+        limit: 3,
+        lease_ms: 60_000,
+        schema: None,
+        estimate: None,
+        scope: Default::default(),
+    };
     let grants = store.claim(claim).await.unwrap();
     assert_eq!(grants.len(), 3);
     assert_counts(&store, "claim", &[("pending", 6), ("claimed", 3)]).await;

@@ -54,7 +54,14 @@ async fn depth_splits_by_tenant_and_schema_and_a_file_without_counters_gets_them
     }
     intake(&store, "big", "other@1", "o").await;
     intake(&store, "small", "code-review@1", "x").await;
-    let claim = ClaimRequest { worker: "w".into(), limit: 2, lease_ms: 60_000, schema: None, estimate: None };
+    let claim = ClaimRequest {
+        worker: "w".into(),
+        limit: 2,
+        lease_ms: 60_000,
+        schema: None,
+        estimate: None,
+        scope: Default::default(),
+    };
     assert_eq!(store.claim(claim).await.unwrap().len(), 2);
     let depths = store.depth_by_tenant().await.unwrap();
     let pairs: Vec<(&str, &str, u64, u64)> = depths

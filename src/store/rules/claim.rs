@@ -44,9 +44,10 @@ pub(in crate::store) fn claim(
     Some((next, Lease { token, expires_at_ms }))
 }
 
-/// Whether the claim asks for work of this record's schema.
+/// Whether the claim asks for work of this record's schema, and the worker's scope
+/// covers its tenant and schema.
 pub(in crate::store) fn wanted(request: &ClaimRequest, record: &ExtractionRecord) -> bool {
-    request.schema.as_ref().is_none_or(|s| *s == record.schema)
+    request.schema.as_ref().is_none_or(|s| *s == record.schema) && request.scope.covers(&record.tenant, &record.schema)
 }
 
 /// What the fair pick may add to the `already` expired leases a claim took.
@@ -59,9 +60,10 @@ pub(in crate::store) fn queue(request: &ClaimRequest) -> String {
     format!("claim/{}", request.schema.as_deref().unwrap_or("*"))
 }
 
-/// Workers take any tenant's work.
-pub(in crate::store) fn everyone() -> WorkFilter {
-    WorkFilter(Arc::new(|_: &str, _: &str| true))
+/// The pending work a claim's fair pick may take: what the worker's scope covers.
+pub(in crate::store) fn accepted(request: &ClaimRequest) -> WorkFilter {
+    let scope = request.scope.clone();
+    WorkFilter(Arc::new(move |tenant: &str, schema: &str| scope.covers(tenant, schema)))
 }
 
 /// Fencing tokens: the claim number orders them for humans, the random part makes them
@@ -82,6 +84,7 @@ mod tests {
             lease_ms: 30_000,
             schema: schema.map(str::to_string),
             estimate: None,
+            scope: Default::default(),
         }
     }
 
@@ -119,5 +122,21 @@ mod tests {
         assert!(wanted(&request(None), &r));
         assert!(wanted(&request(Some("code-review@1")), &r));
         assert!(!wanted(&request(Some("invoice@1")), &r));
+    }
+
+    #[test]
+    fn a_scoped_worker_wants_only_its_tenants_and_schemas() {
+        let r = record(State::Pending);
+        let mut scoped = request(None);
+        scoped.scope.tenants = Some(vec!["globex".into()]);
+        assert!(!wanted(&scoped, &r), "tenant {:?} is outside the scope", r.tenant);
+        assert!(!(accepted(&scoped).0)(&r.tenant, &r.schema), "and the fair pick refuses it too");
+        scoped.scope.tenants = Some(vec!["globex".into(), r.tenant.clone()]);
+        assert!(wanted(&scoped, &r));
+        scoped.scope.schemas = Some(vec!["invoice@1".into()]);
+        assert!(!wanted(&scoped, &r), "schema {:?} is outside the scope", r.schema);
+        assert!(!(accepted(&scoped).0)(&r.tenant, &r.schema));
+        scoped.scope.schemas = Some(vec![r.schema.clone()]);
+        assert!(wanted(&scoped, &r) && (accepted(&scoped).0)(&r.tenant, &r.schema));
     }
 }

@@ -1,6 +1,7 @@
 //! Intake, reads of extractions, workers' claims and results, and what they answer.
 
 use super::*;
+use crate::domain::identity::IdPrefix;
 use crate::domain::lifecycle::Event;
 use async_trait::async_trait;
 use serde_json::Value;
@@ -21,6 +22,14 @@ pub trait Extractions: Send + Sync + std::fmt::Debug {
     async fn delivered(&self, endpoint: String, delivery_id: String) -> Result<Option<ExtractionRecord>, Error>;
     async fn get(&self, id: ExtractionId) -> Result<Option<ExtractionRecord>, Error>;
     async fn get_by_seq(&self, seq: u64) -> Result<Option<ExtractionRecord>, Error>;
+    /// Up to `limit` extractions (of `tenant` only, if given) whose id starts with
+    /// `prefix`, in id order.
+    async fn with_id_prefix(
+        &self,
+        prefix: IdPrefix,
+        tenant: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<ExtractionRecord>, Error>;
     async fn list(&self, filter: ListFilter) -> Result<ListPage, Error>;
     async fn findings(&self, id: ExtractionId) -> Result<Option<Vec<FindingRecord>>, Error>;
     async fn findings_page(
@@ -91,6 +100,27 @@ pub struct ClaimRequest {
     /// against its tenant's budget like a batch member; `None`: nothing is reserved, and
     /// only a spent budget holds the tenant's work back.
     pub estimate: Option<crate::store::MemberEstimate>,
+    /// The tenants and schemas the worker's token may take work of.
+    pub scope: WorkScope,
+}
+
+/// Which work a worker may claim: every tenant's and every schema's unless its token
+/// names some (`[access] worker_tokens_*`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkScope {
+    pub tenants: Option<Vec<String>>,
+    pub schemas: Option<Vec<String>>,
+}
+
+impl WorkScope {
+    pub fn covers(&self, tenant: &str, schema: &str) -> bool {
+        let has = |names: &Option<Vec<String>>, name: &str| names.as_ref().is_none_or(|n| n.iter().any(|x| x == name));
+        has(&self.tenants, tenant) && has(&self.schemas, schema)
+    }
+
+    pub fn covers_schema(&self, schema: &str) -> bool {
+        self.schemas.as_ref().is_none_or(|n| n.iter().any(|x| x == schema))
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -95,7 +95,7 @@ class Grant:
 
 @dataclass
 class Client:
-    """`base_url` like `http://127.0.0.1:7878`; `token` the bearer token (admin today)."""
+    """`base_url` like `http://127.0.0.1:7878`; `token` a worker token (or the admin token)."""
 
     base_url: str
     token: Optional[str] = None
