@@ -185,6 +185,9 @@ impl State {
 pub enum Event {
     /// A worker asks for the work under a new fencing token.
     Claim { worker: String, lease_token: LeaseToken, expires_at_ms: u64 },
+    /// A worker holding the current lease asks for more time: the lease now runs until
+    /// `expires_at_ms` under the same fencing token.
+    Extend { lease_token: LeaseToken, expires_at_ms: u64 },
     /// A worker posted output that passed schema validation.
     ValidResult { lease_token: LeaseToken },
     /// A worker posted output that failed schema validation (or grounding). `reask`: the
@@ -220,6 +223,7 @@ impl Event {
     fn name(&self) -> &'static str {
         match self {
             Self::Claim { .. } => "claim",
+            Self::Extend { .. } => "extend the lease of",
             Self::ValidResult { .. } | Self::InvalidResult { .. } => "result",
             Self::Retry => "retry",
             Self::Enqueue { .. } => "enqueue",
@@ -243,6 +247,7 @@ impl Event {
             | Self::ProviderFailed { batch_key, .. }
             | Self::Requeue { batch_key } => Some(batch_key),
             Self::Claim { .. }
+            | Self::Extend { .. }
             | Self::ValidResult { .. }
             | Self::InvalidResult { .. }
             | Self::Retry
@@ -302,6 +307,15 @@ pub fn apply(state: &State, event: Event, now_ms: u64) -> Result<Outcome, Transi
             Ok(Outcome::Changed(invalid(reason, reask)))
         }
         (S::Committed { .. }, E::ValidResult { .. } | E::InvalidResult { .. }) => Ok(Outcome::Replay),
+        // Like a result, an extension is fenced by the token, not the clock: a lease that ran
+        // out may still be extended while nobody took the work over. The new expiry is the
+        // worker's to choose (it may also shorten the lease).
+        (S::Claimed { worker, lease_token: current, .. }, E::Extend { lease_token, expires_at_ms }) => {
+            fenced(current, &lease_token)?;
+            Ok(claimed(worker.clone(), lease_token, expires_at_ms))
+        }
+        // No lease to extend (never claimed, re-asked, or the work went to a provider batch).
+        (S::Pending | S::Submitted { .. } | S::Ready { .. }, E::Extend { .. }) => Err(TransitionError::StaleLease),
         // A worker holding no lease (never claimed, or the work went to a provider batch).
         (S::Pending | S::Submitted { .. } | S::Ready { .. }, E::ValidResult { .. } | E::InvalidResult { .. }) => {
             Err(TransitionError::StaleLease)
@@ -394,6 +408,9 @@ mod tests {
     fn claim(token: &str, expires: u64) -> Event {
         Event::Claim { worker: "w".into(), lease_token: token.into(), expires_at_ms: expires }
     }
+    fn extend(token: &str, expires: u64) -> Event {
+        Event::Extend { lease_token: token.into(), expires_at_ms: expires }
+    }
     fn valid(token: &str) -> Event {
         Event::ValidResult { lease_token: token.into() }
     }
@@ -423,6 +440,33 @@ mod tests {
         let ready_reask = Event::ReadyInvalid { batch_key: "k".into(), reason: "bad".into(), reask: true };
         assert_eq!(apply(&ready("k"), ready_reask.clone(), 10), Ok(Outcome::Changed(State::Pending)));
         assert_eq!(apply(&ready("old"), ready_reask, 10), Err(TransitionError::StaleBatch));
+    }
+
+    /// An extension keeps the worker and the token and moves only the expiry, also after the
+    /// lease ran out while nobody took the work over; any other token, or an extraction
+    /// that holds no lease, is a stale lease; after the work ended it is illegal.
+    #[test]
+    fn only_the_current_lease_is_extended() {
+        let changed = |s: State| Ok(Outcome::Changed(s));
+        assert_eq!(apply(&claimed_by("a", 50), extend("a", 500), 10), changed(claimed_by("a", 500)));
+        assert_eq!(
+            apply(&claimed_by("a", 50), extend("a", 900), 400),
+            changed(claimed_by("a", 900)),
+            "expired, not taken over"
+        );
+        assert_eq!(apply(&claimed_by("b", 50), extend("a", 500), 10), Err(TransitionError::StaleLease));
+        for holds_no_lease in [State::Pending, submitted("k", None), ready("k")] {
+            assert_eq!(apply(&holds_no_lease, extend("a", 500), 10), Err(TransitionError::StaleLease));
+        }
+        let ended = [
+            (State::Committed { at_ms: 5 }, "committed"),
+            (failed(), "failed"),
+            (State::Cancelled { at_ms: 5 }, "cancelled"),
+        ];
+        for (state, from) in ended {
+            let refused = Err(TransitionError::Illegal { from, event: "extend the lease of" });
+            assert_eq!(apply(&state, extend("a", 500), 10), refused);
+        }
     }
 
     #[test]
@@ -553,6 +597,7 @@ mod tests {
         let key = prop::sample::select(vec!["k1", "k2"]).prop_map(BatchKey::from);
         prop_oneof![
             (token.clone(), 0u64..400).prop_map(|(t, e)| claim(t, e)),
+            (token.clone(), 0u64..400).prop_map(|(t, e)| extend(t, e)),
             token.clone().prop_map(valid),
             token.prop_map(invalid),
             Just(Event::Retry),

@@ -83,7 +83,7 @@ fn error_response(description: &str) -> RefOr<utoipa::openapi::Response> {
     modifiers(&BearerScheme),
     tags(
         (name = "extractions", description = "Taking sources in and reading extractions"),
-        (name = "workers", description = "External workers: claims and results (the admin token or a worker token)"),
+        (name = "workers", description = "External workers: claims, lease extensions and results (the admin token or a worker token)"),
         (name = "costs", description = "The cost ledger"),
         (name = "webhooks", description = "Signed inbound webhooks (no bearer token)"),
         (name = "outbox", description = "Deliveries to downstream sinks (admin)"),

@@ -25,6 +25,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/extractions/{id}"),
     ("GET", "/v1/extractions/{id}/findings"),
     ("POST", "/v1/extractions/{id}/result"),
+    ("POST", "/v1/extractions/{id}/lease"),
     ("POST", "/v1/extractions/{id}/retry"),
     ("GET", "/v1/extractions/{id}/costs"),
     ("POST", "/v1/claims"),
@@ -408,8 +409,18 @@ async fn real_answers_match_their_documented_schemas() {
     let (_, claims) = live.call("POST", "/v1/claims", "/v1/claims", Some(claim)).await;
     let finding = json!({"rule": "r1", "severity": "high", "file": "PR-1", "line": 1, "summary": "s"});
     let good = json!({"lease_token": claims["claims"][0]["lease_token"], "output": {"findings": [finding]}, "usage": expensive});
+    let lease_path = format!("/v1/extractions/{id}/lease");
+    let extend = json!({"lease_token": claims["claims"][0]["lease_token"], "lease_seconds": 600});
+    let (status, lease) = live.call("POST", "/v1/extractions/{id}/lease", &lease_path, Some(extend.clone())).await;
+    assert_eq!((status, &lease["lease_token"]), (200, &claims["claims"][0]["lease_token"]), "{lease:#}");
+    assert!(lease["lease_expires_at"].as_str() > claims["claims"][0]["lease_expires_at"].as_str(), "{lease:#}");
+    let stale = json!({"lease_token": "lt-none", "lease_seconds": 600});
+    let (status, refused) = live.call("POST", "/v1/extractions/{id}/lease", &lease_path, Some(stale)).await;
+    assert_eq!((status, &refused["error"]["code"]), (409, &json!("stale_lease")));
     let (status, posted) = live.call("POST", "/v1/extractions/{id}/result", &result_path, Some(good.clone())).await;
     assert_eq!((status, &posted["replay"]), (200, &json!(false)));
+    let (status, refused) = live.call("POST", "/v1/extractions/{id}/lease", &lease_path, Some(extend)).await;
+    assert_eq!((status, &refused["error"]["code"]), (409, &json!("illegal_transition")), "extended after its result");
     assert_eq!(live.call("POST", "/v1/extractions/{id}/result", &result_path, Some(good)).await.1["replay"], true);
     let (_, findings) =
         live.call("GET", "/v1/extractions/{id}/findings", &format!("/v1/extractions/{id}/findings"), None).await;

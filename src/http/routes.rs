@@ -72,10 +72,13 @@ pub(super) fn shared() -> OpenApiRouter<Service> {
     OpenApiRouter::new().routes(routes!(schemas::get))
 }
 
-/// The admin's or a worker's token: work distribution and results. A worker token's
+/// The admin's or a worker's token: work distribution, lease extensions and results. A worker token's
 /// scope (tenants, schemas) is checked by the handlers.
 pub(super) fn worker() -> OpenApiRouter<Service> {
-    OpenApiRouter::new().routes(routes!(workers::claim)).routes(routes!(workers::post_result))
+    OpenApiRouter::new()
+        .routes(routes!(workers::claim))
+        .routes(routes!(workers::post_result))
+        .routes(routes!(workers::extend_lease))
 }
 
 /// The admin token only: operator actions and views of the whole store.

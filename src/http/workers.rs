@@ -231,3 +231,59 @@ pub(super) async fn post_result(
     };
     ok(ResultReply { state: CommittedState::Committed, findings, replay })
 }
+
+/// Asks for more time on the current lease.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"lease_token": "lt-1-…", "lease_seconds": 300}))]
+pub(super) struct LeaseBody {
+    /// The lease token from the claim: 1–256 bytes, no control characters.
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
+    lease_token: String,
+    /// How long the lease runs from now, as in a claim.
+    #[serde(deserialize_with = "whole::u64")]
+    #[schema(minimum = 1, maximum = 86400)]
+    lease_seconds: u64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct LeaseReply {
+    /// The same token: an extension never changes it.
+    lease_token: String,
+    lease_expires_at: String,
+}
+
+/// Extends the current lease: the token still fences the work, and its lease now runs
+/// `lease_seconds` from now. A worker on a long document heartbeats with this.
+#[utoipa::path(post, path = "/v1/extractions/{id}/lease", operation_id = "extend_lease", tag = "workers",
+    request_body = LeaseBody,
+    params(("id" = String, Path, pattern = "^[0-9a-f]{64}$", description = "The extraction id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The lease's new expiry", body = LeaseReply),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
+        (status = 404, description = "`not_found`: no extraction with that id", body = ErrorBody),
+        (status = 409, description = "`stale_lease` (not the current lease: another worker took over, or the extraction holds no lease) or `illegal_transition` (the extraction is committed, failed or cancelled)", body = ErrorBody),
+        (status = 408, response = BodyTimeout),
+        (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedEncoding),
+        (status = 422, description = "`invalid_input` (`details.field` names it)", body = ErrorBody),
+        (status = 500, response = ServerError),
+        (status = 503, response = StoreUnavailable),
+    ))]
+pub(super) async fn extend_lease(
+    State(service): State<Service>,
+    Extension(caller): CallerExt,
+    IdPath(id): IdPath,
+    JsonBody(body): JsonBody<LeaseBody>,
+) -> Reply<LeaseReply> {
+    // As for results: a scoped worker token is held to its scope even with a valid lease token.
+    if caller.work_scope() != WorkScope::default() {
+        let record = service.get(id).await?;
+        caller.may_work_on(&record.tenant, &record.schema)?;
+    }
+    let expires_at_ms = service.extend_lease(id, body.lease_token.clone(), body.lease_seconds).await?;
+    ok(LeaseReply { lease_token: body.lease_token, lease_expires_at: crate::domain::clock::format_ms(expires_at_ms) })
+}

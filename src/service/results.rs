@@ -5,7 +5,10 @@ use super::{Error, MAX_CLAIM_LIMIT, MAX_LEASE_SECONDS, ResultRequest, Service, W
 use crate::domain::identity::ExtractionId;
 use crate::domain::schema::{SourceText, ValidationIssue};
 use crate::engine::commit::{Refusal, count_outcome};
-use crate::store::{Authority, Charge, ClaimRequest, ExtractionRecord, Grant, PostOutcome, PostResult, RetryOutcome};
+use crate::store::{
+    Authority, Charge, ClaimRequest, ExtendOutcome, ExtractionRecord, Grant, LeaseExtension, PostOutcome, PostResult,
+    RetryOutcome,
+};
 
 impl Service {
     /// Leases for a worker; with `pricing`, each pending source it takes is reserved
@@ -80,6 +83,19 @@ impl Service {
         }
     }
 
+    /// Gives the holder of the current lease `lease_seconds` more from now (within the
+    /// claims' bounds); answers the new expiry in milliseconds since the epoch.
+    pub async fn extend_lease(&self, id: ExtractionId, lease_token: String, lease_seconds: u64) -> Result<u64, Error> {
+        check_text("lease_token", &lease_token, 256)?;
+        check_lease_seconds(lease_seconds)?;
+        let extension = LeaseExtension { id, lease_token: lease_token.into(), lease_ms: lease_seconds * 1000 };
+        match self.store.extend_lease(extension).await? {
+            ExtendOutcome::Extended { expires_at_ms } => Ok(expires_at_ms),
+            ExtendOutcome::NotFound => Err(Error::NotFound(id)),
+            ExtendOutcome::Rejected(e) => Err(Error::Transition(e)),
+        }
+    }
+
     pub async fn retry(&self, id: ExtractionId) -> Result<ExtractionRecord, Error> {
         match self.store.retry(id).await? {
             RetryOutcome::Retried(record) => {
@@ -91,4 +107,12 @@ impl Service {
             RetryOutcome::Rejected(e) => Err(Error::Transition(e)),
         }
     }
+}
+
+/// An extension runs 1 s to `MAX_LEASE_SECONDS`, as a claim's lease does.
+fn check_lease_seconds(lease_seconds: u64) -> Result<(), Error> {
+    if lease_seconds == 0 || lease_seconds > MAX_LEASE_SECONDS {
+        return Err(invalid("lease_seconds", format!("must be between 1 and {MAX_LEASE_SECONDS}")));
+    }
+    Ok(())
 }

@@ -42,9 +42,9 @@ pub use rules::verify::Report;
 pub use seam::{
     Authority, Backend, BackupReport, CancelOutcome, Charge, ClaimRequest, CloseReport, DeliveryOutcome,
     DeliveryReport, DriverTerm, Drivers, EncodedFinding, ErasureReport, EvaluationCreated, ExportFilter, Exported,
-    Flush, Grant, IngestLine, IntakeOutcome, Judged, Leftover, ListFilter, ListPage, NewEvaluation, OutboxFilter,
-    PostOutcome, PostResult, Promotion, ProviderDriver, RETRY_CHUNK, ReadyItem, RetryFilter, RetryOutcome, Selection,
-    SharedStore, SourceContent, StageReport, StateCount, Submission, TenantDepth, TrialAnswer, TrialsWritten,
-    WorkScope, store_day_ms, this_instance,
+    ExtendOutcome, Flush, Grant, IngestLine, IntakeOutcome, Judged, LeaseExtension, Leftover, ListFilter, ListPage,
+    NewEvaluation, OutboxFilter, PostOutcome, PostResult, Promotion, ProviderDriver, RETRY_CHUNK, ReadyItem,
+    RetryFilter, RetryOutcome, Selection, SharedStore, SourceContent, StageReport, StateCount, Submission, TenantDepth,
+    TrialAnswer, TrialsWritten, WorkScope, store_day_ms, this_instance,
 };
 pub use staged::StagedAnswer;

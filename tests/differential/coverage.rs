@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use commitpoint::store::PostOutcome;
 
-use super::view::{Answer, IntentView, MoveView, StateView};
+use super::view::{Answer, IntentView, LeaseView, MoveView, StateView};
 
 static TALLY: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
 
@@ -73,6 +73,9 @@ pub fn note(answer: &Answer) {
         Answer::Event(_) => "outbox: delivery recorded",
         Answer::Erased(r) if r.extractions > 0 => "erase: something",
         Answer::Erased(_) => "erase: nothing",
+        Answer::Lease(LeaseView::Extended) => "lease: extended",
+        Answer::Lease(LeaseView::NotFound) => "lease: not found",
+        Answer::Lease(LeaseView::Rejected(_)) => "lease: refused",
     };
     count(what);
 }

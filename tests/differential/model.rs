@@ -172,6 +172,11 @@ impl Model {
             Op::Deliver { event, report } => self.deliver(*event, *report),
             Op::Redeliver { event } => self.redeliver(*event),
             Op::Erase { tenant } => Answer::Erased(self.erase(*tenant)),
+            Op::ExtendLease { identity, token, short_lease } => {
+                let identity = identity.unwrap_or(self.last_granted);
+                let token = self.token(identity, *token);
+                Answer::Lease(self.extend_lease(index, identity, token, *short_lease))
+            }
         }
     }
 
@@ -253,6 +258,25 @@ impl Model {
             grants.push((self.ext[&seq].view.clone(), self.ext[&seq].content.clone()));
         }
         Answer::Grants(grants)
+    }
+
+    /// The current token moves its lease's expiry (expired at once, ordered by this op, or
+    /// an hour away); any other token, or no lease, is stale; an ended extraction is illegal.
+    fn extend_lease(&mut self, index: usize, identity: usize, token: Option<TokenLabel>, short: bool) -> LeaseView {
+        let Some(ext) = self.live(identity).and_then(|seq| self.ext.get_mut(&seq)) else { return LeaseView::NotFound };
+        match &ext.view.state {
+            StateView::Claimed { token: current, .. } if Some(*current) == token => {
+                ext.expiring = short.then_some(index);
+                LeaseView::Extended
+            }
+            StateView::Claimed { .. } | StateView::Pending | StateView::Submitted { .. } | StateView::Ready { .. } => {
+                LeaseView::Rejected(TransitionError::StaleLease)
+            }
+            ended => LeaseView::Rejected(TransitionError::Illegal {
+                from: ended.name().as_str(),
+                event: "extend the lease of",
+            }),
+        }
     }
 
     fn token(&self, identity: usize, pick: TokenPick) -> Option<TokenLabel> {

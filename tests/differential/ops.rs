@@ -145,6 +145,13 @@ pub enum Op {
     Erase {
         tenant: usize,
     },
+    /// A worker's lease extension (`identity`: `None` names the extraction granted last),
+    /// to a lease that expires at once (`short_lease`) or in an hour, as claims do.
+    ExtendLease {
+        identity: Option<usize>,
+        token: TokenPick,
+        short_lease: bool,
+    },
 }
 
 /// An identity, now and then a stranger.
@@ -235,6 +242,8 @@ pub fn op() -> impl Strategy<Value = Op> {
         3 => (0usize..8, report).prop_map(|(event, report)| Op::Deliver { event, report }),
         1 => (0usize..4).prop_map(|event| Op::Redeliver { event }),
         1 => tenant.prop_map(|tenant| Op::Erase { tenant }),
+        3 => (post_target(), token(), any::<bool>())
+            .prop_map(|(identity, token, short_lease)| Op::ExtendLease { identity, token, short_lease }),
     ]
 }
 

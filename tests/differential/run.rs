@@ -116,8 +116,9 @@ async fn compare(case: &Case, subjects: &mut [Subject]) -> Result<(), TestCaseEr
             let got = subject.apply(index, op).await.map_err(|e| failed(&what, subject, &e))?;
             same(&format!("{what}: the answer"), "the model", &expected, subject.backend(), &got)?;
         }
-        if matches!(op, Op::Claim { .. }) {
-            // Leases are ordered by expiry time: the next claim must come a millisecond later.
+        if matches!(op, Op::Claim { .. } | Op::ExtendLease { .. }) {
+            // Leases are ordered by expiry time: the next claim or extension must come a
+            // millisecond later.
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
         // Every side agreed that nothing was done: nothing to read again.

@@ -9,9 +9,9 @@ use commitpoint::domain::identity::ExtractionId;
 use commitpoint::domain::lifecycle::{FailureClass, State};
 use commitpoint::domain::names::{BatchKey, LeaseToken};
 use commitpoint::store::{
-    Authority, BatchRecord, BatchState, Charge, ClaimRequest, DeliveryOutcome, DeliveryReport, Error, ExtractionRecord,
-    Flush, IngestLine, IntentOutcome, IntentRequest, Leftover, MemberRules, OutboxFilter, OutboxRecord, PostResult,
-    ReadyItem, RetryFilter, SharedStore, WorkFilter, WorkScope,
+    Authority, BatchRecord, BatchState, Charge, ClaimRequest, DeliveryOutcome, DeliveryReport, Error, ExtendOutcome,
+    ExtractionRecord, Flush, IngestLine, IntentOutcome, IntentRequest, LeaseExtension, Leftover, MemberRules,
+    OutboxFilter, OutboxRecord, PostResult, ReadyItem, RetryFilter, SharedStore, WorkFilter, WorkScope,
 };
 
 use super::ops::{AuthorityPick, DeliveryPick, LeftoverPick, LineKind, LinePick, LineTarget, Op, RulesPick, TokenPick};
@@ -255,6 +255,19 @@ impl Subject {
                 Answer::Event(event.map(|e| self.event(&e)))
             }
             Op::Erase { tenant } => Answer::Erased(store.erase_tenant(TENANTS[*tenant].into()).await?),
+            Op::ExtendLease { identity, token, short_lease } => {
+                let identity = identity.unwrap_or(self.last_granted);
+                let extension = LeaseExtension {
+                    id: universe::id_of(identity),
+                    lease_token: self.token(identity, *token),
+                    lease_ms: if *short_lease { 0 } else { 3_600_000 },
+                };
+                Answer::Lease(match store.extend_lease(extension).await? {
+                    ExtendOutcome::Extended { .. } => LeaseView::Extended,
+                    ExtendOutcome::NotFound => LeaseView::NotFound,
+                    ExtendOutcome::Rejected(e) => LeaseView::Rejected(e),
+                })
+            }
         })
     }
 

@@ -208,6 +208,14 @@ pub enum MoveView {
     Rejected(TransitionError),
 }
 
+/// A lease extension's answer: the new expiry is the clock's, so only whether it was extended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseView {
+    Extended,
+    NotFound,
+    Rejected(TransitionError),
+}
+
 /// What one operation answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
@@ -233,6 +241,7 @@ pub enum Answer {
     Count(u64),
     Event(Option<EventView>),
     Erased(ErasureReport),
+    Lease(LeaseView),
 }
 
 /// What only two real backends can be compared on: the raw identifiers both derive by the

@@ -179,3 +179,55 @@ async fn pending_work_is_claimed_in_intake_order() {
     claimed.extend(api.claim("w", 10, 60).await.iter().map(id_of));
     assert_eq!(claimed, ids);
 }
+
+/// A worker on a long document extends its lease with its token: the work stays its own
+/// past the lease it claimed, and the extension answers the same token with a later expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extended_lease_keeps_the_claim_past_its_first_expiry_until_the_result() {
+    let dir = temp_dir();
+    let server = Server::start(dir.path());
+    let api = server.api();
+    let id = api.create("acme", "PR-5", &reviewed()).await;
+    let (_, token) = api.claim_one("long-worker", 1).await;
+    let first_expiry = api.record(&id).await["lease_expires_at"].as_str().expect("expiry").to_string();
+
+    let extended = api.extend_lease(&id, &token, 60).await;
+    assert_eq!(extended.status, 200, "{:#}", extended.body);
+    assert_eq!(extended.body["lease_token"], json!(token), "an extension keeps the token");
+    let new_expiry = extended.body["lease_expires_at"].as_str().expect("new expiry").to_string();
+    assert!(new_expiry > first_expiry, "{new_expiry} is not after {first_expiry}");
+    assert_eq!(api.record(&id).await["lease_expires_at"], json!(new_expiry), "the record shows the new expiry");
+
+    tokio::time::sleep(PAST_ONE_SECOND_LEASE).await;
+    assert!(api.claim("other", 10, 60).await.is_empty(), "the extended lease is still live");
+    let committed = api.post_result(&id, &token, &output(&[finding("R1", "x.rs", 3, "s")])).await;
+    assert_eq!((committed.status, &committed.body["replay"]), (200, &json!(false)), "{:#}", committed.body);
+
+    // After the result there is no lease left to extend.
+    api.extend_lease(&id, &token, 60).await.assert_error(409, "illegal_transition");
+    assert_eq!(api.record(&id).await["state"], json!("committed"));
+    // Bounds as for claims; an unknown extraction is 404.
+    api.extend_lease(&id, &token, 0).await.assert_error(422, "invalid_input");
+    api.extend_lease(&id, &token, 86_401).await.assert_error(422, "invalid_input");
+    api.extend_lease(&"0".repeat(64), &token, 60).await.assert_error(404, "not_found");
+    stop_and_verify(server);
+}
+
+/// A worker whose expired lease another worker took over cannot take it back by extending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_superseded_token_cannot_extend_the_lease() {
+    let dir = temp_dir();
+    let server = Server::start(dir.path());
+    let api = server.api();
+    let id = api.create("acme", "PR-6", &reviewed()).await;
+    let (_, first) = api.claim_one("worker-a", 1).await;
+    tokio::time::sleep(PAST_ONE_SECOND_LEASE).await;
+    let (_, second) = api.claim_one("worker-b", 60).await;
+    let before = api.record(&id).await;
+
+    api.extend_lease(&id, &first, 600).await.assert_error(409, "stale_lease");
+    api.extend_lease(&id, "lt-never-issued", 600).await.assert_error(409, "stale_lease");
+    assert_eq!(api.record(&id).await, before, "a refused extension writes nothing");
+    assert_eq!(api.extend_lease(&id, &second, 120).await.status, 200, "the current holder still can");
+    stop_and_verify(server);
+}

@@ -251,6 +251,12 @@ impl Api {
         self.post(&format!("/v1/extractions/{id}/result"), &body).await
     }
 
+    /// `POST /v1/extractions/{id}/lease`: more time on the lease `token` holds.
+    pub async fn extend_lease(&self, id: &str, token: &str, lease_seconds: u64) -> Reply {
+        let body = json!({"lease_token": token, "lease_seconds": lease_seconds});
+        self.post(&format!("/v1/extractions/{id}/lease"), &body).await
+    }
+
     pub async fn retry(&self, id: &str) -> Reply {
         self.post(&format!("/v1/extractions/{id}/retry"), &json!({})).await
     }

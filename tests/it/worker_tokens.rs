@@ -93,6 +93,13 @@ async fn a_scoped_worker_claims_and_answers_only_its_tenants_work() {
         theirs["claims"][0]["lease_token"].as_str().expect("lease").to_string(),
     );
     assert_eq!(id, globex, "the oldest pending work goes first");
+    // Nor may it extend that lease; its holder may.
+    let extend = json!({"lease_token": lease, "lease_seconds": 120});
+    let lease_url = format!("{base}/v1/extractions/{id}/lease");
+    let (status, refused) = call_as(&lease_url, Some(ACME_WORKER), Method::POST, Some(extend.clone())).await;
+    assert_eq!(status, 403, "{refused}");
+    let (status, extended) = call_as(&lease_url, Some(ANY_WORKER), Method::POST, Some(extend)).await;
+    assert_eq!((status, &extended["lease_token"]), (200, &json!(lease)), "{extended}");
     let result = json!({"lease_token": lease, "output": output(&[finding("r1", "g1", 1, "x")])});
     let (status, refused) =
         call_as(&format!("{base}/v1/extractions/{id}/result"), Some(ACME_WORKER), Method::POST, Some(result.clone()))

@@ -25,10 +25,10 @@ use crate::domain::lifecycle::StateName;
 use crate::store::codec::{decode, encode};
 use crate::store::records::{FindingRecord, StoredContent};
 use crate::store::rules::operator::{self, SCAN_CHUNK, Step};
-use crate::store::rules::{claim, post};
+use crate::store::rules::{claim, lease, post};
 use crate::store::{
-    CancelOutcome, ClaimRequest, DeliveryOutcome, ExtractionRecord, Grant, IntakeOutcome, NewExtraction, Policies,
-    PostOutcome, PostResult, RetryFilter, RetryOutcome,
+    CancelOutcome, ClaimRequest, DeliveryOutcome, ExtendOutcome, ExtractionRecord, Grant, IntakeOutcome,
+    LeaseExtension, NewExtraction, Policies, PostOutcome, PostResult, RetryFilter, RetryOutcome,
 };
 
 /// The counts by state: the folded counters plus the deltas written since, with the
@@ -313,6 +313,24 @@ impl Extractions for PgStore {
                 transition(&tx, &policies, now_ms, &mut record, next).await?;
                 tx.commit().await.map_err(pg("retry commit failed"))?;
                 Ok(RetryOutcome::Retried(Box::new(record)))
+            }
+            Step::Answer(outcome) => Ok(outcome),
+        }
+    }
+
+    async fn extend_lease(&self, extension: LeaseExtension) -> Result<ExtendOutcome, Error> {
+        let now_ms = clock::now_ms();
+        let policies = self.policies();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
+        let Some(mut record) = lock_by_id(&tx, extension.id.as_bytes()).await? else {
+            return Ok(ExtendOutcome::NotFound);
+        };
+        match lease::extend(&record, &extension, now_ms) {
+            Step::Move(next) => {
+                transition(&tx, &policies, now_ms, &mut record, next).await?;
+                tx.commit().await.map_err(pg("lease extension commit failed"))?;
+                Ok(lease::extended(&record.state))
             }
             Step::Answer(outcome) => Ok(outcome),
         }

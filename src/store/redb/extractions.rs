@@ -25,7 +25,7 @@ use super::codec::{decode, encode};
 use super::ledger::record_charge;
 use super::records::{ExtractionRecord, Fence, NewExtraction, StoredContent};
 use super::rules::operator::{self, Step};
-use super::rules::{claim, post};
+use super::rules::{claim, lease, post};
 use super::tables::required;
 use super::write_tables::WriteTables;
 use super::{Error, Store};
@@ -33,7 +33,8 @@ use crate::domain::identity::{ExtractionId, IdPrefix};
 use crate::domain::lifecycle::State;
 use crate::store::seam::Charge;
 use crate::store::seam::{
-    ClaimRequest, DeliveryOutcome, Grant, IntakeOutcome, Judged, PostOutcome, PostResult, RetryOutcome,
+    ClaimRequest, DeliveryOutcome, ExtendOutcome, Grant, IntakeOutcome, Judged, LeaseExtension, PostOutcome,
+    PostResult, RetryOutcome,
 };
 
 fn intake(
@@ -188,6 +189,20 @@ fn retry(t: &mut WriteTables<'_>, id: &ExtractionId) -> Result<(RetryOutcome, bo
     }
 }
 
+fn extend_lease(t: &mut WriteTables<'_>, extension: &LeaseExtension) -> Result<(ExtendOutcome, bool), Error> {
+    let Some(seq) = t.identity.get(extension.id.as_bytes())?.map(|v| v.value()) else {
+        return Ok((ExtendOutcome::NotFound, false));
+    };
+    let mut record = load(t, seq)?;
+    match lease::extend(&record, extension, t.now_ms) {
+        Step::Move(next) => {
+            transition(t, &mut record, next)?;
+            Ok((lease::extended(&record.state), true))
+        }
+        Step::Answer(outcome) => Ok((outcome, false)),
+    }
+}
+
 /// Persists a new state with its index entries. The only place a record's state changes.
 pub(super) fn transition(t: &mut WriteTables<'_>, record: &mut ExtractionRecord, next: State) -> Result<(), Error> {
     transition_as(t, record, next, None)
@@ -316,6 +331,10 @@ impl Extractions for Store {
 
     async fn retry(&self, id: ExtractionId) -> Result<RetryOutcome, Error> {
         self.writer.write(move |t| retry(t, &id)).await
+    }
+
+    async fn extend_lease(&self, extension: LeaseExtension) -> Result<ExtendOutcome, Error> {
+        self.writer.write(move |t| extend_lease(t, &extension)).await
     }
 
     /// The extraction a webhook delivery created, if that delivery was seen before.

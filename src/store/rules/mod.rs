@@ -15,6 +15,7 @@ mod fair_tests;
 #[cfg(test)]
 mod fixtures;
 pub(crate) mod intent;
+pub(crate) mod lease;
 pub(crate) mod ledger;
 pub(crate) mod member;
 pub(crate) mod operator;

@@ -52,6 +52,8 @@ pub trait Extractions: Send + Sync + std::fmt::Debug {
     /// in the same transaction as the findings, raw result, ledger and outbox writes.
     async fn post_result(&self, post: PostResult) -> Result<PostOutcome, Error>;
     async fn retry(&self, id: ExtractionId) -> Result<RetryOutcome, Error>;
+    /// Moves the current lease's expiry (`rules::lease`), fenced by its token.
+    async fn extend_lease(&self, extension: LeaseExtension) -> Result<ExtendOutcome, Error>;
     /// Moves a pending, claimed, submitted or failed extraction to `Cancelled`.
     async fn cancel(&self, id: ExtractionId) -> Result<CancelOutcome, Error>;
     /// Moves up to `limit` matching failed extractions back to pending, in bounded
@@ -277,6 +279,25 @@ pub enum PostOutcome {
     Reasked {
         reason: String,
         reask: u32,
+    },
+    NotFound,
+    Rejected(TransitionError),
+}
+
+/// A worker's request for more time on the lease it holds.
+#[derive(Debug, Clone)]
+pub struct LeaseExtension {
+    pub id: ExtractionId,
+    pub lease_token: LeaseToken,
+    /// How long the lease runs from now.
+    pub lease_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExtendOutcome {
+    /// The lease now runs until then, under the same token.
+    Extended {
+        expires_at_ms: u64,
     },
     NotFound,
     Rejected(TransitionError),

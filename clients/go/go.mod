@@ -1,0 +1,3 @@
+module commitpoint/clients/go
+
+go 1.19
