@@ -10,6 +10,7 @@ pub mod generic;
 mod job_list;
 pub(crate) mod lines;
 pub mod openai;
+pub mod vertex;
 mod ratelimit;
 #[cfg(test)]
 mod reask_tests;
