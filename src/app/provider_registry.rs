@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::app::config::{self, ProviderKind, ProviderSettings, ProviderSpec};
 use crate::providers::anthropic::{AnthropicBatches, AnthropicConfig};
 use crate::providers::bedrock::{BedrockBatches, BedrockConfig};
+use crate::providers::vertex::{VertexBatches, VertexConfig};
 use crate::providers::chat::{ChatCompletions, ChatConfig};
 use crate::providers::gemini::{GeminiBatches, GeminiConfig};
 use crate::providers::generic::{GenericBatches, GenericConfig};
@@ -187,6 +188,24 @@ fn adapter(settings: &ProviderSettings, simulator_url: Option<String>) -> Result
             config.timeout_hours = b.timeout_hours;
             let adapter =
                 BedrockBatches::new(config).map_err(|e| Error::Setup { name: name.clone(), reason: e.to_string() })?;
+            Arc::new(adapter)
+        }
+        ProviderSpec::Vertex(v) => {
+            let mut config = VertexConfig::new(
+                &v.project,
+                &v.location,
+                &v.model,
+                v.input.clone(),
+                v.output.clone(),
+                v.credentials.clone(),
+            );
+            config.name = name.clone();
+            config.endpoint = v.endpoint.clone();
+            config.gcs_endpoint = v.gcs_endpoint.clone();
+            config.max_output_tokens = v.max_output_tokens;
+            config.max_output_tokens_cap = v.max_output_tokens_cap;
+            let adapter =
+                VertexBatches::new(config).map_err(|e| Error::Setup { name: name.clone(), reason: e.to_string() })?;
             Arc::new(adapter)
         }
     };

@@ -6,6 +6,7 @@ mod extras;
 mod file;
 mod kind_bedrock;
 mod kind_gemini;
+mod kind_vertex;
 mod kinds;
 mod limits;
 mod providers;

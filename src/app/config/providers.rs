@@ -17,6 +17,7 @@ use super::extras::name_ok;
 use super::file::RawProvider;
 use super::kind_bedrock::{BedrockOptions, RawBedrock};
 use super::kind_gemini::{GeminiOptions, RawGemini};
+use super::kind_vertex::{RawVertex, VertexOptions};
 use super::kinds::{
     AnthropicOptions, ChatOptions, GenericOptions, OpenAiBudget, OpenAiOptions, RawAnthropic, RawChat, RawGeneric,
     RawOpenAi, RawSimulator, SIMULATOR_MODEL, SimulatorOptions, at_least_one,
@@ -34,10 +35,11 @@ pub(crate) enum ProviderKind {
     Gemini,
     Azure,
     Bedrock,
+    Vertex,
 }
 
 impl ProviderKind {
-    const ALL: [ProviderKind; 8] = [
+    const ALL: [ProviderKind; 9] = [
         ProviderKind::Openai,
         ProviderKind::Anthropic,
         ProviderKind::Generic,
@@ -46,6 +48,7 @@ impl ProviderKind {
         ProviderKind::Gemini,
         ProviderKind::Azure,
         ProviderKind::Bedrock,
+        ProviderKind::Vertex,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -58,6 +61,7 @@ impl ProviderKind {
             ProviderKind::Gemini => "gemini",
             ProviderKind::Azure => "azure",
             ProviderKind::Bedrock => "bedrock",
+            ProviderKind::Vertex => "vertex",
         }
     }
 
@@ -70,7 +74,7 @@ impl ProviderKind {
     pub(crate) fn dialect(self) -> Dialect {
         match self {
             ProviderKind::Anthropic | ProviderKind::Bedrock => Dialect::AnthropicTool,
-            ProviderKind::Gemini => Dialect::GeminiJson,
+            ProviderKind::Gemini | ProviderKind::Vertex => Dialect::GeminiJson,
             ProviderKind::Openai
             | ProviderKind::Generic
             | ProviderKind::Chat
@@ -112,6 +116,8 @@ pub(crate) enum ProviderSpec {
     Azure(Box<AzureOptions>),
     /// Amazon Bedrock batch inference (Claude's Messages body).
     Bedrock(Box<BedrockOptions>),
+    /// Vertex AI batch prediction (Gemini's GenerateContentRequest).
+    Vertex(Box<VertexOptions>),
 }
 
 impl ProviderSettings {
@@ -133,6 +139,7 @@ impl ProviderSettings {
             ProviderSpec::Gemini(_) => ProviderKind::Gemini,
             ProviderSpec::Azure(_) => ProviderKind::Azure,
             ProviderSpec::Bedrock(_) => ProviderKind::Bedrock,
+            ProviderSpec::Vertex(_) => ProviderKind::Vertex,
         }
     }
 
@@ -147,6 +154,7 @@ impl ProviderSettings {
             ProviderSpec::Chat(c) => Some(&c.model),
             ProviderSpec::Gemini(g) => Some(&g.model),
             ProviderSpec::Bedrock(b) => Some(&b.model),
+            ProviderSpec::Vertex(v) => Some(&v.model),
             ProviderSpec::Azure(_) => None,
         }
     }
@@ -165,6 +173,7 @@ impl ProviderSettings {
             ProviderSpec::Chat(c) => c.max_tokens.unwrap_or(c.max_tokens_cap),
             ProviderSpec::Gemini(g) => g.max_output_tokens.unwrap_or(g.max_output_tokens_cap),
             ProviderSpec::Bedrock(b) => b.max_tokens,
+            ProviderSpec::Vertex(v) => v.max_output_tokens.unwrap_or(v.max_output_tokens_cap),
         }
     }
 
@@ -187,8 +196,9 @@ impl ProviderSettings {
             ProviderSpec::Chat(c) => c.key.as_ref(),
             ProviderSpec::Gemini(g) => Some(&g.key),
             ProviderSpec::Azure(a) => Some(&a.key),
-            // Credentials come from the standard AWS chain, never from the config.
-            ProviderSpec::Simulator(_) | ProviderSpec::Bedrock(_) => None,
+            // Credentials come from the standard AWS chain, or a Google service account,
+            // never from the config.
+            ProviderSpec::Simulator(_) | ProviderSpec::Bedrock(_) | ProviderSpec::Vertex(_) => None,
         }
     }
 
@@ -237,6 +247,7 @@ impl ProviderSettings {
             }
             ProviderSpec::Azure(a) => super::azure::describe(a, &mut lines),
             ProviderSpec::Bedrock(b) => super::kind_bedrock::describe(b, &mut lines),
+            ProviderSpec::Vertex(v) => super::kind_vertex::describe(v, &mut lines),
             ProviderSpec::Chat(c) => {
                 line(&mut lines, "base_url", &c.base_url);
                 line(&mut lines, "model", &c.model);
@@ -449,6 +460,9 @@ fn resolve_table(name: String, mut table: toml::Table) -> Result<(ProviderSettin
         )),
         ProviderKind::Bedrock => ProviderSpec::Bedrock(Box::new(
             value.try_into::<RawBedrock>().map_err(parse_error)?.resolve().map_err(in_table)?,
+        )),
+        ProviderKind::Vertex => ProviderSpec::Vertex(Box::new(
+            value.try_into::<RawVertex>().map_err(parse_error)?.resolve().map_err(in_table)?,
         )),
     };
     if min_batch_wait.is_some() && !matches!(kind, ProviderKind::Bedrock) {

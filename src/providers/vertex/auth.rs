@@ -76,6 +76,12 @@ impl Tokens {
     }
 }
 
+/// Whether `path` is a service-account key file the token flow can use (read, then
+/// dropped): what `config check` and the start refuse a provider for.
+pub fn check_key_file(path: &Path) -> Result<(), AuthError> {
+    key_file(path).map(drop)
+}
+
 /// Reads a key file, saying which part is wrong without quoting any of it.
 fn key_file(path: &Path) -> Result<CustomServiceAccount, AuthError> {
     let fail = |reason: String| AuthError::KeyFile { path: path.to_path_buf(), reason };

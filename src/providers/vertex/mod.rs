@@ -27,7 +27,7 @@ use reqwest::Url;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-pub use auth::{AuthError, Credentials};
+pub use auth::{AuthError, Credentials, check_key_file};
 pub use gcs::{DEFAULT_GCS_ENDPOINT, GcsUri};
 
 use super::gemini::wire as google;
