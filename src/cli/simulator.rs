@@ -43,6 +43,10 @@ pub(super) struct Args {
     /// to (signed with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY from the environment).
     #[arg(long, value_name = "URL")]
     pub s3_endpoint: Option<String>,
+    /// The Cloud Storage JSON API (a GCS emulator) the vertex dialect reads job input from
+    /// and writes predictions to.
+    #[arg(long, value_name = "URL")]
+    pub gcs_endpoint: Option<String>,
     #[command(flatten)]
     pub platform: super::simulator_platform::PlatformArgs,
 }
@@ -56,6 +60,8 @@ pub(super) enum DialectArg {
     Azure,
     /// Amazon Bedrock batch inference: SigV4-signed control plane, job files in S3 (--s3-endpoint).
     Bedrock,
+    /// Vertex AI batch prediction: OAuth tokens from its own /token, job files in Cloud Storage (--gcs-endpoint).
+    Vertex,
 }
 
 pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -77,10 +83,16 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         DialectArg::Gemini => Dialect::Gemini,
         DialectArg::Azure => Dialect::Azure,
         DialectArg::Bedrock => Dialect::Bedrock,
+        DialectArg::Vertex => Dialect::Vertex,
     };
     if matches!(dialect, Dialect::Bedrock) && args.s3_endpoint.is_none() {
         anyhow::bail!(
             "--dialect bedrock needs --s3-endpoint URL: jobs read their input from S3 and write their output there"
+        );
+    }
+    if matches!(dialect, Dialect::Vertex) && args.gcs_endpoint.is_none() {
+        anyhow::bail!(
+            "--dialect vertex needs --gcs-endpoint URL: jobs read their input from Cloud Storage and write their output there"
         );
     }
     let config = SimulatorConfig {
@@ -94,6 +106,7 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             access_key_id: std::env::var("AWS_ACCESS_KEY_ID").unwrap_or_default(),
             secret_access_key: std::env::var("AWS_SECRET_ACCESS_KEY").unwrap_or_default(),
         }),
+        gcs_endpoint: args.gcs_endpoint.clone(),
         ..SimulatorConfig::default()
     };
     let signals = super::signals::Signals::install().context("cannot install signal handlers")?;
@@ -122,6 +135,11 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Dialect::Bedrock => println!(
             "commitpoint simulator listening on {} (SIMULATED Amazon Bedrock batch inference control plane, not a real model)",
             simulator.base_url()
+        ),
+        Dialect::Vertex => println!(
+            "commitpoint simulator listening on {} (SIMULATED Vertex AI batch prediction, token endpoint {}/token, not a real model)",
+            simulator.base_url(),
+            simulator.origin()
         ),
     }
     signals.wait(|| tracing::info!("SIGHUP: the simulator has nothing to reload")).await;

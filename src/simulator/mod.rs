@@ -19,6 +19,8 @@
 //!   sharing the model, the faults, the statistics and the listener).
 //! - `gemini`: the Gemini batch mode dialect, likewise (operations, File API uploads,
 //!   `google.rpc.Status` errors).
+//! - `vertex`: the Vertex AI batch prediction dialect (jobs over a real Cloud Storage,
+//!   an OAuth token endpoint).
 //! - `faults`: the fault knobs ([`Faults`]).
 //! - `state`: shared memory and [`Stats`]; `net`: a listener that can drop a connection.
 //!
@@ -44,6 +46,7 @@ mod pattern;
 mod state;
 pub mod strict;
 mod variant;
+mod vertex;
 mod wire;
 
 #[cfg(test)]
@@ -102,6 +105,9 @@ pub enum Dialect {
     Azure,
     /// Amazon Bedrock batch inference: a SigV4-checked control plane over a real S3.
     Bedrock,
+    /// Vertex AI batch prediction: OAuth bearer tokens from its own `/token`, jobs over a
+    /// real Cloud Storage (a GCS emulator).
+    Vertex,
 }
 
 #[derive(Clone, Debug)]
@@ -120,6 +126,8 @@ pub struct SimulatorConfig {
     pub variant: Variant,
     /// Where the Bedrock dialect's S3 is (an S3-compatible server) and how to sign for it.
     pub s3: Option<S3Access>,
+    /// The Cloud Storage JSON API (a GCS emulator) the Vertex dialect reads and writes.
+    pub gcs_endpoint: Option<String>,
 }
 
 /// An S3-compatible server the Bedrock dialect reads job input from and writes output to.
@@ -140,6 +148,7 @@ impl Default for SimulatorConfig {
             seed: 0,
             variant: Variant::default(),
             s3: None,
+            gcs_endpoint: None,
         }
     }
 }
@@ -164,12 +173,14 @@ impl Simulator {
             _ => config.variant,
         };
         shared.s3 = config.s3;
+        shared.gcs = config.gcs_endpoint;
         let shared = Arc::new(shared);
         let app = match config.dialect {
             Dialect::OpenAi | Dialect::Azure => router(Arc::clone(&shared)),
             Dialect::Anthropic => anthropic::router(Arc::clone(&shared)),
             Dialect::Gemini => gemini::router(Arc::clone(&shared)),
             Dialect::Bedrock => bedrock::router(Arc::clone(&shared)),
+            Dialect::Vertex => vertex::router(Arc::clone(&shared)),
         };
         let app = app.into_make_service_with_connect_info::<ConnHandle>();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -197,7 +208,7 @@ impl Simulator {
     pub fn base_url(&self) -> String {
         match self.dialect {
             Dialect::OpenAi | Dialect::Azure => format!("{}{}", origin(self.addr), self.shared.variant.base_path),
-            Dialect::Anthropic | Dialect::Gemini | Dialect::Bedrock => origin(self.addr),
+            Dialect::Anthropic | Dialect::Gemini | Dialect::Bedrock | Dialect::Vertex => origin(self.addr),
         }
     }
 

@@ -99,6 +99,8 @@ pub(super) struct Shared {
     pub origin: String,
     /// The S3 the Bedrock dialect reads input from and writes output to.
     pub s3: Option<super::S3Access>,
+    /// The Cloud Storage JSON API the Vertex dialect reads input from and writes output to.
+    pub gcs: Option<String>,
     request_ids: AtomicU64,
     inner: Mutex<Inner>,
 }
@@ -114,6 +116,8 @@ pub(super) struct Inner {
     pub gemini: super::gemini::Store,
     /// Bedrock model invocation jobs, creation order (Bedrock dialect only).
     pub bedrock: Vec<super::bedrock::Job>,
+    /// Vertex batch prediction jobs and issued tokens (Vertex dialect only).
+    pub vertex: super::vertex::Store,
     pub faults: Faults,
     /// Answers per source while a misbehave knob is on (`invalid_first`, `ungrounded_first`).
     pub attempts: super::answer::Attempts,
@@ -140,6 +144,7 @@ impl Shared {
             timeline,
             origin,
             s3: None,
+            gcs: None,
             request_ids: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 files: HashMap::new(),
@@ -147,6 +152,7 @@ impl Shared {
                 message_batches: Vec::new(),
                 gemini: super::gemini::Store::default(),
                 bedrock: Vec::new(),
+                vertex: super::vertex::Store::default(),
                 faults,
                 attempts: super::answer::Attempts::default(),
                 stats: Stats::default(),
