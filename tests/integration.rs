@@ -65,6 +65,8 @@ mod log_format;
 mod migrate;
 #[path = "it/money.rs"]
 mod money;
+#[path = "it/gcs_emulator.rs"]
+mod gcs_emulator;
 #[path = "it/moto.rs"]
 mod moto;
 #[path = "it/ops.rs"]
@@ -97,6 +99,8 @@ mod providers_e2e_anthropic;
 mod providers_e2e_azure;
 #[path = "it/providers_e2e_bedrock.rs"]
 mod providers_e2e_bedrock;
+#[path = "it/providers_e2e_vertex.rs"]
+mod providers_e2e_vertex;
 #[path = "it/providers_e2e_chat.rs"]
 mod providers_e2e_chat;
 #[path = "it/providers_e2e_compat.rs"]

@@ -49,12 +49,14 @@ pub(super) async fn issue(State(shared): State<Arc<Shared>>, body: Bytes) -> Res
 fn check_assertion(jwt: &str, audience: &str, now_secs: u64) -> Result<(), String> {
     let parts: Vec<&str> = jwt.split('.').collect();
     let [header, claims, signature] = parts[..] else { return Err("Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe. Check your iat and exp values in the JWT claim.".into()) };
-    let decode = |part: &str| -> Option<Value> { serde_json::from_slice(&URL_SAFE_NO_PAD.decode(part).ok()?).ok() };
+    // base64url, with or without padding: Google takes both (gcp_auth pads).
+    let bytes = |part: &str| URL_SAFE_NO_PAD.decode(part.trim_end_matches('=')).ok();
+    let decode = |part: &str| -> Option<Value> { serde_json::from_slice(&bytes(part)?).ok() };
     let header = decode(header).ok_or("Invalid JWT header.")?;
     if header["alg"] != "RS256" {
         return Err("Invalid JWT Signature.".into());
     }
-    if signature.is_empty() || URL_SAFE_NO_PAD.decode(signature).is_err() {
+    if bytes(signature).is_none_or(|s| s.is_empty()) {
         return Err("Invalid JWT Signature.".into());
     }
     let claims = decode(claims).ok_or("Invalid JWT payload.")?;
