@@ -47,6 +47,8 @@ mod export;
 mod export_backends;
 #[path = "it/fair_share.rs"]
 mod fair_share;
+#[path = "it/gcs_emulator.rs"]
+mod gcs_emulator;
 #[path = "it/grounding.rs"]
 mod grounding;
 #[path = "it/guessing.rs"]
@@ -65,8 +67,6 @@ mod log_format;
 mod migrate;
 #[path = "it/money.rs"]
 mod money;
-#[path = "it/gcs_emulator.rs"]
-mod gcs_emulator;
 #[path = "it/moto.rs"]
 mod moto;
 #[path = "it/ops.rs"]
@@ -99,8 +99,6 @@ mod providers_e2e_anthropic;
 mod providers_e2e_azure;
 #[path = "it/providers_e2e_bedrock.rs"]
 mod providers_e2e_bedrock;
-#[path = "it/providers_e2e_vertex.rs"]
-mod providers_e2e_vertex;
 #[path = "it/providers_e2e_chat.rs"]
 mod providers_e2e_chat;
 #[path = "it/providers_e2e_compat.rs"]
@@ -111,6 +109,8 @@ mod providers_e2e_gemini;
 mod providers_e2e_generic;
 #[path = "it/providers_e2e_pause.rs"]
 mod providers_e2e_pause;
+#[path = "it/providers_e2e_vertex.rs"]
+mod providers_e2e_vertex;
 #[path = "it/providers_named.rs"]
 mod providers_named;
 #[path = "it/raw.rs"]

@@ -9,11 +9,11 @@ use std::time::Duration;
 use crate::app::config::{self, ProviderKind, ProviderSettings, ProviderSpec};
 use crate::providers::anthropic::{AnthropicBatches, AnthropicConfig};
 use crate::providers::bedrock::{BedrockBatches, BedrockConfig};
-use crate::providers::vertex::{VertexBatches, VertexConfig};
 use crate::providers::chat::{ChatCompletions, ChatConfig};
 use crate::providers::gemini::{GeminiBatches, GeminiConfig};
 use crate::providers::generic::{GenericBatches, GenericConfig};
 use crate::providers::openai::{Flavour, OpenAiBatches, OpenAiConfig};
+use crate::providers::vertex::{VertexBatches, VertexConfig};
 use crate::providers::{ApiKey, BatchProvider, ProviderError};
 use crate::simulator::{Simulator, SimulatorConfig};
 

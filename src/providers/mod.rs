@@ -10,12 +10,12 @@ pub mod generic;
 mod job_list;
 pub(crate) mod lines;
 pub mod openai;
-pub mod vertex;
 mod ratelimit;
 #[cfg(test)]
 mod reask_tests;
 mod retry;
 mod transport;
+pub mod vertex;
 
 use std::fmt;
 use std::time::Duration;

@@ -109,7 +109,10 @@ impl VertexRig {
 async fn assert_input_follows_the_contract(gcs: &Gcs, ids: &BTreeSet<String>) {
     let names = gcs.names(IN_BUCKET, "commitpoint/in/").await;
     assert_eq!(names.len(), 1, "one input file per job: {names:?}");
-    assert!(names[0].starts_with("commitpoint/in/commitpoint-cpb-") && names[0].ends_with("/requests.jsonl"), "{names:?}");
+    assert!(
+        names[0].starts_with("commitpoint/in/commitpoint-cpb-") && names[0].ends_with("/requests.jsonl"),
+        "{names:?}"
+    );
     let text = gcs.object(IN_BUCKET, &names[0]).await;
     let mut seen = BTreeSet::new();
     for line in text.lines() {
@@ -128,7 +131,9 @@ async fn assert_input_follows_the_contract(gcs: &Gcs, ids: &BTreeSet<String>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vertex_commits_the_corpus_once_through_gcs_with_oauth() {
-    let prices = format!("[[prices]]\nprovider = \"vertex\"\nmodel = \"{MODEL}\"\ninput_per_mtok = 300\noutput_per_mtok = 2500\n");
+    let prices = format!(
+        "[[prices]]\nprovider = \"vertex\"\nmodel = \"{MODEL}\"\ninput_per_mtok = 300\noutput_per_mtok = 2500\n"
+    );
     let rig = VertexRig::start(Duration::from_millis(300), Faults::default(), &prices).await;
     let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
@@ -292,7 +297,8 @@ async fn vertex_provider_check_and_config_check() {
 
     // Settings Vertex would refuse stop the start with the rule (exit 78).
     let bad = rig.dir.path().join("bad.toml");
-    std::fs::write(&bad, text.replace(&format!("project = \"{PROJECT}\""), "project = \"Not_A_Project\"")).expect("write");
+    std::fs::write(&bad, text.replace(&format!("project = \"{PROJECT}\""), "project = \"Not_A_Project\""))
+        .expect("write");
     let out = cli(&["config", "check", "--config", &bad.display().to_string()]);
     assert_eq!(out.status.code(), Some(78), "{}\n{}", stdout(&out), stderr(&out));
     assert!(stderr(&out).contains("6-30"), "{}", stderr(&out));

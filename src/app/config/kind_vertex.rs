@@ -65,7 +65,10 @@ impl RawVertex {
         let max_output_tokens_cap = at_least_one("max_output_tokens_cap", self.max_output_tokens_cap)?
             .unwrap_or(vertex::DEFAULT_MAX_OUTPUT_TOKENS_CAP);
         if max_output_tokens.is_some_and(|n| n > max_output_tokens_cap) {
-            return Err(invalid("max_output_tokens", format!("must not exceed max_output_tokens_cap ({max_output_tokens_cap})")));
+            return Err(invalid(
+                "max_output_tokens",
+                format!("must not exceed max_output_tokens_cap ({max_output_tokens_cap})"),
+            ));
         }
         Ok(VertexOptions {
             project: self.project,

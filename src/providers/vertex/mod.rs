@@ -9,7 +9,7 @@
 //! # Finding a job again
 //!
 //! A create is not idempotent (the request has no id or token). The job carries the label
-//! `commitpoint-batch = <batch key>`, so `find_job` lists the location's jobs filtered on
+//! `commitpoint_batch = <batch key>`, so `find_job` lists the location's jobs filtered on
 //! that label, page by page, and answers `Found` for a job with the label, `Absent` when the
 //! whole list holds none, `Undecided` past [`MAX_LIST_PAGES`] pages.
 //!
@@ -75,7 +75,14 @@ pub struct VertexConfig {
 }
 
 impl VertexConfig {
-    pub fn new(project: &str, location: &str, model: &str, input: GcsUri, output: GcsUri, credentials: Credentials) -> Self {
+    pub fn new(
+        project: &str,
+        location: &str,
+        model: &str,
+        input: GcsUri,
+        output: GcsUri,
+        credentials: Credentials,
+    ) -> Self {
         Self {
             name: PROVIDER.to_string(),
             project: project.to_string(),
@@ -127,8 +134,8 @@ pub fn location_rule(location: &str) -> Result<(), String> {
 
 /// A Gemini model id; batch prediction runs Google's publisher models only.
 pub fn model_rule(model: &str) -> Result<(), String> {
-    let ok = !model.is_empty()
-        && model.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'@'));
+    let ok =
+        !model.is_empty() && model.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'@'));
     if ok { Ok(()) } else { Err("a Gemini model id such as gemini-2.5-flash (no path)".to_string()) }
 }
 
@@ -244,7 +251,11 @@ impl VertexBatches {
             return Err(invalid("a batch holds at least one request".to_string()));
         }
         if count > MAX_REQUESTS {
-            return Err(error(ErrorClass::TooLarge, None, format!("{count} requests is over the {MAX_REQUESTS} a job takes")));
+            return Err(error(
+                ErrorClass::TooLarge,
+                None,
+                format!("{count} requests is over the {MAX_REQUESTS} a job takes"),
+            ));
         }
         let view = &spec.schema.view(Dialect::GeminiJson).map_err(|e| invalid(e.to_string()))?.document;
         let mut seen = HashSet::with_capacity(count);
@@ -259,7 +270,11 @@ impl VertexBatches {
             serde_json::to_writer(&mut jsonl, &line).map_err(|e| invalid(format!("cannot encode: {e}")))?;
             jsonl.push(b'\n');
             if jsonl.len() as u64 > MAX_FILE_BYTES {
-                return Err(error(ErrorClass::TooLarge, None, format!("the input file is over {MAX_FILE_BYTES} bytes")));
+                return Err(error(
+                    ErrorClass::TooLarge,
+                    None,
+                    format!("the input file is over {MAX_FILE_BYTES} bytes"),
+                ));
             }
         }
         Ok(jsonl)
@@ -270,7 +285,8 @@ impl VertexBatches {
         let Some(directory) = job.output_info.as_ref().and_then(|o| o.gcs_output_directory.as_deref()) else {
             return Ok(Vec::new());
         };
-        let dir = GcsUri::parse(directory).map_err(|e| error(ErrorClass::Protocol, None, format!("output directory: {e}")))?;
+        let dir = GcsUri::parse(directory)
+            .map_err(|e| error(ErrorClass::Protocol, None, format!("output directory: {e}")))?;
         let mut names = self.gcs_list(&dir.bucket, &format!("{}/", dir.prefix)).await?;
         names.retain(|n| n.ends_with(OUTPUT_SUFFIX));
         names.sort();

@@ -98,7 +98,7 @@ fn the_create_body_names_gcs_and_carries_the_batch_label() {
     assert_eq!(body["inputConfig"]["instancesFormat"], "jsonl");
     assert_eq!(body["inputConfig"]["gcsSource"]["uris"][0], "gs://cp-in/in/x/requests.jsonl");
     assert_eq!(body["outputConfig"]["gcsDestination"]["outputUriPrefix"], "gs://cp-out/out/x");
-    assert_eq!(body["labels"]["commitpoint-batch"], "cpb-1");
+    assert_eq!(body["labels"]["commitpoint_batch"], "cpb-1");
 }
 
 #[test]

@@ -12,7 +12,7 @@ use crate::providers::gemini::wire as google;
 
 /// The job label carrying our batch key: label keys and values are at most 63 characters
 /// of lowercase letters, digits, `-` and `_` (a batch key `cpb-<32 hex>` is one).
-pub(crate) const BATCH_LABEL: &str = "commitpoint-batch";
+pub(crate) const BATCH_LABEL: &str = "commitpoint_batch";
 
 /// A line of the input JSONL: our key beside the request. Vertex copies the input line's
 /// fields into the output line (PredictionResult's "key … from the input instance").

@@ -192,7 +192,10 @@ pub(super) async fn create(
     }
     let labels = body.get("labels").and_then(Value::as_object).cloned().unwrap_or_default();
     if labels.iter().any(|(k, v)| !v.as_str().is_some_and(|v| label_ok(k, v))) {
-        return Err(field_error("labels", "Label keys and values must be at most 63 lowercase letters, digits, - or _."));
+        return Err(field_error(
+            "labels",
+            "Label keys and values must be at most 63 lowercase letters, digits, - or _.",
+        ));
     }
     // The input is read when the job is made; unreadable input fails the job, not the call.
     let lines = match gcs_read(&shared, input_uri).await {
@@ -332,13 +335,22 @@ fn predictions(job: &Job, index: usize, inner: &mut Inner) -> Finish {
         let request = &input["request"];
         let input_tokens = approx_tokens(request.to_string().len() as u64);
         let status = if faults.max_input_tokens > 0 && input_tokens > faults.max_input_tokens {
-            Some((400, "Bad Request", "INVALID_ARGUMENT", format!(
-                "The input token count ({input_tokens}) exceeds the maximum number of tokens allowed ({}).",
-                faults.max_input_tokens
-            )))
+            Some((
+                400,
+                "Bad Request",
+                "INVALID_ARGUMENT",
+                format!(
+                    "The input token count ({input_tokens}) exceeds the maximum number of tokens allowed ({}).",
+                    faults.max_input_tokens
+                ),
+            ))
         } else if every(faults.failed_line_every, position) {
-            Some((429, "Too Many Requests", "RESOURCE_EXHAUSTED",
-                "Resource exhausted. Please try again later. (SIMULATED fault: failed_line_every)".to_string()))
+            Some((
+                429,
+                "Too Many Requests",
+                "RESOURCE_EXHAUSTED",
+                "Resource exhausted. Please try again later. (SIMULATED fault: failed_line_every)".to_string(),
+            ))
         } else if let Err(message) = model::check(request) {
             Some((400, "Bad Request", "INVALID_ARGUMENT", message))
         } else {
@@ -369,15 +381,18 @@ fn predictions(job: &Job, index: usize, inner: &mut Inner) -> Finish {
     inner.stats.lines_failed += failed;
     let stamp = humantime::format_rfc3339_millis(crate::domain::clock::now()).to_string().replace([':', '.'], "-");
     let directory = format!("{}/prediction-model-{stamp}", job.output_prefix);
-    let file = split_gs(&directory)
-        .map(|(bucket, dir)| (bucket.to_string(), format!("{dir}/predictions.jsonl"), jsonl));
+    let file =
+        split_gs(&directory).map(|(bucket, dir)| (bucket.to_string(), format!("{dir}/predictions.jsonl"), jsonl));
     Finish { index, directory, file, counts: (ok, failed) }
 }
 
 fn find(inner: &Inner, name: &str) -> Result<usize, GoogleError> {
-    inner.vertex.jobs.iter().position(|j| j.name == name).ok_or_else(|| {
-        GoogleError::not_found(format!("The BatchPredictionJob does not exist: {name}"))
-    })
+    inner
+        .vertex
+        .jobs
+        .iter()
+        .position(|j| j.name == name)
+        .ok_or_else(|| GoogleError::not_found(format!("The BatchPredictionJob does not exist: {name}")))
 }
 
 fn job_name(project: &str, location: &str, job: &str) -> String {
@@ -430,7 +445,12 @@ pub(super) struct ListQuery {
 /// The one filter form the dialect understands: `labels.<key>="<value>"` (AIP-160).
 fn label_filter(filter: &str) -> Option<(String, String)> {
     let (key, value) = filter.trim().strip_prefix("labels.")?.split_once('=')?;
-    let value = value.trim().strip_prefix('"')?.strip_suffix('"')?;
+    let value = value.trim();
+    // Quoted (AIP-160's string literal) or bare, as the discovery doc's `labels.keyA=valueA`.
+    let value = value.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(value);
+    if value.is_empty() || value.contains(['"', ' ']) {
+        return None;
+    }
     Some((key.trim().to_string(), value.to_string()))
 }
 
@@ -441,7 +461,9 @@ pub(super) async fn list(
 ) -> Result<Json<Value>, GoogleError> {
     let wanted = match query.filter.as_deref().filter(|f| !f.trim().is_empty()) {
         Some(filter) => Some(label_filter(filter).ok_or_else(|| {
-            GoogleError::invalid(format!("Unsupported filter (SIMULATED dialect: labels.<key>=\"<value>\" only): {filter}"))
+            GoogleError::invalid(format!(
+                "Unsupported filter (SIMULATED dialect: labels.<key>=\"<value>\" only): {filter}"
+            ))
         })?),
         None => None,
     };
@@ -482,9 +504,14 @@ mod tests {
 
     #[test]
     fn label_filters_and_labels() {
-        assert_eq!(label_filter(r#"labels.commitpoint-batch="cpb-1""#), Some(("commitpoint-batch".into(), "cpb-1".into())));
+        assert_eq!(
+            label_filter(r#"labels.commitpoint_batch="cpb-1""#),
+            Some(("commitpoint_batch".into(), "cpb-1".into()))
+        );
+        assert_eq!(label_filter("labels.k=v"), Some(("k".into(), "v".into())));
         assert_eq!(label_filter("state=JOB_STATE_RUNNING"), None);
-        assert!(label_ok("commitpoint-batch", "cpb-0123"));
+        assert_eq!(label_filter(r#"labels.k="a" AND state="x""#), None);
+        assert!(label_ok("commitpoint_batch", "cpb-0123"));
         assert!(!label_ok("Commitpoint", "x"));
         assert!(!label_ok("k", &"a".repeat(64)));
     }

@@ -85,7 +85,11 @@ fn admit(shared: &Shared, request: &Request) -> Result<(), GoogleError> {
     let token = header.and_then(|h| h.strip_prefix("Bearer "));
     let known = token.is_some_and(|t| shared.lock().vertex.knows_token(t));
     if !known {
-        return Err(unauthenticated(if header.is_none() { "CREDENTIALS_MISSING" } else { "ACCESS_TOKEN_TYPE_UNSUPPORTED" }));
+        return Err(unauthenticated(if header.is_none() {
+            "CREDENTIALS_MISSING"
+        } else {
+            "ACCESS_TOKEN_TYPE_UNSUPPORTED"
+        }));
     }
     match super::take_request_fault(shared, request.uri().path()) {
         Some(super::faults::Injected::Unauthorized) => Err(unauthenticated("ACCESS_TOKEN_EXPIRED")),

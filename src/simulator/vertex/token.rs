@@ -31,7 +31,9 @@ pub(super) async fn issue(State(shared): State<Arc<Shared>>, body: Bytes) -> Res
     if field("grant_type") != Some(GRANT) {
         return refuse("unsupported_grant_type", "Invalid grant_type.");
     }
-    let Some(assertion) = field("assertion") else { return refuse("invalid_request", "Missing required parameter: assertion") };
+    let Some(assertion) = field("assertion") else {
+        return refuse("invalid_request", "Missing required parameter: assertion");
+    };
     let audience = format!("{}{PATH}", shared.origin);
     if let Err(description) = check_assertion(assertion, &audience, crate::domain::clock::now_ms() / 1000) {
         return refuse("invalid_grant", description);
@@ -48,7 +50,9 @@ pub(super) async fn issue(State(shared): State<Arc<Shared>>, body: Bytes) -> Res
 /// A signed JWT's header and claims as Google checks them (its signature aside).
 fn check_assertion(jwt: &str, audience: &str, now_secs: u64) -> Result<(), String> {
     let parts: Vec<&str> = jwt.split('.').collect();
-    let [header, claims, signature] = parts[..] else { return Err("Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe. Check your iat and exp values in the JWT claim.".into()) };
+    let [header, claims, signature] = parts[..] else {
+        return Err("Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe. Check your iat and exp values in the JWT claim.".into());
+    };
     // base64url, with or without padding: Google takes both (gcp_auth pads).
     let bytes = |part: &str| URL_SAFE_NO_PAD.decode(part.trim_end_matches('=')).ok();
     let decode = |part: &str| -> Option<Value> { serde_json::from_slice(&bytes(part)?).ok() };
@@ -88,7 +92,8 @@ mod tests {
     #[test]
     fn assertions_are_checked_as_google_does() {
         let aud = "http://127.0.0.1:1/token";
-        let claims = json!({"iss": "sa@p.iam.gserviceaccount.com", "aud": aud, "scope": SCOPE, "iat": 1000, "exp": 4600});
+        let claims =
+            json!({"iss": "sa@p.iam.gserviceaccount.com", "aud": aud, "scope": SCOPE, "iat": 1000, "exp": 4600});
         let header = json!({"alg": "RS256", "typ": "JWT"});
         assert_eq!(check_assertion(&jwt(header.clone(), claims.clone()), aud, 2000), Ok(()));
         assert!(check_assertion(&jwt(json!({"alg": "none"}), claims.clone()), aud, 2000).is_err());
