@@ -9,7 +9,9 @@ use std::pin::Pin;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
-use super::{ErrorClass, ProviderError, describe_transport};
+use tokio::sync::mpsc;
+
+use super::{ErrorClass, ProviderError, ResultLine, StreamCounts, describe_transport};
 
 /// No result line is this long (a request is capped at well under it); longer is garbage.
 pub(crate) const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
@@ -22,6 +24,35 @@ pub(crate) enum Line {
     Text(Vec<u8>),
     /// A line longer than the reader's limit, dropped unread.
     Oversized,
+}
+
+/// Sends every result `parse` reads from `lines` to `out` (reasons redacted), counting the
+/// lines and the malformed ones. A malformed line's content is model output: its reason is
+/// logged, never the line, and its member gets no result (so it goes round again).
+pub(crate) async fn forward(
+    lines: &mut Lines,
+    parse: fn(&str) -> Result<ResultLine, String>,
+    out: &mpsc::Sender<ResultLine>,
+    counts: &mut StreamCounts,
+) -> Result<(), ProviderError> {
+    while let Some(line) = lines.next().await? {
+        let Some(parsed) = line.parse(parse) else { continue };
+        counts.lines += 1;
+        match parsed {
+            Ok(result) => out.send(super::scrub(result)).await.map_err(|_| ProviderError {
+                provider: lines.provider,
+                class: ErrorClass::Transient,
+                status: None,
+                message: "result consumer stopped".to_string(),
+                retry_after: None,
+            })?,
+            Err(reason) => {
+                counts.malformed += 1;
+                tracing::warn!(provider = lines.provider, %reason, "skipping a malformed result line");
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Line {

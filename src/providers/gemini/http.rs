@@ -5,7 +5,7 @@ use reqwest::Url;
 use reqwest::header::CONTENT_TYPE;
 
 use super::{GeminiBatches, error, job_name, wire};
-use crate::providers::{ErrorClass, ProviderError, describe_transport, parse_retry_after, truncate};
+use crate::providers::{ErrorClass, ProviderError, describe_transport};
 
 const API_VERSION: &str = "v1beta";
 
@@ -63,15 +63,7 @@ impl GeminiBatches {
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let body = response.text().await.unwrap_or_default();
-        let parsed = serde_json::from_str::<wire::ErrorBody>(&body).ok().map(|b| b.error);
-        let class = wire::classify(status, &headers, parsed.as_ref());
-        let message = parsed.as_ref().map_or_else(|| truncate(&body), wire::Status::describe);
-        let mut failure = error(class, Some(status), format!("{status} {message}"));
-        failure.retry_after = parsed
-            .as_ref()
-            .and_then(wire::Status::retry_delay)
-            .or_else(|| parse_retry_after(&headers, crate::domain::clock::now()));
-        Err(failure)
+        Err(wire::refusal(super::PROVIDER, status, &headers, &body, ""))
     }
 
     pub(super) async fn json<T: serde::de::DeserializeOwned>(

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::domain::batch::{BatchMember, LineResult, Usage};
 use crate::domain::lifecycle::FailureClass;
 use crate::domain::schema::Schema;
-use crate::providers::{ErrorClass, classify_status};
+use crate::providers::{ErrorClass, ProviderError, classify_status, parse_retry_after, truncate};
 
 /// One `GenerateContentRequest`: the instructions as the system instruction, the member
 /// as the user turn (the same text every adapter sends), and the schema's Gemini view as
@@ -256,6 +256,27 @@ pub(crate) fn classify(status: u16, headers: &HeaderMap, parsed: Option<&Status>
         (429, _) if parsed.is_some_and(|s| s.is_daily_quota() && s.retry_delay().is_none()) => ErrorClass::Budget,
         _ => classify_status(status, headers, None),
     }
+}
+
+/// A Google API's non-2xx answer as our error: the class from its `google.rpc.Status`
+/// (else the HTTP status), its words, and the delay it asked for (`RetryInfo`, else
+/// `Retry-After`). `what` prefixes the message (the call, for a storage refusal).
+pub(crate) fn refusal(
+    provider: &'static str,
+    status: u16,
+    headers: &HeaderMap,
+    body: &str,
+    what: &str,
+) -> ProviderError {
+    let parsed = serde_json::from_str::<ErrorBody>(body).ok().map(|b| b.error);
+    let class = classify(status, headers, parsed.as_ref());
+    let message = parsed.as_ref().map_or_else(|| truncate(body), Status::describe);
+    let mut failure = ProviderError::new(provider, class, Some(status), &format!("{what}{status} {message}"));
+    failure.retry_after = parsed
+        .as_ref()
+        .and_then(Status::retry_delay)
+        .or_else(|| parse_retry_after(headers, crate::domain::clock::now()));
+    failure
 }
 
 fn quota_id(violation: &Value) -> &str {

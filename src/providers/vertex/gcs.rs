@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::{VertexBatches, error};
 use crate::providers::gemini::wire as google;
 use crate::providers::lines::Lines;
-use crate::providers::{ErrorClass, ProviderError, describe_transport, truncate};
+use crate::providers::{ErrorClass, ProviderError, describe_transport};
 
 pub const DEFAULT_GCS_ENDPOINT: &str = "https://storage.googleapis.com";
 
@@ -95,10 +95,7 @@ impl VertexBatches {
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let body = response.text().await.unwrap_or_default();
-        let parsed = serde_json::from_str::<google::ErrorBody>(&body).ok().map(|b| b.error);
-        let class = google::classify(status, &headers, parsed.as_ref());
-        let message = parsed.as_ref().and_then(|s| s.message.clone()).unwrap_or_else(|| truncate(&body));
-        Err(error(class, Some(status), format!("Cloud Storage {what}: {status} {message}")))
+        Err(google::refusal(super::PROVIDER, status, &headers, &body, &format!("Cloud Storage {what}: ")))
     }
 
     pub(super) async fn gcs_put(&self, bucket: &str, name: &str, body: Vec<u8>) -> Result<(), ProviderError> {

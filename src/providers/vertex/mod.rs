@@ -32,10 +32,10 @@ pub use gcs::{DEFAULT_GCS_ENDPOINT, GcsUri};
 
 use super::gemini::wire as google;
 use super::job_list::{JobListPage, find_in_job_list};
-use super::lines::Line;
+use super::lines::forward;
 use super::{
     BatchProvider, BatchSpec, ErrorClass, FailureCause, IntentRef, JobPhase, JobStatus, Lookup, Probe, ProviderError,
-    ResultLine, StreamCounts, describe_transport, parse_retry_after, truncate,
+    ResultLine, StreamCounts, describe_transport,
 };
 use crate::domain::batch::OutputBudget;
 use crate::domain::schema::{Dialect, Schema};
@@ -228,15 +228,7 @@ impl VertexBatches {
         }
         let headers = response.headers().clone();
         let body = response.text().await.unwrap_or_default();
-        let parsed = serde_json::from_str::<google::ErrorBody>(&body).ok().map(|b| b.error);
-        let class = google::classify(status, &headers, parsed.as_ref());
-        let message = parsed.as_ref().map_or_else(|| truncate(&body), google::Status::describe);
-        let mut failure = error(class, Some(status), format!("{status} {message}"));
-        failure.retry_after = parsed
-            .as_ref()
-            .and_then(google::Status::retry_delay)
-            .or_else(|| parse_retry_after(&headers, crate::domain::clock::now()));
-        Err(failure)
+        Err(google::refusal(PROVIDER, status, &headers, &body, ""))
     }
 
     async fn job(&self, job_id: &str) -> Result<wire::Job, ProviderError> {
@@ -386,22 +378,7 @@ impl BatchProvider for VertexBatches {
         for file in &job.result_files {
             let uri = GcsUri::parse(file).map_err(|e| error(ErrorClass::Protocol, None, e))?;
             let mut lines = self.gcs_lines(&uri.bucket, &uri.prefix).await?;
-            while let Some(line) = lines.next().await? {
-                let Some(parsed) = Line::parse(&line, wire::parse_line) else { continue };
-                counts.lines += 1;
-                match parsed {
-                    Ok(line) => out
-                        .send(super::scrub(line))
-                        .await
-                        .map_err(|_| error(ErrorClass::Transient, None, "result consumer stopped".to_string()))?,
-                    Err(reason) => {
-                        // The line's content is model output: log why, never what. Its
-                        // member gets no result, so it goes round again.
-                        counts.malformed += 1;
-                        tracing::warn!(provider = PROVIDER, %reason, "skipping a malformed prediction line");
-                    }
-                }
-            }
+            forward(&mut lines, wire::parse_line, out, &mut counts).await?;
         }
         Ok(counts)
     }
