@@ -2,7 +2,7 @@
 //! Vertex AI dialect over a REAL Cloud Storage (gcp-storage-emulator on loopback), with a
 //! service-account key file whose `token_uri` is the simulator's token endpoint, so the
 //! whole OAuth JWT-bearer flow runs: the corpus committed once with the input lines checked
-//! field by field; a SIGKILL between create and persisting the job name, found again by its
+//! field by field; a create answered by a dropped connection; a SIGKILL between create and persisting the job name, found again by its
 //! label; a request over the input limit coming back as a per-line `status` and failing
 //! `invalid_request` after one job; a job that ends `JOB_STATE_FAILED` every time ending its
 //! members after `max_attempts`; `provider check` and `config check`.
@@ -199,6 +199,27 @@ async fn vertex_kill_after_create_before_the_job_name_is_stored_finds_the_job_by
     let server = rig.serve(ONE_BATCH, None);
     let stats = assert_recovered_once(server, || rig.stats()).await;
     assert!(stats.batches_listed >= 1, "looked up by label: {stats:#?}");
+}
+
+/// A create answered by a dropped connection (the job exists, the answer is lost): the
+/// lookup by label finds it, and no second job is made; a throttled call before it is
+/// waited out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vertex_create_answered_by_a_dropped_connection_makes_no_second_job() {
+    let faults = Faults { drop_after_create_next: 1, rate_limit_next: 1, ..Faults::default() };
+    let rig = VertexRig::start(Duration::from_millis(300), faults, "").await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert_eq!((stats.dropped_connections, stats.rate_limited), (1, 1), "{stats:#?}");
+    assert_eq!(stats.batches_created, 1, "the unanswered create was resolved, not repeated: {stats:#?}");
+    assert!(stats.batches_listed >= 1, "looked up by label: {stats:#?}");
+    assert_submitted(&stats, &ids, 1);
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
 }
 
 /// A request over the model's input limit comes back as a prediction line whose `status`
