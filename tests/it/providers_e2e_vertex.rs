@@ -4,7 +4,7 @@
 //! whole OAuth JWT-bearer flow runs: the corpus committed once with the input lines checked
 //! field by field; a create answered by a dropped connection; a SIGKILL between create and persisting the job name, found again by its
 //! label; a request over the input limit coming back as a per-line `status` and failing
-//! `invalid_request` after one job; a job that ends `JOB_STATE_FAILED` every time ending its
+//! `invalid_request` after one job; an expired job requeued whole; a job that ends `JOB_STATE_FAILED` every time ending its
 //! members after `max_attempts`; `provider check` and `config check`.
 
 use std::collections::BTreeSet;
@@ -218,6 +218,32 @@ async fn vertex_create_answered_by_a_dropped_connection_makes_no_second_job() {
     assert_eq!(stats.batches_created, 1, "the unanswered create was resolved, not repeated: {stats:#?}");
     assert!(stats.batches_listed >= 1, "looked up by label: {stats:#?}");
     assert_submitted(&stats, &ids, 1);
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+/// A job that ends `JOB_STATE_EXPIRED` wrote nothing: every member goes back to the queue
+/// and commits once from the next job, its attempt counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vertex_expired_job_is_requeued_whole_and_commits_once() {
+    let faults = Faults { expire_batches: true, ..Faults::default() };
+    let rig = VertexRig::start(Duration::from_millis(300), faults, "").await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    let deadline = Instant::now() + SETTLE;
+    while rig.stats().batches_created == 0 {
+        assert!(Instant::now() < deadline, "no job was created: {:#?}", rig.stats());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    rig.sim.set_faults(Faults::default());
+
+    let records = settle(&api, &ids).await;
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 2, "{stats:#?}");
+    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "nothing answered twice: {stats:#?}");
+    assert!(records.values().all(|r| r["attempts"] == json!(2)), "{records:#?}");
     let report = finish(server);
     assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
 }
