@@ -1,4 +1,4 @@
-//! Batch prediction jobs: create (not idempotent), get, list, cancel. A job's state comes
+//! Batch prediction jobs: create (not idempotent), get, cancel (the list is `list`). A job's state comes
 //! from elapsed time at each read: `JOB_STATE_PENDING`, `JOB_STATE_RUNNING` from a tenth of
 //! `complete_after`; when it is due, its predictions are generated under the lock and
 //! written to Cloud Storage without it, and only then does it read `JOB_STATE_SUCCEEDED`
@@ -9,10 +9,9 @@ use std::time::{Instant, SystemTime};
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::extract::{ConnectInfo, Path, State};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::domain::batch::approx_tokens;
@@ -26,7 +25,7 @@ use crate::simulator::state::{Inner, Shared};
 /// The dialect's memory: jobs in creation order and the tokens `/token` issued.
 #[derive(Debug, Default)]
 pub(crate) struct Store {
-    jobs: Vec<Job>,
+    pub(super) jobs: Vec<Job>,
     pub(super) tokens: Vec<String>,
 }
 
@@ -37,13 +36,13 @@ impl Store {
 }
 
 #[derive(Clone, Debug)]
-struct Job {
-    name: String,
+pub(super) struct Job {
+    pub(super) name: String,
     display_name: String,
     model: String,
     input_uri: String,
     output_prefix: String,
-    labels: Map<String, Value>,
+    pub(super) labels: Map<String, Value>,
     state: &'static str,
     error: Option<Value>,
     output_directory: Option<String>,
@@ -74,7 +73,7 @@ impl Job {
         self.end("JOB_STATE_FAILED");
     }
 
-    fn describe(&self) -> Value {
+    pub(super) fn describe(&self) -> Value {
         let mut job = json!({
             "name": self.name,
             "displayName": self.display_name,
@@ -272,7 +271,7 @@ struct Finish {
 }
 
 /// Brings job `index` up to now; when it falls due, writes its predictions first.
-async fn settle(shared: &Shared, index: usize) {
+pub(super) async fn settle(shared: &Shared, index: usize) {
     let plan = {
         let mut inner = shared.lock();
         let complete_after = inner.timeline.complete_after();
@@ -434,83 +433,12 @@ pub(super) async fn verb(
     Ok(Json(json!({})))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct ListQuery {
-    filter: Option<String>,
-    page_size: Option<usize>,
-    page_token: Option<String>,
-}
-
-/// The one filter form the dialect understands: `labels.<key>="<value>"` (AIP-160).
-fn label_filter(filter: &str) -> Option<(String, String)> {
-    let (key, value) = filter.trim().strip_prefix("labels.")?.split_once('=')?;
-    let value = value.trim();
-    // Quoted (AIP-160's string literal) or bare, as the discovery doc's `labels.keyA=valueA`.
-    let value = value.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(value);
-    if value.is_empty() || value.contains(['"', ' ']) {
-        return None;
-    }
-    Some((key.trim().to_string(), value.to_string()))
-}
-
-pub(super) async fn list(
-    State(shared): State<Arc<Shared>>,
-    Path((project, location)): Path<(String, String)>,
-    Query(query): Query<ListQuery>,
-) -> Result<Json<Value>, GoogleError> {
-    let wanted = match query.filter.as_deref().filter(|f| !f.trim().is_empty()) {
-        Some(filter) => Some(label_filter(filter).ok_or_else(|| {
-            GoogleError::invalid(format!(
-                "Unsupported filter (SIMULATED dialect: labels.<key>=\"<value>\" only): {filter}"
-            ))
-        })?),
-        None => None,
-    };
-    let size = query.page_size.unwrap_or(100).clamp(1, 100);
-    let count = shared.lock().vertex.jobs.len();
-    for index in 0..count {
-        settle(&shared, index).await;
-    }
-    let mut inner = shared.lock();
-    inner.stats.batches_listed += 1;
-    let skip = match &query.page_token {
-        Some(token) if !token.is_empty() => {
-            token.parse::<usize>().map_err(|_| GoogleError::invalid("Invalid page token."))?
-        }
-        _ => 0,
-    };
-    let parent = format!("projects/{project}/locations/{location}/");
-    let matching: Vec<Value> = inner
-        .vertex
-        .jobs
-        .iter()
-        .rev()
-        .filter(|j| j.name.starts_with(&parent))
-        .filter(|j| wanted.as_ref().is_none_or(|(k, v)| j.labels.get(k).and_then(Value::as_str) == Some(v)))
-        .map(Job::describe)
-        .collect();
-    let page: Vec<Value> = matching.iter().skip(skip).take(size).cloned().collect();
-    let mut answer = json!({"batchPredictionJobs": page});
-    if skip + size < matching.len() {
-        answer["nextPageToken"] = json!((skip + size).to_string());
-    }
-    Ok(Json(answer))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn label_filters_and_labels() {
-        assert_eq!(
-            label_filter(r#"labels.commitpoint_batch="cpb-1""#),
-            Some(("commitpoint_batch".into(), "cpb-1".into()))
-        );
-        assert_eq!(label_filter("labels.k=v"), Some(("k".into(), "v".into())));
-        assert_eq!(label_filter("state=JOB_STATE_RUNNING"), None);
-        assert_eq!(label_filter(r#"labels.k="a" AND state="x""#), None);
+    fn labels_follow_the_rules() {
         assert!(label_ok("commitpoint_batch", "cpb-0123"));
         assert!(!label_ok("Commitpoint", "x"));
         assert!(!label_ok("k", &"a".repeat(64)));

@@ -19,6 +19,7 @@
 //! `max_input_tokens` (an `INVALID_ARGUMENT` `status`) and `malformed_line_every`.
 
 mod jobs;
+mod list;
 mod token;
 
 use std::sync::Arc;
@@ -42,7 +43,7 @@ const JOBS: &str = "/v1/projects/{project}/locations/{location}/batchPredictionJ
 
 pub(super) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
-        .route(JOBS, post(jobs::create).get(jobs::list))
+        .route(JOBS, post(jobs::create).get(list::list))
         .route(&format!("{JOBS}/{{job}}"), get(jobs::get).post(jobs::verb))
         .route(token::PATH, post(token::issue))
         .route("/_sim/stats", get(super::sim_stats))
