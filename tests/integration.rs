@@ -47,6 +47,8 @@ mod export;
 mod export_backends;
 #[path = "it/fair_share.rs"]
 mod fair_share;
+#[path = "it/gcs_emulator.rs"]
+mod gcs_emulator;
 #[path = "it/grounding.rs"]
 mod grounding;
 #[path = "it/guessing.rs"]
@@ -109,6 +111,8 @@ mod providers_e2e_generic;
 mod providers_e2e_mistral;
 #[path = "it/providers_e2e_pause.rs"]
 mod providers_e2e_pause;
+#[path = "it/providers_e2e_vertex.rs"]
+mod providers_e2e_vertex;
 #[path = "it/providers_named.rs"]
 mod providers_named;
 #[path = "it/raw.rs"]

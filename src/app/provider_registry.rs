@@ -14,6 +14,7 @@ use crate::providers::gemini::{GeminiBatches, GeminiConfig};
 use crate::providers::generic::{GenericBatches, GenericConfig};
 use crate::providers::mistral::{MistralBatches, MistralConfig};
 use crate::providers::openai::{Flavour, OpenAiBatches, OpenAiConfig};
+use crate::providers::vertex::{VertexBatches, VertexConfig};
 use crate::providers::{ApiKey, BatchProvider, ProviderError};
 use crate::simulator::{Simulator, SimulatorConfig};
 
@@ -200,6 +201,24 @@ fn adapter(settings: &ProviderSettings, simulator_url: Option<String>) -> Result
             config.timeout_hours = m.timeout_hours;
             let adapter =
                 MistralBatches::new(config).map_err(|e| Error::Setup { name: name.clone(), reason: e.to_string() })?;
+            Arc::new(adapter)
+        }
+        ProviderSpec::Vertex(v) => {
+            let mut config = VertexConfig::new(
+                &v.project,
+                &v.location,
+                &v.model,
+                v.input.clone(),
+                v.output.clone(),
+                v.credentials.clone(),
+            );
+            config.name = name.clone();
+            config.endpoint = v.endpoint.clone();
+            config.gcs_endpoint = v.gcs_endpoint.clone();
+            config.max_output_tokens = v.max_output_tokens;
+            config.max_output_tokens_cap = v.max_output_tokens_cap;
+            let adapter =
+                VertexBatches::new(config).map_err(|e| Error::Setup { name: name.clone(), reason: e.to_string() })?;
             Arc::new(adapter)
         }
     };

@@ -43,6 +43,10 @@ pub(super) struct Args {
     /// to (signed with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY from the environment).
     #[arg(long, value_name = "URL")]
     pub s3_endpoint: Option<String>,
+    /// The Cloud Storage JSON API (a GCS emulator) the vertex dialect reads job input from
+    /// and writes predictions to.
+    #[arg(long, value_name = "URL")]
+    pub gcs_endpoint: Option<String>,
     #[command(flatten)]
     pub platform: super::simulator_platform::PlatformArgs,
 }
@@ -58,6 +62,8 @@ pub(super) enum DialectArg {
     Bedrock,
     /// Mistral batch: `/v1/files`, `/v1/batch/jobs`, Mistral's error bodies.
     Mistral,
+    /// Vertex AI batch prediction: OAuth tokens from its own /token, job files in Cloud Storage (--gcs-endpoint).
+    Vertex,
 }
 
 pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -80,10 +86,16 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         DialectArg::Azure => Dialect::Azure,
         DialectArg::Bedrock => Dialect::Bedrock,
         DialectArg::Mistral => Dialect::Mistral,
+        DialectArg::Vertex => Dialect::Vertex,
     };
     if matches!(dialect, Dialect::Bedrock) && args.s3_endpoint.is_none() {
         anyhow::bail!(
             "--dialect bedrock needs --s3-endpoint URL: jobs read their input from S3 and write their output there"
+        );
+    }
+    if matches!(dialect, Dialect::Vertex) && args.gcs_endpoint.is_none() {
+        anyhow::bail!(
+            "--dialect vertex needs --gcs-endpoint URL: jobs read their input from Cloud Storage and write their output there"
         );
     }
     let config = SimulatorConfig {
@@ -97,6 +109,7 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             access_key_id: std::env::var("AWS_ACCESS_KEY_ID").unwrap_or_default(),
             secret_access_key: std::env::var("AWS_SECRET_ACCESS_KEY").unwrap_or_default(),
         }),
+        gcs_endpoint: args.gcs_endpoint.clone(),
         ..SimulatorConfig::default()
     };
     let signals = super::signals::Signals::install().context("cannot install signal handlers")?;
@@ -129,6 +142,11 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Dialect::Mistral => println!(
             "commitpoint simulator listening on {} (SIMULATED Mistral batch provider, not a real model)",
             simulator.base_url()
+        ),
+        Dialect::Vertex => println!(
+            "commitpoint simulator listening on {} (SIMULATED Vertex AI batch prediction, token endpoint {}/token, not a real model)",
+            simulator.base_url(),
+            simulator.origin()
         ),
     }
     signals.wait(|| tracing::info!("SIGHUP: the simulator has nothing to reload")).await;

@@ -26,6 +26,35 @@ pub(crate) enum Line {
     Oversized,
 }
 
+/// Sends every result `parse` reads from `lines` to `out` (reasons redacted), counting the
+/// lines and the malformed ones. A malformed line's content is model output: its reason is
+/// logged, never the line, and its member gets no result (so it goes round again).
+pub(crate) async fn forward(
+    lines: &mut Lines,
+    parse: fn(&str) -> Result<ResultLine, String>,
+    out: &mpsc::Sender<ResultLine>,
+    counts: &mut StreamCounts,
+) -> Result<(), ProviderError> {
+    while let Some(line) = lines.next().await? {
+        let Some(parsed) = line.parse(parse) else { continue };
+        counts.lines += 1;
+        match parsed {
+            Ok(result) => out.send(super::scrub(result)).await.map_err(|_| ProviderError {
+                provider: lines.provider,
+                class: ErrorClass::Transient,
+                status: None,
+                message: "result consumer stopped".to_string(),
+                retry_after: None,
+            })?,
+            Err(reason) => {
+                counts.malformed += 1;
+                tracing::warn!(provider = lines.provider, %reason, "skipping a malformed result line");
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Line {
     /// Hands the line's text, lossily decoded and trimmed, to `parse`. `None` for a blank
     /// line; an oversized line is an `Err`, a malformed line like any other.

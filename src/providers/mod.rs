@@ -16,6 +16,7 @@ mod ratelimit;
 mod reask_tests;
 mod retry;
 mod transport;
+pub mod vertex;
 
 use std::fmt;
 use std::time::Duration;

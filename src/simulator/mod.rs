@@ -21,6 +21,8 @@
 //!   `google.rpc.Status` errors).
 //! - `mistral`: the Mistral batch dialect, likewise (`/v1/batch/jobs`, its error bodies
 //!   and its strict request checks).
+//! - `vertex`: the Vertex AI batch prediction dialect (jobs over a real Cloud Storage,
+//!   an OAuth token endpoint).
 //! - `faults`: the fault knobs ([`Faults`]).
 //! - `state`: shared memory and [`Stats`]; `net`: a listener that can drop a connection.
 //!
@@ -47,6 +49,7 @@ mod pattern;
 mod state;
 pub mod strict;
 mod variant;
+mod vertex;
 mod wire;
 
 #[cfg(test)]
@@ -107,6 +110,9 @@ pub enum Dialect {
     Bedrock,
     /// Mistral batch: `/v1/files` and `/v1/batch/jobs`; base URL is the bare origin.
     Mistral,
+    /// Vertex AI batch prediction: OAuth bearer tokens from its own `/token`, jobs over a
+    /// real Cloud Storage (a GCS emulator).
+    Vertex,
 }
 
 #[derive(Clone, Debug)]
@@ -125,6 +131,8 @@ pub struct SimulatorConfig {
     pub variant: Variant,
     /// Where the Bedrock dialect's S3 is (an S3-compatible server) and how to sign for it.
     pub s3: Option<S3Access>,
+    /// The Cloud Storage JSON API (a GCS emulator) the Vertex dialect reads and writes.
+    pub gcs_endpoint: Option<String>,
 }
 
 /// An S3-compatible server the Bedrock dialect reads job input from and writes output to.
@@ -145,6 +153,7 @@ impl Default for SimulatorConfig {
             seed: 0,
             variant: Variant::default(),
             s3: None,
+            gcs_endpoint: None,
         }
     }
 }
@@ -169,6 +178,7 @@ impl Simulator {
             _ => config.variant,
         };
         shared.s3 = config.s3;
+        shared.gcs = config.gcs_endpoint;
         let shared = Arc::new(shared);
         let app = match config.dialect {
             Dialect::OpenAi | Dialect::Azure => router(Arc::clone(&shared)),
@@ -176,6 +186,7 @@ impl Simulator {
             Dialect::Gemini => gemini::router(Arc::clone(&shared)),
             Dialect::Bedrock => bedrock::router(Arc::clone(&shared)),
             Dialect::Mistral => mistral::router(Arc::clone(&shared)),
+            Dialect::Vertex => vertex::router(Arc::clone(&shared)),
         };
         let app = app.into_make_service_with_connect_info::<ConnHandle>();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -203,7 +214,9 @@ impl Simulator {
     pub fn base_url(&self) -> String {
         match self.dialect {
             Dialect::OpenAi | Dialect::Azure => format!("{}{}", origin(self.addr), self.shared.variant.base_path),
-            Dialect::Anthropic | Dialect::Gemini | Dialect::Bedrock | Dialect::Mistral => origin(self.addr),
+            Dialect::Anthropic | Dialect::Gemini | Dialect::Bedrock | Dialect::Mistral | Dialect::Vertex => {
+                origin(self.addr)
+            }
         }
     }
 

@@ -99,6 +99,8 @@ pub(super) struct Shared {
     pub origin: String,
     /// The S3 the Bedrock dialect reads input from and writes output to.
     pub s3: Option<super::S3Access>,
+    /// The Cloud Storage JSON API the Vertex dialect reads input from and writes output to.
+    pub gcs: Option<String>,
     request_ids: AtomicU64,
     inner: Mutex<Inner>,
 }
@@ -116,6 +118,8 @@ pub(super) struct Inner {
     pub bedrock: Vec<super::bedrock::Job>,
     /// Mistral batch jobs and files (Mistral dialect only).
     pub mistral: super::mistral::Store,
+    /// Vertex batch prediction jobs and issued tokens (Vertex dialect only).
+    pub vertex: super::vertex::Store,
     pub faults: Faults,
     /// Answers per source while a misbehave knob is on (`invalid_first`, `ungrounded_first`).
     pub attempts: super::answer::Attempts,
@@ -142,6 +146,7 @@ impl Shared {
             timeline,
             origin,
             s3: None,
+            gcs: None,
             request_ids: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 files: HashMap::new(),
@@ -150,6 +155,7 @@ impl Shared {
                 gemini: super::gemini::Store::default(),
                 bedrock: Vec::new(),
                 mistral: super::mistral::Store::default(),
+                vertex: super::vertex::Store::default(),
                 faults,
                 attempts: super::answer::Attempts::default(),
                 stats: Stats::default(),

@@ -7,6 +7,7 @@ mod file;
 mod kind_bedrock;
 mod kind_gemini;
 mod kind_mistral;
+mod kind_vertex;
 mod kinds;
 mod limits;
 mod providers;

@@ -18,6 +18,7 @@ use super::file::RawProvider;
 use super::kind_bedrock::{BedrockOptions, RawBedrock};
 use super::kind_gemini::{GeminiOptions, RawGemini};
 use super::kind_mistral::{MistralOptions, RawMistral};
+use super::kind_vertex::{RawVertex, VertexOptions};
 use super::kinds::{
     AnthropicOptions, ChatOptions, GenericOptions, OpenAiBudget, OpenAiOptions, RawAnthropic, RawChat, RawGeneric,
     RawOpenAi, RawSimulator, SIMULATOR_MODEL, SimulatorOptions, at_least_one,
@@ -36,10 +37,11 @@ pub(crate) enum ProviderKind {
     Azure,
     Bedrock,
     Mistral,
+    Vertex,
 }
 
 impl ProviderKind {
-    const ALL: [ProviderKind; 9] = [
+    const ALL: [ProviderKind; 10] = [
         ProviderKind::Openai,
         ProviderKind::Anthropic,
         ProviderKind::Generic,
@@ -49,6 +51,7 @@ impl ProviderKind {
         ProviderKind::Azure,
         ProviderKind::Bedrock,
         ProviderKind::Mistral,
+        ProviderKind::Vertex,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -62,6 +65,7 @@ impl ProviderKind {
             ProviderKind::Azure => "azure",
             ProviderKind::Bedrock => "bedrock",
             ProviderKind::Mistral => "mistral",
+            ProviderKind::Vertex => "vertex",
         }
     }
 
@@ -74,7 +78,7 @@ impl ProviderKind {
     pub(crate) fn dialect(self) -> Dialect {
         match self {
             ProviderKind::Anthropic | ProviderKind::Bedrock => Dialect::AnthropicTool,
-            ProviderKind::Gemini => Dialect::GeminiJson,
+            ProviderKind::Gemini | ProviderKind::Vertex => Dialect::GeminiJson,
             ProviderKind::Openai
             | ProviderKind::Generic
             | ProviderKind::Chat
@@ -119,6 +123,8 @@ pub(crate) enum ProviderSpec {
     Bedrock(Box<BedrockOptions>),
     /// Mistral's batch API.
     Mistral(MistralOptions),
+    /// Vertex AI batch prediction (Gemini's GenerateContentRequest).
+    Vertex(Box<VertexOptions>),
 }
 
 impl ProviderSettings {
@@ -141,6 +147,7 @@ impl ProviderSettings {
             ProviderSpec::Azure(_) => ProviderKind::Azure,
             ProviderSpec::Bedrock(_) => ProviderKind::Bedrock,
             ProviderSpec::Mistral(_) => ProviderKind::Mistral,
+            ProviderSpec::Vertex(_) => ProviderKind::Vertex,
         }
     }
 
@@ -156,6 +163,7 @@ impl ProviderSettings {
             ProviderSpec::Gemini(g) => Some(&g.model),
             ProviderSpec::Bedrock(b) => Some(&b.model),
             ProviderSpec::Mistral(m) => Some(&m.model),
+            ProviderSpec::Vertex(v) => Some(&v.model),
             ProviderSpec::Azure(_) => None,
         }
     }
@@ -175,6 +183,7 @@ impl ProviderSettings {
             ProviderSpec::Gemini(g) => g.max_output_tokens.unwrap_or(g.max_output_tokens_cap),
             ProviderSpec::Bedrock(b) => b.max_tokens,
             ProviderSpec::Mistral(m) => m.max_tokens.unwrap_or(m.max_tokens_cap),
+            ProviderSpec::Vertex(v) => v.max_output_tokens.unwrap_or(v.max_output_tokens_cap),
         }
     }
 
@@ -198,8 +207,9 @@ impl ProviderSettings {
             ProviderSpec::Gemini(g) => Some(&g.key),
             ProviderSpec::Azure(a) => Some(&a.key),
             ProviderSpec::Mistral(m) => Some(&m.key),
-            // Credentials come from the standard AWS chain, never from the config.
-            ProviderSpec::Simulator(_) | ProviderSpec::Bedrock(_) => None,
+            // Credentials come from the standard AWS chain, or a Google service account,
+            // never from the config.
+            ProviderSpec::Simulator(_) | ProviderSpec::Bedrock(_) | ProviderSpec::Vertex(_) => None,
         }
     }
 
@@ -249,6 +259,7 @@ impl ProviderSettings {
             ProviderSpec::Azure(a) => super::azure::describe(a, &mut lines),
             ProviderSpec::Bedrock(b) => super::kind_bedrock::describe(b, &mut lines),
             ProviderSpec::Mistral(m) => super::kind_mistral::describe(m, &mut lines),
+            ProviderSpec::Vertex(v) => super::kind_vertex::describe(v, &mut lines),
             ProviderSpec::Chat(c) => {
                 line(&mut lines, "base_url", &c.base_url);
                 line(&mut lines, "model", &c.model);
@@ -465,6 +476,9 @@ fn resolve_table(name: String, mut table: toml::Table) -> Result<(ProviderSettin
         ProviderKind::Mistral => {
             ProviderSpec::Mistral(value.try_into::<RawMistral>().map_err(parse_error)?.resolve().map_err(in_table)?)
         }
+        ProviderKind::Vertex => ProviderSpec::Vertex(Box::new(
+            value.try_into::<RawVertex>().map_err(parse_error)?.resolve().map_err(in_table)?,
+        )),
     };
     if min_batch_wait.is_some() && !matches!(kind, ProviderKind::Bedrock) {
         return Err(invalid(format!(

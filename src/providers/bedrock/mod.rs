@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 pub use aws::S3Uri;
 
 use super::job_list::{JobListPage, find_in_job_list};
-use super::lines::{Line, Lines};
+use super::lines::{Lines, forward};
 use super::{
     BatchProvider, BatchSpec, ErrorClass, FailureCause, IntentRef, JobPhase, JobStatus, Lookup, Probe, ProviderError,
     ResultLine, StreamCounts, classify_status, describe_transport, parse_retry_after, truncate,
@@ -364,21 +364,7 @@ impl BatchProvider for BedrockBatches {
         let mut counts = StreamCounts::default();
         for key in &job.result_files {
             let mut lines = Lines::from_described(self.output.stream(key).await?, PROVIDER);
-            while let Some(line) = lines.next().await? {
-                let Some(parsed) = Line::parse(&line, wire::parse_line) else { continue };
-                counts.lines += 1;
-                match parsed {
-                    Ok(line) => out
-                        .send(super::scrub(line))
-                        .await
-                        .map_err(|_| error(ErrorClass::Transient, None, "result consumer stopped".to_string()))?,
-                    Err(reason) => {
-                        // The line's content is model output: log why, never what.
-                        counts.malformed += 1;
-                        tracing::warn!(provider = PROVIDER, %reason, "skipping a malformed output record");
-                    }
-                }
-            }
+            forward(&mut lines, wire::parse_line, out, &mut counts).await?;
         }
         Ok(counts)
     }

@@ -2,10 +2,10 @@
 //! File API's resumable upload (start, then one `upload, finalize` of the whole file).
 
 use reqwest::Url;
-use reqwest::header::{CONTENT_TYPE, HeaderMap};
+use reqwest::header::CONTENT_TYPE;
 
 use super::{GeminiBatches, error, job_name, wire};
-use crate::providers::{ErrorClass, ProviderError, classify_status, describe_transport, parse_retry_after, truncate};
+use crate::providers::{ErrorClass, ProviderError, describe_transport};
 
 const API_VERSION: &str = "v1beta";
 
@@ -63,15 +63,7 @@ impl GeminiBatches {
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let body = response.text().await.unwrap_or_default();
-        let parsed = serde_json::from_str::<wire::ErrorBody>(&body).ok().map(|b| b.error);
-        let class = classify(status, &headers, parsed.as_ref());
-        let message = parsed.as_ref().map_or_else(|| truncate(&body), wire::Status::describe);
-        let mut failure = error(class, Some(status), format!("{status} {message}"));
-        failure.retry_after = parsed
-            .as_ref()
-            .and_then(wire::Status::retry_delay)
-            .or_else(|| parse_retry_after(&headers, crate::domain::clock::now()));
-        Err(failure)
+        Err(wire::refusal(super::PROVIDER, status, &headers, &body, ""))
     }
 
     pub(super) async fn json<T: serde::de::DeserializeOwned>(
@@ -132,58 +124,4 @@ fn file_id(file: &str) -> Result<&str, ProviderError> {
     file.strip_prefix("files/")
         .filter(|id| !id.is_empty() && !id.contains('/'))
         .ok_or_else(|| error(ErrorClass::Protocol, None, format!("unexpected file name {file:?}")))
-}
-
-/// Google's canonical codes first (AIP-193 `google.rpc.Code` as the `status` string), the
-/// HTTP status for the rest. A bad key is a 400 at Gemini, and a location or billing
-/// precondition is nothing a retry fixes: both stop calls until an operator acts.
-fn classify(status: u16, headers: &HeaderMap, parsed: Option<&wire::Status>) -> ErrorClass {
-    let code = parsed.and_then(|s| s.status.as_deref()).unwrap_or_default();
-    match (status, code) {
-        _ if parsed.is_some_and(wire::Status::is_bad_key) => ErrorClass::Auth,
-        (_, "UNAUTHENTICATED" | "PERMISSION_DENIED") => ErrorClass::Auth,
-        (400, "FAILED_PRECONDITION") => ErrorClass::Auth,
-        // A per-day quota is spent budget, unless the answer says when to come back: the real
-        // service sends `RetryInfo` of seconds with per-day violations too, and that wait
-        // is honoured (a 15-minute pause would only idle for nothing).
-        (429, _) if parsed.is_some_and(|s| s.is_daily_quota() && s.retry_delay().is_none()) => ErrorClass::Budget,
-        _ => classify_status(status, headers, None),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    fn status(body: serde_json::Value) -> wire::Status {
-        serde_json::from_value(body).unwrap()
-    }
-
-    #[test]
-    fn google_codes_sort_into_our_classes() {
-        let none = HeaderMap::new();
-        let bad_key = status(json!({"code": 400, "status": "INVALID_ARGUMENT",
-            "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID"}]}));
-        assert_eq!(classify(400, &none, Some(&bad_key)), ErrorClass::Auth);
-        let invalid = status(json!({"code": 400, "status": "INVALID_ARGUMENT"}));
-        assert_eq!(classify(400, &none, Some(&invalid)), ErrorClass::InvalidRequest);
-        let location = status(json!({"code": 400, "status": "FAILED_PRECONDITION"}));
-        assert_eq!(classify(400, &none, Some(&location)), ErrorClass::Auth);
-        let busy = status(json!({"code": 429, "status": "RESOURCE_EXHAUSTED"}));
-        assert_eq!(classify(429, &none, Some(&busy)), ErrorClass::RateLimited);
-        let daily = status(json!({"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [
-            {"@type": "type.googleapis.com/google.rpc.QuotaFailure",
-             "violations": [{"quotaId": "GenerateRequestsPerDayPerProjectPerModel"}]}]}));
-        assert_eq!(classify(429, &none, Some(&daily)), ErrorClass::Budget);
-        let daily_but_soon = status(json!({"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [
-            {"@type": "type.googleapis.com/google.rpc.QuotaFailure",
-             "violations": [{"quotaId": "GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]},
-            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "36s"}]}));
-        assert_eq!(classify(429, &none, Some(&daily_but_soon)), ErrorClass::RateLimited);
-        assert_eq!(classify(403, &none, None), ErrorClass::Auth);
-        assert_eq!(classify(404, &none, None), ErrorClass::Gone);
-        assert_eq!(classify(503, &none, None), ErrorClass::Transient);
-    }
 }

@@ -4,12 +4,14 @@
 
 use std::time::Duration;
 
+use reqwest::header::HeaderMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::domain::batch::{BatchMember, LineResult, Usage};
 use crate::domain::lifecycle::FailureClass;
 use crate::domain::schema::Schema;
+use crate::providers::{ErrorClass, ProviderError, classify_status, parse_retry_after, truncate};
 
 /// One `GenerateContentRequest`: the instructions as the system instruction, the member
 /// as the user turn (the same text every adapter sends), and the schema's Gemini view as
@@ -238,6 +240,45 @@ impl Status {
     }
 }
 
+/// How an HTTP error answer from a Google API (Gemini, Vertex AI) sorts into our classes.
+/// Google's canonical codes first (AIP-193 `google.rpc.Code` as the `status` string), the
+/// HTTP status for the rest. A bad key is a 400 at Gemini, and a location or billing
+/// precondition is nothing a retry fixes: both stop calls until an operator acts.
+pub(crate) fn classify(status: u16, headers: &HeaderMap, parsed: Option<&Status>) -> ErrorClass {
+    let code = parsed.and_then(|s| s.status.as_deref()).unwrap_or_default();
+    match (status, code) {
+        _ if parsed.is_some_and(Status::is_bad_key) => ErrorClass::Auth,
+        (_, "UNAUTHENTICATED" | "PERMISSION_DENIED") => ErrorClass::Auth,
+        (400, "FAILED_PRECONDITION") => ErrorClass::Auth,
+        // A per-day quota is spent budget, unless the answer says when to come back: the real
+        // service sends `RetryInfo` of seconds with per-day violations too, and that wait
+        // is honoured (a 15-minute pause would only idle for nothing).
+        (429, _) if parsed.is_some_and(|s| s.is_daily_quota() && s.retry_delay().is_none()) => ErrorClass::Budget,
+        _ => classify_status(status, headers, None),
+    }
+}
+
+/// A Google API's non-2xx answer as our error: the class from its `google.rpc.Status`
+/// (else the HTTP status), its words, and the delay it asked for (`RetryInfo`, else
+/// `Retry-After`). `what` prefixes the message (the call, for a storage refusal).
+pub(crate) fn refusal(
+    provider: &'static str,
+    status: u16,
+    headers: &HeaderMap,
+    body: &str,
+    what: &str,
+) -> ProviderError {
+    let parsed = serde_json::from_str::<ErrorBody>(body).ok().map(|b| b.error);
+    let class = classify(status, headers, parsed.as_ref());
+    let message = parsed.as_ref().map_or_else(|| truncate(body), Status::describe);
+    let mut failure = ProviderError::new(provider, class, Some(status), &format!("{what}{status} {message}"));
+    failure.retry_after = parsed
+        .as_ref()
+        .and_then(Status::retry_delay)
+        .or_else(|| parse_retry_after(headers, crate::domain::clock::now()));
+    failure
+}
+
 fn quota_id(violation: &Value) -> &str {
     violation["quotaId"].as_str().or_else(|| violation["subject"].as_str()).unwrap_or_default()
 }
@@ -290,7 +331,7 @@ const MAX_REFUSAL_CHARS: usize = 200;
 /// answer, never committed even if it would validate; the safety, recitation, blocklist
 /// and similar reasons are the model declining. A prompt blocked before any candidate
 /// (`promptFeedback.blockReason`) declined too. Each is `Unusable`: billed, never committed.
-fn answer(response: &Value) -> LineResult {
+pub(crate) fn answer(response: &Value) -> LineResult {
     let usage = usage(response);
     let candidate = &response["candidates"][0];
     let unusable = |class, reason| LineResult::Unusable { class, reason, usage: usage.clone() };
@@ -348,7 +389,7 @@ fn usage(response: &Value) -> Option<Usage> {
 /// A request the batch could not run: its own fault for `INVALID_ARGUMENT` and the like,
 /// the account's for a denied permission (neither helped by sending it again); otherwise
 /// (quota, overload, internal, an unknown code) it may run next time.
-fn errored(status: &Status) -> LineResult {
+pub(crate) fn errored(status: &Status) -> LineResult {
     let reason = status.describe();
     match status.name().unwrap_or_default() {
         "INVALID_ARGUMENT" | "FAILED_PRECONDITION" | "OUT_OF_RANGE" | "NOT_FOUND" | "UNIMPLEMENTED" => {
@@ -479,5 +520,35 @@ mod tests {
         }
         assert!(matches!(state("JOB_STATE_SUCCEEDED"), Some(State::Succeeded)));
         assert!(state("BATCH_STATE_PAUSED").is_none() && state("done").is_none());
+    }
+
+    fn google_status(body: Value) -> Status {
+        serde_json::from_value(body).unwrap()
+    }
+
+    #[test]
+    fn google_codes_sort_into_our_classes() {
+        let none = HeaderMap::new();
+        let bad_key = google_status(json!({"code": 400, "status": "INVALID_ARGUMENT",
+            "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID"}]}));
+        assert_eq!(classify(400, &none, Some(&bad_key)), ErrorClass::Auth);
+        let invalid = google_status(json!({"code": 400, "status": "INVALID_ARGUMENT"}));
+        assert_eq!(classify(400, &none, Some(&invalid)), ErrorClass::InvalidRequest);
+        let location = google_status(json!({"code": 400, "status": "FAILED_PRECONDITION"}));
+        assert_eq!(classify(400, &none, Some(&location)), ErrorClass::Auth);
+        let busy = google_status(json!({"code": 429, "status": "RESOURCE_EXHAUSTED"}));
+        assert_eq!(classify(429, &none, Some(&busy)), ErrorClass::RateLimited);
+        let daily = google_status(json!({"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [
+            {"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+             "violations": [{"quotaId": "GenerateRequestsPerDayPerProjectPerModel"}]}]}));
+        assert_eq!(classify(429, &none, Some(&daily)), ErrorClass::Budget);
+        let daily_but_soon = google_status(json!({"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [
+            {"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+             "violations": [{"quotaId": "GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]},
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "36s"}]}));
+        assert_eq!(classify(429, &none, Some(&daily_but_soon)), ErrorClass::RateLimited);
+        assert_eq!(classify(403, &none, None), ErrorClass::Auth);
+        assert_eq!(classify(404, &none, None), ErrorClass::Gone);
+        assert_eq!(classify(503, &none, None), ErrorClass::Transient);
     }
 }

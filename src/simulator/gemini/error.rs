@@ -18,7 +18,7 @@ const RETRY_INFO: &str = "type.googleapis.com/google.rpc.RetryInfo";
 const QUOTA_FAILURE: &str = "type.googleapis.com/google.rpc.QuotaFailure";
 
 #[derive(Debug)]
-pub(super) struct GoogleError {
+pub(in crate::simulator) struct GoogleError {
     pub status: StatusCode,
     /// The canonical code's name (`INVALID_ARGUMENT`, `NOT_FOUND`, …).
     pub code: &'static str,
@@ -27,19 +27,19 @@ pub(super) struct GoogleError {
 }
 
 impl GoogleError {
-    pub(super) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(in crate::simulator) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self { status, code, message: message.into(), details: Vec::new() }
     }
 
-    pub(super) fn invalid(message: impl Into<String>) -> Self {
+    pub(in crate::simulator) fn invalid(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", message)
     }
 
-    pub(super) fn not_found(message: impl Into<String>) -> Self {
+    pub(in crate::simulator) fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", message)
     }
 
-    pub(super) fn failed_precondition(message: impl Into<String>) -> Self {
+    pub(in crate::simulator) fn failed_precondition(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "FAILED_PRECONDITION", message)
     }
 
@@ -48,7 +48,7 @@ impl GoogleError {
         self
     }
 
-    pub(super) fn missing_key() -> Self {
+    pub(in crate::simulator) fn missing_key() -> Self {
         Self::new(
             StatusCode::FORBIDDEN,
             "PERMISSION_DENIED",
@@ -57,7 +57,7 @@ impl GoogleError {
         )
     }
 
-    pub(super) fn bad_key(suffix: &str) -> Self {
+    pub(in crate::simulator) fn bad_key(suffix: &str) -> Self {
         Self::invalid(format!("API key not valid. Please pass a valid API key.{suffix}")).detail(json!({
             "@type": ERROR_INFO, "reason": "API_KEY_INVALID", "domain": "googleapis.com",
             "metadata": {"service": "generativelanguage.googleapis.com"},
@@ -65,7 +65,7 @@ impl GoogleError {
     }
 
     /// The Gemini answer to an injected request-level fault.
-    pub(super) fn injected(fault: Injected) -> Self {
+    pub(in crate::simulator) fn injected(fault: Injected) -> Self {
         const TAG: &str = " (SIMULATED fault)";
         let quota = |quota_id: &str| {
             json!({"@type": QUOTA_FAILURE, "violations": [{
@@ -110,7 +110,7 @@ impl GoogleError {
         }
     }
 
-    pub(super) fn body(&self) -> Value {
+    pub(in crate::simulator) fn body(&self) -> Value {
         let mut error = json!({"code": self.status.as_u16(), "message": self.message, "status": self.code});
         if !self.details.is_empty() {
             error["details"] = Value::Array(self.details.clone());

@@ -12,11 +12,11 @@
 //! `drop_after_create_next` leaves a client only the batch list (and the display name it
 //! chose) to find what it created.
 
-mod error;
+pub(super) mod error;
 mod files;
 mod handlers;
 mod lifecycle;
-mod model;
+pub(super) mod model;
 mod results;
 mod store;
 

@@ -21,7 +21,7 @@ pub(super) const MODEL_MAX_OUTPUT_TOKENS: u64 = 65_536;
 /// Checks a request as the API does before running anything; the error names the field
 /// (`contents`, `generationConfig.…`). The `responseJsonSchema` rules are the API
 /// reference's for `GenerationConfig`: it needs `responseMimeType`, and excludes `responseSchema`.
-pub(super) fn check(request: &Value) -> Result<(), String> {
+pub(in crate::simulator) fn check(request: &Value) -> Result<(), String> {
     if !request.is_object() {
         return Err("request: must be a GenerateContentRequest object".to_string());
     }
@@ -49,7 +49,7 @@ pub(super) fn check(request: &Value) -> Result<(), String> {
 }
 
 /// Answers one checked request as `behaviour` says.
-pub(super) fn respond(request: &Value, behaviour: Behaviour, model: &str, rng: &mut StdRng) -> Value {
+pub(in crate::simulator) fn respond(request: &Value, behaviour: Behaviour, model: &str, rng: &mut StdRng) -> Value {
     let ask = ask(request);
     let prompt_tokens = tokens(request.to_string().len());
     let structured =
@@ -102,7 +102,7 @@ fn render(output: &Value, structured: bool) -> String {
 /// A `GenerateContentRequest` as the model reads it: `contents` (a turn without a role is
 /// the user's; `model` turns are earlier answers) and the schema,
 /// `generationConfig.responseJsonSchema`, else `responseSchema`.
-pub(super) fn ask(request: &Value) -> Ask {
+pub(in crate::simulator) fn ask(request: &Value) -> Ask {
     let contents = request.get("contents").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let turns: Vec<(Turn, String)> = contents
         .iter()

@@ -1,0 +1,111 @@
+//! OAuth access tokens for Vertex AI and Cloud Storage, through `gcp_auth`: a service
+//! account's JSON key file (named by path in the config, read at start; the token is asked
+//! of the file's own `token_uri`), or the metadata server of the machine (GCE, GKE workload
+//! identity, Cloud Run). Tokens are cached by the crate until they expire; one scope serves
+//! both APIs. A token is only ever put into a header marked sensitive, never logged.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use gcp_auth::{CustomServiceAccount, MetadataServiceAccount, TokenProvider};
+use reqwest::header::HeaderValue;
+use tokio::sync::OnceCell;
+
+use super::error;
+use crate::providers::{ErrorClass, ProviderError};
+
+/// `cloud-platform` covers both `aiplatform.googleapis.com` and Cloud Storage.
+const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
+
+/// Where the service account's identity comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credentials {
+    /// A service-account JSON key file (`"type": "service_account"`), by path.
+    KeyFile(PathBuf),
+    /// The metadata server (`metadata.google.internal`): the attached service account.
+    MetadataServer,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("cannot read the service-account key file {path}: {reason}")]
+    KeyFile { path: PathBuf, reason: String },
+}
+
+/// Hands out bearer tokens; the metadata server is only asked once a token is needed, so a
+/// process off Google Cloud starts (and `config check` runs) without it.
+pub(super) struct Tokens {
+    provider: OnceCell<Arc<dyn TokenProvider>>,
+    source: Credentials,
+}
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokens").field("source", &self.source).finish_non_exhaustive()
+    }
+}
+
+impl Tokens {
+    /// A key file is read and parsed now, so a missing or broken one stops the start.
+    pub(super) fn new(source: Credentials) -> Result<Self, AuthError> {
+        let provider = OnceCell::new();
+        if let Credentials::KeyFile(path) = &source {
+            let account = key_file(path)?;
+            let _ = provider.set(Arc::new(account) as Arc<dyn TokenProvider>);
+        }
+        Ok(Self { provider, source })
+    }
+
+    /// `Authorization: Bearer …`, marked sensitive so no debug output shows it.
+    pub(super) async fn bearer(&self) -> Result<HeaderValue, ProviderError> {
+        let provider = self
+            .provider
+            .get_or_try_init(|| async {
+                MetadataServiceAccount::new().await.map(|m| Arc::new(m) as Arc<dyn TokenProvider>).map_err(|e| {
+                    error(ErrorClass::Auth, None, format!("no token from the metadata server: {}", describe(&e)))
+                })
+            })
+            .await?;
+        let token = provider.token(&[SCOPE]).await.map_err(|e| {
+            error(ErrorClass::Auth, None, format!("cannot get an OAuth access token: {}", describe(&e)))
+        })?;
+        let mut value = HeaderValue::from_str(&format!("Bearer {}", token.as_str()))
+            .map_err(|_| error(ErrorClass::Protocol, None, "the access token is not header-safe".to_string()))?;
+        value.set_sensitive(true);
+        Ok(value)
+    }
+}
+
+/// Whether `path` is a service-account key file the token flow can use (read, then
+/// dropped): what `config check` and the start refuse a provider for.
+pub fn check_key_file(path: &Path) -> Result<(), AuthError> {
+    key_file(path).map(drop)
+}
+
+/// Reads a key file, saying which part is wrong without quoting any of it.
+fn key_file(path: &Path) -> Result<CustomServiceAccount, AuthError> {
+    let fail = |reason: String| AuthError::KeyFile { path: path.to_path_buf(), reason };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|_| fail("not JSON".to_string()))?;
+    if value["type"] != "service_account" {
+        return Err(fail("\"type\" must be \"service_account\" (a user or external-account file is not one)".into()));
+    }
+    for field in ["client_email", "private_key", "token_uri"] {
+        if !value[field].is_string() {
+            return Err(fail(format!("no {field:?}")));
+        }
+    }
+    CustomServiceAccount::from_json(&text).map_err(|e| fail(describe(&e)))
+}
+
+/// The error and its causes in one line. gcp_auth's errors name what failed (a status, a
+/// parse step), never a key or a token.
+fn describe(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}

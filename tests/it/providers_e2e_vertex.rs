@@ -1,0 +1,356 @@
+//! `[providers.vertex] kind = "vertex"` through the real binary against the simulator's
+//! Vertex AI dialect over a REAL Cloud Storage (gcp-storage-emulator on loopback), with a
+//! service-account key file whose `token_uri` is the simulator's token endpoint, so the
+//! whole OAuth JWT-bearer flow runs: the corpus committed once with the input lines checked
+//! field by field; a create answered by a dropped connection; a SIGKILL between create and persisting the job name, found again by its
+//! label; a request over the input limit coming back as a per-line `status` and failing
+//! `invalid_request` after one job; an expired job requeued whole; a job that ends `JOB_STATE_FAILED` every time ending its
+//! members after `max_attempts`; `provider check` and `config check`.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use commitpoint::simulator::{Dialect, Faults, Simulator, SimulatorConfig, Stats};
+use serde_json::{Value, json};
+
+use crate::gcs_emulator::Gcs;
+use crate::provider::{
+    CORPUS, SETTLE, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts,
+    assert_submitted, counter, finish, health, intake_corpus, settle,
+};
+use crate::providers_e2e::{ONE_BATCH, assert_billed_by, expect_crash, write_config};
+use crate::util::{Server, cli, run_to_end, stderr, stdout, temp_dir};
+
+const IN_BUCKET: &str = "cp-vertex-in";
+const OUT_BUCKET: &str = "cp-vertex-out";
+const PROJECT: &str = "commitpoint-test";
+const LOCATION: &str = "us-central1";
+const MODEL: &str = "gemini-2.5-flash";
+
+struct VertexRig {
+    gcs: Gcs,
+    sim: Simulator,
+    dir: tempfile::TempDir,
+    config: String,
+}
+
+/// A service-account key file as the console hands it out, with a fresh RSA key (PKCS#8,
+/// made by openssl) and the simulator's token endpoint as `token_uri`.
+fn key_file(dir: &Path, token_uri: &str) -> String {
+    let pem = dir.join("sa.pem");
+    let made = Command::new("openssl")
+        .args(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out"])
+        .arg(&pem)
+        .output()
+        .expect("run openssl");
+    assert!(made.status.success(), "openssl genpkey: {}", String::from_utf8_lossy(&made.stderr));
+    let key = json!({
+        "type": "service_account",
+        "project_id": PROJECT,
+        "private_key_id": "0123456789abcdef",
+        "private_key": std::fs::read_to_string(&pem).expect("read the key"),
+        "client_email": format!("batch@{PROJECT}.iam.gserviceaccount.com"),
+        "client_id": "100000000000000000001",
+        "token_uri": token_uri,
+    });
+    let path = dir.join("service-account.json");
+    std::fs::write(&path, key.to_string()).expect("write the key file");
+    path.display().to_string()
+}
+
+impl VertexRig {
+    async fn start(complete_after: Duration, faults: Faults, extra: &str) -> VertexRig {
+        let gcs = Gcs::start(&[IN_BUCKET, OUT_BUCKET]).await;
+        let config = SimulatorConfig {
+            dialect: Dialect::Vertex,
+            complete_after,
+            faults,
+            gcs_endpoint: Some(gcs.endpoint.clone()),
+            ..SimulatorConfig::default()
+        };
+        let sim = Simulator::start("127.0.0.1:0".parse().expect("loopback address"), config)
+            .await
+            .expect("start the simulator");
+        let dir = temp_dir();
+        let key = key_file(dir.path(), &format!("{}/token", sim.origin()));
+        let section = format!(
+            "[providers.vertex]\nkind = \"vertex\"\nproject = \"{PROJECT}\"\nlocation = \"{LOCATION}\"\nmodel = \"{MODEL}\"\n\
+             input_gcs_uri = \"gs://{IN_BUCKET}/commitpoint/in/\"\noutput_gcs_uri = \"gs://{OUT_BUCKET}/commitpoint/out/\"\n\
+             credentials_file = \"{key}\"\nendpoint = \"{}\"\ngcs_endpoint = \"{}\"\n{extra}\n",
+            sim.base_url(),
+            gcs.endpoint
+        );
+        let config = write_config(dir.path(), &section, "vertex");
+        VertexRig { gcs, sim, dir, config }
+    }
+
+    fn serve(&self, extra: &[&str], failpoint: Option<&str>) -> Server {
+        let mut args = vec!["--config", self.config.as_str(), "--poll-interval", "100ms"];
+        if !extra.contains(&"--batch-max-wait") {
+            args.extend(["--batch-max-wait", "200ms"]);
+        }
+        args.extend_from_slice(extra);
+        let mut env = Vec::new();
+        if let Some(point) = failpoint {
+            env.push(("COMMITPOINT_FAILPOINTS", point));
+        }
+        Server::start_with_env(self.dir.path(), &args, &env)
+    }
+
+    fn stats(&self) -> Stats {
+        self.sim.stats()
+    }
+}
+
+/// The input commitpoint wrote to Cloud Storage, checked against the documented line:
+/// `{"key", "request"}` with a `GenerateContentRequest` asking for JSON under the schema.
+async fn assert_input_follows_the_contract(gcs: &Gcs, ids: &BTreeSet<String>) {
+    let names = gcs.names(IN_BUCKET, "commitpoint/in/").await;
+    assert_eq!(names.len(), 1, "one input file per job: {names:?}");
+    assert!(
+        names[0].starts_with("commitpoint/in/commitpoint-cpb-") && names[0].ends_with("/requests.jsonl"),
+        "{names:?}"
+    );
+    let text = gcs.object(IN_BUCKET, &names[0]).await;
+    let mut seen = BTreeSet::new();
+    for line in text.lines() {
+        let value: Value = serde_json::from_str(line).expect("a JSON line");
+        let fields: BTreeSet<&str> = value.as_object().expect("object").keys().map(String::as_str).collect();
+        assert_eq!(fields, BTreeSet::from(["key", "request"]), "{value:#}");
+        seen.insert(value["key"].as_str().expect("key").to_string());
+        let request = &value["request"];
+        assert_eq!(request["contents"][0]["role"], json!("user"), "{request:#}");
+        assert_eq!(request["generationConfig"]["responseMimeType"], json!("application/json"), "{request:#}");
+        assert!(request["generationConfig"]["responseJsonSchema"].is_object(), "{request:#}");
+        assert!(request["systemInstruction"]["parts"][0]["text"].is_string(), "{request:#}");
+    }
+    assert_eq!(&seen, ids, "one line per extraction, keyed by its id");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vertex_commits_the_corpus_once_through_gcs_with_oauth() {
+    let prices = format!(
+        "[[prices]]\nprovider = \"vertex\"\nmodel = \"{MODEL}\"\ninput_per_mtok = 300\noutput_per_mtok = 2500\n"
+    );
+    let rig = VertexRig::start(Duration::from_millis(300), Faults::default(), &prices).await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+
+    assert_all_committed_with_model_findings(&api).await;
+    let records = settle(&api, &ids).await;
+    assert!(records.values().all(|r| r["attempts"] == json!(1)), "{records:#?}");
+    let stats = rig.stats();
+    assert_submitted(&stats, &ids, 1);
+    assert_eq!(stats.batches_created, 1, "{stats:#?}");
+    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "each extraction billed once: {stats:#?}");
+    // Once ingested, the input and the predictions are deleted from the buckets.
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let left = rig.gcs.names(OUT_BUCKET, "commitpoint/out/").await;
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the ingested predictions were never deleted: {left:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let health = health(&api).await;
+    assert_eq!(counter(&health, "lines_ingested"), CORPUS.len() as u64, "{health:#}");
+    assert_billed_by(&api, &ids, "vertex").await;
+    for id in &ids {
+        let costs = api.get(&format!("/v1/extractions/{id}/costs")).await;
+        let attempt = &costs.body["attempts"][0];
+        assert!(attempt["input_tokens"].as_u64().is_some_and(|n| n > 0), "usageMetadata read: {attempt:#}");
+        assert!(attempt["output_tokens"].as_u64().is_some_and(|n| n > 0), "{attempt:#}");
+    }
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+/// The input file is checked before it is deleted: a run that never ingests (the job
+/// outlives the test's look) leaves it in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vertex_input_lines_carry_the_key_and_a_gemini_request() {
+    let rig = VertexRig::start(Duration::from_secs(600), Faults::default(), "").await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    let deadline = Instant::now() + SETTLE;
+    while rig.stats().batches_created == 0 {
+        assert!(Instant::now() < deadline, "no job was created: {:#?}", rig.stats());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_input_follows_the_contract(&rig.gcs, &ids).await;
+    finish(server);
+}
+
+/// Killed after the create, before the job name was stored: the restart lists jobs by the
+/// batch key's label and polls the one it finds; no second job is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vertex_kill_after_create_before_the_job_name_is_stored_finds_the_job_by_label() {
+    let rig = VertexRig::start(Duration::from_millis(500), Faults::default(), "").await;
+    let mut server = rig.serve(ONE_BATCH, Some("after-submit-before-job-id"));
+    intake_corpus(&server.api()).await;
+    expect_crash(&mut server, "after-submit-before-job-id");
+    assert_eq!(rig.stats().batches_created, 1);
+
+    let server = rig.serve(ONE_BATCH, None);
+    let stats = assert_recovered_once(server, || rig.stats()).await;
+    assert!(stats.batches_listed >= 1, "looked up by label: {stats:#?}");
+}
+
+/// A create answered by a dropped connection (the job exists, the answer is lost): the
+/// lookup by label finds it, and no second job is made; a throttled call before it is
+/// waited out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vertex_create_answered_by_a_dropped_connection_makes_no_second_job() {
+    let faults = Faults { drop_after_create_next: 1, rate_limit_next: 1, ..Faults::default() };
+    let rig = VertexRig::start(Duration::from_millis(300), faults, "").await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert_eq!((stats.dropped_connections, stats.rate_limited), (1, 1), "{stats:#?}");
+    assert_eq!(stats.batches_created, 1, "the unanswered create was resolved, not repeated: {stats:#?}");
+    assert!(stats.batches_listed >= 1, "looked up by label: {stats:#?}");
+    assert_submitted(&stats, &ids, 1);
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+/// A job that ends `JOB_STATE_EXPIRED` wrote nothing: every member goes back to the queue
+/// and commits once from the next job, its attempt counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vertex_expired_job_is_requeued_whole_and_commits_once() {
+    let faults = Faults { expire_batches: true, ..Faults::default() };
+    let rig = VertexRig::start(Duration::from_millis(300), faults, "").await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    let deadline = Instant::now() + SETTLE;
+    while rig.stats().batches_created == 0 {
+        assert!(Instant::now() < deadline, "no job was created: {:#?}", rig.stats());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    rig.sim.set_faults(Faults::default());
+
+    let records = settle(&api, &ids).await;
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 2, "{stats:#?}");
+    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "nothing answered twice: {stats:#?}");
+    assert!(records.values().all(|r| r["attempts"] == json!(2)), "{records:#?}");
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+/// A request over the model's input limit comes back as a prediction line whose `status`
+/// is Google's `INVALID_ARGUMENT` error, in a job that succeeds: it fails `invalid_request`
+/// after one job, never retried; the rest commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vertex_a_line_with_an_invalid_argument_status_fails_after_one_job() {
+    let faults = Faults { max_input_tokens: 5_000, ..Faults::default() };
+    let rig = VertexRig::start(Duration::from_millis(200), faults, "").await;
+    let server = rig.serve(&[], None);
+    let api = server.api();
+    let mut ids = intake_corpus(&api).await;
+    let big = format!("// a long file\n{}", "fn filler() { let x = 1; }\n".repeat(1_000));
+    let over = api.create(crate::provider::TENANT, "huge.rs", &big).await;
+    ids.insert(over.clone());
+    let records = settle(&api, &ids).await;
+    let failed = &records[&over];
+    assert_eq!(failed["state"], json!("failed"), "{failed:#}");
+    assert_eq!(failed["failure_class"], json!("invalid_request"), "{failed:#}");
+    let reason = failed["failure_reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("INVALID_ARGUMENT") && reason.contains("exceeds the maximum"), "{failed:#}");
+    let stats = rig.stats();
+    assert_eq!(stats.submissions_per_custom_id.get(&over), Some(&1), "sent once: {stats:#?}");
+    for (id, record) in &records {
+        if *id != over {
+            assert_eq!(record["state"], json!("committed"), "{record:#}");
+        }
+    }
+    finish(server);
+}
+
+/// A job that ends `JOB_STATE_FAILED` names no request: each member's attempt is counted,
+/// so after `max_attempts` the members fail `attempts_exhausted` with Vertex's reason,
+/// and `/healthz` counts the failed jobs; no third job is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vertex_job_failing_every_time_ends_its_members_after_max_attempts() {
+    let faults = Faults { fail_batch_validation: true, ..Faults::default() };
+    let rig = VertexRig::start(Duration::from_millis(200), faults, "\n[scheduler]\nmax_attempts = 2").await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    let deadline = Instant::now() + SETTLE;
+    let records = loop {
+        let mut records = Vec::new();
+        for id in &ids {
+            records.push(api.record(id).await);
+        }
+        if records.iter().all(|r| r["state"] == json!("failed")) {
+            break records;
+        }
+        assert!(Instant::now() < deadline, "not all failed: {records:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for record in records {
+        assert_eq!(record["failure_class"], json!("attempts_exhausted"), "{record:#}");
+        let reason = record["failure_reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("fail_batch_validation"), "Vertex's reason is kept: {record:#}");
+        assert_eq!(record["attempts"], json!(2), "{record:#}");
+    }
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 2, "one job per attempt, then no more: {stats:#?}");
+    let now = health(&api).await;
+    assert_eq!(counter(&now, "batches_failed"), 2, "{now:#}");
+    finish(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vertex_provider_check_and_config_check() {
+    let rig = VertexRig::start(Duration::from_millis(300), Faults::default(), "").await;
+    let check = |config: &str| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_commitpoint"));
+        cmd.args(["provider", "check", "--config", config]).current_dir(rig.dir.path()).env("COMMITPOINT_LOG", "warn");
+        run_to_end(cmd)
+    };
+    let out = check(&rig.config);
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("accepted"), "{}", stdout(&out));
+    assert_eq!(rig.stats().batches_created, 0, "a check creates no job");
+
+    // A token Vertex no longer accepts is refused in Google's words.
+    rig.sim.set_faults(Faults { unauthorized_next: 1, ..Faults::default() });
+    let out = check(&rig.config);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stdout(&out).contains("UNAUTHENTICATED"), "{}", stdout(&out));
+
+    let text = std::fs::read_to_string(&rig.config).expect("read config");
+    let out = cli(&["config", "check", "--config", &rig.config]);
+    let shown = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}\n{}", stderr(&out));
+    assert!(shown.contains("kind = \"vertex\"") && shown.contains(&format!("project = \"{PROJECT}\"")), "{shown}");
+    let key = std::fs::read_to_string(rig.dir.path().join("service-account.json")).expect("key");
+    let private: Value = serde_json::from_str(&key).expect("key JSON");
+    let pem = private["private_key"].as_str().expect("pem");
+    let body = pem.lines().nth(1).expect("a PEM body line");
+    assert!(!shown.contains(body), "the key never shows");
+
+    // Settings Vertex would refuse stop the start with the rule (exit 78).
+    let bad = rig.dir.path().join("bad.toml");
+    std::fs::write(&bad, text.replace(&format!("project = \"{PROJECT}\""), "project = \"Not_A_Project\""))
+        .expect("write");
+    let out = cli(&["config", "check", "--config", &bad.display().to_string()]);
+    assert_eq!(out.status.code(), Some(78), "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("6-30"), "{}", stderr(&out));
+    std::fs::write(&bad, text.replace("service-account.json", "missing.json")).expect("write");
+    let out = cli(&["config", "check", "--config", &bad.display().to_string()]);
+    assert_eq!(out.status.code(), Some(78), "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("credentials_file"), "{}", stderr(&out));
+}
