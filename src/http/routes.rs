@@ -21,7 +21,7 @@ use super::{
 use crate::http::access::Access;
 use crate::service::Service;
 
-/// The whole API: the three groups, each behind its own layer, and one document that
+/// The whole API: the five groups, each behind its own layer, and one document that
 /// describes them all.
 pub(super) fn documented(access: &Arc<Access>) -> (Router<Service>, Document) {
     let mut doc = openapi::ApiDoc::openapi();
