@@ -169,6 +169,11 @@ def main():
         check("the session cookie is HttpOnly and SameSite=Strict",
               cookie and cookie.get("httpOnly") and cookie.get("sameSite") == "Strict", cookie)
         check("the session cookie expires", cookie and cookie.get("expiry"), cookie)
+        # The quiet refresh swaps a page's content while the checks below read it: it is
+        # paused (remembered per browser) until its own check turns it on.
+        driver.execute_script("window.localStorage.setItem('commitpoint-refresh', 'off')")
+        driver.refresh()
+        wait.until(EC.presence_of_element_located((By.ID, "count-total")))
 
         # The overview's counts are /v1/stats' (read again: nothing is moving now).
         _, stats = api("GET", "/v1/stats")
@@ -233,7 +238,9 @@ def main():
         # The quiet refresh: the page's content is read again without a reload, and the
         # button pauses it.
         toggle = driver.find_element(By.ID, "refresh-toggle")
-        check("auto-refresh starts on", toggle.text == "Auto-refresh: on", toggle.text)
+        check("auto-refresh stays paused once paused", toggle.text == "Auto-refresh: paused", toggle.text)
+        toggle.click()
+        check("the button turns it on", toggle.text == "Auto-refresh: on", toggle.text)
         main_of = lambda d: d.find_element(By.TAG_NAME, "main").get_attribute("data-refreshed")
         WebDriverWait(driver, 20).until(main_of)
         check("the extractions page refreshed itself", main_of(driver))
@@ -242,7 +249,6 @@ def main():
         paused_at = main_of(driver)
         time.sleep(7)
         check("a paused page is not refreshed", main_of(driver) == paused_at, (paused_at, main_of(driver)))
-        toggle.click()
         committed = api("GET", "/v1/extractions?state=committed&tenant=globex")[1]["extractions"][0]["extraction_id"]
         driver.get(URL + f"/ui/extractions/{committed}")
         check("a committed extraction shows findings and its raw result",
