@@ -320,7 +320,7 @@ impl Caller {
     pub(crate) fn may_reach(&self, tenant: &str) -> Result<(), Denied> {
         match self {
             Caller::Tenant(own) if own != tenant => Err(Denied::OtherTenant(own.clone())),
-            Caller::Worker(worker) if worker.scope.tenants.as_ref().is_none_or(|t| !t.iter().any(|t| t == tenant)) => {
+            Caller::Worker(worker) if worker.scope.tenants.as_ref().is_some_and(|t| !t.iter().any(|t| t == tenant)) => {
                 Err(Denied::OutsideScope { worker: worker.name.clone(), what: format!("tenant {tenant:?}") })
             }
             _ => Ok(()),
@@ -409,6 +409,8 @@ mod tests {
         assert!(caller.may_work_on("acme", "code-review@1").is_ok());
         assert!(matches!(caller.may_work_on("globex", "code-review@1"), Err(Denied::OutsideScope { .. })));
         assert!(caller.may_reach("globex").is_err() && caller.may_reach("acme").is_ok());
+        let unscoped = Caller::Worker(Arc::new(Worker { name: "any".into(), scope: WorkScope::default() }));
+        assert!(unscoped.may_reach("globex").is_ok(), "a worker without tenants= takes every tenant's work");
         assert_eq!(caller.work_scope().tenants, Some(vec!["acme".to_string()]));
         let tenant = Caller::Tenant("acme".into());
         assert_eq!(tenant.require_worker(), Err(Denied::WorkersOnly), "a tenant token claims no work");

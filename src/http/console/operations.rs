@@ -184,5 +184,7 @@ pub(super) async fn dead_letters(State(service): State<Service>, viewer: Viewer)
             } } }
         } }
     };
-    Ok(live_page("Dead letters", &viewer, content))
+    // Not refreshed by itself: each row's payload is built from the store, and dead
+    // letters change only when an operator acts.
+    Ok(page("Dead letters", &viewer, content))
 }
