@@ -232,10 +232,13 @@ async fn measure(store: &Store, n: u64) -> Result<()> {
         limit: 100,
         after: middle,
         latest: false,
+        newest_first: false,
     };
     report("list page of 100, pending", &time(100, || store.list(page(None, Some(StateName::Pending)))).await?);
     report("list page of 100, one tenant", &time(100, || store.list(page(Some("t7".into()), None))).await?);
     report("list page of 100, unfiltered", &time(100, || store.list(page(None, None))).await?);
+    let newest = || ListFilter { newest_first: true, ..page(None, None) };
+    report("list page of 100, unfiltered, newest first", &time(100, || store.list(newest())).await?);
     report(
         "list page of 100, one tenant, pending",
         &time(20, || store.list(page(Some("t7".into()), Some(StateName::Pending)))).await?,

@@ -25,6 +25,8 @@ mod config_mistakes;
 mod console;
 #[path = "it/console_evaluations.rs"]
 mod console_evaluations;
+#[path = "it/console_history.rs"]
+mod console_history;
 #[path = "it/crash.rs"]
 mod crash;
 #[path = "it/cross_site.rs"]

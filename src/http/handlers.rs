@@ -156,11 +156,22 @@ pub(crate) struct ListQuery {
     /// Only each source's current revision (the newest intake of its tenant, source id and
     /// schema name), whatever its state.
     latest: Option<bool>,
+    /// `intake` (the default: oldest first) or `newest` (newest intake first). A `next`
+    /// continues the order it came from.
+    #[param(inline, value_type = ExtractionOrder, required = false)]
+    order: Option<ExtractionOrder>,
     /// The extractions whose id starts with these 4–64 hex characters, in id order (as
     /// the console shows ids, 12 characters), instead of a listing in intake order: taken
     /// with `tenant` and `limit` only, on one page.
     #[param(pattern = "^[0-9a-f]{4,64}$")]
     id_prefix: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ExtractionOrder {
+    Intake,
+    Newest,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -171,7 +182,7 @@ pub(crate) struct ExtractionPage {
     next: Option<String>,
 }
 
-/// Extractions in intake order, a page at a time.
+/// Extractions in intake order (or newest first), a page at a time.
 #[utoipa::path(get, path = "/v1/extractions", operation_id = "list_extractions", tag = "extractions", params(ListQuery),
     security(("bearer" = [])),
     responses(
@@ -198,7 +209,7 @@ pub(crate) async fn list(
     if let Some(prefix) = &q.id_prefix {
         let prefix: IdPrefix =
             prefix.parse().map_err(|e: ParsePrefixError| ApiError::bad_request("invalid_query", e.to_string()))?;
-        if q.state.is_some() || q.after.is_some() || q.latest.is_some() {
+        if q.state.is_some() || q.after.is_some() || q.latest.is_some() || q.order.is_some() {
             return Err(ApiError::bad_request("invalid_query", "id_prefix is taken with tenant and limit only"));
         }
         let records = service.with_id_prefix(prefix, q.tenant, limit).await?;
@@ -217,8 +228,9 @@ pub(crate) async fn list(
             )
         })?),
     };
+    let newest_first = q.order == Some(ExtractionOrder::Newest);
     let (records, next) =
-        service.list_page(q.tenant, state, q.latest.unwrap_or(false), limit, q.after.as_deref()).await?;
+        service.list_page(q.tenant, state, q.latest.unwrap_or(false), newest_first, limit, q.after.as_deref()).await?;
     let retired = service.retired(records.iter().map(|r| r.seq).collect()).await?;
     let view =
         |r: &crate::store::ExtractionRecord| views::extraction_retained(r, retired.get(&r.seq).copied().unwrap_or(0));

@@ -1,5 +1,6 @@
 //! Reads the operator console shows that the JSON API answers piecemeal: the batches in
-//! flight, an extraction's stored raw result and its undelivered or dead outbox events.
+//! flight and their history, an extraction's stored raw result and its undelivered or
+//! dead outbox events.
 
 use super::{Error, Service};
 use crate::domain::identity::ExtractionId;
@@ -18,6 +19,29 @@ impl Service {
     /// Every batch the schedulers still drive, oldest first.
     pub async fn open_batches(&self) -> Result<Vec<BatchRecord>, Error> {
         Ok(self.store.open_batches().await?)
+    }
+
+    /// Up to `limit` batches below sequence `before` (0: from the newest), newest first,
+    /// closed ones included.
+    pub async fn batch_history(&self, before: u64, limit: usize) -> Result<Vec<BatchRecord>, Error> {
+        Ok(self.store.batch_history(before, limit).await?)
+    }
+
+    /// A batch, its member count, and the first `limit` members as they are now (a member
+    /// may have moved on to a later batch, or been erased: erased members are left out).
+    pub async fn batch_detail(
+        &self,
+        seq: u64,
+        limit: usize,
+    ) -> Result<Option<(BatchRecord, Vec<ExtractionRecord>)>, Error> {
+        let Some(batch) = self.store.batch(seq).await? else { return Ok(None) };
+        let mut members = Vec::with_capacity(batch.members.len().min(limit));
+        for member in batch.members.iter().take(limit) {
+            if let Some(record) = self.store.get_by_seq(*member).await? {
+                members.push(record);
+            }
+        }
+        Ok(Some((batch, members)))
     }
 
     /// The raw output an extraction committed (`None` before it commits or after retention

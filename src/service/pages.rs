@@ -23,17 +23,23 @@ const RECORD_OVERHEAD_BYTES: usize = 1024;
 pub const MAX_FINDINGS_PAGE: usize = 1000;
 
 impl Service {
-    /// A page of extractions in intake order; `after` is a `next` this same listing
-    /// returned.
+    /// A page of extractions in intake order (or newest first); `after` is a `next` this
+    /// same listing returned.
     pub async fn list_page(
         &self,
         tenant: Option<String>,
         state: Option<StateName>,
         latest: bool,
+        newest_first: bool,
         limit: usize,
         after: Option<&str>,
     ) -> Result<(Vec<ExtractionRecord>, Option<String>), Error> {
-        let scope = format!("extractions\0{tenant:?}\0{state:?}{}", if latest { "\0latest" } else { "" });
+        // A cursor binds to its order too: a position means "past here" in one direction.
+        let scope = format!(
+            "extractions\0{tenant:?}\0{state:?}{}{}",
+            if latest { "\0latest" } else { "" },
+            if newest_first { "\0newest" } else { "" }
+        );
         let after = match after.filter(|c| !c.is_empty()) {
             None => 0,
             Some(cursor) => {
@@ -41,7 +47,8 @@ impl Service {
                 u64::from_be_bytes(position.try_into().map_err(|_| Error::InvalidCursor)?)
             }
         };
-        let (records, next) = self.list_within(ListFilter { tenant, state, limit, after, latest }).await?;
+        let (records, next) =
+            self.list_within(ListFilter { tenant, state, limit, after, latest, newest_first }).await?;
         let next = next.map(|seq| self.store.cursor_key().seal(&scope, &seq.to_be_bytes()));
         Ok((records, next))
     }

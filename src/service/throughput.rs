@@ -26,12 +26,17 @@ pub struct MinuteCount {
     pub minute: u64,
     pub committed: u64,
     pub failed: u64,
+    /// False for minutes before this server's first sample: nothing was counted then, so
+    /// their zeros are not news that nothing finished.
+    pub sampled: bool,
 }
 
 #[derive(Debug, Default)]
 struct Ring {
     /// The totals at the last sample, to take differences from.
     last: Option<(u64, u64)>,
+    /// The minute of the first sample (the baseline).
+    first_minute: Option<u64>,
     minutes: VecDeque<MinuteCount>,
 }
 
@@ -58,12 +63,13 @@ impl Throughput {
             None => (0, 0),
         };
         ring.last = Some((committed, failed));
+        ring.first_minute.get_or_insert(minute);
         match ring.minutes.back_mut() {
             Some(m) if m.minute == minute => {
                 m.committed += dc;
                 m.failed += df;
             }
-            _ => ring.minutes.push_back(MinuteCount { minute, committed: dc, failed: df }),
+            _ => ring.minutes.push_back(MinuteCount { minute, committed: dc, failed: df, sampled: true }),
         }
         while ring.minutes.front().is_some_and(|m| m.minute + THROUGHPUT_MINUTES as u64 <= minute) {
             ring.minutes.pop_front();
@@ -71,18 +77,20 @@ impl Throughput {
         dc + df > 0
     }
 
-    /// The last hour, one entry per minute (oldest first), zeros where nothing was seen.
+    /// The last hour, one entry per minute (oldest first), zeros where nothing was seen;
+    /// minutes before the first sample are marked unsampled.
     fn hour(&self, now_ms: u64) -> Vec<MinuteCount> {
         let ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
         let now = now_ms / 60_000;
         let first = now + 1 - THROUGHPUT_MINUTES as u64;
+        let sampled = |minute: u64| ring.first_minute.is_some_and(|f| minute >= f);
         (first..=now)
             .map(|minute| {
-                ring.minutes
-                    .iter()
-                    .find(|m| m.minute == minute)
-                    .copied()
-                    .unwrap_or(MinuteCount { minute, ..MinuteCount::default() })
+                ring.minutes.iter().find(|m| m.minute == minute).copied().unwrap_or(MinuteCount {
+                    minute,
+                    sampled: sampled(minute),
+                    ..MinuteCount::default()
+                })
             })
             .collect()
     }
@@ -171,8 +179,10 @@ mod tests {
         t.record(101 * m + 1, 20, 2);
         let hour = t.hour(101 * m + 2);
         assert_eq!(hour.len(), THROUGHPUT_MINUTES);
-        assert_eq!(hour[THROUGHPUT_MINUTES - 2], MinuteCount { minute: 100, committed: 3, failed: 0 });
-        assert_eq!(hour[THROUGHPUT_MINUTES - 1], MinuteCount { minute: 101, committed: 7, failed: 2 });
+        assert_eq!(hour[THROUGHPUT_MINUTES - 2], MinuteCount { minute: 100, committed: 3, failed: 0, sampled: true });
+        assert_eq!(hour[THROUGHPUT_MINUTES - 1], MinuteCount { minute: 101, committed: 7, failed: 2, sampled: true });
+        assert!(!hour[THROUGHPUT_MINUTES - 3].sampled, "before the baseline nothing was counted");
+        assert!(t.hour(130 * m).iter().any(|m| m.sampled && m.committed == 0), "an idle sampled minute is a zero");
         let later = t.hour(200 * m);
         assert!(later.iter().all(|m| m.committed == 0 && m.failed == 0), "an hour later nothing is left");
     }

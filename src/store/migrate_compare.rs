@@ -74,7 +74,8 @@ pub(super) async fn compare(
     let mut providers: BTreeSet<String> = paused.into_iter().collect();
     let mut after = 0;
     loop {
-        let filter = || ListFilter { tenant: None, state: None, limit: PAGE, after, latest: false };
+        let filter =
+            || ListFilter { tenant: None, state: None, limit: PAGE, after, latest: false, newest_first: false };
         let (a, b) = (source.list(filter()).await?, target.list(filter()).await?);
         if a.records != b.records {
             out.differ(format!("the listing after sequence {after} differs"));

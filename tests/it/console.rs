@@ -46,6 +46,16 @@ impl Browser {
         Self { base: base.to_string(), client, cookie: None }
     }
 
+    /// A session on a server without tokens: the login page hands one out on loopback.
+    pub(crate) async fn open_session(base: &str) -> Self {
+        let mut browser = Browser::new(base);
+        let response = browser.send(Method::GET, "/ui/login", None).await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER);
+        let cookie = response.headers()[SET_COOKIE].to_str().expect("ascii").to_string();
+        browser.cookie = Some(cookie.split(';').next().expect("pair").to_string());
+        browser
+    }
+
     pub(crate) async fn send(&self, method: Method, path: &str, form: Option<&[(&str, &str)]>) -> reqwest::Response {
         let mut request = self.client.request(method, format!("{}{path}", self.base));
         if let Some(cookie) = &self.cookie {
@@ -255,11 +265,7 @@ async fn a_tenant_session_sees_only_its_own_tenant() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_tokens_the_console_is_open_on_loopback() {
     let (_dir, server) = start(false);
-    let mut browser = Browser::new(&server.url);
-    let response = browser.send(Method::GET, "/ui/login", None).await;
-    assert_eq!(response.status(), StatusCode::SEE_OTHER);
-    let cookie = response.headers()[SET_COOKIE].to_str().expect("ascii").to_string();
-    browser.cookie = Some(cookie.split(';').next().expect("pair").to_string());
+    let browser = Browser::open_session(&server.url).await;
     let (status, html) = browser.page("/ui").await;
     assert_eq!(status, StatusCode::OK);
     assert!(html.contains("id=\"count-total\">0<") && html.contains("open (loopback)"), "{html}");

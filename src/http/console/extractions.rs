@@ -44,7 +44,7 @@ pub(super) async fn list(State(service): State<Service>, viewer: Viewer, Query(f
             StateName::parse(s).ok_or_else(|| Problem::new(axum::http::StatusCode::BAD_REQUEST, "unknown state"))?,
         ),
     };
-    let (records, next) = service.list_page(tenant.clone(), state, false, PAGE, given(&f.after)).await?;
+    let (records, next) = service.list_page(tenant.clone(), state, false, true, PAGE, given(&f.after)).await?;
     let schema = given(&f.schema);
     let class = given(&f.failure_class);
     let shown: Vec<&ExtractionRecord> = records
@@ -70,6 +70,7 @@ pub(super) async fn list(State(service): State<Service>, viewer: Viewer, Query(f
     tenants.dedup();
     let content = html! {
         h1 { "Extractions" }
+        p.muted { "Newest intake first." }
         form.filters method="get" action="/ui/extractions" {
             @if viewer.tenant_scope().is_none() {
                 label { "tenant " select name="tenant" {
@@ -126,7 +127,7 @@ pub(super) async fn list(State(service): State<Service>, viewer: Viewer, Query(f
             }
         } }
         @if shown.is_empty() { p.muted { "Nothing on this page matches." } }
-        @if let Some(next) = &next { p { a.button href=(query(next)) rel="next" { "Next page →" } } }
+        @if let Some(next) = &next { p { a.button href=(query(next)) rel="next" { "Older →" } } }
     };
     Ok(live_page("Extractions", &viewer, content))
 }

@@ -5,6 +5,7 @@
 
 mod actions;
 mod assets;
+mod batches;
 mod ended;
 mod evaluations;
 mod extractions;
@@ -73,7 +74,8 @@ fn routes() -> Routes {
         .post("/ui/extractions/{id}/retry", actions::retry)
         .post("/ui/extractions/{id}/cancel", actions::cancel)
         .post("/ui/retry", actions::retry_matching)
-        .get("/ui/batches", operations::batches)
+        .get("/ui/batches", batches::list)
+        .get("/ui/batches/{seq}", batches::detail)
         .get("/ui/evaluations", evaluations::list)
         .get("/ui/evaluations/{name}", evaluations::detail)
         .post("/ui/evaluations/{name}/promote", evaluations::promote)

@@ -1,51 +1,19 @@
-//! The operator lists: batches in flight, a tenant's costs (with a per-day chart) and
-//! the outbox's dead letters.
+//! The operator lists: a tenant's costs (with a per-day chart) and the outbox's dead
+//! letters.
 
 use axum::extract::{Query, State};
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::layout::{PageResult, age, dollars, live_page, page, when};
-use super::svg::{Bar, bars};
+use super::layout::{PageResult, dollars, page, when};
+use super::svg::{Bar, Unit, bars};
 use super::viewer::Viewer;
 use crate::engine::ledger::{Bucket, CostQuery, GroupBy, Split};
 use crate::service::Service;
-use crate::store::{BatchState, OutboxFilter};
+use crate::store::OutboxFilter;
 
 const DAYS: u64 = 30;
 const DEAD_PAGE: usize = 200;
-
-pub(super) async fn batches(State(service): State<Service>, viewer: Viewer) -> PageResult {
-    viewer.require_admin()?;
-    let now = crate::domain::clock::now_ms();
-    let batches = service.open_batches().await?;
-    let content = html! {
-        h1 { "Batches in flight" }
-        @if batches.is_empty() { p.muted { "No open batch." } }
-        div.scroll { table id="batches" {
-            thead { tr { th { "provider" } th { "job id" } th { "state" } th { "schema" } th { "members" } th { "age" } th { "next poll" } th { "last error" } } }
-            tbody { @for b in &batches { tr {
-                td { (b.provider.as_str()) }
-                td.mono.wrap { @match &b.state {
-                    BatchState::Intent => "—",
-                    BatchState::Submitted { job_id } => (job_id),
-                    BatchState::Closed { job_id, .. } => (job_id.as_deref().unwrap_or("—")),
-                } }
-                td { @match &b.state {
-                    BatchState::Intent => "submitting",
-                    BatchState::Submitted { .. } => "submitted",
-                    BatchState::Closed { outcome, .. } => (format!("closed: {outcome}")),
-                } }
-                td { (b.schema) }
-                td { (b.members.len()) }
-                td { (age(now.saturating_sub(b.created_at_ms) / 1000)) }
-                td { @if b.next_action_at_ms > now { "in " (age((b.next_action_at_ms - now) / 1000)) } @else { "due" } }
-                td.error { (b.last_error.as_deref().unwrap_or("")) }
-            } } }
-        } }
-    };
-    Ok(live_page("Batches", &viewer, content))
-}
 
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct CostsQuery {
@@ -103,9 +71,11 @@ pub(super) async fn costs(State(service): State<Service>, viewer: Viewer, Query(
                 let key = crate::domain::clock::format_ms(day * day_ms)[..10].to_string();
                 let split = report.groups.as_ref().and_then(|g| g.get(&key));
                 let cost = |pick: fn(&Split) -> &Bucket| split.map_or(0, |s| pick(s).cost_micros);
-                Bar { label: key.clone(), values: vec![cost(|s| &s.fresh), cost(|s| &s.failed_validation), cost(|s| &s.unusable), cost(|s| &s.evaluation)] }
+                Bar { tick: key[5..].to_string(), label: key.clone(), sampled: true,
+                    values: vec![cost(|s| &s.fresh), cost(|s| &s.failed_validation), cost(|s| &s.unusable), cost(|s| &s.evaluation)] }
             }).collect();
-            (bars("Cost per day", &days, &["fresh", "failed", "unusable", "evaluation"]))
+            (bars("Cost per day in dollars", &days, &["fresh", "failed", "unusable", "evaluation"], Unit::Micros))
+            p.muted { "Bars: dollars charged per UTC day, stacked by bucket; replays cost nothing and are not drawn." }
         } @else {
             p.muted { "Pick a tenant to see its costs." }
         }

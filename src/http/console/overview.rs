@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 
 use super::layout::{Problem, age, dollars, live_page, when};
-use super::svg::{Bar, bars};
+use super::svg::{Bar, Unit, bars};
 use super::viewer::Viewer;
 use crate::domain::lifecycle::StateName;
 use crate::http::access::Caller;
@@ -38,8 +38,13 @@ pub(super) async fn show(State(service): State<Service>, viewer: Viewer) -> Resu
     let store = service.store_status().await?;
     let driver_of = |name: &str| store.drivers.iter().find(|d| d.provider == name).and_then(|d| d.instance.clone());
     let hour = service.throughput();
-    let chart: Vec<Bar> =
-        hour.iter().map(|m| Bar { label: when(m.minute * 60_000), values: vec![m.committed, m.failed] }).collect();
+    let chart: Vec<Bar> = hour
+        .iter()
+        .map(|m| {
+            let at = when(m.minute * 60_000);
+            Bar { tick: at[11..16].to_string(), label: at, values: vec![m.committed, m.failed], sampled: m.sampled }
+        })
+        .collect();
     let done_last_hour: u64 = hour.iter().map(|m| m.committed).sum();
     let failed_last_hour: u64 = hour.iter().map(|m| m.failed).sum();
     let content = html! {
@@ -57,11 +62,15 @@ pub(super) async fn show(State(service): State<Service>, viewer: Viewer) -> Resu
         section {
             h2 { "Throughput, last hour" }
             p.legend {
-                span.key.committed {} "committed " strong { (done_last_hour) } " · "
-                span.key.failed {} "failed " strong { (failed_last_hour) }
-                " (per minute, sampled by this server since it started)"
+                "Totals for the hour: "
+                span.key.committed {} "committed " strong id="hour-committed" { (done_last_hour) } " · "
+                span.key.failed {} "failed " strong id="hour-failed" { (failed_last_hour) }
             }
-            (bars("Committed and failed per minute", &chart, &["committed", "failed"]))
+            (bars("Extractions committed and failed per minute", &chart, &["committed", "failed"], Unit::Count))
+            p.muted {
+                "Bars: extractions per minute (UTC), stacked. Counted by this server since it started; "
+                "shaded minutes were not sampled."
+            }
         }
         section {
             h2 { "Oldest waiting work" }

@@ -142,6 +142,28 @@ impl Batches for PgStore {
         rows.iter().map(|r| decode(r.get(0))).collect()
     }
 
+    async fn batch(&self, batch: u64) -> Result<Option<BatchRecord>, Error> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt("SELECT record FROM batches WHERE seq = $1", &[&big(batch)])
+            .await
+            .map_err(pg("cannot read a batch"))?;
+        row.map(|r| decode(r.get(0))).transpose()
+    }
+
+    async fn batch_history(&self, before: u64, limit: usize) -> Result<Vec<BatchRecord>, Error> {
+        let client = self.client().await?;
+        let below = if before == 0 { i64::MAX } else { big(before) };
+        let rows = client
+            .query(
+                "SELECT record FROM batches WHERE seq < $1 ORDER BY seq DESC LIMIT $2",
+                &[&below, &big(limit as u64)],
+            )
+            .await
+            .map_err(pg("cannot list batches"))?;
+        rows.iter().map(|r| decode(r.get(0))).collect()
+    }
+
     /// Job ids of `provider`'s batches created at or after `since_ms`, newest first: its
     /// production batches and the trial batches it runs as an evaluation's candidate
     /// (both are jobs of the provider's account an orphan lookup must rule out).

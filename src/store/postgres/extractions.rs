@@ -422,19 +422,24 @@ impl Extractions for PgStore {
         rows.iter().map(|r| decode_record(r.get(0))).collect()
     }
 
-    /// A page in intake order after the cursor; `next` is set only when more follow.
+    /// A page in intake order (or newest first) past the cursor; `next` is set only when
+    /// more follow.
     async fn list(&self, filter: ListFilter) -> Result<ListPage, Error> {
         let client = self.client().await?;
         let state = filter.state.map(|s| i16::from(s.code()));
         let fetch = big(filter.limit as u64).saturating_add(1);
+        let (lo, hi) = filter.seq_bounds();
+        let direction = if filter.newest_first { "DESC" } else { "ASC" };
         let rows = client
             .query(
-                "SELECT record FROM extractions WHERE seq > $1 AND ($2::text IS NULL OR tenant = $2) \
-                 AND ($3::smallint IS NULL OR state_code = $3) \
-                 AND (NOT $5 OR NOT EXISTS (SELECT 1 FROM extractions n WHERE n.tenant = extractions.tenant \
-                 AND n.source_id = extractions.source_id AND n.schema_family = extractions.schema_family \
-                 AND n.seq > extractions.seq)) ORDER BY seq LIMIT $4",
-                &[&big(filter.after), &filter.tenant, &state, &fetch, &filter.latest],
+                &format!(
+                    "SELECT record FROM extractions WHERE seq BETWEEN $1 AND $6 \
+                     AND ($2::text IS NULL OR tenant = $2) AND ($3::smallint IS NULL OR state_code = $3) \
+                     AND (NOT $5 OR NOT EXISTS (SELECT 1 FROM extractions n WHERE n.tenant = extractions.tenant \
+                     AND n.source_id = extractions.source_id AND n.schema_family = extractions.schema_family \
+                     AND n.seq > extractions.seq)) ORDER BY seq {direction} LIMIT $4"
+                ),
+                &[&big(lo), &filter.tenant, &state, &fetch, &filter.latest, &big(hi)],
             )
             .await
             .map_err(pg("cannot list extractions"))?;

@@ -127,6 +127,24 @@ impl Batches for Store {
         .await
     }
 
+    async fn batch(&self, batch: u64) -> Result<Option<BatchRecord>, Error> {
+        self.read(move |txn| {
+            let batches = txn.open_table(tables::BATCHES)?;
+            let found = batches.get(batch)?;
+            found.map(|value| decode(value.value())).transpose()
+        })
+        .await
+    }
+
+    async fn batch_history(&self, before: u64, limit: usize) -> Result<Vec<BatchRecord>, Error> {
+        self.read(move |txn| {
+            let batches = txn.open_table(tables::BATCHES)?;
+            let below = if before == 0 { u64::MAX } else { before };
+            batches.range(..below)?.rev().take(limit).map(|entry| decode(entry?.1.value())).collect()
+        })
+        .await
+    }
+
     /// Job ids of `provider`'s batches created at or after `since_ms`, newest first.
     async fn recorded_jobs_since(&self, provider: String, since_ms: u64) -> Result<Vec<String>, Error> {
         self.read(move |txn| {

@@ -33,23 +33,23 @@ pub(super) fn by_seq(txn: &ReadTransaction, seq: u64) -> Result<ExtractionRecord
     decode(value.value())
 }
 
-/// Walks the narrowest index for the filter, in sequence (intake) order.
+/// Walks the narrowest index for the filter, in sequence (intake) order or backwards.
 pub(super) fn list(txn: &ReadTransaction, filter: &ListFilter) -> Result<ListPage, Error> {
-    let start = filter.after.saturating_add(1);
+    let (lo, hi) = filter.seq_bounds();
     let seqs: Box<dyn Iterator<Item = Result<u64, Error>>> = match (&filter.tenant, filter.state) {
         (Some(tenant), _) => {
             let table = txn.open_table(tables::TENANT_INDEX)?;
-            let range = table.range((tenant.as_str(), start)..=(tenant.as_str(), u64::MAX))?;
-            Box::new(range.map(|e| Ok(e?.0.value().1)))
+            let range = table.range((tenant.as_str(), lo)..=(tenant.as_str(), hi))?;
+            ordered(range.map(|e| Ok(e?.0.value().1)), filter.newest_first)
         }
         (None, Some(state)) => {
             let table = txn.open_table(tables::STATE_INDEX)?;
             let code = state.code();
-            Box::new(table.range((code, start)..=(code, u64::MAX))?.map(|e| Ok(e?.0.value().1)))
+            ordered(table.range((code, lo)..=(code, hi))?.map(|e| Ok(e?.0.value().1)), filter.newest_first)
         }
         (None, None) => {
             let table = txn.open_table(tables::EXTRACTIONS)?;
-            Box::new(table.range(start..)?.map(|e| Ok(e?.0.value())))
+            ordered(table.range(lo..=hi)?.map(|e| Ok(e?.0.value())), filter.newest_first)
         }
     };
     let mut records = Vec::new();
@@ -68,4 +68,11 @@ pub(super) fn list(txn: &ReadTransaction, filter: &ListFilter) -> Result<ListPag
         records.push(record);
     }
     Ok(ListPage { records, next })
+}
+
+fn ordered<'a, I>(seqs: I, backwards: bool) -> Box<dyn Iterator<Item = Result<u64, Error>> + 'a>
+where
+    I: DoubleEndedIterator<Item = Result<u64, Error>> + 'a,
+{
+    if backwards { Box::new(seqs.rev()) } else { Box::new(seqs) }
 }

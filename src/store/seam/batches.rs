@@ -14,6 +14,11 @@ pub trait Batches: Send + Sync + std::fmt::Debug {
     /// Persists the provider's job id before anything else is done with it.
     async fn record_job(&self, batch: u64, job_id: String, next_poll_at_ms: u64) -> Result<BatchRecord, Error>;
     async fn open_batches(&self) -> Result<Vec<BatchRecord>, Error>;
+    /// One batch, whatever its state (`None`: no such sequence).
+    async fn batch(&self, batch: u64) -> Result<Option<BatchRecord>, Error>;
+    /// Up to `limit` batches below sequence `before` (0: from the newest), newest first,
+    /// open and closed alike: the history an operator reads back.
+    async fn batch_history(&self, before: u64, limit: usize) -> Result<Vec<BatchRecord>, Error>;
     async fn batch_members(&self, batch: u64) -> Result<Vec<BatchMember>, Error>;
     /// Lines without the engine's verdicts: every answer is staged, none committed here.
     /// The same on every backend, so written once.

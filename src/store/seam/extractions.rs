@@ -315,11 +315,27 @@ pub struct ListFilter {
     pub tenant: Option<String>,
     pub state: Option<StateName>,
     pub limit: usize,
-    /// Exclusive cursor: the sequence number of the last record of the previous page.
+    /// Exclusive cursor: the sequence number of the last record of the previous page (0:
+    /// the first page, in either order).
     pub after: u64,
     /// Only each source's current revision: no newer intake of the same tenant, source id
     /// and schema name exists.
     pub latest: bool,
+    /// Newest intake first (pages then move to lower sequence numbers); otherwise intake
+    /// order.
+    pub newest_first: bool,
+}
+
+impl ListFilter {
+    /// The sequence numbers a page may hold, both ends included, given the cursor and the
+    /// order: what each backend's range or `WHERE` walks.
+    pub fn seq_bounds(&self) -> (u64, u64) {
+        match (self.newest_first, self.after) {
+            (false, after) => (after.saturating_add(1), u64::MAX),
+            (true, 0) => (0, u64::MAX),
+            (true, before) => (0, before - 1),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
