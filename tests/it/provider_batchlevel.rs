@@ -133,8 +133,12 @@ async fn the_404_window_survives_a_restart() {
     rig.wait_stats("404s", |s| s.polls_not_found >= 3).await;
     let (status, _) = server.terminate();
     assert!(status.success(), "{status:?}");
-    // Down for longer than the window: a restart that reset it would wait 3 s more.
+    // Down for longer than the window: a restart that reset it would wait 3 s more. Two
+    // more 404s are all the old job gets (the new job's polls must not draw on the same
+    // fault under a slow host): a window that restarted would see the job again on the
+    // third poll and never declare it gone.
     tokio::time::sleep(Duration::from_millis(3200)).await;
+    rig.sim.set_faults(Faults { poll_not_found_next: 2, ..Faults::default() });
     let polls_before = rig.stats().polls_not_found;
     let server = rig.serve(&["--config", &config], None);
     let api2 = server.api();

@@ -135,9 +135,20 @@ async fn a_reader_that_stops_holds_one_export_place_until_the_stall_timeout_and_
         call_as(&format!("{base}/v1/extractions?tenant=globex"), Some(ADMIN), Method::GET, None).await;
     assert_eq!((status, listed["extractions"].as_array().map(Vec::len)), (200, Some(3)));
 
-    // Past the stall timeout the stalled export has let go of its place.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert_eq!(export(&base, "acme").await.3, BIG_LINES, "a reader that reads gets it all");
+    // Past the stall timeout the stalled export lets go of its place (a stall is timed
+    // from when the socket's buffers filled, so it is waited for, bounded, not slept on:
+    // without the timeout the place would never come back).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let lines = loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (status, _, code, lines) = export(&base, "acme").await;
+        if status == 200 {
+            break lines;
+        }
+        assert_eq!((status, code.as_str()), (429, "too_many_exports"));
+        assert!(std::time::Instant::now() < deadline, "the stalled export still holds its place after 20 s");
+    };
+    assert_eq!(lines, BIG_LINES, "a reader that reads gets it all");
     // What the stalled reader gets when it reads at last is visibly incomplete.
     let raw = rest(stalled).await;
     assert!(raw.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&raw[..raw.len().min(200)]));
