@@ -72,6 +72,9 @@ pub struct Faults {
     /// Azure dialect: batch files without an expiry a resource may hold (0: Azure's 500);
     /// an upload past it is 400 `quotaExceeded`.
     pub azure_unexpiring_file_quota: u32,
+    /// The next N batch uploads are refused as a payload the service will not take (not for
+    /// their size): Azure 400 `invalidPayload`, OpenAI 400 `invalid_request_error`.
+    pub refuse_upload_next: u32,
     /// Every Nth input line (1-based; for the synchronous chat endpoint, every Nth call)
     /// asks for a long answer of `long_answer_tokens` output tokens. Under a smaller output
     /// budget (`max_completion_tokens`, else `max_tokens`; OpenAI without either: the model's
@@ -149,6 +152,7 @@ impl Default for Faults {
             foreign_batches: 0,
             max_input_file_bytes: 0,
             azure_unexpiring_file_quota: 0,
+            refuse_upload_next: 0,
             truncate_every: 0,
             long_answer_tokens: DEFAULT_LONG_ANSWER_TOKENS,
             refuse_every: 0,
