@@ -76,6 +76,9 @@ pub struct Stats {
     /// Size of the last batch input file accepted.
     #[serde(default)]
     pub last_upload_bytes: u64,
+    /// Vertex `:countTokens` calls answered with a count (what `provider check` makes).
+    #[serde(default)]
+    pub tokens_counted: u64,
 }
 
 /// Batch input and output files expire after 30 days unless told otherwise.

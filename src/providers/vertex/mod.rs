@@ -34,8 +34,8 @@ use super::gemini::wire as google;
 use super::job_list::{JobListPage, find_in_job_list};
 use super::lines::forward;
 use super::{
-    BatchProvider, BatchSpec, ErrorClass, FailureCause, IntentRef, JobPhase, JobStatus, Lookup, Probe, ProviderError,
-    ResultLine, StreamCounts, describe_transport,
+    BatchProvider, BatchSpec, ErrorClass, FailureCause, IntentRef, JobPhase, JobStatus, Lookup,
+    PROBE_MAX_OUTPUT_TOKENS, Probe, ProviderError, ResultLine, StreamCounts, describe_transport, probe_member,
 };
 use crate::domain::batch::OutputBudget;
 use crate::domain::schema::{Dialect, Schema};
@@ -284,6 +284,38 @@ impl VertexBatches {
         names.sort();
         Ok(names.into_iter().map(|n| format!("gs://{}/{n}", dir.bucket)).collect())
     }
+
+    async fn probe_steps(&self, schema: &Schema) -> Result<(), ProviderError> {
+        let mut url = self.api_url(&["batchPredictionJobs"])?;
+        url.query_pairs_mut().append_pair("pageSize", "1");
+        self.call::<wire::JobList>(self.http.get(url)).await?;
+        self.count_tokens(schema).await?;
+        self.gcs_list(&self.config.input.bucket, &self.config.input.key("")).await?;
+        Ok(())
+    }
+
+    /// `publishers/google/models/{model}:countTokens`. A 404 naming the model is Vertex's
+    /// answer for a model this project cannot use here: said as such, so the operator reads
+    /// which setting is wrong.
+    async fn count_tokens(&self, schema: &Schema) -> Result<(), ProviderError> {
+        let view = &schema
+            .view(Dialect::GeminiJson)
+            .map_err(|e| error(ErrorClass::InvalidRequest, None, e.to_string()))?
+            .document;
+        let request = google::request(&probe_member(), schema, view, Some(PROBE_MAX_OUTPUT_TOKENS));
+        let verb = format!("{}:countTokens", self.config.model);
+        let url = self.api_url(&["publishers", "google", "models", &verb])?;
+        // The count itself is not needed: an answer at all is the proof.
+        let counted = self.call::<Value>(self.http.post(url).json(&request)).await;
+        counted.map(drop).map_err(|e| {
+            let model = &self.config.model;
+            if e.status == Some(404) && e.message().contains(&format!("models/{model}")) {
+                error(ErrorClass::InvalidRequest, Some(404), format!("unknown model {model}: {}", e.message()))
+            } else {
+                e
+            }
+        })
+    }
 }
 
 #[async_trait]
@@ -349,6 +381,14 @@ impl BatchProvider for VertexBatches {
         let job = self.job(job_id).await?;
         let phase = match wire::state(job.state()) {
             Some(wire::State::Running) => JobPhase::Running,
+            // Not ended, so not read: what it wrote so far would be taken as all there is,
+            // and the rest requeued and paid for twice once it resumes.
+            Some(wire::State::Paused) => JobPhase::Stalled {
+                reason: format!(
+                    "Vertex job {job_id} is JOB_STATE_PAUSED: stopped, and it does not go on by itself; its members \
+                     wait with it (resume it, or cancel it to requeue them)"
+                ),
+            },
             Some(wire::State::Succeeded) => JobPhase::Completed,
             Some(wire::State::Cancelled) => JobPhase::Cancelled,
             Some(wire::State::Expired) => JobPhase::Expired,
@@ -389,21 +429,13 @@ impl BatchProvider for VertexBatches {
     }
 
     /// A free check of what a job needs: a token from the configured credentials, accepted
-    /// by the control plane (a one-job listing), and the input prefix listable in Cloud
-    /// Storage. The model and schema are not exercised (no job is created).
-    async fn probe(&self, _schema: &Schema) -> Probe {
-        let url = match self.api_url(&["batchPredictionJobs"]) {
-            Ok(mut url) => {
-                url.query_pairs_mut().append_pair("pageSize", "1");
-                url
-            }
-            Err(e) => return Probe::Refused(e),
-        };
-        if let Err(e) = self.call::<wire::JobList>(self.http.get(url)).await {
-            return Probe::Refused(e);
-        }
-        match self.gcs_list(&self.config.input.bucket, &self.config.input.key("")).await {
-            Ok(_) => Probe::Accepted,
+    /// by the control plane (a one-job listing); the model answering for this project and
+    /// location (`:countTokens` with the request a batch line would carry, schema included:
+    /// counted, never generated, so nothing is billed); the input prefix listable in Cloud
+    /// Storage. No job is created.
+    async fn probe(&self, schema: &Schema) -> Probe {
+        match self.probe_steps(schema).await {
+            Ok(()) => Probe::Accepted,
             Err(e) => Probe::Refused(e),
         }
     }
