@@ -17,6 +17,7 @@
 
 mod auth;
 mod gcs;
+mod probe;
 pub(crate) mod wire;
 
 use std::collections::HashSet;
@@ -34,8 +35,8 @@ use super::gemini::wire as google;
 use super::job_list::{JobListPage, find_in_job_list};
 use super::lines::forward;
 use super::{
-    BatchProvider, BatchSpec, ErrorClass, FailureCause, IntentRef, JobPhase, JobStatus, Lookup,
-    PROBE_MAX_OUTPUT_TOKENS, Probe, ProviderError, ResultLine, StreamCounts, describe_transport, probe_member,
+    BatchProvider, BatchSpec, ErrorClass, FailureCause, IntentRef, JobPhase, JobStatus, Lookup, Probe, ProviderError,
+    ResultLine, StreamCounts, describe_transport,
 };
 use crate::domain::batch::OutputBudget;
 use crate::domain::schema::{Dialect, Schema};
@@ -283,38 +284,6 @@ impl VertexBatches {
         names.retain(|n| n.ends_with(OUTPUT_SUFFIX));
         names.sort();
         Ok(names.into_iter().map(|n| format!("gs://{}/{n}", dir.bucket)).collect())
-    }
-
-    async fn probe_steps(&self, schema: &Schema) -> Result<(), ProviderError> {
-        let mut url = self.api_url(&["batchPredictionJobs"])?;
-        url.query_pairs_mut().append_pair("pageSize", "1");
-        self.call::<wire::JobList>(self.http.get(url)).await?;
-        self.count_tokens(schema).await?;
-        self.gcs_list(&self.config.input.bucket, &self.config.input.key("")).await?;
-        Ok(())
-    }
-
-    /// `publishers/google/models/{model}:countTokens`. A 404 naming the model is Vertex's
-    /// answer for a model this project cannot use here: said as such, so the operator reads
-    /// which setting is wrong.
-    async fn count_tokens(&self, schema: &Schema) -> Result<(), ProviderError> {
-        let view = &schema
-            .view(Dialect::GeminiJson)
-            .map_err(|e| error(ErrorClass::InvalidRequest, None, e.to_string()))?
-            .document;
-        let request = google::request(&probe_member(), schema, view, Some(PROBE_MAX_OUTPUT_TOKENS));
-        let verb = format!("{}:countTokens", self.config.model);
-        let url = self.api_url(&["publishers", "google", "models", &verb])?;
-        // The count itself is not needed: an answer at all is the proof.
-        let counted = self.call::<Value>(self.http.post(url).json(&request)).await;
-        counted.map(drop).map_err(|e| {
-            let model = &self.config.model;
-            if e.status == Some(404) && e.message().contains(&format!("models/{model}")) {
-                error(ErrorClass::InvalidRequest, Some(404), format!("unknown model {model}: {}", e.message()))
-            } else {
-                e
-            }
-        })
     }
 }
 
