@@ -130,6 +130,12 @@ pub enum Lookup {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobPhase {
     Running,
+    /// Alive, but it will not go on by itself (Vertex's `JOB_STATE_PAUSED`): polled like a
+    /// running job, its members kept with it, and `reason` shown to the operator, who may
+    /// resume or cancel it.
+    Stalled {
+        reason: String,
+    },
     Completed,
     /// Ended before every request ran; what ran is in the result files and is billed.
     Expired,
@@ -173,7 +179,7 @@ impl ErrorClass {
 
 impl JobPhase {
     pub fn is_terminal(&self) -> bool {
-        !matches!(self, JobPhase::Running)
+        !matches!(self, JobPhase::Running | JobPhase::Stalled { .. })
     }
 }
 

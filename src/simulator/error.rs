@@ -1,5 +1,6 @@
 //! Every error the simulator returns, in OpenAI's one shape:
-//! `{"error":{"message","type","param","code"}}` (type always set; param/code nullable).
+//! `{"error":{"message","type","param","code"}}` (type always set; param/code nullable),
+//! except the Azure front end's own refusals, `{"error":{"code","message"}}` (`azure`).
 
 use axum::Json;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -30,6 +31,12 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
     }
 
+    /// Azure's own 400s carry only a code and a message (the bodies quoted in
+    /// Azure/azure-sdk-for-net#44710 and Azure/azure-sdk-for-java#47401).
+    pub fn azure(code: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, AZURE_KIND, message).code(code)
+    }
+
     pub fn server(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }
@@ -56,14 +63,21 @@ impl ApiError {
     }
 }
 
+/// The kind of an Azure-shaped error, which has no `type` field.
+const AZURE_KIND: &str = "";
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {
-            "message": self.message,
-            "type": self.kind,
-            "param": self.param,
-            "code": self.code,
-        }});
+        let body = if self.kind == AZURE_KIND {
+            json!({"error": {"code": self.code, "message": self.message}})
+        } else {
+            json!({"error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }})
+        };
         let mut headers = HeaderMap::new();
         for (name, value) in self.headers {
             // Values are built from numbers and fixed text; an unencodable one is dropped

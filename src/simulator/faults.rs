@@ -53,7 +53,8 @@ pub struct Faults {
     /// Batches fail validation (`failed`, with `errors.data`).
     pub fail_batch_validation: bool,
     /// Models the simulated account cannot use: a synchronous call naming one gets 404
-    /// `model_not_found` (OpenAI) or `not_found_error` (Anthropic).
+    /// `model_not_found` (OpenAI) or `not_found_error` (Anthropic); Vertex: 404 `NOT_FOUND`
+    /// "Publisher Model … was not found …" on `:countTokens`.
     pub missing_models: Vec<String>,
     /// The organisation's enqueued-token limit (0: none). A batch whose input tokens plus
     /// those of the batches still running exceed it is created, then ends `failed` with
@@ -72,6 +73,14 @@ pub struct Faults {
     /// Azure dialect: batch files without an expiry a resource may hold (0: Azure's 500);
     /// an upload past it is 400 `quotaExceeded`.
     pub azure_unexpiring_file_quota: u32,
+    /// The next N batch uploads are refused as a payload the service will not take (not for
+    /// their size): Azure 400 `invalidPayload`, OpenAI 400 `invalid_request_error`.
+    pub refuse_upload_next: u32,
+    /// Vertex dialect: while set, a job that falls due reads `JOB_STATE_PAUSED` ("stopped,
+    /// and can be resumed") and goes no further; cleared, it resumes and ends at its next
+    /// read. Read at every read, unlike the other batch-level flags: a pause comes from
+    /// outside the job.
+    pub pause_jobs: bool,
     /// Every Nth input line (1-based; for the synchronous chat endpoint, every Nth call)
     /// asks for a long answer of `long_answer_tokens` output tokens. Under a smaller output
     /// budget (`max_completion_tokens`, else `max_tokens`; OpenAI without either: the model's
@@ -149,6 +158,8 @@ impl Default for Faults {
             foreign_batches: 0,
             max_input_file_bytes: 0,
             azure_unexpiring_file_quota: 0,
+            refuse_upload_next: 0,
+            pause_jobs: false,
             truncate_every: 0,
             long_answer_tokens: DEFAULT_LONG_ANSWER_TOKENS,
             refuse_every: 0,

@@ -43,6 +43,11 @@ pub(super) async fn upload(
     let Some(purpose) = form.purpose else {
         return Err(missing("purpose"));
     };
+    // Azure's front end answers a purpose it does not take in its own shape (the body
+    // quoted in BerriAI/litellm#6582 and Azure/AI-in-a-Box#46).
+    if variant.azure && !UPLOAD_PURPOSES.contains(&purpose.as_str()) {
+        return Err(ApiError::azure("invalidPayload", "Invalid value for purpose."));
+    }
     if !UPLOAD_PURPOSES.contains(&purpose.as_str()) {
         return Err(ApiError::invalid(format!(
             "Invalid value for 'purpose': '{purpose}'. Expected one of {}.",
@@ -61,6 +66,7 @@ pub(super) async fn upload(
     // Azure keeps a batch file without an expiry until it is deleted, 500 of them at most.
     let unexpiring = variant.azure && ttl.is_none();
     let (expires_at, parsed) = if purpose == PURPOSE_BATCH {
+        check_refused_payload(&shared, variant.azure)?;
         check_lowered_size_limit(&shared, content.len())?;
         if unexpiring {
             check_unexpiring_quota(&shared)?;
@@ -190,8 +196,30 @@ fn check_unexpiring_quota(shared: &Shared) -> Result<(), ApiError> {
         return Ok(());
     }
     inner.stats.uploads_refused += 1;
-    Err(ApiError::invalid(format!("The quota for files without expiry is reached. The maximum is {cap}."))
-        .code("quotaExceeded"))
+    Err(ApiError::azure(
+        "quotaExceeded",
+        format!("The quota for files without expiry is reached. The maximum is {cap}."),
+    ))
+}
+
+/// `refuse_upload_next`: a batch file the service will not take, in each dialect's words
+/// for a payload it refuses (not its size). Azure: 400 `invalidPayload` "The file has no or
+/// an empty content type specified." (Azure/azure-sdk-for-net#44710); OpenAI: 400
+/// `invalid_request_error` "Invalid file for Batch API. Must be utf-8 encoded"
+/// (mkht/PSOpenAI#19).
+fn check_refused_payload(shared: &Shared, azure: bool) -> Result<(), ApiError> {
+    let mut inner = shared.lock();
+    if inner.faults.refuse_upload_next == 0 {
+        return Ok(());
+    }
+    inner.faults.refuse_upload_next -= 1;
+    inner.stats.uploads_refused += 1;
+    tracing::warn!("SIMULATED fault: batch upload refused as an invalid payload");
+    Err(if azure {
+        ApiError::azure("invalidPayload", "The file has no or an empty content type specified.")
+    } else {
+        ApiError::invalid("Invalid file for Batch API. Must be utf-8 encoded").param("file")
+    })
 }
 
 /// "There is a max limit of 500 batch files per resource when no expiration is set" (Azure's

@@ -69,12 +69,16 @@ pub struct Stats {
     /// Files deleted by clients (`DELETE /v1/files/{id}`), and batches (Anthropic).
     #[serde(default)]
     pub files_deleted: u64,
-    /// Batch input uploads refused for their size (`max_input_file_bytes`).
+    /// Batch input uploads refused: for their size (`max_input_file_bytes`), Azure's quota of
+    /// files without expiry, or as an invalid payload (`refuse_upload_next`).
     #[serde(default)]
     pub uploads_refused: u64,
     /// Size of the last batch input file accepted.
     #[serde(default)]
     pub last_upload_bytes: u64,
+    /// Vertex `:countTokens` calls answered with a count (what `provider check` makes).
+    #[serde(default)]
+    pub tokens_counted: u64,
 }
 
 /// Batch input and output files expire after 30 days unless told otherwise.

@@ -179,3 +179,27 @@ async fn azure_a_full_quota_of_files_without_expiry_pauses_instead_of_splitting(
     assert_eq!(stats.uploads_refused, 1, "no split retried the upload: {stats:#?}");
     finish(server);
 }
+
+/// An upload Azure refuses as an invalid payload (400 `invalidPayload`, its words quoted in
+/// Azure/azure-sdk-for-net#44710) says nothing about size: the members fail
+/// `invalid_request` after that one upload, quoting Azure, instead of the batch being halved
+/// down to single members (each refused the same way) as a file too large would be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_an_upload_refused_as_an_invalid_payload_fails_its_members_without_splitting() {
+    let faults = Faults { refuse_upload_next: 1, ..Faults::default() };
+    let rig = azure_rig(faults, Duration::from_millis(200), "").await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    let records = settle(&api, &ids).await;
+    for record in records.values() {
+        assert_eq!(record["state"], json!("failed"), "{record:#}");
+        assert_eq!(record["failure_class"], json!("invalid_request"), "{record:#}");
+        let reason = record["failure_reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("invalidPayload") && reason.contains("content type"), "Azure quoted: {record:#}");
+    }
+    let stats = rig.stats();
+    assert_eq!(stats.uploads_refused, 1, "no split sent the file again: {stats:#?}");
+    assert_eq!((stats.files_uploaded, stats.batches_created), (0, 0), "{stats:#?}");
+    finish(server);
+}

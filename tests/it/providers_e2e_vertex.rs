@@ -5,7 +5,9 @@
 //! field by field; a create answered by a dropped connection; a SIGKILL between create and persisting the job name, found again by its
 //! label; a request over the input limit coming back as a per-line `status` and failing
 //! `invalid_request` after one job; an expired job requeued whole; a job that ends `JOB_STATE_FAILED` every time ending its
-//! members after `max_attempts`; `provider check` and `config check`.
+//! members after `max_attempts`; a job Vertex pauses kept (shown in `/healthz`, never
+//! requeued) and committed once it resumes; `provider check` (the model asked through
+//! `:countTokens`, an unknown one named) and `config check`.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -312,6 +314,50 @@ async fn vertex_job_failing_every_time_ends_its_members_after_max_attempts() {
     finish(server);
 }
 
+/// `JOB_STATE_PAUSED`: "stopped, and can be resumed", by someone else (the v1 API has no
+/// resume call for batch prediction jobs). The job is kept and polled, its members stay
+/// with it (no second job, nothing requeued), and `/healthz` says it is paused and what to
+/// do; once resumed it ends and its answers commit once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vertex_paused_job_is_kept_and_shown_then_commits_once_resumed() {
+    let faults = Faults { pause_jobs: true, ..Faults::default() };
+    let rig = VertexRig::start(Duration::from_millis(200), faults, "").await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    let deadline = Instant::now() + SETTLE;
+    let shown = loop {
+        let now = health(&api).await;
+        if now["last_error"].as_str().is_some_and(|e| e.contains("JOB_STATE_PAUSED")) {
+            break now;
+        }
+        assert!(Instant::now() < deadline, "the pause was never shown: {now:#}\n{:#?}", rig.stats());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(shown["last_error"].as_str().is_some_and(|e| e.contains("resume it, or cancel it")), "{shown:#}");
+    // Polled on while paused, with nothing requeued or resubmitted.
+    let polls = rig.stats().polls;
+    while rig.stats().polls < polls + 3 {
+        assert!(Instant::now() < deadline, "polling stopped: {:#?}", rig.stats());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for id in &ids {
+        let record = api.record(id).await;
+        assert_eq!(record["state"], json!("submitted"), "{record:#}");
+    }
+    assert_eq!(rig.stats().batches_created, 1);
+
+    rig.sim.set_faults(Faults::default());
+    let records = settle(&api, &ids).await;
+    assert_all_committed_with_model_findings(&api).await;
+    assert!(records.values().all(|r| r["attempts"] == json!(1)), "{records:#?}");
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 1, "{stats:#?}");
+    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "each answered once: {stats:#?}");
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vertex_provider_check_and_config_check() {
     let rig = VertexRig::start(Duration::from_millis(300), Faults::default(), "").await;
@@ -320,10 +366,25 @@ async fn vertex_provider_check_and_config_check() {
         cmd.args(["provider", "check", "--config", config]).current_dir(rig.dir.path()).env("COMMITPOINT_LOG", "warn");
         run_to_end(cmd)
     };
+    // Another model missing changes nothing for the configured one.
+    rig.sim.set_faults(Faults { missing_models: vec!["gemini-gone".to_string()], ..Faults::default() });
     let out = check(&rig.config);
     assert_eq!(out.status.code(), Some(0), "{}\n{}", stdout(&out), stderr(&out));
-    assert!(stdout(&out).contains("accepted"), "{}", stdout(&out));
-    assert_eq!(rig.stats().batches_created, 0, "a check creates no job");
+    assert!(stdout(&out).contains("vertex / code-review@1: accepted"), "{}", stdout(&out));
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 0, "a check creates no job");
+    assert_eq!(stats.tokens_counted, 1, "the model was asked, through countTokens: {stats:#?}");
+
+    // A model this project cannot use fails the check, named, in Vertex's words.
+    let text = std::fs::read_to_string(&rig.config).expect("read config");
+    let gone = rig.dir.path().join("gone.toml");
+    std::fs::write(&gone, text.replace(&format!("model = \"{MODEL}\""), "model = \"gemini-gone\"")).expect("write");
+    let out = check(&gone.display().to_string());
+    let shown = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{shown}\n{}", stderr(&out));
+    assert!(shown.contains("unknown model gemini-gone"), "{shown}");
+    assert!(shown.contains("publishers/google/models/gemini-gone` was not found"), "{shown}");
+    rig.sim.set_faults(Faults::default());
 
     // A token Vertex no longer accepts is refused in Google's words.
     rig.sim.set_faults(Faults { unauthorized_next: 1, ..Faults::default() });

@@ -21,6 +21,19 @@ use crate::providers::{FailureCause, JobPhase, JobStatus, ResultLine};
 use crate::store::{self, BatchRecord, Flush, IngestLine, Judged, Leftover, SharedStore, SourceContent, StageReport};
 
 impl Scheduler {
+    /// A live job that will not go on by itself is kept, never requeued (its members are not
+    /// at fault, and what ran is paid for): its reason becomes the batch's note and the
+    /// provider's `last_error`, logged once when it starts.
+    pub(super) fn note_stall(&self, batch_key: &str, noted: Option<&str>, phase: &JobPhase) -> Option<String> {
+        let JobPhase::Stalled { reason } = phase else { return None };
+        let text = format!("batch {batch_key}: {reason}");
+        if noted != Some(text.as_str()) {
+            tracing::warn!(%batch_key, %reason, "the provider's job is stalled; it is kept and polled");
+        }
+        self.health.update(|h| h.last_error = Some(text.clone()));
+        Some(text)
+    }
+
     pub(super) async fn poll(&mut self, batch: BatchRecord, job_id: &str) -> Result<Option<u64>, store::Error> {
         let status = match self.provider.poll(job_id).await {
             Ok(status) => status,
@@ -28,7 +41,8 @@ impl Scheduler {
         };
         if !status.phase.is_terminal() {
             let next = clock::now_ms() + self.settings.poll_interval.as_millis() as u64;
-            self.store.reschedule_batch(batch.seq, next, None, false).await?;
+            let note = self.note_stall(batch.batch_key.as_str(), batch.last_error.as_deref(), &status.phase);
+            self.store.reschedule_batch(batch.seq, next, note, false).await?;
             return Ok(Some(next));
         }
         let report = match self.ingest(&batch, &status).await {

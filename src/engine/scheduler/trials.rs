@@ -224,7 +224,8 @@ impl Scheduler {
         };
         if !status.phase.is_terminal() {
             let next = clock::now_ms() + self.settings.poll_interval.as_millis() as u64;
-            self.store.reschedule_trial_batch(batch.seq, next, None, false).await?;
+            let note = self.note_stall(&batch.batch_key, batch.note.as_deref(), &status.phase);
+            self.store.reschedule_trial_batch(batch.seq, next, note, false).await?;
             return Ok(Some(next));
         }
         if let Err(e) = self.ingest_trials(&batch, &status).await? {

@@ -171,14 +171,16 @@ impl OpenAiBatches {
                 .text("expires_after.anchor", "created_at")
                 .text("expires_after.seconds", expiry.as_secs().to_string());
         }
-        // Whatever the limit in force (it has changed over time), a 400 on the upload of a
-        // file we built is about the file: splitting the batch either gets under the limit
-        // or narrows the refusal down to the one member it is about. Not one whose code says
-        // a quota is spent (`quotaExceeded`, Azure's cap on files without expiry): smaller
-        // files would be refused the same, so it stays `budget`.
+        // Only a refusal that says the file is too large is one (OpenAI's 400 "File is too
+        // large.", a 413): splitting gets under the limit. Any other 400 keeps the class
+        // its status and code give: Azure's `invalidPayload` and OpenAI's file checks are
+        // `invalid_request`, failing the members once instead of halving the batch down to
+        // single members refused the same way; `quotaExceeded` is `budget`. No Azure
+        // source names the code of a file over its size limit, which is checked before
+        // sending (docs/PROVIDERS.md, "Azure OpenAI").
         let uploaded: wire::FileObject =
             self.json(self.http.post(self.url("/files")).multipart(form)).await.map_err(|mut e| {
-                if e.status == Some(400) && e.class != ErrorClass::Budget {
+                if says_too_large(e.status, e.message()) {
                     e.class = ErrorClass::TooLarge;
                 }
                 e
@@ -231,6 +233,15 @@ impl OpenAiBatches {
             ),
             Err(e) => Probe::Refused(e),
         }
+    }
+}
+
+/// Whether an upload refusal is about the file's size: a 413, or a 400 saying so.
+fn says_too_large(status: Option<u16>, message: &str) -> bool {
+    match status {
+        Some(413) => true,
+        Some(400) => message.to_ascii_lowercase().contains("too large"),
+        _ => false,
     }
 }
 

@@ -206,3 +206,17 @@ fn a_key_no_header_can_carry_is_refused_at_set_up() {
     assert_eq!(err.class, ErrorClass::InvalidRequest);
     assert!(err.message().contains("header"), "{}", err.message());
 }
+
+/// Azure's `invalidPayload` (Azure/azure-sdk-for-net#44710) and `quotaExceeded`
+/// (Azure/azure-sdk-for-java#47401) are not about size; OpenAI's "File is too large."
+/// (bespokelabsai/curator#111) and a 413 are.
+#[test]
+fn only_an_upload_refusal_about_size_reads_as_too_large() {
+    assert!(says_too_large(Some(400), "400 : File is too large."));
+    assert!(says_too_large(Some(413), "413 : Request Entity Too Large"));
+    assert!(!says_too_large(Some(400), "400 invalidPayload: The file has no or an empty content type specified."));
+    assert!(!says_too_large(Some(400), "400 invalidPayload: Invalid value for purpose."));
+    assert!(!says_too_large(Some(400), "400 quotaExceeded: The quota for files without expiry is reached."));
+    assert!(!says_too_large(Some(400), "400 : Unrecognized request argument supplied: expires_after.anchor"));
+    assert!(!says_too_large(Some(500), "File is too large."), "a server error is not about the file");
+}

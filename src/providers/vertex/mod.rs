@@ -17,6 +17,7 @@
 
 mod auth;
 mod gcs;
+mod probe;
 pub(crate) mod wire;
 
 use std::collections::HashSet;
@@ -349,6 +350,14 @@ impl BatchProvider for VertexBatches {
         let job = self.job(job_id).await?;
         let phase = match wire::state(job.state()) {
             Some(wire::State::Running) => JobPhase::Running,
+            // Not ended, so not read: what it wrote so far would be taken as all there is,
+            // and the rest requeued and paid for twice once it resumes.
+            Some(wire::State::Paused) => JobPhase::Stalled {
+                reason: format!(
+                    "Vertex job {job_id} is JOB_STATE_PAUSED: stopped, and it does not go on by itself; its members \
+                     wait with it (resume it, or cancel it to requeue them)"
+                ),
+            },
             Some(wire::State::Succeeded) => JobPhase::Completed,
             Some(wire::State::Cancelled) => JobPhase::Cancelled,
             Some(wire::State::Expired) => JobPhase::Expired,
@@ -389,21 +398,13 @@ impl BatchProvider for VertexBatches {
     }
 
     /// A free check of what a job needs: a token from the configured credentials, accepted
-    /// by the control plane (a one-job listing), and the input prefix listable in Cloud
-    /// Storage. The model and schema are not exercised (no job is created).
-    async fn probe(&self, _schema: &Schema) -> Probe {
-        let url = match self.api_url(&["batchPredictionJobs"]) {
-            Ok(mut url) => {
-                url.query_pairs_mut().append_pair("pageSize", "1");
-                url
-            }
-            Err(e) => return Probe::Refused(e),
-        };
-        if let Err(e) = self.call::<wire::JobList>(self.http.get(url)).await {
-            return Probe::Refused(e);
-        }
-        match self.gcs_list(&self.config.input.bucket, &self.config.input.key("")).await {
-            Ok(_) => Probe::Accepted,
+    /// by the control plane (a one-job listing); the model answering for this project and
+    /// location (`:countTokens` with the request a batch line would carry, schema included:
+    /// counted, never generated, so nothing is billed); the input prefix listable in Cloud
+    /// Storage. No job is created.
+    async fn probe(&self, schema: &Schema) -> Probe {
+        match self.probe_steps(schema).await {
+            Ok(()) => Probe::Accepted,
             Err(e) => Probe::Refused(e),
         }
     }

@@ -27,10 +27,11 @@ fn config() -> VertexConfig {
 
 #[test]
 fn every_job_state_has_a_meaning() {
-    let running = ["QUEUED", "PENDING", "RUNNING", "CANCELLING", "PAUSED", "UPDATING", "UNSPECIFIED"];
+    let running = ["QUEUED", "PENDING", "RUNNING", "CANCELLING", "UPDATING", "UNSPECIFIED"];
     for name in running {
         assert_eq!(wire::state(&format!("JOB_STATE_{name}")), Some(State::Running), "{name}");
     }
+    assert_eq!(wire::state("JOB_STATE_PAUSED"), Some(State::Paused), "kept, but not as running");
     assert_eq!(wire::state("JOB_STATE_SUCCEEDED"), Some(State::Succeeded));
     assert_eq!(wire::state("JOB_STATE_PARTIALLY_SUCCEEDED"), Some(State::Succeeded));
     assert_eq!(wire::state("JOB_STATE_FAILED"), Some(State::Failed));

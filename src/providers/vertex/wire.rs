@@ -103,6 +103,9 @@ impl Job {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum State {
     Running,
+    /// "The job has been stopped, and can be resumed" (`job_state.proto`): by someone else,
+    /// as the v1 API has no resume call for batch prediction jobs.
+    Paused,
     /// Every request ran (`SUCCEEDED`), or some did and the job still ended
     /// (`PARTIALLY_SUCCEEDED`): read the output, requeue what it lacks.
     Succeeded,
@@ -113,7 +116,8 @@ pub(crate) enum State {
 
 pub(crate) fn state(name: &str) -> Option<State> {
     Some(match name.strip_prefix("JOB_STATE_")? {
-        "UNSPECIFIED" | "QUEUED" | "PENDING" | "RUNNING" | "CANCELLING" | "PAUSED" | "UPDATING" => State::Running,
+        "UNSPECIFIED" | "QUEUED" | "PENDING" | "RUNNING" | "CANCELLING" | "UPDATING" => State::Running,
+        "PAUSED" => State::Paused,
         "SUCCEEDED" | "PARTIALLY_SUCCEEDED" => State::Succeeded,
         "FAILED" => State::Failed,
         "CANCELLED" => State::Cancelled,

@@ -275,6 +275,7 @@ pub(super) async fn settle(shared: &Shared, index: usize) {
     let plan = {
         let mut inner = shared.lock();
         let complete_after = inner.timeline.complete_after();
+        let paused = inner.faults.pause_jobs;
         let Some(job) = inner.vertex.jobs.get_mut(index) else { return };
         if job.is_terminal() || job.finishing {
             return;
@@ -282,6 +283,10 @@ pub(super) async fn settle(shared: &Shared, index: usize) {
         let elapsed = job.created.elapsed();
         if elapsed < complete_after {
             job.state = if elapsed >= complete_after / 10 { "JOB_STATE_RUNNING" } else { "JOB_STATE_PENDING" };
+            return;
+        }
+        if paused {
+            job.state = "JOB_STATE_PAUSED";
             return;
         }
         if job.faults.fail_batch_validation {

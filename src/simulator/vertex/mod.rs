@@ -1,6 +1,7 @@
 //! The simulator's Vertex AI batch prediction dialect (docs/PROVIDERS.md, "Vertex AI"):
 //! `batchPredictionJobs` create, get, list (with the `labels.<key>="<value>"` filter) and
-//! `:cancel` under `v1/projects/{project}/locations/{location}`, over a REAL Cloud Storage
+//! `:cancel` under `v1/projects/{project}/locations/{location}`, and a publisher model's
+//! `:countTokens` (`models`), over a REAL Cloud Storage
 //! (a GCS emulator's JSON API at `gcs_endpoint`): a job reads its JSONL input from there
 //! and writes `{outputUriPrefix}/prediction-model-{time}/predictions.jsonl` back.
 //!
@@ -15,11 +16,13 @@
 //! `unauthorized_next` (401 `UNAUTHENTICATED`), `drop_after_create_next` (the job is
 //! created, the connection dropped), `fail_batch_validation` (the job ends
 //! `JOB_STATE_FAILED` with a `google.rpc.Status`), `expire_batches` (`JOB_STATE_EXPIRED`,
-//! nothing written), and on the output lines `failed_line_every` (a retryable `status`),
+//! nothing written), `pause_jobs` (`JOB_STATE_PAUSED` while set), `missing_models` (the 404
+//! of `:countTokens`), and on the output lines `failed_line_every` (a retryable `status`),
 //! `max_input_tokens` (an `INVALID_ARGUMENT` `status`) and `malformed_line_every`.
 
 mod jobs;
 mod list;
+mod models;
 mod token;
 
 use std::sync::Arc;
@@ -40,11 +43,13 @@ use super::state::Shared;
 
 const ERROR_INFO: &str = "type.googleapis.com/google.rpc.ErrorInfo";
 const JOBS: &str = "/v1/projects/{project}/locations/{location}/batchPredictionJobs";
+const MODELS: &str = "/v1/projects/{project}/locations/{location}/publishers/google/models/{call}";
 
 pub(super) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route(JOBS, post(jobs::create).get(list::list))
         .route(&format!("{JOBS}/{{job}}"), get(jobs::get).post(jobs::verb))
+        .route(MODELS, post(models::call))
         .route(token::PATH, post(token::issue))
         .route("/_sim/stats", get(super::sim_stats))
         .route("/_sim/faults", get(super::sim_get_faults).post(super::sim_set_faults))
