@@ -140,8 +140,8 @@ impl Model {
                 }
                 Answer::Post(outcomes)
             }
-            Op::CreateIntent { provider, schema, max_size, small_bytes, wait, only, submit } => {
-                let intent = self.create_intent(*provider, *schema, *max_size, *small_bytes, *wait, *only);
+            Op::CreateIntent { provider, schema, max_size, small_bytes, wait, only, submit, hand_over } => {
+                let intent = self.create_intent(*provider, *schema, *max_size, *small_bytes, *wait, *only, *hand_over);
                 match intent {
                     IntentView::Created(_) if *submit => match self.record_job(0, false) {
                         Answer::Batch(batch) => Answer::Intent(IntentView::Created(batch)),

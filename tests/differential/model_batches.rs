@@ -32,6 +32,7 @@ impl Model {
         small_bytes: bool,
         wait: bool,
         only: Option<usize>,
+        hand_over: bool,
     ) -> IntentView {
         let max_bytes = if small_bytes { 20 } else { u64::MAX };
         let queue = format!("intent/{}/{}", PROVIDERS[provider], SCHEMAS[schema]);
@@ -51,7 +52,8 @@ impl Model {
             self.reservations.insert(seq, (BUDGETED.to_string(), ESTIMATE));
         }
         let label = self.batches.len();
-        let provider = PROVIDERS[provider].to_string();
+        // Under a minimum it never reaches, already waited out: bound to the fallback.
+        let provider = PROVIDERS[if hand_over { 1 - provider } else { provider }].to_string();
         for &seq in &members {
             let state = StateView::Submitted { provider: provider.clone(), batch: label, job: None };
             self.transition(seq, state);
