@@ -24,15 +24,16 @@ impl Model {
         self.rules.default_budget.then_some(1000)
     }
 
+    /// `providers`: the one forming the intent and the one it is bound to (the same, or
+    /// the first's minimum's fallback).
     pub(super) fn create_intent(
         &mut self,
-        provider: usize,
+        (provider, bound): (usize, usize),
         schema: usize,
         max_size: usize,
         small_bytes: bool,
         wait: bool,
         only: Option<usize>,
-        hand_over: bool,
     ) -> IntentView {
         let max_bytes = if small_bytes { 20 } else { u64::MAX };
         let queue = format!("intent/{}/{}", PROVIDERS[provider], SCHEMAS[schema]);
@@ -52,8 +53,7 @@ impl Model {
             self.reservations.insert(seq, (BUDGETED.to_string(), ESTIMATE));
         }
         let label = self.batches.len();
-        // Under a minimum it never reaches, already waited out: bound to the fallback.
-        let provider = PROVIDERS[if hand_over { 1 - provider } else { provider }].to_string();
+        let provider = PROVIDERS[bound].to_string();
         for &seq in &members {
             let state = StateView::Submitted { provider: provider.clone(), batch: label, job: None };
             self.transition(seq, state);

@@ -214,7 +214,7 @@ mod tests {
         );
         // Without a minimum, the batch wait alone decides.
         assert!(matches!(fill(picked(12, 1_000), &request(None), 10_000), Filling::Due(m) if m.len() == 12));
-        assert_eq!(waiting_until(fill(picked(12, 1_000), &request(minimum.clone()), 2_000)), Some(3_000));
+        assert_eq!(waiting_until(fill(picked(12, 1_000), &request(minimum), 2_000)), Some(3_000));
     }
 
     #[test]
