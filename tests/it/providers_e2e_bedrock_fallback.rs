@@ -40,7 +40,7 @@ impl FallbackRig {
             .expect("start the Anthropic simulator");
         // The bedrock section's tail, then the fallback's table and both providers' prices.
         let extra = format!(
-            "min_records = 100\nmin_batch_wait = \"3s\"\nmin_batch_fallback = \"claude\"\n\n\
+            "min_records = 100\nmin_batch_wait = \"5s\"\nmin_batch_fallback = \"claude\"\n\n\
              [providers.claude]\nkind = \"anthropic\"\nbase_url = \"{}\"\nmodel = \"{FALLBACK_MODEL}\"\n\
              max_tokens = 1024\napi_key_env = \"{KEY_ENV}\"\n\n\
              [[prices]]\nprovider = \"claude\"\nmodel = \"{FALLBACK_MODEL}\"\ninput_per_mtok = {}\noutput_per_mtok = {}\n\
@@ -112,6 +112,17 @@ async fn bedrock_work_under_the_minimum_commits_once_through_the_fallback() {
         assert!(Instant::now() < deadline, "never said where the work goes: {bedrock:#}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The admin API and `ctl status` say the same while the work waits.
+    let listed = api.get("/v1/admin/providers").await;
+    assert!(listed.body.to_string().contains("sent to claude at"), "{:#}", listed.body);
+    let data_dir = rig.bedrock.dir.path().to_str().expect("utf-8");
+    let status = cli_with_env(&["ctl", "status"], &[("COMMITPOINT_DATA_DIR", data_dir)]);
+    let text = stdout(&status);
+    assert!(
+        text.lines().any(|l| l.starts_with("provider bedrock: waiting:") && l.contains("sent to claude at")),
+        "{text}\n{}",
+        stderr(&status)
+    );
     assert_eq!(rig.claude.stats().batches_created, 0, "nothing handed over before min_batch_wait");
 
     let records = settle(&api, &ids).await;
