@@ -1,6 +1,7 @@
 //! `[providers.bedrock] min_batch_fallback`: work that stays under Bedrock's minimum job
-//! size past `min_batch_wait` is handed to another provider (here the same Claude model
-//! through the simulator's Anthropic Message Batches) instead of failing. Through the real
+//! size past `min_batch_wait` is handed to another provider (the same Claude model through
+//! the simulator's Anthropic Message Batches, or its synchronous chat completions) instead
+//! of failing. Through the real
 //! binary, with Bedrock's simulator over moto's S3 beside it: the work commits once through
 //! the fallback, charged to it at its prices, nothing reaches Bedrock; a SIGKILL after the
 //! hand-over still submits once; a fallback that cannot take the work is refused at start.
@@ -27,10 +28,22 @@ struct FallbackRig {
     claude: Simulator,
 }
 
+/// How the fallback `claude` reaches the model: Anthropic's Message Batches, or an
+/// OpenAI-compatible chat server called synchronously (`kind = "chat"`).
+#[derive(Clone, Copy, PartialEq)]
+enum Path {
+    Batches,
+    Chat,
+}
+
 impl FallbackRig {
-    async fn start() -> FallbackRig {
+    async fn start(path: Path) -> FallbackRig {
+        let (dialect, kind) = match path {
+            Path::Batches => (Dialect::Anthropic, "anthropic"),
+            Path::Chat => (SimulatorConfig::default().dialect, "chat"),
+        };
         let config = SimulatorConfig {
-            dialect: Dialect::Anthropic,
+            dialect,
             api_key: Some(KEY.into()),
             complete_after: Duration::from_millis(300),
             ..SimulatorConfig::default()
@@ -41,7 +54,7 @@ impl FallbackRig {
         // The bedrock section's tail, then the fallback's table and both providers' prices.
         let extra = format!(
             "min_records = 100\nmin_batch_wait = \"5s\"\nmin_batch_fallback = \"claude\"\n\n\
-             [providers.claude]\nkind = \"anthropic\"\nbase_url = \"{}\"\nmodel = \"{FALLBACK_MODEL}\"\n\
+             [providers.claude]\nkind = \"{kind}\"\nbase_url = \"{}\"\nmodel = \"{FALLBACK_MODEL}\"\n\
              max_tokens = 1024\napi_key_env = \"{KEY_ENV}\"\n\n\
              [[prices]]\nprovider = \"claude\"\nmodel = \"{FALLBACK_MODEL}\"\ninput_per_mtok = {}\noutput_per_mtok = {}\n\
              [[prices]]\nprovider = \"bedrock\"\nmodel = \"{MODEL}\"\ninput_per_mtok = {}\noutput_per_mtok = {}\n",
@@ -97,7 +110,7 @@ async fn health_of(api: &Api, name: &str) -> Value {
 /// committed once, charged to it at its own (batch) prices, and Bedrock never sees them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bedrock_work_under_the_minimum_commits_once_through_the_fallback() {
-    let rig = FallbackRig::start().await;
+    let rig = FallbackRig::start(Path::Batches).await;
     let server = rig.serve(None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
@@ -157,7 +170,7 @@ async fn bedrock_work_under_the_minimum_commits_once_through_the_fallback() {
 /// finds the intent bound to the fallback, looks for its job (none), and submits it once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_after_the_hand_over_still_submits_to_the_fallback_once() {
-    let rig = FallbackRig::start().await;
+    let rig = FallbackRig::start(Path::Batches).await;
     let point = "after-hand-over-before-fallback-submit";
     let mut server = rig.serve(Some(point));
     let ids = intake_corpus(&server.api()).await;
@@ -179,7 +192,7 @@ async fn kill_after_the_hand_over_still_submits_to_the_fallback_once() {
 /// A fallback that is not a configured provider is refused at start, naming the rule.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fallback_that_is_not_configured_is_refused_at_start() {
-    let rig = FallbackRig::start().await;
+    let rig = FallbackRig::start(Path::Batches).await;
     let text = std::fs::read_to_string(&rig.bedrock.config).expect("read config");
     std::fs::write(
         &rig.bedrock.config,
@@ -201,4 +214,32 @@ async fn a_fallback_that_is_not_configured_is_refused_at_start() {
     let out = run_to_end(serve);
     assert_eq!(out.status.code(), Some(78), "serve refuses to start: {}", stderr(&out));
     assert!(stderr(&out).contains("min_batch_fallback \"claud\""), "{}", stderr(&out));
+}
+
+/// The same through a synchronous chat fallback: one completion per extraction, charged to
+/// the fallback at its list price (no batch discount), nothing at Bedrock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bedrock_work_under_the_minimum_commits_once_through_a_chat_fallback() {
+    let rig = FallbackRig::start(Path::Chat).await;
+    let server = rig.serve(None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    let records = settle(&api, &ids).await;
+    for record in records.values() {
+        assert_eq!((record["state"].clone(), record["attempts"].clone()), (json!("committed"), json!(1)), "{record:#}");
+    }
+    let stats = rig.claude.stats();
+    assert_eq!((stats.chat_completions, stats.batches_created), (CORPUS.len() as u64, 0), "{stats:#?}");
+    rig.assert_nothing_at_bedrock().await;
+    assert_billed_by(&api, &ids, "claude").await;
+    for id in &ids {
+        let costs = api.get(&format!("/v1/extractions/{id}/costs")).await;
+        let attempt = &costs.body["attempts"][0];
+        let tokens = |k: &str| attempt[k].as_u64().unwrap_or(0);
+        let list = tokens("input_tokens") * FALLBACK_PRICES.0 + tokens("output_tokens") * FALLBACK_PRICES.1;
+        assert!(list > 0 && tokens("cost_micros") == list, "priced as the fallback, synchronously: {attempt:#}");
+    }
+    assert_eq!(counter(&health_of(&api, "bedrock").await, "batches_handed_over"), 1);
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
 }
