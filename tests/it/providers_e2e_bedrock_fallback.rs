@@ -189,10 +189,16 @@ async fn kill_after_the_hand_over_still_submits_to_the_fallback_once() {
     assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
 }
 
-/// A fallback that is not a configured provider is refused at start, naming the rule.
+/// `config check` shows the fallback; one that is not a configured provider is refused at
+/// start, naming the rule.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fallback_that_is_not_configured_is_refused_at_start() {
     let rig = FallbackRig::start(Path::Batches).await;
+    let mut env = aws_env().to_vec();
+    env.push((KEY_ENV, KEY));
+    let out = cli_with_env(&["config", "check", "--config", &rig.bedrock.config], &env);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("min_batch_fallback = \"claude\""), "{}", stdout(&out));
     let text = std::fs::read_to_string(&rig.bedrock.config).expect("read config");
     std::fs::write(
         &rig.bedrock.config,
