@@ -101,6 +101,8 @@ mod providers_e2e_anthropic;
 mod providers_e2e_azure;
 #[path = "it/providers_e2e_bedrock.rs"]
 mod providers_e2e_bedrock;
+#[path = "it/providers_e2e_bedrock_fallback.rs"]
+mod providers_e2e_bedrock_fallback;
 #[path = "it/providers_e2e_chat.rs"]
 mod providers_e2e_chat;
 #[path = "it/providers_e2e_compat.rs"]

@@ -242,6 +242,7 @@ impl Server {
             if let Some(configured) = configured {
                 settings.min_batch_size = configured.min_batch();
                 settings.min_batch_wait = configured.min_batch_wait.unwrap_or(scheduler::DEFAULT_MIN_BATCH_WAIT);
+                settings.min_batch_fallback = configured.min_batch_fallback.clone();
             }
             let context = scheduler::Context {
                 store: Arc::clone(service.store()),

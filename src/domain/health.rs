@@ -30,6 +30,8 @@ pub struct ProviderHealth {
     pub hold_reason: Option<String>,
     /// Set while work waits only because it is under the provider's minimum job size.
     pub waiting_for_minimum: Option<String>,
+    /// Intents under the minimum bound to the provider's `min_batch_fallback` instead.
+    pub batches_handed_over: u64,
     /// Failed batches whose members went back to the queue as the same attempt.
     pub batches_returned: u64,
     /// Failed batches that blamed no member: each member's attempt was counted, so a

@@ -3,7 +3,9 @@
 //! Pending work is bound to a provider only when a batch intent is formed, so routing is
 //! a filter each provider's scheduler applies when it forms batches: a rule (by schema
 //! and/or tenant) names the provider, else the default does. A paused provider's pending
-//! work waits for it, unless `reroute_when_paused` lets the default take it.
+//! work waits for it, unless `reroute_when_paused` lets the default take it. The one later
+//! hand-over, of work left under a provider's minimum job size to its `min_batch_fallback`,
+//! is decided where the intent is formed (`store::rules::intent::bound_to`), not here.
 
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};

@@ -125,8 +125,11 @@ pub(super) struct ProviderStatus {
     held_until_ms: Option<u64>,
     hold_reason: Option<String>,
     /// Work waiting only because it is under the provider's minimum job size (Bedrock:
-    /// 100 records), and when it is failed unless more arrives.
+    /// 100 records), and when it is failed (or sent to the provider's
+    /// `min_batch_fallback`) unless more arrives.
     waiting_for_minimum: Option<String>,
+    /// Intents under the minimum handed to the provider's `min_batch_fallback`.
+    batches_handed_over: u64,
     /// Failed batches whose members went back to the queue as the same attempt.
     batches_returned: u64,
     /// Failed batches that blamed no member; their members' attempts were counted.
@@ -169,6 +172,7 @@ impl From<&ProviderHealth> for ProviderStatus {
             held_until_ms,
             hold_reason,
             waiting_for_minimum,
+            batches_handed_over,
             batches_returned,
             batches_failed,
             polls_not_found,
@@ -197,6 +201,7 @@ impl From<&ProviderHealth> for ProviderStatus {
             held_until_ms,
             hold_reason,
             waiting_for_minimum,
+            batches_handed_over,
             batches_returned,
             batches_failed,
             polls_not_found,

@@ -140,8 +140,10 @@ impl Model {
                 }
                 Answer::Post(outcomes)
             }
-            Op::CreateIntent { provider, schema, max_size, small_bytes, wait, only, submit } => {
-                let intent = self.create_intent(*provider, *schema, *max_size, *small_bytes, *wait, *only);
+            Op::CreateIntent { provider, schema, max_size, small_bytes, wait, only, submit, hand_over } => {
+                // Under a minimum it never reaches, already waited out: bound to the fallback.
+                let bound = if *hand_over { 1 - *provider } else { *provider };
+                let intent = self.create_intent((*provider, bound), *schema, *max_size, *small_bytes, *wait, *only);
                 match intent {
                     IntentView::Created(_) if *submit => match self.record_job(0, false) {
                         Answer::Batch(batch) => Answer::Intent(IntentView::Created(batch)),

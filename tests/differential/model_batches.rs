@@ -24,9 +24,11 @@ impl Model {
         self.rules.default_budget.then_some(1000)
     }
 
+    /// `providers`: the one forming the intent and the one it is bound to (the same, or
+    /// the first's minimum's fallback).
     pub(super) fn create_intent(
         &mut self,
-        provider: usize,
+        (provider, bound): (usize, usize),
         schema: usize,
         max_size: usize,
         small_bytes: bool,
@@ -51,7 +53,7 @@ impl Model {
             self.reservations.insert(seq, (BUDGETED.to_string(), ESTIMATE));
         }
         let label = self.batches.len();
-        let provider = PROVIDERS[provider].to_string();
+        let provider = PROVIDERS[bound].to_string();
         for &seq in &members {
             let state = StateView::Submitted { provider: provider.clone(), batch: label, job: None };
             self.transition(seq, state);

@@ -94,7 +94,9 @@ pub enum Op {
         again: bool,
     },
     /// An intent; with `submit`, the provider's job id is recorded right after, as the
-    /// scheduler does once the provider accepted the batch.
+    /// scheduler does once the provider accepted the batch. With `hand_over`, the provider
+    /// has a minimum larger than the batch, already waited out, and the other provider as
+    /// its `min_batch_fallback`: the intent is bound to that one.
     CreateIntent {
         provider: usize,
         schema: usize,
@@ -103,6 +105,7 @@ pub enum Op {
         wait: bool,
         only: Option<usize>,
         submit: bool,
+        hand_over: bool,
     },
     RecordJob {
         batch: usize,
@@ -226,9 +229,9 @@ pub fn op() -> impl Strategy<Value = Op> {
                     .prop_map(move |again| Op::Post { identity, authority, ok, findings: findings.clone(), paid, again })
             }),
         5 => (provider, schema.clone(), 1usize..5, prop::bool::weighted(0.2), prop::bool::weighted(0.2),
-              prop::option::weighted(0.2, tenant.clone()), prop::bool::weighted(0.7))
-            .prop_map(|(provider, schema, max_size, small_bytes, wait, only, submit)| {
-                Op::CreateIntent { provider, schema, max_size, small_bytes, wait, only, submit }
+              prop::option::weighted(0.2, tenant.clone()), prop::bool::weighted(0.7), prop::bool::weighted(0.2))
+            .prop_map(|(provider, schema, max_size, small_bytes, wait, only, submit, hand_over)| {
+                Op::CreateIntent { provider, schema, max_size, small_bytes, wait, only, submit, hand_over }
             }),
         5 => (batch(), prop::bool::weighted(0.1)).prop_map(|(batch, other_job)| Op::RecordJob { batch, other_job }),
         2 => (batch(), lines()).prop_map(|(batch, lines)| Op::Stage { batch, lines }),

@@ -130,7 +130,7 @@ impl Subject {
                 }
                 Answer::Post(outcomes)
             }
-            Op::CreateIntent { provider, schema, max_size, small_bytes, wait, only, submit } => {
+            Op::CreateIntent { provider, schema, max_size, small_bytes, wait, only, submit, hand_over } => {
                 let only = only.map(|t| TENANTS[t]);
                 let request = IntentRequest {
                     provider: PROVIDERS[*provider].into(),
@@ -141,7 +141,11 @@ impl Subject {
                     max_size: *max_size,
                     max_content_bytes: if *small_bytes { 20 } else { u64::MAX },
                     max_wait_ms: if *wait { 3_600_000 } else { 0 },
-                    minimum: None,
+                    minimum: hand_over.then(|| commitpoint::store::Minimum {
+                        size: *max_size + 1,
+                        wait_ms: 0,
+                        fallback: Some(PROVIDERS[1 - *provider].into()),
+                    }),
                     estimate: Some(commitpoint::store::MemberEstimate(std::sync::Arc::new(|_| {
                         super::universe::ESTIMATE
                     }))),

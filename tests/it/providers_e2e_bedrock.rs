@@ -23,22 +23,22 @@ use crate::provider::{
 use crate::providers_e2e::{ONE_BATCH, assert_billed_by, expect_crash, write_config};
 use crate::util::{Server, cli_with_env, run_to_end, stderr, stdout, temp_dir};
 
-const IN_BUCKET: &str = "cp-batch-in";
+pub(crate) const IN_BUCKET: &str = "cp-batch-in";
 const OUT_BUCKET: &str = "cp-batch-out";
 const ROLE: &str = "arn:aws:iam::123456789012:role/commitpoint-batch";
-const MODEL: &str = "anthropic.claude-3-5-haiku-20241022-v1:0";
+pub(crate) const MODEL: &str = "anthropic.claude-3-5-haiku-20241022-v1:0";
 
-struct BedrockRig {
-    moto: Moto,
-    sim: Simulator,
-    dir: tempfile::TempDir,
-    config: String,
+pub(crate) struct BedrockRig {
+    pub(crate) moto: Moto,
+    pub(crate) sim: Simulator,
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) config: String,
 }
 
 impl BedrockRig {
     /// The simulator's minimum is lowered to 1 and so is the provider's (an account whose
     /// quota was adjusted) unless `extra` sets `min_records` itself.
-    async fn start(complete_after: Duration, faults: Faults, extra: &str) -> BedrockRig {
+    pub(crate) async fn start(complete_after: Duration, faults: Faults, extra: &str) -> BedrockRig {
         let moto = Moto::start(&[IN_BUCKET, OUT_BUCKET]).await;
         let config = SimulatorConfig {
             dialect: Dialect::Bedrock,
@@ -91,7 +91,7 @@ impl BedrockRig {
 }
 
 /// The standard chain's first link: fake keys in the environment, never in the config.
-fn aws_env() -> [(&'static str, &'static str); 3] {
+pub(crate) fn aws_env() -> [(&'static str, &'static str); 3] {
     [
         ("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID),
         ("AWS_SECRET_ACCESS_KEY", SECRET_ACCESS_KEY),
@@ -296,7 +296,7 @@ async fn bedrock_records_missing_from_a_partially_completed_job_are_requeued() {
 }
 
 /// Waits (bounded) until every one of `ids` has failed; returns their records.
-async fn all_failed(api: &crate::util::Api, ids: &BTreeSet<String>, within: Duration) -> Vec<Value> {
+pub(crate) async fn all_failed(api: &crate::util::Api, ids: &BTreeSet<String>, within: Duration) -> Vec<Value> {
     let deadline = Instant::now() + within;
     loop {
         let mut records = Vec::new();

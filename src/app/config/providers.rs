@@ -105,6 +105,9 @@ pub(crate) struct ProviderSettings {
     /// `min_batch_wait`: how long work under the provider's minimum job size waits for
     /// more before it is failed (only Bedrock has a minimum).
     pub min_batch_wait: Option<Duration>,
+    /// `min_batch_fallback`: the provider such work is sent to instead of being failed;
+    /// another configured provider without a minimum of its own (`check_fallbacks`).
+    pub min_batch_fallback: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -276,6 +279,15 @@ impl ProviderSettings {
                 lines.push(format!("inline_max_bytes = {}", g.inline_max_bytes));
             }
         }
+        if self.min_batch() > 1 {
+            if let Some(wait) = self.min_batch_wait {
+                line(&mut lines, "min_batch_wait", &humantime::format_duration(wait).to_string());
+            }
+            lines.push(self.min_batch_fallback.as_ref().map_or_else(
+                || "# min_batch_fallback: unset, work under the minimum fails after min_batch_wait".to_string(),
+                |target| format!("min_batch_fallback = {target:?}"),
+            ));
+        }
         match self.key_source() {
             Some(key) => lines.push(format!("# api key: {key} (value redacted)")),
             None => lines.push("# api key: none".to_string()),
@@ -338,6 +350,7 @@ pub(super) fn resolve(
     if old_form || all.len() == 1 {
         resolved.implied_default = all.first().map(|s| s.name.clone());
     }
+    check_fallbacks(&all)?;
     resolved.providers = all;
     Ok(resolved)
 }
@@ -397,7 +410,13 @@ fn resolve_primary(
             budget,
         }),
     };
-    Ok(Some(ProviderSettings { name: choice_name(choice).to_string(), spec, reask: None, min_batch_wait: None }))
+    Ok(Some(ProviderSettings {
+        name: choice_name(choice).to_string(),
+        spec,
+        reask: None,
+        min_batch_wait: None,
+        min_batch_fallback: None,
+    }))
 }
 
 fn choice_name(choice: ProviderChoice) -> &'static str {
@@ -442,6 +461,11 @@ fn resolve_table(name: String, mut table: toml::Table) -> Result<(ProviderSettin
         }
         Some(other) => return Err(invalid(format!("min_batch_wait must be a duration like \"1h\", not {other}"))),
     };
+    let min_batch_fallback = match table.remove("min_batch_fallback") {
+        None => None,
+        Some(toml::Value::String(target)) => Some(target),
+        Some(other) => return Err(invalid(format!("min_batch_fallback must name a provider, not {other}"))),
+    };
     let value = toml::Value::Table(table);
     let parse_error = |e: toml::de::Error| invalid(e.message().trim().to_string());
     let in_table = |e: Error| match e {
@@ -480,13 +504,44 @@ fn resolve_table(name: String, mut table: toml::Table) -> Result<(ProviderSettin
             value.try_into::<RawVertex>().map_err(parse_error)?.resolve().map_err(in_table)?,
         )),
     };
-    if min_batch_wait.is_some() && !matches!(kind, ProviderKind::Bedrock) {
-        return Err(invalid(format!(
-            "min_batch_wait applies to providers with a minimum job size (bedrock), not {}",
-            kind.as_str()
-        )));
+    for (key, set) in
+        [("min_batch_wait", min_batch_wait.is_some()), ("min_batch_fallback", min_batch_fallback.is_some())]
+    {
+        if set && !matches!(kind, ProviderKind::Bedrock) {
+            return Err(invalid(format!(
+                "{key} applies to providers with a minimum job size (bedrock), not {}",
+                kind.as_str()
+            )));
+        }
     }
-    Ok((ProviderSettings { name, spec, reask, min_batch_wait }, implied))
+    Ok((ProviderSettings { name, spec, reask, min_batch_wait, min_batch_fallback }, implied))
+}
+
+/// Each `min_batch_fallback` must name another configured provider that takes a job of any
+/// size: work handed to it must not wait for a minimum again, nor be handed on.
+fn check_fallbacks(providers: &[ProviderSettings]) -> Result<(), Error> {
+    for provider in providers {
+        let Some(target) = &provider.min_batch_fallback else { continue };
+        let refuse = |reason: String| Err(Error::Provider { name: provider.name.clone(), reason });
+        if *target == provider.name {
+            return refuse(format!("min_batch_fallback {target:?} names this provider itself: it must be another one"));
+        }
+        let Some(fallback) = providers.iter().find(|p| p.name == *target) else {
+            let known: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
+            return refuse(format!(
+                "min_batch_fallback {target:?} is not a configured provider (configured: {})",
+                known.join(", ")
+            ));
+        };
+        if fallback.min_batch() > 1 {
+            return refuse(format!(
+                "min_batch_fallback {target:?} has a minimum job size of its own ({} records): the fallback must \
+                 take work under this provider's minimum in a job of any size",
+                fallback.min_batch()
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

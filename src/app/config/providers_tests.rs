@@ -283,3 +283,39 @@ fn min_batch_wait_belongs_to_providers_with_a_minimum_job() {
         refusal(openai)
     );
 }
+
+#[test]
+fn min_batch_fallback_names_another_provider_without_a_minimum() {
+    let config = |extra: &str, others: &str| {
+        format!(
+            "[providers.bedrock]\nkind = \"bedrock\"\nregion = \"us-east-1\"\n\
+             model = \"anthropic.claude-3-5-haiku-20241022-v1:0\"\n\
+             role_arn = \"arn:aws:iam::123456789012:role/commitpoint-batch\"\n\
+             input_s3_uri = \"s3://cp-batch-in/in/\"\noutput_s3_uri = \"s3://cp-batch-out/out/\"\n{extra}\n\
+             {others}[routing]\ndefault = \"bedrock\"\n"
+        )
+    };
+    let claude = "[providers.claude]\nkind = \"anthropic\"\nmodel = \"claude-3-5-haiku-20241022\"\n";
+    let set = options(&config("min_batch_fallback = \"claude\"", claude)).expect("accepted");
+    let bedrock = set.providers.iter().find(|p| p.name == "bedrock").expect("bedrock");
+    assert_eq!(bedrock.min_batch_fallback.as_deref(), Some("claude"));
+    assert!(bedrock.describe().contains("min_batch_fallback = \"claude\""), "{}", bedrock.describe());
+    assert!(options(&config("", claude)).expect("accepted").describe().contains("# min_batch_fallback: unset"));
+
+    let unknown = refusal(&config("min_batch_fallback = \"claud\"", claude));
+    assert!(unknown.starts_with("providers.bedrock") && unknown.contains("not a configured provider"), "{unknown}");
+    let itself = refusal(&config("min_batch_fallback = \"bedrock\"", claude));
+    assert!(itself.contains("names this provider itself"), "{itself}");
+    let second = "[providers.bedrock2]\nkind = \"bedrock\"\nregion = \"us-west-2\"\n\
+        model = \"anthropic.claude-3-5-haiku-20241022-v1:0\"\nrole_arn = \"arn:aws:iam::123456789012:role/b\"\n\
+        input_s3_uri = \"s3://b-in/in/\"\noutput_s3_uri = \"s3://b-out/out/\"\n";
+    let minimum = refusal(&config("min_batch_fallback = \"bedrock2\"", second));
+    assert!(minimum.contains("minimum job size of its own (100 records)"), "{minimum}");
+    // A second Bedrock whose account takes a job of any size may be the fallback.
+    let any_size = format!("{second}min_records = 1\n");
+    assert!(options(&config("min_batch_fallback = \"bedrock2\"", &any_size)).is_ok());
+    let openai =
+        "[providers.openai]\nkind = \"openai\"\nmin_batch_fallback = \"claude\"\n[routing]\ndefault = \"openai\"\n";
+    assert!(refusal(openai).contains("min_batch_fallback applies to providers with a minimum job size"));
+    assert!(refusal(&config("min_batch_fallback = 3", claude)).contains("must name a provider"));
+}

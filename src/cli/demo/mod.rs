@@ -65,6 +65,7 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         }),
         reask: None,
         min_batch_wait: None,
+        min_batch_fallback: None,
     };
     let quick = scheduler::Settings {
         batch_max_size: 4,

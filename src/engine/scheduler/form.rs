@@ -53,6 +53,10 @@ impl Scheduler {
                     IntentOutcome::Created(batch) => {
                         self.waiting.remove(&schema);
                         self.health.update(|h| h.waiting_for_minimum = None);
+                        if batch.provider != self.provider.name() {
+                            self.handed_over(&batch);
+                            continue;
+                        }
                         tracing::info!(batch_key = %batch.batch_key, members = batch.members.len(), %schema, "batch formed");
                         self.health.update(|h| h.batches_formed += 1);
                         self.formed_here.insert(batch.seq);
@@ -115,18 +119,34 @@ impl Scheduler {
         (self.settings.min_batch_size > 1).then_some(store::Minimum {
             size: self.settings.min_batch_size,
             wait_ms: self.settings.min_batch_wait.as_millis() as u64,
+            fallback: self.settings.min_batch_fallback.clone(),
         })
     }
 
+    /// An intent under the minimum was bound to the fallback provider
+    /// (`rules::intent::bound_to`): its scheduler submits it, so it is only woken here.
+    fn handed_over(&self, batch: &store::BatchRecord) {
+        tracing::info!(
+            batch_key = %batch.batch_key, members = batch.members.len(), schema = %batch.schema, fallback = %batch.provider,
+            "work under the provider's minimum job size handed to its fallback (min_batch_fallback)"
+        );
+        crate::domain::failpoint::hit("after-hand-over-before-fallback-submit");
+        self.health.update(|h| h.batches_handed_over += 1);
+        self.signals.wake_all();
+    }
+
     /// Says in the provider's health when work waits only because it is under the
-    /// provider's minimum job size, and when it will be failed if no more arrives.
+    /// provider's minimum job size, and what happens to it, and when, if no more arrives.
     fn note_waiting_for_minimum(&self, schema: &str, members: usize, due_at_ms: u64) {
         let note = (members < self.settings.min_batch_size).then(|| {
+            let then = match &self.settings.min_batch_fallback {
+                Some(fallback) => format!("sent to {fallback} at {}", clock::format_ms(due_at_ms)),
+                None => format!("failed at {}", clock::format_ms(due_at_ms)),
+            };
             format!(
                 "{members} extractions of {schema} wait for a job of at least {} (the provider's minimum); \
-                 sent once enough arrive, failed at {} unless they do (min_batch_wait)",
+                 sent once enough arrive, {then} unless they do (min_batch_wait)",
                 self.settings.min_batch_size,
-                clock::format_ms(due_at_ms)
             )
         });
         self.health.update(|h| h.waiting_for_minimum = note);

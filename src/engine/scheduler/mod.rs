@@ -62,9 +62,11 @@ pub(crate) struct Settings {
     /// this (`None`: no reservations, budgets act on charged spend only).
     pub profile: Option<crate::engine::ledger::estimate::ProviderProfile>,
     /// The fewest members the provider takes in one job (Bedrock's `min_records`; 1: no
-    /// minimum). Fewer wait for more work, up to `min_batch_wait`, and are then failed.
+    /// minimum). Fewer wait for more work, up to `min_batch_wait`, and are then handed to
+    /// `min_batch_fallback` where one is configured, else failed.
     pub min_batch_size: usize,
     pub min_batch_wait: Duration,
+    pub min_batch_fallback: Option<String>,
     /// How long a term driving the provider lasts unless renewed (`[store] driver_lease`):
     /// a standby takes over this long after a driver stopped renewing.
     pub driver_lease: Duration,
@@ -85,6 +87,7 @@ impl Default for Settings {
             profile: None,
             min_batch_size: 1,
             min_batch_wait: DEFAULT_MIN_BATCH_WAIT,
+            min_batch_fallback: None,
             driver_lease: term::DEFAULT_DRIVER_LEASE,
         }
     }

@@ -47,7 +47,8 @@ impl Scheduler {
             return Ok(None);
         };
         // Formed under the provider's minimum only once its members waited `min_batch_wait`
-        // (`rules::intent::fill`): the provider would refuse the job, so they fail, saying why.
+        // (`rules::intent::fill`), and bound here only without a `min_batch_fallback`
+        // (`rules::intent::bound_to`): the provider would refuse the job, so they fail, saying why.
         if members.len() < self.settings.min_batch_size {
             let reason = format!(
                 "only {} extractions of {} arrived within min_batch_wait ({}), and this provider takes at \

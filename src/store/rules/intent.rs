@@ -43,13 +43,28 @@ pub struct IntentRequest {
 }
 
 /// A provider's smallest job, and how long work waits to make one up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Minimum {
     pub size: usize,
     /// Once the oldest member waited this long, fewer are formed into an intent anyway:
-    /// the scheduler then fails them, naming the minimum, rather than send a job the
-    /// provider refuses or keep them waiting for ever.
+    /// bound to `fallback` where one is configured, else the scheduler fails them, naming
+    /// the minimum, rather than send a job the provider refuses or keep them waiting for ever.
     pub wait_ms: u64,
+    /// The provider (without a minimum of its own) an intent under the minimum is bound
+    /// to: its scheduler submits it like one of its own (`min_batch_fallback`).
+    pub fallback: Option<String>,
+}
+
+/// The provider an intent of `members` is bound to: the one forming it, or, under its
+/// minimum, the minimum's fallback. The one place work is handed from one provider to
+/// another after routing chose the first.
+pub(crate) fn bound_to(request: &IntentRequest, members: usize) -> &str {
+    request
+        .minimum
+        .as_ref()
+        .filter(|m| members < m.size)
+        .and_then(|m| m.fallback.as_deref())
+        .unwrap_or(request.provider.as_str())
 }
 
 #[derive(Debug, Clone)]
@@ -95,7 +110,7 @@ pub(crate) fn fill(picked: Picked<ExtractionRecord>, request: &IntentRequest, no
         let due_at_ms = oldest.saturating_add(request.max_wait_ms);
         return Filling::NotYet(IntentOutcome::Waiting { due_at_ms, members });
     }
-    if let Some(minimum) = request.minimum.filter(|m| members < m.size && waited < m.wait_ms) {
+    if let Some(minimum) = request.minimum.as_ref().filter(|m| members < m.size && waited < m.wait_ms) {
         let due_at_ms = oldest.saturating_add(minimum.wait_ms);
         return Filling::NotYet(IntentOutcome::Waiting { due_at_ms, members });
     }
@@ -124,19 +139,21 @@ pub(crate) fn decide(
 }
 
 /// The new intent numbered `seq` over `members`, and the event that enqueues each of them.
+/// It is bound to the provider `bound_to` names, whose batch key and scheduler it gets.
 pub(crate) fn intent(
     request: &IntentRequest,
     seq: u64,
     members: &[ExtractionRecord],
     now_ms: u64,
 ) -> (BatchRecord, Event) {
+    let provider = bound_to(request, members.len());
     let identities: Vec<(ExtractionId, u32)> = members.iter().map(|m| (m.id, m.attempt)).collect();
-    let key = batch_key(&request.provider, &request.schema, seq, &identities);
-    let enqueue = Event::Enqueue { provider: request.provider.clone().into(), batch_key: key.clone() };
+    let key = batch_key(provider, &request.schema, seq, &identities);
+    let enqueue = Event::Enqueue { provider: provider.to_string().into(), batch_key: key.clone() };
     let batch = BatchRecord {
         seq,
         batch_key: key,
-        provider: request.provider.clone().into(),
+        provider: provider.to_string().into(),
         schema: request.schema.clone(),
         members: members.iter().map(|m| m.seq).collect(),
         state: BatchState::Intent,
@@ -184,15 +201,40 @@ mod tests {
 
     #[test]
     fn work_under_the_minimum_waits_for_more_then_is_formed_for_the_scheduler_to_fail() {
-        let minimum = Some(Minimum { size: 100, wait_ms: 3_600_000 });
+        let minimum = Some(Minimum { size: 100, wait_ms: 3_600_000, fallback: None });
         // Past the batch wait but under the minimum: it waits for the minimum's wait.
-        assert_eq!(waiting_until(fill(picked(12, 1_000), &request(minimum), 10_000)), Some(3_601_000));
+        assert_eq!(waiting_until(fill(picked(12, 1_000), &request(minimum.clone()), 10_000)), Some(3_601_000));
         // Enough work arrived: a job forms at the batch wait.
-        assert!(matches!(fill(picked(100, 1_000), &request(minimum), 10_000), Filling::Due(m) if m.len() == 100));
+        assert!(
+            matches!(fill(picked(100, 1_000), &request(minimum.clone()), 10_000), Filling::Due(m) if m.len() == 100)
+        );
         // The minimum's wait is over: the few are formed (and failed by the scheduler).
-        assert!(matches!(fill(picked(12, 1_000), &request(minimum), 3_601_000), Filling::Due(m) if m.len() == 12));
+        assert!(
+            matches!(fill(picked(12, 1_000), &request(minimum.clone()), 3_601_000), Filling::Due(m) if m.len() == 12)
+        );
         // Without a minimum, the batch wait alone decides.
         assert!(matches!(fill(picked(12, 1_000), &request(None), 10_000), Filling::Due(m) if m.len() == 12));
         assert_eq!(waiting_until(fill(picked(12, 1_000), &request(minimum), 2_000)), Some(3_000));
+    }
+
+    #[test]
+    fn an_intent_under_the_minimum_is_bound_to_the_fallback_and_a_full_one_is_not() {
+        let members = |n: u64| match fill(picked(n, 1_000), &request(None), 3_601_000) {
+            Filling::Due(m) => m,
+            Filling::NotYet(_) => panic!("due"),
+        };
+        let fallback = Some(Minimum { size: 100, wait_ms: 3_600_000, fallback: Some("claude".into()) });
+        let (batch, enqueue) = intent(&request(fallback.clone()), 7, &members(12), 5_000);
+        assert_eq!(batch.provider.as_str(), "claude");
+        assert!(
+            matches!(&enqueue, Event::Enqueue { provider, batch_key } if provider.as_str() == "claude" && *batch_key == batch.batch_key)
+        );
+        let (own, _) = intent(&request(None), 7, &members(12), 5_000);
+        assert_ne!(batch.batch_key, own.batch_key, "the key names the provider that submits it");
+        let (full, _) = intent(&request(fallback), 8, &members(100), 5_000);
+        assert_eq!(full.provider.as_str(), "bedrock", "a job of the minimum's size stays with its provider");
+        // Without a fallback, the few stay bound to the provider (whose scheduler fails them).
+        let plain = Some(Minimum { size: 100, wait_ms: 3_600_000, fallback: None });
+        assert_eq!(intent(&request(plain), 9, &members(12), 5_000).0.provider.as_str(), "bedrock");
     }
 }
