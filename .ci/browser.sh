@@ -45,10 +45,19 @@ acme_token="acme-$(random)"
 umask 077
 printf '%s\n' "$admin_token" >"$work/admin-token"
 printf 'acme %s\nglobex globex-%s\n' "$acme_token" "$(random)" >"$work/tenant-tokens"
+printf 'whsec_%s\n' "$(head -c 24 /dev/urandom | base64)" >"$work/sink-secret"
+# A sink nobody listens on, tried once: every event becomes a dead letter for the
+# dead-letters page to show (port 1 on loopback: closed on any host that runs no tcpmux).
 cat >"$work/config.toml" <<CONF
 [access]
 admin_token_file = "$work/admin-token"
 tenant_tokens_file = "$work/tenant-tokens"
+
+[[outbox.sinks]]
+name = "nowhere"
+url = "http://127.0.0.1:1/events"
+secret_file = "$work/sink-secret"
+max_attempts = 1
 CONF
 
 echo "== starting commitpoint serve"

@@ -101,6 +101,8 @@ def seed():
         return stats if busy == 0 else None
 
     stats = wait_for("the simulator to commit the work", settled, timeout=120)
+    # The sink nobody listens on (.ci/browser.sh) turns each event into a dead letter.
+    wait_for("dead letters", lambda: api("GET", "/v1/outbox?state=dead")[1].get("events"), timeout=60)
     return grant["extraction_id"], stats
 
 
@@ -182,6 +184,20 @@ def main():
                   f"{text(driver, f'count-{state}')} != {count}")
         check("overview total = /v1/stats", text(driver, "count-total") == str(stats["total"]))
         check("the throughput chart is an SVG", driver.find_elements(By.CSS_SELECTOR, "svg.chart rect"))
+        y_ticks = [t.text for t in driver.find_elements(By.CSS_SELECTOR, "svg.chart text.y-tick")]
+        # Each bar's hover title is "<minute>: <committed> / <failed>".
+        minutes = [t.get_attribute("textContent") for t in driver.find_elements(By.CSS_SELECTOR, "svg.chart g > title")]
+        per_minute = [sum(int(v) for v in m.rsplit(": ", 1)[1].split(" / ")) for m in minutes]
+        hour_total = int(text(driver, "hour-committed")) + int(text(driver, "hour-failed"))
+        check("the legend's hour totals are the bars' sum", per_minute and sum(per_minute) == hour_total,
+              (per_minute, hour_total))
+        check("the chart's y axis is labelled from 0 up to at least the busiest minute",
+              y_ticks and y_ticks[0] == "0" and all(t.isdigit() for t in y_ticks)
+              and int(y_ticks[-1]) >= max(per_minute), (y_ticks, max(per_minute or [0])))
+        x_ticks = [t.text for t in driver.find_elements(By.CSS_SELECTOR, "svg.chart text.x-tick")]
+        check("the chart's x axis names UTC minutes", x_ticks and all(len(t) == 5 and t[2] == ":" for t in x_ticks), x_ticks)
+        check("the minutes before the server started are shaded, not zero",
+              driver.find_elements(By.CSS_SELECTOR, "svg.chart rect.unsampled"))
         driven = driver.find_element(By.CSS_SELECTOR, "tr[data-provider='simulator'] .driver").text
         check("the provider is driven by this instance (/v1/stats)",
               stats["store"]["drivers"].get("simulator") == stats["store"]["instance"] and driven == "this instance",
@@ -230,6 +246,9 @@ def main():
 
         driver.get(URL + "/ui/extractions")
         shoot(driver, "extractions")
+        newest = api("GET", "/v1/extractions?order=newest&limit=1")[1]["extractions"][0]["extraction_id"]
+        first_row = driver.find_element(By.CSS_SELECTOR, "#extractions tbody tr td a").get_attribute("href")
+        check("extractions are listed newest first", first_row.endswith(newest), (first_row, newest))
         tenants = {o.get_attribute("value") for o in driver.find_elements(By.CSS_SELECTOR, "select[name='tenant'] option")}
         check("the tenant filter is a choice of the tenants", {"acme", "globex"} <= tenants, tenants)
         updated = driver.find_element(By.CSS_SELECTOR, "#extractions tbody tr td:last-child time")
@@ -256,14 +275,29 @@ def main():
         shoot(driver, "extraction-committed")
         driver.get(URL + "/ui/batches")
         shoot(driver, "batches")
+        history = [int(r.get_attribute("data-batch")) for r in driver.find_elements(By.CSS_SELECTOR, "#batch-history tbody tr")]
+        check("the batch history lists closed batches newest first",
+              history and history == sorted(history, reverse=True) and "closed: " in text(driver, "batch-history"),
+              history)
+        driver.find_element(By.CSS_SELECTOR, f"#batch-history a[href='/ui/batches/{history[0]}']").click()
+        wait.until(EC.presence_of_element_located((By.ID, "batch-members")))
+        members = driver.find_elements(By.CSS_SELECTOR, "#batch-members tbody tr")
+        check("a batch's page lists its members, linked", members and all(
+            m.find_element(By.CSS_SELECTOR, "a").get_attribute("href").count("/ui/extractions/") == 1 for m in members),
+            len(members))
+        shoot(driver, "batch")
         driver.get(URL + "/ui/costs?tenant=globex")
         check("costs show a charged total", text(driver, "charged").startswith("$"))
+        cost_ticks = [t.text for t in driver.find_elements(By.CSS_SELECTOR, "svg.chart text.y-tick")]
+        check("the cost chart's y axis is in dollars", cost_ticks and all(t.startswith("$") for t in cost_ticks), cost_ticks)
         shoot(driver, "costs")
         driver.get(URL + "/ui/dead-letters")
         shoot(driver, "dead-letters")
-        for details in driver.find_elements(By.CSS_SELECTOR, "#dead-letters details.payload"):
-            details.click()
-            check("a dead letter shows its payload", '"type"' in details.text, details.text[:200])
+        payloads = driver.find_elements(By.CSS_SELECTOR, "#dead-letters details.payload")
+        check("the dead-letters page lists the sink's dead events", payloads, "none listed")
+        payloads[0].click()
+        check("a dead letter shows its payload", '"type"' in payloads[0].text and "extraction" in payloads[0].text,
+              payloads[0].text[:200])
 
         # Resume through the console, for a clean end.
         driver.get(URL + "/ui")

@@ -84,7 +84,7 @@ pub(super) async fn detail(State(service): State<Service>, viewer: Viewer, Path(
     let key = batch.batch_key.as_str();
     let content = html! {
         h1 { "Batch " (batch.seq) }
-        table.fields id="batch" {
+        div.scroll { table.fields id="batch" {
             tr { th { "provider" } td { (batch.provider.as_str()) } }
             tr { th { "schema" } td { (batch.schema) } }
             tr { th { "state" } td { (state(&batch)) } }
@@ -94,8 +94,8 @@ pub(super) async fn detail(State(service): State<Service>, viewer: Viewer, Path(
             tr { th { "created" } td { (when(batch.created_at_ms)) } }
             tr { th { "updated" } td { (when(batch.updated_at_ms)) } }
             tr { th { "failed provider calls in a row" } td { (batch.failures) } }
-            tr { th { "last error" } td.error { (batch.last_error.as_deref().unwrap_or("—")) } }
-        }
+            tr { th { "last error" } td.error.wrap { (batch.last_error.as_deref().unwrap_or("—")) } }
+        } }
         h2 { "Members, as they are now" }
         p.muted {
             "Each member's state now: one requeued or retried since may be in a later batch, or waiting."
