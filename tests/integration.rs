@@ -145,6 +145,8 @@ mod tenancy;
 mod tenant_depth;
 #[path = "it/trickle.rs"]
 mod trickle;
+#[path = "it/traces.rs"]
+mod traces;
 #[path = "it/tutorial.rs"]
 mod tutorial;
 #[path = "it/util.rs"]

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use super::Scheduler;
 use crate::domain::batch::LineResult;
@@ -22,16 +23,25 @@ use crate::store::{self, BatchRecord, Flush, IngestLine, Judged, Leftover, Share
 
 impl Scheduler {
     pub(super) async fn poll(&mut self, batch: BatchRecord, job_id: &str) -> Result<Option<u64>, store::Error> {
-        let status = match self.provider.poll(job_id).await {
+        let span = super::traces::poll(&batch, job_id);
+        let status = match self.provider.poll(job_id).instrument(span.clone()).await {
             Ok(status) => status,
             Err(e) => return self.on_error(&batch, &e, false).await,
         };
+        span.record("phase", super::traces::phase(&status.phase));
+        drop(span);
         if !status.phase.is_terminal() {
             let next = clock::now_ms() + self.settings.poll_interval.as_millis() as u64;
             self.store.reschedule_batch(batch.seq, next, None, false).await?;
             return Ok(Some(next));
         }
-        let report = match self.ingest(&batch, &status).await {
+        let span = super::traces::results(&batch, job_id);
+        let ingested = self.ingest(&batch, &status).instrument(span.clone()).await;
+        if let Ok(report) = &ingested {
+            span.record("staged", report.staged).record("refused", report.refused);
+        }
+        drop(span);
+        let report = match ingested {
             Ok(report) => report,
             Err(IngestError::Provider(e)) => return self.on_error(&batch, &e, false).await,
             Err(IngestError::Store(e)) => return Err(e),

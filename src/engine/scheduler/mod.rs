@@ -12,6 +12,7 @@ mod form;
 mod ingest;
 mod submit;
 mod term;
+mod traces;
 mod trials;
 
 pub(crate) use term::DEFAULT_DRIVER_LEASE;
@@ -21,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use tracing::Instrument;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -331,7 +333,11 @@ impl Scheduler {
             let results: Vec<_> = futures_util::stream::iter(items)
                 .map(|item| async move {
                     let id = item.record.id;
-                    (id, self.committer.commit_ready(item, batch_api, self.settings.reask).await)
+                    let span = traces::commit(&item);
+                    let result =
+                        self.committer.commit_ready(item, batch_api, self.settings.reask).instrument(span.clone()).await;
+                    span.record("outcome", result.as_ref().map_or("error", traces::outcome));
+                    (id, result)
                 })
                 .buffer_unordered(COMMIT_CONCURRENCY)
                 .collect()
