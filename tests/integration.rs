@@ -143,10 +143,10 @@ mod support;
 mod tenancy;
 #[path = "it/tenant_depth.rs"]
 mod tenant_depth;
-#[path = "it/trickle.rs"]
-mod trickle;
 #[path = "it/traces.rs"]
 mod traces;
+#[path = "it/trickle.rs"]
+mod trickle;
 #[path = "it/tutorial.rs"]
 mod tutorial;
 #[path = "it/util.rs"]

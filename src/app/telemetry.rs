@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
-use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TracerProvider as _};
 use opentelemetry::Value;
+use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TracerProvider as _};
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
@@ -30,7 +30,8 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The layer that hands spans to the SDK; it sees only the trace target.
-pub(crate) type TraceLayer = Filtered<tracing_opentelemetry::OpenTelemetryLayer<Registry, SdkTracer>, Targets, Registry>;
+pub(crate) type TraceLayer =
+    Filtered<tracing_opentelemetry::OpenTelemetryLayer<Registry, SdkTracer>, Targets, Registry>;
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Error {

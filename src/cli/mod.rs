@@ -206,7 +206,8 @@ pub(crate) fn init_tracing(format: logging::Format, traces: Option<crate::app::t
     use tracing_subscriber::Layer;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    type Traced = tracing_subscriber::layer::Layered<Option<crate::app::telemetry::TraceLayer>, tracing_subscriber::Registry>;
+    type Traced =
+        tracing_subscriber::layer::Layered<Option<crate::app::telemetry::TraceLayer>, tracing_subscriber::Registry>;
     type Fmt = Box<dyn Layer<Traced> + Send + Sync>;
     let filter = tracing_subscriber::EnvFilter::try_from_env("COMMITPOINT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));

@@ -95,7 +95,8 @@ async fn run_corpus(server: Server) -> String {
     }
     let records = settle(&api, &corpus_ids()).await;
     assert!(records.values().all(|r| r["state"] == "committed"), "{records:#?}");
-    let (status, log) = server.terminate();
+    // Off this thread: the collector answers the final flush on it.
+    let (status, log) = tokio::task::spawn_blocking(move || server.terminate()).await.expect("terminate");
     assert_eq!(status.code(), Some(0), "SIGTERM: {log}");
     log
 }
@@ -126,26 +127,29 @@ async fn each_extraction_is_one_trace_from_intake_to_commit() {
         let (trace, root) = (&id[..32], &id[32..48]);
         let spans: Vec<&Span> = received.spans.iter().filter(|s| hex(&s.trace_id) == trace).collect();
         let named = |name: &str| spans.iter().copied().filter(|s| s.name == name).collect::<Vec<_>>();
+        let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
         // The intake is the root, under the span id the identity gives it.
         let intake = named("intake");
-        assert_eq!(intake.len(), 1, "{}: {spans:#?}", source.id);
+        assert_eq!(intake.len(), 1, "{}: {names:?}", source.id);
         assert_eq!(hex(&intake[0].span_id), root, "{}", source.id);
         assert!(intake[0].parent_span_id.is_empty(), "{}: the intake is the root", source.id);
         assert_eq!(string_attr(&intake[0].attributes, "extraction").as_deref(), Some(id.as_str()));
         assert_eq!(string_attr(&intake[0].attributes, "outcome").as_deref(), Some("created"));
+        assert_eq!(string_attr(&intake[0].attributes, "tenant").as_deref(), Some(TENANT));
         assert!(!intake[0].attributes.iter().any(|kv| kv.key == "commitpoint.root"), "the mark is taken off");
         // Everything else about it hangs under that root.
         for span in &spans {
             assert!(span.name == "intake" || hex(&span.parent_span_id) == root, "{}: {span:#?}", source.id);
         }
         let commit = named("commit");
-        assert_eq!(commit.len(), 1, "{}: {spans:#?}", source.id);
-        assert_eq!(string_attr(&commit[0].attributes, "outcome").as_deref(), Some("committed"));
-        assert_eq!(string_attr(&commit[0].attributes, "tenant").as_deref(), Some(TENANT));
+        assert_eq!(commit.len(), 1, "{}: {names:?}", source.id);
+        // Committed in the result file's own transaction: a valid answer, written.
+        assert_eq!(string_attr(&commit[0].attributes, "verdict").as_deref(), Some("valid"));
+        assert_eq!(string_attr(&commit[0].attributes, "outcome").as_deref(), Some("written"));
         // The provider call: the member's span links to the batch's submit, in the batch's
         // own trace, which links back to this extraction's root.
         let member = named("batch.member");
-        assert_eq!(member.len(), 1, "{}: {spans:#?}", source.id);
+        assert_eq!(member.len(), 1, "{}: {names:?}", source.id);
         let link = member[0].links.first().expect("the member span links to the batch's submit");
         let submit = by_id.get(&(hex(&link.trace_id), hex(&link.span_id))).expect("the linked span was exported");
         assert_eq!(submit.name, "provider.submit");

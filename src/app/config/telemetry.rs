@@ -105,7 +105,9 @@ mod tests {
 
     #[test]
     fn bad_endpoints_are_refused_naming_the_key() {
-        for bad in ["127.0.0.1:4318", "localhost", "ftp://host/", "http://user:pw@host:4318", "http://h/?a=1", "http://"] {
+        for bad in
+            ["127.0.0.1:4318", "localhost", "ftp://host/", "http://user:pw@host:4318", "http://h/?a=1", "http://"]
+        {
             let err = TelemetryOptions::resolve(&raw(Some(bad)), None).unwrap_err().to_string();
             assert!(err.starts_with("telemetry.otlp_endpoint: "), "{bad}: {err}");
         }

@@ -165,6 +165,7 @@ impl Scheduler {
         let store = &self.store;
         let seq = batch.seq;
         let rules = self.rules();
+        let job_id = status.job_id.as_str();
         // `judged_in` moves in: if storing fails, dropping it stops judging, then the download.
         // Chunks commit without waiting for the disk; one flush at the end puts them all
         // there. A crash before it takes them back, and the file is read again after the
@@ -172,8 +173,13 @@ impl Scheduler {
         let stage = async move {
             let mut report = StageReport::default();
             while let Some(chunk) = judged_in.recv().await {
-                let part = store.ingest_results(seq, chunk.lines, rules, Flush::Later).await?;
-                report.add(&part, chunk.unnamed);
+                let spans: Vec<_> = chunk.lines.iter().map(|line| super::traces::stored(batch, job_id, line)).collect();
+                let part = store.ingest_results(seq, chunk.lines, rules, Flush::Later).await;
+                let outcome = if part.is_ok() { "written" } else { "error" };
+                for span in &spans {
+                    span.record("outcome", outcome);
+                }
+                report.add(&part?, chunk.unnamed);
             }
             store.flush().await?;
             Ok::<_, store::Error>(report)

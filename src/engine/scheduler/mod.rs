@@ -22,9 +22,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tracing::Instrument;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::domain::health::SharedHealth;
 
@@ -334,8 +334,11 @@ impl Scheduler {
                 .map(|item| async move {
                     let id = item.record.id;
                     let span = traces::commit(&item);
-                    let result =
-                        self.committer.commit_ready(item, batch_api, self.settings.reask).instrument(span.clone()).await;
+                    let result = self
+                        .committer
+                        .commit_ready(item, batch_api, self.settings.reask)
+                        .instrument(span.clone())
+                        .await;
                     span.record("outcome", result.as_ref().map_or("error", traces::outcome));
                     (id, result)
                 })

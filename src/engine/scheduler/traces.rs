@@ -7,10 +7,10 @@
 use tracing::Span;
 use tracing::field::Empty;
 
-use crate::domain::batch::BatchMember;
+use crate::domain::batch::{BatchMember, LineResult};
 use crate::domain::trace::{self, ROOT_FIELD, TARGET, TraceRoot};
 use crate::providers::JobPhase;
-use crate::store::{BatchRecord, PostOutcome, ReadyItem};
+use crate::store::{BatchRecord, IngestLine, Judged, PostOutcome, ReadyItem};
 
 /// The most members a batch span links to: the SDK's default span limit, so none is dropped
 /// silently; the members' own spans link back in any case.
@@ -71,6 +71,27 @@ pub(super) fn results(batch: &BatchRecord, job_id: &str) -> Span {
         batch_key = %batch.batch_key, provider = %batch.provider, job_id, staged = Empty, refused = Empty,
     );
     TraceRoot::of_batch(&batch.batch_key).adopt(&span);
+    span
+}
+
+/// One result line written in a chunk's transaction, in its extraction's trace: a valid
+/// answer is committed there, an invalid one re-asked or failed, anything else staged,
+/// requeued or failed by the member rules. Open while the chunk is written.
+pub(super) fn stored(batch: &BatchRecord, job_id: &str, line: &IngestLine) -> Span {
+    let (kind, verdict) = match (&line.result, &line.judged) {
+        (LineResult::Answer { .. }, Some(Judged::Valid { .. })) => ("answer", "valid"),
+        (LineResult::Answer { .. }, Some(Judged::Invalid { .. })) => ("answer", "invalid"),
+        (LineResult::Answer { .. }, None) => ("answer", "unjudged"),
+        (LineResult::Unusable { .. }, _) => ("unusable", "none"),
+        (LineResult::Refused { .. }, _) => ("refused", "none"),
+        (LineResult::Retry { .. }, _) => ("retry", "none"),
+    };
+    let span = tracing::trace_span!(
+        target: TARGET, "commit",
+        extraction = %line.id, provider = %batch.provider, batch_key = %batch.batch_key, job_id,
+        line = kind, verdict, outcome = Empty,
+    );
+    TraceRoot::of_extraction(&line.id).adopt(&span);
     span
 }
 
