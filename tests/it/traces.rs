@@ -199,3 +199,28 @@ async fn nothing_is_sent_with_the_switch_off() {
     let received = received.lock().expect("log");
     assert_eq!((received.requests, received.spans.len()), (0, 0));
 }
+
+#[tokio::test]
+async fn a_workers_commit_lands_in_the_trace_of_its_extraction() {
+    let (url, received) = collector().await;
+    let dir = crate::util::temp_dir();
+    let mut cmd = serve_command(dir.path(), &["--otlp-endpoint", &url]);
+    cmd.env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+    let server = Server::spawn(cmd, dir.path());
+    let api = server.api();
+    let id = api.create(TENANT, "a.rs", "fn main() {}").await;
+    let (claimed, token) = api.claim_one("w1", 60).await;
+    assert_eq!(claimed, id);
+    let output = crate::util::output(&[crate::util::finding("R1", "a.rs", 1, "unused")]);
+    assert_eq!(api.post_result(&id, &token, &output).await.status, 200);
+    let (status, log) = tokio::task::spawn_blocking(move || server.terminate()).await.expect("terminate");
+    assert_eq!(status.code(), Some(0), "{log}");
+
+    let received = received.lock().expect("log");
+    let spans: Vec<&Span> = received.spans.iter().filter(|s| hex(&s.trace_id) == id[..32]).collect();
+    let commit = spans.iter().find(|s| s.name == "commit").expect("a commit span");
+    assert_eq!(hex(&commit.parent_span_id), id[32..48], "under the intake's root");
+    assert_eq!(string_attr(&commit.attributes, "provider").as_deref(), Some("worker"));
+    assert_eq!(string_attr(&commit.attributes, "outcome").as_deref(), Some("committed"));
+    assert!(spans.iter().any(|s| s.name == "intake" && s.parent_span_id.is_empty()), "{spans:#?}");
+}

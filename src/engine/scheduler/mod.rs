@@ -339,7 +339,7 @@ impl Scheduler {
                         .commit_ready(item, batch_api, self.settings.reask)
                         .instrument(span.clone())
                         .await;
-                    span.record("outcome", result.as_ref().map_or("error", traces::outcome));
+                    span.record("outcome", result.as_ref().map_or("error", crate::engine::commit::outcome_name));
                     (id, result)
                 })
                 .buffer_unordered(COMMIT_CONCURRENCY)

@@ -10,7 +10,7 @@ use tracing::field::Empty;
 use crate::domain::batch::{BatchMember, LineResult};
 use crate::domain::trace::{self, ROOT_FIELD, TARGET, TraceRoot};
 use crate::providers::JobPhase;
-use crate::store::{BatchRecord, IngestLine, Judged, PostOutcome, ReadyItem};
+use crate::store::{BatchRecord, IngestLine, Judged, ReadyItem};
 
 /// The most members a batch span links to: the SDK's default span limit, so none is dropped
 /// silently; the members' own spans link back in any case.
@@ -106,18 +106,6 @@ pub(super) fn commit(item: &ReadyItem) -> Span {
     );
     TraceRoot::of_extraction(&record.id).adopt(&span);
     span
-}
-
-/// What a commit came to, as the span's `outcome`.
-pub(super) fn outcome(outcome: &PostOutcome) -> &'static str {
-    match outcome {
-        PostOutcome::Committed { .. } => "committed",
-        PostOutcome::Replay { .. } => "replay",
-        PostOutcome::Failed { .. } => "failed",
-        PostOutcome::Reasked { .. } => "reasked",
-        PostOutcome::NotFound => "not_found",
-        PostOutcome::Rejected(_) => "rejected",
-    }
 }
 
 /// A job's phase as the poll span's `phase`; a failure's reason is the provider's text, left out.
