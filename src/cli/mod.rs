@@ -200,24 +200,11 @@ fn store_exit_code(e: &crate::store::Error) -> Option<u8> {
 }
 
 /// Installs the log subscriber; `traces`, the OTLP export's layer when `serve` runs with one.
-/// Logs and traces filter apart: `COMMITPOINT_LOG` never hides a trace span, and trace spans
-/// never add to log lines.
 pub(crate) fn init_tracing(format: logging::Format, traces: Option<crate::app::telemetry::TraceLayer>) {
-    use tracing_subscriber::Layer;
-    use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    type Traced =
-        tracing_subscriber::layer::Layered<Option<crate::app::telemetry::TraceLayer>, tracing_subscriber::Registry>;
-    type Fmt = Box<dyn Layer<Traced> + Send + Sync>;
     let filter = tracing_subscriber::EnvFilter::try_from_env("COMMITPOINT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let base = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-    let logs: Fmt = match format {
-        logging::Format::Json => Box::new(base.json()),
-        logging::Format::Text { timestamps: true, ansi } => Box::new(base.with_ansi(ansi)),
-        logging::Format::Text { timestamps: false, ansi } => Box::new(base.with_ansi(ansi).without_time()),
-    };
-    let _ = tracing_subscriber::registry().with(traces).with(logs.with_filter(filter)).try_init();
+    let _ = logging::subscriber(format, filter, traces).try_init();
 }
 
 async fn run(cli: Cli, format: logging::Format) -> anyhow::Result<ExitCode> {
