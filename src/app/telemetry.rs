@@ -82,7 +82,7 @@ impl Export {
         // The SDK's shutdown blocks until its task answers, so it runs off the runtime's workers.
         let provider = self.provider;
         let stop = tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(SHUTDOWN_WAIT));
-        match tokio::time::timeout(SHUTDOWN_WAIT + Duration::from_secs(1), stop).await {
+        match tokio::time::timeout(SHUTDOWN_WAIT, stop).await {
             Ok(Ok(Ok(()))) => tracing::info!("trace export flushed"),
             Ok(Ok(Err(e))) => tracing::warn!(error = %e, "trace export did not flush cleanly"),
             Ok(Err(e)) => tracing::warn!(error = %e, "trace export shutdown failed"),
