@@ -147,6 +147,8 @@ mod support;
 mod tenancy;
 #[path = "it/tenant_depth.rs"]
 mod tenant_depth;
+#[path = "it/traces.rs"]
+mod traces;
 #[path = "it/trickle.rs"]
 mod trickle;
 #[path = "it/tutorial.rs"]

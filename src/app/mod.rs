@@ -5,6 +5,7 @@ pub(crate) mod provider_registry;
 pub(crate) mod secrets;
 pub(crate) mod server;
 pub(crate) mod systemd;
+pub(crate) mod telemetry;
 
 /// The file in the data directory where `serve` writes the address it is bound to, so the
 /// CLI on the same host finds a server started on port 0.

@@ -79,9 +79,42 @@ fn stderr_is_journal(journal_stream: Option<&str>, stderr_id: Option<(u64, u64)>
     }
 }
 
+/// Logs and traces filter apart: `COMMITPOINT_LOG` (`filter`) never hides a trace span, and
+/// trace spans, at `trace` level, stay out of log lines at the usual levels. Without
+/// `traces` their callsites are disabled, so they cost nothing.
+pub(crate) fn subscriber(
+    format: Format,
+    filter: tracing_subscriber::EnvFilter,
+    traces: Option<crate::app::telemetry::TraceLayer>,
+) -> impl tracing::Subscriber + Send + Sync {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    type Traced =
+        tracing_subscriber::layer::Layered<Option<crate::app::telemetry::TraceLayer>, tracing_subscriber::Registry>;
+    type Fmt = Box<dyn Layer<Traced> + Send + Sync>;
+    let base = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs: Fmt = match format {
+        Format::Json => Box::new(base.json()),
+        Format::Text { timestamps: true, ansi } => Box::new(base.with_ansi(ansi)),
+        Format::Text { timestamps: false, ansi } => Box::new(base.with_ansi(ansi).without_time()),
+    };
+    tracing_subscriber::registry().with(traces).with(logs.with_filter(filter))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_export_trace_spans_are_disabled_and_logs_still_flow() {
+        let filter = tracing_subscriber::EnvFilter::new("info");
+        tracing::subscriber::with_default(subscriber(Format::Json, filter, None), || {
+            let span = tracing::trace_span!(target: crate::domain::trace::TARGET, "intake");
+            assert!(span.is_disabled());
+            assert!(tracing::enabled!(tracing::Level::INFO));
+            assert!(!tracing::enabled!(tracing::Level::DEBUG));
+        });
+    }
 
     fn env(format: Option<&str>, journal: Option<&str>, id: Option<(u64, u64)>, tty: bool) -> Environment {
         Environment {

@@ -127,10 +127,19 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    if let Err(e) = init_tracing() {
-        // Before any log line: a typo must not silently change what operators parse.
-        eprintln!("commitpoint: {e}");
-        return ExitCode::from(EXIT_CONFIG);
+    let format = match logging::choose(&logging::Environment::of_process()) {
+        Ok(format) => format,
+        Err(e) => {
+            // Before any log line: a typo must not silently change what operators parse.
+            eprintln!("commitpoint: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    // `serve` installs the subscriber itself once its configuration says whether traces
+    // are exported; nothing logs before that.
+    let serving = matches!(cli.command, Command::Serve(_));
+    if !serving {
+        init_tracing(format, None);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -139,7 +148,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(EXIT_SOFTWARE);
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(cli, format)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("commitpoint: {e:#}");
@@ -190,23 +199,17 @@ fn store_exit_code(e: &crate::store::Error) -> Option<u8> {
     }
 }
 
-fn init_tracing() -> Result<(), logging::Error> {
-    let format = logging::choose(&logging::Environment::of_process())?;
+/// Installs the log subscriber; `traces`, the OTLP export's layer when `serve` runs with one.
+pub(crate) fn init_tracing(format: logging::Format, traces: Option<crate::app::telemetry::TraceLayer>) {
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_env("COMMITPOINT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    // The builder's type differs per shape, hence one try_init per arm.
-    let _ = match format {
-        logging::Format::Json => builder.json().try_init(),
-        logging::Format::Text { timestamps: true, ansi } => builder.with_ansi(ansi).try_init(),
-        logging::Format::Text { timestamps: false, ansi } => builder.with_ansi(ansi).without_time().try_init(),
-    };
-    Ok(())
+    let _ = logging::subscriber(format, filter, traces).try_init();
 }
 
-async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+async fn run(cli: Cli, format: logging::Format) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Serve(args) => serve::run(args).await,
+        Command::Serve(args) => serve::run(args, format).await,
         Command::Config(ConfigCommand::Check(args)) => Ok(serve::check(args)),
         Command::Submit(args) => submit::run(args).await,
         Command::Backup(args) => backup::run(args).await,

@@ -12,6 +12,7 @@ use super::signals::{Signals, Stopped};
 use super::{EXIT_CONFIG, EXIT_SOFTWARE};
 use crate::app::config::{DEFAULT_CONFIG_PATH, KeySource, Overrides, ProviderChoice, ServeOptions};
 use crate::app::server::Server;
+use crate::app::telemetry::Export;
 use crate::domain::schema::Registry;
 use crate::http::access::AccessPolicy;
 
@@ -62,6 +63,10 @@ pub(super) struct Args {
     /// Time between polls of a running provider job, e.g. `5s` [default: 5s].
     #[arg(long, value_parser = humantime::parse_duration)]
     poll_interval: Option<Duration>,
+    /// OTLP/HTTP collector to export traces to, e.g. `http://127.0.0.1:4318`
+    /// [default: `[telemetry] otlp_endpoint`, else off].
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
 }
 
 impl Args {
@@ -86,17 +91,32 @@ impl Args {
             batch_max_wait: self.batch_max_wait,
             poll_interval: self.poll_interval,
             store_url: self.store_url,
+            otlp_endpoint: self.otlp_endpoint,
         };
         ServeOptions::load(&path, explicit, overrides)
     }
 }
 
-pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let signals = Signals::install().context("cannot install signal handlers")?;
+pub(super) async fn run(args: Args, format: super::logging::Format) -> anyhow::Result<ExitCode> {
     let options = match args.clone().resolve() {
         Ok(options) => options,
-        Err(e) => return Ok(config_error(&e)),
+        Err(e) => {
+            super::init_tracing(format, None);
+            return Ok(config_error(&e));
+        }
     };
+    let export = match Export::start(&options.telemetry) {
+        Ok(export) => export,
+        Err(e) => {
+            super::init_tracing(format, None);
+            return Ok(config_error(&e));
+        }
+    };
+    super::init_tracing(format, export.as_ref().map(Export::layer));
+    let signals = Signals::install().context("cannot install signal handlers")?;
+    if let Some(url) = &options.telemetry.traces_url {
+        tracing::info!(%url, service = %options.telemetry.service_name, "exporting traces over OTLP/HTTP");
+    }
     for note in &options.notes {
         tracing::warn!("{note}");
     }
@@ -120,7 +140,12 @@ pub(super) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     let failures = server.task_failures();
-    server.stop().await?;
+    let stopped = server.stop().await;
+    // After the store is closed, so the commits of the last step are in the trace.
+    if let Some(export) = export {
+        export.shutdown().await;
+    }
+    stopped?;
     // A task that fails during a signalled shutdown still means the process was unwell.
     let failed = failures.all();
     if failed.is_empty() {

@@ -16,3 +16,4 @@ pub mod private_file;
 pub mod redact;
 pub mod schema;
 pub mod secret;
+pub mod trace;

@@ -294,6 +294,18 @@ impl Committer {
     }
 }
 
+/// What a post came to, as a trace span's `outcome`.
+pub(crate) fn outcome_name(outcome: &PostOutcome) -> &'static str {
+    match outcome {
+        PostOutcome::Committed { .. } => "committed",
+        PostOutcome::Replay { .. } => "replay",
+        PostOutcome::Failed { .. } => "failed",
+        PostOutcome::Reasked { .. } => "reasked",
+        PostOutcome::NotFound => "not_found",
+        PostOutcome::Rejected(_) => "rejected",
+    }
+}
+
 /// Counts a post's outcome by the path it came through (`worker` or `provider`); `record`
 /// is the extraction as it was before the post, `provider` who answered (`worker` for an
 /// external worker).

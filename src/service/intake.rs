@@ -2,16 +2,22 @@
 //! of verified webhook deliveries).
 
 use serde_json::Value;
+use tracing::Instrument;
+use tracing::field::Empty;
 
 use super::{Error, IntakeRequest, Service, invalid};
 use crate::domain::identity::{ExtractionId, SourceHash};
 use crate::domain::schema::Registry;
+use crate::domain::trace::{self, TraceRoot};
 use crate::store::{DeliveryOutcome, IntakeOutcome, NewExtraction};
 
 impl Service {
     pub async fn intake(&self, request: IntakeRequest) -> Result<IntakeOutcome, Error> {
         let new = Self::prepare_intake(self.judge.registry(), self.max_metadata_bytes, request)?;
-        let outcome = self.store.intake(new).await?;
+        let span = intake_span(&new);
+        let outcome = self.store.intake(new).instrument(span.clone()).await;
+        record_intake(&span, outcome.as_ref().map(|o| o.created));
+        let outcome = outcome?;
         self.count_intake(&outcome);
         Ok(outcome)
     }
@@ -31,7 +37,11 @@ impl Service {
             return Ok((IntakeOutcome { created: false, record }, true));
         }
         let new = Self::prepare_intake(self.judge.registry(), self.max_metadata_bytes, request)?;
-        match self.store.intake_delivery(endpoint.to_string(), delivery_id.to_string(), new).await? {
+        let span = intake_span(&new);
+        let delivered = self.store.intake_delivery(endpoint.to_string(), delivery_id.to_string(), new);
+        let delivered = delivered.instrument(span.clone()).await;
+        record_intake(&span, delivered.as_ref().map(|d| matches!(d, DeliveryOutcome::First(o) if o.created)));
+        match delivered? {
             DeliveryOutcome::First(outcome) => {
                 self.count_intake(&outcome);
                 Ok((outcome, false))
@@ -84,6 +94,31 @@ impl Service {
             metadata_json,
             content: request.content,
         })
+    }
+}
+
+/// The intake's span in the extraction's trace (docs/OPERATIONS.md, "Traces"): identities
+/// and sizes, never the content or the metadata.
+fn intake_span(new: &NewExtraction) -> tracing::Span {
+    let span = tracing::trace_span!(
+        target: trace::TARGET, "intake",
+        extraction = %new.id, tenant = %new.tenant, schema = %new.schema,
+        content_bytes = new.content.len(), outcome = Empty, "commitpoint.root" = Empty,
+    );
+    TraceRoot::of_extraction(&new.id).adopt(&span);
+    span
+}
+
+/// The first intake of an extraction is its trace's root; a duplicate is a child of it.
+fn record_intake<E>(span: &tracing::Span, created: Result<bool, &E>) {
+    let outcome = match created {
+        Ok(true) => "created",
+        Ok(false) => "duplicate",
+        Err(_) => "error",
+    };
+    span.record("outcome", outcome);
+    if created.is_ok_and(|c| c) {
+        span.record(trace::ROOT_FIELD, true);
     }
 }
 

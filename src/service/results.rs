@@ -2,8 +2,11 @@
 //! is judged (`engine::commit`) outside the writer.
 
 use super::{Error, MAX_CLAIM_LIMIT, MAX_LEASE_SECONDS, ResultRequest, Service, WorkerPricing, check_text, invalid};
+use tracing::Instrument;
+
 use crate::domain::identity::ExtractionId;
 use crate::domain::schema::{SourceText, ValidationIssue};
+use crate::domain::trace::{self, TraceRoot};
 use crate::engine::commit::{Refusal, count_outcome};
 use crate::store::{
     Authority, Charge, ClaimRequest, ExtendOutcome, ExtractionRecord, Grant, LeaseExtension, PostOutcome, PostResult,
@@ -56,7 +59,16 @@ impl Service {
             batch: false,
         });
         let post = PostResult { id, authority: Authority::Lease(request.lease_token.into()), submission, charge };
-        let outcome = self.store.post_result(post).await?;
+        // A worker's commit, in the extraction's trace (docs/OPERATIONS.md, "Traces").
+        let span = tracing::trace_span!(
+            target: trace::TARGET, "commit",
+            extraction = %id, tenant = %record.tenant, schema = %record.schema, provider = "worker",
+            attempt = record.attempt, outcome = tracing::field::Empty,
+        );
+        TraceRoot::of_extraction(&id).adopt(&span);
+        let outcome = self.store.post_result(post).instrument(span.clone()).await;
+        span.record("outcome", outcome.as_ref().map_or("error", crate::engine::commit::outcome_name));
+        let outcome = outcome?;
         count_outcome(&outcome, "worker", &record, "worker");
         match outcome {
             PostOutcome::NotFound => Err(Error::NotFound(id)),

@@ -240,3 +240,30 @@ fn bedrock_settings_bedrock_would_refuse_are_refused_with_the_rule() {
         assert_refused(&check_and_serve(dir.path(), &config), &[key, rule], &[]);
     }
 }
+
+#[test]
+fn a_bad_otlp_endpoint_is_refused_naming_the_key() {
+    let dir = temp_dir();
+    let config = dir.path().join("config.toml");
+    let cases = [
+        ("\"127.0.0.1:4318\"", "is not a URL"),
+        ("\"collector:4318\"", "http:// or https://"),
+        ("\"http://otel:collector-token-0123456789@127.0.0.1:4318\"", "must not hold credentials"),
+        ("\"not a url\"", "is not a URL"),
+    ];
+    for (value, rule) in cases {
+        std::fs::write(&config, format!("[telemetry]\notlp_endpoint = {value}\n")).expect("write config");
+        assert_refused(
+            &check_and_serve(dir.path(), &config),
+            &["telemetry.otlp_endpoint", rule],
+            &["collector-token-0123456789"],
+        );
+    }
+    // The standard variable is held to the same rule.
+    let out = run_to_end({
+        let mut cmd = serve_command(&dir.path().join("data"), &[]);
+        cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4318");
+        cmd
+    });
+    assert_refused(&[("serve", out)], &["telemetry.otlp_endpoint"], &[]);
+}

@@ -54,6 +54,8 @@ pub(crate) struct RawConfig {
     pub store: super::store::RawStore,
     #[serde(default)]
     pub metrics: RawMetrics,
+    #[serde(default)]
+    pub telemetry: super::telemetry::RawTelemetry,
 }
 
 /// What `/metrics` exposes beyond the fixed series.

@@ -13,6 +13,7 @@ mod limits;
 mod providers;
 mod retention;
 mod store;
+mod telemetry;
 mod tenants;
 
 use std::net::SocketAddr;
@@ -30,6 +31,7 @@ pub(crate) use kinds::{OpenAiBudget, SIMULATOR_MODEL, SimulatorOptions};
 pub(crate) use providers::{ProviderKind, ProviderSettings, ProviderSpec};
 pub(crate) use retention::RetentionOptions;
 pub(crate) use store::StoreChoice;
+pub(crate) use telemetry::TelemetryOptions;
 
 pub(crate) use crate::domain::secret::{KeySource, SecretError};
 use crate::engine::scheduler;
@@ -86,6 +88,8 @@ pub(crate) struct ServeOptions {
     pub store: StoreChoice,
     /// `[metrics] tenant_series`: tenants with series of their own on `/metrics`.
     pub tenant_series: usize,
+    /// `[telemetry]`: OTLP trace export, off unless an endpoint is given.
+    pub telemetry: TelemetryOptions,
 }
 
 /// Where the API tokens come from. None configured: the API is open, loopback only.
@@ -152,6 +156,8 @@ pub(crate) struct Overrides {
     pub poll_interval: Option<Duration>,
     /// `--store-url`: PostgreSQL at this URL instead of redb.
     pub store_url: Option<String>,
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` or `--otlp-endpoint`: over `[telemetry] otlp_endpoint`.
+    pub otlp_endpoint: Option<String>,
 }
 
 impl ServeOptions {
@@ -257,6 +263,7 @@ impl ServeOptions {
             },
             retention: RetentionOptions::resolve(&raw.retention)?,
             store: StoreChoice::resolve(&raw.store, o.store_url.clone())?,
+            telemetry: TelemetryOptions::resolve(&raw.telemetry, o.otlp_endpoint.as_deref())?,
             tenant_series: match raw.metrics.tenant_series {
                 None => crate::service::DEFAULT_TENANT_SERIES,
                 Some(n) if n <= MAX_TENANT_SERIES => n,
@@ -345,6 +352,7 @@ impl ServeOptions {
         ));
         extra.push(self.retention.describe());
         extra.push(self.store.describe());
+        extra.push(self.telemetry.describe());
         text.push('\n');
         text.push_str(&extra.join("\n\n"));
         text.push('\n');

@@ -145,6 +145,7 @@ fn serve_options(data_dir: PathBuf, providers: Vec<ProviderSettings>, scheduler:
         max_findings: crate::service::DEFAULT_MAX_FINDINGS,
         max_metadata_bytes: crate::service::DEFAULT_MAX_METADATA_BYTES,
         tenant_series: crate::service::DEFAULT_TENANT_SERIES,
+        telemetry: Default::default(),
     }
 }
 

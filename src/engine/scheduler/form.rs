@@ -58,6 +58,7 @@ impl Scheduler {
                             continue;
                         }
                         tracing::info!(batch_key = %batch.batch_key, members = batch.members.len(), %schema, "batch formed");
+                        super::traces::formed(&batch);
                         self.health.update(|h| h.batches_formed += 1);
                         self.formed_here.insert(batch.seq);
                         // A pause that came while the intent was formed holds it unsent:

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use super::Scheduler;
 use crate::domain::batch::LineResult;
@@ -35,17 +36,26 @@ impl Scheduler {
     }
 
     pub(super) async fn poll(&mut self, batch: BatchRecord, job_id: &str) -> Result<Option<u64>, store::Error> {
-        let status = match self.provider.poll(job_id).await {
+        let span = super::traces::poll(&batch, job_id);
+        let status = match self.provider.poll(job_id).instrument(span.clone()).await {
             Ok(status) => status,
             Err(e) => return self.on_error(&batch, &e, false).await,
         };
+        span.record("phase", super::traces::phase(&status.phase));
+        drop(span);
         if !status.phase.is_terminal() {
             let next = clock::now_ms() + self.settings.poll_interval.as_millis() as u64;
             let note = self.note_stall(batch.batch_key.as_str(), batch.last_error.as_deref(), &status.phase);
             self.store.reschedule_batch(batch.seq, next, note, false).await?;
             return Ok(Some(next));
         }
-        let report = match self.ingest(&batch, &status).await {
+        let span = super::traces::results(&batch, job_id);
+        let ingested = self.ingest(&batch, &status).instrument(span.clone()).await;
+        if let Ok(report) = &ingested {
+            span.record("staged", report.staged).record("refused", report.refused);
+        }
+        drop(span);
+        let report = match ingested {
             Ok(report) => report,
             Err(IngestError::Provider(e)) => return self.on_error(&batch, &e, false).await,
             Err(IngestError::Store(e)) => return Err(e),
@@ -169,6 +179,7 @@ impl Scheduler {
         let store = &self.store;
         let seq = batch.seq;
         let rules = self.rules();
+        let job_id = status.job_id.as_str();
         // `judged_in` moves in: if storing fails, dropping it stops judging, then the download.
         // Chunks commit without waiting for the disk; one flush at the end puts them all
         // there. A crash before it takes them back, and the file is read again after the
@@ -176,8 +187,13 @@ impl Scheduler {
         let stage = async move {
             let mut report = StageReport::default();
             while let Some(chunk) = judged_in.recv().await {
-                let part = store.ingest_results(seq, chunk.lines, rules, Flush::Later).await?;
-                report.add(&part, chunk.unnamed);
+                let spans: Vec<_> = chunk.lines.iter().map(|line| super::traces::stored(batch, job_id, line)).collect();
+                let part = store.ingest_results(seq, chunk.lines, rules, Flush::Later).await;
+                let outcome = if part.is_ok() { "written" } else { "error" };
+                for span in &spans {
+                    span.record("outcome", outcome);
+                }
+                report.add(&part?, chunk.unnamed);
             }
             store.flush().await?;
             Ok::<_, store::Error>(report)

@@ -12,6 +12,7 @@ mod form;
 mod ingest;
 mod submit;
 mod term;
+mod traces;
 mod trials;
 
 pub(crate) use term::DEFAULT_DRIVER_LEASE;
@@ -23,6 +24,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::domain::health::SharedHealth;
 
@@ -334,7 +336,14 @@ impl Scheduler {
             let results: Vec<_> = futures_util::stream::iter(items)
                 .map(|item| async move {
                     let id = item.record.id;
-                    (id, self.committer.commit_ready(item, batch_api, self.settings.reask).await)
+                    let span = traces::commit(&item);
+                    let result = self
+                        .committer
+                        .commit_ready(item, batch_api, self.settings.reask)
+                        .instrument(span.clone())
+                        .await;
+                    span.record("outcome", result.as_ref().map_or("error", crate::engine::commit::outcome_name));
+                    (id, result)
                 })
                 .buffer_unordered(COMMIT_CONCURRENCY)
                 .collect()

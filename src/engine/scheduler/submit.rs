@@ -1,7 +1,9 @@
 //! Submitting an intent: reconcile with the provider first whenever the job might
 //! already exist, then submit, then persist the job id before anything else.
 
-use super::Scheduler;
+use tracing::Instrument;
+
+use super::{Scheduler, traces};
 use crate::domain::clock;
 use crate::domain::failpoint;
 use crate::providers::{BatchSpec, IntentRef, Lookup};
@@ -65,8 +67,13 @@ impl Scheduler {
             return Ok(None);
         }
         let spec = BatchSpec { batch_key: batch.batch_key.as_str(), schema: &schema, members: &members };
-        match self.provider.submit(&spec).await {
+        let span = traces::submit(&batch, &members);
+        let sent = self.provider.submit(&spec).instrument(span.clone()).await;
+        span.record("outcome", if sent.is_ok() { "submitted" } else { "error" });
+        match sent {
             Ok(job_id) => {
+                span.record("job_id", job_id.as_str());
+                traces::members_sent(&span, &batch, &members, &job_id);
                 failpoint::hit("after-submit-before-job-id");
                 self.health.update(|h| h.batches_submitted += 1);
                 self.rate_limits.remove(&batch.seq);
