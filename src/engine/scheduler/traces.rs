@@ -112,6 +112,7 @@ pub(super) fn commit(item: &ReadyItem) -> Span {
 pub(super) fn phase(phase: &JobPhase) -> &'static str {
     match phase {
         JobPhase::Running => "running",
+        JobPhase::Stalled { .. } => "stalled",
         JobPhase::Completed => "completed",
         JobPhase::Expired => "expired",
         JobPhase::Cancelled => "cancelled",
