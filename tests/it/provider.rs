@@ -164,6 +164,18 @@ pub async fn settle(api: &Api, ids: &BTreeSet<String>) -> BTreeMap<String, Value
     settle_within(api, ids, SETTLE).await
 }
 
+/// Settles `ids` and asserts that each one failed with `class`, its reason saying every
+/// one of `says`; returns the records by id.
+pub async fn settle_failed(api: &Api, ids: &BTreeSet<String>, class: &str, says: &[&str]) -> BTreeMap<String, Value> {
+    let records = settle(api, ids).await;
+    for record in records.values() {
+        assert_eq!((&record["state"], &record["failure_class"]), (&json!("failed"), &json!(class)), "{record:#}");
+        let reason = record["failure_reason"].as_str().unwrap_or_default();
+        assert!(says.iter().all(|s| reason.contains(s)), "the reason says {says:?}: {record:#}");
+    }
+    records
+}
+
 pub async fn settle_within(api: &Api, ids: &BTreeSet<String>, limit: Duration) -> BTreeMap<String, Value> {
     let deadline = Instant::now() + limit;
     loop {

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::provider::{
     CORPUS, SETTLE, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts,
-    assert_submitted, counter, finish, health, intake_corpus, settle,
+    assert_submitted, counter, finish, health, intake_corpus, settle, settle_failed,
 };
 use crate::providers_e2e::{KEY, KEY_ENV, ONE_BATCH, assert_billed_by, expect_crash, serve, write_config};
 use crate::util::{Server, assert_verifies, cli_with_env, run_to_end, stderr, stdout, temp_dir};
@@ -348,13 +348,7 @@ async fn gemini_an_unknown_model_fails_invalid_request_without_retries_or_leftov
     let server = rig.serve(&[], None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
-    let records = settle(&api, &ids).await;
-    for record in records.values() {
-        assert_eq!(record["state"], json!("failed"), "{record:#}");
-        assert_eq!(record["failure_class"], json!("invalid_request"), "{record:#}");
-        let reason = record["failure_reason"].as_str().unwrap_or_default();
-        assert!(reason.contains("unknown model gemini-e2e"), "{record:#}");
-    }
+    settle_failed(&api, &ids, "invalid_request", &["unknown model gemini-e2e"]).await;
     let stats = rig.wait_stats("the uploads to be deleted", |s| s.files_deleted == s.files_uploaded).await;
     assert!(stats.files_uploaded >= 1 && stats.batches_created == 0, "{stats:#?}");
     let health = health(&api).await;

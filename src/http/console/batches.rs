@@ -37,12 +37,7 @@ pub(super) async fn list(State(service): State<Service>, viewer: Viewer, Query(q
             div.scroll { table id="batches" {
                 thead { tr { th { "batch" } th { "provider" } th { "job id" } th { "state" } th { "schema" } th { "members" } th { "age" } th { "next poll" } th { "last error" } } }
                 tbody { @for b in &open { tr {
-                    td { (link(b)) }
-                    td { (b.provider.as_str()) }
-                    td.mono.wrap { (job_id(b)) }
-                    td { (state(b)) }
-                    td { (b.schema) }
-                    td { (b.members.len()) }
+                    (identity_cells(b))
                     td { (age(now.saturating_sub(b.created_at_ms) / 1000)) }
                     td { @if b.next_action_at_ms > now { "in " (age((b.next_action_at_ms - now) / 1000)) } @else { "due" } }
                     td.error { (b.last_error.as_deref().unwrap_or("")) }
@@ -55,12 +50,7 @@ pub(super) async fn list(State(service): State<Service>, viewer: Viewer, Query(q
             div.scroll { table id="batch-history" {
                 thead { tr { th { "batch" } th { "provider" } th { "job id" } th { "state" } th { "schema" } th { "members" } th { "created" } th { "ended or updated" } } }
                 tbody { @for b in &history { tr data-batch=(b.seq) {
-                    td { (link(b)) }
-                    td { (b.provider.as_str()) }
-                    td.mono.wrap { (job_id(b)) }
-                    td { (state(b)) }
-                    td { (b.schema) }
-                    td { (b.members.len()) }
+                    (identity_cells(b))
                     td { (ago(b.created_at_ms)) }
                     td { (ago(b.updated_at_ms)) }
                 } } }
@@ -118,8 +108,17 @@ pub(super) async fn detail(State(service): State<Service>, viewer: Viewer, Path(
     Ok(page(&format!("Batch {}", batch.seq), &viewer, content))
 }
 
-fn link(b: &BatchRecord) -> Markup {
-    html! { a href=(format!("/ui/batches/{}", b.seq)) { "#" (b.seq) } }
+/// The cells both tables start with: the batch (linked), provider, job id, state, schema
+/// and member count.
+fn identity_cells(b: &BatchRecord) -> Markup {
+    html! {
+        td { a href=(format!("/ui/batches/{}", b.seq)) { "#" (b.seq) } }
+        td { (b.provider.as_str()) }
+        td.mono.wrap { (job_id(b)) }
+        td { (state(b)) }
+        td { (b.schema) }
+        td { (b.members.len()) }
+    }
 }
 
 fn job_id(b: &BatchRecord) -> &str {
