@@ -471,7 +471,8 @@ async fn vertex_without_a_key_file_takes_its_token_from_the_metadata_server() {
 }
 
 /// `provider check` without a key file: through the simulator's metadata server it passes;
-/// with `GCE_METADATA_HOST` on a closed port it fails naming the host and what to do.
+/// with `GCE_METADATA_HOST` on a closed port it fails naming the host and what to do; a
+/// value that is no host stops `config check` with 78.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vertex_provider_check_names_an_unreachable_metadata_server() {
     let rig = VertexRig::start_with(Duration::from_millis(300), Faults::default(), "", Auth::MetadataServer).await;
@@ -500,4 +501,13 @@ async fn vertex_provider_check_names_an_unreachable_metadata_server() {
     assert!(shown.contains(&format!("metadata server at {host}")), "the host is named: {shown}");
     assert!(shown.contains("credentials_file"), "says what to do: {shown}");
     assert_eq!(rig.stats().metadata_tokens_issued, 1, "nothing reached the simulator's: {:#?}", rig.stats());
+
+    // A host that is not `host[:port]` is a configuration error: refused at start, named.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_commitpoint"));
+    cmd.args(["config", "check", "--config", &rig.config])
+        .current_dir(rig.dir.path())
+        .env("GCE_METADATA_HOST", "http://metadata.example/");
+    let out = run_to_end(cmd);
+    assert_eq!(out.status.code(), Some(78), "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("GCE_METADATA_HOST \"http://metadata.example/\""), "{}", stderr(&out));
 }

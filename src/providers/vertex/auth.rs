@@ -38,7 +38,7 @@ pub enum AuthError {
 /// Hands out bearer tokens. The metadata server is only asked once a token is needed, so a
 /// process off Google Cloud starts (and `config check` runs) without it.
 pub(super) enum Tokens {
-    KeyFile { path: PathBuf, account: CustomServiceAccount },
+    KeyFile { path: PathBuf, account: Box<CustomServiceAccount> },
     MetadataServer(MetadataTokens),
 }
 
@@ -57,7 +57,7 @@ impl Tokens {
     /// does a metadata host that is not one.
     pub(super) fn new(source: Credentials) -> Result<Self, AuthError> {
         match source {
-            Credentials::KeyFile(path) => Ok(Self::KeyFile { account: key_file(&path)?, path }),
+            Credentials::KeyFile(path) => Ok(Self::KeyFile { account: Box::new(key_file(&path)?), path }),
             Credentials::MetadataServer => {
                 Ok(Self::MetadataServer(MetadataTokens::new(&metadata::host_from_env(), SCOPE)?))
             }
