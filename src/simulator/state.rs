@@ -79,6 +79,18 @@ pub struct Stats {
     /// Vertex `:countTokens` calls answered with a count (what `provider check` makes).
     #[serde(default)]
     pub tokens_counted: u64,
+    /// Vertex metadata-server tokens handed out (the request said `Metadata-Flavor: Google`).
+    #[serde(default)]
+    pub metadata_tokens_issued: u64,
+    /// Metadata-server token requests refused for a missing `Metadata-Flavor: Google`.
+    #[serde(default)]
+    pub metadata_refused: u64,
+    /// The `scopes` the last metadata-server token request asked for, as sent.
+    #[serde(default)]
+    pub metadata_token_scopes: Option<String>,
+    /// Vertex API calls admitted on a metadata-server token.
+    #[serde(default)]
+    pub calls_with_metadata_tokens: u64,
 }
 
 /// Batch input and output files expire after 30 days unless told otherwise.

@@ -7,7 +7,9 @@
 //! `invalid_request` after one job; an expired job requeued whole; a job that ends `JOB_STATE_FAILED` every time ending its
 //! members after `max_attempts`; a job Vertex pauses kept (shown in `/healthz`, never
 //! requeued) and committed once it resumes; `provider check` (the model asked through
-//! `:countTokens`, an unknown one named) and `config check`.
+//! `:countTokens`, an unknown one named) and `config check`. Without a key file, tokens come
+//! from the metadata server `GCE_METADATA_HOST` names (the simulator's), and one that cannot
+//! be reached fails `provider check` naming it.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -36,6 +38,15 @@ struct VertexRig {
     sim: Simulator,
     dir: tempfile::TempDir,
     config: String,
+    /// `host:port` of the simulator's metadata server, for a rig without a key file.
+    metadata_host: Option<String>,
+}
+
+/// Where the service account's tokens come from.
+#[derive(Clone, Copy, PartialEq)]
+enum Auth {
+    KeyFile,
+    MetadataServer,
 }
 
 /// A service-account key file as the console hands it out, with a fresh RSA key (PKCS#8,
@@ -64,6 +75,10 @@ fn key_file(dir: &Path, token_uri: &str) -> String {
 
 impl VertexRig {
     async fn start(complete_after: Duration, faults: Faults, extra: &str) -> VertexRig {
+        Self::start_with(complete_after, faults, extra, Auth::KeyFile).await
+    }
+
+    async fn start_with(complete_after: Duration, faults: Faults, extra: &str, auth: Auth) -> VertexRig {
         let gcs = Gcs::start(&[IN_BUCKET, OUT_BUCKET]).await;
         let config = SimulatorConfig {
             dialect: Dialect::Vertex,
@@ -76,16 +91,23 @@ impl VertexRig {
             .await
             .expect("start the simulator");
         let dir = temp_dir();
-        let key = key_file(dir.path(), &format!("{}/token", sim.origin()));
+        let credentials = match auth {
+            Auth::KeyFile => {
+                format!("credentials_file = \"{}\"\n", key_file(dir.path(), &format!("{}/token", sim.origin())))
+            }
+            Auth::MetadataServer => String::new(),
+        };
+        let metadata_host =
+            (auth == Auth::MetadataServer).then(|| sim.origin().trim_start_matches("http://").to_string());
         let section = format!(
             "[providers.vertex]\nkind = \"vertex\"\nproject = \"{PROJECT}\"\nlocation = \"{LOCATION}\"\nmodel = \"{MODEL}\"\n\
              input_gcs_uri = \"gs://{IN_BUCKET}/commitpoint/in/\"\noutput_gcs_uri = \"gs://{OUT_BUCKET}/commitpoint/out/\"\n\
-             credentials_file = \"{key}\"\nendpoint = \"{}\"\ngcs_endpoint = \"{}\"\n{extra}\n",
+             {credentials}endpoint = \"{}\"\ngcs_endpoint = \"{}\"\n{extra}\n",
             sim.base_url(),
             gcs.endpoint
         );
         let config = write_config(dir.path(), &section, "vertex");
-        VertexRig { gcs, sim, dir, config }
+        VertexRig { gcs, sim, dir, config, metadata_host }
     }
 
     fn serve(&self, extra: &[&str], failpoint: Option<&str>) -> Server {
@@ -97,6 +119,9 @@ impl VertexRig {
         let mut env = Vec::new();
         if let Some(point) = failpoint {
             env.push(("COMMITPOINT_FAILPOINTS", point));
+        }
+        if let Some(host) = &self.metadata_host {
+            env.push(("GCE_METADATA_HOST", host.as_str()));
         }
         Server::start_with_env(self.dir.path(), &args, &env)
     }
@@ -414,4 +439,75 @@ async fn vertex_provider_check_and_config_check() {
     let out = cli(&["config", "check", "--config", &bad.display().to_string()]);
     assert_eq!(out.status.code(), Some(78), "{}\n{}", stdout(&out), stderr(&out));
     assert!(stderr(&out).contains("credentials_file"), "{}", stderr(&out));
+}
+
+/// No key file: the token comes from the metadata server `GCE_METADATA_HOST` names (the
+/// simulator's), asked with `Metadata-Flavor: Google` and the `cloud-platform` scope, once
+/// for the whole run (it lives an hour); every Vertex call is admitted on it, and the corpus
+/// commits once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vertex_without_a_key_file_takes_its_token_from_the_metadata_server() {
+    let rig = VertexRig::start_with(Duration::from_millis(300), Faults::default(), "", Auth::MetadataServer).await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+
+    assert_all_committed_with_model_findings(&api).await;
+    let records = settle(&api, &ids).await;
+    assert!(records.values().all(|r| r["attempts"] == json!(1)), "{records:#?}");
+    let stats = rig.stats();
+    assert_submitted(&stats, &ids, 1);
+    assert_eq!(stats.batches_created, 1, "{stats:#?}");
+    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "each extraction billed once: {stats:#?}");
+    assert_eq!(stats.metadata_refused, 0, "every token request said Metadata-Flavor: Google: {stats:#?}");
+    assert_eq!(stats.metadata_tokens_issued, 1, "one token, kept while it lives: {stats:#?}");
+    assert_eq!(stats.metadata_token_scopes.as_deref(), Some("https://www.googleapis.com/auth/cloud-platform"));
+    assert!(
+        stats.calls_with_metadata_tokens >= stats.batches_created + stats.polls,
+        "the create and every poll carried the metadata server's token: {stats:#?}"
+    );
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+/// `provider check` without a key file: through the simulator's metadata server it passes;
+/// with `GCE_METADATA_HOST` on a closed port it fails naming the host and what to do; a
+/// value that is no host stops `config check` with 78.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vertex_provider_check_names_an_unreachable_metadata_server() {
+    let rig = VertexRig::start_with(Duration::from_millis(300), Faults::default(), "", Auth::MetadataServer).await;
+    let check = |host: &str| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_commitpoint"));
+        cmd.args(["provider", "check", "--config", &rig.config])
+            .current_dir(rig.dir.path())
+            .env("COMMITPOINT_LOG", "warn")
+            .env("GCE_METADATA_HOST", host);
+        run_to_end(cmd)
+    };
+    let reachable = rig.metadata_host.clone().expect("a metadata host");
+    let out = check(&reachable);
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("vertex / code-review@1: accepted"), "{}", stdout(&out));
+    assert_eq!(rig.stats().metadata_tokens_issued, 1, "{:#?}", rig.stats());
+
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("address").port()
+    };
+    let host = format!("127.0.0.1:{closed}");
+    let out = check(&host);
+    let shown = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{shown}\n{}", stderr(&out));
+    assert!(shown.contains(&format!("metadata server at {host}")), "the host is named: {shown}");
+    assert!(shown.contains("credentials_file"), "says what to do: {shown}");
+    assert_eq!(rig.stats().metadata_tokens_issued, 1, "nothing reached the simulator's: {:#?}", rig.stats());
+
+    // A host that is not `host[:port]` is a configuration error: refused at start, named.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_commitpoint"));
+    cmd.args(["config", "check", "--config", &rig.config])
+        .current_dir(rig.dir.path())
+        .env("GCE_METADATA_HOST", "http://metadata.example/");
+    let out = run_to_end(cmd);
+    assert_eq!(out.status.code(), Some(78), "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("GCE_METADATA_HOST \"http://metadata.example/\""), "{}", stderr(&out));
 }

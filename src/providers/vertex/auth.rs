@@ -1,17 +1,17 @@
-//! OAuth access tokens for Vertex AI and Cloud Storage, through `gcp_auth`: a service
-//! account's JSON key file (named by path in the config, read at start; the token is asked
-//! of the file's own `token_uri`), or the metadata server of the machine (GCE, GKE workload
-//! identity, Cloud Run). Tokens are cached by the crate until they expire; one scope serves
-//! both APIs. A token is only ever put into a header marked sensitive, never logged.
+//! OAuth access tokens for Vertex AI and Cloud Storage, from one of two sources: a service
+//! account's JSON key file (named by path in the config, read at start; `gcp_auth` signs
+//! the JWT and asks the file's own `token_uri`, caching the token until it expires), or,
+//! without one, the metadata server of the machine (`metadata`: GCE, GKE workload identity,
+//! Cloud Run). One scope serves both APIs. A token is only ever put into a header marked
+//! sensitive, never logged.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use gcp_auth::{CustomServiceAccount, MetadataServiceAccount, TokenProvider};
+use gcp_auth::{CustomServiceAccount, TokenProvider};
 use reqwest::header::HeaderValue;
-use tokio::sync::OnceCell;
 
 use super::error;
+use super::metadata::{self, MetadataTokens};
 use crate::providers::{ErrorClass, ProviderError};
 
 /// `cloud-platform` covers both `aiplatform.googleapis.com` and Cloud Storage.
@@ -22,7 +22,8 @@ const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 pub enum Credentials {
     /// A service-account JSON key file (`"type": "service_account"`), by path.
     KeyFile(PathBuf),
-    /// The metadata server (`metadata.google.internal`): the attached service account.
+    /// The metadata server (`GCE_METADATA_HOST`, else `metadata.google.internal`): the
+    /// attached service account.
     MetadataServer,
 }
 
@@ -30,44 +31,51 @@ pub enum Credentials {
 pub enum AuthError {
     #[error("cannot read the service-account key file {path}: {reason}")]
     KeyFile { path: PathBuf, reason: String },
+    #[error("GCE_METADATA_HOST {host:?}: {reason}")]
+    MetadataHost { host: String, reason: String },
 }
 
-/// Hands out bearer tokens; the metadata server is only asked once a token is needed, so a
+/// Hands out bearer tokens. The metadata server is only asked once a token is needed, so a
 /// process off Google Cloud starts (and `config check` runs) without it.
-pub(super) struct Tokens {
-    provider: OnceCell<Arc<dyn TokenProvider>>,
-    source: Credentials,
+pub(super) enum Tokens {
+    KeyFile { path: PathBuf, account: Box<CustomServiceAccount> },
+    MetadataServer(MetadataTokens),
 }
 
+/// Names the source only: gcp_auth's own debug output would show its cached tokens.
 impl std::fmt::Debug for Tokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tokens").field("source", &self.source).finish_non_exhaustive()
+        match self {
+            Self::KeyFile { path, .. } => f.debug_struct("Tokens").field("key_file", path).finish_non_exhaustive(),
+            Self::MetadataServer(tokens) => f.debug_tuple("Tokens").field(tokens).finish(),
+        }
     }
 }
 
 impl Tokens {
-    /// A key file is read and parsed now, so a missing or broken one stops the start.
+    /// A key file is read and parsed now, so a missing or broken one stops the start; so
+    /// does a metadata host that is not one.
     pub(super) fn new(source: Credentials) -> Result<Self, AuthError> {
-        let provider = OnceCell::new();
-        if let Credentials::KeyFile(path) = &source {
-            let account = key_file(path)?;
-            let _ = provider.set(Arc::new(account) as Arc<dyn TokenProvider>);
+        match source {
+            Credentials::KeyFile(path) => Ok(Self::KeyFile { account: Box::new(key_file(&path)?), path }),
+            Credentials::MetadataServer => {
+                Ok(Self::MetadataServer(MetadataTokens::new(&metadata::host_from_env(), SCOPE)?))
+            }
         }
-        Ok(Self { provider, source })
     }
 
     /// `Authorization: Bearer …`, marked sensitive so no debug output shows it.
     pub(super) async fn bearer(&self) -> Result<HeaderValue, ProviderError> {
-        let provider = self
-            .provider
-            .get_or_try_init(|| async {
-                MetadataServiceAccount::new().await.map(|m| Arc::new(m) as Arc<dyn TokenProvider>).map_err(|e| {
-                    error(ErrorClass::Auth, None, format!("no token from the metadata server: {}", describe(&e)))
-                })
-            })
-            .await?;
-        let token = provider.token(&[SCOPE]).await.map_err(|e| {
-            error(ErrorClass::Auth, None, format!("cannot get an OAuth access token: {}", describe(&e)))
+        let (path, account) = match self {
+            Self::MetadataServer(tokens) => return tokens.bearer().await,
+            Self::KeyFile { path, account } => (path, account),
+        };
+        let token = account.token(&[SCOPE]).await.map_err(|e| {
+            error(
+                ErrorClass::Auth,
+                None,
+                format!("cannot get an OAuth access token for the key file {}: {}", path.display(), describe(&e)),
+            )
         })?;
         let mut value = HeaderValue::from_str(&format!("Bearer {}", token.as_str()))
             .map_err(|_| error(ErrorClass::Protocol, None, "the access token is not header-safe".to_string()))?;

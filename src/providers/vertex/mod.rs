@@ -13,10 +13,12 @@
 //! that label, page by page, and answers `Found` for a job with the label, `Absent` when the
 //! whole list holds none, `Undecided` past [`MAX_LIST_PAGES`] pages.
 //!
-//! Auth is OAuth with a service account (`auth`): never a key in the config file.
+//! Auth is OAuth with a service account (`auth`): a key file, or the metadata server of
+//! the machine (`metadata`); never a key in the config file.
 
 mod auth;
 mod gcs;
+mod metadata;
 mod probe;
 pub(crate) mod wire;
 

@@ -22,16 +22,31 @@ use crate::simulator::net::ConnHandle;
 use crate::simulator::output::{batch_salt, push_line, truncate};
 use crate::simulator::state::{Inner, Shared};
 
-/// The dialect's memory: jobs in creation order and the tokens `/token` issued.
+/// The dialect's memory: jobs in creation order and the tokens issued, by `/token` (a key
+/// file's) and by the metadata server.
 #[derive(Debug, Default)]
 pub(crate) struct Store {
     pub(super) jobs: Vec<Job>,
     pub(super) tokens: Vec<String>,
+    pub(super) metadata_tokens: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TokenSource {
+    KeyFile,
+    MetadataServer,
 }
 
 impl Store {
-    pub(super) fn knows_token(&self, token: &str) -> bool {
-        self.tokens.iter().any(|t| t == token)
+    /// Which endpoint issued `token`, if one did.
+    pub(super) fn token_source(&self, token: &str) -> Option<TokenSource> {
+        if self.tokens.iter().any(|t| t == token) {
+            Some(TokenSource::KeyFile)
+        } else if self.metadata_tokens.iter().any(|t| t == token) {
+            Some(TokenSource::MetadataServer)
+        } else {
+            None
+        }
     }
 }
 

@@ -6,8 +6,9 @@
 //! and writes `{outputUriPrefix}/prediction-model-{time}/predictions.jsonl` back.
 //!
 //! Auth is OAuth: `POST /token` is the service account token endpoint (the JWT-bearer
-//! grant a key file's `token_uri` names), and every API call needs a bearer token it
-//! issued. The JWT's shape and claims are checked (RS256 header, issuer, the
+//! grant a key file's `token_uri` names) and `GET /computeMetadata/v1/…/token` the
+//! metadata server's (`metadata`: `Metadata-Flavor: Google` required, 403 without it), and
+//! every API call needs a bearer token one of them issued. The JWT's shape and claims are checked (RS256 header, issuer, the
 //! `cloud-platform` scope, the audience = this token endpoint, a lifetime of at most an
 //! hour); its signature is not, as the simulator holds no public key.
 //!
@@ -22,6 +23,7 @@
 
 mod jobs;
 mod list;
+mod metadata;
 mod models;
 mod token;
 
@@ -51,6 +53,7 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
         .route(&format!("{JOBS}/{{job}}"), get(jobs::get).post(jobs::verb))
         .route(MODELS, post(models::call))
         .route(token::PATH, post(token::issue))
+        .route(metadata::PATH, get(metadata::token))
         .route("/_sim/stats", get(super::sim_stats))
         .route("/_sim/faults", get(super::sim_get_faults).post(super::sim_set_faults))
         .fallback(|request: Request| async move {
@@ -66,7 +69,7 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
 
 async fn guard(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
     let path = request.uri().path().to_string();
-    let mut response = if path.starts_with(SIM_PREFIX) || path == token::PATH {
+    let mut response = if path.starts_with(SIM_PREFIX) || path == token::PATH || path == metadata::PATH {
         next.run(request).await
     } else {
         let delay = shared.lock().faults.delay();
@@ -89,13 +92,16 @@ async fn guard(State(shared): State<Arc<Shared>>, request: Request, next: Next) 
 fn admit(shared: &Shared, request: &Request) -> Result<(), GoogleError> {
     let header = request.headers().get("authorization").and_then(|v| v.to_str().ok());
     let token = header.and_then(|h| h.strip_prefix("Bearer "));
-    let known = token.is_some_and(|t| shared.lock().vertex.knows_token(t));
-    if !known {
+    let known = token.and_then(|t| shared.lock().vertex.token_source(t));
+    let Some(source) = known else {
         return Err(unauthenticated(if header.is_none() {
             "CREDENTIALS_MISSING"
         } else {
             "ACCESS_TOKEN_TYPE_UNSUPPORTED"
         }));
+    };
+    if source == jobs::TokenSource::MetadataServer {
+        shared.lock().stats.calls_with_metadata_tokens += 1;
     }
     match super::take_request_fault(shared, request.uri().path()) {
         Some(super::faults::Injected::Unauthorized) => Err(unauthenticated("ACCESS_TOKEN_EXPIRED")),
