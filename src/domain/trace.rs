@@ -67,6 +67,10 @@ impl TraceRoot {
     /// Puts `span` into this trace, as a child of its root. Call it before the span is
     /// entered; without the OpenTelemetry layer it does nothing.
     pub fn adopt(&self, span: &tracing::Span) {
+        // With export off every trace span is disabled: build no context on the intake path.
+        if span.is_disabled() {
+            return;
+        }
         let parent = opentelemetry::Context::new().with_remote_span_context(self.span_context());
         // Refused only when no layer records the span (export off, or filtered): nothing to do.
         let _ = span.set_parent(parent);
@@ -75,6 +79,9 @@ impl TraceRoot {
 
 /// Links `span` to `other` (e.g. a member's span to the batch call it was part of).
 pub fn link(span: &tracing::Span, other: &tracing::Span) {
+    if span.is_disabled() || other.is_disabled() {
+        return;
+    }
     let context = other.context();
     let target = context.span().span_context().clone();
     if target.is_valid() {
