@@ -224,6 +224,19 @@ pub async fn assert_findings(api: &Api, source: &Source, id: &str) {
 }
 
 /// Every id went to the provider in exactly `times` batches, and never in two live ones.
+/// The corpus committed with the model's findings, each extraction on its first attempt,
+/// submitted once and billed once; returns the simulator's stats (read once everything
+/// settled) for the provider's own checks.
+pub async fn assert_corpus_committed_once(api: &Api, ids: &BTreeSet<String>, stats: impl FnOnce() -> Stats) -> Stats {
+    assert_all_committed_with_model_findings(api).await;
+    let records = settle(api, ids).await;
+    assert!(records.values().all(|r| r["attempts"] == json!(1)), "{records:#?}");
+    let stats = stats();
+    assert_submitted(&stats, ids, 1);
+    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "each extraction billed once: {stats:#?}");
+    stats
+}
+
 pub fn assert_submitted(stats: &Stats, ids: &BTreeSet<String>, times: u64) {
     let submitted: BTreeSet<String> = stats.submissions_per_custom_id.keys().cloned().collect();
     assert_eq!(&submitted, ids, "the provider saw exactly these custom ids");

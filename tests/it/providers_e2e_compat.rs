@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use commitpoint::simulator::{Faults, MetadataMode, RateLimitHeaders, Simulator, SimulatorConfig, Stats, Variant};
 use serde_json::json;
 
+use crate::provider::assert_corpus_committed_once;
 use crate::provider::{
     CORPUS, SETTLE, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts,
     assert_submitted, counter, finish, health, intake_corpus, settle,
@@ -129,12 +130,7 @@ async fn a_groq_like_platform_commits_the_corpus_once_billed_at_the_batch_discou
     let api = server.api();
     let ids = intake_corpus(&api).await;
 
-    assert_all_committed_with_model_findings(&api).await;
-    let records = settle(&api, &ids).await;
-    assert!(records.values().all(|r| r["attempts"] == json!(1)), "{records:#?}");
-    let stats = rig.stats();
-    assert_submitted(&stats, &ids, 1);
-    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "each extraction billed once: {stats:#?}");
+    let stats = assert_corpus_committed_once(&api, &ids, || rig.stats()).await;
     let health = health(&api).await;
     assert_eq!(health["name"], json!("groq"), "{health:#}");
     assert_eq!(counter(&health, "batches_submitted"), stats.batches_created, "{health:#}");

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use commitpoint::simulator::{Dialect, Faults, Simulator, SimulatorConfig, Stats};
 use serde_json::json;
 
+use crate::provider::assert_corpus_committed_once;
 use crate::provider::{
     CORPUS, SETTLE, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts,
     assert_submitted, counter, finish, health, intake_corpus, settle, settle_failed,
@@ -81,13 +82,8 @@ async fn gemini_commits_the_corpus_once_inline_with_the_reviewers_findings() {
     let api = server.api();
     let ids = intake_corpus(&api).await;
 
-    assert_all_committed_with_model_findings(&api).await;
-    let records = settle(&api, &ids).await;
-    assert!(records.values().all(|r| r["attempts"] == json!(1)), "{records:#?}");
-    let stats = rig.stats();
-    assert_submitted(&stats, &ids, 1);
+    let stats = assert_corpus_committed_once(&api, &ids, || rig.stats()).await;
     assert_eq!(stats.files_uploaded, 0, "a small batch goes inline: {stats:#?}");
-    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "each extraction billed once: {stats:#?}");
     let health = health(&api).await;
     assert_eq!(health["name"], json!("gemini"), "{health:#}");
     assert_eq!(counter(&health, "batches_submitted"), stats.batches_created, "{health:#}");

@@ -11,6 +11,7 @@ use std::time::Duration;
 use commitpoint::simulator::{Dialect, Faults, Simulator, SimulatorConfig};
 use serde_json::json;
 
+use crate::provider::assert_corpus_committed_once;
 use crate::provider::{
     CORPUS, Rig, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts,
     assert_submitted, counter, finish, health, intake_corpus, settle, settle_failed,
@@ -71,13 +72,8 @@ async fn mistral_commits_the_corpus_once_with_the_reviewers_findings() {
     let api = server.api();
     let ids = intake_corpus(&api).await;
 
-    assert_all_committed_with_model_findings(&api).await;
-    let records = settle(&api, &ids).await;
-    assert!(records.values().all(|r| r["attempts"] == json!(1)), "{records:#?}");
-    let stats = rig.stats();
-    assert_submitted(&stats, &ids, 1);
+    let stats = assert_corpus_committed_once(&api, &ids, || rig.stats()).await;
     assert_eq!((stats.files_uploaded, stats.batches_created), (1, 1), "{stats:#?}");
-    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "each extraction billed once: {stats:#?}");
     let health = health(&api).await;
     assert_eq!(counter(&health, "lines_ingested"), CORPUS.len() as u64, "{health:#}");
     assert_billed_by(&api, &ids, "mistral").await;

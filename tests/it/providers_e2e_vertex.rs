@@ -20,6 +20,7 @@ use commitpoint::simulator::{Dialect, Faults, Simulator, SimulatorConfig, Stats}
 use serde_json::{Value, json};
 
 use crate::gcs_emulator::Gcs;
+use crate::provider::assert_corpus_committed_once;
 use crate::provider::{
     CORPUS, SETTLE, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts,
     assert_submitted, counter, finish, health, intake_corpus, settle,
@@ -166,13 +167,8 @@ async fn vertex_commits_the_corpus_once_through_gcs_with_oauth() {
     let api = server.api();
     let ids = intake_corpus(&api).await;
 
-    assert_all_committed_with_model_findings(&api).await;
-    let records = settle(&api, &ids).await;
-    assert!(records.values().all(|r| r["attempts"] == json!(1)), "{records:#?}");
-    let stats = rig.stats();
-    assert_submitted(&stats, &ids, 1);
+    let stats = assert_corpus_committed_once(&api, &ids, || rig.stats()).await;
     assert_eq!(stats.batches_created, 1, "{stats:#?}");
-    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "each extraction billed once: {stats:#?}");
     // Once ingested, the input and the predictions are deleted from the buckets.
     let deadline = Instant::now() + SETTLE;
     loop {
@@ -452,13 +448,8 @@ async fn vertex_without_a_key_file_takes_its_token_from_the_metadata_server() {
     let api = server.api();
     let ids = intake_corpus(&api).await;
 
-    assert_all_committed_with_model_findings(&api).await;
-    let records = settle(&api, &ids).await;
-    assert!(records.values().all(|r| r["attempts"] == json!(1)), "{records:#?}");
-    let stats = rig.stats();
-    assert_submitted(&stats, &ids, 1);
+    let stats = assert_corpus_committed_once(&api, &ids, || rig.stats()).await;
     assert_eq!(stats.batches_created, 1, "{stats:#?}");
-    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "each extraction billed once: {stats:#?}");
     assert_eq!(stats.metadata_refused, 0, "every token request said Metadata-Flavor: Google: {stats:#?}");
     assert_eq!(stats.metadata_tokens_issued, 1, "one token, kept while it lives: {stats:#?}");
     assert_eq!(stats.metadata_token_scopes.as_deref(), Some("https://www.googleapis.com/auth/cloud-platform"));
