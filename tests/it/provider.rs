@@ -117,15 +117,20 @@ impl Rig {
 
     /// Waits (bounded) until the simulator's counters satisfy `done`.
     pub async fn wait_stats(&self, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
-        let deadline = Instant::now() + SETTLE;
-        loop {
-            let stats = self.stats();
-            if done(&stats) {
-                return stats;
-            }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}; simulator stats: {stats:#?}");
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        wait_stats(&self.sim, what, done).await
+    }
+}
+
+/// Waits (bounded by [`SETTLE`]) until `sim`'s counters satisfy `done`; returns them.
+pub async fn wait_stats(sim: &Simulator, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let stats = sim.stats();
+        if done(&stats) {
+            return stats;
         }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}; simulator stats: {stats:#?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 

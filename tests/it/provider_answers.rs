@@ -21,7 +21,7 @@ use crate::provider::{
     CORPUS, Rig, assert_all_committed_with_model_findings, assert_report_counts, assert_submitted, corpus_ids, counter,
     finish, health, intake_corpus, settle,
 };
-use crate::providers_e2e::{AnthropicRig, KEY, KEY_ENV, serve, write_config};
+use crate::providers_e2e::{KEY, KEY_ENV, anthropic_rig, serve, write_config};
 use crate::util::{Api, temp_dir};
 
 /// What a truncated answer's request asks for, and what the simulated long answer needs:
@@ -163,7 +163,7 @@ async fn a_refusal_fails_refused_is_charged_and_is_not_retried() {
 /// input would validate; the retry asks for twice the configured `max_tokens` (1024).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_max_tokens_is_retried_with_a_doubled_max_tokens() {
-    let rig = AnthropicRig::start(Duration::from_millis(200), long_answers(LONG_ANSWER)).await;
+    let rig = anthropic_rig(Duration::from_millis(200), long_answers(LONG_ANSWER)).await;
     let server = rig.serve(&[], None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
@@ -184,7 +184,7 @@ async fn anthropic_max_tokens_is_retried_with_a_doubled_max_tokens() {
 /// that never calls the forced tool — fail `refused`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_refusals_and_missing_tool_calls_fail_refused() {
-    let rig = AnthropicRig::start(Duration::from_millis(200), Faults { refuse_every: 1, ..Faults::default() }).await;
+    let rig = anthropic_rig(Duration::from_millis(200), Faults { refuse_every: 1, ..Faults::default() }).await;
     let server = rig.serve(&[], None);
     let api = server.api();
     let ids = intake_corpus(&api).await;

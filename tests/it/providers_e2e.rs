@@ -8,13 +8,16 @@
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use commitpoint::simulator::{Dialect, Faults, Simulator, SimulatorConfig, Stats};
 use serde_json::Value;
 
-use crate::provider::SETTLE;
-use crate::util::{Api, Server, temp_dir};
+use crate::provider::{
+    CORPUS, SETTLE, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts,
+    assert_submitted, counter, finish, health, intake_corpus, settle, wait_stats,
+};
+use crate::util::{Api, Server, assert_verifies, temp_dir};
 
 /// The one API key every fake and the simulator expect, and where the server reads it.
 pub const KEY: &str = "sk-e2e-provider";
@@ -32,6 +35,17 @@ pub fn write_config(dir: &Path, sections: &str, provider: &str) -> String {
 /// `serve --config CONFIG` with no primary provider: batches wait at most 200 ms and jobs
 /// are polled every 100 ms unless `extra` sets those flags; the crash point is armed if given.
 pub fn serve(dir: &Path, config: &str, extra: &[&str], failpoint: Option<&str>) -> Server {
+    serve_with_env(dir, config, extra, failpoint, &[])
+}
+
+/// [`serve`] with `env` added to the server's environment.
+pub fn serve_with_env(
+    dir: &Path,
+    config: &str,
+    extra: &[&str],
+    failpoint: Option<&str>,
+    env: &[(&str, &str)],
+) -> Server {
     let mut args = vec!["--config", config];
     for (flag, value) in [("--batch-max-wait", "200ms"), ("--poll-interval", "100ms")] {
         if !extra.contains(&flag) {
@@ -39,11 +53,12 @@ pub fn serve(dir: &Path, config: &str, extra: &[&str], failpoint: Option<&str>) 
         }
     }
     args.extend_from_slice(extra);
-    let mut env = vec![(KEY_ENV, KEY)];
+    let mut all_env = vec![(KEY_ENV, KEY)];
+    all_env.extend_from_slice(env);
     if let Some(point) = failpoint {
-        env.push(("COMMITPOINT_FAILPOINTS", point));
+        all_env.push(("COMMITPOINT_FAILPOINTS", point));
     }
-    Server::start_with_env(dir, &args, &env)
+    Server::start_with_env(dir, &args, &all_env)
 }
 
 /// Waits for the server to kill itself at `point`; asserts it died of SIGKILL there.
@@ -66,37 +81,48 @@ pub async fn assert_billed_by(api: &Api, ids: &BTreeSet<String>, provider: &str)
     }
 }
 
-/// The simulator speaking Anthropic's Message Batches, and a data directory whose config
-/// routes everything to `[providers.anthropic]` pointed at it.
-pub struct AnthropicRig {
+/// A simulator speaking one provider's dialect, a data directory, and a config routing all
+/// work to the provider under test: the rig every simulated provider's end-to-end tests
+/// share, so that each scenario is written once and run against each dialect.
+pub struct SimRig {
     pub sim: Simulator,
     pub dir: tempfile::TempDir,
     config: String,
+    /// What the server needs in its environment beside the shared key (cloud credentials,
+    /// the metadata server's host).
+    env: Vec<(&'static str, String)>,
 }
 
-impl AnthropicRig {
-    pub async fn start(complete_after: Duration, faults: Faults) -> AnthropicRig {
-        let config = SimulatorConfig {
-            dialect: Dialect::Anthropic,
-            api_key: Some(KEY.into()),
-            complete_after,
-            faults,
-            ..SimulatorConfig::default()
-        };
+impl SimRig {
+    /// Starts the simulator with `config`, then writes the config file whose provider
+    /// tables `sections` makes for it (given the data directory, for files such as keys).
+    pub async fn start(
+        config: SimulatorConfig,
+        provider: &str,
+        sections: impl FnOnce(&Simulator, &Path) -> String,
+    ) -> SimRig {
         let sim = Simulator::start("127.0.0.1:0".parse().expect("loopback address"), config)
             .await
             .expect("start the simulator");
         let dir = temp_dir();
-        let sections = format!(
-            "[providers.anthropic]\nbase_url = \"{}\"\nmodel = \"claude-e2e\"\nmax_tokens = 1024\napi_key_env = \"{KEY_ENV}\"\n",
-            sim.base_url()
-        );
-        let config = write_config(dir.path(), &sections, "anthropic");
-        AnthropicRig { sim, dir, config }
+        let config = write_config(dir.path(), &sections(&sim, dir.path()), provider);
+        SimRig { sim, dir, config, env: Vec::new() }
     }
 
+    /// Every server of this rig starts with `name=value` in its environment.
+    pub fn with_env(mut self, name: &'static str, value: impl Into<String>) -> SimRig {
+        self.env.push((name, value.into()));
+        self
+    }
+
+    /// [`serve`] on this rig's data directory and config, with its environment.
     pub fn serve(&self, extra: &[&str], failpoint: Option<&str>) -> Server {
-        serve(self.dir.path(), &self.config, extra, failpoint)
+        let env: Vec<(&str, &str)> = self.env.iter().map(|(name, value)| (*name, value.as_str())).collect();
+        serve_with_env(self.dir.path(), &self.config, extra, failpoint, &env)
+    }
+
+    pub fn config_path(&self) -> &str {
+        &self.config
     }
 
     pub fn stats(&self) -> Stats {
@@ -109,14 +135,75 @@ impl AnthropicRig {
 
     /// Waits (bounded) until the simulator's counters satisfy `done`; returns them.
     pub async fn wait_stats(&self, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
-        let deadline = Instant::now() + SETTLE;
-        loop {
-            let stats = self.stats();
-            if done(&stats) {
-                return stats;
-            }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}; simulator stats: {stats:#?}");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        wait_stats(&self.sim, what, done).await
     }
+}
+
+/// The simulator speaking Anthropic's Message Batches, routed to as `[providers.anthropic]`.
+pub async fn anthropic_rig(complete_after: Duration, faults: Faults) -> SimRig {
+    let config = SimulatorConfig {
+        dialect: Dialect::Anthropic,
+        api_key: Some(KEY.into()),
+        complete_after,
+        faults,
+        ..SimulatorConfig::default()
+    };
+    SimRig::start(config, "anthropic", |sim, _| {
+        format!(
+            "[providers.anthropic]\nbase_url = \"{}\"\nmodel = \"claude-e2e\"\nmax_tokens = 1024\napi_key_env = \"{KEY_ENV}\"\n",
+            sim.base_url()
+        )
+    })
+    .await
+}
+
+/// The crash point between a provider's create and storing the job's id.
+const AFTER_CREATE: &str = "after-submit-before-job-id";
+
+/// Killed after the create, before the job's id was stored: one job exists and every member
+/// is `submitted` on disk. The restart is the caller's (see [`the_job_is_found_again`]).
+pub async fn kill_after_the_create(rig: &SimRig) {
+    let mut server = rig.serve(ONE_BATCH, Some(AFTER_CREATE));
+    intake_corpus(&server.api()).await;
+    expect_crash(&mut server, AFTER_CREATE);
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 1, "{stats:#?}");
+    let report = assert_verifies(&rig.db());
+    assert_report_counts(&report, CORPUS.len(), &[&format!("submitted: {}", CORPUS.len())]);
+}
+
+/// After [`kill_after_the_create`]: the restart finds the job by the dialect's lookup and
+/// commits every member once from it, creating nothing. Returns the simulator's counters
+/// for the dialect's own checks (how far the lookup paged).
+pub async fn the_job_is_found_again(rig: &SimRig) -> Stats {
+    let stats = assert_recovered_once(rig.serve(ONE_BATCH, None), || rig.stats()).await;
+    assert!(stats.batches_listed >= 1, "the restart looked the job up: {stats:#?}");
+    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "each member answered once: {stats:#?}");
+    stats
+}
+
+/// Both halves: a kill after the create, then a restart that finds the job.
+pub async fn killed_after_the_create_the_job_is_found_again(rig: &SimRig) -> Stats {
+    kill_after_the_create(rig).await;
+    the_job_is_found_again(rig).await
+}
+
+/// A create answered by a dropped connection (the job exists, its answer is lost; the rig's
+/// faults drop one): the job is looked up, not created again, and each member is sent and
+/// committed once. Returns the simulator's counters for the dialect's own checks.
+pub async fn a_dropped_create_is_looked_up_not_repeated(rig: &SimRig) -> Stats {
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    assert_all_committed_with_model_findings(&api).await;
+    settle(&api, &ids).await;
+    let stats = rig.stats();
+    assert_eq!(stats.dropped_connections, 1, "{stats:#?}");
+    assert_eq!(stats.batches_created, 1, "the unanswered create was looked up, not repeated: {stats:#?}");
+    assert_submitted(&stats, &ids, 1);
+    let health = health(&api).await;
+    assert_eq!(counter(&health, "batches_recovered"), 1, "{health:#}");
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+    stats
 }

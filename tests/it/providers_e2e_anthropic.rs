@@ -10,18 +10,17 @@ use serde_json::json;
 
 use crate::provider::assert_corpus_committed_once;
 use crate::provider::{
-    CORPUS, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts, assert_submitted,
-    counter, finish, health, intake_corpus, settle,
+    CORPUS, assert_all_committed_with_model_findings, assert_report_counts, assert_submitted, counter, finish, health,
+    intake_corpus, settle,
 };
-use crate::providers_e2e::{AnthropicRig, ONE_BATCH, assert_billed_by, expect_crash};
-use crate::util::assert_verifies;
+use crate::providers_e2e::{ONE_BATCH, anthropic_rig, assert_billed_by, kill_after_the_create, the_job_is_found_again};
 
 /// Sampling the simulator's counters every 5 ms leaves this much error in a measured gap.
 const SAMPLING_SLACK: Duration = Duration::from_millis(100);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_commits_the_corpus_once_with_the_reviewers_findings() {
-    let rig = AnthropicRig::start(Duration::from_millis(200), Faults::default()).await;
+    let rig = anthropic_rig(Duration::from_millis(200), Faults::default()).await;
     let server = rig.serve(&[], None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
@@ -42,7 +41,7 @@ async fn anthropic_commits_the_corpus_once_with_the_reviewers_findings() {
 async fn anthropic_overloaded_529_waits_for_retry_after_then_succeeds() {
     const RETRY_AFTER_SECS: u32 = 2;
     let faults = Faults { overloaded_next: 1, retry_after_secs: RETRY_AFTER_SECS, ..Faults::default() };
-    let rig = AnthropicRig::start(Duration::from_millis(200), faults).await;
+    let rig = anthropic_rig(Duration::from_millis(200), faults).await;
     let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
@@ -76,23 +75,12 @@ async fn anthropic_overloaded_529_waits_for_retry_after_then_succeeds() {
 async fn anthropic_kill_after_create_before_the_batch_id_is_stored_finds_the_batch() {
     const COMPLETE_AFTER: Duration = Duration::from_millis(200);
     assert_eq!(CORPUS.len(), 6, "ONE_BATCH sizes the batch to the corpus");
-    let rig = AnthropicRig::start(COMPLETE_AFTER, Faults::default()).await;
-    let mut server = rig.serve(ONE_BATCH, Some("after-submit-before-job-id"));
-    intake_corpus(&server.api()).await;
-    expect_crash(&mut server, "after-submit-before-job-id");
-
-    let stats = rig.stats();
-    assert_eq!(stats.batches_created, 1, "{stats:#?}");
-    let report = assert_verifies(&rig.db());
-    assert_report_counts(&report, CORPUS.len(), &[&format!("submitted: {}", CORPUS.len())]);
+    let rig = anthropic_rig(COMPLETE_AFTER, Faults::default()).await;
+    kill_after_the_create(&rig).await;
     // A batch still in progress cannot be told apart from another intent's until it ends
     // (the adapter then asks again after a minute): restart once it has ended.
     tokio::time::sleep(COMPLETE_AFTER + Duration::from_millis(100)).await;
-
-    let server = rig.serve(ONE_BATCH, None);
-    let stats = assert_recovered_once(server, || rig.stats()).await;
-    assert!(stats.batches_listed >= 1, "the restart looked for the batch: {stats:#?}");
-    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "{stats:#?}");
+    the_job_is_found_again(&rig).await;
 }
 
 /// The simulator ends an expiring batch with the first half of its requests (input order)
@@ -100,8 +88,7 @@ async fn anthropic_kill_after_create_before_the_batch_id_is_stored_finds_the_bat
 /// and commit in the next batch, each exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_expired_lines_are_requeued_and_commit_once_in_a_later_batch() {
-    let rig =
-        AnthropicRig::start(Duration::from_millis(300), Faults { expire_batches: true, ..Faults::default() }).await;
+    let rig = anthropic_rig(Duration::from_millis(300), Faults { expire_batches: true, ..Faults::default() }).await;
     let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     let ids = intake_corpus(&api).await;

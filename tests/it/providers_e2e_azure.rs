@@ -10,19 +10,19 @@ use commitpoint::simulator::{Dialect, Faults, SimulatorConfig};
 use serde_json::json;
 
 use crate::provider::{
-    CORPUS, SETTLE, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts,
-    assert_submitted, counter, finish, health, intake_corpus, settle, settle_failed,
+    CORPUS, SETTLE, assert_all_committed_with_model_findings, assert_report_counts, assert_submitted, counter, finish,
+    health, intake_corpus, settle, settle_failed,
 };
-use crate::providers_e2e::{KEY, KEY_ENV, ONE_BATCH, expect_crash};
-use crate::providers_e2e_compat::{ShapedRig, assert_discounted, assert_waited_for_the_429, provider_check};
-use crate::util::{assert_verifies, stderr, stdout};
+use crate::providers_e2e::{KEY, KEY_ENV, ONE_BATCH, SimRig, killed_after_the_create_the_job_is_found_again};
+use crate::providers_e2e_compat::{assert_discounted, assert_waited_for_the_429, provider_check, shaped_rig};
+use crate::util::{stderr, stdout};
 
 const DEPLOYMENT: &str = "gpt-4o-batch";
 
-async fn azure_rig(faults: Faults, complete_after: Duration, extra: &str) -> ShapedRig {
+async fn azure_rig(faults: Faults, complete_after: Duration, extra: &str) -> SimRig {
     let config = SimulatorConfig { dialect: Dialect::Azure, faults, complete_after, ..SimulatorConfig::default() };
     let extra = extra.to_string();
-    ShapedRig::start(config, "azure", DEPLOYMENT, move |sim| {
+    shaped_rig(config, "azure", DEPLOYMENT, move |sim| {
         format!(
             "[providers.azure]\nkind = \"azure\"\nendpoint = \"{}\"\ndeployment = \"{DEPLOYMENT}\"\napi_key_env = \"{KEY_ENV}\"\n{extra}\n",
             sim.origin()
@@ -63,15 +63,7 @@ async fn azure_commits_the_corpus_once_billed_at_the_batch_discount() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn azure_kill_after_create_before_the_batch_id_is_stored_finds_the_batch() {
     let rig = azure_rig(Faults::default(), Duration::from_millis(200), "").await;
-    let mut server = rig.serve(ONE_BATCH, Some("after-submit-before-job-id"));
-    intake_corpus(&server.api()).await;
-    expect_crash(&mut server, "after-submit-before-job-id");
-    assert_eq!(rig.stats().batches_created, 1);
-    let report = assert_verifies(&rig.db());
-    assert_report_counts(&report, CORPUS.len(), &[&format!("submitted: {}", CORPUS.len())]);
-
-    let server = rig.serve(ONE_BATCH, None);
-    assert_recovered_once(server, || rig.stats()).await;
+    killed_after_the_create_the_job_is_found_again(&rig).await;
 }
 
 /// Azure lists `expired` among its statuses although it says it does not expire jobs:

@@ -12,27 +12,29 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use commitpoint::simulator::{Dialect, Faults, S3Access, Simulator, SimulatorConfig, Stats};
+use commitpoint::simulator::{Dialect, Faults, S3Access, Simulator, SimulatorConfig};
 use serde_json::{Value, json};
 
 use crate::moto::{ACCESS_KEY_ID, Moto, SECRET_ACCESS_KEY};
 use crate::provider::{
-    CORPUS, SETTLE, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts,
-    assert_submitted, counter, finish, health, intake_corpus, settle,
+    CORPUS, SETTLE, assert_all_committed_with_model_findings, assert_report_counts, assert_submitted, counter, finish,
+    health, intake_corpus, settle,
 };
-use crate::providers_e2e::{ONE_BATCH, assert_billed_by, expect_crash, write_config};
-use crate::util::{Server, cli_with_env, run_to_end, stderr, stdout, temp_dir};
+use crate::providers_e2e::{
+    ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated, assert_billed_by,
+    killed_after_the_create_the_job_is_found_again,
+};
+use crate::util::{cli_with_env, run_to_end, stderr, stdout, temp_dir};
 
 pub(crate) const IN_BUCKET: &str = "cp-batch-in";
 const OUT_BUCKET: &str = "cp-batch-out";
 const ROLE: &str = "arn:aws:iam::123456789012:role/commitpoint-batch";
 pub(crate) const MODEL: &str = "anthropic.claude-3-5-haiku-20241022-v1:0";
 
+/// The shared rig on the simulator's Bedrock dialect, with the S3 it reads and writes.
 pub(crate) struct BedrockRig {
     pub(crate) moto: Moto,
-    pub(crate) sim: Simulator,
-    pub(crate) dir: tempfile::TempDir,
-    pub(crate) config: String,
+    rig: SimRig,
 }
 
 impl BedrockRig {
@@ -52,41 +54,19 @@ impl BedrockRig {
             }),
             ..SimulatorConfig::default()
         };
-        let sim = Simulator::start("127.0.0.1:0".parse().expect("loopback address"), config)
-            .await
-            .expect("start the simulator");
-        let dir = temp_dir();
-        let config = write_config(dir.path(), &section(&sim, &moto, extra), "bedrock");
-        BedrockRig { moto, sim, dir, config }
-    }
-
-    fn serve(&self, extra: &[&str], failpoint: Option<&str>) -> Server {
-        let mut args = vec!["--config", self.config.as_str(), "--poll-interval", "100ms"];
-        if !extra.contains(&"--batch-max-wait") {
-            args.extend(["--batch-max-wait", "200ms"]);
+        let mut rig = SimRig::start(config, "bedrock", |sim, _| section(sim, &moto, extra)).await;
+        for (name, value) in aws_env() {
+            rig = rig.with_env(name, value);
         }
-        args.extend_from_slice(extra);
-        let mut env = aws_env().to_vec();
-        if let Some(point) = failpoint {
-            env.push(("COMMITPOINT_FAILPOINTS", point));
-        }
-        Server::start_with_env(self.dir.path(), &args, &env)
+        BedrockRig { moto, rig }
     }
+}
 
-    fn stats(&self) -> Stats {
-        self.sim.stats()
-    }
+impl std::ops::Deref for BedrockRig {
+    type Target = SimRig;
 
-    async fn wait_stats(&self, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
-        let deadline = Instant::now() + SETTLE;
-        loop {
-            let stats = self.stats();
-            if done(&stats) {
-                return stats;
-            }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}; simulator stats: {stats:#?}");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+    fn deref(&self) -> &SimRig {
+        &self.rig
     }
 }
 
@@ -199,31 +179,14 @@ async fn bedrock_commits_the_corpus_once_through_s3_with_signed_calls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bedrock_kill_after_create_before_the_arn_is_stored_finds_the_job() {
     let rig = BedrockRig::start(Duration::from_millis(500), Faults::default(), "").await;
-    let mut server = rig.serve(ONE_BATCH, Some("after-submit-before-job-id"));
-    intake_corpus(&server.api()).await;
-    expect_crash(&mut server, "after-submit-before-job-id");
-    assert_eq!(rig.stats().batches_created, 1);
-
-    let server = rig.serve(ONE_BATCH, None);
-    let stats = assert_recovered_once(server, || rig.stats()).await;
-    assert!(stats.batches_listed >= 1, "looked up by name: {stats:#?}");
+    killed_after_the_create_the_job_is_found_again(&rig).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bedrock_create_answered_by_a_dropped_connection_makes_no_second_job() {
     let faults = Faults { drop_after_create_next: 1, ..Faults::default() };
     let rig = BedrockRig::start(Duration::from_millis(300), faults, "").await;
-    let server = rig.serve(ONE_BATCH, None);
-    let api = server.api();
-    let ids = intake_corpus(&api).await;
-
-    assert_all_committed_with_model_findings(&api).await;
-    let stats = rig.stats();
-    assert_eq!(stats.dropped_connections, 1, "{stats:#?}");
-    assert_eq!(stats.batches_created, 1, "the unanswered create was resolved, not repeated: {stats:#?}");
-    assert_submitted(&stats, &ids, 1);
-    let report = finish(server);
-    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+    a_dropped_create_is_looked_up_not_repeated(&rig).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -409,7 +372,7 @@ async fn bedrock_job_failing_validation_every_time_ends_its_members_after_max_at
 
 fn provider_check(dir: &Path, rig: &BedrockRig, env: &[(&str, &str)]) -> std::process::Output {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_commitpoint"));
-    cmd.args(["provider", "check", "--config", &rig.config]).current_dir(dir);
+    cmd.args(["provider", "check", "--config", rig.config_path()]).current_dir(dir);
     cmd.env("COMMITPOINT_LOG", "warn").env_remove("AWS_ACCESS_KEY_ID").env_remove("AWS_SECRET_ACCESS_KEY");
     for (name, value) in env {
         cmd.env(name, value);
@@ -431,7 +394,7 @@ async fn bedrock_provider_check_and_config_check() {
     assert!(stdout(&out).contains("UnrecognizedClientException"), "{}", stdout(&out));
     assert_eq!(rig.stats().batches_created, 0, "a check creates no job");
 
-    let out = cli_with_env(&["config", "check", "--config", &rig.config], &aws_env());
+    let out = cli_with_env(&["config", "check", "--config", rig.config_path()], &aws_env());
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
     assert!(text.contains("kind = \"bedrock\""), "{text}");

@@ -69,14 +69,7 @@ impl FallbackRig {
     }
 
     fn serve(&self, failpoint: Option<&str>) -> Server {
-        let mut args = vec!["--config", self.bedrock.config.as_str(), "--poll-interval", "100ms"];
-        args.extend_from_slice(ONE_BATCH);
-        let mut env = aws_env().to_vec();
-        env.push((KEY_ENV, KEY));
-        if let Some(point) = failpoint {
-            env.push(("COMMITPOINT_FAILPOINTS", point));
-        }
-        Server::start_with_env(self.bedrock.dir.path(), &args, &env)
+        self.bedrock.serve(ONE_BATCH, failpoint)
     }
 
     /// Nothing of this work reached Bedrock: no job, no record file in S3.
@@ -196,18 +189,18 @@ async fn a_fallback_that_is_not_configured_is_refused_at_start() {
     let rig = FallbackRig::start(Path::Batches).await;
     let mut env = aws_env().to_vec();
     env.push((KEY_ENV, KEY));
-    let out = cli_with_env(&["config", "check", "--config", &rig.bedrock.config], &env);
+    let out = cli_with_env(&["config", "check", "--config", rig.bedrock.config_path()], &env);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains("min_batch_fallback = \"claude\""), "{}", stdout(&out));
-    let text = std::fs::read_to_string(&rig.bedrock.config).expect("read config");
+    let text = std::fs::read_to_string(rig.bedrock.config_path()).expect("read config");
     std::fs::write(
-        &rig.bedrock.config,
+        rig.bedrock.config_path(),
         text.replace("min_batch_fallback = \"claude\"", "min_batch_fallback = \"claud\""),
     )
     .expect("write config");
     let mut env = aws_env().to_vec();
     env.push((KEY_ENV, KEY));
-    let out = cli_with_env(&["config", "check", "--config", &rig.bedrock.config], &env);
+    let out = cli_with_env(&["config", "check", "--config", rig.bedrock.config_path()], &env);
     assert_eq!(out.status.code(), Some(78), "{}\n{}", stdout(&out), stderr(&out));
     let said = stderr(&out);
     assert!(
@@ -215,7 +208,7 @@ async fn a_fallback_that_is_not_configured_is_refused_at_start() {
             && said.contains("min_batch_fallback \"claud\" is not a configured provider"),
         "{said}"
     );
-    let mut serve = serve_command(rig.bedrock.dir.path(), &["--config", &rig.bedrock.config]);
+    let mut serve = serve_command(rig.bedrock.dir.path(), &["--config", rig.bedrock.config_path()]);
     serve.envs(env.iter().copied());
     let out = run_to_end(serve);
     assert_eq!(out.status.code(), Some(78), "serve refuses to start: {}", stderr(&out));

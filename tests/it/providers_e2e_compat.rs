@@ -7,16 +7,19 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use commitpoint::simulator::{Faults, MetadataMode, RateLimitHeaders, Simulator, SimulatorConfig, Stats, Variant};
+use commitpoint::simulator::{Faults, MetadataMode, RateLimitHeaders, Simulator, SimulatorConfig, Variant};
 use serde_json::json;
 
 use crate::provider::assert_corpus_committed_once;
 use crate::provider::{
-    CORPUS, SETTLE, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts,
-    assert_submitted, counter, finish, health, intake_corpus, settle,
+    CORPUS, assert_all_committed_with_model_findings, assert_report_counts, counter, finish, health, intake_corpus,
+    settle,
 };
-use crate::providers_e2e::{KEY, KEY_ENV, ONE_BATCH, assert_billed_by, expect_crash, serve, write_config};
-use crate::util::{Api, Server, assert_verifies, run_to_end, stderr, stdout, temp_dir};
+use crate::providers_e2e::{
+    KEY, KEY_ENV, ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated, assert_billed_by,
+    killed_after_the_create_the_job_is_found_again,
+};
+use crate::util::{Api, run_to_end, stderr, stdout};
 
 /// Sampling the simulator's counters every 5 ms leaves this much error in a measured gap.
 const SAMPLING_SLACK: Duration = Duration::from_millis(100);
@@ -25,61 +28,20 @@ pub const INPUT_PER_MTOK: u64 = 2;
 pub const OUTPUT_PER_MTOK: u64 = 8;
 
 /// A simulator speaking an OpenAI-shaped platform, and a data directory whose config routes
-/// everything to the provider `name` pointed at it.
-pub struct ShapedRig {
-    pub sim: Simulator,
-    pub dir: tempfile::TempDir,
-    config: String,
-}
-
-impl ShapedRig {
-    /// `section` writes the `[providers.<name>]` table for the started simulator.
-    /// `model` is what the answers' `usage` names, which the price table is keyed by.
-    pub async fn start(
-        config: SimulatorConfig,
-        name: &'static str,
-        model: &str,
-        section: impl FnOnce(&Simulator) -> String,
-    ) -> Self {
-        let config = SimulatorConfig { api_key: Some(KEY.into()), ..config };
-        let sim = Simulator::start("127.0.0.1:0".parse().expect("loopback address"), config)
-            .await
-            .expect("start the simulator");
-        let dir = temp_dir();
-        let prices = format!(
-            "[[prices]]\nprovider = \"{name}\"\nmodel = \"{model}\"\ninput_per_mtok = {INPUT_PER_MTOK}\noutput_per_mtok = {OUTPUT_PER_MTOK}\n"
-        );
-        let config = write_config(dir.path(), &format!("{}\n{prices}", section(&sim)), name);
-        ShapedRig { sim, dir, config }
-    }
-
-    pub fn serve(&self, extra: &[&str], failpoint: Option<&str>) -> Server {
-        serve(self.dir.path(), &self.config, extra, failpoint)
-    }
-
-    pub fn config_path(&self) -> &str {
-        &self.config
-    }
-
-    pub fn stats(&self) -> Stats {
-        self.sim.stats()
-    }
-
-    pub fn db(&self) -> std::path::PathBuf {
-        self.dir.path().join("commitpoint.redb")
-    }
-
-    pub async fn wait_stats(&self, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
-        let deadline = Instant::now() + SETTLE;
-        loop {
-            let stats = self.stats();
-            if done(&stats) {
-                return stats;
-            }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}; simulator stats: {stats:#?}");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
+/// everything to the provider `name` pointed at it. `section` writes the
+/// `[providers.<name>]` table for the started simulator; `model` is what the answers'
+/// `usage` names, which the price table is keyed by.
+pub async fn shaped_rig(
+    config: SimulatorConfig,
+    name: &'static str,
+    model: &str,
+    section: impl FnOnce(&Simulator) -> String,
+) -> SimRig {
+    let config = SimulatorConfig { api_key: Some(KEY.into()), ..config };
+    let prices = format!(
+        "[[prices]]\nprovider = \"{name}\"\nmodel = \"{model}\"\ninput_per_mtok = {INPUT_PER_MTOK}\noutput_per_mtok = {OUTPUT_PER_MTOK}\n"
+    );
+    SimRig::start(config, name, |sim, _| format!("{}\n{prices}", section(sim))).await
 }
 
 /// Every ledger entry of every extraction: billed by `provider` for `model`, priced by the
@@ -99,7 +61,7 @@ pub async fn assert_discounted(api: &Api, ids: &BTreeSet<String>, provider: &str
 }
 
 /// The waits measured around one 429: from the 429 to the create it delayed.
-pub async fn assert_waited_for_the_429(rig: &ShapedRig, retry_after: Duration) {
+pub async fn assert_waited_for_the_429(rig: &SimRig, retry_after: Duration) {
     let limited = rig.wait_stats("the 429", |s| s.rate_limited >= 1).await;
     let limited_at = Instant::now();
     assert_eq!(limited.batches_created, 0, "the 429 answered the upload or create: {limited:#?}");
@@ -111,9 +73,9 @@ pub async fn assert_waited_for_the_429(rig: &ShapedRig, retry_after: Duration) {
 
 const MODEL: &str = "llama-3.1-8b-instant";
 
-async fn groq_rig(variant: Variant, faults: Faults, complete_after: Duration) -> ShapedRig {
+async fn groq_rig(variant: Variant, faults: Faults, complete_after: Duration) -> SimRig {
     let config = SimulatorConfig { variant, faults, complete_after, ..SimulatorConfig::default() };
-    ShapedRig::start(config, "groq", MODEL, |sim| {
+    shaped_rig(config, "groq", MODEL, |sim| {
         format!(
             "[providers.groq]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"{MODEL}\"\napi_key_env = \"{KEY_ENV}\"\n",
             sim.base_url()
@@ -145,18 +107,7 @@ async fn a_groq_like_platform_commits_the_corpus_once_billed_at_the_batch_discou
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_after_create_on_a_platform_without_metadata_finds_the_batch_by_its_input_file() {
     let rig = groq_rig(Variant::groq_like(), Faults::default(), Duration::from_millis(200)).await;
-    let mut server = rig.serve(ONE_BATCH, Some("after-submit-before-job-id"));
-    intake_corpus(&server.api()).await;
-    expect_crash(&mut server, "after-submit-before-job-id");
-    let stats = rig.stats();
-    assert_eq!(stats.batches_created, 1, "{stats:#?}");
-    let report = assert_verifies(&rig.db());
-    assert_report_counts(&report, CORPUS.len(), &[&format!("submitted: {}", CORPUS.len())]);
-
-    let server = rig.serve(ONE_BATCH, None);
-    let stats = assert_recovered_once(server, || rig.stats()).await;
-    assert!(stats.batches_listed >= 1, "the restart looked for the batch: {stats:#?}");
-    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "{stats:#?}");
+    killed_after_the_create_the_job_is_found_again(&rig).await;
 }
 
 /// A create answered by a dropped connection, on a platform that refuses metadata: the
@@ -167,15 +118,7 @@ async fn refused_metadata_and_a_dropped_create_still_make_one_batch() {
     let variant = Variant { metadata: MetadataMode::Refused, ..Variant::groq_like() };
     let faults = Faults { drop_after_create_next: 1, ..Faults::default() };
     let rig = groq_rig(variant, faults, Duration::from_millis(200)).await;
-    let server = rig.serve(ONE_BATCH, None);
-    let api = server.api();
-    let ids = intake_corpus(&api).await;
-    assert_all_committed_with_model_findings(&api).await;
-    let stats = rig.stats();
-    assert_eq!((stats.batches_created, stats.dropped_connections), (1, 1), "{stats:#?}");
-    assert_submitted(&stats, &ids, 1);
-    assert_eq!(counter(&health(&api).await, "batches_recovered"), 1);
-    finish(server);
+    a_dropped_create_is_looked_up_not_repeated(&rig).await;
 }
 
 /// Half the batch answered, the rest `batch_expired`: the expired members go into one new
@@ -242,7 +185,7 @@ pub fn provider_check(config: &str, key: &str) -> std::process::Output {
 
 /// Torn and duplicated result lines: the torn lines' members go again once, duplicates
 /// change nothing, every extraction commits once.
-pub async fn assert_bad_lines_commit_once(rig: &ShapedRig) {
+pub async fn assert_bad_lines_commit_once(rig: &SimRig) {
     let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     let ids = intake_corpus(&api).await;

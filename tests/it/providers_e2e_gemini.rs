@@ -9,63 +9,34 @@ use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use commitpoint::simulator::{Dialect, Faults, Simulator, SimulatorConfig, Stats};
+use commitpoint::simulator::{Dialect, Faults, Simulator, SimulatorConfig};
 use serde_json::json;
 
 use crate::provider::assert_corpus_committed_once;
 use crate::provider::{
-    CORPUS, SETTLE, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts,
-    assert_submitted, counter, finish, health, intake_corpus, settle, settle_failed,
+    CORPUS, assert_all_committed_with_model_findings, assert_report_counts, assert_submitted, counter, finish, health,
+    intake_corpus, settle, settle_failed,
 };
-use crate::providers_e2e::{KEY, KEY_ENV, ONE_BATCH, assert_billed_by, expect_crash, serve, write_config};
-use crate::util::{Server, assert_verifies, cli_with_env, run_to_end, stderr, stdout, temp_dir};
+use crate::providers_e2e::{
+    KEY, KEY_ENV, ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated, assert_billed_by,
+    killed_after_the_create_the_job_is_found_again,
+};
+use crate::util::{cli_with_env, run_to_end, stderr, stdout, temp_dir};
 
 /// Sampling the simulator's counters every 5 ms leaves this much error in a measured gap.
 const SAMPLING_SLACK: Duration = Duration::from_millis(100);
 
-struct GeminiRig {
-    sim: Simulator,
-    dir: tempfile::TempDir,
-    config: String,
-}
-
-impl GeminiRig {
-    /// `extra` is added to the `[providers.gemini]` table (e.g. `inline_max_bytes`).
-    async fn start(complete_after: Duration, faults: Faults, extra: &str) -> GeminiRig {
-        let config = SimulatorConfig {
-            dialect: Dialect::Gemini,
-            api_key: Some(KEY.into()),
-            complete_after,
-            faults,
-            ..SimulatorConfig::default()
-        };
-        let sim = Simulator::start("127.0.0.1:0".parse().expect("loopback address"), config)
-            .await
-            .expect("start the simulator");
-        let dir = temp_dir();
-        let config = write_config(dir.path(), &section(&sim, "gemini-e2e", extra), "gemini");
-        GeminiRig { sim, dir, config }
-    }
-
-    fn serve(&self, extra: &[&str], failpoint: Option<&str>) -> Server {
-        serve(self.dir.path(), &self.config, extra, failpoint)
-    }
-
-    fn stats(&self) -> Stats {
-        self.sim.stats()
-    }
-
-    async fn wait_stats(&self, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
-        let deadline = Instant::now() + SETTLE;
-        loop {
-            let stats = self.stats();
-            if done(&stats) {
-                return stats;
-            }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}; simulator stats: {stats:#?}");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
+/// The simulator's Gemini dialect; `extra` is added to the `[providers.gemini]` table
+/// (e.g. `inline_max_bytes`).
+async fn gemini_rig(complete_after: Duration, faults: Faults, extra: &str) -> SimRig {
+    let config = SimulatorConfig {
+        dialect: Dialect::Gemini,
+        api_key: Some(KEY.into()),
+        complete_after,
+        faults,
+        ..SimulatorConfig::default()
+    };
+    SimRig::start(config, "gemini", |sim, _| section(sim, "gemini-e2e", extra)).await
 }
 
 fn section(sim: &Simulator, model: &str, extra: &str) -> String {
@@ -77,7 +48,7 @@ fn section(sim: &Simulator, model: &str, extra: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_commits_the_corpus_once_inline_with_the_reviewers_findings() {
-    let rig = GeminiRig::start(Duration::from_millis(200), Faults::default(), "").await;
+    let rig = gemini_rig(Duration::from_millis(200), Faults::default(), "").await;
     let server = rig.serve(&[], None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
@@ -99,7 +70,7 @@ async fn gemini_commits_the_corpus_once_inline_with_the_reviewers_findings() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_large_batches_go_through_the_file_api_and_torn_lines_are_retried() {
     let faults = Faults { malformed_line_every: 4, ..Faults::default() };
-    let rig = GeminiRig::start(Duration::from_millis(200), faults, "inline_max_bytes = 1000").await;
+    let rig = gemini_rig(Duration::from_millis(200), faults, "inline_max_bytes = 1000").await;
     let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
@@ -130,42 +101,17 @@ async fn gemini_large_batches_go_through_the_file_api_and_torn_lines_are_retried
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_kill_after_create_before_the_batch_name_is_stored_finds_the_batch() {
     let faults = Faults { foreign_batches: 120, ..Faults::default() };
-    let rig = GeminiRig::start(Duration::from_millis(500), faults, "").await;
-    let mut server = rig.serve(ONE_BATCH, Some("after-submit-before-job-id"));
-    intake_corpus(&server.api()).await;
-    expect_crash(&mut server, "after-submit-before-job-id");
-
-    let stats = rig.stats();
-    assert_eq!(stats.batches_created, 1, "{stats:#?}");
-    let report = assert_verifies(&rig.dir.path().join("commitpoint.redb"));
-    assert_report_counts(&report, CORPUS.len(), &[&format!("submitted: {}", CORPUS.len())]);
-
-    let server = rig.serve(ONE_BATCH, None);
-    let stats = assert_recovered_once(server, || rig.stats()).await;
+    let rig = gemini_rig(Duration::from_millis(500), faults, "").await;
+    let stats = killed_after_the_create_the_job_is_found_again(&rig).await;
     assert!(stats.batches_listed >= 2, "the lookup paged past 120 foreign batches: {stats:#?}");
-    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "{stats:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_create_answered_by_a_dropped_connection_is_found_not_resubmitted() {
     let faults = Faults { drop_after_create_next: 1, ..Faults::default() };
-    let rig = GeminiRig::start(Duration::from_millis(200), faults, "").await;
-    let server = rig.serve(ONE_BATCH, None);
-    let api = server.api();
-    let ids = intake_corpus(&api).await;
-
-    assert_all_committed_with_model_findings(&api).await;
-    settle(&api, &ids).await;
-    let stats = rig.stats();
-    assert_eq!(stats.dropped_connections, 1, "{stats:#?}");
-    assert_eq!(stats.batches_created, 1, "the unanswered create was looked up, not repeated: {stats:#?}");
+    let rig = gemini_rig(Duration::from_millis(200), faults, "").await;
+    let stats = a_dropped_create_is_looked_up_not_repeated(&rig).await;
     assert!(stats.batches_listed >= 1, "{stats:#?}");
-    assert_submitted(&stats, &ids, 1);
-    let health = health(&api).await;
-    assert_eq!(counter(&health, "batches_recovered"), 1, "{health:#}");
-
-    let report = finish(server);
-    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
 }
 
 /// Google sends no `Retry-After` header: the delay is `RetryInfo.retryDelay` in the body.
@@ -173,7 +119,7 @@ async fn gemini_create_answered_by_a_dropped_connection_is_found_not_resubmitted
 async fn gemini_resource_exhausted_waits_for_the_retry_delay_then_succeeds() {
     const RETRY_SECS: u32 = 2;
     let faults = Faults { rate_limit_next: 1, retry_after_secs: RETRY_SECS, ..Faults::default() };
-    let rig = GeminiRig::start(Duration::from_millis(200), faults, "").await;
+    let rig = gemini_rig(Duration::from_millis(200), faults, "").await;
     let server = rig.serve(&[], None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
@@ -204,7 +150,7 @@ async fn gemini_resource_exhausted_waits_for_the_retry_delay_then_succeeds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_expired_batch_is_requeued_whole_and_commits_once() {
     let faults = Faults { expire_batches: true, ..Faults::default() };
-    let rig = GeminiRig::start(Duration::from_millis(300), faults, "").await;
+    let rig = gemini_rig(Duration::from_millis(300), faults, "").await;
     let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
@@ -241,7 +187,7 @@ fn provider_check(dir: &Path, sim: &Simulator, model: &str, key: &str) -> Output
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_provider_check_accepts_the_key_and_model_and_quotes_refusals() {
     let faults = Faults { missing_models: vec!["gemini-gone".to_string()], ..Faults::default() };
-    let rig = GeminiRig::start(Duration::from_millis(200), faults, "").await;
+    let rig = gemini_rig(Duration::from_millis(200), faults, "").await;
     let dir = temp_dir();
     let out = provider_check(dir.path(), &rig.sim, "gemini-e2e", KEY);
     assert_eq!(out.status.code(), Some(0), "{}\n{}", stdout(&out), stderr(&out));
@@ -258,9 +204,9 @@ async fn gemini_provider_check_accepts_the_key_and_model_and_quotes_refusals() {
 /// `config check` reports the Gemini view of every schema and refuses one Gemini cannot take.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_config_check_reports_the_view_and_refuses_an_inexpressible_schema() {
-    let rig = GeminiRig::start(Duration::from_millis(200), Faults::default(), "").await;
+    let rig = gemini_rig(Duration::from_millis(200), Faults::default(), "").await;
     let env = [(KEY_ENV, KEY)];
-    let out = cli_with_env(&["config", "check", "--config", &rig.config], &env);
+    let out = cli_with_env(&["config", "check", "--config", rig.config_path()], &env);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
     assert!(text.contains("kind = \"gemini\""), "{text}");
@@ -274,7 +220,7 @@ async fn gemini_config_check_reports_the_view_and_refuses_an_inexpressible_schem
         "x-commitpoint-identity": ["/code"]});
     std::fs::write(schemas.join("merged@1.json"), merged.to_string()).expect("write schema");
     let schema_dir = schemas.display().to_string();
-    let out = cli_with_env(&["config", "check", "--config", &rig.config, "--schema-dir", &schema_dir], &env);
+    let out = cli_with_env(&["config", "check", "--config", rig.config_path(), "--schema-dir", &schema_dir], &env);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(78), "{err}");
     assert!(err.contains("merged@1") && err.contains("gemini") && err.contains("allOf"), "{err}");
@@ -287,7 +233,7 @@ async fn gemini_config_check_reports_the_view_and_refuses_an_inexpressible_schem
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_a_request_over_the_input_limit_fails_invalid_request_after_one_batch() {
     let faults = Faults { max_input_tokens: 5_000, ..Faults::default() };
-    let rig = GeminiRig::start(Duration::from_millis(100), faults, "").await;
+    let rig = gemini_rig(Duration::from_millis(100), faults, "").await;
     let server = rig.serve(&[], None);
     let api = server.api();
     let mut ids = intake_corpus(&api).await;
@@ -316,7 +262,7 @@ async fn gemini_a_request_over_the_input_limit_fails_invalid_request_after_one_b
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_an_answer_without_a_finish_reason_is_never_committed() {
     let faults = Faults { unfinished_every: 2, ..Faults::default() };
-    let rig = GeminiRig::start(Duration::from_millis(100), faults, "").await;
+    let rig = gemini_rig(Duration::from_millis(100), faults, "").await;
     let server = rig.serve(&[], None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
@@ -340,7 +286,7 @@ async fn gemini_an_answer_without_a_finish_reason_is_never_committed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_an_unknown_model_fails_invalid_request_without_retries_or_leftover_files() {
     let faults = Faults { missing_models: vec!["gemini-e2e".to_string()], ..Faults::default() };
-    let rig = GeminiRig::start(Duration::from_millis(100), faults, "inline_max_bytes = 1000").await;
+    let rig = gemini_rig(Duration::from_millis(100), faults, "inline_max_bytes = 1000").await;
     let server = rig.serve(&[], None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
@@ -360,7 +306,7 @@ async fn gemini_an_unknown_model_fails_invalid_request_without_retries_or_leftov
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_an_error_row_without_its_key_is_matched_by_elimination() {
     let faults = Faults { max_input_tokens: 5_000, keyless_error_every: 1, ..Faults::default() };
-    let rig = GeminiRig::start(Duration::from_millis(100), faults, "").await;
+    let rig = gemini_rig(Duration::from_millis(100), faults, "").await;
     let server = rig.serve(&[], None);
     let api = server.api();
     let big = format!("// a long file\n{}", "fn filler() { let x = 1; }\n".repeat(1_000));

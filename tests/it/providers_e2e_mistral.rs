@@ -12,50 +12,25 @@ use commitpoint::simulator::{Dialect, Faults, Simulator, SimulatorConfig};
 use serde_json::json;
 
 use crate::provider::assert_corpus_committed_once;
-use crate::provider::{
-    CORPUS, Rig, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts,
-    assert_submitted, counter, finish, health, intake_corpus, settle, settle_failed,
+use crate::provider::{CORPUS, assert_report_counts, counter, finish, health, intake_corpus, settle, settle_failed};
+use crate::providers_e2e::{
+    KEY, KEY_ENV, ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated, assert_billed_by,
+    killed_after_the_create_the_job_is_found_again, write_config,
 };
-use crate::providers_e2e::{KEY, KEY_ENV, ONE_BATCH, assert_billed_by, expect_crash, serve, write_config};
-use crate::util::{Server, assert_verifies, cli_with_env, run_to_end, stderr, stdout, temp_dir};
+use crate::util::{cli_with_env, run_to_end, stderr, stdout, temp_dir};
 
 const MODEL: &str = "mistral-small-latest";
 
-/// The simulator's Mistral dialect in the shared rig (its counters and waits), and a config
-/// naming it.
-struct MistralRig {
-    rig: Rig,
-    config: String,
-}
-
-impl MistralRig {
-    async fn start(complete_after: Duration, faults: Faults) -> MistralRig {
-        let config = SimulatorConfig {
-            dialect: Dialect::Mistral,
-            api_key: Some(KEY.into()),
-            complete_after,
-            faults,
-            ..SimulatorConfig::default()
-        };
-        let sim = Simulator::start("127.0.0.1:0".parse().expect("loopback address"), config)
-            .await
-            .expect("start the simulator");
-        let rig = Rig { sim, dir: temp_dir() };
-        let config = write_config(rig.dir.path(), &section(&rig.sim, MODEL, ""), "mistral");
-        MistralRig { rig, config }
-    }
-
-    fn serve(&self, extra: &[&str], failpoint: Option<&str>) -> Server {
-        serve(self.rig.dir.path(), &self.config, extra, failpoint)
-    }
-}
-
-impl std::ops::Deref for MistralRig {
-    type Target = Rig;
-
-    fn deref(&self) -> &Rig {
-        &self.rig
-    }
+/// The simulator's Mistral dialect, and a config naming it.
+async fn mistral_rig(complete_after: Duration, faults: Faults) -> SimRig {
+    let config = SimulatorConfig {
+        dialect: Dialect::Mistral,
+        api_key: Some(KEY.into()),
+        complete_after,
+        faults,
+        ..SimulatorConfig::default()
+    };
+    SimRig::start(config, "mistral", |sim, _| section(sim, MODEL, "")).await
 }
 
 fn section(sim: &Simulator, model: &str, extra: &str) -> String {
@@ -67,7 +42,7 @@ fn section(sim: &Simulator, model: &str, extra: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mistral_commits_the_corpus_once_with_the_reviewers_findings() {
-    let rig = MistralRig::start(Duration::from_millis(200), Faults::default()).await;
+    let rig = mistral_rig(Duration::from_millis(200), Faults::default()).await;
     let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
@@ -89,40 +64,16 @@ async fn mistral_commits_the_corpus_once_with_the_reviewers_findings() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mistral_kill_after_create_before_the_job_id_is_stored_finds_the_job() {
     let faults = Faults { foreign_batches: 150, ..Faults::default() };
-    let rig = MistralRig::start(Duration::from_millis(500), faults).await;
-    let mut server = rig.serve(ONE_BATCH, Some("after-submit-before-job-id"));
-    intake_corpus(&server.api()).await;
-    expect_crash(&mut server, "after-submit-before-job-id");
-
-    assert_eq!(rig.stats().batches_created, 1, "{:#?}", rig.stats());
-    let report = assert_verifies(&rig.db());
-    assert_report_counts(&report, CORPUS.len(), &[&format!("submitted: {}", CORPUS.len())]);
-
-    let server = rig.serve(ONE_BATCH, None);
-    let stats = assert_recovered_once(server, || rig.stats()).await;
+    let rig = mistral_rig(Duration::from_millis(500), faults).await;
+    let stats = killed_after_the_create_the_job_is_found_again(&rig).await;
     assert!(stats.batches_listed >= 2, "the lookup paged past 150 foreign jobs: {stats:#?}");
-    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "{stats:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mistral_create_answered_by_a_dropped_connection_is_found_not_resubmitted() {
     let faults = Faults { drop_after_create_next: 1, ..Faults::default() };
-    let rig = MistralRig::start(Duration::from_millis(200), faults).await;
-    let server = rig.serve(ONE_BATCH, None);
-    let api = server.api();
-    let ids = intake_corpus(&api).await;
-
-    assert_all_committed_with_model_findings(&api).await;
-    settle(&api, &ids).await;
-    let stats = rig.stats();
-    assert_eq!(stats.dropped_connections, 1, "{stats:#?}");
-    assert_eq!(stats.batches_created, 1, "the unanswered create was looked up, not repeated: {stats:#?}");
-    assert_submitted(&stats, &ids, 1);
-    let health = health(&api).await;
-    assert_eq!(counter(&health, "batches_recovered"), 1, "{health:#}");
-
-    let report = finish(server);
-    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+    let rig = mistral_rig(Duration::from_millis(200), faults).await;
+    a_dropped_create_is_looked_up_not_repeated(&rig).await;
 }
 
 /// A prompt over the model's context comes back as that line's 400 in the error file, in a
@@ -131,7 +82,7 @@ async fn mistral_create_answered_by_a_dropped_connection_is_found_not_resubmitte
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mistral_per_line_errors_refuse_one_request_and_retry_another() {
     let faults = Faults { max_input_tokens: 5_000, failed_line_every: 3, ..Faults::default() };
-    let rig = MistralRig::start(Duration::from_millis(100), faults).await;
+    let rig = mistral_rig(Duration::from_millis(100), faults).await;
     let server = rig.serve(&["--batch-max-size", "7", "--batch-max-wait", "2s"], None);
     let api = server.api();
     let mut ids = intake_corpus(&api).await;
@@ -162,7 +113,7 @@ async fn mistral_per_line_errors_refuse_one_request_and_retry_another() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mistral_an_unknown_model_fails_invalid_request_without_leftover_files() {
     let faults = Faults { missing_models: vec![MODEL.to_string()], ..Faults::default() };
-    let rig = MistralRig::start(Duration::from_millis(100), faults).await;
+    let rig = mistral_rig(Duration::from_millis(100), faults).await;
     let server = rig.serve(&[], None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
@@ -185,7 +136,7 @@ fn provider_check(dir: &Path, sim: &Simulator, model: &str, key: &str) -> Output
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mistral_provider_check_accepts_the_key_and_model_and_quotes_refusals() {
     let faults = Faults { missing_models: vec!["mistral-gone".to_string()], ..Faults::default() };
-    let rig = MistralRig::start(Duration::from_millis(200), faults).await;
+    let rig = mistral_rig(Duration::from_millis(200), faults).await;
     let dir = temp_dir();
     let out = provider_check(dir.path(), &rig.sim, MODEL, KEY);
     assert_eq!(out.status.code(), Some(0), "{}\n{}", stdout(&out), stderr(&out));
@@ -203,9 +154,9 @@ async fn mistral_provider_check_accepts_the_key_and_model_and_quotes_refusals() 
 /// would send every call to the wrong place, naming the key (exit 78).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mistral_config_check_describes_the_provider_and_refuses_bad_settings() {
-    let rig = MistralRig::start(Duration::from_millis(200), Faults::default()).await;
+    let rig = mistral_rig(Duration::from_millis(200), Faults::default()).await;
     let env = [(KEY_ENV, KEY)];
-    let out = cli_with_env(&["config", "check", "--config", &rig.config], &env);
+    let out = cli_with_env(&["config", "check", "--config", rig.config_path()], &env);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
     assert!(text.contains("kind = \"mistral\"") && text.contains("max_tokens = 4000"), "{text}");

@@ -13,7 +13,7 @@ use crate::provider::{
     CORPUS, TENANT, assert_all_committed_with_model_findings, assert_report_counts, assert_submitted, corpus_ids,
     expected_id, finish, settle,
 };
-use crate::providers_e2e::AnthropicRig;
+use crate::providers_e2e::{SimRig, anthropic_rig};
 use crate::util::Api;
 
 /// Three sources make a batch the moment the third arrives.
@@ -48,7 +48,7 @@ async fn create_all(api: &Api, sources: &[crate::provider::Source]) -> BTreeSet<
 }
 
 /// Asserts, for a while, that every `ids` record stays pending and the provider sees no new batch.
-async fn assert_held(rig: &AnthropicRig, api: &Api, ids: &BTreeSet<String>, batches: u64, how_long: Duration) {
+async fn assert_held(rig: &SimRig, api: &Api, ids: &BTreeSet<String>, batches: u64, how_long: Duration) {
     let deadline = Instant::now() + how_long;
     while Instant::now() < deadline {
         for id in ids {
@@ -64,7 +64,7 @@ async fn assert_held(rig: &AnthropicRig, api: &Api, ids: &BTreeSet<String>, batc
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_provider_finishes_its_live_batch_and_submits_nothing_new_until_resumed() {
     let (first, second) = CORPUS.split_at(3);
-    let rig = AnthropicRig::start(Duration::from_millis(1500), Faults::default()).await;
+    let rig = anthropic_rig(Duration::from_millis(1500), Faults::default()).await;
     let mut server = rig.serve(BATCHES_OF_THREE, None);
     let api = server.api();
     let live = create_all(&api, first).await;

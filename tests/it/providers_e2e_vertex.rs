@@ -16,17 +16,20 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use commitpoint::simulator::{Dialect, Faults, Simulator, SimulatorConfig, Stats};
+use commitpoint::simulator::{Dialect, Faults, SimulatorConfig};
 use serde_json::{Value, json};
 
 use crate::gcs_emulator::Gcs;
 use crate::provider::assert_corpus_committed_once;
 use crate::provider::{
-    CORPUS, SETTLE, assert_all_committed_with_model_findings, assert_recovered_once, assert_report_counts,
-    assert_submitted, counter, finish, health, intake_corpus, settle,
+    CORPUS, SETTLE, assert_all_committed_with_model_findings, assert_report_counts, counter, finish, health,
+    intake_corpus, settle,
 };
-use crate::providers_e2e::{ONE_BATCH, assert_billed_by, expect_crash, write_config};
-use crate::util::{Server, cli, run_to_end, stderr, stdout, temp_dir};
+use crate::providers_e2e::{
+    ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated, assert_billed_by,
+    killed_after_the_create_the_job_is_found_again,
+};
+use crate::util::{cli, run_to_end, stderr, stdout};
 
 const IN_BUCKET: &str = "cp-vertex-in";
 const OUT_BUCKET: &str = "cp-vertex-out";
@@ -34,11 +37,11 @@ const PROJECT: &str = "commitpoint-test";
 const LOCATION: &str = "us-central1";
 const MODEL: &str = "gemini-2.5-flash";
 
+/// The shared rig on the simulator's Vertex dialect, with the Cloud Storage it reads and
+/// writes.
 struct VertexRig {
     gcs: Gcs,
-    sim: Simulator,
-    dir: tempfile::TempDir,
-    config: String,
+    rig: SimRig,
     /// `host:port` of the simulator's metadata server, for a rig without a key file.
     metadata_host: Option<String>,
 }
@@ -88,47 +91,34 @@ impl VertexRig {
             gcs_endpoint: Some(gcs.endpoint.clone()),
             ..SimulatorConfig::default()
         };
-        let sim = Simulator::start("127.0.0.1:0".parse().expect("loopback address"), config)
-            .await
-            .expect("start the simulator");
-        let dir = temp_dir();
-        let credentials = match auth {
-            Auth::KeyFile => {
-                format!("credentials_file = \"{}\"\n", key_file(dir.path(), &format!("{}/token", sim.origin())))
-            }
-            Auth::MetadataServer => String::new(),
-        };
+        let gcs_endpoint = gcs.endpoint.clone();
+        let mut rig = SimRig::start(config, "vertex", |sim, dir| {
+            let credentials = match auth {
+                Auth::KeyFile => format!("credentials_file = \"{}\"\n", key_file(dir, &format!("{}/token", sim.origin()))),
+                Auth::MetadataServer => String::new(),
+            };
+            format!(
+                "[providers.vertex]\nkind = \"vertex\"\nproject = \"{PROJECT}\"\nlocation = \"{LOCATION}\"\nmodel = \"{MODEL}\"\n\
+                 input_gcs_uri = \"gs://{IN_BUCKET}/commitpoint/in/\"\noutput_gcs_uri = \"gs://{OUT_BUCKET}/commitpoint/out/\"\n\
+                 {credentials}endpoint = \"{}\"\ngcs_endpoint = \"{gcs_endpoint}\"\n{extra}\n",
+                sim.base_url(),
+            )
+        })
+        .await;
         let metadata_host =
-            (auth == Auth::MetadataServer).then(|| sim.origin().trim_start_matches("http://").to_string());
-        let section = format!(
-            "[providers.vertex]\nkind = \"vertex\"\nproject = \"{PROJECT}\"\nlocation = \"{LOCATION}\"\nmodel = \"{MODEL}\"\n\
-             input_gcs_uri = \"gs://{IN_BUCKET}/commitpoint/in/\"\noutput_gcs_uri = \"gs://{OUT_BUCKET}/commitpoint/out/\"\n\
-             {credentials}endpoint = \"{}\"\ngcs_endpoint = \"{}\"\n{extra}\n",
-            sim.base_url(),
-            gcs.endpoint
-        );
-        let config = write_config(dir.path(), &section, "vertex");
-        VertexRig { gcs, sim, dir, config, metadata_host }
+            (auth == Auth::MetadataServer).then(|| rig.sim.origin().trim_start_matches("http://").to_string());
+        if let Some(host) = &metadata_host {
+            rig = rig.with_env("GCE_METADATA_HOST", host.clone());
+        }
+        VertexRig { gcs, rig, metadata_host }
     }
+}
 
-    fn serve(&self, extra: &[&str], failpoint: Option<&str>) -> Server {
-        let mut args = vec!["--config", self.config.as_str(), "--poll-interval", "100ms"];
-        if !extra.contains(&"--batch-max-wait") {
-            args.extend(["--batch-max-wait", "200ms"]);
-        }
-        args.extend_from_slice(extra);
-        let mut env = Vec::new();
-        if let Some(point) = failpoint {
-            env.push(("COMMITPOINT_FAILPOINTS", point));
-        }
-        if let Some(host) = &self.metadata_host {
-            env.push(("GCE_METADATA_HOST", host.as_str()));
-        }
-        Server::start_with_env(self.dir.path(), &args, &env)
-    }
+impl std::ops::Deref for VertexRig {
+    type Target = SimRig;
 
-    fn stats(&self) -> Stats {
-        self.sim.stats()
+    fn deref(&self) -> &SimRig {
+        &self.rig
     }
 }
 
@@ -214,14 +204,7 @@ async fn vertex_input_lines_carry_the_key_and_a_gemini_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vertex_kill_after_create_before_the_job_name_is_stored_finds_the_job_by_label() {
     let rig = VertexRig::start(Duration::from_millis(500), Faults::default(), "").await;
-    let mut server = rig.serve(ONE_BATCH, Some("after-submit-before-job-id"));
-    intake_corpus(&server.api()).await;
-    expect_crash(&mut server, "after-submit-before-job-id");
-    assert_eq!(rig.stats().batches_created, 1);
-
-    let server = rig.serve(ONE_BATCH, None);
-    let stats = assert_recovered_once(server, || rig.stats()).await;
-    assert!(stats.batches_listed >= 1, "looked up by label: {stats:#?}");
+    killed_after_the_create_the_job_is_found_again(&rig).await;
 }
 
 /// A create answered by a dropped connection (the job exists, the answer is lost): the
@@ -231,18 +214,8 @@ async fn vertex_kill_after_create_before_the_job_name_is_stored_finds_the_job_by
 async fn vertex_create_answered_by_a_dropped_connection_makes_no_second_job() {
     let faults = Faults { drop_after_create_next: 1, rate_limit_next: 1, ..Faults::default() };
     let rig = VertexRig::start(Duration::from_millis(300), faults, "").await;
-    let server = rig.serve(ONE_BATCH, None);
-    let api = server.api();
-    let ids = intake_corpus(&api).await;
-
-    assert_all_committed_with_model_findings(&api).await;
-    let stats = rig.stats();
-    assert_eq!((stats.dropped_connections, stats.rate_limited), (1, 1), "{stats:#?}");
-    assert_eq!(stats.batches_created, 1, "the unanswered create was resolved, not repeated: {stats:#?}");
-    assert!(stats.batches_listed >= 1, "looked up by label: {stats:#?}");
-    assert_submitted(&stats, &ids, 1);
-    let report = finish(server);
-    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+    let stats = a_dropped_create_is_looked_up_not_repeated(&rig).await;
+    assert_eq!(stats.rate_limited, 1, "{stats:#?}");
 }
 
 /// A job that ends `JOB_STATE_EXPIRED` wrote nothing: every member goes back to the queue
@@ -389,7 +362,7 @@ async fn vertex_provider_check_and_config_check() {
     };
     // Another model missing changes nothing for the configured one.
     rig.sim.set_faults(Faults { missing_models: vec!["gemini-gone".to_string()], ..Faults::default() });
-    let out = check(&rig.config);
+    let out = check(rig.config_path());
     assert_eq!(out.status.code(), Some(0), "{}\n{}", stdout(&out), stderr(&out));
     assert!(stdout(&out).contains("vertex / code-review@1: accepted"), "{}", stdout(&out));
     let stats = rig.stats();
@@ -397,7 +370,7 @@ async fn vertex_provider_check_and_config_check() {
     assert_eq!(stats.tokens_counted, 1, "the model was asked, through countTokens: {stats:#?}");
 
     // A model this project cannot use fails the check, named, in Vertex's words.
-    let text = std::fs::read_to_string(&rig.config).expect("read config");
+    let text = std::fs::read_to_string(rig.config_path()).expect("read config");
     let gone = rig.dir.path().join("gone.toml");
     std::fs::write(&gone, text.replace(&format!("model = \"{MODEL}\""), "model = \"gemini-gone\"")).expect("write");
     let out = check(&gone.display().to_string());
@@ -409,12 +382,12 @@ async fn vertex_provider_check_and_config_check() {
 
     // A token Vertex no longer accepts is refused in Google's words.
     rig.sim.set_faults(Faults { unauthorized_next: 1, ..Faults::default() });
-    let out = check(&rig.config);
+    let out = check(rig.config_path());
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     assert!(stdout(&out).contains("UNAUTHENTICATED"), "{}", stdout(&out));
 
-    let text = std::fs::read_to_string(&rig.config).expect("read config");
-    let out = cli(&["config", "check", "--config", &rig.config]);
+    let text = std::fs::read_to_string(rig.config_path()).expect("read config");
+    let out = cli(&["config", "check", "--config", rig.config_path()]);
     let shown = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{shown}\n{}", stderr(&out));
     assert!(shown.contains("kind = \"vertex\"") && shown.contains(&format!("project = \"{PROJECT}\"")), "{shown}");
@@ -469,7 +442,7 @@ async fn vertex_provider_check_names_an_unreachable_metadata_server() {
     let rig = VertexRig::start_with(Duration::from_millis(300), Faults::default(), "", Auth::MetadataServer).await;
     let check = |host: &str| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_commitpoint"));
-        cmd.args(["provider", "check", "--config", &rig.config])
+        cmd.args(["provider", "check", "--config", rig.config_path()])
             .current_dir(rig.dir.path())
             .env("COMMITPOINT_LOG", "warn")
             .env("GCE_METADATA_HOST", host);
@@ -495,7 +468,7 @@ async fn vertex_provider_check_names_an_unreachable_metadata_server() {
 
     // A host that is not `host[:port]` is a configuration error: refused at start, named.
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_commitpoint"));
-    cmd.args(["config", "check", "--config", &rig.config])
+    cmd.args(["config", "check", "--config", rig.config_path()])
         .current_dir(rig.dir.path())
         .env("GCE_METADATA_HOST", "http://metadata.example/");
     let out = run_to_end(cmd);
