@@ -207,3 +207,55 @@ pub async fn a_dropped_create_is_looked_up_not_repeated(rig: &SimRig) -> Stats {
     assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
     stats
 }
+
+/// The rig's first job expires having run nothing (its faults say `expire_batches`); `then`
+/// are the simulator's faults from that job on. Every member goes back to the queue and
+/// commits once from the next job, its attempt counted. Returns the simulator's counters
+/// and the provider's health for the dialect's own checks.
+pub async fn an_expired_job_is_requeued_whole(rig: &SimRig, then: Faults) -> (Stats, Value) {
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    rig.wait_stats("the first job", |s| s.batches_created >= 1).await;
+    rig.sim.set_faults(then);
+
+    let records = settle(&api, &ids).await;
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 2, "{stats:#?}");
+    assert_submitted(&stats, &ids, 2);
+    assert_eq!(stats.max_live_batches_per_custom_id, 1, "never in two live jobs: {stats:#?}");
+    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "nothing answered twice: {stats:#?}");
+    assert!(records.values().all(|r| r["attempts"] == serde_json::json!(2)), "{records:#?}");
+    let health = health(&api).await;
+    assert_eq!(counter(&health, "members_requeued"), CORPUS.len() as u64, "{health:#}");
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+    (stats, health)
+}
+
+/// A request over the model's input limit (the rig's faults set `max_input_tokens`) is
+/// refused on its own line of a job that succeeds: it fails `invalid_request` after one
+/// job, sent once, and the rest of the corpus commits. Returns its failure reason, in the
+/// provider's words.
+pub async fn a_request_over_the_input_limit_fails_alone(rig: &SimRig) -> String {
+    let server = rig.serve(&[], None);
+    let api = server.api();
+    let mut ids = intake_corpus(&api).await;
+    let big = format!("// a long file\n{}", "fn filler() { let x = 1; }\n".repeat(1_000));
+    let over = api.create(crate::provider::TENANT, "huge.rs", &big).await;
+    ids.insert(over.clone());
+    let records = settle(&api, &ids).await;
+    let failed = &records[&over];
+    assert_eq!(failed["state"], "failed", "{failed:#}");
+    assert_eq!(failed["failure_class"], "invalid_request", "{failed:#}");
+    let stats = rig.stats();
+    assert_eq!(stats.submissions_per_custom_id.get(&over), Some(&1), "sent once: {stats:#?}");
+    for (id, record) in &records {
+        if *id != over {
+            assert_eq!(record["state"], "committed", "{record:#}");
+        }
+    }
+    finish(server);
+    failed["failure_reason"].as_str().unwrap_or_default().to_string()
+}

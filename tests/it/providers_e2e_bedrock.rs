@@ -21,7 +21,7 @@ use crate::provider::{
     health, intake_corpus, settle,
 };
 use crate::providers_e2e::{
-    ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated, assert_billed_by,
+    ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated, an_expired_job_is_requeued_whole, assert_billed_by,
     killed_after_the_create_the_job_is_found_again,
 };
 use crate::util::{cli_with_env, run_to_end, stderr, stdout, temp_dir};
@@ -215,20 +215,7 @@ async fn bedrock_throttling_is_waited_out_then_the_job_runs() {
 async fn bedrock_expired_job_never_ran_and_is_requeued_whole() {
     let faults = Faults { expire_batches: true, ..Faults::default() };
     let rig = BedrockRig::start(Duration::from_millis(300), faults, "").await;
-    let server = rig.serve(ONE_BATCH, None);
-    let api = server.api();
-    let ids = intake_corpus(&api).await;
-    rig.wait_stats("the first job", |s| s.batches_created >= 1).await;
-    rig.sim.set_faults(Faults { bedrock_min_records: 1, ..Faults::default() });
-
-    let records = settle(&api, &ids).await;
-    assert_all_committed_with_model_findings(&api).await;
-    let stats = rig.stats();
-    assert_eq!(stats.batches_created, 2, "{stats:#?}");
-    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "nothing answered twice: {stats:#?}");
-    assert!(records.values().all(|r| r["attempts"] == json!(2)), "{records:#?}");
-    let report = finish(server);
-    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+    an_expired_job_is_requeued_whole(&rig, Faults { bedrock_min_records: 1, ..Faults::default() }).await;
 }
 
 /// Records missing from a `PartiallyCompleted` job (its timeout came while it ran: "not

@@ -18,7 +18,8 @@ use crate::provider::{
     intake_corpus, settle, settle_failed,
 };
 use crate::providers_e2e::{
-    KEY, KEY_ENV, ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated, assert_billed_by,
+    KEY, KEY_ENV, ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated,
+    a_request_over_the_input_limit_fails_alone, an_expired_job_is_requeued_whole, assert_billed_by,
     killed_after_the_create_the_job_is_found_again,
 };
 use crate::util::{cli_with_env, run_to_end, stderr, stdout, temp_dir};
@@ -151,27 +152,8 @@ async fn gemini_resource_exhausted_waits_for_the_retry_delay_then_succeeds() {
 async fn gemini_expired_batch_is_requeued_whole_and_commits_once() {
     let faults = Faults { expire_batches: true, ..Faults::default() };
     let rig = gemini_rig(Duration::from_millis(300), faults, "").await;
-    let server = rig.serve(ONE_BATCH, None);
-    let api = server.api();
-    let ids = intake_corpus(&api).await;
-    rig.wait_stats("the first batch", |s| s.batches_created >= 1).await;
-    rig.sim.set_faults(Faults::default());
-
-    let records = settle(&api, &ids).await;
-    let stats = rig.stats();
-    assert_eq!(stats.batches_created, 2, "{stats:#?}");
-    assert_submitted(&stats, &ids, 2);
-    assert_eq!(stats.max_live_batches_per_custom_id, 1, "{stats:#?}");
-    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "nothing billed twice: {stats:#?}");
-    assert!(records.values().all(|r| r["attempts"] == json!(2)), "{records:#?}");
-    assert_all_committed_with_model_findings(&api).await;
-    let health = health(&api).await;
-    assert_eq!(counter(&health, "members_requeued"), CORPUS.len() as u64, "{health:#}");
+    let (_, health) = an_expired_job_is_requeued_whole(&rig, Faults::default()).await;
     assert_eq!(counter(&health, "batches_closed"), 2, "{health:#}");
-    assert_billed_by(&api, &ids, "gemini").await;
-
-    let report = finish(server);
-    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
 }
 
 fn provider_check(dir: &Path, sim: &Simulator, model: &str, key: &str) -> Output {
@@ -234,26 +216,8 @@ async fn gemini_config_check_reports_the_view_and_refuses_an_inexpressible_schem
 async fn gemini_a_request_over_the_input_limit_fails_invalid_request_after_one_batch() {
     let faults = Faults { max_input_tokens: 5_000, ..Faults::default() };
     let rig = gemini_rig(Duration::from_millis(100), faults, "").await;
-    let server = rig.serve(&[], None);
-    let api = server.api();
-    let mut ids = intake_corpus(&api).await;
-    let big = format!("// a long file\n{}", "fn filler() { let x = 1; }\n".repeat(1_000));
-    let over = api.create(crate::provider::TENANT, "huge.rs", &big).await;
-    ids.insert(over.clone());
-    let records = settle(&api, &ids).await;
-    let failed = &records[&over];
-    assert_eq!(failed["state"], json!("failed"), "{failed:#}");
-    assert_eq!(failed["failure_class"], json!("invalid_request"), "{failed:#}");
-    let reason = failed["failure_reason"].as_str().unwrap_or_default();
-    assert!(reason.contains("INVALID_ARGUMENT") && reason.contains("exceeds the maximum"), "{failed:#}");
-    let stats = rig.stats();
-    assert_eq!(stats.submissions_per_custom_id.get(&over), Some(&1), "sent once: {stats:#?}");
-    for (id, record) in &records {
-        if *id != over {
-            assert_eq!(record["state"], json!("committed"), "{record:#}");
-        }
-    }
-    finish(server);
+    let reason = a_request_over_the_input_limit_fails_alone(&rig).await;
+    assert!(reason.contains("INVALID_ARGUMENT") && reason.contains("exceeds the maximum"), "{reason}");
 }
 
 /// An answer without a `finishReason` comes from a model that has not stopped (the API

@@ -26,8 +26,8 @@ use crate::provider::{
     intake_corpus, settle,
 };
 use crate::providers_e2e::{
-    ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated, assert_billed_by,
-    killed_after_the_create_the_job_is_found_again,
+    ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated, a_request_over_the_input_limit_fails_alone,
+    an_expired_job_is_requeued_whole, assert_billed_by, killed_after_the_create_the_job_is_found_again,
 };
 use crate::util::{cli, run_to_end, stderr, stdout};
 
@@ -224,24 +224,7 @@ async fn vertex_create_answered_by_a_dropped_connection_makes_no_second_job() {
 async fn vertex_expired_job_is_requeued_whole_and_commits_once() {
     let faults = Faults { expire_batches: true, ..Faults::default() };
     let rig = VertexRig::start(Duration::from_millis(300), faults, "").await;
-    let server = rig.serve(ONE_BATCH, None);
-    let api = server.api();
-    let ids = intake_corpus(&api).await;
-    let deadline = Instant::now() + SETTLE;
-    while rig.stats().batches_created == 0 {
-        assert!(Instant::now() < deadline, "no job was created: {:#?}", rig.stats());
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    rig.sim.set_faults(Faults::default());
-
-    let records = settle(&api, &ids).await;
-    assert_all_committed_with_model_findings(&api).await;
-    let stats = rig.stats();
-    assert_eq!(stats.batches_created, 2, "{stats:#?}");
-    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "nothing answered twice: {stats:#?}");
-    assert!(records.values().all(|r| r["attempts"] == json!(2)), "{records:#?}");
-    let report = finish(server);
-    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+    an_expired_job_is_requeued_whole(&rig, Faults::default()).await;
 }
 
 /// A request over the model's input limit comes back as a prediction line whose `status`
@@ -251,26 +234,8 @@ async fn vertex_expired_job_is_requeued_whole_and_commits_once() {
 async fn vertex_a_line_with_an_invalid_argument_status_fails_after_one_job() {
     let faults = Faults { max_input_tokens: 5_000, ..Faults::default() };
     let rig = VertexRig::start(Duration::from_millis(200), faults, "").await;
-    let server = rig.serve(&[], None);
-    let api = server.api();
-    let mut ids = intake_corpus(&api).await;
-    let big = format!("// a long file\n{}", "fn filler() { let x = 1; }\n".repeat(1_000));
-    let over = api.create(crate::provider::TENANT, "huge.rs", &big).await;
-    ids.insert(over.clone());
-    let records = settle(&api, &ids).await;
-    let failed = &records[&over];
-    assert_eq!(failed["state"], json!("failed"), "{failed:#}");
-    assert_eq!(failed["failure_class"], json!("invalid_request"), "{failed:#}");
-    let reason = failed["failure_reason"].as_str().unwrap_or_default();
-    assert!(reason.contains("INVALID_ARGUMENT") && reason.contains("exceeds the maximum"), "{failed:#}");
-    let stats = rig.stats();
-    assert_eq!(stats.submissions_per_custom_id.get(&over), Some(&1), "sent once: {stats:#?}");
-    for (id, record) in &records {
-        if *id != over {
-            assert_eq!(record["state"], json!("committed"), "{record:#}");
-        }
-    }
-    finish(server);
+    let reason = a_request_over_the_input_limit_fails_alone(&rig).await;
+    assert!(reason.contains("INVALID_ARGUMENT") && reason.contains("exceeds the maximum"), "{reason}");
 }
 
 /// A job that ends `JOB_STATE_FAILED` names no request: each member's attempt is counted,
