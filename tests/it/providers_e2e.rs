@@ -259,3 +259,39 @@ pub async fn a_request_over_the_input_limit_fails_alone(rig: &SimRig) -> String 
     finish(server);
     failed["failure_reason"].as_str().unwrap_or_default().to_string()
 }
+
+/// The rig's first job is cut short with the first half of its requests (input order)
+/// answered (its faults say how: `expire_batches`, `partial_batches`); `then` are the
+/// simulator's faults from that job on. The answered half commits from it; the other half
+/// never ran, goes back to the queue, and commits once from one new job. Returns the
+/// simulator's counters and the provider's health for the dialect's own checks.
+pub async fn the_answered_half_of_a_job_cut_short_commits(rig: &SimRig, then: Faults) -> (Stats, Value) {
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    rig.wait_stats("the first job", |s| s.batches_created >= 1).await;
+    rig.sim.set_faults(then);
+
+    let records = settle(&api, &ids).await;
+    assert_all_committed_with_model_findings(&api).await;
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 2, "the unanswered half went into one new job: {stats:#?}");
+    let half = CORPUS.len() / 2;
+    let sent = |times: u64| -> BTreeSet<String> {
+        stats.submissions_per_custom_id.iter().filter(|(_, n)| **n == times).map(|(id, _)| id.clone()).collect()
+    };
+    let (once, twice) = (sent(1), sent(2));
+    assert_eq!((once.len(), twice.len()), (half, CORPUS.len() - half), "{stats:#?}");
+    assert_eq!(once.union(&twice).cloned().collect::<BTreeSet<_>>(), ids);
+    assert_eq!(stats.max_live_batches_per_custom_id, 1, "never in two live jobs: {stats:#?}");
+    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "nothing answered twice: {stats:#?}");
+    for (id, record) in &records {
+        let attempts = if twice.contains(id) { 2 } else { 1 };
+        assert_eq!(record["attempts"], attempts, "the sent-again half is on its second attempt: {record:#}");
+    }
+    let health = health(&api).await;
+    assert_eq!(counter(&health, "members_requeued"), (CORPUS.len() - half) as u64, "{health:#}");
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+    (stats, health)
+}

@@ -2,7 +2,6 @@
 //! the corpus, a 529 overload, a kill between create and persisting the batch id, and a
 //! batch that ends with `expired` lines. Counters of the simulator span restarts.
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use commitpoint::simulator::Faults;
@@ -11,9 +10,12 @@ use serde_json::json;
 use crate::provider::assert_corpus_committed_once;
 use crate::provider::{
     CORPUS, assert_all_committed_with_model_findings, assert_report_counts, assert_submitted, counter, finish, health,
-    intake_corpus, settle,
+    intake_corpus,
 };
-use crate::providers_e2e::{ONE_BATCH, anthropic_rig, assert_billed_by, kill_after_the_create, the_job_is_found_again};
+use crate::providers_e2e::{
+    ONE_BATCH, anthropic_rig, assert_billed_by, kill_after_the_create, the_answered_half_of_a_job_cut_short_commits,
+    the_job_is_found_again,
+};
 
 /// Sampling the simulator's counters every 5 ms leaves this much error in a measured gap.
 const SAMPLING_SLACK: Duration = Duration::from_millis(100);
@@ -89,36 +91,7 @@ async fn anthropic_kill_after_create_before_the_batch_id_is_stored_finds_the_bat
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_expired_lines_are_requeued_and_commit_once_in_a_later_batch() {
     let rig = anthropic_rig(Duration::from_millis(300), Faults { expire_batches: true, ..Faults::default() }).await;
-    let server = rig.serve(ONE_BATCH, None);
-    let api = server.api();
-    let ids = intake_corpus(&api).await;
-    rig.wait_stats("the first batch", |s| s.batches_created >= 1).await;
-    // Faults are read when a batch is created: only the first one expires.
-    rig.sim.set_faults(Faults::default());
-
-    let records = settle(&api, &ids).await;
-    let stats = rig.stats();
-    assert_eq!(stats.batches_created, 2, "the expired half went into one new batch: {stats:#?}");
-    let half = CORPUS.len() / 2;
-    let submitted = |times: u64| -> BTreeSet<String> {
-        stats.submissions_per_custom_id.iter().filter(|(_, n)| **n == times).map(|(id, _)| id.clone()).collect()
-    };
-    let (once, twice) = (submitted(1), submitted(2));
-    assert_eq!((once.len(), twice.len()), (half, CORPUS.len() - half), "{stats:#?}");
-    assert_eq!(once.union(&twice).cloned().collect::<BTreeSet<_>>(), ids);
-    assert_eq!(stats.max_live_batches_per_custom_id, 1, "{stats:#?}");
-    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "no member was billed twice: {stats:#?}");
-    assert_eq!(stats.lines_failed, (CORPUS.len() - half) as u64, "the expired lines: {stats:#?}");
-    for (id, record) in &records {
-        let attempts = if twice.contains(id) { 2 } else { 1 };
-        assert_eq!(record["attempts"], json!(attempts), "{record:#}");
-    }
-    assert_all_committed_with_model_findings(&api).await;
-    let health = health(&api).await;
-    assert_eq!(counter(&health, "members_requeued"), (CORPUS.len() - half) as u64, "{health:#}");
+    let (stats, health) = the_answered_half_of_a_job_cut_short_commits(&rig, Faults::default()).await;
+    assert_eq!(stats.lines_failed, (CORPUS.len() - CORPUS.len() / 2) as u64, "the expired lines: {stats:#?}");
     assert_eq!(counter(&health, "batches_closed"), 2, "{health:#}");
-    assert_billed_by(&api, &ids, "anthropic").await;
-
-    let report = finish(server);
-    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
 }

@@ -13,7 +13,10 @@ use crate::provider::{
     CORPUS, SETTLE, assert_all_committed_with_model_findings, assert_report_counts, assert_submitted, counter, finish,
     health, intake_corpus, settle, settle_failed,
 };
-use crate::providers_e2e::{KEY, KEY_ENV, ONE_BATCH, SimRig, killed_after_the_create_the_job_is_found_again};
+use crate::providers_e2e::{
+    KEY, KEY_ENV, ONE_BATCH, SimRig, killed_after_the_create_the_job_is_found_again,
+    the_answered_half_of_a_job_cut_short_commits,
+};
 use crate::providers_e2e_compat::{assert_discounted, assert_waited_for_the_429, provider_check, shaped_rig};
 use crate::util::{stderr, stdout};
 
@@ -71,21 +74,7 @@ async fn azure_kill_after_create_before_the_batch_id_is_stored_finds_the_batch()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn azure_expiry_keeps_the_partial_results_and_requeues_the_rest_once() {
     let rig = azure_rig(Faults { expire_batches: true, ..Faults::default() }, Duration::from_millis(300), "").await;
-    let server = rig.serve(ONE_BATCH, None);
-    let api = server.api();
-    let ids = intake_corpus(&api).await;
-    rig.wait_stats("the first batch", |s| s.batches_created >= 1).await;
-    rig.sim.set_faults(Faults::default());
-
-    let records = settle(&api, &ids).await;
-    let stats = rig.stats();
-    let half = CORPUS.len() / 2;
-    assert_eq!(stats.batches_created, 2, "{stats:#?}");
-    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "no member billed twice: {stats:#?}");
-    assert_eq!(records.values().filter(|r| r["attempts"] == json!(2)).count(), CORPUS.len() - half);
-    assert_eq!(stats.max_live_batches_per_custom_id, 1, "{stats:#?}");
-    assert_all_committed_with_model_findings(&api).await;
-    finish(server);
+    the_answered_half_of_a_job_cut_short_commits(&rig, Faults::default()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,7 +22,7 @@ use crate::provider::{
 };
 use crate::providers_e2e::{
     ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated, an_expired_job_is_requeued_whole, assert_billed_by,
-    killed_after_the_create_the_job_is_found_again,
+    killed_after_the_create_the_job_is_found_again, the_answered_half_of_a_job_cut_short_commits,
 };
 use crate::util::{cli_with_env, run_to_end, stderr, stdout, temp_dir};
 
@@ -225,24 +225,7 @@ async fn bedrock_expired_job_never_ran_and_is_requeued_whole() {
 async fn bedrock_records_missing_from_a_partially_completed_job_are_requeued() {
     let faults = Faults { partial_batches: true, ..Faults::default() };
     let rig = BedrockRig::start(Duration::from_millis(300), faults, "").await;
-    let server = rig.serve(ONE_BATCH, None);
-    let api = server.api();
-    let ids = intake_corpus(&api).await;
-    rig.wait_stats("the first job", |s| s.batches_created >= 1).await;
-    rig.sim.set_faults(Faults { bedrock_min_records: 1, ..Faults::default() });
-
-    let records = settle(&api, &ids).await;
-    assert_all_committed_with_model_findings(&api).await;
-    let stats = rig.stats();
-    assert_eq!(stats.batches_created, 2, "{stats:#?}");
-    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "nothing answered twice: {stats:#?}");
-    let first = records.values().filter(|r| r["attempts"] == json!(1)).count();
-    let second = records.values().filter(|r| r["attempts"] == json!(2)).count();
-    assert_eq!((first, second), (CORPUS.len() / 2, CORPUS.len() - CORPUS.len() / 2), "{records:#?}");
-    let health = health(&api).await;
-    assert_eq!(counter(&health, "members_requeued"), (CORPUS.len() - CORPUS.len() / 2) as u64, "{health:#}");
-    let report = finish(server);
-    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+    the_answered_half_of_a_job_cut_short_commits(&rig, Faults { bedrock_min_records: 1, ..Faults::default() }).await;
 }
 
 /// Waits (bounded) until every one of `ids` has failed; returns their records.

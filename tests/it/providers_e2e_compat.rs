@@ -17,7 +17,7 @@ use crate::provider::{
 };
 use crate::providers_e2e::{
     KEY, KEY_ENV, ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated, assert_billed_by,
-    killed_after_the_create_the_job_is_found_again,
+    killed_after_the_create_the_job_is_found_again, the_answered_half_of_a_job_cut_short_commits,
 };
 use crate::util::{Api, run_to_end, stderr, stdout};
 
@@ -127,23 +127,8 @@ async fn refused_metadata_and_a_dropped_create_still_make_one_batch() {
 async fn an_expired_batch_keeps_its_partial_results_and_requeues_the_rest_once() {
     let faults = Faults { expire_batches: true, ..Faults::default() };
     let rig = groq_rig(Variant::groq_like(), faults, Duration::from_millis(300)).await;
-    let server = rig.serve(ONE_BATCH, None);
-    let api = server.api();
-    let ids = intake_corpus(&api).await;
-    rig.wait_stats("the first batch", |s| s.batches_created >= 1).await;
-    rig.sim.set_faults(Faults::default());
-
-    let records = settle(&api, &ids).await;
-    let stats = rig.stats();
-    let half = CORPUS.len() / 2;
-    assert_eq!(stats.batches_created, 2, "the expired half went into one new batch: {stats:#?}");
-    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "no member billed twice: {stats:#?}");
-    assert_eq!(stats.lines_failed, (CORPUS.len() - half) as u64, "{stats:#?}");
-    let twice = records.values().filter(|r| r["attempts"] == json!(2)).count();
-    assert_eq!(twice, CORPUS.len() - half, "{records:#?}");
-    assert_all_committed_with_model_findings(&api).await;
-    assert_eq!(counter(&health(&api).await, "members_requeued"), (CORPUS.len() - half) as u64);
-    finish(server);
+    let (stats, _) = the_answered_half_of_a_job_cut_short_commits(&rig, Faults::default()).await;
+    assert_eq!(stats.lines_failed, (CORPUS.len() - CORPUS.len() / 2) as u64, "the expired lines: {stats:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
