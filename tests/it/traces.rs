@@ -93,6 +93,12 @@ async fn run_corpus(server: Server) -> String {
     for source in CORPUS {
         api.create(TENANT, source.id, source.content).await;
     }
+    stop_once_committed(server).await
+}
+
+/// Waits until all of the corpus is committed, then stops the server with SIGTERM.
+async fn stop_once_committed(server: Server) -> String {
+    let api = server.api();
     let records = settle(&api, &corpus_ids()).await;
     assert!(records.values().all(|r| r["state"] == "committed"), "{records:#?}");
     // Off this thread: the collector answers the final flush on it.
@@ -223,4 +229,125 @@ async fn a_workers_commit_lands_in_the_trace_of_its_extraction() {
     assert_eq!(string_attr(&commit.attributes, "provider").as_deref(), Some("worker"));
     assert_eq!(string_attr(&commit.attributes, "outcome").as_deref(), Some("committed"));
     assert!(spans.iter().any(|s| s.name == "intake" && s.parent_span_id.is_empty()), "{spans:#?}");
+}
+
+/// Killed between the create and storing the job id, the restart's lookup finds the job
+/// instead of sending it again. That lookup is a span of the batch's trace saying what it
+/// found, linked to each member's root, and each member's trace gets a `batch.member` span
+/// linked to it, as it would to a submit: the trace tells where the work went across the kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_found_again_after_a_kill_is_traced_from_its_lookup() {
+    let (url, received) = collector().await;
+    let rig = Rig::start(std::time::Duration::from_millis(300), Faults::default()).await;
+    let point = "after-submit-before-job-id";
+    let mut first = serve(&rig, &[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", &url), ("COMMITPOINT_FAILPOINTS", point)]);
+    let api = first.api();
+    for source in CORPUS {
+        api.create(TENANT, source.id, source.content).await;
+    }
+    let (status, stderr) = first.wait_exit(crate::provider::SETTLE).expect("the server reached the crash point");
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9), "{stderr}");
+    assert_eq!(rig.stats().batches_created, 1);
+
+    stop_once_committed(serve(&rig, &[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", &url)])).await;
+    assert_eq!(rig.stats().batches_created, 1, "found, not sent again");
+    let received = received.lock().expect("log");
+    let lookups: Vec<&Span> = received.spans.iter().filter(|s| s.name == "provider.lookup").collect();
+    assert_eq!(lookups.len(), 1, "{lookups:#?}");
+    let lookup = lookups[0];
+    assert_eq!(string_attr(&lookup.attributes, "outcome").as_deref(), Some("found"), "{lookup:#?}");
+    let job_id = string_attr(&lookup.attributes, "job_id").expect("the job it found");
+    let batch_key = string_attr(&lookup.attributes, "batch_key").expect("batch_key");
+    // In the batch's own trace, under its root: both derived from the batch key.
+    let derived = blake3::hash(batch_key.as_bytes());
+    assert_eq!(hex(&lookup.trace_id), hex(&derived.as_bytes()[..16]));
+    assert_eq!(hex(&lookup.parent_span_id), hex(&derived.as_bytes()[16..24]));
+    assert!(
+        !received.spans.iter().any(|s| s.name == "provider.submit" && s.trace_id == lookup.trace_id),
+        "the restart submitted nothing"
+    );
+    for source in CORPUS {
+        let id = crate::provider::expected_id(source);
+        let (trace, root) = (&id[..32], &id[32..48]);
+        assert!(
+            lookup.links.iter().any(|l| hex(&l.trace_id) == trace && hex(&l.span_id) == root),
+            "{}: the lookup links to the member's root",
+            source.id
+        );
+        let member = received
+            .spans
+            .iter()
+            .find(|s| s.name == "batch.member" && hex(&s.trace_id) == trace)
+            .unwrap_or_else(|| panic!("{}: no batch.member span", source.id));
+        assert_eq!(string_attr(&member.attributes, "job_id").as_deref(), Some(job_id.as_str()));
+        assert!(
+            member.links.iter().any(|l| l.trace_id == lookup.trace_id && l.span_id == lookup.span_id),
+            "{}: the member's span links to the lookup: {member:#?}",
+            source.id
+        );
+        let commit = received.spans.iter().find(|s| s.name == "commit" && hex(&s.trace_id) == trace);
+        assert!(commit.is_some(), "{}: committed in its trace", source.id);
+    }
+}
+
+/// An evaluation's trial batch is a trace of its own, rooted at its formation and named by
+/// its evaluation, holding the submit, polls and results of its job; no production trace
+/// gets a span of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evaluations_trial_batch_is_a_trace_of_its_own() {
+    let (url, received) = collector().await;
+    let rig = Rig::start(std::time::Duration::from_millis(100), Faults::default()).await;
+    let server = serve(&rig, &[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", &url)]);
+    let api = server.api();
+    for source in CORPUS {
+        api.create(TENANT, source.id, source.content).await;
+    }
+    settle(&api, &corpus_ids()).await;
+    let evaluation = serde_json::json!({"name": "bake", "schema": crate::util::SCHEMA,
+        "select": {"sample": CORPUS.len(), "state": "committed", "seed": 1}, "candidates": ["openai"]});
+    let created = api.post("/v1/evaluations", &evaluation).await;
+    assert_eq!(created.status, 201, "{:#}", created.body);
+    let deadline = std::time::Instant::now() + crate::provider::SETTLE;
+    loop {
+        let reply = api.get("/v1/evaluations/bake").await;
+        if reply.body["state"] == "done" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the evaluation did not finish: {:#}", reply.body);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (status, log) = tokio::task::spawn_blocking(move || server.terminate()).await.expect("terminate");
+    assert_eq!(status.code(), Some(0), "{log}");
+
+    let received = received.lock().expect("log");
+    let forms: Vec<&Span> = received.spans.iter().filter(|s| s.name == "trial.form").collect();
+    assert_eq!(forms.len(), 1, "one trial batch: {forms:#?}");
+    let form = forms[0];
+    assert!(form.parent_span_id.is_empty(), "the formation is the root: {form:#?}");
+    assert_eq!(string_attr(&form.attributes, "evaluation").as_deref(), Some("bake"));
+    let batch_key = string_attr(&form.attributes, "batch_key").expect("batch_key");
+    let derived = blake3::hash(batch_key.as_bytes());
+    assert_eq!(hex(&form.trace_id), hex(&derived.as_bytes()[..16]), "the trace is the trial batch key's");
+    let trial: Vec<&Span> = received.spans.iter().filter(|s| s.trace_id == form.trace_id).collect();
+    let submit = trial.iter().find(|s| s.name == "provider.submit").expect("the trial batch's submit");
+    assert_eq!(string_attr(&submit.attributes, "evaluation").as_deref(), Some("bake"));
+    assert_eq!(string_attr(&submit.attributes, "outcome").as_deref(), Some("submitted"));
+    assert!(submit.links.is_empty(), "trials are no extraction's: nothing to link to");
+    let job_id = string_attr(&submit.attributes, "job_id").expect("the job id");
+    for name in ["provider.submit", "provider.poll", "provider.results"] {
+        let span = trial.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no {name}: {trial:#?}"));
+        assert_eq!(span.parent_span_id, form.span_id, "{name} under the formation");
+        if name != "provider.submit" {
+            assert_eq!(string_attr(&span.attributes, "job_id").as_deref(), Some(job_id.as_str()), "{name}");
+        }
+    }
+    let polled = trial.iter().filter(|s| s.name == "provider.poll").count();
+    assert!(polled >= 1, "{trial:#?}");
+    // The production traces got nothing of it: one batch.member span each, from production.
+    for source in CORPUS {
+        let id = crate::provider::expected_id(source);
+        let members =
+            received.spans.iter().filter(|s| s.name == "batch.member" && hex(&s.trace_id) == id[..32]).count();
+        assert_eq!(members, 1, "{}", source.id);
+    }
 }

@@ -36,7 +36,7 @@ impl Scheduler {
     }
 
     pub(super) async fn poll(&mut self, batch: BatchRecord, job_id: &str) -> Result<Option<u64>, store::Error> {
-        let span = super::traces::poll(&batch, job_id);
+        let span = super::traces::poll(&batch.batch_key, batch.provider.as_str(), job_id);
         let status = match self.provider.poll(job_id).instrument(span.clone()).await {
             Ok(status) => status,
             Err(e) => return self.on_error(&batch, &e, false).await,
@@ -49,7 +49,7 @@ impl Scheduler {
             self.store.reschedule_batch(batch.seq, next, note, false).await?;
             return Ok(Some(next));
         }
-        let span = super::traces::results(&batch, job_id);
+        let span = super::traces::results(&batch.batch_key, batch.provider.as_str(), job_id);
         let ingested = self.ingest(&batch, &status).instrument(span.clone()).await;
         if let Ok(report) = &ingested {
             span.record("staged", report.staged).record("refused", report.refused);

@@ -11,8 +11,9 @@
 use std::collections::{BTreeSet, HashMap};
 
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
-use super::Scheduler;
+use super::{Scheduler, traces};
 use crate::domain::batch::{BatchMember, LineResult};
 use crate::domain::clock;
 use crate::domain::failpoint;
@@ -131,6 +132,7 @@ impl Scheduler {
             else {
                 continue;
             };
+            traces::trial_formed(&batch);
             tracing::info!(evaluation = %batch.evaluation, batch_key = %batch.batch_key, members = batch.members.len(), "trial batch formed");
             self.trials_formed_here.insert(batch.seq);
             if let Some(at) = self.drive_trial(batch).await? {
@@ -157,7 +159,11 @@ impl Scheduler {
             // Under every custom id it was formed with, whether or not its source is still
             // stored: a job created before a crash holds them all.
             let ids: Vec<ExtractionId> = trial_ids(&evaluation, &batch).into_iter().map(|(_, id)| id).collect();
-            match self.look_up(batch.batch_key.as_str(), batch.created_at_ms, &ids).await? {
+            let span = traces::lookup(&traces::trial_key(&batch), &batch.candidate, ids.len());
+            let answer =
+                self.look_up(batch.batch_key.as_str(), batch.created_at_ms, &ids).instrument(span.clone()).await?;
+            traces::looked_up(&span, &answer);
+            match answer {
                 Ok(Lookup::Found(job_id)) => {
                     tracing::info!(batch_key = %batch.batch_key, %job_id, "found the job of an unresolved trial batch; polling it instead of resubmitting");
                     return self.accept_trial(&batch, job_id).await;
@@ -201,8 +207,12 @@ impl Scheduler {
             return Ok(None);
         };
         let spec = BatchSpec { batch_key: batch.batch_key.as_str(), schema: &schema, members: &members };
-        match self.provider.submit(&spec).await {
+        let span = traces::trial_submit(&batch, members.len());
+        let sent = self.provider.submit(&spec).instrument(span.clone()).await;
+        span.record("outcome", if sent.is_ok() { "submitted" } else { "error" });
+        match sent {
             Ok(job_id) => {
+                span.record("job_id", job_id.as_str());
                 failpoint::hit("after-trial-submit-before-job-id");
                 tracing::info!(batch_key = %batch.batch_key, %job_id, members = members.len(), "trial batch submitted");
                 self.accept_trial(&batch, job_id).await
@@ -218,17 +228,23 @@ impl Scheduler {
     }
 
     async fn poll_trial(&mut self, batch: TrialBatchRecord, job_id: &str) -> Result<Option<u64>, store::Error> {
-        let status = match self.provider.poll(job_id).await {
+        let key = traces::trial_key(&batch);
+        let span = traces::poll(&key, &batch.candidate, job_id);
+        let status = match self.provider.poll(job_id).instrument(span.clone()).await {
             Ok(status) => status,
             Err(e) => return self.on_trial_error(&batch, &e, false).await,
         };
+        span.record("phase", traces::phase(&status.phase));
+        drop(span);
         if !status.phase.is_terminal() {
             let next = clock::now_ms() + self.settings.poll_interval.as_millis() as u64;
             let note = self.note_stall(&batch.batch_key, batch.note.as_deref(), &status.phase);
             self.store.reschedule_trial_batch(batch.seq, next, note, false).await?;
             return Ok(Some(next));
         }
-        if let Err(e) = self.ingest_trials(&batch, &status).await? {
+        let ingested =
+            self.ingest_trials(&batch, &status).instrument(traces::results(&key, &batch.candidate, job_id)).await?;
+        if let Err(e) = ingested {
             return self.on_trial_error(&batch, &e, false).await;
         }
         failpoint::hit("after-trial-answers-before-close");
