@@ -81,6 +81,11 @@ pub struct Faults {
     /// read. Read at every read, unlike the other batch-level flags: a pause comes from
     /// outside the job.
     pub pause_jobs: bool,
+    /// Vertex dialect: the machine's access scopes lack `cloud-platform`, as on a Compute
+    /// Engine VM created with the default scopes. Its metadata server ignores the scopes a
+    /// client asks for, so every API call on a token it issued is 403 `PERMISSION_DENIED`
+    /// `ACCESS_TOKEN_SCOPE_INSUFFICIENT`.
+    pub vm_lacks_cloud_platform_scope: bool,
     /// Every Nth input line (1-based; for the synchronous chat endpoint, every Nth call)
     /// asks for a long answer of `long_answer_tokens` output tokens. Under a smaller output
     /// budget (`max_completion_tokens`, else `max_tokens`; OpenAI without either: the model's
@@ -160,6 +165,7 @@ impl Default for Faults {
             azure_unexpiring_file_quota: 0,
             refuse_upload_next: 0,
             pause_jobs: false,
+            vm_lacks_cloud_platform_scope: false,
             truncate_every: 0,
             long_answer_tokens: DEFAULT_LONG_ANSWER_TOKENS,
             refuse_every: 0,

@@ -440,3 +440,28 @@ async fn vertex_provider_check_names_an_unreachable_metadata_server() {
     assert_eq!(out.status.code(), Some(78), "{}\n{}", stdout(&out), stderr(&out));
     assert!(stderr(&out).contains("GCE_METADATA_HOST \"http://metadata.example/\""), "{}", stderr(&out));
 }
+
+/// On a Compute Engine VM created with the default access scopes the metadata server's
+/// token lacks `cloud-platform`, whatever scopes the client asks for (google-auth-library-
+/// python #333 and #633: "On Compute Engine you can request custom scopes, but they are
+/// ignored"), and every Vertex call is 403 `ACCESS_TOKEN_SCOPE_INSUFFICIENT`. `provider
+/// check` fails quoting Google and says what to change on the VM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vertex_on_a_vm_without_the_cloud_platform_scope_provider_check_says_what_to_change() {
+    let faults = Faults { vm_lacks_cloud_platform_scope: true, ..Faults::default() };
+    let rig = VertexRig::start_with(Duration::from_millis(300), faults, "", Auth::MetadataServer).await;
+    let host = rig.metadata_host.clone().expect("a metadata host");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_commitpoint"));
+    cmd.args(["provider", "check", "--config", rig.config_path()])
+        .current_dir(rig.dir.path())
+        .env("COMMITPOINT_LOG", "warn")
+        .env("GCE_METADATA_HOST", &host);
+    let out = run_to_end(cmd);
+    let shown = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{shown}\n{}", stderr(&out));
+    assert!(shown.contains("Request had insufficient authentication scopes"), "Google's words: {shown}");
+    assert!(shown.contains("access scopes") && shown.contains("cloud-platform"), "what to change: {shown}");
+    assert!(shown.contains("credentials_file"), "the other way out: {shown}");
+    let stats = rig.stats();
+    assert_eq!(stats.metadata_token_scopes.as_deref(), Some("https://www.googleapis.com/auth/cloud-platform"));
+}

@@ -101,7 +101,11 @@ fn admit(shared: &Shared, request: &Request) -> Result<(), GoogleError> {
         }));
     };
     if source == jobs::TokenSource::MetadataServer {
-        shared.lock().stats.calls_with_metadata_tokens += 1;
+        let mut inner = shared.lock();
+        inner.stats.calls_with_metadata_tokens += 1;
+        if inner.faults.vm_lacks_cloud_platform_scope {
+            return Err(scope_insufficient());
+        }
     }
     match super::take_request_fault(shared, request.uri().path()) {
         Some(super::faults::Injected::Unauthorized) => Err(unauthenticated("ACCESS_TOKEN_EXPIRED")),
@@ -112,6 +116,17 @@ fn admit(shared: &Shared, request: &Request) -> Result<(), GoogleError> {
         }
         None => Ok(()),
     }
+}
+
+/// Google's answer to a token without a scope the API needs (python-aiplatform#902 for
+/// Vertex over gRPC; the REST body as quoted in js-genai#569 and analogdotnow/Analog#296).
+fn scope_insufficient() -> GoogleError {
+    let mut error =
+        GoogleError::new(StatusCode::FORBIDDEN, "PERMISSION_DENIED", "Request had insufficient authentication scopes.");
+    error.details.push(json!({"@type": ERROR_INFO, "reason": "ACCESS_TOKEN_SCOPE_INSUFFICIENT",
+        "domain": "googleapis.com",
+        "metadata": {"service": "aiplatform.googleapis.com", "method": "google.cloud.aiplatform.v1.JobService"}}));
+    error
 }
 
 /// Google's answer to a call without a valid OAuth token.
