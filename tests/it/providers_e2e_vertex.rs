@@ -313,6 +313,9 @@ async fn vertex_paused_job_is_kept_and_shown_then_commits_once_resumed() {
     let stats = rig.stats();
     assert_eq!(stats.batches_created, 1, "{stats:#?}");
     assert_eq!(stats.lines_completed, CORPUS.len() as u64, "each answered once: {stats:#?}");
+    // The pause is over: /healthz no longer shows it as the provider's trouble.
+    let after = health(&api).await;
+    assert!(after["last_error"].is_null(), "{after:#}");
     let report = finish(server);
     assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
 }

@@ -24,9 +24,22 @@ use crate::store::{self, BatchRecord, Flush, IngestLine, Judged, Leftover, Share
 impl Scheduler {
     /// A live job that will not go on by itself is kept, never requeued (its members are not
     /// at fault, and what ran is paid for): its reason becomes the batch's note and the
-    /// provider's `last_error`, logged once when it starts.
+    /// provider's `last_error`, logged once when it starts. Once the job goes on again (any
+    /// other phase), its stall is taken off `last_error` unless something else was shown
+    /// since: a pause that ended must not read as the provider's current trouble.
     pub(super) fn note_stall(&self, batch_key: &str, noted: Option<&str>, phase: &JobPhase) -> Option<String> {
-        let JobPhase::Stalled { reason } = phase else { return None };
+        let JobPhase::Stalled { reason } = phase else {
+            let stall = format!("batch {batch_key}: ");
+            if let Some(old) = noted.filter(|note| note.starts_with(&stall)) {
+                tracing::info!(%batch_key, "the provider's job goes on again");
+                self.health.update(|h| {
+                    if h.last_error.as_deref() == Some(old) {
+                        h.last_error = None;
+                    }
+                });
+            }
+            return None;
+        };
         let text = format!("batch {batch_key}: {reason}");
         if noted != Some(text.as_str()) {
             tracing::warn!(%batch_key, %reason, "the provider's job is stalled; it is kept and polled");
@@ -43,9 +56,9 @@ impl Scheduler {
         };
         span.record("phase", super::traces::phase(&status.phase));
         drop(span);
+        let note = self.note_stall(batch.batch_key.as_str(), batch.last_error.as_deref(), &status.phase);
         if !status.phase.is_terminal() {
             let next = clock::now_ms() + self.settings.poll_interval.as_millis() as u64;
-            let note = self.note_stall(batch.batch_key.as_str(), batch.last_error.as_deref(), &status.phase);
             self.store.reschedule_batch(batch.seq, next, note, false).await?;
             return Ok(Some(next));
         }

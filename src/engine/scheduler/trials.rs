@@ -236,9 +236,9 @@ impl Scheduler {
         };
         span.record("phase", traces::phase(&status.phase));
         drop(span);
+        let note = self.note_stall(&batch.batch_key, batch.note.as_deref(), &status.phase);
         if !status.phase.is_terminal() {
             let next = clock::now_ms() + self.settings.poll_interval.as_millis() as u64;
-            let note = self.note_stall(&batch.batch_key, batch.note.as_deref(), &status.phase);
             self.store.reschedule_trial_batch(batch.seq, next, note, false).await?;
             return Ok(Some(next));
         }
