@@ -211,8 +211,9 @@ pub async fn a_dropped_create_is_looked_up_not_repeated(rig: &SimRig) -> Stats {
 /// The rig's first job expires having run nothing (its faults say `expire_batches`); `then`
 /// are the simulator's faults from that job on. Every member goes back to the queue and
 /// commits once from the next job, its attempt counted. Returns the simulator's counters
-/// and the provider's health for the dialect's own checks.
-pub async fn an_expired_job_is_requeued_whole(rig: &SimRig, then: Faults) -> (Stats, Value) {
+/// and the provider's health for the dialect's own checks. Both attempts are billed by
+/// `provider`.
+pub async fn an_expired_job_is_requeued_whole(rig: &SimRig, provider: &str, then: Faults) -> (Stats, Value) {
     let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
@@ -227,6 +228,7 @@ pub async fn an_expired_job_is_requeued_whole(rig: &SimRig, then: Faults) -> (St
     assert_eq!(stats.max_live_batches_per_custom_id, 1, "never in two live jobs: {stats:#?}");
     assert_eq!(stats.lines_completed, CORPUS.len() as u64, "nothing answered twice: {stats:#?}");
     assert!(records.values().all(|r| r["attempts"] == serde_json::json!(2)), "{records:#?}");
+    assert_billed_by(&api, &ids, provider).await;
     let health = health(&api).await;
     assert_eq!(counter(&health, "members_requeued"), CORPUS.len() as u64, "{health:#}");
     let report = finish(server);
@@ -257,15 +259,21 @@ pub async fn a_request_over_the_input_limit_fails_alone(rig: &SimRig) -> String 
         }
     }
     finish(server);
-    failed["failure_reason"].as_str().unwrap_or_default().to_string()
+    let reason = failed["failure_reason"].as_str();
+    reason.unwrap_or_else(|| panic!("a failure reason: {failed:#}")).to_string()
 }
 
 /// The rig's first job is cut short with the first half of its requests (input order)
 /// answered (its faults say how: `expire_batches`, `partial_batches`); `then` are the
 /// simulator's faults from that job on. The answered half commits from it; the other half
 /// never ran, goes back to the queue, and commits once from one new job. Returns the
-/// simulator's counters and the provider's health for the dialect's own checks.
-pub async fn the_answered_half_of_a_job_cut_short_commits(rig: &SimRig, then: Faults) -> (Stats, Value) {
+/// simulator's counters and the provider's health for the dialect's own checks. Every
+/// attempt is billed by `provider`.
+pub async fn the_answered_half_of_a_job_cut_short_commits(
+    rig: &SimRig,
+    provider: &str,
+    then: Faults,
+) -> (Stats, Value) {
     let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
     let ids = intake_corpus(&api).await;
@@ -289,6 +297,7 @@ pub async fn the_answered_half_of_a_job_cut_short_commits(rig: &SimRig, then: Fa
         let attempts = if twice.contains(id) { 2 } else { 1 };
         assert_eq!(record["attempts"], attempts, "the sent-again half is on its second attempt: {record:#}");
     }
+    assert_billed_by(&api, &ids, provider).await;
     let health = health(&api).await;
     assert_eq!(counter(&health, "members_requeued"), (CORPUS.len() - half) as u64, "{health:#}");
     let report = finish(server);

@@ -74,7 +74,7 @@ async fn azure_kill_after_create_before_the_batch_id_is_stored_finds_the_batch()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn azure_expiry_keeps_the_partial_results_and_requeues_the_rest_once() {
     let rig = azure_rig(Faults { expire_batches: true, ..Faults::default() }, Duration::from_millis(300), "").await;
-    the_answered_half_of_a_job_cut_short_commits(&rig, Faults::default()).await;
+    the_answered_half_of_a_job_cut_short_commits(&rig, "azure", Faults::default()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -215,7 +215,7 @@ async fn bedrock_throttling_is_waited_out_then_the_job_runs() {
 async fn bedrock_expired_job_never_ran_and_is_requeued_whole() {
     let faults = Faults { expire_batches: true, ..Faults::default() };
     let rig = BedrockRig::start(Duration::from_millis(300), faults, "").await;
-    an_expired_job_is_requeued_whole(&rig, Faults { bedrock_min_records: 1, ..Faults::default() }).await;
+    an_expired_job_is_requeued_whole(&rig, "bedrock", Faults { bedrock_min_records: 1, ..Faults::default() }).await;
 }
 
 /// Records missing from a `PartiallyCompleted` job (its timeout came while it ran: "not
@@ -225,7 +225,12 @@ async fn bedrock_expired_job_never_ran_and_is_requeued_whole() {
 async fn bedrock_records_missing_from_a_partially_completed_job_are_requeued() {
     let faults = Faults { partial_batches: true, ..Faults::default() };
     let rig = BedrockRig::start(Duration::from_millis(300), faults, "").await;
-    the_answered_half_of_a_job_cut_short_commits(&rig, Faults { bedrock_min_records: 1, ..Faults::default() }).await;
+    the_answered_half_of_a_job_cut_short_commits(
+        &rig,
+        "bedrock",
+        Faults { bedrock_min_records: 1, ..Faults::default() },
+    )
+    .await;
 }
 
 /// Waits (bounded) until every one of `ids` has failed; returns their records.

@@ -127,7 +127,7 @@ async fn refused_metadata_and_a_dropped_create_still_make_one_batch() {
 async fn an_expired_batch_keeps_its_partial_results_and_requeues_the_rest_once() {
     let faults = Faults { expire_batches: true, ..Faults::default() };
     let rig = groq_rig(Variant::groq_like(), faults, Duration::from_millis(300)).await;
-    let (stats, _) = the_answered_half_of_a_job_cut_short_commits(&rig, Faults::default()).await;
+    let (stats, _) = the_answered_half_of_a_job_cut_short_commits(&rig, "groq", Faults::default()).await;
     assert_eq!(stats.lines_failed, (CORPUS.len() - CORPUS.len() / 2) as u64, "the expired lines: {stats:#?}");
 }
 

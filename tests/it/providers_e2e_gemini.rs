@@ -152,7 +152,7 @@ async fn gemini_resource_exhausted_waits_for_the_retry_delay_then_succeeds() {
 async fn gemini_expired_batch_is_requeued_whole_and_commits_once() {
     let faults = Faults { expire_batches: true, ..Faults::default() };
     let rig = gemini_rig(Duration::from_millis(300), faults, "").await;
-    let (_, health) = an_expired_job_is_requeued_whole(&rig, Faults::default()).await;
+    let (_, health) = an_expired_job_is_requeued_whole(&rig, "gemini", Faults::default()).await;
     assert_eq!(counter(&health, "batches_closed"), 2, "{health:#}");
 }
 

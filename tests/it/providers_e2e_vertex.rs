@@ -216,6 +216,7 @@ async fn vertex_create_answered_by_a_dropped_connection_makes_no_second_job() {
     let rig = VertexRig::start(Duration::from_millis(300), faults, "").await;
     let stats = a_dropped_create_is_looked_up_not_repeated(&rig).await;
     assert_eq!(stats.rate_limited, 1, "{stats:#?}");
+    assert!(stats.batches_listed >= 1, "looked up by label: {stats:#?}");
 }
 
 /// A job that ends `JOB_STATE_EXPIRED` wrote nothing: every member goes back to the queue
@@ -224,7 +225,7 @@ async fn vertex_create_answered_by_a_dropped_connection_makes_no_second_job() {
 async fn vertex_expired_job_is_requeued_whole_and_commits_once() {
     let faults = Faults { expire_batches: true, ..Faults::default() };
     let rig = VertexRig::start(Duration::from_millis(300), faults, "").await;
-    an_expired_job_is_requeued_whole(&rig, Faults::default()).await;
+    an_expired_job_is_requeued_whole(&rig, "vertex", Faults::default()).await;
 }
 
 /// A request over the model's input limit comes back as a prediction line whose `status`

@@ -29,9 +29,9 @@ impl Scheduler {
             let span = traces::lookup(&batch.batch_key, batch.provider.as_str(), members.len());
             traces::link_members(&span, &members);
             let answer =
-                self.look_up(batch.batch_key.as_str(), batch.created_at_ms, &ids).instrument(span.clone()).await?;
-            traces::looked_up(&span, &answer);
-            match answer {
+                self.look_up(batch.batch_key.as_str(), batch.created_at_ms, &ids).instrument(span.clone()).await;
+            traces::looked_up(&span, answer.as_ref().ok());
+            match answer? {
                 Ok(Lookup::Found(job_id)) => {
                     traces::members_sent(&span, &batch, &members, &job_id);
                     tracing::info!(batch_key = %batch.batch_key, %job_id, "found the job of an unresolved intent; polling it instead of resubmitting");

@@ -77,16 +77,17 @@ pub(super) fn lookup(batch_key: &BatchKey, provider: &str, members: usize) -> Sp
     span
 }
 
-/// What a lookup answered, on its span; the provider's reason is left out.
-pub(super) fn looked_up(span: &Span, answer: &Result<Lookup, ProviderError>) {
+/// What a lookup answered, on its span; `None` is a store that failed around it, which is
+/// an `error` like the provider's. The provider's reason is left out.
+pub(super) fn looked_up(span: &Span, answer: Option<&Result<Lookup, ProviderError>>) {
     let outcome = match answer {
-        Ok(Lookup::Found(job_id)) => {
+        Some(Ok(Lookup::Found(job_id))) => {
             span.record("job_id", job_id.as_str());
             "found"
         }
-        Ok(Lookup::Absent) => "absent",
-        Ok(Lookup::Undecided { .. }) => "undecided",
-        Err(_) => "error",
+        Some(Ok(Lookup::Absent)) => "absent",
+        Some(Ok(Lookup::Undecided { .. })) => "undecided",
+        Some(Err(_)) | None => "error",
     };
     span.record("outcome", outcome);
 }
@@ -100,7 +101,8 @@ pub(super) fn poll(batch_key: &BatchKey, provider: &str, job_id: &str) -> Span {
     span
 }
 
-/// Downloading, judging and staging (or, for trials, storing) the result files.
+/// Downloading, judging and staging the result files; `staged` and `refused` are recorded
+/// for production batches (a trial batch's answers are stored as trials, not staged).
 pub(super) fn results(batch_key: &BatchKey, provider: &str, job_id: &str) -> Span {
     let span = tracing::trace_span!(
         target: TARGET, "provider.results",

@@ -161,9 +161,9 @@ impl Scheduler {
             let ids: Vec<ExtractionId> = trial_ids(&evaluation, &batch).into_iter().map(|(_, id)| id).collect();
             let span = traces::lookup(&traces::trial_key(&batch), &batch.candidate, ids.len());
             let answer =
-                self.look_up(batch.batch_key.as_str(), batch.created_at_ms, &ids).instrument(span.clone()).await?;
-            traces::looked_up(&span, &answer);
-            match answer {
+                self.look_up(batch.batch_key.as_str(), batch.created_at_ms, &ids).instrument(span.clone()).await;
+            traces::looked_up(&span, answer.as_ref().ok());
+            match answer? {
                 Ok(Lookup::Found(job_id)) => {
                     tracing::info!(batch_key = %batch.batch_key, %job_id, "found the job of an unresolved trial batch; polling it instead of resubmitting");
                     return self.accept_trial(&batch, job_id).await;

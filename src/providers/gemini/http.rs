@@ -63,7 +63,7 @@ impl GeminiBatches {
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let body = response.text().await.unwrap_or_default();
-        Err(wire::refusal(super::PROVIDER, status, &headers, &body, ""))
+        Err(wire::refusal(super::PROVIDER, status, &headers, &body, "", ""))
     }
 
     pub(super) async fn json<T: serde::de::DeserializeOwned>(

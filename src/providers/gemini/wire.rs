@@ -232,12 +232,6 @@ impl Status {
         self.detail("google.rpc.ErrorInfo").any(|d| d["reason"] == "API_KEY_INVALID")
     }
 
-    /// An OAuth token without a scope the API needs: `ErrorInfo.reason`
-    /// `ACCESS_TOKEN_SCOPE_INSUFFICIENT`, with 403 `PERMISSION_DENIED`.
-    pub(crate) fn is_scope_insufficient(&self) -> bool {
-        self.detail("google.rpc.ErrorInfo").any(|d| d["reason"] == "ACCESS_TOKEN_SCOPE_INSUFFICIENT")
-    }
-
     /// A per-day quota (`QuotaFailure` naming a `...PerDay...` quota) does not come back
     /// within any wait worth making: it is spent budget, not a rate limit.
     pub(crate) fn is_daily_quota(&self) -> bool {
@@ -266,34 +260,26 @@ pub(crate) fn classify(status: u16, headers: &HeaderMap, parsed: Option<&Status>
 
 /// A Google API's non-2xx answer as our error: the class from its `google.rpc.Status`
 /// (else the HTTP status), its words, and the delay it asked for (`RetryInfo`, else
-/// `Retry-After`). `what` prefixes the message (the call, for a storage refusal).
+/// `Retry-After`). `what` prefixes the message (the call, for a storage refusal); `hint`
+/// ends it (what the adapter knows an operator can do about it).
 pub(crate) fn refusal(
     provider: &'static str,
     status: u16,
     headers: &HeaderMap,
     body: &str,
     what: &str,
+    hint: &str,
 ) -> ProviderError {
     let parsed = serde_json::from_str::<ErrorBody>(body).ok().map(|b| b.error);
     let class = classify(status, headers, parsed.as_ref());
-    let mut message = parsed.as_ref().map_or_else(|| truncate(body), Status::describe);
-    if parsed.as_ref().is_some_and(Status::is_scope_insufficient) {
-        message.push_str(SCOPE_HINT);
-    }
-    let mut failure = ProviderError::new(provider, class, Some(status), &format!("{what}{status} {message}"));
+    let message = parsed.as_ref().map_or_else(|| truncate(body), Status::describe);
+    let mut failure = ProviderError::new(provider, class, Some(status), &format!("{what}{status} {message}{hint}"));
     failure.retry_after = parsed
         .as_ref()
         .and_then(Status::retry_delay)
         .or_else(|| parse_retry_after(headers, crate::domain::clock::now()));
     failure
 }
-
-/// What to do about a token without `cloud-platform`. Ours always ask for it, so the
-/// token came from a metadata server that ignores the asked scopes: a Compute Engine VM's
-/// (and GKE's without workload identity) grants the machine's access scopes instead.
-const SCOPE_HINT: &str = " (the token lacks the cloud-platform scope: a Compute Engine VM's metadata server \
-    grants the VM's access scopes, whatever a client asks for; stop the VM and set its access scopes to \
-    cloud-platform, \"Allow full access to all Cloud APIs\", or set credentials_file to a service-account key file)";
 
 fn quota_id(violation: &Value) -> &str {
     violation["quotaId"].as_str().or_else(|| violation["subject"].as_str()).unwrap_or_default()

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use gcp_auth::{CustomServiceAccount, TokenProvider};
-use reqwest::header::HeaderValue;
+use reqwest::header::{HeaderMap, HeaderValue, WWW_AUTHENTICATE};
 
 use super::error;
 use super::metadata::{self, MetadataTokens};
@@ -16,6 +16,11 @@ use crate::providers::{ErrorClass, ProviderError};
 
 /// `cloud-platform` covers both `aiplatform.googleapis.com` and Cloud Storage.
 const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
+
+/// Said after Google's words when a metadata-server token lacks the scope.
+const SCOPE_HINT: &str = " (the metadata server's token lacks the cloud-platform scope: on Compute Engine it \
+    carries the VM's access scopes, whatever a client asks for; stop the VM and set its access scopes to \
+    cloud-platform, \"Allow full access to all Cloud APIs\", or set credentials_file to a service-account key file)";
 
 /// Where the service account's identity comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +66,20 @@ impl Tokens {
             Credentials::MetadataServer => {
                 Ok(Self::MetadataServer(MetadataTokens::new(&metadata::host_from_env(), SCOPE)?))
             }
+        }
+    }
+
+    /// What to add to a refusal of a token without `cloud-platform`. Ours always ask for
+    /// it, so only a metadata server that grants the machine's access scopes whatever is
+    /// asked (Compute Engine, GKE without workload identity) hands out such a token; a key
+    /// file's cannot lack it. Vertex names the reason in its `ErrorInfo`; Cloud Storage is
+    /// reported to say `insufficient_scope` in `WWW-Authenticate` instead.
+    pub(super) fn scope_hint(&self, headers: &HeaderMap, body: &str) -> &'static str {
+        let challenge = headers.get(WWW_AUTHENTICATE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let lacks_scope = body.contains("ACCESS_TOKEN_SCOPE_INSUFFICIENT") || challenge.contains("insufficient_scope");
+        match self {
+            Self::MetadataServer(_) if lacks_scope => SCOPE_HINT,
+            _ => "",
         }
     }
 

@@ -95,7 +95,8 @@ impl VertexBatches {
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let body = response.text().await.unwrap_or_default();
-        Err(google::refusal(super::PROVIDER, status, &headers, &body, &format!("Cloud Storage {what}: ")))
+        let hint = self.tokens.scope_hint(&headers, &body);
+        Err(google::refusal(super::PROVIDER, status, &headers, &body, &format!("Cloud Storage {what}: "), hint))
     }
 
     pub(super) async fn gcs_put(&self, bucket: &str, name: &str, body: Vec<u8>) -> Result<(), ProviderError> {

@@ -231,7 +231,7 @@ impl VertexBatches {
         }
         let headers = response.headers().clone();
         let body = response.text().await.unwrap_or_default();
-        Err(google::refusal(PROVIDER, status, &headers, &body, ""))
+        Err(google::refusal(PROVIDER, status, &headers, &body, "", self.tokens.scope_hint(&headers, &body)))
     }
 
     async fn job(&self, job_id: &str) -> Result<wire::Job, ProviderError> {
