@@ -208,34 +208,6 @@ pub async fn a_dropped_create_is_looked_up_not_repeated(rig: &SimRig) -> Stats {
     stats
 }
 
-/// The rig's first job expires having run nothing (its faults say `expire_batches`); `then`
-/// are the simulator's faults from that job on. Every member goes back to the queue and
-/// commits once from the next job, its attempt counted. Returns the simulator's counters
-/// and the provider's health for the dialect's own checks. Both attempts are billed by
-/// `provider`.
-pub async fn an_expired_job_is_requeued_whole(rig: &SimRig, provider: &str, then: Faults) -> (Stats, Value) {
-    let server = rig.serve(ONE_BATCH, None);
-    let api = server.api();
-    let ids = intake_corpus(&api).await;
-    rig.wait_stats("the first job", |s| s.batches_created >= 1).await;
-    rig.sim.set_faults(then);
-
-    let records = settle(&api, &ids).await;
-    assert_all_committed_with_model_findings(&api).await;
-    let stats = rig.stats();
-    assert_eq!(stats.batches_created, 2, "{stats:#?}");
-    assert_submitted(&stats, &ids, 2);
-    assert_eq!(stats.max_live_batches_per_custom_id, 1, "never in two live jobs: {stats:#?}");
-    assert_eq!(stats.lines_completed, CORPUS.len() as u64, "nothing answered twice: {stats:#?}");
-    assert!(records.values().all(|r| r["attempts"] == serde_json::json!(2)), "{records:#?}");
-    assert_billed_by(&api, &ids, provider).await;
-    let health = health(&api).await;
-    assert_eq!(counter(&health, "members_requeued"), CORPUS.len() as u64, "{health:#}");
-    let report = finish(server);
-    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
-    (stats, health)
-}
-
 /// A request over the model's input limit (the rig's faults set `max_input_tokens`) is
 /// refused on its own line of a job that succeeds: it fails `invalid_request` after one
 /// job, sent once, and the rest of the corpus commits. Returns its failure reason, in the
@@ -263,16 +235,27 @@ pub async fn a_request_over_the_input_limit_fails_alone(rig: &SimRig) -> String 
     reason.unwrap_or_else(|| panic!("a failure reason: {failed:#}")).to_string()
 }
 
-/// The rig's first job is cut short with the first half of its requests (input order)
-/// answered (its faults say how: `expire_batches`, `partial_batches`); `then` are the
-/// simulator's faults from that job on. The answered half commits from it; the other half
-/// never ran, goes back to the queue, and commits once from one new job. Returns the
-/// simulator's counters and the provider's health for the dialect's own checks. Every
-/// attempt is billed by `provider`.
-pub async fn the_answered_half_of_a_job_cut_short_commits(
+/// How much of its first job the rig's simulator answers before cutting it short.
+#[derive(Clone, Copy)]
+pub enum Answered {
+    /// It expired before it ran (Bedrock, Gemini and Vertex `Expired`).
+    Nothing,
+    /// Its first half, in input order (OpenAI-shaped and Anthropic `expired`, Bedrock
+    /// `PartiallyCompleted`).
+    FirstHalf,
+}
+
+/// The rig's first job is cut short (its faults say how: `expire_batches`,
+/// `partial_batches`) having answered what `answered` says; `then` are the simulator's
+/// faults from that job on. What it answered commits from it; the rest never ran, goes back
+/// to the queue, and commits once from one new job, its attempt counted. Every attempt is
+/// billed by `provider`. Returns the simulator's counters and the provider's health for the
+/// dialect's own checks.
+pub async fn a_job_cut_short_requeues_what_it_did_not_answer(
     rig: &SimRig,
     provider: &str,
     then: Faults,
+    answered: Answered,
 ) -> (Stats, Value) {
     let server = rig.serve(ONE_BATCH, None);
     let api = server.api();
@@ -283,23 +266,26 @@ pub async fn the_answered_half_of_a_job_cut_short_commits(
     let records = settle(&api, &ids).await;
     assert_all_committed_with_model_findings(&api).await;
     let stats = rig.stats();
-    assert_eq!(stats.batches_created, 2, "the unanswered half went into one new job: {stats:#?}");
-    let half = CORPUS.len() / 2;
+    assert_eq!(stats.batches_created, 2, "the unanswered went into one new job: {stats:#?}");
+    let first = match answered {
+        Answered::Nothing => 0,
+        Answered::FirstHalf => CORPUS.len() / 2,
+    };
     let sent = |times: u64| -> BTreeSet<String> {
         stats.submissions_per_custom_id.iter().filter(|(_, n)| **n == times).map(|(id, _)| id.clone()).collect()
     };
     let (once, twice) = (sent(1), sent(2));
-    assert_eq!((once.len(), twice.len()), (half, CORPUS.len() - half), "{stats:#?}");
+    assert_eq!((once.len(), twice.len()), (first, CORPUS.len() - first), "{stats:#?}");
     assert_eq!(once.union(&twice).cloned().collect::<BTreeSet<_>>(), ids);
     assert_eq!(stats.max_live_batches_per_custom_id, 1, "never in two live jobs: {stats:#?}");
     assert_eq!(stats.lines_completed, CORPUS.len() as u64, "nothing answered twice: {stats:#?}");
     for (id, record) in &records {
         let attempts = if twice.contains(id) { 2 } else { 1 };
-        assert_eq!(record["attempts"], attempts, "the sent-again half is on its second attempt: {record:#}");
+        assert_eq!(record["attempts"], attempts, "the sent-again ones are on their second attempt: {record:#}");
     }
     assert_billed_by(&api, &ids, provider).await;
     let health = health(&api).await;
-    assert_eq!(counter(&health, "members_requeued"), (CORPUS.len() - half) as u64, "{health:#}");
+    assert_eq!(counter(&health, "members_requeued"), (CORPUS.len() - first) as u64, "{health:#}");
     let report = finish(server);
     assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
     (stats, health)

@@ -13,8 +13,8 @@ use crate::provider::{
     intake_corpus,
 };
 use crate::providers_e2e::{
-    ONE_BATCH, anthropic_rig, assert_billed_by, kill_after_the_create, the_answered_half_of_a_job_cut_short_commits,
-    the_job_is_found_again,
+    Answered, ONE_BATCH, a_job_cut_short_requeues_what_it_did_not_answer, anthropic_rig, assert_billed_by,
+    kill_after_the_create, the_job_is_found_again,
 };
 
 /// Sampling the simulator's counters every 5 ms leaves this much error in a measured gap.
@@ -91,7 +91,9 @@ async fn anthropic_kill_after_create_before_the_batch_id_is_stored_finds_the_bat
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_expired_lines_are_requeued_and_commit_once_in_a_later_batch() {
     let rig = anthropic_rig(Duration::from_millis(300), Faults { expire_batches: true, ..Faults::default() }).await;
-    let (stats, health) = the_answered_half_of_a_job_cut_short_commits(&rig, "anthropic", Faults::default()).await;
+    let (stats, health) =
+        a_job_cut_short_requeues_what_it_did_not_answer(&rig, "anthropic", Faults::default(), Answered::FirstHalf)
+            .await;
     assert_eq!(stats.lines_failed, (CORPUS.len() - CORPUS.len() / 2) as u64, "the expired lines: {stats:#?}");
     assert_eq!(counter(&health, "batches_closed"), 2, "{health:#}");
 }

@@ -14,8 +14,8 @@ use crate::provider::{
     health, intake_corpus, settle, settle_failed,
 };
 use crate::providers_e2e::{
-    KEY, KEY_ENV, ONE_BATCH, SimRig, killed_after_the_create_the_job_is_found_again,
-    the_answered_half_of_a_job_cut_short_commits,
+    Answered, KEY, KEY_ENV, ONE_BATCH, SimRig, a_job_cut_short_requeues_what_it_did_not_answer,
+    killed_after_the_create_the_job_is_found_again,
 };
 use crate::providers_e2e_compat::{assert_discounted, assert_waited_for_the_429, provider_check, shaped_rig};
 use crate::util::{stderr, stdout};
@@ -74,7 +74,7 @@ async fn azure_kill_after_create_before_the_batch_id_is_stored_finds_the_batch()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn azure_expiry_keeps_the_partial_results_and_requeues_the_rest_once() {
     let rig = azure_rig(Faults { expire_batches: true, ..Faults::default() }, Duration::from_millis(300), "").await;
-    the_answered_half_of_a_job_cut_short_commits(&rig, "azure", Faults::default()).await;
+    a_job_cut_short_requeues_what_it_did_not_answer(&rig, "azure", Faults::default(), Answered::FirstHalf).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

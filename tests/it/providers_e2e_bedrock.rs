@@ -21,8 +21,8 @@ use crate::provider::{
     health, intake_corpus, settle,
 };
 use crate::providers_e2e::{
-    ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated, an_expired_job_is_requeued_whole, assert_billed_by,
-    killed_after_the_create_the_job_is_found_again, the_answered_half_of_a_job_cut_short_commits,
+    Answered, ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated,
+    a_job_cut_short_requeues_what_it_did_not_answer, assert_billed_by, killed_after_the_create_the_job_is_found_again,
 };
 use crate::util::{cli_with_env, run_to_end, stderr, stdout, temp_dir};
 
@@ -215,7 +215,8 @@ async fn bedrock_throttling_is_waited_out_then_the_job_runs() {
 async fn bedrock_expired_job_never_ran_and_is_requeued_whole() {
     let faults = Faults { expire_batches: true, ..Faults::default() };
     let rig = BedrockRig::start(Duration::from_millis(300), faults, "").await;
-    an_expired_job_is_requeued_whole(&rig, "bedrock", Faults { bedrock_min_records: 1, ..Faults::default() }).await;
+    let then = Faults { bedrock_min_records: 1, ..Faults::default() };
+    a_job_cut_short_requeues_what_it_did_not_answer(&rig, "bedrock", then, Answered::Nothing).await;
 }
 
 /// Records missing from a `PartiallyCompleted` job (its timeout came while it ran: "not
@@ -225,12 +226,8 @@ async fn bedrock_expired_job_never_ran_and_is_requeued_whole() {
 async fn bedrock_records_missing_from_a_partially_completed_job_are_requeued() {
     let faults = Faults { partial_batches: true, ..Faults::default() };
     let rig = BedrockRig::start(Duration::from_millis(300), faults, "").await;
-    the_answered_half_of_a_job_cut_short_commits(
-        &rig,
-        "bedrock",
-        Faults { bedrock_min_records: 1, ..Faults::default() },
-    )
-    .await;
+    let then = Faults { bedrock_min_records: 1, ..Faults::default() };
+    a_job_cut_short_requeues_what_it_did_not_answer(&rig, "bedrock", then, Answered::FirstHalf).await;
 }
 
 /// Waits (bounded) until every one of `ids` has failed; returns their records.

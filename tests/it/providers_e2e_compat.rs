@@ -16,8 +16,8 @@ use crate::provider::{
     settle,
 };
 use crate::providers_e2e::{
-    KEY, KEY_ENV, ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated, assert_billed_by,
-    killed_after_the_create_the_job_is_found_again, the_answered_half_of_a_job_cut_short_commits,
+    Answered, KEY, KEY_ENV, ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated,
+    a_job_cut_short_requeues_what_it_did_not_answer, assert_billed_by, killed_after_the_create_the_job_is_found_again,
 };
 use crate::util::{Api, run_to_end, stderr, stdout};
 
@@ -127,7 +127,8 @@ async fn refused_metadata_and_a_dropped_create_still_make_one_batch() {
 async fn an_expired_batch_keeps_its_partial_results_and_requeues_the_rest_once() {
     let faults = Faults { expire_batches: true, ..Faults::default() };
     let rig = groq_rig(Variant::groq_like(), faults, Duration::from_millis(300)).await;
-    let (stats, _) = the_answered_half_of_a_job_cut_short_commits(&rig, "groq", Faults::default()).await;
+    let (stats, _) =
+        a_job_cut_short_requeues_what_it_did_not_answer(&rig, "groq", Faults::default(), Answered::FirstHalf).await;
     assert_eq!(stats.lines_failed, (CORPUS.len() - CORPUS.len() / 2) as u64, "the expired lines: {stats:#?}");
 }
 

@@ -18,8 +18,8 @@ use crate::provider::{
     intake_corpus, settle, settle_failed,
 };
 use crate::providers_e2e::{
-    KEY, KEY_ENV, ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated,
-    a_request_over_the_input_limit_fails_alone, an_expired_job_is_requeued_whole, assert_billed_by,
+    Answered, KEY, KEY_ENV, ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated,
+    a_job_cut_short_requeues_what_it_did_not_answer, a_request_over_the_input_limit_fails_alone, assert_billed_by,
     killed_after_the_create_the_job_is_found_again,
 };
 use crate::util::{cli_with_env, run_to_end, stderr, stdout, temp_dir};
@@ -152,7 +152,8 @@ async fn gemini_resource_exhausted_waits_for_the_retry_delay_then_succeeds() {
 async fn gemini_expired_batch_is_requeued_whole_and_commits_once() {
     let faults = Faults { expire_batches: true, ..Faults::default() };
     let rig = gemini_rig(Duration::from_millis(300), faults, "").await;
-    let (_, health) = an_expired_job_is_requeued_whole(&rig, "gemini", Faults::default()).await;
+    let (_, health) =
+        a_job_cut_short_requeues_what_it_did_not_answer(&rig, "gemini", Faults::default(), Answered::Nothing).await;
     assert_eq!(counter(&health, "batches_closed"), 2, "{health:#}");
 }
 

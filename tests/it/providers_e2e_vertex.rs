@@ -26,8 +26,9 @@ use crate::provider::{
     intake_corpus, settle,
 };
 use crate::providers_e2e::{
-    ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated, a_request_over_the_input_limit_fails_alone,
-    an_expired_job_is_requeued_whole, assert_billed_by, killed_after_the_create_the_job_is_found_again,
+    Answered, ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated,
+    a_job_cut_short_requeues_what_it_did_not_answer, a_request_over_the_input_limit_fails_alone, assert_billed_by,
+    killed_after_the_create_the_job_is_found_again,
 };
 use crate::util::{cli, run_to_end, stderr, stdout};
 
@@ -225,7 +226,7 @@ async fn vertex_create_answered_by_a_dropped_connection_makes_no_second_job() {
 async fn vertex_expired_job_is_requeued_whole_and_commits_once() {
     let faults = Faults { expire_batches: true, ..Faults::default() };
     let rig = VertexRig::start(Duration::from_millis(300), faults, "").await;
-    an_expired_job_is_requeued_whole(&rig, "vertex", Faults::default()).await;
+    a_job_cut_short_requeues_what_it_did_not_answer(&rig, "vertex", Faults::default(), Answered::Nothing).await;
 }
 
 /// A request over the model's input limit comes back as a prediction line whose `status`
