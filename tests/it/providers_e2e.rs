@@ -81,6 +81,40 @@ pub async fn assert_billed_by(api: &Api, ids: &BTreeSet<String>, provider: &str)
     }
 }
 
+/// How a provider's answers are priced: a batch carries the discount (half the list price).
+#[derive(Clone, Copy, Debug)]
+pub enum Pricing {
+    Batch,
+    Synchronous,
+}
+
+/// Every ledger entry of every extraction: billed by `provider`, with input tokens, and
+/// charged `per_token` micro-dollars a token (input, output), halved for a batch. A charge
+/// shows which provider's prices it was made at when the rigs give each provider its own.
+pub async fn assert_charged(
+    api: &Api,
+    ids: &BTreeSet<String>,
+    provider: &str,
+    per_token: (u64, u64),
+    pricing: Pricing,
+) {
+    assert_billed_by(api, ids, provider).await;
+    for id in ids {
+        let reply = api.get(&format!("/v1/extractions/{id}/costs")).await;
+        for entry in reply.body["attempts"].as_array().expect("attempts") {
+            let tokens = |k: &str| entry[k].as_u64().unwrap_or(0);
+            assert!(tokens("input_tokens") > 0, "{entry:#}");
+            let list = tokens("input_tokens") * per_token.0 + tokens("output_tokens") * per_token.1;
+            let expected = match pricing {
+                Pricing::Batch => list / 2,
+                Pricing::Synchronous => list,
+            };
+            let cost = tokens("cost_micros");
+            assert!(cost > 0 && cost.abs_diff(expected) <= 1, "{pricing:?} at {per_token:?} a token: {entry:#}");
+        }
+    }
+}
+
 /// A simulator speaking one provider's dialect, a data directory, and a config routing all
 /// work to the provider under test: the rig every simulated provider's end-to-end tests
 /// share, so that each scenario is written once and run against each dialect.

@@ -21,8 +21,8 @@ use crate::provider::{
     health, intake_corpus, settle,
 };
 use crate::providers_e2e::{
-    Answered, ONE_BATCH, SimRig, a_dropped_create_is_looked_up_not_repeated,
-    a_job_cut_short_requeues_what_it_did_not_answer, assert_billed_by, killed_after_the_create_the_job_is_found_again,
+    Answered, ONE_BATCH, Pricing, SimRig, a_dropped_create_is_looked_up_not_repeated,
+    a_job_cut_short_requeues_what_it_did_not_answer, assert_charged, killed_after_the_create_the_job_is_found_again,
 };
 use crate::util::{cli_with_env, run_to_end, stderr, stdout, temp_dir};
 
@@ -158,17 +158,8 @@ async fn bedrock_commits_the_corpus_once_through_s3_with_signed_calls() {
     let health = health(&api).await;
     assert_eq!(health["name"], json!("bedrock"), "{health:#}");
     assert_eq!(counter(&health, "lines_ingested"), CORPUS.len() as u64, "{health:#}");
-    assert_billed_by(&api, &ids, "bedrock").await;
-    for id in &ids {
-        let costs = api.get(&format!("/v1/extractions/{id}/costs")).await;
-        let attempt = &costs.body["attempts"][0];
-        assert!(attempt["input_tokens"].as_u64().is_some_and(|n| n > 0), "{attempt:#}");
-        let tokens = |k: &str| attempt[k].as_u64().unwrap_or(0);
-        // $800 and $4000 per million tokens is 800 and 4000 micros a token, on demand.
-        let on_demand = tokens("input_tokens") * 800 + tokens("output_tokens") * 4000;
-        let cost = tokens("cost_micros");
-        assert!(cost > 0 && cost.abs_diff(on_demand / 2) <= 1, "charged at half the on-demand price: {attempt:#}");
-    }
+    // $800 and $4000 per million tokens is 800 and 4000 micros a token, on demand.
+    assert_charged(&api, &ids, "bedrock", (800, 4000), Pricing::Batch).await;
 
     let report = finish(server);
     assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);

@@ -13,7 +13,7 @@ use commitpoint::simulator::{Dialect, Faults, Simulator, SimulatorConfig};
 use serde_json::{Value, json};
 
 use crate::provider::{CORPUS, SETTLE, assert_report_counts, counter, finish, intake_corpus, settle};
-use crate::providers_e2e::{KEY, KEY_ENV, ONE_BATCH, assert_billed_by, expect_crash};
+use crate::providers_e2e::{KEY, KEY_ENV, ONE_BATCH, Pricing, assert_billed_by, assert_charged, expect_crash};
 use crate::providers_e2e_bedrock::{BedrockRig, IN_BUCKET, MODEL, aws_env};
 use crate::util::{Api, Server, cli_with_env, run_to_end, serve_command, stderr, stdout};
 
@@ -138,16 +138,7 @@ async fn bedrock_work_under_the_minimum_commits_once_through_the_fallback() {
     }
     rig.assert_one_fallback_job(&ids);
     rig.assert_nothing_at_bedrock().await;
-    assert_billed_by(&api, &ids, "claude").await;
-    for id in &ids {
-        let costs = api.get(&format!("/v1/extractions/{id}/costs")).await;
-        let attempt = &costs.body["attempts"][0];
-        let tokens = |k: &str| attempt[k].as_u64().unwrap_or(0);
-        assert!(tokens("input_tokens") > 0, "{attempt:#}");
-        let on_demand = tokens("input_tokens") * FALLBACK_PRICES.0 + tokens("output_tokens") * FALLBACK_PRICES.1;
-        let cost = tokens("cost_micros");
-        assert!(cost.abs_diff(on_demand / 2) <= 1, "priced as the fallback's batch: {attempt:#}");
-    }
+    assert_charged(&api, &ids, "claude", FALLBACK_PRICES, Pricing::Batch).await;
     let bedrock = health_of(&api, "bedrock").await;
     assert_eq!(counter(&bedrock, "batches_handed_over"), 1, "{bedrock:#}");
     assert_eq!(counter(&bedrock, "batches_submitted"), 0, "{bedrock:#}");
@@ -198,8 +189,6 @@ async fn a_fallback_that_is_not_configured_is_refused_at_start() {
         text.replace("min_batch_fallback = \"claude\"", "min_batch_fallback = \"claud\""),
     )
     .expect("write config");
-    let mut env = aws_env().to_vec();
-    env.push((KEY_ENV, KEY));
     let out = cli_with_env(&["config", "check", "--config", rig.bedrock.config_path()], &env);
     assert_eq!(out.status.code(), Some(78), "{}\n{}", stdout(&out), stderr(&out));
     let said = stderr(&out);
@@ -230,14 +219,7 @@ async fn bedrock_work_under_the_minimum_commits_once_through_a_chat_fallback() {
     let stats = rig.claude.stats();
     assert_eq!((stats.chat_completions, stats.batches_created), (CORPUS.len() as u64, 0), "{stats:#?}");
     rig.assert_nothing_at_bedrock().await;
-    assert_billed_by(&api, &ids, "claude").await;
-    for id in &ids {
-        let costs = api.get(&format!("/v1/extractions/{id}/costs")).await;
-        let attempt = &costs.body["attempts"][0];
-        let tokens = |k: &str| attempt[k].as_u64().unwrap_or(0);
-        let list = tokens("input_tokens") * FALLBACK_PRICES.0 + tokens("output_tokens") * FALLBACK_PRICES.1;
-        assert!(list > 0 && tokens("cost_micros") == list, "priced as the fallback, synchronously: {attempt:#}");
-    }
+    assert_charged(&api, &ids, "claude", FALLBACK_PRICES, Pricing::Synchronous).await;
     assert_eq!(counter(&health_of(&api, "bedrock").await, "batches_handed_over"), 1);
     let report = finish(server);
     assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);

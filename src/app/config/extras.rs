@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::file::{one_source, parse_duration};
+use super::file::{http_url, one_source, parse_duration};
 use super::{Error, KeySource};
 use crate::engine::ledger::{BudgetPeriod, Budgets, Price, PriceTable, dollars_to_micros};
 use crate::engine::routing::{Routes, Rule};
@@ -224,11 +224,7 @@ pub(super) fn resolve_sinks(raw: RawOutbox) -> Result<Vec<SinkOptions>, Error> {
         if sinks.iter().any(|other| other.name == s.name) {
             return Err(Error::Invalid { key: "outbox.sinks.name", reason: format!("{:?} is named twice", s.name) });
         }
-        let parsed = reqwest::Url::parse(&s.url)
-            .map_err(|e| Error::Invalid { key: "outbox.sinks.url", reason: format!("{:?}: {e}", s.url) })?;
-        if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(Error::Invalid { key: "outbox.sinks.url", reason: format!("{:?} is not http(s)", s.url) });
-        }
+        http_url("outbox.sinks.url", &s.url)?;
         let secret = required_secret("outbox.sinks.secret_*", &s.secret_env, &s.secret_file, &s.secret_credential)?;
         sinks.push(SinkOptions {
             name: s.name,

@@ -192,6 +192,20 @@ pub(super) fn load(path: &Path, explicit: bool) -> Result<RawConfig, Error> {
     toml::from_str(&text).map_err(|e| Error::ConfigParse { path: path.to_path_buf(), reason: e.to_string() })
 }
 
+/// A URL commitpoint sends something to (an outbox sink, a trace collector): http or
+/// https, with a host.
+pub(super) fn http_url(key: &'static str, value: &str) -> Result<reqwest::Url, Error> {
+    let url = reqwest::Url::parse(value)
+        .map_err(|e| Error::Invalid { key, reason: format!("{value:?} is not a URL ({e})") })?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none_or(str::is_empty) {
+        return Err(Error::Invalid {
+            key,
+            reason: format!("{value:?} must be an http:// or https:// URL with a host"),
+        });
+    }
+    Ok(url)
+}
+
 pub(super) fn parse_duration(key: &'static str, value: &str) -> Result<Duration, Error> {
     humantime::parse_duration(value)
         .map_err(|e| Error::Invalid { key, reason: format!("{value:?} is not a duration like \"30s\": {e}") })

@@ -62,11 +62,7 @@ impl TelemetryOptions {
 /// no credentials in the URL: a collector's token would then show in `config check`.
 fn traces_url(endpoint: &str) -> Result<String, Error> {
     let invalid = |reason: String| Error::Invalid { key: "telemetry.otlp_endpoint", reason };
-    let url = reqwest::Url::parse(endpoint)
-        .map_err(|e| invalid(format!("{endpoint:?} is not a URL ({e}); e.g. \"http://127.0.0.1:4318\"")))?;
-    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none_or(str::is_empty) {
-        return Err(invalid(format!("{endpoint:?} must be an http:// or https:// URL with a host")));
-    }
+    let url = super::file::http_url("telemetry.otlp_endpoint", endpoint)?;
     if !url.username().is_empty() || url.password().is_some() {
         return Err(invalid("must not hold credentials; send them with OTEL_EXPORTER_OTLP_HEADERS".into()));
     }

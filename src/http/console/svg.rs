@@ -125,15 +125,12 @@ fn round_up(largest: u64, unit: Unit) -> u64 {
     step * GRIDLINES
 }
 
-/// Dollars with as few decimals as the value needs, at least cents.
+/// The ledger's dollars (`$1.500000`) without the trailing zeros past the cents: `$1.50`.
 fn dollar_tick(micros: u64) -> String {
-    let cents = micros / 10_000;
-    if micros.is_multiple_of(10_000) {
-        format!("${}.{:02}", cents / 100, cents % 100)
-    } else {
-        let exact = format!("{:06}", micros % 1_000_000);
-        format!("${}.{}", micros / 1_000_000, exact.trim_end_matches('0'))
-    }
+    let exact = crate::engine::ledger::dollars(micros);
+    let cents_end = exact.find('.').map_or(exact.len(), |dot| dot + 3);
+    let end = exact.trim_end_matches('0').len().max(cents_end);
+    exact[..end].to_string()
 }
 
 #[cfg(test)]
