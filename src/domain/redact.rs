@@ -45,7 +45,9 @@ const SECRET_FIELDS: &[&str] = &[
 const KEY_PREFIXES: &[&str] =
     &["sk-", "sk_", "rk-", "rk_", "pk-", "pk_", "ghp_", "gho_", "github_pat_", "xoxb-", "AIza"];
 /// Provider identifiers that are mixed-case but not secret; operators need them.
-const ID_PREFIXES: &[&str] = &["msgbatch_", "msg_", "batch_", "file-", "file_", "req_", "chatcmpl-", "job_", "job-"];
+/// Google's resource names (`projects/{p}/locations/{l}/batchPredictionJobs/{id}`) are paths.
+const ID_PREFIXES: &[&str] =
+    &["msgbatch_", "msg_", "batch_", "file-", "file_", "req_", "chatcmpl-", "job_", "job-", "projects/"];
 
 /// Remembers a configured key so that it is cut out of every later provider text.
 pub fn register(key: &str) {
@@ -179,6 +181,7 @@ mod tests {
         let id = "3f".repeat(32);
         let text = format!(
             "No batch found with id batch_6788b4d0a37c8190b8e9a0b4f2e3a1c5 or msgbatch_01HkcTjaV5uDC8jWR4ZsDV8d \
+             or projects/650231661283/locations/us-central1/batchPredictionJobs/2544655663456321536 \
              for extraction {id}: Incorrect API key provided: sk-abc***xyz. The token is invalid; \
              see https://platform.example.com/docs/errors. Rate limit: 1000 requests/min."
         );

@@ -86,6 +86,11 @@ pub struct Faults {
     /// client asks for, so every API call on a token it issued is 403 `PERMISSION_DENIED`
     /// `ACCESS_TOKEN_SCOPE_INSUFFICIENT`.
     pub vm_lacks_cloud_platform_scope: bool,
+    /// Vertex dialect: prediction lines keep the input line's `key` beside `request`. Off by
+    /// default: no Google source says the service copies fields beside `request` into its
+    /// output (BerriAI/litellm#14044 found it does not), so the simulator drops them unless
+    /// told otherwise and the adapter must correlate through the request's `labels`.
+    pub vertex_echoes_key: bool,
     /// Every Nth input line (1-based; for the synchronous chat endpoint, every Nth call)
     /// asks for a long answer of `long_answer_tokens` output tokens. Under a smaller output
     /// budget (`max_completion_tokens`, else `max_tokens`; OpenAI without either: the model's
@@ -166,6 +171,7 @@ impl Default for Faults {
             refuse_upload_next: 0,
             pause_jobs: false,
             vm_lacks_cloud_platform_scope: false,
+            vertex_echoes_key: false,
             truncate_every: 0,
             long_answer_tokens: DEFAULT_LONG_ANSWER_TOKENS,
             refuse_every: 0,

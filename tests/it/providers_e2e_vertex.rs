@@ -144,6 +144,9 @@ async fn assert_input_follows_the_contract(gcs: &Gcs, ids: &BTreeSet<String>) {
         assert_eq!(request["generationConfig"]["responseMimeType"], json!("application/json"), "{request:#}");
         assert!(request["generationConfig"]["responseJsonSchema"].is_object(), "{request:#}");
         assert!(request["systemInstruction"]["parts"][0]["text"].is_string(), "{request:#}");
+        // The key again in the request's labels, in two halves (a label value is at most 63).
+        let halves = ["commitpoint_key_a", "commitpoint_key_b"].map(|l| request["labels"][l].as_str().unwrap_or(""));
+        assert_eq!(halves.concat(), value["key"].as_str().unwrap_or("-"), "{request:#}");
     }
     assert_eq!(&seen, ids, "one line per extraction, keyed by its id");
 }
@@ -181,6 +184,51 @@ async fn vertex_commits_the_corpus_once_through_gcs_with_oauth() {
     }
     let report = finish(server);
     assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+/// Vertex names jobs under the project *number* whatever id the caller used (the
+/// simulator does too), and a job killed while it runs is polled again under that name
+/// after the restart: one job, each member sent and committed once, nothing submitted anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vertex_a_job_named_under_the_project_number_commits_once_across_a_sigkill_while_it_runs() {
+    let rig = VertexRig::start(Duration::from_secs(3), Faults::default(), "").await;
+    let mut server = rig.serve(ONE_BATCH, None);
+    let ids = intake_corpus(&server.api()).await;
+    // Polled means the job's name came back, was accepted and stored.
+    rig.wait_stats("the job polled", |s| s.batches_created == 1 && s.polls >= 1).await;
+    server.kill9();
+    let report = crate::util::assert_verifies(&rig.db());
+    assert_report_counts(&report, CORPUS.len(), &[&format!("submitted: {}", CORPUS.len())]);
+
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    assert_all_committed_with_model_findings(&api).await;
+    settle(&api, &ids).await;
+    let stats = rig.stats();
+    assert_eq!(stats.batches_created, 1, "the job was polled again, not made again: {stats:#?}");
+    crate::provider::assert_submitted(&stats, &ids, 1);
+    let health = health(&api).await;
+    assert_eq!(counter(&health, "batches_submitted"), 0, "{health:#}");
+    assert_eq!(counter(&health, "malformed_lines"), 0, "every line matched by its labels: {health:#}");
+    assert_billed_by(&api, &ids, "vertex").await;
+    let report = finish(server);
+    assert_report_counts(&report, CORPUS.len(), &[&format!("committed: {}", CORPUS.len())]);
+}
+
+/// Where the service keeps the input line's `key` beside the request (the other reading of
+/// the docs), the lines are matched by it as well as by the labels: the corpus commits once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vertex_output_lines_that_keep_the_key_commit_once_too() {
+    let faults = Faults { vertex_echoes_key: true, ..Faults::default() };
+    let rig = VertexRig::start(Duration::from_millis(300), faults, "").await;
+    let server = rig.serve(ONE_BATCH, None);
+    let api = server.api();
+    let ids = intake_corpus(&api).await;
+    let stats = assert_corpus_committed_once(&api, &ids, || rig.stats()).await;
+    assert_eq!(stats.batches_created, 1, "{stats:#?}");
+    let health = health(&api).await;
+    assert_eq!(counter(&health, "malformed_lines"), 0, "{health:#}");
+    finish(server);
 }
 
 /// The input file is checked before it is deleted: a run that never ingests (the job

@@ -117,13 +117,24 @@ pub enum ConfigError {
 }
 
 /// Google Cloud project ids: 6–30 characters, lowercase letters, digits and hyphens,
-/// starting with a letter and not ending with a hyphen.
+/// starting with a letter and not ending with a hyphen; or the project's number, which
+/// every Vertex path takes in place of the id.
 pub fn project_rule(project: &str) -> Result<(), String> {
-    let ok = (6..=30).contains(&project.len())
-        && project.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
-        && !project.ends_with('-')
-        && project.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-    if ok { Ok(()) } else { Err("a project id is 6-30 of a-z 0-9 -, starting with a letter".to_string()) }
+    let ok = is_project_number(project)
+        || (6..=30).contains(&project.len())
+            && project.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
+            && !project.ends_with('-')
+            && project.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err("a project id is 6-30 of a-z 0-9 -, starting with a letter (or the project's number)".to_string())
+    }
+}
+
+/// A project number: digits only (Google's are 12 today; no length is promised).
+fn is_project_number(segment: &str) -> bool {
+    (1..=20).contains(&segment.len()) && segment.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// A region (`us-central1`, `europe-west4`) or `global`: it becomes part of a host name.
@@ -147,8 +158,6 @@ pub struct VertexBatches {
     config: VertexConfig,
     /// `{endpoint}/v1/projects/{project}/locations/{location}`.
     parent: Url,
-    /// The job name prefix every job id of ours has: `projects/{p}/locations/{l}/batchPredictionJobs/`.
-    job_prefix: String,
     gcs: Url,
     tokens: auth::Tokens,
     http: reqwest::Client,
@@ -175,7 +184,6 @@ impl VertexBatches {
         };
         let mut parent = parse("endpoint", &endpoint)?;
         let gcs = parse("gcs_endpoint", &gcs)?;
-        let job_prefix = format!("projects/{}/locations/{}/batchPredictionJobs/", config.project, config.location);
         parent
             .path_segments_mut()
             .map_err(|()| ConfigError::Url { key: "endpoint", url: endpoint.clone() })?
@@ -187,7 +195,7 @@ impl VertexBatches {
             .read_timeout(config.request_timeout)
             .build()
             .map_err(ConfigError::Client)?;
-        Ok(Self { config, parent, job_prefix, gcs, tokens, http })
+        Ok(Self { config, parent, gcs, tokens, http })
     }
 
     /// `{parent}/{segments…}`, the last segment may carry `:{verb}`.
@@ -206,11 +214,34 @@ impl VertexBatches {
         self.api_url(&["batchPredictionJobs", &last])
     }
 
-    /// The id of a job name in our project and location: one path segment.
+    /// The id of a job name in our project and location: one path segment. Vertex answers
+    /// names under the project *number* whatever the caller named (Google's batch samples),
+    /// so the first segment is our project id or any number; the location must be ours.
     fn job_id<'a>(&self, name: &'a str) -> Result<&'a str, ProviderError> {
-        name.strip_prefix(self.job_prefix.as_str())
-            .filter(|id| !id.is_empty() && !id.contains(['/', ':']))
-            .ok_or_else(|| error(ErrorClass::Protocol, None, format!("unexpected job name {name:?}")))
+        let mut segments = name.splitn(6, '/');
+        let mut next = || segments.next().unwrap_or_default();
+        let (projects, project, locations, location, collection, id) = (next(), next(), next(), next(), next(), next());
+        let our_project = project == self.config.project || is_project_number(project);
+        let ok = projects == "projects"
+            && our_project
+            && locations == "locations"
+            && location == self.config.location
+            && collection == "batchPredictionJobs"
+            && !id.is_empty()
+            && !id.contains(['/', ':']);
+        if ok {
+            Ok(id)
+        } else {
+            Err(error(
+                ErrorClass::Protocol,
+                None,
+                format!(
+                    "unexpected job name {name:?}: not projects/{}/locations/{}/batchPredictionJobs/<id> (or the \
+                     project's number in place of its id)",
+                    self.config.project, self.config.location
+                ),
+            ))
+        }
     }
 
     /// Sends an authorised control-plane call and reads its JSON answer; a refusal carries

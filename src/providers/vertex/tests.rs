@@ -103,19 +103,66 @@ fn the_create_body_names_gcs_and_carries_the_batch_label() {
 }
 
 #[test]
-fn only_job_names_of_our_project_and_location_are_ids() {
+fn job_names_under_our_project_id_or_its_number_are_ids_kept_whole() {
     let vertex = VertexBatches::new(config()).unwrap();
-    let name = "projects/my-project-1/locations/us-central1/batchPredictionJobs/123";
-    assert_eq!(vertex.job_id(name).unwrap(), "123");
-    let url = vertex.job_url(name, Some("cancel")).unwrap();
-    assert_eq!(url.path(), "/v1/projects/my-project-1/locations/us-central1/batchPredictionJobs/123:cancel");
+    // Google's Gemini batch sample: the job is named under the project number.
+    for name in [
+        "projects/650231661283/locations/us-central1/batchPredictionJobs/2544655663456321536",
+        "projects/my-project-1/locations/us-central1/batchPredictionJobs/2544655663456321536",
+    ] {
+        assert_eq!(vertex.job_id(name).unwrap(), "2544655663456321536", "{name}");
+        let url = vertex.job_url(name, Some("cancel")).unwrap();
+        assert_eq!(
+            url.path(),
+            "/v1/projects/my-project-1/locations/us-central1/batchPredictionJobs/2544655663456321536:cancel"
+        );
+    }
     for bad in [
-        "projects/other/locations/us-central1/batchPredictionJobs/123",
+        "projects/other-project/locations/us-central1/batchPredictionJobs/123",
+        "projects/650231661283/locations/europe-west4/batchPredictionJobs/123",
+        "projects/650231661283/locations/us-central1/customJobs/123",
         "projects/my-project-1/locations/us-central1/batchPredictionJobs/",
         "projects/my-project-1/locations/us-central1/batchPredictionJobs/1/2",
+        "projects//locations/us-central1/batchPredictionJobs/1",
     ] {
-        assert_eq!(vertex.job_id(bad).unwrap_err().class, ErrorClass::Protocol, "{bad}");
+        let refused = vertex.job_id(bad).unwrap_err();
+        assert_eq!(refused.class, ErrorClass::Protocol, "{bad}");
+        // A job name is no secret: the reason shows the very name refused.
+        assert!(refused.message().contains(bad), "{bad}: {}", refused.message());
     }
+}
+
+#[test]
+fn a_line_is_matched_by_its_key_or_by_the_request_labels() {
+    let key = "3f".repeat(32);
+    let input = wire::input_line(&key, json!({"contents": [], "labels": {"team": "x"}}));
+    let labels = &input["request"]["labels"];
+    assert_eq!(labels["team"], "x", "labels of the request are kept");
+    let halves: Vec<&str> = wire::KEY_LABELS.iter().map(|name| labels[*name].as_str().unwrap()).collect();
+    assert!(halves.iter().all(|h| h.len() <= 63), "label values are at most 63 characters");
+    assert_eq!(halves.concat(), key);
+
+    let response = json!({"candidates": [{"content": {"parts": [{"text": "{}"}]}, "finishReason": "STOP"}]});
+    let mut without_key = input.clone();
+    without_key.as_object_mut().unwrap().remove("key");
+    without_key["status"] = json!("");
+    without_key["response"] = response;
+    assert_eq!(wire::parse_line(&without_key.to_string()).unwrap().0, key, "the labels name the member");
+
+    let mut both = without_key.clone();
+    both["key"] = json!(key);
+    assert_eq!(wire::parse_line(&both.to_string()).unwrap().0, key);
+    let mut only_key = both.clone();
+    only_key["request"].as_object_mut().unwrap().remove("labels");
+    assert_eq!(wire::parse_line(&only_key.to_string()).unwrap().0, key, "the key alone names it too");
+
+    let mut disagreeing = both.clone();
+    disagreeing["key"] = json!("ab".repeat(32));
+    let reason = wire::parse_line(&disagreeing.to_string()).unwrap_err();
+    assert!(reason.contains("differs"), "{reason}");
+    let mut half = without_key.clone();
+    half["request"]["labels"].as_object_mut().unwrap().remove(wire::KEY_LABELS[1]);
+    assert!(wire::parse_line(&half.to_string()).is_err(), "half a key names nothing");
 }
 
 #[test]
@@ -127,6 +174,10 @@ fn settings_vertex_refuses_are_refused_at_start() {
     };
     assert!(refused(|c| c.project = "My_Project".into()).contains("project"));
     assert!(refused(|c| c.project = "abc".into()).contains("6-30"));
+    // The project's number is taken where the id is.
+    let mut by_number = config();
+    by_number.project = "650231661283".into();
+    assert!(VertexBatches::new(by_number).is_ok());
     assert!(refused(|c| c.location = "us central".into()).contains("location"));
     assert!(refused(|c| c.model = "publishers/google/models/x".into()).contains("no path"));
     assert!(refused(|c| c.endpoint = Some("ftp://x".into())).contains("endpoint"));

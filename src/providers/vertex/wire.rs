@@ -14,10 +14,41 @@ use crate::providers::gemini::wire as google;
 /// of lowercase letters, digits, `-` and `_` (a batch key `cpb-<32 hex>` is one).
 pub(crate) const BATCH_LABEL: &str = "commitpoint_batch";
 
-/// A line of the input JSONL: our key beside the request. Vertex copies the input line's
-/// fields into the output line (PredictionResult's "key … from the input instance").
-pub(crate) fn input_line(key: &str, request: Value) -> Value {
+/// The request labels carrying a member's key. A key is 64 hex characters and a label value
+/// at most 63, so it goes in two halves; label keys start with a letter.
+pub(crate) const KEY_LABELS: [&str; 2] = ["commitpoint_key_a", "commitpoint_key_b"];
+
+/// A line of the input JSONL: our key beside the request, and again in the request's
+/// `labels`. Whether Vertex copies fields beside `request` into the output line is not
+/// documented (PredictionResult's "key … from the input instance" suggests so; litellm
+/// found it does not), while the output line repeats the request, labels included: so a
+/// line is matched by either, and neither reading of the docs loses a job.
+pub(crate) fn input_line(key: &str, mut request: Value) -> Value {
+    if let Some(fields) = request.as_object_mut() {
+        let (first, second) = key.split_at(key.len().div_ceil(2));
+        let labels = fields.entry("labels").or_insert_with(|| json!({}));
+        labels[KEY_LABELS[0]] = json!(first);
+        labels[KEY_LABELS[1]] = json!(second);
+    }
     json!({"key": key, "request": request})
+}
+
+/// The member key an output line names: its `key` field, else the request's key labels. A
+/// line naming two different keys is not trusted with either.
+fn line_key(line: &Value) -> Result<String, String> {
+    let labels = line.pointer("/request/labels");
+    let labelled = match KEY_LABELS.map(|name| labels.and_then(|l| l.get(name)).and_then(Value::as_str)) {
+        [Some(first), Some(second)] => Some(format!("{first}{second}")),
+        _ => None,
+    };
+    match (line.get("key").and_then(Value::as_str), labelled) {
+        (Some(key), Some(labelled)) if key != labelled => {
+            Err(format!("a result line whose key {key} differs from its request's labels ({labelled})"))
+        }
+        (Some(key), _) => Ok(key.to_string()),
+        (None, Some(labelled)) => Ok(labelled),
+        (None, None) => Err("a result line with neither its key nor the request's key labels".to_string()),
+    }
 }
 
 /// The `batchPredictionJobs.create` body.
@@ -130,7 +161,7 @@ pub(crate) fn state(name: &str) -> Option<State> {
 /// and an empty `status` when the request ran, or a non-empty `status` saying why not.
 pub(crate) fn parse_line(line: &str) -> Result<(String, LineResult), String> {
     let value: Value = serde_json::from_str(line).map_err(|e| format!("unreadable result line: {e}"))?;
-    let key = value["key"].as_str().ok_or("a result line without its key")?.to_string();
+    let key = line_key(&value)?;
     if let Some(status) = value["status"].as_str().filter(|s| !s.trim().is_empty()) {
         return Ok((key, google::errored(&line_status(status))));
     }

@@ -168,6 +168,8 @@ fn field_error(field: &str, message: &str) -> GoogleError {
 
 /// Label keys and values: at most 63 characters of lowercase letters, digits, `-` and
 /// `_`; keys start with a letter.
+const LABEL_RULE: &str = "Label keys and values must be at most 63 lowercase letters, digits, - or _.";
+
 fn label_ok(key: &str, value: &str) -> bool {
     let chars = |s: &str| s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
     (1..=63).contains(&key.len())
@@ -206,10 +208,7 @@ pub(super) async fn create(
     }
     let labels = body.get("labels").and_then(Value::as_object).cloned().unwrap_or_default();
     if labels.iter().any(|(k, v)| !v.as_str().is_some_and(|v| label_ok(k, v))) {
-        return Err(field_error(
-            "labels",
-            "Label keys and values must be at most 63 lowercase letters, digits, - or _.",
-        ));
+        return Err(field_error("labels", LABEL_RULE));
     }
     // The input is read when the job is made; unreadable input fails the job, not the call.
     let lines = match gcs_read(&shared, input_uri).await {
@@ -217,7 +216,7 @@ pub(super) async fn create(
         Err(e) => Err(format!("Failed to import data. Unable to read {input_uri}: {e}")),
     };
     let mut inner = shared.lock();
-    let name = format!("projects/{project}/locations/{location}/batchPredictionJobs/{}", inner.new_id("", 19));
+    let name = job_name(&project, &location, &inner.new_id("", 19));
     let mut job = Job {
         name: name.clone(),
         display_name: display_name.to_string(),
@@ -372,6 +371,10 @@ fn predictions(job: &Job, index: usize, inner: &mut Inner) -> Finish {
             ))
         } else if let Err(message) = model::check(request) {
             Some((400, "Bad Request", "INVALID_ARGUMENT", message))
+        } else if let Some(labels) = request.get("labels")
+            && !labels.as_object().is_some_and(|l| l.iter().all(|(k, v)| v.as_str().is_some_and(|v| label_ok(k, v))))
+        {
+            Some((400, "Bad Request", "INVALID_ARGUMENT", format!("Invalid request labels: {LABEL_RULE}")))
         } else {
             None
         };
@@ -391,6 +394,11 @@ fn predictions(job: &Job, index: usize, inner: &mut Inner) -> Finish {
                 line["status"] = json!("");
                 line["response"] = response;
             }
+        }
+        if !faults.vertex_echoes_key
+            && let Some(fields) = line.as_object_mut()
+        {
+            fields.remove("key");
         }
         line["processed_time"] = json!(processed);
         let text = line.to_string();
@@ -414,8 +422,22 @@ fn find(inner: &Inner, name: &str) -> Result<usize, GoogleError> {
         .ok_or_else(|| GoogleError::not_found(format!("The BatchPredictionJob does not exist: {name}")))
 }
 
-fn job_name(project: &str, location: &str, job: &str) -> String {
-    format!("projects/{project}/locations/{location}/batchPredictionJobs/{job}")
+/// A job's resource name, as Vertex answers it: under the project *number*, whether the
+/// caller named the project by id or by number (docs/PROVIDERS.md, "Vertex AI").
+pub(super) fn job_name(project: &str, location: &str, job: &str) -> String {
+    format!("projects/{}/locations/{location}/batchPredictionJobs/{job}", project_number(project))
+}
+
+/// The number Google gives a project beside its id: 12 digits, made up here from the id so
+/// that one id always has one number. A path that names the number already keeps it.
+pub(super) fn project_number(project: &str) -> String {
+    if !project.is_empty() && project.bytes().all(|b| b.is_ascii_digit()) {
+        return project.to_string();
+    }
+    let hash = blake3::hash(project.as_bytes());
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&hash.as_bytes()[..8]);
+    (100_000_000_000 + u64::from_le_bytes(bytes) % 900_000_000_000).to_string()
 }
 
 pub(super) async fn get(

@@ -60,7 +60,7 @@ pub(super) async fn list(
         }
         _ => 0,
     };
-    let parent = format!("projects/{project}/locations/{location}/");
+    let parent = super::jobs::job_name(&project, &location, "");
     let matching: Vec<Value> = inner
         .vertex
         .jobs
