@@ -50,11 +50,9 @@ fn redb_answers_as_the_reference_model() {
     run::check(run::Backends::Redb, 48, MAX_OPS);
 }
 
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[test]
 fn postgres_answers_as_redb_and_the_reference_model() {
-    if !support::postgres::enabled() {
-        eprintln!("skipped: set {}=postgres to run the differential test on PostgreSQL", support::postgres::STORE_ENV);
-        return;
-    }
+    support::postgres::require();
     run::check(run::Backends::RedbAndPostgres, 12, MAX_OPS);
 }

@@ -119,6 +119,8 @@ mod providers_e2e_pause;
 mod providers_e2e_vertex;
 #[path = "it/providers_named.rs"]
 mod providers_named;
+#[path = "it/python_venv.rs"]
+mod python_venv;
 #[path = "it/raw.rs"]
 mod raw;
 #[path = "it/readiness.rs"]

@@ -134,12 +134,10 @@ fn seed() -> u64 {
     }
 }
 
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[test]
 fn three_instances_on_one_database_survive_kills_and_a_database_restart() {
-    if !postgres::enabled() {
-        eprintln!("skipped: set {}=postgres to run the multi-instance torture", postgres::STORE_ENV);
-        return;
-    }
+    postgres::require();
     let seed = seed();
     let _guard = SeedOnFailure(seed);
     eprintln!(

@@ -17,14 +17,6 @@ use crate::util::{Server, id_of, serve_command, temp_dir};
 /// Short, so a takeover happens within the test's patience.
 const LEASE: &str = "2s";
 
-fn skip() -> bool {
-    if postgres::enabled() {
-        return false;
-    }
-    eprintln!("skipped: set {}=postgres to run the PostgreSQL tests", postgres::STORE_ENV);
-    true
-}
-
 fn lease_config(dir: &Path) -> PathBuf {
     let path = dir.join("lease.toml");
     std::fs::write(&path, format!("[store]\ndriver_lease = \"{LEASE}\"\n")).expect("write the lease config");
@@ -99,11 +91,10 @@ fn assert_every_batch_adopted(rig: &Rig, database: &str) {
 /// lease. The standby takes the provider over, polls the batches the driver left and
 /// commits them. Resumed (SIGCONT), the old driver finds its term over before it calls the
 /// provider again, stands by, and later work is still driven by the standby alone.
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_driver_is_fenced_out_and_the_standby_finishes_its_batches() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     let rig = Rig::start(Duration::from_millis(1_500), commitpoint::simulator::Faults::default()).await;
     let config = lease_config(rig.dir.path());
     let first = driver(&rig, rig.dir.path(), rig.dir.path(), &config);
@@ -152,11 +143,10 @@ async fn a_paused_driver_is_fenced_out_and_the_standby_finishes_its_batches() {
 /// and nothing of it is stored. When the lease is free again the same instance starts a
 /// new term, looks the intent up by its key (it may have been sent meanwhile) and submits
 /// it once.
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_driver_whose_term_is_taken_abandons_its_step_in_flight() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     let slow = commitpoint::simulator::Faults { slow_ms: 3_000, ..Default::default() };
     let rig = Rig::start(Duration::from_millis(50), slow).await;
     let config = lease_config(rig.dir.path());

@@ -1,37 +1,16 @@
 //! A real Cloud Storage JSON API on loopback for the Vertex tests: `gcp-storage-emulator`
-//! from PyPI, installed on first use into a venv under `target/` and started per test on a
+//! from PyPI (pinned in `tests/fixtures/python/gcs-emulator.txt`), installed on first use into a venv under `target/` and started per test on a
 //! free port, in memory; dropped, it is killed. It checks no credentials.
 
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-static INSTALL: Mutex<()> = Mutex::new(());
-
-fn venv() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target").join("gcs-emulator-venv")
-}
-
-/// The emulator's command from the venv, installing it the first time (one test at a time).
 fn emulator() -> PathBuf {
-    let _guard = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
-    let bin = venv().join("bin").join("gcp-storage-emulator");
-    if bin.exists() {
-        return bin;
-    }
-    let status = Command::new("python3").args(["-m", "venv"]).arg(venv()).status().expect("run python3 -m venv");
-    assert!(status.success(), "python3 -m venv failed (Debian: apt-get install python3-venv)");
-    let status = Command::new(venv().join("bin").join("pip"))
-        .args(["install", "--quiet", "gcp-storage-emulator"])
-        .status()
-        .expect("run pip");
-    assert!(status.success(), "pip install gcp-storage-emulator failed");
-    assert!(bin.exists(), "gcp-storage-emulator installed no command");
-    bin
+    crate::python_venv::tool("gcs-emulator", "gcp-storage-emulator")
 }
 
 #[derive(Debug)]

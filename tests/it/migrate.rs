@@ -33,14 +33,6 @@ fn grounded() -> String {
     crate::util::diff_adding(&["a.rs", "d.rs"], 12)
 }
 
-fn skip() -> bool {
-    if postgres::enabled() {
-        return false;
-    }
-    eprintln!("skipped: set {}=postgres to run the migrate-store tests", postgres::STORE_ENV);
-    true
-}
-
 fn migrate(from: &Path, to: &str, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(BIN);
     cmd.args(["migrate-store", "--from"]).arg(from).args(["--to", to]);
@@ -110,11 +102,10 @@ async fn snapshot(api: &Api, ids: &[String]) -> Value {
     })
 }
 
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_migrated_store_serves_the_same_answers_and_finishes_its_work_once() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     // The batch submitted before the migration completes 30 s after it was created: long
     // after the redb server stopped, while the PostgreSQL server polls it.
     let rig = Rig::start(Duration::from_secs(30), Faults::default()).await;
@@ -235,11 +226,10 @@ async fn a_migrated_store_serves_the_same_answers_and_finishes_its_work_once() {
     assert!(report.contains("extractions: 7"), "{report}");
 }
 
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_store_refuses_what_it_cannot_copy_faithfully() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     let dir = temp_dir();
     let empty = database_for(&dir.path().join("empty"));
     let url = cluster().url(&empty);
@@ -297,11 +287,10 @@ async fn migrate_store_refuses_what_it_cannot_copy_faithfully() {
 /// The revisions' links move with the records: a source's two revisions, the older born
 /// superseded on redb, read the same on PostgreSQL, and a third committed there supersedes
 /// the newest with the migrated findings diffed.
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revisions_and_their_links_are_carried_over() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     let redb_dir = temp_dir();
     let server = Server::spawn_as_is(serve_command(redb_dir.path(), &[]), redb_dir.path());
     let api = server.api();
@@ -344,11 +333,10 @@ async fn revisions_and_their_links_are_carried_over() {
 
 /// An evaluation moves whole: its record, its trials and its trial batches read the same on
 /// PostgreSQL (the evaluation, the list and the report), and `verify` passes on the copy.
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evaluation_is_carried_over_with_its_trials_and_trial_batches() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     const MEMBERS: usize = 4;
     let rig = Rig::start(Duration::from_millis(100), Faults::default()).await;
     let redb_dir = rig.dir.path().to_path_buf();

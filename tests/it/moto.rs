@@ -1,39 +1,19 @@
-//! A real S3 on loopback for the Bedrock tests: moto's server (`moto[server]` from PyPI),
+//! A real S3 on loopback for the Bedrock tests: moto's server (`moto[server]` from PyPI, pinned
+//! in `tests/fixtures/python/moto.txt`),
 //! installed on first use into a venv under `target/` and started per test on a free
 //! port; dropped, it is killed. Path-style requests, any credentials accepted.
 
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Fake credentials for the signed requests (moto checks none).
 pub const ACCESS_KEY_ID: &str = "AKIAIOSFODNN7EXAMPLE";
 pub const SECRET_ACCESS_KEY: &str = "commitpoint-test-secret-not-a-real-key";
 
-static INSTALL: Mutex<()> = Mutex::new(());
-
-fn venv() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target").join("moto-venv")
-}
-
-/// `moto_server` from the venv, installing it the first time (one test at a time).
 fn moto_server() -> PathBuf {
-    let _guard = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
-    let bin = venv().join("bin").join("moto_server");
-    if bin.exists() {
-        return bin;
-    }
-    let status = Command::new("python3").args(["-m", "venv"]).arg(venv()).status().expect("run python3 -m venv");
-    assert!(status.success(), "python3 -m venv failed (Debian: apt-get install python3-venv)");
-    let status = Command::new(venv().join("bin").join("pip"))
-        .args(["install", "--quiet", "moto[server]"])
-        .status()
-        .expect("run pip");
-    assert!(status.success(), "pip install moto[server] failed");
-    assert!(bin.exists(), "moto[server] installed no moto_server");
-    bin
+    crate::python_venv::tool("moto", "moto_server")
 }
 
 #[derive(Debug)]

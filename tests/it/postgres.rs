@@ -12,25 +12,16 @@ use serde_json::json;
 use crate::support::postgres::{self, cluster, database_for};
 use crate::util::{Server, finding, id_of, output, reviewed, temp_dir};
 
-fn skip() -> bool {
-    if postgres::enabled() {
-        return false;
-    }
-    eprintln!("skipped: set {}=postgres to run the PostgreSQL tests", postgres::STORE_ENV);
-    true
-}
-
 fn rows(database: &str, sql: &str) -> u64 {
     cluster().psql(database, sql).parse().expect("a count")
 }
 
 /// Many clients deliver the same source at once: one row, one `created: true`, and every
 /// answer names the same identity.
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_duplicate_intakes_make_one_row() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     let dir = temp_dir();
     let server = Server::start(dir.path());
     let api = server.api();
@@ -58,11 +49,10 @@ async fn concurrent_duplicate_intakes_make_one_row() {
 /// A worker whose lease expired and was taken over cannot commit: its token is refused by
 /// the same transaction that would have written its findings, and the current holder's
 /// answer is the one committed.
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[tokio::test]
 async fn a_stale_lease_token_is_refused_and_writes_nothing() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     let dir = temp_dir();
     let server = Server::start(dir.path());
     let api = server.api();
@@ -89,11 +79,10 @@ async fn a_stale_lease_token_is_refused_and_writes_nothing() {
 
 /// SIGKILL while many clients submit, then a restart on the same database: every intake
 /// the server acknowledged is there exactly once, under the identity it was answered with.
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_acknowledged_intake_survives_a_sigkill_once() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     let dir = temp_dir();
     let mut server = Server::start(dir.path());
     let api = server.api();
@@ -141,11 +130,10 @@ async fn every_acknowledged_intake_survives_a_sigkill_once() {
 }
 
 /// A database migrated by a newer build is refused at start, with a message that says so.
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[test]
 fn a_newer_schema_is_refused_at_start() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     let dir = temp_dir();
     drop(Server::start(dir.path()));
     let database = database_for(dir.path());
@@ -165,11 +153,10 @@ fn a_newer_schema_is_refused_at_start() {
 /// provider on the same database starts and stands by: it takes intake and serves reads
 /// while the first drives (`/v1/stats` names the driver), and it takes the provider over
 /// when the first stops, its lock having gone with its session.
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_instance_with_the_same_provider_stands_by_and_takes_over_when_the_first_stops() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     let rig = crate::provider::Rig::start(Duration::from_millis(50), commitpoint::simulator::Faults::default()).await;
     let first = rig.serve(&[], None);
     let other_dir = temp_dir();

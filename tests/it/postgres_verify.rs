@@ -15,14 +15,6 @@ use crate::provider::{CORPUS, Rig, TENANT};
 use crate::support::postgres::{self, cluster, database_for, verify_command};
 use crate::util::{BIN, Server, assert_verifies, finding, output, reviewed, run_to_end, stderr, stdout, temp_dir};
 
-fn skip() -> bool {
-    if postgres::enabled() {
-        return false;
-    }
-    eprintln!("skipped: set {}=postgres to run the PostgreSQL tests", postgres::STORE_ENV);
-    true
-}
-
 /// `commitpoint verify ARGS…` with no store URL or config file from the environment.
 fn verify_with(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(BIN);
@@ -70,11 +62,10 @@ fn assert_fails_with(dir: &Path, violation: &str) -> String {
     text
 }
 
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_holds_on_a_live_database_and_counts_what_sql_counts() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     let (_dir, server) = committed_and_pending().await;
     // The server is still serving: verify reads one snapshot and writes nothing.
     let report = assert_verifies(&server.db_path());
@@ -96,11 +87,10 @@ fn count_in(report: &str, label: &str) -> u64 {
 /// `verify` beside a server that keeps committing: each run reads one snapshot, so the
 /// counts it prints agree with each other exactly (two findings, one raw result and one
 /// ledger entry per committed extraction), however the commits interleave with its reads.
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn verify_while_workers_commit_reads_one_consistent_snapshot() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     let dir = temp_dir();
     let server = Server::start(dir.path());
     let stop = Arc::new(AtomicBool::new(false));
@@ -147,11 +137,10 @@ async fn verify_while_workers_commit_reads_one_consistent_snapshot() {
     assert_eq!(count_in(&report, "  committed: "), posted, "{report}");
 }
 
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_committed_extraction_without_its_raw_result_fails_verify() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     let (dir, server) = committed_and_pending().await;
     corrupt(dir.path(), server, "DELETE FROM results");
     assert_fails_with(dir.path(), "committed without its raw result, and retention did not drop it (invariant 2)");
@@ -159,11 +148,10 @@ async fn a_committed_extraction_without_its_raw_result_fails_verify() {
 
 /// Retention's marks must say what is gone: content emptied without a mark, or a mark on
 /// work that is not committed, is damage; with the right mark the same row verifies.
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn content_or_raw_results_gone_without_a_retention_mark_fail_verify() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     let (dir, server) = committed_and_pending().await;
     let committed = "(SELECT min(seq) FROM extractions WHERE state_code = 3)";
     corrupt(dir.path(), server, &format!("UPDATE extractions SET content = NULL WHERE seq = {committed}"));
@@ -178,32 +166,29 @@ async fn content_or_raw_results_gone_without_a_retention_mark_fail_verify() {
     assert_fails_with(dir.path(), "marked as retired but is pending");
 }
 
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ledger_entry_for_a_missing_extraction_fails_verify() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     let (dir, server) = committed_and_pending().await;
     corrupt(dir.path(), server, "UPDATE ledger SET extraction_seq = extraction_seq + 1000");
     assert_fails_with(dir.path(), "names an extraction or tenant that does not exist");
 }
 
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_column_that_disagrees_with_its_record_fails_verify() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     let (dir, server) = committed_and_pending().await;
     // What claims select on says pending; the record says committed.
     corrupt(dir.path(), server, "UPDATE extractions SET state_code = 1, committed_at_ms = NULL WHERE state_code = 3");
     assert_fails_with(dir.path(), "its state_code column disagrees with its record, which is committed");
 }
 
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spend_row_that_disagrees_with_its_ledger_entries_fails_verify() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     let (dir, server) = committed_and_pending().await;
     corrupt(dir.path(), server, "UPDATE spend SET micros = micros + 1");
     assert_fails_with(dir.path(), &format!("spend of {TENANT} on day"));
@@ -211,11 +196,10 @@ async fn a_spend_row_that_disagrees_with_its_ledger_entries_fails_verify() {
 
 /// Outbox events: the state column puts an event on the list its state needs, and the
 /// extraction it names exists with the identity it names.
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outbox_event_off_its_list_or_naming_a_missing_extraction_fails_verify() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     let dir = temp_dir();
     // A sink nobody listens on: the event stays pending (due).
     let config = dir.path().join("config.toml");
@@ -244,11 +228,10 @@ async fn an_outbox_event_off_its_list_or_naming_a_missing_extraction_fails_verif
 
 /// Invariant 4: a member of a live job is in no second live batch. A second live batch
 /// (a copy of the first under another key) listing the same submitted members breaks it.
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_in_two_live_batches_fails_verify() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     // A provider slower than the test: the batch stays live.
     let rig = Rig::start(Duration::from_secs(3_600), commitpoint::simulator::Faults::default()).await;
     let server = rig.serve(&[], None);
@@ -280,11 +263,10 @@ async fn a_member_in_two_live_batches_fails_verify() {
 
 /// The schema check comes before anything is read: a newer schema is refused (not judged)
 /// with the message `serve` gives, and exit 78.
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[test]
 fn verify_refuses_a_newer_schema() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     let dir = temp_dir();
     drop(Server::start(dir.path()));
     cluster().psql(
@@ -299,11 +281,10 @@ fn verify_refuses_a_newer_schema() {
 
 /// `--config` takes `[store]` as `serve` does, the password by reference; a missing
 /// password variable is a configuration error.
+#[ignore = "PostgreSQL only: COMMITPOINT_TEST_STORE=postgres, --include-ignored (.ci/run does both)"]
 #[test]
 fn verify_reads_the_store_and_its_password_from_a_config_file() {
-    if skip() {
-        return;
-    }
+    postgres::require();
     let dir = temp_dir();
     drop(Server::start(dir.path()));
     let url = cluster().url(&database_for(dir.path()));

@@ -24,6 +24,16 @@ pub fn enabled() -> bool {
     std::env::var(STORE_ENV).as_deref() == Ok("postgres")
 }
 
+/// For a test that means nothing on redb: such tests are `#[ignore]`d, so that the README's
+/// command reports them as ignored rather than passed, and run with `--include-ignored` in
+/// the PostgreSQL step. Run without the store set, one fails rather than pass by doing nothing.
+pub fn require() {
+    assert!(
+        enabled(),
+        "this test runs on PostgreSQL only: set {STORE_ENV}=postgres (the server binaries come from Debian's postgresql)"
+    );
+}
+
 #[derive(Debug)]
 pub struct Cluster {
     pub bin: PathBuf,
