@@ -305,7 +305,7 @@ impl Server {
     pub(crate) fn reload(&self, options: &ServeOptions) {
         // Rotating a token must end what the old one opened: the console's session key is
         // derived from the tokens, so swapping them ends those sessions too.
-        match AccessPolicy::load(
+        let tokens = match AccessPolicy::load(
             options.access.admin_token.as_ref(),
             options.access.tenant_tokens.as_ref(),
             options.access.worker_tokens.as_ref(),
@@ -314,9 +314,13 @@ impl Server {
                 if self.access.replace(policy) {
                     tracing::warn!("tokens changed: the old ones are refused, console sessions opened with them ended");
                 }
+                "routing, budgets, prices and tokens apply now"
             }
-            Err(e) => tracing::error!(error = %e, "tokens not reloaded: keeping the ones in force"),
-        }
+            Err(e) => {
+                tracing::error!(error = %e, "tokens not reloaded: keeping the ones in force");
+                "routing, budgets and prices apply now; the tokens in force were kept (see the error above)"
+            }
+        };
         self.router.configure(options.routes.clone(), options.budgets.clone());
         self.store.set_policies(
             Policies::new(self.sink_names.clone(), Arc::new(options.prices.clone()), options.fairness.clone())
@@ -331,7 +335,7 @@ impl Server {
             rules = options.routes.rules.len(),
             budgets = options.budgets.limits.len(),
             prices = options.prices.len(),
-            "configuration reloaded: routing, budgets, prices and tokens apply now; other settings take effect at the next restart"
+            "configuration reloaded: {tokens}; other settings take effect at the next restart"
         );
     }
 

@@ -349,11 +349,13 @@ fn add_routing_rule(path: &Path, rule: &str) -> anyhow::Result<()> {
     let new_text = doc.to_string();
     toml::from_str::<crate::app::config::RawConfig>(&new_text)
         .with_context(|| format!("{} with the rule added is not a configuration this build reads", path.display()))?;
-    let partial = path.with_extension("toml.partial");
+    // The configuration's directory may be writable by others: a link planted at the
+    // partial name must not be followed (nor renamed into the configuration's place).
+    let partial = crate::domain::private_file::partial_path(path);
     {
         use std::io::Write;
-        let mut file =
-            std::fs::File::create(&partial).with_context(|| format!("cannot write {}", partial.display()))?;
+        let mut file = crate::domain::private_file::replace(&partial)
+            .with_context(|| format!("cannot write {}", partial.display()))?;
         if let Ok(meta) = std::fs::metadata(path) {
             file.set_permissions(meta.permissions())
                 .with_context(|| format!("cannot set the mode of {}", partial.display()))?;

@@ -56,6 +56,7 @@ pub(super) struct BulkRetryBody {
     #[schema(value_type = Option<FailureClassView>)]
     failure_class: Option<FailureClassView>,
     /// Retry at most this many (default: every match).
+    #[serde(default, deserialize_with = "super::whole::option_u64")]
     #[schema(minimum = 1)]
     limit: Option<u64>,
 }

@@ -9,6 +9,7 @@ use super::auth::CallerExt;
 use super::error::{ErrorBody, Reply, ok};
 use super::extract::JsonBody;
 use super::openapi::{BadRequest, Forbidden, ServerError, StoreUnavailable, Unauthenticated};
+use super::whole;
 use crate::engine::ledger::estimate::OutputBasis;
 use crate::service::{EstimateRequest, Service, TenantEstimate, estimate_sources};
 
@@ -29,10 +30,10 @@ pub(super) struct EstimateBody {
     #[serde(default)]
     #[schema(max_items = 100000)]
     items: Option<Vec<EstimateItem>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "whole::option_u64")]
     #[schema(minimum = 1)]
     count: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "whole::option_u64")]
     bytes: Option<u64>,
 }
 
@@ -41,6 +42,7 @@ pub(super) struct EstimateBody {
 pub(super) struct EstimateItem {
     source_id: String,
     /// The content's length in bytes (UTF-8).
+    #[serde(deserialize_with = "whole::u64")]
     bytes: u64,
 }
 

@@ -12,6 +12,7 @@ use super::browser::NotFromBrowser;
 use super::error::{ApiError, ErrorBody, Reply, ok};
 use super::extract::{JsonBody, NamePath, QueryParams};
 use super::openapi::{BadRequest, Forbidden, ServerError, StoreUnavailable, Unauthenticated};
+use super::whole;
 use crate::domain::clock::format_ms;
 use crate::engine::evaluation::report;
 use crate::service::{EvaluationRequest, EvaluationStatus, SampleState, SelectRequest, Service};
@@ -21,7 +22,7 @@ use crate::service::{EvaluationRequest, EvaluationStatus, SampleState, SelectReq
 #[schema(example = json!({"name": "gpt-vs-claude", "schema": "code-review@1",
     "select": {"sample": 200, "state": "committed", "seed": 7}, "candidates": ["openai", "anthropic"]}))]
 pub(super) struct EvaluationBody {
-    /// 1-64 letters, digits, `-`, `_` or `.`; never reused.
+    /// 1-64 letters, digits, `-`, `_` or `.`, but not `.` or `..`; never reused.
     #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
     name: String,
     /// Draw only this tenant's extractions.
@@ -34,7 +35,7 @@ pub(super) struct EvaluationBody {
     #[schema(min_items = 1, max_items = 8)]
     candidates: Vec<String>,
     /// Trial spend (micro-dollars) past which no more trial batches are sent.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "whole::option_u64")]
     #[schema(minimum = 1)]
     budget_micros: Option<u64>,
 }
@@ -49,12 +50,13 @@ pub(super) enum SelectBody {
     },
     Sample {
         /// How many to draw (fewer when fewer exist).
+        #[serde(deserialize_with = "whole::u32")]
         #[schema(minimum = 1, maximum = 100000)]
         sample: u32,
         #[serde(default = "committed")]
         state: StateBody,
         /// The same seed over the same store draws the same set.
-        #[serde(default)]
+        #[serde(default, deserialize_with = "whole::u64")]
         seed: u64,
     },
 }

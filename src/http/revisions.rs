@@ -130,7 +130,7 @@ pub(super) struct DiffView {
         (status = 200, description = "Introduced, resolved and unchanged findings", body = DiffView),
         (status = 400, description = "`invalid_id` or `invalid_query`", body = ErrorBody),
         (status = 401, response = Unauthenticated),
-        (status = 404, description = "`not_found`: no extraction with that id (or another tenant's)", body = ErrorBody),
+        (status = 404, description = "`not_found`: no extraction with that id or `against` id (or another tenant's)", body = ErrorBody),
         (status = 409, description = "`not_comparable`: not committed, no older committed revision, another source, \
             or schema versions that identify findings differently", body = ErrorBody),
         (status = 500, response = ServerError),
@@ -149,6 +149,11 @@ pub(super) async fn diff(
             other.parse().map_err(|e| ApiError::bad_request("invalid_query", format!("against {other:?}: {e}")))?,
         ),
     };
+    // Another tenant's revision must answer as a missing one does, not as "not comparable",
+    // or the diff tells a tenant which ids exist elsewhere.
+    if let Against::Id(other) = against {
+        visible(&caller, &service.get(other).await?.tenant, other)?;
+    }
     let d = service.revision_diff(id, against).await?;
     let pointers = service.registry().get(&d.to.schema).map(|s| s.identity_pointers().to_vec()).unwrap_or_default();
     let values = |ids: &[String]| ids.iter().map(|i| identity_fields(&pointers, i)).collect();

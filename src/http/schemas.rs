@@ -1,12 +1,13 @@
 //! The registered schemas, as a worker needs them to answer without out-of-band knowledge.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody, Reply, ok};
+use super::extract::NamePath;
 use super::openapi::{Forbidden, ServerError, Unauthenticated};
 use crate::service::Service;
 
@@ -30,12 +31,13 @@ pub(super) struct SchemaView {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The schema", body = SchemaView),
+        (status = 400, description = "`invalid_path`: the name is not UTF-8 once percent-decoded", body = ErrorBody),
         (status = 401, response = Unauthenticated),
         (status = 403, response = Forbidden),
         (status = 404, description = "`unknown_schema`: no schema of that name is registered", body = ErrorBody),
         (status = 500, response = ServerError),
     ))]
-pub(super) async fn get(State(service): State<Service>, Path(name): Path<String>) -> Reply<SchemaView> {
+pub(super) async fn get(State(service): State<Service>, NamePath(name): NamePath) -> Reply<SchemaView> {
     let schema = service.registry().get(&name).map_err(|_| {
         let known = service.registry().names().collect::<Vec<_>>().join(", ");
         ApiError::new(

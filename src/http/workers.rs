@@ -113,6 +113,8 @@ pub(super) async fn claim(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct UsageBody {
+    /// At most 256 bytes of UTF-8, no control characters (as `provider` and `request_id`).
+    #[schema(max_length = 256)]
     model: String,
     #[serde(deserialize_with = "whole::u64")]
     #[schema(maximum = 18446744073709551615_u64)]
@@ -131,9 +133,11 @@ pub(super) struct UsageBody {
     #[schema(maximum = 18446744073709551615_u64)]
     cost_micros: Option<u64>,
     #[serde(default)]
+    #[schema(max_length = 256)]
     request_id: Option<String>,
     /// The provider the worker called; `external` when absent.
     #[serde(default)]
+    #[schema(max_length = 256)]
     provider: Option<String>,
     #[serde(default, deserialize_with = "whole::option_u64")]
     #[schema(maximum = 18446744073709551615_u64)]
@@ -182,7 +186,7 @@ pub(super) struct ResultReply {
         (status = 400, response = BadRequest),
         (status = 401, response = Unauthenticated),
         (status = 403, response = Forbidden),
-        (status = 404, description = "`not_found`: no extraction with that id", body = ErrorBody),
+        (status = 404, description = "`not_found`: no extraction with that id (or none a scoped worker token may take)", body = ErrorBody),
         (status = 409, description = "`stale_lease` (not the current lease) or `illegal_transition` (failed: retry it first)", body = ErrorBody),
         (status = 408, response = BodyTimeout),
         (status = 413, response = PayloadTooLarge),
@@ -199,10 +203,7 @@ pub(super) async fn post_result(
 ) -> Reply<ResultReply> {
     // The lease token already proves the claim; a scoped token is also held to its scope
     // here, so a token that leaked from another worker's claim is of no use to it.
-    if caller.work_scope() != WorkScope::default() {
-        let record = service.get(id).await?;
-        caller.may_work_on(&record.tenant, &record.schema)?;
-    }
+    in_scope(&service, &caller, id).await?;
     let usage = body.usage.map(|u| WorkerUsage {
         provider: u.provider.unwrap_or_else(|| "external".to_string()),
         latency_ms: u.latency_ms,
@@ -264,7 +265,7 @@ pub(super) struct LeaseReply {
         (status = 400, response = BadRequest),
         (status = 401, response = Unauthenticated),
         (status = 403, response = Forbidden),
-        (status = 404, description = "`not_found`: no extraction with that id", body = ErrorBody),
+        (status = 404, description = "`not_found`: no extraction with that id (or none a scoped worker token may take)", body = ErrorBody),
         (status = 409, description = "`stale_lease` (not the current lease: another worker took over, or the extraction holds no lease) or `illegal_transition` (the extraction is committed, failed or cancelled)", body = ErrorBody),
         (status = 408, response = BodyTimeout),
         (status = 413, response = PayloadTooLarge),
@@ -280,10 +281,25 @@ pub(super) async fn extend_lease(
     JsonBody(body): JsonBody<LeaseBody>,
 ) -> Reply<LeaseReply> {
     // As for results: a scoped worker token is held to its scope even with a valid lease token.
-    if caller.work_scope() != WorkScope::default() {
-        let record = service.get(id).await?;
-        caller.may_work_on(&record.tenant, &record.schema)?;
-    }
+    in_scope(&service, &caller, id).await?;
     let expires_at_ms = service.extend_lease(id, body.lease_token.clone(), body.lease_seconds).await?;
     ok(LeaseReply { lease_token: body.lease_token, lease_expires_at: crate::domain::clock::format_ms(expires_at_ms) })
+}
+
+/// Holds a scoped worker token to its scope. Work outside it answers exactly as a missing
+/// extraction does: a refusal naming the extraction's tenant and schema would tell the
+/// worker that it exists, and whose it is.
+async fn in_scope(
+    service: &Service,
+    caller: &Caller,
+    id: crate::domain::identity::ExtractionId,
+) -> Result<(), ApiError> {
+    if caller.work_scope() == WorkScope::default() {
+        return Ok(());
+    }
+    let record = service.get(id).await?;
+    match caller.may_work_on(&record.tenant, &record.schema) {
+        Err(Denied::OutsideScope { .. }) => Err(crate::service::Error::NotFound(id).into()),
+        other => Ok(other?),
+    }
 }

@@ -82,7 +82,14 @@ pub struct PromotionOutcome {
 fn check_name(name: &str) -> Result<(), Error> {
     let ok = (1..=64).contains(&name.len())
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
-    if ok { Ok(()) } else { Err(invalid("name", "1-64 letters, digits, '-', '_' or '.'")) }
+    if !ok {
+        return Err(invalid("name", "1-64 letters, digits, '-', '_' or '.'"));
+    }
+    // `/v1/evaluations/..` is not a URL a client sends as written: it is normalised away.
+    if name == "." || name == ".." {
+        return Err(invalid("name", format!("{name:?} cannot be reached at /v1/evaluations/{{name}}")));
+    }
+    Ok(())
 }
 
 impl Service {

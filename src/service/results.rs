@@ -1,7 +1,9 @@
 //! Work distribution and results: claims, a worker's result and operator retries. Output
 //! is judged (`engine::commit`) outside the writer.
 
-use super::{Error, MAX_CLAIM_LIMIT, MAX_LEASE_SECONDS, ResultRequest, Service, WorkerPricing, check_text, invalid};
+use super::{
+    Error, MAX_CLAIM_LIMIT, MAX_LEASE_SECONDS, ResultRequest, Service, WorkerPricing, WorkerUsage, check_text, invalid,
+};
 use tracing::Instrument;
 
 use crate::domain::identity::ExtractionId;
@@ -41,6 +43,9 @@ impl Service {
     /// commits (or fails) it in one transaction that re-checks the lease.
     pub async fn post_result(&self, id: ExtractionId, request: ResultRequest) -> Result<PostOutcome, Error> {
         check_text("lease_token", &request.lease_token, 256)?;
+        if let Some(usage) = &request.usage {
+            check_usage(usage)?;
+        }
         let record = self.get(id).await?;
         let schema = self.judge.registry().get(&record.schema)?;
         // The source is read only for a schema with grounding rules.
@@ -119,6 +124,27 @@ impl Service {
             RetryOutcome::Rejected(e) => Err(Error::Transition(e)),
         }
     }
+}
+
+/// The most a worker's usage names (`model`, `provider`, `request_id`) may hold. They go
+/// into the ledger, its reports and the unpriced-model warning; real names are far shorter.
+const MAX_USAGE_NAME_BYTES: usize = 256;
+
+/// A worker's usage names: bounded and printable, since each is stored and may be logged.
+/// An empty model is let through as before (it is simply unpriced).
+fn check_usage(worker: &WorkerUsage) -> Result<(), Error> {
+    let usage = &worker.usage;
+    let names = [
+        ("usage.model", Some(usage.model.as_str())),
+        ("usage.provider", Some(worker.provider.as_str())),
+        ("usage.request_id", usage.request_id.as_deref()),
+    ];
+    for (field, value) in names {
+        if let Some(value) = value.filter(|v| !v.is_empty()) {
+            check_text(field, value, MAX_USAGE_NAME_BYTES)?;
+        }
+    }
+    Ok(())
 }
 
 /// An extension runs 1 s to `MAX_LEASE_SECONDS`, as a claim's lease does.

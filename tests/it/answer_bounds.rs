@@ -75,3 +75,48 @@ async fn a_listing_page_stops_at_its_byte_budget_and_the_cursor_carries_on() {
     assert_eq!(seen, ids, "every record once, in intake order");
     stop_and_verify(server);
 }
+
+/// Issue 43, item 4: a worker's `usage.model`, `provider` and `request_id` had no cap, so
+/// 20 posts of megabyte names added 104 MB of log (the unpriced-model warning) and 65 MB
+/// of memory (the set that warning dedupes by). Each is now at most 256 bytes: more is
+/// `422 invalid_input` naming the field and the limit, and nothing is committed or logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_strings_over_256_bytes_are_refused_and_never_logged() {
+    let dir = temp_dir();
+    let server = Server::start(&dir.path().join("data"));
+    let api = server.api();
+    let id = api.create("acme", "src/a.rs", "fn a() {}").await;
+    let (_, token) = api.claim_one("w", 60).await;
+    let long = "m".repeat(64 * 1024);
+    let post = |usage: Value| {
+        let body = json!({"lease_token": token, "output": {"findings": []}, "usage": usage});
+        let api = api.clone();
+        let path = format!("/v1/extractions/{id}/result");
+        async move { api.post(&path, &body).await }
+    };
+    let usage = |field: &str, value: &str| {
+        let mut usage = json!({"model": "gpt-4.1-mini", "input_tokens": 10, "output_tokens": 1});
+        usage[field] = json!(value);
+        usage
+    };
+    for field in ["model", "provider", "request_id"] {
+        for value in [long.as_str(), &"x".repeat(257)] {
+            let reply = post(usage(field, value)).await;
+            reply.assert_error(422, "invalid_input");
+            assert_eq!(reply.body["error"]["details"]["field"], json!(format!("usage.{field}")), "{:#}", reply.body);
+            let message = reply.body["error"]["message"].as_str().unwrap_or_default();
+            assert!(message.contains("256 bytes") && !message.contains("xxxxxxxx"), "{message}");
+        }
+    }
+    assert_eq!(api.record(&id).await["state"], json!("claimed"), "nothing was committed");
+    // At the limit is fine: an unpriced 256-byte model commits (and is warned of once).
+    let at_limit = "y".repeat(256);
+    let reply = post(usage("model", &at_limit)).await;
+    assert_eq!(reply.status, 200, "{:#}", reply.body);
+    let db = server.db_path();
+    let (status, log) = server.terminate();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(!log.contains(&"m".repeat(257)) && !log.contains(&"x".repeat(257)), "a refused name was logged");
+    assert!(log.len() < 64 * 1024, "the log is {} bytes", log.len());
+    crate::util::assert_verifies(&db);
+}

@@ -125,6 +125,8 @@ fn id_and_route_cases() -> Vec<Case> {
         case("limit zero", Method::GET, "/v1/extractions?limit=0", None, 422, "invalid_input"),
         case("limit too large", Method::GET, "/v1/extractions?limit=1001", None, 422, "invalid_input"),
         case("bad tenant filter", Method::GET, "/v1/extractions?tenant=a%20b", None, 422, "invalid_input"),
+        // Issue 43, item 8: this one answered axum's plain text.
+        case("schema name not UTF-8", Method::GET, "/v1/schemas/%FF%FE", None, 400, "invalid_path"),
         case("unknown route", Method::GET, "/nope", None, 404, "not_found"),
         case("root", Method::GET, "/", None, 404, "not_found"),
         case("unknown sub-resource", Method::GET, &format!("/v1/extractions/{unknown}/nope"), None, 404, "not_found"),
@@ -203,4 +205,46 @@ async fn body_limit_is_configurable() {
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0]["source_id"], json!("small"));
     assert_eq!(listed[0]["schema"], json!(SCHEMA));
+}
+
+/// Issue 43, items 7 and 8: docs/API.md allows whole numbers written `225.0` or `1e3`, but
+/// estimates and evaluations refused them; and an evaluation could be named `.` or `..`,
+/// names its own URL (`/v1/evaluations/{name}`) cannot reach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn estimates_and_evaluations_take_whole_floats_and_evaluations_refuse_dot_names() {
+    let dir = temp_dir();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[providers.sim]\nkind = \"simulator\"\n").expect("write config");
+    let server = Server::start_with(&dir.path().join("data"), &["--config", config.to_str().expect("utf-8")]);
+    let api = server.api();
+    let id = api.create("acme", "src/a.rs", "fn a() {}").await;
+
+    let estimate = |sources: Value| {
+        let mut body = json!({"tenant": "acme", "schema": SCHEMA});
+        body.as_object_mut().expect("object").extend(sources.as_object().expect("object").clone());
+        body
+    };
+    for sources in [json!({"count": 3.0, "bytes": 1e3}), json!({"items": [{"source_id": "a", "bytes": 225.0}]})] {
+        let reply = api.post("/v1/estimates", &estimate(sources.clone())).await;
+        assert_eq!(reply.status, 200, "{sources}: {:#}", reply.body);
+    }
+    api.post("/v1/estimates", &estimate(json!({"count": 2.5, "bytes": 1e3}))).await.assert_error(422, "invalid_input");
+    let retried = api.post("/v1/admin/retry", &json!({"tenant": "acme", "limit": 5.0})).await;
+    assert_eq!(retried.status, 200, "{:#}", retried.body);
+
+    let evaluation = |name: &str, select: Value| json!({"name": name, "schema": SCHEMA, "select": select, "candidates": ["sim"], "budget_micros": 1e6});
+    for name in [".", ".."] {
+        let reply = api.post("/v1/evaluations", &evaluation(name, json!({"ids": [id]}))).await;
+        reply.assert_error(422, "invalid_input");
+        assert_eq!(reply.body["error"]["details"]["field"], json!("name"), "{name}: {:#}", reply.body);
+    }
+    let reply =
+        api.post("/v1/evaluations", &evaluation("floats", json!({"sample": 1.0, "seed": 7e0, "state": "any"}))).await;
+    assert!(reply.status == 200 || reply.status == 201, "{:#}", reply.body);
+    assert_eq!(reply.body["budget_micros"], json!(1_000_000), "{:#}", reply.body);
+    let listed = api.get("/v1/evaluations").await;
+    let names: Vec<&str> =
+        listed.body["evaluations"].as_array().expect("evaluations").iter().filter_map(|e| e["name"].as_str()).collect();
+    assert_eq!(names, ["floats"], "{:#}", listed.body);
+    stop_and_verify(server);
 }

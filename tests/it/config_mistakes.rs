@@ -267,3 +267,85 @@ fn a_bad_otlp_endpoint_is_refused_naming_the_key() {
     });
     assert_refused(&[("serve", out)], &["telemetry.otlp_endpoint"], &[]);
 }
+
+/// Issue 43, item 7: a budget or tenant table for a name no tenant can have (`café`,
+/// `../x`) was accepted and never applied, and a second `[[prices]]` row for one model
+/// silently replaced the first (a stray $0 row zeroed the model's cost). Both are refused,
+/// naming the table or the rows.
+#[test]
+fn tables_for_impossible_tenants_and_duplicate_price_rows_are_refused() {
+    let dir = temp_dir();
+    let config = dir.path().join("config.toml");
+    let price = |model: &str, input: &str| {
+        format!(
+            "[[prices]]\nprovider = \"sim\"\nmodel = \"{model}\"\ninput_per_mtok = {input}\noutput_per_mtok = 0.6\n"
+        )
+    };
+    let good = format!(
+        "[budgets.tenants]\nacme = 5.0\n\"acme.eu\" = 1.0\n[tenants.acme]\nweight = 2\n{}{}",
+        price("gpt-4o-mini", "0.15"),
+        price("gpt-4o", "2.5")
+    );
+    std::fs::write(&config, &good).expect("write config");
+    let out = cli(&["config", "check", "--config", config.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(0), "a good file passes: {}", stderr(&out));
+    let cases: [(String, &[&str]); 4] = [
+        ("[budgets.tenants]\n\"café\" = 10.0\n".to_string(), &["budgets.tenants", "\"café\""]),
+        ("[tenants.\"../x\"]\nweight = 2\n".to_string(), &["tenants", "\"../x\""]),
+        ("[budgets.tenants]\n\"\" = 1.0\n".to_string(), &["budgets.tenants", "\"\""]),
+        (
+            format!("{}{}{}", price("gpt-4o-mini", "0.15"), price("gpt-4o", "2.5"), price("gpt-4o-mini", "0")),
+            &["prices", "\"sim\"", "\"gpt-4o-mini\"", "rows 1 and 3"],
+        ),
+    ];
+    for (text, needles) in cases {
+        std::fs::write(&config, &text).expect("write config");
+        assert_refused(&check_and_serve(dir.path(), &config), needles, &[]);
+    }
+}
+
+/// Issue 43, item 8: a SIGHUP whose token file could not be read kept the old tokens (as
+/// it should) but then logged "routing, budgets, prices and tokens apply now".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_keeps_the_old_tokens_does_not_say_they_apply() {
+    let dir = temp_dir();
+    let (admin, tenants) = (dir.path().join("admin"), dir.path().join("tenants"));
+    write_secret(&admin, &format!("{ADMIN}\n"));
+    write_secret(&tenants, "acme acme-token-0123456789\n");
+    let config = dir.path().join("config.toml");
+    let access = format!(
+        "[access]\nadmin_token_file = \"{}\"\ntenant_tokens_file = \"{}\"\n",
+        admin.display(),
+        tenants.display()
+    );
+    std::fs::write(&config, &access).expect("write config");
+    let server =
+        crate::util::Server::start_with(&dir.path().join("data"), &["--config", config.to_str().expect("utf-8")]);
+    let stats = format!("{}/v1/stats", server.url);
+    let budgets = async || {
+        let (status, body) = crate::util::call_as(&stats, Some(ADMIN), reqwest::Method::GET, None).await;
+        assert_eq!(status, 200, "the admin token still works: {body}");
+        body["budgets"].as_array().map_or(0, Vec::len)
+    };
+    assert_eq!(budgets().await, 0);
+
+    // The tenants' file goes away, and a budget comes in: the budget applies, the tokens stay.
+    std::fs::remove_file(&tenants).expect("remove the tenants' tokens");
+    std::fs::write(&config, format!("{access}[budgets.tenants]\nacme = 5.0\n")).expect("write config");
+    let sent = Command::new("kill").args(["-HUP", &server.pid().to_string()]).status().expect("run kill -HUP");
+    assert!(sent.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while budgets().await == 0 {
+        assert!(std::time::Instant::now() < deadline, "the reload never applied the budget");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let acme = format!("{}/v1/extractions?tenant=acme", server.url);
+    let (status, _) = crate::util::call_as(&acme, Some("acme-token-0123456789"), reqwest::Method::GET, None).await;
+    assert_eq!(status, 200, "the tenant's old token is still in force");
+    let (_, log) = server.terminate();
+    let reloaded: Vec<&str> = log.lines().filter(|l| l.contains("configuration reloaded")).collect();
+    assert_eq!(reloaded.len(), 1, "{log}");
+    assert!(log.contains("tokens not reloaded"), "{log}");
+    assert!(!reloaded[0].contains("tokens apply now"), "{}", reloaded[0]);
+    assert!(reloaded[0].contains("the tokens in force were kept"), "{}", reloaded[0]);
+}

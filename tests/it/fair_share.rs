@@ -221,3 +221,43 @@ async fn a_worker_that_declares_its_model_claims_within_the_budget() {
     api.post("/v1/claims", &unknown).await.assert_error(422, "invalid_input");
     crate::util::stop_and_verify(server);
 }
+
+/// Issue 43, item 8: `priced_as` (and the charge after it) took any model that merely
+/// starts with a priced one: with a row for `o1`, a worker declaring `o1-pro` (ten times
+/// the price) was reserved at `o1`'s. Only a dated snapshot of a priced model
+/// (`o1-2024-12-17`) still takes that model's row.
+#[tokio::test]
+async fn priced_as_takes_a_dated_snapshot_of_a_priced_model_but_no_other_model_by_prefix() {
+    let dir = crate::util::temp_dir();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[[prices]]\nprovider = \"workers\"\nmodel = \"o1\"\ninput_per_mtok = 15.0\noutput_per_mtok = 60.0\n",
+    )
+    .expect("write config");
+    let server = crate::util::Server::start_with(dir.path(), &["--config", config.to_str().expect("utf-8")]);
+    let api = server.api();
+    let (name, content) = source(0);
+    api.create(TENANT, &name, &content).await;
+    let claim = |model: &str| {
+        json!({"worker": "w", "limit": 1, "lease_seconds": 300,
+            "priced_as": {"provider": "workers", "model": model, "max_output_tokens": 1000}})
+    };
+    for other in ["o1-pro", "o1-mini", "o1x", "o1-2024-12-17-pro", "o1-preview-2024-09-12"] {
+        let reply = api.post("/v1/claims", &claim(other)).await;
+        reply.assert_error(422, "invalid_input");
+        assert_eq!(reply.body["error"]["details"]["field"], json!("priced_as"), "{other}: {:#}", reply.body);
+    }
+    let reply = api.post("/v1/claims", &claim("o1-2024-12-17")).await;
+    assert_eq!(reply.status, 200, "{:#}", reply.body);
+    let grant = &reply.body["claims"][0];
+    let (id, token) = (crate::util::id_of(grant), grant["lease_token"].as_str().expect("token").to_string());
+    // The charge follows the same rule: 1,000 in and 100 out of the snapshot at o1's price.
+    let usage = json!({"model": "o1-2024-12-17", "provider": "workers", "input_tokens": 1000, "output_tokens": 100});
+    let body = json!({"lease_token": token, "output": {"findings": []}, "usage": usage});
+    let posted = api.post(&format!("/v1/extractions/{id}/result"), &body).await;
+    assert_eq!(posted.status, 200, "{:#}", posted.body);
+    let costs = api.get(&format!("/v1/extractions/{id}/costs")).await;
+    assert_eq!(costs.body["charged_micros"], json!(21_000), "{:#}", costs.body);
+    crate::util::stop_and_verify(server);
+}

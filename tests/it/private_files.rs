@@ -107,3 +107,35 @@ async fn csv_cells_that_start_like_formulas_are_defused_unless_raw_is_asked_for(
     assert!(!raw.contains('\''), "{raw}");
     stop_and_verify(server);
 }
+
+/// Issue 43, item 6: `eval promote --apply` wrote `config.toml.partial` with a plain
+/// create, so a link planted at that name sent the new configuration wherever it pointed,
+/// and the rename then put the link itself in place of the configuration file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_promote_apply_never_writes_through_a_planted_link() {
+    let dir = temp_dir();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "# the operator's file\n[providers.sim]\nkind = \"simulator\"\n").expect("write config");
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    let config_name = config.to_str().expect("utf-8");
+    let server = Server::start_with(&dir.path().join("data"), &["--config", config_name]);
+    let api = server.api();
+    let id = api.create("acme", "src/a.rs", "fn a() {}").await;
+    let body = serde_json::json!({"name": "bake", "schema": crate::util::SCHEMA, "select": {"ids": [id]},
+        "candidates": ["sim"]});
+    let started = api.post("/v1/evaluations", &body).await;
+    assert_eq!(started.status, 201, "{:#}", started.body);
+
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "keep").expect("write the victim");
+    plant(&config, &victim);
+    let run = cli(&["eval", "promote", "bake", "sim", "--apply", "--config", config_name, "--admin", &server.url]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    assert_eq!(std::fs::read_to_string(&victim).expect("victim"), "keep", "the new config went through the link");
+    let meta = std::fs::symlink_metadata(&config).expect("config");
+    assert!(meta.file_type().is_file(), "the configuration is a file, not the planted link");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o640, "the file keeps its mode");
+    let text = std::fs::read_to_string(&config).expect("config");
+    assert!(text.starts_with("# the operator's file\n") && text.contains("provider = \"sim\""), "{text}");
+    stop_and_verify(server);
+}

@@ -122,3 +122,36 @@ async fn list_cursors_are_opaque_and_bound_to_their_listing() {
         assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_cursor")), "{query}: {body}");
     }
 }
+
+/// Issue 43, item 5: a diff against another tenant's extraction answered 409
+/// `not_comparable` where an unknown id answered 404, telling the caller the id exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_diff_against_another_tenants_extraction_answers_as_a_missing_one() {
+    let (_dir, server) = start();
+    let base = server.url.clone();
+    let own = intake(&base, ACME, "acme", "s1").await;
+    let theirs = intake(&base, GLOBEX, "globex", "s1").await;
+    let claim = json!({"worker": "w", "limit": 2, "lease_seconds": 60});
+    let (_, claims) = call_as(&format!("{base}/v1/claims"), Some(ADMIN), Method::POST, Some(claim)).await;
+    for grant in claims["claims"].as_array().expect("claims") {
+        let id = grant["extraction_id"].as_str().expect("id");
+        let token = grant["lease_token"].as_str().expect("lease token");
+        let result = json!({"lease_token": token, "output": output(&[finding("r1", "s1", 1, "x")])});
+        let (status, reply) =
+            call_as(&format!("{base}/v1/extractions/{id}/result"), Some(ADMIN), Method::POST, Some(result)).await;
+        assert_eq!(status, 200, "{reply}");
+    }
+    let missing = "0".repeat(64);
+    let diff = |against: &str| {
+        let url = format!("{base}/v1/extractions/{own}/diff?against={against}");
+        async move { call_as(&url, Some(ACME), Method::GET, None).await }
+    };
+    let (absent, absent_body) = diff(&missing).await;
+    let (other, other_body) = diff(&theirs).await;
+    assert_eq!((other, absent), (404, 404), "{other_body} / {absent_body}");
+    assert_eq!(masked(&other_body, &theirs), masked(&absent_body, &missing), "the same answer");
+    // The admin sees every tenant: to it the two are simply not comparable.
+    let url = format!("{base}/v1/extractions/{own}/diff?against={theirs}");
+    let (status, body) = call_as(&url, Some(ADMIN), Method::GET, None).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("not_comparable")), "{body}");
+}

@@ -93,19 +93,30 @@ async fn a_scoped_worker_claims_and_answers_only_its_tenants_work() {
         theirs["claims"][0]["lease_token"].as_str().expect("lease").to_string(),
     );
     assert_eq!(id, globex, "the oldest pending work goes first");
-    // Nor may it extend that lease; its holder may.
+    // Nor may it extend that lease; its holder may. Work outside its scope answers as a
+    // missing extraction does (issue 43, item 5): a 403 naming the extraction's tenant and
+    // schema told the worker what it is and that it exists.
+    let missing = "0".repeat(64);
+    let as_missing = async |refused: &Value, what: &str, body: &Value| {
+        let url = format!("{base}/v1/extractions/{missing}/{what}");
+        let (status, absent) = call_as(&url, Some(ACME_WORKER), Method::POST, Some(body.clone())).await;
+        assert_eq!(status, 404, "{absent}");
+        assert_eq!(refused.to_string().replace(&id, "<id>"), absent.to_string().replace(&missing, "<id>"), "{what}");
+    };
     let extend = json!({"lease_token": lease, "lease_seconds": 120});
     let lease_url = format!("{base}/v1/extractions/{id}/lease");
     let (status, refused) = call_as(&lease_url, Some(ACME_WORKER), Method::POST, Some(extend.clone())).await;
-    assert_eq!(status, 403, "{refused}");
+    assert_eq!(status, 404, "{refused}");
+    as_missing(&refused, "lease", &extend).await;
     let (status, extended) = call_as(&lease_url, Some(ANY_WORKER), Method::POST, Some(extend)).await;
     assert_eq!((status, &extended["lease_token"]), (200, &json!(lease)), "{extended}");
     let result = json!({"lease_token": lease, "output": output(&[finding("r1", "g1", 1, "x")])});
     let (status, refused) =
         call_as(&format!("{base}/v1/extractions/{id}/result"), Some(ACME_WORKER), Method::POST, Some(result.clone()))
             .await;
-    assert_eq!(status, 403, "{refused}");
-    assert!(refused["error"]["message"].as_str().expect("message").contains("\"globex\""), "{refused}");
+    assert_eq!(status, 404, "{refused}");
+    assert!(!refused.to_string().contains("globex"), "{refused}");
+    as_missing(&refused, "result", &result).await;
     let (status, reply) =
         call_as(&format!("{base}/v1/extractions/{id}/result"), Some(ANY_WORKER), Method::POST, Some(result)).await;
     assert_eq!(status, 200, "the unscoped worker's own answer commits: {reply}");

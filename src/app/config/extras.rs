@@ -117,6 +117,19 @@ pub(super) fn name_ok(key: &'static str, name: &str) -> Result<(), Error> {
     }
 }
 
+/// A table keyed by tenant for a name intake never accepts would never apply: refused, so a
+/// typo (`café`, `acme/eu`) is not a budget that silently holds nobody back.
+pub(super) fn tenant_ok(key: &'static str, tenant: &str) -> Result<(), Error> {
+    if crate::service::is_tenant_name(tenant) {
+        Ok(())
+    } else {
+        Err(Error::Invalid {
+            key,
+            reason: format!("{tenant:?} can never be a tenant: tenants are 1-128 characters of [A-Za-z0-9._-]"),
+        })
+    }
+}
+
 fn pointer(key: &'static str, text: &str) -> Result<Field, Error> {
     if text.is_empty() || text.starts_with('/') {
         Ok(Field::Pointer(text.to_string()))
@@ -174,6 +187,9 @@ impl RawRouting {
         let mut rules = Vec::with_capacity(self.rules.len());
         for rule in self.rules {
             check(&rule.provider)?;
+            if let Some(tenant) = &rule.tenant {
+                tenant_ok("routing.rules.tenant", tenant)?;
+            }
             rules.push(Rule { schema: rule.schema, tenant: rule.tenant, provider: rule.provider });
         }
         Ok(Routes { default, rules, reroute_when_paused: self.reroute_when_paused })
@@ -182,6 +198,22 @@ impl RawRouting {
 
 pub(super) fn resolve_prices(raw: Vec<RawPrice>) -> Result<PriceTable, Error> {
     let mut table = PriceTable::default();
+    // A second row for one model replaced the first without a word, so a stray $0 row
+    // zeroed the model's cost: which row is meant is the operator's call.
+    let mut rows: HashMap<(&str, &str), usize> = HashMap::new();
+    for (index, p) in raw.iter().enumerate() {
+        if let Some(first) = rows.insert((&p.provider, &p.model), index + 1) {
+            return Err(Error::Invalid {
+                key: "prices",
+                reason: format!(
+                    "rows {first} and {} both price provider {:?} model {:?}; keep one",
+                    index + 1,
+                    p.provider,
+                    p.model
+                ),
+            });
+        }
+    }
     for p in raw {
         let micros = |v: f64| {
             dollars_to_micros(v).ok_or(Error::Invalid { key: "prices", reason: format!("{v} is not a price") })
@@ -207,6 +239,7 @@ impl RawBudgets {
     pub(crate) fn resolve(self) -> Result<Budgets, Error> {
         let mut limits = HashMap::new();
         for (tenant, dollars) in self.tenants {
+            tenant_ok("budgets.tenants", &tenant)?;
             let micros = dollars_to_micros(dollars).ok_or(Error::Invalid {
                 key: "budgets.tenants",
                 reason: format!("{tenant}: {dollars} is not an amount"),

@@ -33,6 +33,7 @@ pub(super) fn resolve(raw: BTreeMap<String, RawTenant>, quantum_bytes: Option<u6
     };
     let mut tenants = HashMap::with_capacity(raw.len());
     for (name, t) in raw {
+        super::extras::tenant_ok("tenants", &name)?;
         let weight = t.weight.unwrap_or(1);
         if !(1..=MAX_WEIGHT).contains(&weight) {
             return Err(Error::Invalid {

@@ -30,6 +30,11 @@ pub(crate) struct Price {
     pub batch_percent: u64,
 }
 
+/// Unpriced (provider, model) pairs remembered, and so warned of, per table.
+const MAX_WARNED: usize = 1_000;
+/// How much of a provider's or model's name a log line carries.
+const MAX_LOGGED_NAME_BYTES: usize = 256;
+
 /// The configured prices, looked up by (provider, model). A model's dated snapshot
 /// (`gpt-4o-mini-2024-07-18`) falls back to the longest configured prefix (`gpt-4o-mini`).
 #[derive(Debug, Clone, Default)]
@@ -63,7 +68,7 @@ impl PriceTable {
         }
         self.prices
             .iter()
-            .filter(|((p, m), _)| p == provider && !m.is_empty() && model.starts_with(m.as_str()))
+            .filter(|((p, m), _)| p == provider && is_snapshot_of(model, m))
             .max_by_key(|((_, m), _)| m.len())
             .map(|(_, price)| price)
     }
@@ -102,10 +107,15 @@ impl Pricing for PriceTable {
 
 impl PriceTable {
     /// Whether this is the first unpriced call of (provider, model) this table has seen.
+    /// The names come from providers and workers, so the set is bounded: past
+    /// `MAX_WARNED` names nothing more is remembered, and nothing more is warned of.
     fn first_unpriced(&self, provider: &str, model: &str) -> bool {
         // A poisoned set only means a panic elsewhere mid-insert: the set itself is sound.
         let mut warned = self.warned.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if warned.get(provider).is_some_and(|models| models.contains(model)) {
+            return false;
+        }
+        if warned.values().map(HashSet::len).sum::<usize>() >= MAX_WARNED {
             return false;
         }
         warned.entry(provider.to_string()).or_default().insert(model.to_string())
@@ -114,12 +124,43 @@ impl PriceTable {
     fn warn_unpriced(&self, provider: &str, model: &str) {
         if self.first_unpriced(provider, model) {
             tracing::warn!(
-                provider,
-                model,
+                provider = &provider[..provider.floor_char_boundary(MAX_LOGGED_NAME_BYTES)],
+                model = &model[..model.floor_char_boundary(MAX_LOGGED_NAME_BYTES)],
                 "a paid call has no [[prices]] row: booked at $0 (cost_source unpriced); \
                  budgets do not see it and the cost report counts it as unpriced"
             );
         }
+    }
+}
+
+/// Whether `model` is a pinned snapshot of the priced `family`: the family's name followed
+/// by nothing but a release date or version as providers write them (OpenAI
+/// `gpt-4o-mini-2024-07-18`, Anthropic `claude-3-5-haiku-20241022`, Anthropic on Vertex
+/// `claude-3-5-haiku@20241022`, Bedrock's `…-20241022-v1:0`, Gemini `gemini-2.0-flash-001`).
+/// Any other name that merely starts with the family is another model (`o1-pro` is not
+/// `o1`, `gpt-4o-mini` is not `gpt-4o`) and gets no price from its row.
+fn is_snapshot_of(model: &str, family: &str) -> bool {
+    let Some(rest) = model.strip_prefix(family).filter(|_| !family.is_empty()) else {
+        return false;
+    };
+    let number = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let digits = |s: &str, n: usize| s.len() == n && number(s);
+    let iso = |s: &str| matches!(s.split('-').collect::<Vec<_>>()[..], [y, m, d] if digits(y, 4) && digits(m, 2) && digits(d, 2));
+    let dated = |text: &str| {
+        let (date, tag) = match text.split_once("-v") {
+            Some((date, tag)) => (date, Some(tag)),
+            None => (text, None),
+        };
+        let tag_ok = tag.is_none_or(|tag| {
+            let (major, minor) = tag.split_once(':').unwrap_or((tag, "0"));
+            number(major) && number(minor)
+        });
+        (digits(date, 8) || iso(date)) && tag_ok
+    };
+    match rest.split_at_checked(1) {
+        Some(("-", tail)) => dated(tail) || digits(tail, 3),
+        Some(("@", tail)) => dated(tail),
+        _ => false,
     }
 }
 
@@ -175,8 +216,39 @@ mod tests {
         assert_eq!(t.cost("openai", &usage("gpt-4o-mini", 1000, 0, 100), false), Some(210));
         // Dated snapshots use the family's price; unknown models and providers have none.
         assert_eq!(t.cost("openai", &usage("gpt-4o-mini-2024-07-18", 1000, 0, 100), false), Some(210));
+        assert_eq!(t.cost("openai", &usage("gpt-4o-mini-high", 1000, 0, 100), false), None, "another model");
         assert_eq!(t.cost("openai", &usage("gpt-5", 1000, 0, 100), false), None);
         assert_eq!(t.cost("anthropic", &usage("gpt-4o-mini", 1000, 0, 100), false), None);
+    }
+
+    #[test]
+    fn only_a_dated_or_versioned_snapshot_takes_its_familys_row() {
+        for (snapshot, family) in [
+            ("o1-2024-12-17", "o1"),
+            ("claude-3-5-haiku-20241022", "claude-3-5-haiku"),
+            ("claude-3-5-haiku@20241022", "claude-3-5-haiku"),
+            ("anthropic.claude-3-5-haiku-20241022-v1:0", "anthropic.claude-3-5-haiku"),
+            ("anthropic.claude-3-5-sonnet-20241022-v2", "anthropic.claude-3-5-sonnet"),
+            ("gemini-2.0-flash-001", "gemini-2.0-flash"),
+        ] {
+            assert!(is_snapshot_of(snapshot, family), "{snapshot} of {family}");
+        }
+        for other in [
+            ("o1-pro", "o1"),
+            ("o1x", "o1"),
+            ("gpt-4o-mini", "gpt-4o"),
+            ("o1-2024-12-17-pro", "o1"),
+            ("o1-preview-2024-09-12", "o1"),
+            ("o1-2024-1217", "o1"),
+            ("o1-20241217-v", "o1"),
+            ("o1-20241217-vx:0", "o1"),
+            ("o1@001", "o1"),
+            ("o1-0001", "o1"),
+            ("o1", ""),
+            ("o1", "o1"),
+        ] {
+            assert!(!is_snapshot_of(other.0, other.1), "{other:?}");
+        }
     }
 
     #[test]
@@ -198,6 +270,10 @@ mod tests {
         assert!(t.first_unpriced("openai", "o3"));
         assert!(t.first_unpriced("other", "gpt-5"));
         assert!(table().first_unpriced("openai", "gpt-5"), "a reloaded table warns again");
+        // Names come from providers and workers: the set stops growing at its bound.
+        let t = table();
+        let remembered = (0..MAX_WARNED + 10).filter(|i| t.first_unpriced("w", &format!("m{i}"))).count();
+        assert_eq!(remembered, MAX_WARNED);
     }
 
     #[test]
