@@ -24,11 +24,15 @@ use crate::engine::webhook::{
 use crate::http::handlers::IntakeBody;
 use crate::providers::ResultLine;
 use crate::providers::anthropic::wire as anthropic;
+use crate::providers::bedrock::wire as bedrock;
 use crate::providers::chat::wire as chat;
+use crate::providers::gemini::wire as gemini;
 use crate::providers::generic::GenericFields;
 use crate::providers::generic::wire as generic;
 use crate::providers::lines;
+use crate::providers::mistral::wire as mistral;
 use crate::providers::openai::wire as openai;
+use crate::providers::vertex::wire as vertex;
 use crate::providers::{classify_status, parse_retry_after};
 use crate::service::Service;
 use crate::store::codec::{Versioned, decode, encode};
@@ -50,6 +54,10 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("anthropic_response", anthropic_response),
     ("generic_response", generic_response),
     ("chat_response", chat_response),
+    ("gemini_response", gemini_response),
+    ("mistral_response", mistral_response),
+    ("bedrock_response", bedrock_response),
+    ("vertex_response", vertex_response),
     ("webhook_verify", webhook_verify),
     ("store_decode", store_decode),
     ("intake_body", intake_body),
@@ -79,6 +87,27 @@ pub fn generic_result_file(data: &[u8]) -> Vec<Result<ResultLine, String>> {
     let fields = GenericFields::default();
     let item = |line: &str| serde_json::from_str::<Value>(line).map_err(|e| format!("unreadable result line: {e}"));
     result_lines(data).map(|line| item(&line).and_then(|item| generic::parse_item(&item, &fields))).collect()
+}
+
+/// What the Gemini adapter makes of each line of a responses file: the key it names (if
+/// any) and the result.
+pub fn gemini_result_file(data: &[u8]) -> Vec<Result<(Option<String>, LineResult), String>> {
+    result_lines(data).map(|line| gemini::file_row(&line)).collect()
+}
+
+/// What the Mistral adapter makes of each line of an output or error file.
+pub fn mistral_result_file(data: &[u8]) -> Vec<Result<ResultLine, String>> {
+    result_lines(data).map(|line| mistral::parse_line(&line)).collect()
+}
+
+/// What the Bedrock adapter makes of each record of a `.jsonl.out` file.
+pub fn bedrock_result_file(data: &[u8]) -> Vec<Result<ResultLine, String>> {
+    result_lines(data).map(|line| bedrock::parse_line(&line)).collect()
+}
+
+/// What the Vertex adapter makes of each line of a predictions file.
+pub fn vertex_result_file(data: &[u8]) -> Vec<Result<ResultLine, String>> {
+    result_lines(data).map(|line| vertex::parse_line(&line)).collect()
 }
 
 /// What the chat adapter makes of a 2xx completion body.
@@ -199,6 +228,163 @@ pub fn generic_response(data: &[u8]) {
     }
     if let Some(usd) = envelope.metadata.and_then(|m| m.cost_usd) {
         let _ = generic::cost_micros(usd);
+    }
+}
+
+/// A Google answer (Gemini, Vertex) as committed: only a candidate that stopped
+/// (`finishReason: STOP`) with text is an answer, and thinking is billed as output.
+fn check_google_answer(response: &Value, result: &LineResult) {
+    if let LineResult::Answer { output, .. } = result {
+        assert_eq!(response["candidates"][0]["finishReason"], "STOP", "only a finished candidate is committed");
+        assert!(!output.is_empty() && output.trim() == output, "an answer is trimmed text: {output:?}");
+    }
+    if let LineResult::Answer { usage: Some(usage), .. } | LineResult::Unusable { usage: Some(usage), .. } = result {
+        assert!(usage.output_tokens >= usage.reasoning_tokens, "thoughts are part of the output");
+    }
+}
+
+/// A Gemini responses file, the same lines as `inlinedResponses` entries, and the same bytes
+/// as each JSON body the adapter reads (operation, operation list, error): states, files,
+/// error classes under every status, retry delays, and the refusal built from the body.
+pub fn gemini_response(data: &[u8]) {
+    for (line, parsed) in result_lines(data).zip(gemini_result_file(data)) {
+        let value: Option<Value> = serde_json::from_str(&line).ok();
+        let Some(value) = value else {
+            assert!(parsed.is_err(), "an unreadable line is an error");
+            continue;
+        };
+        if let Ok((key, result)) = &parsed {
+            assert_eq!(key.as_deref(), value["key"].as_str(), "the key a row is joined on is its own");
+            check_google_answer(&value["response"], result);
+        }
+        if let Ok((key, result)) = gemini::inline_row(&value) {
+            assert_eq!(key.as_deref(), value["metadata"]["key"].as_str());
+            check_google_answer(&value["response"], &result);
+        }
+    }
+    let operation_facts = |operation: &gemini::Operation| {
+        let _ = gemini::state(operation.state());
+        let _ = (operation.display_name(), operation.files());
+        if let Some(error) = &operation.error {
+            let _ = (error.describe(), gemini::errored(error));
+        }
+        let inlined = operation.output().and_then(|o| o.inlined_responses.as_ref());
+        for entry in inlined.map(|i| i.inlined_responses.as_slice()).unwrap_or_default() {
+            if let Ok((_, result)) = gemini::inline_row(entry) {
+                check_google_answer(&entry["response"], &result);
+            }
+        }
+    };
+    if let Ok(operation) = serde_json::from_slice::<gemini::Operation>(data) {
+        operation_facts(&operation);
+    }
+    if let Ok(page) = serde_json::from_slice::<gemini::ListPage>(data) {
+        page.operations.iter().for_each(operation_facts);
+    }
+    let body = String::from_utf8_lossy(data);
+    if let Ok(error) = serde_json::from_slice::<gemini::ErrorBody>(data) {
+        let status = &error.error;
+        let _ = (status.describe(), status.retry_delay(), status.is_bad_key(), status.is_daily_quota());
+        for code in STATUSES {
+            let _ = gemini::classify(code, &HeaderMap::new(), Some(status));
+        }
+    }
+    // The class under every status is read above; the refusal's message (redacted, which
+    // is the costly part) and delay need only a refusal and a rate limit.
+    for code in [400, 429] {
+        let refused = gemini::refusal("gemini", code, &HeaderMap::new(), &body, "", "");
+        assert_eq!(refused.status, Some(code));
+    }
+}
+
+/// A Mistral output or error file, and the same bytes as each JSON body the adapter reads
+/// (job, job list, error).
+pub fn mistral_response(data: &[u8]) {
+    for (line, parsed) in result_lines(data).zip(mistral_result_file(data)) {
+        let Ok((custom_id, result)) = parsed else { continue };
+        // A field the parser skips may hold what a `Value` cannot (a number past f64).
+        let Ok(value) = serde_json::from_str::<Value>(&line) else { continue };
+        assert_eq!(value["custom_id"].as_str(), Some(custom_id.as_str()), "joined on the line's own custom_id");
+        if matches!(result, LineResult::Answer { .. }) {
+            assert_eq!(value["response"]["status_code"], 200, "only a 200 response is an answer");
+        }
+    }
+    let job_facts = |job: &mistral::Job| {
+        let _ = (mistral::state(&job.status), job.batch_key());
+    };
+    if let Ok(job) = serde_json::from_slice::<mistral::Job>(data) {
+        job_facts(&job);
+    }
+    if let Ok(list) = serde_json::from_slice::<mistral::JobList>(data) {
+        list.data.iter().for_each(job_facts);
+    }
+    let _ = mistral::ErrorParts::parse(&String::from_utf8_lossy(data));
+}
+
+/// A Bedrock `.jsonl.out` file, and the same bytes as each JSON body the control plane
+/// answers (created job, job, job list, error): states and error classes.
+pub fn bedrock_response(data: &[u8]) {
+    for (line, parsed) in result_lines(data).zip(bedrock_result_file(data)) {
+        let Ok((record_id, result)) = parsed else { continue };
+        // A field the parser skips may hold what a `Value` cannot (a number past f64).
+        let Ok(value) = serde_json::from_str::<Value>(&line) else { continue };
+        assert_eq!(value["recordId"].as_str(), Some(record_id.as_str()), "joined on the record's own recordId");
+        if value["error"].is_object() {
+            assert!(
+                matches!(result, LineResult::Refused { .. } | LineResult::Retry { .. }),
+                "a record that errored is never an answer: {result:?}"
+            );
+        }
+        if let LineResult::Answer { usage: Some(usage), .. } | LineResult::Unusable { usage: Some(usage), .. } = &result
+        {
+            // Claude's usage on Bedrock is read as Anthropic's: the same sums.
+            assert!(usage.input_tokens >= usage.cached_input_tokens, "cached tokens are part of the prompt");
+            assert!(usage.input_tokens >= usage.cache_write_tokens, "written tokens are part of the prompt");
+        }
+    }
+    let _ = serde_json::from_slice::<bedrock::Created>(data);
+    let job_facts = |job: &bedrock::Job| {
+        let _ = bedrock::state(&job.status);
+    };
+    if let Ok(job) = serde_json::from_slice::<bedrock::Job>(data) {
+        job_facts(&job);
+    }
+    if let Ok(list) = serde_json::from_slice::<bedrock::JobList>(data) {
+        list.invocation_job_summaries.iter().for_each(job_facts);
+    }
+    if let Ok(error) = serde_json::from_slice::<bedrock::ErrorBody>(data)
+        && let Some(kind) = &error.kind
+    {
+        let _ = bedrock::classify(bedrock::error_name(kind));
+    }
+    let _ = bedrock::classify(bedrock::error_name(&String::from_utf8_lossy(data)));
+}
+
+/// A Vertex predictions file, and the same bytes as a job and a job list: states and the
+/// input files a job names.
+pub fn vertex_response(data: &[u8]) {
+    for (line, parsed) in result_lines(data).zip(vertex_result_file(data)) {
+        let Ok((key, result)) = parsed else { continue };
+        // A field the parser skips may hold what a `Value` cannot (a number past f64).
+        let Ok(value) = serde_json::from_str::<Value>(&line) else { continue };
+        assert_eq!(value["key"].as_str(), Some(key.as_str()), "joined on the line's own key");
+        if value["status"].as_str().is_some_and(|s| !s.trim().is_empty()) {
+            assert!(!matches!(result, LineResult::Answer { .. }), "a line with a status ran no answer");
+        } else {
+            check_google_answer(&value["response"], &result);
+        }
+    }
+    let job_facts = |job: &vertex::Job| {
+        let _ = (vertex::state(job.state()), job.input_uris());
+        if let Some(error) = &job.error {
+            let _ = error.describe();
+        }
+    };
+    if let Ok(job) = serde_json::from_slice::<vertex::Job>(data) {
+        job_facts(&job);
+    }
+    if let Ok(list) = serde_json::from_slice::<vertex::JobList>(data) {
+        list.batch_prediction_jobs.iter().for_each(job_facts);
     }
 }
 

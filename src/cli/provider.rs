@@ -1,6 +1,7 @@
 //! `commitpoint provider check`: before 50,000 sources go out, one tiny real request per
 //! configured provider and registered schema says whether the key, the model and the
-//! schema are accepted, quoting the provider when they are not.
+//! schema are accepted, quoting the provider when they are not, and names whichever of
+//! them that provider kind gave no way to check.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,7 +15,7 @@ use crate::providers::Probe;
 #[derive(Debug, clap::Subcommand)]
 pub(super) enum Command {
     /// Send one small synchronous request (billed: a cent or less) per provider and schema;
-    /// exit 0 when every one is accepted, 1 otherwise.
+    /// exit 0 when none is refused, 1 otherwise. Says what each check could not exercise.
     Check(CheckArgs),
 }
 
@@ -82,12 +83,11 @@ pub(super) async fn run(command: Command) -> ExitCode {
         for name in &schemas {
             let Ok(schema) = registry.get(name) else { continue };
             match provider.probe(&schema).await {
-                Probe::Accepted => println!("{} / {name}: accepted (key, model and schema)", provider.name()),
+                Probe::Passed(checked) => println!("{} / {name}: {}", provider.name(), checked.verdict()),
                 Probe::Refused(e) => {
                     refused += 1;
                     println!("{} / {name}: REFUSED: {}", provider.name(), e.message());
                 }
-                Probe::Unsupported(why) => println!("{} / {name}: not checked: {why}", provider.name()),
             }
         }
     }

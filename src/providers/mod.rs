@@ -200,14 +200,75 @@ pub struct StreamCounts {
     pub malformed: u64,
 }
 
-/// What one tiny synchronous request said about a provider's key, model and schema.
+/// What `provider check` learned of a provider's key, model and schema.
 #[derive(Debug)]
 pub enum Probe {
-    Accepted,
+    /// Nothing was refused; what was actually sent and accepted is in [`Checked`].
+    Passed(Checked),
     /// The provider (or the way to it) answered with an error: its status and words.
     Refused(ProviderError),
-    /// This kind has no synchronous call to probe with; the reason says what to do instead.
-    Unsupported(&'static str),
+}
+
+/// Whether a probe put one of the key, the model and the schema to the provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Coverage {
+    /// Sent, and accepted.
+    Exercised,
+    /// Never put to the provider: why, and what would check it.
+    NotChecked(String),
+}
+
+/// What a probe that was not refused exercised, one by one. `provider check` prints its
+/// verdict from this alone, so no adapter can claim it checked what it never sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    pub key: Coverage,
+    pub model: Coverage,
+    pub schema: Coverage,
+}
+
+impl Checked {
+    /// One call took the key, the model and the schema.
+    pub fn everything() -> Self {
+        Self { key: Coverage::Exercised, model: Coverage::Exercised, schema: Coverage::Exercised }
+    }
+
+    /// Nothing could be put to the provider, for this reason.
+    pub fn nothing(why: &str) -> Self {
+        let not = || Coverage::NotChecked(why.to_string());
+        Self { key: not(), model: not(), schema: not() }
+    }
+
+    /// `accepted (key, model and schema)`, or what was accepted and, grouped by reason,
+    /// what was not checked: `accepted (key and model); schema not checked: …`.
+    pub fn verdict(&self) -> String {
+        let parts = [("key", &self.key), ("model", &self.model), ("schema", &self.schema)];
+        let exercised: Vec<&str> =
+            parts.iter().filter(|(_, c)| **c == Coverage::Exercised).map(|(name, _)| *name).collect();
+        let mut unchecked: Vec<(Vec<&str>, &str)> = Vec::new();
+        for (name, coverage) in parts {
+            let Coverage::NotChecked(why) = coverage else { continue };
+            match unchecked.iter_mut().find(|(_, reason)| *reason == why.as_str()) {
+                Some((names, _)) => names.push(name),
+                None => unchecked.push((vec![name], why.as_str())),
+            }
+        }
+        let mut said: Vec<String> = Vec::new();
+        if !exercised.is_empty() {
+            said.push(format!("accepted ({})", listed(&exercised)));
+        }
+        said.extend(unchecked.iter().map(|(names, why)| format!("{} not checked: {why}", listed(names))));
+        said.join("; ")
+    }
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn listed(names: &[&str]) -> String {
+    match names {
+        [] => String::new(),
+        [one] => (*one).to_string(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
 }
 
 /// Tokens a probe may spend on its answer: enough to show the model started answering
@@ -262,10 +323,11 @@ pub trait BatchProvider: Send + Sync + fmt::Debug {
     async fn cancel(&self, job_id: &str) -> Result<(), ProviderError>;
 
     /// Sends one tiny synchronous request for `schema`'s structured output (billed, a cent
-    /// or less) to learn whether the key, the model and the schema are accepted.
+    /// or less), or the free reads a kind has, to learn whether the key, the model and the
+    /// schema are accepted; says which of them it could not put to the provider.
     async fn probe(&self, schema: &Schema) -> Probe {
         let _ = schema;
-        Probe::Unsupported("this provider kind has no synchronous call to check with")
+        Probe::Passed(Checked::nothing("this provider kind has no synchronous call to check with"))
     }
 
     /// Deletes what a finished job left stored at the provider (input, output and error
@@ -278,7 +340,20 @@ pub trait BatchProvider: Send + Sync + fmt::Debug {
 
 #[cfg(test)]
 mod tests {
-    use super::ErrorClass;
+    use super::{Checked, Coverage, ErrorClass};
+
+    #[test]
+    fn the_verdict_claims_only_what_was_exercised() {
+        assert_eq!(Checked::everything().verdict(), "accepted (key, model and schema)");
+        let not = |why: &str| Coverage::NotChecked(why.to_string());
+        let schema_only = Checked { schema: not("no call takes it"), ..Checked::everything() };
+        assert_eq!(schema_only.verdict(), "accepted (key and model); schema not checked: no call takes it");
+        let two_reasons = Checked { key: Coverage::Exercised, model: not("a"), schema: not("b") };
+        assert_eq!(two_reasons.verdict(), "accepted (key); model not checked: a; schema not checked: b");
+        let one_reason = Checked { key: Coverage::Exercised, model: not("a"), schema: not("a") };
+        assert_eq!(one_reason.verdict(), "accepted (key); model and schema not checked: a");
+        assert_eq!(Checked::nothing("no call").verdict(), "key, model and schema not checked: no call");
+    }
 
     #[test]
     fn class_names_are_the_snake_case_the_docs_use() {

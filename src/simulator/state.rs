@@ -79,6 +79,10 @@ pub struct Stats {
     /// Vertex `:countTokens` calls answered with a count (what `provider check` makes).
     #[serde(default)]
     pub tokens_counted: u64,
+    /// Bedrock `GetFoundationModel` / `GetInferenceProfile` calls answered with the record
+    /// (what `provider check` makes).
+    #[serde(default)]
+    pub models_looked_up: u64,
     /// Vertex metadata-server tokens handed out (the request said `Metadata-Flavor: Google`).
     #[serde(default)]
     pub metadata_tokens_issued: u64,

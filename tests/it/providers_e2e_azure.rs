@@ -106,7 +106,13 @@ async fn provider_check_reads_with_the_key_and_sends_the_schema_to_a_check_deplo
     let out = provider_check(rig.config_path(), KEY);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
-    assert!(text.contains("azure / code-review@1: not checked: endpoint and key accepted"), "{text}");
+    assert!(
+        text.contains(
+            "azure / code-review@1: accepted (key); model and schema not checked: a batch deployment takes no \
+             synchronous call"
+        ),
+        "{text}"
+    );
     let refused = provider_check(rig.config_path(), "wrong-key");
     assert_eq!(refused.status.code(), Some(1), "{}", stdout(&refused));
     assert!(stdout(&refused).contains("azure / code-review@1: REFUSED"), "{}", stdout(&refused));

@@ -382,7 +382,9 @@ async fn vertex_provider_check_and_config_check() {
     rig.sim.set_faults(Faults { missing_models: vec!["gemini-gone".to_string()], ..Faults::default() });
     let out = check(rig.config_path());
     assert_eq!(out.status.code(), Some(0), "{}\n{}", stdout(&out), stderr(&out));
-    assert!(stdout(&out).contains("vertex / code-review@1: accepted"), "{}", stdout(&out));
+    let verdict =
+        "vertex / code-review@1: accepted (key and model); schema not checked: countTokens counts the request";
+    assert!(stdout(&out).contains(verdict), "{}", stdout(&out));
     let stats = rig.stats();
     assert_eq!(stats.batches_created, 0, "a check creates no job");
     assert_eq!(stats.tokens_counted, 1, "the model was asked, through countTokens: {stats:#?}");

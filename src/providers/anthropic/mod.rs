@@ -39,9 +39,9 @@ use crate::domain::schema::{Dialect, Schema};
 
 use super::lines::{Line, Lines};
 use super::{
-    BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, PROBE_MAX_OUTPUT_TOKENS, Probe,
-    ProviderError, ResultLine, StreamCounts, classify_status, describe_transport, parse_retry_after, probe_member,
-    truncate,
+    BatchProvider, BatchSpec, Checked, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, PROBE_MAX_OUTPUT_TOKENS,
+    Probe, ProviderError, ResultLine, StreamCounts, classify_status, describe_transport, parse_retry_after,
+    probe_member, truncate,
 };
 use crate::domain::batch::OutputBudget;
 
@@ -398,7 +398,7 @@ impl BatchProvider for AnthropicBatches {
         }
         let call = self.http.post(url).timeout(self.config.request_timeout).json(&request["params"]);
         match self.send(call).await {
-            Ok(_) => Probe::Accepted,
+            Ok(_) => Probe::Passed(Checked::everything()),
             Err(e) => Probe::Refused(e),
         }
     }

@@ -17,6 +17,7 @@
 //! Credentials come from the standard AWS chain, never from the config file.
 
 mod aws;
+mod probe;
 pub mod rules;
 pub(crate) mod wire;
 
@@ -375,16 +376,11 @@ impl BatchProvider for BedrockBatches {
         Ok(())
     }
 
-    /// A cheap, free check of what a job needs: the credentials are accepted by the control
-    /// plane (a one-item job listing) and the input prefix can be listed in S3. The model
-    /// and schema are not exercised (batch inference has no synchronous call).
+    /// Free reads of what a job needs (`probe.rs`): the credentials, the input prefix and
+    /// the model id; the schema is not checked (batch inference has no synchronous call).
     async fn probe(&self, _schema: &Schema) -> Probe {
-        if let Err(e) = self.call::<wire::JobList>(http::Method::GET, "/model-invocation-jobs?maxResults=1", None).await
-        {
-            return Probe::Refused(e);
-        }
-        match self.input.list(&self.config.input.prefix).await {
-            Ok(_) => Probe::Accepted,
+        match self.probe_steps().await {
+            Ok(checked) => Probe::Passed(checked),
             Err(e) => Probe::Refused(e),
         }
     }

@@ -36,9 +36,9 @@ use reqwest::header::HeaderMap;
 use tokio::sync::mpsc;
 
 use super::{
-    BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, PROBE_MAX_OUTPUT_TOKENS, Probe,
-    ProviderError, ResultLine, StreamCounts, classify_status, describe_transport, parse_retry_after, probe_member,
-    truncate,
+    BatchProvider, BatchSpec, Checked, Coverage, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup,
+    PROBE_MAX_OUTPUT_TOKENS, Probe, ProviderError, ResultLine, StreamCounts, classify_status, describe_transport,
+    parse_retry_after, probe_member, truncate,
 };
 use crate::domain::batch::{BatchMember, LineResult, OutputBudget};
 use crate::domain::schema::{Dialect, Schema};
@@ -305,7 +305,11 @@ impl BatchProvider for ChatCompletions {
         };
         let status = response.status().as_u16();
         if response.status().is_success() {
-            return Probe::Accepted;
+            let key = match self.config.api_key {
+                Some(_) => Coverage::Exercised,
+                None => Coverage::NotChecked("no api_key_env is configured, so none was sent".to_string()),
+            };
+            return Probe::Passed(Checked { key, ..Checked::everything() });
         }
         let headers = response.headers().clone();
         let text = response.text().await.unwrap_or_default();

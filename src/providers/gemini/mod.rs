@@ -32,7 +32,7 @@ use tokio::sync::mpsc;
 use super::job_list::{JobListPage, find_in_job_list};
 use super::lines::{Line, Lines};
 use super::{
-    BatchProvider, BatchSpec, ErrorClass, FailureCause, IntentRef, JobPhase, JobStatus, Lookup,
+    BatchProvider, BatchSpec, Checked, ErrorClass, FailureCause, IntentRef, JobPhase, JobStatus, Lookup,
     PROBE_MAX_OUTPUT_TOKENS, Probe, ProviderError, ResultLine, StreamCounts, probe_member, redact,
 };
 use crate::domain::batch::{LineResult, OutputBudget};
@@ -433,7 +433,7 @@ impl BatchProvider for GeminiBatches {
             Err(e) => return Probe::Refused(e),
         };
         match self.send(self.http.post(url).timeout(self.config.request_timeout).json(&request)).await {
-            Ok(_) => Probe::Accepted,
+            Ok(_) => Probe::Passed(Checked::everything()),
             Err(e) => Probe::Refused(self.on_model_call_error(e, None)),
         }
     }

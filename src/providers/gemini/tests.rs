@@ -216,7 +216,9 @@ async fn googles_errors_sort_into_classes_with_their_retry_delay() {
 async fn probe_asks_generate_content_and_quotes_a_refusal() {
     let sim = simulator(Faults { missing_models: vec!["gemini-gone".into()], ..Faults::default() }).await;
     let schema = Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap();
-    assert!(matches!(adapter(sim.base_url(), INLINE_MAX_BYTES).probe(&schema).await, Probe::Accepted));
+    assert!(
+        matches!(adapter(sim.base_url(), INLINE_MAX_BYTES).probe(&schema).await, Probe::Passed(c) if c == Checked::everything())
+    );
     let mut config = GeminiConfig::new(ApiKey::new(KEY.into()), "gemini-gone");
     config.base_url = sim.base_url();
     let Probe::Refused(error) = GeminiBatches::new(config).unwrap().probe(&schema).await else { panic!() };

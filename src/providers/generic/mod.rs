@@ -40,13 +40,13 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::domain::schema::Dialect;
+use crate::domain::schema::{Dialect, Schema};
 
 use super::lines::Lines;
 use super::{ApiKey, describe_transport};
 use super::{
-    BatchProvider, BatchSpec, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, ProviderError, ResultLine,
-    StreamCounts, parse_retry_after,
+    BatchProvider, BatchSpec, Checked, ErrorClass, IntentRef, JobPhase, JobStatus, Lookup, Probe, ProviderError,
+    ResultLine, StreamCounts, parse_retry_after,
 };
 use crate::domain::batch::OutputBudget;
 
@@ -442,6 +442,15 @@ impl BatchProvider for GenericBatches {
             .collect();
         let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
         self.call(self.http.post(self.endpoint(&segments))).await.map(|_| ())
+    }
+
+    /// The contract's calls are submit and status (and an optional cancel): none can be made
+    /// without creating a job or naming one, so nothing is sent and nothing is claimed.
+    async fn probe(&self, _schema: &Schema) -> Probe {
+        Probe::Passed(Checked::nothing(
+            "the generic contract has no call that takes them without creating a job (submit, status and \
+             cancel only); submit a few sources and watch their first batch",
+        ))
     }
 }
 

@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use super::job_list::{JobListPage, find_in_job_list};
 use super::lines::Lines;
 use super::{
-    BatchProvider, BatchSpec, ErrorClass, FailureCause, IntentRef, JobPhase, JobStatus, Lookup,
+    BatchProvider, BatchSpec, Checked, ErrorClass, FailureCause, IntentRef, JobPhase, JobStatus, Lookup,
     PROBE_MAX_OUTPUT_TOKENS, Probe, ProviderError, ResultLine, StreamCounts, classify_status, describe_transport,
     parse_retry_after, probe_member, truncate,
 };
@@ -357,7 +357,7 @@ impl BatchProvider for MistralBatches {
             Err(e) => return Probe::Refused(e),
         };
         match self.send(self.http.post(url).timeout(self.config.request_timeout).json(&body)).await {
-            Ok(_) => Probe::Accepted,
+            Ok(_) => Probe::Passed(Checked::everything()),
             Err(e) => Probe::Refused(e),
         }
     }

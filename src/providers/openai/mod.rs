@@ -23,7 +23,7 @@ use crate::domain::schema::{Dialect, Schema};
 use super::chat::wire::{self as chat_wire, BudgetField};
 use super::lines::Lines;
 use super::{
-    BatchProvider, BatchSpec, ErrorClass, FailureCause, IntentRef, JobPhase, JobStatus, Lookup,
+    BatchProvider, BatchSpec, Checked, Coverage, ErrorClass, FailureCause, IntentRef, JobPhase, JobStatus, Lookup,
     PROBE_MAX_OUTPUT_TOKENS, Probe, ProviderError, ResultLine, StreamCounts, classify_status, describe_transport,
     parse_retry_after, probe_member, truncate,
 };
@@ -223,14 +223,16 @@ impl OpenAiBatches {
 
 impl OpenAiBatches {
     /// A batch deployment takes no synchronous call: a free authenticated read checks the
-    /// endpoint and the key, and the schema waits for a deployment that can answer.
+    /// endpoint and the key, and the model and schema wait for a deployment that can answer.
     async fn probe_by_listing(&self) -> Probe {
         let request = self.http.get(self.url("/batches")).query(&[("limit", "1")]);
         match self.json::<wire::BatchList>(request).await {
-            Ok(_) => Probe::Unsupported(
-                "endpoint and key accepted (GET /batches); a batch deployment takes no synchronous call, so the \
-                 model and schema were not sent: set check_deployment to a Standard deployment of the same model",
-            ),
+            Ok(_) => {
+                let why = "a batch deployment takes no synchronous call, so neither was sent (the key was, to GET \
+                           /batches): set check_deployment to a Standard deployment of the same model";
+                let not = || Coverage::NotChecked(why.to_string());
+                Probe::Passed(Checked { key: Coverage::Exercised, model: not(), schema: not() })
+            }
             Err(e) => Probe::Refused(e),
         }
     }
@@ -325,7 +327,7 @@ impl BatchProvider for OpenAiBatches {
         let path = self.flavour.chat_path(model);
         let request = self.http.post(self.url(&path)).timeout(self.config.request_timeout).json(&body);
         match self.send(request).await {
-            Ok(_) => Probe::Accepted,
+            Ok(_) => Probe::Passed(Checked::everything()),
             Err(e) => Probe::Refused(e),
         }
     }

@@ -163,7 +163,7 @@ async fn a_dated_api_version_goes_on_every_request_and_statuses_are_read_in_any_
     assert_eq!(status.phase, JobPhase::Completed, "\"Completed\" is completed");
     let intent = IntentRef { batch_key: "cpb-az", created_at_ms: 0, members: &[], known_jobs: &[] };
     assert!(matches!(provider.find_job(&intent).await.unwrap(), Lookup::Found(_)), "ISO created_at is no obstacle");
-    assert!(matches!(provider.probe(&schema).await, Probe::Accepted));
+    assert!(matches!(provider.probe(&schema).await, Probe::Passed(c) if c == Checked::everything()));
 
     let seen = seen.lock().unwrap();
     for (_, path, query, api_key, authorization) in &seen.requests {
@@ -189,8 +189,11 @@ async fn without_a_check_deployment_the_probe_only_reads() {
     let (origin, seen) = start("/openai/v1").await;
     let provider = azure_adapter("az", &options(origin, "").target(), ApiKey::new("azure-key-1".into())).unwrap();
     let schema = Registry::builtin().get(BUILTIN_CODE_REVIEW).unwrap();
-    let Probe::Unsupported(why) = provider.probe(&schema).await else { panic!("a batch deployment was called") };
-    assert!(why.contains("endpoint and key accepted"), "{why}");
+    let Probe::Passed(checked) = provider.probe(&schema).await else { panic!("the read was refused") };
+    assert_eq!(checked.key, Coverage::Exercised);
+    let Coverage::NotChecked(why) = &checked.model else { panic!("a batch deployment was called: {checked:?}") };
+    assert!(why.contains("check_deployment"), "{why}");
+    assert_eq!(checked.schema, checked.model);
     let seen = seen.lock().unwrap();
     assert_eq!(seen.requests.len(), 1);
     assert_eq!(

@@ -433,11 +433,11 @@ impl BatchProvider for VertexBatches {
     /// A free check of what a job needs: a token from the configured credentials, accepted
     /// by the control plane (a one-job listing); the model answering for this project and
     /// location (`:countTokens` with the request a batch line would carry, schema included:
-    /// counted, never generated, so nothing is billed); the input prefix listable in Cloud
-    /// Storage. No job is created.
+    /// counted, never generated, so nothing is billed, and the schema not judged); the input
+    /// prefix listable in Cloud Storage. No job is created.
     async fn probe(&self, schema: &Schema) -> Probe {
         match self.probe_steps(schema).await {
-            Ok(()) => Probe::Accepted,
+            Ok(checked) => Probe::Passed(checked),
             Err(e) => Probe::Refused(e),
         }
     }

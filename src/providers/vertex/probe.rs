@@ -1,22 +1,27 @@
 //! What `provider check` asks of Vertex (docs/PROVIDERS.md, "Vertex AI"): the credentials
 //! through a one-job listing, the model through `:countTokens` (the request a batch line
 //! carries, counted and never generated, so nothing is billed), and the input prefix in
-//! Cloud Storage. No job is created.
+//! Cloud Storage. No job is created, and the schema is not checked: it rides along in the
+//! counted request, but nothing says countTokens judges a response schema.
 
 use serde_json::Value;
 
 use super::{VertexBatches, error, google, wire};
 use crate::domain::schema::{Dialect, Schema};
-use crate::providers::{ErrorClass, PROBE_MAX_OUTPUT_TOKENS, ProviderError, probe_member};
+use crate::providers::{Checked, Coverage, ErrorClass, PROBE_MAX_OUTPUT_TOKENS, ProviderError, probe_member};
+
+/// Why the schema is not claimed: the count is the only free call that names the model.
+const SCHEMA_NOT_CHECKED: &str = "countTokens counts the request, schema included, without generating and is \
+    not documented to judge a response schema, so one Vertex refuses at generation would pass here";
 
 impl VertexBatches {
-    pub(super) async fn probe_steps(&self, schema: &Schema) -> Result<(), ProviderError> {
+    pub(super) async fn probe_steps(&self, schema: &Schema) -> Result<Checked, ProviderError> {
         let mut url = self.api_url(&["batchPredictionJobs"])?;
         url.query_pairs_mut().append_pair("pageSize", "1");
         self.call::<wire::JobList>(self.http.get(url)).await?;
         self.count_tokens(schema).await?;
         self.gcs_list(&self.config.input.bucket, &self.config.input.key("")).await?;
-        Ok(())
+        Ok(Checked { schema: Coverage::NotChecked(SCHEMA_NOT_CHECKED.to_string()), ..Checked::everything() })
     }
 
     /// `publishers/google/models/{model}:countTokens`. A 404 naming the model is Vertex's

@@ -26,8 +26,8 @@ use crate::simulator::net::ConnHandle;
 use crate::simulator::output::{batch_salt, push_line, random_id, truncate};
 use crate::simulator::state::{Inner, Shared};
 
-const REGION: &str = "us-east-1";
-const ACCOUNT: &str = "123456789012";
+pub(super) const REGION: &str = "us-east-1";
+pub(super) const ACCOUNT: &str = "123456789012";
 const ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";
 
 #[derive(Clone, Debug)]

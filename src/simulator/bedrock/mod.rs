@@ -1,9 +1,10 @@
 //! The simulator's Amazon Bedrock batch inference dialect (docs/PROVIDERS.md, "Amazon
 //! Bedrock"): the control plane's JSON REST routes (`POST /model-invocation-job`, `GET
-//! /model-invocation-job/{jobIdentifier}`, `POST …/stop`, `GET /model-invocation-jobs`),
-//! each refused unless SigV4-signed for service `bedrock`, over a REAL S3 (an
-//! S3-compatible server at `s3_endpoint`): the job reads its JSONL input from there and
-//! writes `{output}/{job id}/{input name}.out` and `manifest.json.out` back.
+//! /model-invocation-job/{jobIdentifier}`, `POST …/stop`, `GET /model-invocation-jobs`, and
+//! the model lookups `provider check` makes, `GET /foundation-models/{id}` and `GET
+//! /inference-profiles/{id}`), each refused unless SigV4-signed for service `bedrock`,
+//! over a REAL S3 (an S3-compatible server at `s3_endpoint`): the job reads its JSONL input
+//! from there and writes `{output}/{job id}/{input name}.out` and `manifest.json.out` back.
 //!
 //! Only the shape of the `Authorization` header is checked (algorithm, credential scope
 //! ending `/bedrock/aws4_request`, signed headers, a 64-hex signature), and the access key
@@ -15,10 +16,12 @@
 //! (the job is created, the connection dropped), `expire_batches` (the job ends `Expired`:
 //! it never began, nothing is written), `partial_batches` (it ends `PartiallyCompleted`:
 //! it ran out of time with the first half of its records answered), `failed_line_every` and
-//! `malformed_line_every` on the output records, `fail_batch_validation` (`Failed`).
+//! `malformed_line_every` on the output records, `fail_batch_validation` (`Failed`),
+//! `missing_models` (the model lookups refuse those ids as Bedrock refuses unknown ones).
 
 mod constraints;
 mod jobs;
+mod models;
 
 use std::sync::Arc;
 
@@ -47,6 +50,8 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
         .route("/model-invocation-jobs", get(jobs::list))
         .route("/model-invocation-job/{id}", get(jobs::get))
         .route("/model-invocation-job/{id}/stop", post(jobs::stop))
+        .route("/foundation-models/{id}", get(models::foundation_model))
+        .route("/inference-profiles/{id}", get(models::inference_profile))
         .route("/_sim/stats", get(super::sim_stats))
         .route("/_sim/faults", get(super::sim_get_faults).post(super::sim_set_faults))
         .fallback(|request: Request| async move {
