@@ -155,5 +155,7 @@ mod trickle;
 mod tutorial;
 #[path = "it/util.rs"]
 mod util;
+#[path = "it/worker_charges.rs"]
+mod worker_charges;
 #[path = "it/worker_tokens.rs"]
 mod worker_tokens;

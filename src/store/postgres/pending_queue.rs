@@ -179,7 +179,7 @@ pub(super) async fn pick(
 /// two instances forming batches for one tenant take turns, and each reads the other's
 /// reservations. Spend and reservations are read in one statement, so an answer charged
 /// (and its reservation ended) meanwhile is seen either whole or not at all.
-async fn headroom(
+pub(super) async fn headroom(
     tx: &impl Tx,
     policies: &Policies,
     mut tenants: Vec<&str>,
@@ -221,6 +221,19 @@ async fn headroom(
         }
     }
     Ok(out)
+}
+
+/// Sets what one extraction holds reserved (0: nothing), as an expired lease taken over.
+pub(super) async fn set_reservation(tx: &impl Tx, seq: u64, micros: u64) -> Result<(), Error> {
+    let micros = (micros > 0).then(|| big(micros));
+    sql::execute(
+        tx,
+        "UPDATE extractions SET reserved_micros = $2 WHERE seq = $1",
+        &[&big(seq), &micros],
+        "cannot write a budget reservation",
+    )
+    .await?;
+    Ok(())
 }
 
 /// Writes the reservations of a formed batch's members (after their move to submitted).

@@ -5,9 +5,9 @@
 //! Order matters for that: outbox events and webhook delivery ids point at extractions,
 //! nothing points at them, so they go first; then the extractions go in chunks, each
 //! with its content, findings, raw and staged results, index entries and ledger entries.
-//! What the ledger keeps is the per-(tenant, day) `SPEND` total, unchanged (budgets and
-//! invoices still add up); the part of it whose entries were erased is recorded in
-//! `ERASED_SPEND`, with no extraction, source or request identifiers.
+//! What an erased entry charged moves, in the same write, from the tenant's per-(tenant,
+//! day) `SPEND` (what its budget counts: an erased tenant starts over) to `ERASED_SPEND`
+//! (invoices still add up), with no extraction, source or request identifiers.
 //!
 //! Provider batches keep their member lists as they are (bare sequence numbers, whose
 //! positions say which line of a submitted file is whose), except a batch still at its
@@ -78,6 +78,11 @@ pub(super) fn erase_chunk(
     for (key, micros) in spent.totals() {
         let kept = t.erased_spend.get(key)?.map_or(0, |v| v.value());
         t.erased_spend.insert(key, kept.saturating_add(micros))?;
+        let spend = t.spend.get(key)?.map_or(0, |v| v.value());
+        match erase::spend_left(spend, micros) {
+            Some(left) => t.spend.insert(key, left)?,
+            None => t.spend.remove(key)?,
+        };
     }
     report.intents_closed = release_intents(t, &erased)?;
     let floor = t.meta.get(META_SEQ_FLOOR)?.map_or(0, |v| v.value());

@@ -38,6 +38,11 @@ pub(super) fn reserve(t: &mut WriteTables<'_>, member: &ExtractionRecord, micros
     Ok(())
 }
 
+/// What `record` holds reserved now (0: nothing).
+pub(super) fn held(t: &WriteTables<'_>, record: &ExtractionRecord) -> Result<u64, Error> {
+    Ok(t.reservations.get((record.tenant.as_str(), record.seq))?.map_or(0, |v| v.value()))
+}
+
 /// Ends `record`'s reservation if its move from `from` to `to` ends it.
 pub(super) fn follow(
     t: &mut WriteTables<'_>,
