@@ -41,6 +41,8 @@ mod early_refusal;
 mod erasure;
 #[path = "it/erasure_inflight.rs"]
 mod erasure_inflight;
+#[path = "it/evaluation_budgets.rs"]
+mod evaluation_budgets;
 #[path = "it/evaluations.rs"]
 mod evaluations;
 #[path = "it/export.rs"]

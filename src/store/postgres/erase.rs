@@ -257,6 +257,10 @@ async fn erase_evaluations(
     tenant: &str,
     locked: impl IntoIterator<Item = EvaluationRecord>,
 ) -> Result<(), Error> {
+    // Every trial of the tenant goes, and with it what the trials held reserved.
+    tx.execute("DELETE FROM trial_reservations WHERE tenant = $1", &[&tenant])
+        .await
+        .map_err(pg("cannot erase the tenant's trial reservations"))?;
     for record in locked {
         let name = record.name.as_str();
         match evaluation::erase(&record, tenant) {

@@ -83,8 +83,9 @@ impl Ledger for PgStore {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT tenant, sum(reserved_micros)::bigint, count(*) FROM extractions \
-                 WHERE reserved_micros IS NOT NULL GROUP BY tenant ORDER BY tenant",
+                "SELECT tenant, least(sum(micros), 9223372036854775807)::bigint, count(*) FROM \
+                 (SELECT tenant, reserved_micros AS micros FROM extractions WHERE reserved_micros IS NOT NULL \
+                  UNION ALL SELECT tenant, micros FROM trial_reservations) open GROUP BY tenant ORDER BY tenant",
                 &[],
             )
             .await

@@ -205,8 +205,10 @@ pub(super) async fn headroom(
         tx,
         "SELECT t.tenant, \
                coalesce((SELECT sum(micros) FROM spend s WHERE s.tenant = t.tenant AND s.day >= $2), 0)::bigint, \
-               coalesce((SELECT sum(reserved_micros) FROM extractions e \
-                 WHERE e.tenant = t.tenant AND e.reserved_micros IS NOT NULL), 0)::bigint \
+               least(coalesce((SELECT sum(reserved_micros) FROM extractions e \
+                 WHERE e.tenant = t.tenant AND e.reserved_micros IS NOT NULL), 0) \
+                 + coalesce((SELECT sum(micros) FROM trial_reservations r WHERE r.tenant = t.tenant), 0), \
+                 9223372036854775807)::bigint \
              FROM unnest($1::text[]) AS t(tenant)",
         &[&tenants, &from_day],
         "cannot read what the tenants' budgets have left",

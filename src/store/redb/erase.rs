@@ -169,11 +169,20 @@ fn release_intents(t: &mut WriteTables<'_>, erased: &HashSet<u64>) -> Result<u64
 /// tenant's members lose their source ids and their trials. Run after the extractions
 /// went, so their `evaluation` ledger entries are gone before the trials they paid for.
 pub(super) fn erase_evaluations(t: &mut WriteTables<'_>, tenant: &str) -> Result<((), bool), Error> {
+    // Every trial of the tenant goes, and with it what the trials held reserved.
+    let mut reserved = Vec::new();
+    for entry in t.trial_reservations.range((tenant, 0, 0)..=(tenant, u64::MAX, u32::MAX))? {
+        let (_, batch, index) = entry?.0.value();
+        reserved.push((batch, index));
+    }
+    for (batch, index) in &reserved {
+        t.trial_reservations.remove((tenant, *batch, *index))?;
+    }
     let mut evaluations: Vec<EvaluationRecord> = Vec::new();
     for entry in t.evaluations.iter()? {
         evaluations.push(decode(entry?.1.value())?);
     }
-    let mut wrote = false;
+    let mut wrote = !reserved.is_empty();
     for record in evaluations {
         match evaluation::erase(&record, tenant) {
             None => {
