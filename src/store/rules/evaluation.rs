@@ -271,11 +271,11 @@ pub(in crate::store) fn reserving(
     for &index in asked {
         let Some(member) = member_of(evaluation, index) else { continue };
         let cost = records.get(&member.seq).filter(|r| r.id == member.id).map_or(0, estimate);
-        if let Some(left) = evaluation_left {
-            if cost > left || left == 0 {
-                out.budget_full = true;
-                break;
-            }
+        if let Some(left) = evaluation_left
+            && (cost > left || left == 0)
+        {
+            out.budget_full = true;
+            break;
         }
         let left = match lefts.get(&member.tenant) {
             Some(left) => *left,

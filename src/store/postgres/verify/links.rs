@@ -192,7 +192,53 @@ pub(super) async fn check(tx: &Transaction<'_>, report: &mut Report) -> Result<(
         each_row(tx, rule.sql, &[], |row| report.problem((rule.says)(&row))).await?;
     }
     check_spend(tx, report).await?;
+    check_trial_reservations(tx, report).await?;
     check_sequences(tx, report).await
+}
+
+/// Each trial reservation is held by an unanswered trial of its open trial batch, of a
+/// member of its tenant (`rules::evaluation::reservation_problem`, as on redb).
+async fn check_trial_reservations(tx: &Transaction<'_>, report: &mut Report) -> Result<(), Error> {
+    use crate::store::codec::decode;
+    use crate::store::evaluation::{EvaluationRecord, TrialBatchRecord, TrialRecord};
+    let rows = tx
+        .query(
+            "SELECT r.tenant, r.batch, r.idx, b.record, e.record FROM trial_reservations r \
+             LEFT JOIN trial_batches b ON b.seq = r.batch LEFT JOIN evaluations e ON e.name = r.evaluation \
+             ORDER BY r.batch, r.idx",
+            &[],
+        )
+        .await
+        .map_err(pg("verify cannot read trial reservations"))?;
+    for row in &rows {
+        let (tenant, seq, index): (String, i64, i32) = (row.get(0), row.get(1), row.get(2));
+        let batch = row.get::<_, Option<&[u8]>>(3).map(decode::<TrialBatchRecord>).transpose()?;
+        let evaluation = row.get::<_, Option<&[u8]>>(4).map(decode::<EvaluationRecord>).transpose()?;
+        let trial = match &batch {
+            Some(b) => tx
+                .query_opt(
+                    "SELECT record FROM trials WHERE evaluation = $1 AND candidate = $2 AND idx = $3",
+                    &[&b.evaluation, &b.candidate, &index],
+                )
+                .await
+                .map_err(pg("verify cannot read a trial"))?
+                .map(|r| decode::<TrialRecord>(r.get(0)))
+                .transpose()?,
+            None => None,
+        };
+        let index = u32::try_from(index).unwrap_or(u32::MAX);
+        let problem = crate::store::rules::evaluation::reservation_problem(
+            batch.as_ref(),
+            evaluation.as_ref(),
+            trial.as_ref(),
+            &tenant,
+            index,
+        );
+        if let Some(problem) = problem {
+            report.problem(format!("trial batch {seq}, member {index}: {problem}"));
+        }
+    }
+    Ok(())
 }
 
 /// Per tenant and UTC day, the spend row equals the sum of the charged ledger entries
