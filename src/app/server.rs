@@ -194,7 +194,8 @@ impl Server {
                 Arc::new(options.prices.clone()),
                 options.fairness.clone(),
             )
-            .with_budgets(options.budgets.clone()),
+            .with_budgets(options.budgets.clone())
+            .with_worker_charge_cap(options.max_worker_charge_micros),
         );
         let supervisor = Supervisor::new();
         crate::app::systemd::spawn_watchdog(store.shared(), &supervisor);
@@ -324,7 +325,8 @@ impl Server {
         self.router.configure(options.routes.clone(), options.budgets.clone());
         self.store.set_policies(
             Policies::new(self.sink_names.clone(), Arc::new(options.prices.clone()), options.fairness.clone())
-                .with_budgets(options.budgets.clone()),
+                .with_budgets(options.budgets.clone())
+                .with_worker_charge_cap(options.max_worker_charge_micros),
         );
         self.router.set_prices(options.prices.clone());
         self.service.set_prices(options.prices.clone());

@@ -164,3 +164,47 @@ fn a_promotion_commits_only_pending_or_failed_work_with_a_valid_answer() {
     assert_eq!(step(State::Pending, None), PromoteStep::NoValidAnswer);
     assert_eq!(promote(member, None, Some(&answered), 50), PromoteStep::Skipped, "erased");
 }
+
+#[test]
+fn a_trial_batch_takes_what_the_evaluations_and_the_tenants_budgets_can_reserve() {
+    let e = evaluation(6);
+    let records: HashMap<u64, ExtractionRecord> =
+        (1..=6u64).map(|s| (s, numbered(s, "t", State::Committed { at_ms: 1 }))).collect();
+    let cost = |_: &ExtractionRecord| 10;
+    let asked: Vec<u32> = (0..6).collect();
+    // The evaluation's budget stops the batch at the first trial it cannot cover.
+    let mut roomy = |_: &str| Ok(None);
+    let taking = reserving(&e, &asked, &records, &cost, Some(25), &mut roomy).unwrap();
+    assert_eq!((taking.members, taking.budget_full), (vec![0, 1], true));
+    assert_eq!(taking.reserve, vec![("t".to_string(), 0, 10), ("t".to_string(), 1, 10)]);
+    // A budget smaller than one trial sends nothing, and with nothing reserved it is reached.
+    let none = reserving(&e, &asked, &records, &cost, Some(1), &mut roomy).unwrap();
+    assert!(none.members.is_empty() && none.budget_full);
+    assert!(budget_reached(&e, &none, 0, 7).is_some_and(|r| r.budget_reached_at_ms == Some(7)));
+    assert!(budget_reached(&e, &none, 5, 7).is_none(), "a reserved trial may still free room");
+    // The tenant's budget: what it has left once, shared by the batch; the rest waits.
+    let mut tight = |_: &str| Ok(Some(30));
+    let taking = reserving(&e, &asked, &records, &cost, None, &mut tight).unwrap();
+    assert_eq!((taking.members.len(), taking.budget_full), (3, false));
+    let mut spent = |_: &str| Ok(Some(0));
+    let unpriced = |_: &ExtractionRecord| 0;
+    assert!(reserving(&e, &asked, &records, &unpriced, None, &mut spent).unwrap().members.is_empty(), "held");
+}
+
+#[test]
+fn an_evaluations_budget_left_is_its_budget_less_its_trials_cost_and_reservations() {
+    let e = EvaluationRecord { budget_micros: Some(100), ..evaluation(2) };
+    let answered = TrialRecord {
+        batch: 1,
+        sent_at_ms: 1,
+        outcome: Some(TrialOutcome {
+            verdict: TrialVerdict::Failed { reason: "x".into() },
+            answered_at_ms: 2,
+            usage: None,
+            cost_micros: 30,
+        }),
+    };
+    assert_eq!(budget_left(&e, std::slice::from_ref(&answered), 20), Some(50));
+    assert_eq!(budget_left(&e, &[answered.clone(), answered], 50), Some(0));
+    assert_eq!(budget_left(&evaluation(2), &[], 0), None);
+}

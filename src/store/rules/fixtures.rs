@@ -30,6 +30,7 @@ pub(super) fn record(state: State) -> ExtractionRecord {
         previous_attempt: None,
         superseded_by: None,
         past_failures: Vec::new(),
+        priced_as: None,
     }
 }
 
