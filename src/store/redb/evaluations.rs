@@ -46,12 +46,7 @@ fn apply(t: &mut WriteTables<'_>, writes: TrialWrites) -> Result<TrialWrites, Er
     for (index, trial) in &writes.trials {
         save_trial(t, &writes.evaluation, &writes.candidate, *index, trial)?;
     }
-    for (tenant, index, micros) in &writes.reserve {
-        t.trial_reservations.insert((tenant.as_str(), writes.seq, *index), *micros)?;
-    }
-    for (tenant, index) in &writes.release {
-        t.trial_reservations.remove((tenant.as_str(), writes.seq, *index))?;
-    }
+    super::reservations::hold_for_trials(t, writes.seq, &writes.reserve, &writes.release)?;
     Ok(writes)
 }
 
