@@ -232,18 +232,29 @@ impl Extractions for PgStore {
         for row in &rows {
             let record = decode_record(row.get(0))?;
             let text = decode::<StoredContent>(stored_content(row.get(1), record.seq)?)?.text;
-            let holds = row.get::<_, Option<i64>>(2).map_or(0, unbig);
-            expired.push((record, holds, text));
+            expired.push((record, text, row.get::<_, Option<i64>>(2).map_or(0, unbig)));
         }
-        // Reserved before the pick below reads what the budgets have left.
+        // Each checked against its tenant's budget as pending work is (`claim::retake`), and
+        // reserved before the pick below reads what the budgets have left.
         let tenants: Vec<&str> = expired.iter().map(|(r, _, _)| r.tenant.as_str()).collect();
         let headroom = super::pending_queue::headroom(&tx, &policies, tenants, true).await?;
-        let left = |tenant: &str| {
-            Ok::<_, Error>(policies.budgets.limit(tenant).is_some().then(|| headroom.get(tenant).copied().unwrap_or(0)))
-        };
-        let retaken = claim::retake_expired(&request, now_ms, expired, left)?;
+        let budgeted = |tenant: &str| policies.budgets.limit(tenant).is_some();
+        let mut lefts: std::collections::HashMap<String, Option<u64>> = std::collections::HashMap::new();
         let mut grants = Vec::with_capacity(request.limit);
-        for claim::Retaken { mut record, next, lease, holds, keeps, extra: content } in retaken {
+        for (mut record, content, holds) in expired {
+            let left = match lefts.get(&record.tenant) {
+                Some(left) => *left,
+                None => budgeted(&record.tenant).then(|| headroom.get(&record.tenant).copied().unwrap_or(0)),
+            };
+            let estimate = request.estimate.as_ref().map(|e| (e.0)(&record));
+            let Some(keeps) = claim::retake(left, holds, estimate) else {
+                lefts.insert(record.tenant.clone(), left);
+                continue;
+            };
+            let Some((next, lease)) = claim::claim(&mut record, &request, now_ms, rand::random()) else {
+                continue;
+            };
+            lefts.insert(record.tenant.clone(), claim::left_after(left, holds, keeps));
             transition(&tx, &policies, now_ms, &mut record, next).await?;
             if keeps != holds {
                 super::pending_queue::set_reservation(&tx, record.seq, keeps).await?;

@@ -46,7 +46,12 @@ fn apply(t: &mut WriteTables<'_>, writes: TrialWrites) -> Result<TrialWrites, Er
     for (index, trial) in &writes.trials {
         save_trial(t, &writes.evaluation, &writes.candidate, *index, trial)?;
     }
-    super::reservations::hold_for_trials(t, writes.seq, &writes.reserve, &writes.release)?;
+    for (tenant, index, micros) in &writes.reserve {
+        t.trial_reservations.insert((tenant.as_str(), writes.seq, *index), *micros)?;
+    }
+    for (tenant, index) in &writes.release {
+        t.trial_reservations.remove((tenant.as_str(), writes.seq, *index))?;
+    }
     Ok(writes)
 }
 

@@ -62,18 +62,30 @@ fn intake(
 }
 
 fn claim(t: &mut WriteTables<'_>, request: &ClaimRequest) -> Result<(Vec<Grant>, bool), Error> {
-    // Expired leases first (their work has waited longest), reserved before the pick below
-    // reads what the budgets have left.
-    let mut expired_leases = Vec::new();
+    let mut grants = Vec::new();
+    // Expired leases first (their work has waited longest), each checked against its
+    // tenant's budget as pending work is (`claim::retake`), and reserved before the pick
+    // below reads what the budgets have left.
+    let mut lefts: HashMap<String, Option<u64>> = HashMap::new();
     for seq in expired(t, request)? {
-        let record = load(t, seq)?;
+        if grants.len() >= request.limit {
+            break;
+        }
+        let mut record = load(t, seq)?;
+        let left = match lefts.get(&record.tenant) {
+            Some(left) => *left,
+            None => super::reservations::headroom(t, &record.tenant)?,
+        };
         let holds = super::reservations::held(t, &record)?;
-        expired_leases.push((record, holds, ()));
-    }
-    let retaken =
-        claim::retake_expired(request, t.now_ms, expired_leases, |tenant| super::reservations::headroom(t, tenant))?;
-    let mut grants = Vec::with_capacity(retaken.len());
-    for claim::Retaken { mut record, next, lease, holds, keeps, .. } in retaken {
+        let estimate = request.estimate.as_ref().map(|e| (e.0)(&record));
+        let Some(keeps) = claim::retake(left, holds, estimate) else {
+            lefts.insert(record.tenant.clone(), left);
+            continue;
+        };
+        let Some((next, lease)) = claim::claim(&mut record, request, t.now_ms, rand::random()) else {
+            continue;
+        };
+        lefts.insert(record.tenant.clone(), claim::left_after(left, holds, keeps));
         let content = decode::<StoredContent>(&required(t.contents.get(record.seq)?, "content", record.seq)?)?.text;
         transition(t, &mut record, next)?;
         match keeps {

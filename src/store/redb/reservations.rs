@@ -45,23 +45,6 @@ pub(super) fn reserve(t: &mut WriteTables<'_>, member: &ExtractionRecord, micros
 }
 
 /// What `record` holds reserved now (0: nothing).
-/// A trial batch's reservations: `reserve` (tenant, member index, µ$) taken, `release`
-/// (tenant, member index) given back, in the trial batch `seq`'s write.
-pub(super) fn hold_for_trials(
-    t: &mut WriteTables<'_>,
-    seq: u64,
-    reserve: &[(String, u32, u64)],
-    release: &[(String, u32)],
-) -> Result<(), Error> {
-    for (tenant, index, micros) in reserve {
-        t.trial_reservations.insert((tenant.as_str(), seq, *index), *micros)?;
-    }
-    for (tenant, index) in release {
-        t.trial_reservations.remove((tenant.as_str(), seq, *index))?;
-    }
-    Ok(())
-}
-
 pub(super) fn held(t: &WriteTables<'_>, record: &ExtractionRecord) -> Result<u64, Error> {
     Ok(t.reservations.get((record.tenant.as_str(), record.seq))?.map_or(0, |v| v.value()))
 }
@@ -155,14 +138,18 @@ pub(super) fn check_trials(txn: &ReadTransaction, report: &mut Report) -> Result
             }
             None => None,
         };
-        let trial = batch
-            .as_ref()
-            .map(|b| trials.get((b.evaluation.as_str(), b.candidate.as_str(), index)))
-            .transpose()?
-            .flatten()
-            .map(|v| decode::<TrialRecord>(v.value()))
-            .transpose()?;
-        evaluation::check_reservation(report, (tenant, seq, index), batch, evaluation, trial);
+        let trial = match &batch {
+            Some(b) => trials
+                .get((b.evaluation.as_str(), b.candidate.as_str(), index))?
+                .map(|v| decode::<TrialRecord>(v.value()))
+                .transpose()?,
+            None => None,
+        };
+        if let Some(problem) =
+            evaluation::reservation_problem(batch.as_ref(), evaluation.as_ref(), trial.as_ref(), tenant, index)
+        {
+            report.problem(format!("trial batch {seq}, member {index}: {problem}"));
+        }
     }
     Ok(())
 }

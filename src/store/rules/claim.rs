@@ -63,52 +63,6 @@ pub(in crate::store) fn retake(left: Option<u64>, holds: u64, estimate: Option<u
     }
 }
 
-/// An expired lease a claim takes over: the record (its new claim counted), the state it
-/// moves to, its lease, the reservation it held (`holds`) and the one it keeps (`keeps`),
-/// and what the backend carried along with it (`extra`: its content, or nothing yet).
-pub(in crate::store) struct Retaken<T> {
-    pub record: ExtractionRecord,
-    pub next: State,
-    pub lease: Lease,
-    pub holds: u64,
-    pub keeps: u64,
-    pub extra: T,
-}
-
-/// Which of the `expired` leases (oldest expiry first, each with the reservation it holds)
-/// this claim takes over, up to its limit: each checked against its tenant's budget by
-/// [`retake`], what the tenant has left read once by `headroom` (`None`: no budget) and
-/// lowered by each one taken. Both backends write what this returns, in its order.
-pub(in crate::store) fn retake_expired<T, E>(
-    request: &ClaimRequest,
-    now_ms: u64,
-    expired: Vec<(ExtractionRecord, u64, T)>,
-    mut headroom: impl FnMut(&str) -> Result<Option<u64>, E>,
-) -> Result<Vec<Retaken<T>>, E> {
-    let mut lefts: std::collections::HashMap<String, Option<u64>> = std::collections::HashMap::new();
-    let mut taken = Vec::new();
-    for (mut record, holds, extra) in expired {
-        if taken.len() >= request.limit {
-            break;
-        }
-        let left = match lefts.get(&record.tenant) {
-            Some(left) => *left,
-            None => headroom(&record.tenant)?,
-        };
-        let estimate = request.estimate.as_ref().map(|e| (e.0)(&record));
-        let Some(keeps) = retake(left, holds, estimate) else {
-            lefts.insert(record.tenant.clone(), left);
-            continue;
-        };
-        let Some((next, lease)) = claim(&mut record, request, now_ms, rand::random()) else {
-            continue;
-        };
-        lefts.insert(record.tenant.clone(), left_after(left, holds, keeps));
-        taken.push(Retaken { record, next, lease, holds, keeps, extra });
-    }
-    Ok(taken)
-}
-
 /// What the tenant may still reserve once `retake` changed a reservation from `holds` to
 /// `keeps`.
 pub(in crate::store) fn left_after(left: Option<u64>, holds: u64, keeps: u64) -> Option<u64> {

@@ -11,7 +11,6 @@ use crate::store::evaluation::{
     EvalMember, EvaluationRecord, MAX_MEMBERS, TrialBatchRecord, TrialOutcome, TrialRecord, TrialVerdict,
 };
 use crate::store::records::ExtractionRecord;
-use crate::store::rules::verify::Report;
 use crate::store::seam::{Charge, EncodedFinding, Judged, NewEvaluation, Promotion, Selection, TrialAnswer};
 
 /// The members a selection freezes, or why it cannot be made. `found` are the records the
@@ -298,30 +297,24 @@ pub(in crate::store) fn reserving(
     Ok(out)
 }
 
-/// `verify`'s check of one trial reservation (both backends read, this decides): held for
-/// `tenant` on member `index` of trial batch `seq`, it must be held by an unanswered trial
-/// of that open batch, of a member of that tenant. `batch`, `evaluation` and `trial` are
-/// what the store holds of them.
-pub(in crate::store) fn check_reservation(
-    report: &mut Report,
-    (tenant, seq, index): (&str, u64, u32),
-    batch: Option<TrialBatchRecord>,
-    evaluation: Option<EvaluationRecord>,
-    trial: Option<TrialRecord>,
-) {
-    let problem = match &batch {
-        None => "a trial reservation names a trial batch that is gone".to_string(),
-        Some(batch) if batch.closed.is_some() || !batch.members.contains(&index) => {
-            "a trial reservation outlived its trial batch (closed, or not its member)".to_string()
-        }
-        Some(batch) => match (evaluation.as_ref().and_then(|e| member_of(e, index)), &trial) {
-            (Some(member), Some(t)) if member.tenant == tenant && t.batch == batch.seq && t.outcome.is_none() => {
-                return;
-            }
-            _ => format!("a trial reservation of {tenant} is held by no unanswered trial of that tenant"),
-        },
-    };
-    report.problem(format!("trial batch {seq}, member {index}: {problem}"));
+/// What is wrong with a trial reservation of `tenant` for member `index` of `batch`, if
+/// anything: it must be held by an unanswered trial of that open batch, of a member of
+/// that tenant (`verify`, both backends).
+pub(in crate::store) fn reservation_problem(
+    batch: Option<&TrialBatchRecord>,
+    evaluation: Option<&EvaluationRecord>,
+    trial: Option<&TrialRecord>,
+    tenant: &str,
+    index: u32,
+) -> Option<String> {
+    let Some(batch) = batch else { return Some("a trial reservation names a trial batch that is gone".into()) };
+    if batch.closed.is_some() || !batch.members.contains(&index) {
+        return Some("a trial reservation outlived its trial batch (closed, or not its member)".into());
+    }
+    match (evaluation.and_then(|e| member_of(e, index)), trial) {
+        (Some(member), Some(t)) if member.tenant == tenant && t.batch == batch.seq && t.outcome.is_none() => None,
+        _ => Some(format!("a trial reservation of {tenant} is held by no unanswered trial of that tenant")),
+    }
 }
 
 /// What an evaluation's budget has left for more trials: its budget less what its trials

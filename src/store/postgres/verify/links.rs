@@ -226,8 +226,17 @@ async fn check_trial_reservations(tx: &Transaction<'_>, report: &mut Report) -> 
                 .transpose()?,
             None => None,
         };
-        let held = (tenant.as_str(), u64::try_from(seq).unwrap_or_default(), u32::try_from(index).unwrap_or(u32::MAX));
-        crate::store::rules::evaluation::check_reservation(report, held, batch, evaluation, trial);
+        let index = u32::try_from(index).unwrap_or(u32::MAX);
+        let problem = crate::store::rules::evaluation::reservation_problem(
+            batch.as_ref(),
+            evaluation.as_ref(),
+            trial.as_ref(),
+            &tenant,
+            index,
+        );
+        if let Some(problem) = problem {
+            report.problem(format!("trial batch {seq}, member {index}: {problem}"));
+        }
     }
     Ok(())
 }
