@@ -173,7 +173,6 @@ async fn fill(data: &Path, n: u64) -> Result<()> {
             lease_ms: 3_600_000,
             schema: None,
             estimate: None,
-            pricing: None,
             scope: Default::default(),
         };
         let grants = service.claim(request, None).await?;

@@ -134,7 +134,6 @@ async fn fill(store: &Store, n: usize, content_bytes: usize) -> Result<()> {
             lease_ms: 600_000,
             schema: None,
             estimate: None,
-            pricing: None,
             scope: Default::default(),
         };
         let grants = store.claim(request).await?;

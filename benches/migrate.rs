@@ -127,7 +127,6 @@ async fn commit_half(data: &Path, count: u64) -> Result<()> {
             lease_ms: 3_600_000,
             schema: None,
             estimate: None,
-            pricing: None,
             scope: Default::default(),
         };
         let grants = service.claim(request, None).await?;

@@ -250,7 +250,6 @@ async fn measure(store: &Store, n: u64) -> Result<()> {
         lease_ms: 3_600_000,
         schema: schema.map(str::to_string),
         estimate: None,
-        pricing: None,
         scope: Default::default(),
     };
     let claims = match env_var("COMMITPOINT_BENCH_CLAIMS") {
@@ -361,7 +360,6 @@ async fn fill(data: &Path, n: u64, tenants: u64) -> Result<()> {
             lease_ms: 3_600_000,
             schema: None,
             estimate: None,
-            pricing: None,
             scope: Default::default(),
         };
         let grants = store.claim(request).await?;

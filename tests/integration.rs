@@ -41,8 +41,6 @@ mod early_refusal;
 mod erasure;
 #[path = "it/erasure_inflight.rs"]
 mod erasure_inflight;
-#[path = "it/evaluation_budgets.rs"]
-mod evaluation_budgets;
 #[path = "it/evaluations.rs"]
 mod evaluations;
 #[path = "it/export.rs"]
@@ -159,7 +157,5 @@ mod trickle;
 mod tutorial;
 #[path = "it/util.rs"]
 mod util;
-#[path = "it/worker_charges.rs"]
-mod worker_charges;
 #[path = "it/worker_tokens.rs"]
 mod worker_tokens;

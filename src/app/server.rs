@@ -194,8 +194,7 @@ impl Server {
                 Arc::new(options.prices.clone()),
                 options.fairness.clone(),
             )
-            .with_budgets(options.budgets.clone())
-            .with_worker_charge_cap(options.max_worker_charge_micros),
+            .with_budgets(options.budgets.clone()),
         );
         let supervisor = Supervisor::new();
         crate::app::systemd::spawn_watchdog(store.shared(), &supervisor);
@@ -325,8 +324,7 @@ impl Server {
         self.router.configure(options.routes.clone(), options.budgets.clone());
         self.store.set_policies(
             Policies::new(self.sink_names.clone(), Arc::new(options.prices.clone()), options.fairness.clone())
-                .with_budgets(options.budgets.clone())
-                .with_worker_charge_cap(options.max_worker_charge_micros),
+                .with_budgets(options.budgets.clone()),
         );
         self.router.set_prices(options.prices.clone());
         self.service.set_prices(options.prices.clone());

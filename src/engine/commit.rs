@@ -303,7 +303,6 @@ pub(crate) fn outcome_name(outcome: &PostOutcome) -> &'static str {
         PostOutcome::Reasked { .. } => "reasked",
         PostOutcome::NotFound => "not_found",
         PostOutcome::Rejected(_) => "rejected",
-        PostOutcome::UsageRefused { .. } => "usage_refused",
     }
 }
 
@@ -323,7 +322,7 @@ pub(crate) fn count_outcome(outcome: &PostOutcome, path: &'static str, record: &
             count_reasks(&record.schema, provider, 0, 0, answers_reask);
         }
         PostOutcome::Reasked { .. } => count_reasks(&record.schema, provider, 1, 0, 0),
-        PostOutcome::NotFound | PostOutcome::Rejected(_) | PostOutcome::UsageRefused { .. } => {}
+        PostOutcome::NotFound | PostOutcome::Rejected(_) => {}
     }
 }
 

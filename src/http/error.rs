@@ -174,8 +174,6 @@ impl From<service::Error> for ApiError {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "too_many_findings", message)
                     .with_details(json!({ "count": count, "max": max }))
             }
-            E::UsageRefused(_) => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "usage_refused", message)
-                .with_details(json!({ "field": "usage" })),
             E::UnknownProvider(_) => Self::new(StatusCode::NOT_FOUND, "unknown_provider", message),
             E::UnknownWebhook(_) => Self::new(StatusCode::NOT_FOUND, "unknown_webhook", message),
             E::UnknownEvaluation(_) => Self::new(StatusCode::NOT_FOUND, "unknown_evaluation", message),

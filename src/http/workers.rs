@@ -96,7 +96,6 @@ pub(super) async fn claim(
         lease_ms: body.lease_seconds.saturating_mul(1000),
         schema: body.schema,
         estimate: None,
-        pricing: None,
         scope,
     };
     let pricing = body.priced_as.map(|p| WorkerPricing {
@@ -192,7 +191,7 @@ pub(super) struct ResultReply {
         (status = 408, response = BodyTimeout),
         (status = 413, response = PayloadTooLarge),
         (status = 415, response = UnsupportedEncoding),
-        (status = 422, description = "`invalid_input`; `reasked`: the output fails the schema or its grounding rules (`details.issues`) and the extraction goes back to the queue to be asked again (`details.reask` counts re-asks; the next claim carries `previous_attempt`); or `validation_failed`: the same with no re-ask left, the extraction is now failed; or `usage_refused`: the `usage` names another model than the claim's `priced_as`, more output than it declared, or a cost above what the declared price allows (without `priced_as`: above `[limits] max_worker_charge`); nothing is written and the lease stands", body = ErrorBody),
+        (status = 422, description = "`invalid_input`; `reasked`: the output fails the schema or its grounding rules (`details.issues`) and the extraction goes back to the queue to be asked again (`details.reask` counts re-asks; the next claim carries `previous_attempt`); or `validation_failed`: the same with no re-ask left, the extraction is now failed", body = ErrorBody),
         (status = 500, response = ServerError),
         (status = 503, response = StoreUnavailable),
     ))]

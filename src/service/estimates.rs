@@ -123,30 +123,6 @@ impl Service {
         })
     }
 
-    /// What the lease of a worker that declared `pricing` is held to: the most one answer
-    /// to a source may cost at that price (`estimate::worker_ceiling`).
-    pub(crate) fn worker_claim_pricing(&self, pricing: &WorkerPricing) -> Result<crate::store::ClaimPricing, Error> {
-        let profile = ProviderProfile {
-            name: pricing.provider.clone(),
-            model: Some(pricing.model.clone()),
-            batch: false,
-            output_budget: pricing.max_output_tokens,
-        };
-        let registry = self.registry().clone();
-        let prompt = move |schema: &str| {
-            registry.get(schema).map_or(0, |s| (s.instructions().len() + s.document().to_string().len()) as u64)
-        };
-        let prices = self.estimation.prices.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-        let ceiling = estimate::worker_ceiling(&profile, prompt, &prices)
-            .ok_or_else(|| invalid("priced_as", format!("no [[prices]] row prices model {:?}", pricing.model)))?;
-        Ok(crate::store::ClaimPricing {
-            provider: pricing.provider.clone(),
-            model: pricing.model.clone(),
-            max_output_tokens: pricing.max_output_tokens,
-            ceiling,
-        })
-    }
-
     /// The prices `ctl reload` brought.
     pub(crate) fn set_prices(&self, prices: PriceTable) {
         let mut current = self.estimation.prices.write().unwrap_or_else(std::sync::PoisonError::into_inner);

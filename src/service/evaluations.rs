@@ -59,12 +59,10 @@ pub struct CandidateProgress {
 }
 
 impl EvaluationStatus {
-    /// Held by its budget: no further trial fits what it has left (or the trials cost it
-    /// all), and none is waiting on a provider.
+    /// Held by its budget: the trials cost it all and none is waiting on a provider.
     pub fn budget_reached(&self) -> bool {
-        let full = self.record.budget_reached_at_ms.is_some()
-            || self.record.budget_micros.is_some_and(|b| self.spent_micros >= b);
-        full && self.candidates.iter().all(|c| c.waiting == 0)
+        self.record.budget_micros.is_some_and(|b| self.spent_micros >= b)
+            && self.candidates.iter().all(|c| c.waiting == 0)
     }
 
     pub fn done(&self) -> bool {

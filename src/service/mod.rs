@@ -92,9 +92,6 @@ pub enum Error {
          with these issues (re-ask {reask}), and the next claim carries them as previous_attempt"
     )]
     Reasked { schema: String, issues: Vec<ValidationIssue>, reask: u32 },
-    /// A worker's reported usage breaks its declared pricing or the charge cap.
-    #[error("usage refused, nothing was written: {0}")]
-    UsageRefused(String),
     #[error("no provider named {0:?} is configured (see GET /v1/admin/providers)")]
     UnknownProvider(String),
     #[error("no evaluation named {0:?}")]

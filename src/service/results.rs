@@ -31,7 +31,6 @@ impl Service {
         }
         if let Some(pricing) = &pricing {
             request.estimate = Some(self.worker_estimate(pricing)?);
-            request.pricing = Some(self.worker_claim_pricing(pricing)?);
         }
         let grants = self.store.claim(request).await?;
         if !grants.is_empty() {
@@ -79,7 +78,6 @@ impl Service {
         match outcome {
             PostOutcome::NotFound => Err(Error::NotFound(id)),
             PostOutcome::Rejected(e) => Err(Error::Transition(e)),
-            PostOutcome::UsageRefused { reason } => Err(Error::UsageRefused(reason)),
             PostOutcome::Failed { .. } => Err(match refusal {
                 Some(Refusal::TooManyFindings(count)) => {
                     Error::TooManyFindings { count, max: self.judge.max_findings() }

@@ -30,51 +30,11 @@ pub struct EvaluationRecord {
     pub cancelled_at_ms: Option<u64>,
     /// Frozen at creation: later intakes never join.
     pub members: Vec<EvalMember>,
-    /// When `budget_micros` was found to leave no room for the next trial with none still
-    /// reserved (so none can free any): no trial is sent from then on.
-    pub budget_reached_at_ms: Option<u64>,
 }
 
 impl Versioned for EvaluationRecord {
     const KIND: &'static str = "evaluation";
-    /// 2: `budget_reached_at_ms`.
-    const VERSION: u8 = 2;
-
-    fn upgrade(version: u8, body: &[u8]) -> Option<Result<Self, String>> {
-        (version == 1).then(|| super::codec::decode_body::<EvaluationRecordV1>(body).map(Into::into))
-    }
-}
-
-/// Format 1: before trials reserved against budgets.
-#[derive(Debug, Deserialize)]
-struct EvaluationRecordV1 {
-    name: String,
-    tenant: Option<String>,
-    schema: String,
-    candidates: Vec<String>,
-    budget_micros: Option<u64>,
-    selection: String,
-    created_at_ms: u64,
-    cancelled_at_ms: Option<u64>,
-    members: Vec<EvalMember>,
-}
-
-impl From<EvaluationRecordV1> for EvaluationRecord {
-    /// An evaluation from before format 2 is held by its budget as its trials show it.
-    fn from(v1: EvaluationRecordV1) -> Self {
-        Self {
-            name: v1.name,
-            tenant: v1.tenant,
-            schema: v1.schema,
-            candidates: v1.candidates,
-            budget_micros: v1.budget_micros,
-            selection: v1.selection,
-            created_at_ms: v1.created_at_ms,
-            cancelled_at_ms: v1.cancelled_at_ms,
-            members: v1.members,
-            budget_reached_at_ms: None,
-        }
-    }
+    const VERSION: u8 = 1;
 }
 
 impl EvaluationRecord {

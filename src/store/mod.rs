@@ -25,12 +25,12 @@ pub use self::redb::{
 };
 pub use error::{Error, chain as error_chain};
 pub use migrate_compare::Comparison;
-pub use policies::{DEFAULT_WORKER_CHARGE_CAP_MICROS, Policies, Pricing, ProviderReportedOnly};
+pub use policies::{Policies, Pricing, ProviderReportedOnly};
 #[cfg(feature = "fuzzing")] // only the fuzz entry points decode it from outside the store
 pub(crate) use records::StoredContent;
 pub use records::{
-    BatchRecord, BatchState, ChargeKind, CostSource, DeclaredPricing, DeliveryState, DiffCounts, ExtractionRecord,
-    Fence, FindingRecord, LedgerRecord, NewExtraction, OutboxKind, OutboxRecord, ResultRecord,
+    BatchRecord, BatchState, ChargeKind, CostSource, DeliveryState, DiffCounts, ExtractionRecord, Fence, FindingRecord,
+    LedgerRecord, NewExtraction, OutboxKind, OutboxRecord, ResultRecord,
 };
 pub use rules::fair::{BudgetHold, DEFAULT_QUANTUM_BYTES, Fairness, Priority, TenantShare};
 pub use rules::intent::{IntentOutcome, IntentRequest, Minimum, WorkFilter};
@@ -40,7 +40,7 @@ pub use rules::retention::{RETIRED_CONTENT, RETIRED_RAW_RESULT, RetentionPolicy,
 pub use rules::revision::{FindingsDiff, diff as findings_diff, schema_family};
 pub use rules::verify::Report;
 pub use seam::{
-    Authority, Backend, BackupReport, CancelOutcome, Charge, ClaimPricing, ClaimRequest, CloseReport, DeliveryOutcome,
+    Authority, Backend, BackupReport, CancelOutcome, Charge, ClaimRequest, CloseReport, DeliveryOutcome,
     DeliveryReport, DriverTerm, Drivers, EncodedFinding, ErasureReport, EvaluationCreated, ExportFilter, Exported,
     ExtendOutcome, Flush, Grant, IngestLine, IntakeOutcome, Judged, LeaseExtension, Leftover, ListFilter, ListPage,
     NewEvaluation, OutboxFilter, PostOutcome, PostResult, Promotion, ProviderDriver, RETRY_CHUNK, ReadyItem,

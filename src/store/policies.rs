@@ -34,32 +34,13 @@ pub struct Policies {
     pub fairness: Arc<Fairness>,
     /// Tenants' budgets: batch members are reserved against them (`rules::reserve`).
     pub budgets: Arc<Budgets>,
-    /// The most one worker answer may be charged when its claim declared no model
-    /// (`[limits] max_worker_charge`, `rules::post::usage_refusal`).
-    pub worker_charge_cap_micros: u64,
     /// Where each queue's fair rotation stands: the backend's, kept across reloads.
     pub(in crate::store) rotations: Arc<Rotations>,
 }
 
-/// `[limits] max_worker_charge` unless configured: $10, more than one answer of today's
-/// dearest models to a large source costs, and far from what sums can overflow.
-pub const DEFAULT_WORKER_CHARGE_CAP_MICROS: u64 = 10_000_000;
-
 impl Policies {
     pub fn new(sinks: Vec<String>, pricing: Arc<dyn Pricing>, fairness: Fairness) -> Self {
-        Self {
-            sinks,
-            pricing,
-            fairness: Arc::new(fairness),
-            budgets: Arc::default(),
-            worker_charge_cap_micros: DEFAULT_WORKER_CHARGE_CAP_MICROS,
-            rotations: Arc::default(),
-        }
-    }
-
-    pub fn with_worker_charge_cap(mut self, micros: u64) -> Self {
-        self.worker_charge_cap_micros = micros;
-        self
+        Self { sinks, pricing, fairness: Arc::new(fairness), budgets: Arc::default(), rotations: Arc::default() }
     }
 
     pub fn with_budgets(mut self, budgets: Budgets) -> Self {

@@ -51,21 +51,6 @@ pub struct ExtractionRecord {
     /// Why earlier attempts failed, oldest first, kept when an operator retries a failed
     /// extraction (the state itself then forgets): the last `MAX_PAST_FAILURES`.
     pub past_failures: Vec<PastFailure>,
-    /// What the worker holding (or last holding) its lease declared it calls
-    /// (`priced_as`): the usage posted under that lease is held to it.
-    pub priced_as: Option<DeclaredPricing>,
-}
-
-/// A worker's declared model (`priced_as` of its claim), kept on the claimed record so the
-/// usage it posts can be held to it (`rules::post::usage_refusal`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeclaredPricing {
-    /// The `[[prices]]` row's provider and model.
-    pub provider: String,
-    pub model: String,
-    pub max_output_tokens: u32,
-    /// The most one answer to this source may be charged at that price.
-    pub ceiling_micros: u64,
 }
 
 /// One failure an operator retried past.
@@ -83,15 +68,14 @@ pub(crate) const MAX_PAST_FAILURES: usize = 16;
 
 impl Versioned for ExtractionRecord {
     const KIND: &'static str = "extraction";
-    /// 3: `reasks`, `previous_attempt` and `superseded_by`. 4: `past_failures`. 5: `priced_as`.
-    const VERSION: u8 = 5;
+    /// 3: `reasks`, `previous_attempt` and `superseded_by`. 4: `past_failures`.
+    const VERSION: u8 = 4;
 
     fn upgrade(version: u8, body: &[u8]) -> Option<Result<Self, String>> {
         match version {
             1 => Some(decode_body::<legacy::ExtractionRecordV1>(body).map(Into::into)),
             2 => Some(decode_body::<legacy::ExtractionRecordV2>(body).map(Into::into)),
             3 => Some(decode_body::<legacy::ExtractionRecordV3>(body).map(Into::into)),
-            4 => Some(decode_body::<legacy::ExtractionRecordV4>(body).map(Into::into)),
             _ => None,
         }
     }
@@ -218,7 +202,6 @@ mod legacy {
                 previous_attempt: None,
                 superseded_by: None,
                 past_failures: Vec::new(),
-                priced_as: None,
             }
         }
     }
@@ -268,7 +251,6 @@ mod legacy {
                 previous_attempt: None,
                 superseded_by: None,
                 past_failures: Vec::new(),
-                priced_as: None,
             }
         }
     }
@@ -321,60 +303,6 @@ mod legacy {
                 previous_attempt: v3.previous_attempt,
                 superseded_by: v3.superseded_by,
                 past_failures: Vec::new(),
-                priced_as: None,
-            }
-        }
-    }
-
-    #[derive(Debug, Deserialize)]
-    pub struct ExtractionRecordV4 {
-        id: ExtractionId,
-        seq: u64,
-        tenant: String,
-        source_id: String,
-        source_hash: SourceHash,
-        schema: String,
-        metadata_json: Option<String>,
-        state: State,
-        attempt: u32,
-        claims: u32,
-        content_bytes: u64,
-        created_at_ms: u64,
-        updated_at_ms: u64,
-        requeues: u32,
-        output_budget: Option<u32>,
-        truncation_retried: bool,
-        reasks: u32,
-        previous_attempt: Option<PreviousAttempt>,
-        superseded_by: Option<ExtractionId>,
-        past_failures: Vec<super::PastFailure>,
-    }
-
-    impl From<ExtractionRecordV4> for crate::store::ExtractionRecord {
-        /// A lease taken before format 5 declared nothing its posts are held to.
-        fn from(v4: ExtractionRecordV4) -> Self {
-            Self {
-                id: v4.id,
-                seq: v4.seq,
-                tenant: v4.tenant,
-                source_id: v4.source_id,
-                source_hash: v4.source_hash,
-                schema: v4.schema,
-                metadata_json: v4.metadata_json,
-                state: v4.state,
-                attempt: v4.attempt,
-                claims: v4.claims,
-                content_bytes: v4.content_bytes,
-                created_at_ms: v4.created_at_ms,
-                updated_at_ms: v4.updated_at_ms,
-                requeues: v4.requeues,
-                output_budget: v4.output_budget,
-                truncation_retried: v4.truncation_retried,
-                reasks: v4.reasks,
-                previous_attempt: v4.previous_attempt,
-                superseded_by: v4.superseded_by,
-                past_failures: v4.past_failures,
-                priced_as: None,
             }
         }
     }
@@ -708,7 +636,6 @@ impl NewExtraction {
             previous_attempt: None,
             superseded_by: None,
             past_failures: Vec::new(),
-            priced_as: None,
         }
     }
 }
@@ -764,7 +691,6 @@ mod tests {
             previous_attempt: None,
             superseded_by: None,
             past_failures: Vec::new(),
-            priced_as: None,
         }
     }
 
@@ -819,56 +745,10 @@ mod tests {
         assert!(reasked.previous_attempt.is_some_and(|p| p.issues.len() == 1));
     }
 
-    /// Format 4's fixtures, read by this build: no lease declared a price.
-    #[test]
-    fn version_4_extractions_are_upgraded_on_read() {
-        for name in [
-            "v4_extraction_pending.bin",
-            "v4_extraction_claimed.bin",
-            "v4_extraction_committed.bin",
-            "v4_extraction_cancelled.bin",
-            "v4_extraction_failed.bin",
-            "v4_extraction_truncated.bin",
-            "v4_extraction_refused.bin",
-            "v4_extraction_exhausted.bin",
-            "v4_extraction_reasked_superseded.bin",
-        ] {
-            let golden = std::fs::read(fixture(name)).unwrap();
-            assert_eq!(golden[0], 4, "{name} is a format 4 file");
-            let read = decode::<ExtractionRecord>(&golden).unwrap();
-            assert_eq!(read.priced_as, None, "{name}");
-            assert_eq!((read.id, read.seq, read.attempt), (ExtractionId([7; 32]), 42, 2), "{name}");
-        }
-        let reasked =
-            decode::<ExtractionRecord>(&std::fs::read(fixture("v4_extraction_reasked_superseded.bin")).unwrap())
-                .unwrap();
-        assert_eq!(reasked.past_failures.len(), 1);
-    }
-
-    #[test]
-    fn golden_extraction_record_of_a_lease_that_declared_its_price() {
-        check_golden(
-            "v5_extraction_claimed_priced.bin",
-            &ExtractionRecord {
-                priced_as: Some(DeclaredPricing {
-                    provider: "workers".into(),
-                    model: "gpt-4.1-mini".into(),
-                    max_output_tokens: 1000,
-                    ceiling_micros: 4_321,
-                }),
-                ..record(State::Claimed {
-                    worker: "w1".into(),
-                    lease_token: "lt-1-abc".into(),
-                    expires_at_ms: 1_764_000_060_000,
-                })
-            },
-        );
-    }
-
     #[test]
     fn golden_extraction_records_with_reasks_and_a_newer_revision() {
         check_golden(
-            "v5_extraction_reasked_superseded.bin",
+            "v4_extraction_reasked_superseded.bin",
             &ExtractionRecord {
                 reasks: 2,
                 previous_attempt: Some(PreviousAttempt {
@@ -892,25 +772,25 @@ mod tests {
 
     #[test]
     fn golden_extraction_records() {
-        check_golden("v5_extraction_pending.bin", &record(State::Pending));
+        check_golden("v4_extraction_pending.bin", &record(State::Pending));
         check_golden(
-            "v5_extraction_claimed.bin",
+            "v4_extraction_claimed.bin",
             &record(State::Claimed {
                 worker: "w1".into(),
                 lease_token: "lt-1-abc".into(),
                 expires_at_ms: 1_764_000_060_000,
             }),
         );
-        check_golden("v5_extraction_committed.bin", &record(State::Committed { at_ms: 1_764_000_001_000 }));
+        check_golden("v4_extraction_committed.bin", &record(State::Committed { at_ms: 1_764_000_001_000 }));
         // Appended after format 2 was fixed (its cancelled state kept the others' bytes).
-        check_golden("v5_extraction_cancelled.bin", &record(State::Cancelled { at_ms: 1_764_000_002_000 }));
+        check_golden("v4_extraction_cancelled.bin", &record(State::Cancelled { at_ms: 1_764_000_002_000 }));
         check_golden(
-            "v5_extraction_failed.bin",
+            "v4_extraction_failed.bin",
             &record(State::Failed { class: FailureClass::Validation, reason: "line: 0 < 1".into() }),
         );
         // The classes appended in format 2, and a record that used a truncation retry.
         check_golden(
-            "v5_extraction_truncated.bin",
+            "v4_extraction_truncated.bin",
             &ExtractionRecord {
                 requeues: 1,
                 output_budget: Some(8192),
@@ -919,8 +799,8 @@ mod tests {
             },
         );
         for (name, class) in [
-            ("v5_extraction_refused.bin", FailureClass::Refused),
-            ("v5_extraction_exhausted.bin", FailureClass::AttemptsExhausted),
+            ("v4_extraction_refused.bin", FailureClass::Refused),
+            ("v4_extraction_exhausted.bin", FailureClass::AttemptsExhausted),
         ] {
             check_golden(
                 name,

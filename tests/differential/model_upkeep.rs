@@ -55,8 +55,7 @@ impl Model {
         Answer::Event(Some(event.clone()))
     }
 
-    /// Everything of the tenant but its erased-spend totals (its spend loses what they
-    /// add); intents lose the erased members.
+    /// Everything of the tenant but its spend totals; intents lose the erased members.
     pub(super) fn erase(&mut self, tenant: usize) -> ErasureReport {
         let tenant = TENANTS[tenant];
         let mut report = ErasureReport::default();
@@ -81,9 +80,6 @@ impl Model {
             let charged: u64 = ext.ledger.iter().map(|l| l.cost_micros).sum();
             if charged > 0 {
                 *self.erased_spend.entry(tenant.to_string()).or_default() += charged;
-                // What it charged is taken off the tenant's spend: its budget starts over.
-                let spend = self.spend.entry(tenant.to_string()).or_default();
-                *spend = spend.saturating_sub(charged);
             }
         }
         if erased.is_empty() {

@@ -90,7 +90,6 @@ impl Subject {
                     lease_ms: if *short_lease { 0 } else { 3_600_000 },
                     schema: schema.map(|s| SCHEMAS[s].to_string()),
                     estimate: None,
-                    pricing: None,
                     scope: WorkScope { tenants: only.map(|t| vec![TENANTS[t].to_string()]), schemas: None },
                 };
                 let grants = store.claim(request).await?;

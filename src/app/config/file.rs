@@ -75,8 +75,6 @@ pub(crate) struct RawLimits {
     pub max_findings_per_output: Option<usize>,
     /// Compact JSON bytes of one intake's `metadata`; more is refused (413).
     pub max_metadata_bytes: Option<usize>,
-    /// Dollars one worker answer may be charged when its claim declared no model (`priced_as`).
-    pub max_worker_charge: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -45,9 +45,6 @@ pub(crate) const DEFAULT_OPENAI_KEY_ENV: &str = "OPENAI_API_KEY";
 pub(crate) const DEFAULT_MODEL: &str = "gpt-4o-mini";
 /// Past this, one commit would hold the writer (and so every intake) for seconds.
 pub(crate) const MAX_FINDINGS_LIMIT: usize = 100_000;
-/// The highest `[limits] max_worker_charge`: a million dollars, so that no sum of charges nears
-/// what a 64-bit micro-dollar total holds.
-const MAX_WORKER_CHARGE_MICROS: u64 = 1_000_000_000_000;
 /// The most tenants `[metrics] tenant_series` may give series of their own: eight series
 /// each (seven states and an age), so 10,000 is 80,000 series per scrape, about the most
 /// one Prometheus target should carry.
@@ -85,8 +82,6 @@ pub(crate) struct ServeOptions {
     pub max_findings: usize,
     /// `[limits] max_metadata_bytes`.
     pub max_metadata_bytes: usize,
-    /// `[limits] max_worker_charge`, in micro-dollars.
-    pub max_worker_charge_micros: u64,
     /// `[retention]`: what is dropped how long after commit.
     pub retention: RetentionOptions,
     /// `[store]`: redb under `data_dir`, or PostgreSQL.
@@ -266,15 +261,6 @@ impl ServeOptions {
                 }
                 Some(n) => n,
             },
-            max_worker_charge_micros: match raw.limits.max_worker_charge {
-                None => crate::store::DEFAULT_WORKER_CHARGE_CAP_MICROS,
-                Some(dollars) => crate::engine::ledger::dollars_to_micros(dollars)
-                    .filter(|m| (1..=MAX_WORKER_CHARGE_MICROS).contains(m))
-                    .ok_or(Error::Invalid {
-                        key: "limits.max_worker_charge",
-                        reason: format!("{dollars} is not 0.000001..=1000000 dollars"),
-                    })?,
-            },
             retention: RetentionOptions::resolve(&raw.retention)?,
             store: StoreChoice::resolve(&raw.store, o.store_url.clone())?,
             telemetry: TelemetryOptions::resolve(&raw.telemetry, o.otlp_endpoint.as_deref())?,
@@ -356,10 +342,8 @@ impl ServeOptions {
             names(self.webhooks.iter().map(|w| w.name.as_str()).collect())
         ));
         extra.push(format!(
-            "[limits]\nmax_findings_per_output = {}\nmax_metadata_bytes = {}\nmax_worker_charge = {}",
-            self.max_findings,
-            self.max_metadata_bytes,
-            crate::engine::ledger::dollars(self.max_worker_charge_micros).trim_start_matches('$')
+            "[limits]\nmax_findings_per_output = {}\nmax_metadata_bytes = {}",
+            self.max_findings, self.max_metadata_bytes
         ));
         extra.push(format!(
             "[metrics]\ntenant_series = {}{}",

@@ -144,7 +144,6 @@ fn serve_options(data_dir: PathBuf, providers: Vec<ProviderSettings>, scheduler:
         notes: Vec::new(),
         max_findings: crate::service::DEFAULT_MAX_FINDINGS,
         max_metadata_bytes: crate::service::DEFAULT_MAX_METADATA_BYTES,
-        max_worker_charge_micros: crate::store::DEFAULT_WORKER_CHARGE_CAP_MICROS,
         tenant_series: crate::service::DEFAULT_TENANT_SERIES,
         telemetry: Default::default(),
     }

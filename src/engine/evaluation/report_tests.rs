@@ -29,7 +29,6 @@ fn evaluation(candidates: &[&str], members: u32) -> EvaluationRecord {
         created_at_ms: 1,
         cancelled_at_ms: None,
         members: (0..members).map(member).collect(),
-        budget_reached_at_ms: None,
     }
 }
 

@@ -154,41 +154,6 @@ pub(crate) fn member_estimate(
     })))
 }
 
-/// Tokens allowed beyond the prompt's bytes: a chat template's markers and whatever a
-/// worker adds around the source.
-const CEILING_SLACK_TOKENS: u64 = 1_024;
-
-/// The most one answer to a record may be charged at a worker's declared model
-/// (`priced_as`), at list price: one input token for every byte of the prompt (the schema's
-/// instructions and JSON Schema, `prompt_bytes`, the source id frame, the content, and a
-/// re-ask's previous answer and issues), which no byte-level tokenizer exceeds, plus
-/// `CEILING_SLACK_TOKENS`, and the declared output (`provider.output_budget`). Posted usage
-/// that costs more is refused (`store::rules::post::usage_refusal`). `None` when no price
-/// row prices the model.
-pub(crate) fn worker_ceiling(
-    provider: &ProviderProfile,
-    prompt_bytes: impl Fn(&str) -> u64 + Send + Sync + 'static,
-    prices: &PriceTable,
-) -> Option<crate::store::MemberEstimate> {
-    let model = provider.model.clone()?;
-    prices.cost(&provider.name, &Usage { model: model.clone(), ..Usage::default() }, false)?;
-    let (name, output, prices) = (provider.name.clone(), u64::from(provider.output_budget), prices.clone());
-    Some(crate::store::MemberEstimate(std::sync::Arc::new(move |record: &crate::store::ExtractionRecord| {
-        let previous = record.previous_attempt.as_ref().map_or(0, |p| {
-            p.issues
-                .iter()
-                .fold(p.output.len() as u64, |n, i| n.saturating_add((i.path.len() + i.message.len()) as u64))
-        });
-        let input_tokens = prompt_bytes(&record.schema)
-            .saturating_add(USER_TURN_FRAME_BYTES + record.source_id.len() as u64)
-            .saturating_add(record.content_bytes)
-            .saturating_add(previous)
-            .saturating_add(CEILING_SLACK_TOKENS);
-        let usage = Usage { model: model.clone(), input_tokens, output_tokens: output, ..Usage::default() };
-        prices.cost(&name, &usage, false).unwrap_or(0)
-    })))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

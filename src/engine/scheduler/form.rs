@@ -90,7 +90,7 @@ impl Scheduler {
     }
 
     /// What a member of `schema` is reserved at when its batch is formed here.
-    pub(super) fn member_estimate(&self, schema: &str) -> Option<crate::store::MemberEstimate> {
+    fn member_estimate(&self, schema: &str) -> Option<crate::store::MemberEstimate> {
         let profile = self.settings.profile.as_ref()?;
         let instructions = self.registry.get(schema).ok()?.instructions().len() as u64;
         crate::engine::ledger::estimate::member_estimate(profile, move |_| instructions, &self.router.prices())

@@ -32,6 +32,8 @@ const RELIST_EVALUATIONS_MS: u64 = 60_000;
 /// Trial batches of one evaluation a provider has open at once without a budget: enough to
 /// keep a long evaluation moving, few enough not to crowd out its production work.
 const MAX_OPEN_TRIAL_BATCHES: usize = 4;
+/// Under a budget, the first batch a candidate is sent, before its trial cost is known.
+const FIRST_BUDGETED_TRIALS: usize = 10;
 
 impl Scheduler {
     /// Drives this provider's due trial batches and forms new ones. Returns the earliest
@@ -103,11 +105,16 @@ impl Scheduler {
         let trials = self.store.trials(evaluation.name.clone()).await?;
         let sent: BTreeSet<u32> =
             trials.iter().filter(|t| t.candidate == self.provider.name()).map(|t| t.index).collect();
-        let size = self.settings.batch_max_size.max(1);
-        // Each member is reserved at what its answer may cost here, as a production batch
-        // member is: the store takes only what the evaluation's and the tenants' budgets
-        // have room for.
-        let estimate = self.member_estimate(&evaluation.schema);
+        let mut size = self.settings.batch_max_size.max(1);
+        if let Some(budget) = evaluation.budget_micros {
+            match budget_room(budget, &trials, self.provider.name()) {
+                Some(room) => size = size.min(room),
+                None => {
+                    tracing::info!(evaluation = %evaluation.name, budget, "evaluation budget reached: no more trials sent");
+                    return Ok(None);
+                }
+            }
+        }
         let waiting: Vec<u32> = (0..evaluation.members.len())
             .filter(|i| !evaluation.members[*i].erased)
             .filter_map(|i| u32::try_from(i).ok())
@@ -121,15 +128,9 @@ impl Scheduler {
         let mut next: Option<u64> = None;
         for chunk in waiting.chunks(size).take(batches) {
             let candidate = self.provider.name().to_string();
-            let formed = self
-                .store
-                .create_trial_batch(evaluation.name.clone(), candidate, chunk.to_vec(), estimate.clone())
-                .await?;
-            let Some(batch) = formed else {
-                if evaluation.budget_micros.is_some() {
-                    tracing::info!(evaluation = %evaluation.name, "no trial fits what the budgets have left: none sent now");
-                }
-                break;
+            let Some(batch) = self.store.create_trial_batch(evaluation.name.clone(), candidate, chunk.to_vec()).await?
+            else {
+                continue;
             };
             traces::trial_formed(&batch);
             tracing::info!(evaluation = %batch.evaluation, batch_key = %batch.batch_key, members = batch.members.len(), "trial batch formed");
@@ -353,6 +354,35 @@ impl Scheduler {
 /// another evaluation.
 fn sent_key(evaluation: &EvaluationRecord) -> (String, u64) {
     (evaluation.name.clone(), evaluation.created_at_ms)
+}
+
+/// Under a budget, how many more trials this candidate's next batch may hold: what is left
+/// once the spend so far and the trials still waiting (at the mean trial cost) are taken
+/// off, at this candidate's mean trial cost; a candidate with no priced answer yet gets a
+/// first batch of a few. `None` once nothing is left. Other candidates sending at the same
+/// moment see each other's trials only once they are written, so spend can pass the budget
+/// by about one batch per candidate.
+fn budget_room(budget: u64, trials: &[crate::store::evaluation::Trial], candidate: &str) -> Option<usize> {
+    let costs = |mine: bool| -> Vec<u64> {
+        trials
+            .iter()
+            .filter(|t| !mine || t.candidate == candidate)
+            .filter_map(|t| t.record.outcome.as_ref())
+            .map(|o| o.cost_micros)
+            .filter(|c| *c > 0)
+            .collect()
+    };
+    let mean = |costs: Vec<u64>| costs.iter().sum::<u64>().checked_div(costs.len() as u64).filter(|m| *m > 0);
+    let spent: u64 = trials.iter().filter_map(|t| t.record.outcome.as_ref()).map(|o| o.cost_micros).sum();
+    let waiting = trials.iter().filter(|t| t.record.outcome.is_none()).count() as u64;
+    let committed = spent.saturating_add(waiting.saturating_mul(mean(costs(false)).unwrap_or(0)));
+    if committed >= budget {
+        return None;
+    }
+    match mean(costs(true)) {
+        Some(each) => Some(usize::try_from((budget - committed) / each).unwrap_or(usize::MAX).max(1)),
+        None => Some(FIRST_BUDGETED_TRIALS),
+    }
 }
 
 /// The custom id each member of a trial batch goes out under, with its member index.

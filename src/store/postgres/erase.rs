@@ -1,4 +1,4 @@
-//! Tenant erasure on PostgreSQL: everything of a tenant but its erased-spend totals, in ONE
+//! Tenant erasure on PostgreSQL: everything of a tenant but its spend totals, in ONE
 //! transaction, so it happens entirely or not at all (redb takes small transactions that
 //! each leave a valid file; here a reader or a crash never sees half a tenant).
 //!
@@ -12,7 +12,7 @@
 //! took the tenant's work between the two steps sends the erasure round again with it.
 //!
 //! What each step decides is `store::erase_rules`, shared with the redb store: the
-//! erased-spend totals (what they add is taken off the `spend` rows), intents shedding erased
+//! erased-spend totals (the `spend` rows stay as they are), intents shedding erased
 //! members. Sequence numbers come from a PostgreSQL sequence and are never handed out
 //! again, so a submitted batch's member list never comes to name someone else's row.
 //!
@@ -129,31 +129,11 @@ pub(super) async fn erase_in(
     for ((tenant, day), micros) in spent.totals() {
         tx.execute(
             "INSERT INTO erased_spend (tenant, day, micros) VALUES ($1, $2, $3) \
-             ON CONFLICT (tenant, day) DO UPDATE \
-             SET micros = least(erased_spend.micros::numeric + excluded.micros, 9223372036854775807)::bigint",
+             ON CONFLICT (tenant, day) DO UPDATE SET micros = erased_spend.micros + excluded.micros",
             &[&tenant, &big(day), &big(micros)],
         )
         .await
         .map_err(pg("cannot record erased spend"))?;
-        let spend: Option<i64> = tx
-            .query_opt("SELECT micros FROM spend WHERE tenant = $1 AND day = $2 FOR UPDATE", &[&tenant, &big(day)])
-            .await
-            .map_err(pg("cannot read spend"))?
-            .map(|row| row.get(0));
-        let left = erase::spend_left(spend.map_or(0, unbig), micros);
-        match left {
-            Some(left) => tx
-                .execute(
-                    "UPDATE spend SET micros = $3 WHERE tenant = $1 AND day = $2",
-                    &[&tenant, &big(day), &big(left)],
-                )
-                .await
-                .map_err(pg("cannot lower spend"))?,
-            None => tx
-                .execute("DELETE FROM spend WHERE tenant = $1 AND day = $2", &[&tenant, &big(day)])
-                .await
-                .map_err(pg("cannot clear spend"))?,
-        };
     }
     erase_evaluations(tx, tenant, evaluations.into_iter().chain(late)).await?;
     Ok(Round::Done(report))
@@ -257,10 +237,6 @@ async fn erase_evaluations(
     tenant: &str,
     locked: impl IntoIterator<Item = EvaluationRecord>,
 ) -> Result<(), Error> {
-    // Every trial of the tenant goes, and with it what the trials held reserved.
-    tx.execute("DELETE FROM trial_reservations WHERE tenant = $1", &[&tenant])
-        .await
-        .map_err(pg("cannot erase the tenant's trial reservations"))?;
     for record in locked {
         let name = record.name.as_str();
         match evaluation::erase(&record, tenant) {

@@ -128,47 +128,7 @@ async fn apply(tx: &Transaction<'_>, writes: TrialWrites) -> Result<TrialWrites,
     for (index, trial) in &writes.trials {
         save_trial(tx, &writes.evaluation, &writes.candidate, *index, trial).await?;
     }
-    if !writes.reserve.is_empty() {
-        let (tenants, rest): (Vec<&str>, Vec<(i32, i64)>) = writes
-            .reserve
-            .iter()
-            .filter_map(|(tenant, index, micros)| Some((tenant.as_str(), (idx(*index)?, big(*micros)))))
-            .unzip();
-        let (indexes, micros): (Vec<i32>, Vec<i64>) = rest.into_iter().unzip();
-        tx.execute(
-            "INSERT INTO trial_reservations (batch, idx, evaluation, tenant, micros) \
-             SELECT $1, r.idx, $2, r.tenant, r.micros FROM unnest($3::int[], $4::text[], $5::bigint[]) AS r(idx, tenant, micros)",
-            &[&big(writes.seq), &writes.evaluation, &indexes, &tenants, &micros],
-        )
-        .await
-        .map_err(pg("cannot reserve for trials"))?;
-    }
-    if !writes.release.is_empty() {
-        let indexes: Vec<i32> = writes.release.iter().filter_map(|(_, index)| idx(*index)).collect();
-        tx.execute("DELETE FROM trial_reservations WHERE batch = $1 AND idx = ANY($2)", &[&big(writes.seq), &indexes])
-            .await
-            .map_err(pg("cannot release trial reservations"))?;
-    }
     Ok(writes)
-}
-
-/// Every trial of `evaluation` (what they cost) and what its unanswered ones hold reserved.
-async fn evaluation_spend(tx: &Transaction<'_>, evaluation: &str) -> Result<(u64, Vec<TrialRecord>), Error> {
-    let rows = tx
-        .query("SELECT record FROM trials WHERE evaluation = $1", &[&evaluation])
-        .await
-        .map_err(pg("cannot read an evaluation's trials"))?;
-    let trials = rows.iter().map(|r| decode(r.get(0))).collect::<Result<Vec<TrialRecord>, Error>>()?;
-    let reserved: i64 = tx
-        .query_one(
-            "SELECT least(coalesce(sum(micros), 0), 9223372036854775807)::bigint FROM trial_reservations \
-             WHERE evaluation = $1",
-            &[&evaluation],
-        )
-        .await
-        .map_err(pg("cannot read an evaluation's reservations"))?
-        .get(0);
-    Ok((unbig(reserved), trials))
 }
 
 async fn save_trial(
@@ -347,10 +307,8 @@ impl Evaluations for PgStore {
         evaluation: String,
         candidate: String,
         members: Vec<u32>,
-        estimate: Option<crate::store::MemberEstimate>,
     ) -> Result<Option<TrialBatchRecord>, Error> {
         let held = self.held.clone();
-        let policies = self.policies();
         self.in_transaction("trial batch intent commit failed", move |tx, now_ms| {
             Box::pin(async move {
                 // The evaluation's row is the intents' turnstile: a second intent for the
@@ -363,47 +321,11 @@ impl Evaluations for PgStore {
                 if evaluation::intent(&record, &candidate, &sent, &members, 0, now_ms).is_none() {
                     return Ok(None);
                 }
-                let asked: Vec<u32> = members.iter().copied().filter(|i| !sent.contains(i)).collect();
-                let (reserved, all_trials) = evaluation_spend(tx, &evaluation).await?;
-                let left = evaluation::budget_left(&record, &all_trials, reserved);
-                let seqs: Vec<i64> =
-                    asked.iter().filter_map(|i| evaluation::member_of(&record, *i)).map(|m| big(m.seq)).collect();
-                let rows = tx
-                    .query("SELECT seq, record FROM extractions WHERE seq = ANY($1)", &[&seqs])
-                    .await
-                    .map_err(pg("cannot read trial members"))?;
-                let mut records = HashMap::with_capacity(rows.len());
-                for row in &rows {
-                    records.insert(unbig(row.get(0)), decode_record(row.get(1))?);
-                }
-                let mut tenants: Vec<&str> = asked
-                    .iter()
-                    .filter_map(|i| evaluation::member_of(&record, *i))
-                    .map(|m| m.tenant.as_str())
-                    .filter(|t| policies.budgets.limit(t).is_some())
-                    .collect();
-                tenants.sort_unstable();
-                tenants.dedup();
-                // Locks the tenants' budgets, as a production batch's pick does.
-                let headroom = super::pending_queue::headroom(tx, &policies, tenants, true).await?;
-                let mut tenant_left = |tenant: &str| {
-                    Ok(policies.budgets.limit(tenant).map(|_| headroom.get(tenant).copied().unwrap_or(0)))
-                };
-                let cost = |r: &ExtractionRecord| estimate.as_ref().map_or(0, |e| (e.0)(r));
-                let taking = evaluation::reserving(&record, &asked, &records, &cost, left, &mut tenant_left)?;
-                if let Some(reached) = evaluation::budget_reached(&record, &taking, reserved, now_ms) {
-                    save_evaluation(tx, &reached).await?;
-                    return Ok(None);
-                }
-                if taking.members.is_empty() {
-                    return Ok(None);
-                }
                 let seq = super::ledger::next_seq(tx, "trial_batch_seq").await?;
-                let Some(intent) = evaluation::intent(&record, &candidate, &sent, &taking.members, seq, now_ms) else {
+                let Some(intent) = evaluation::intent(&record, &candidate, &sent, &members, seq, now_ms) else {
                     return Ok(None);
                 };
-                let writes = TrialWrites { reserve: taking.reserve, ..TrialWrites::of(intent) };
-                Ok(apply(tx, writes).await?.batch)
+                Ok(apply(tx, TrialWrites::of(intent)).await?.batch)
             })
         })
         .await
@@ -533,7 +455,7 @@ impl Evaluations for PgStore {
                         record_charge(tx, &policies, now_ms, extraction, &charge, ChargeKind::Evaluation).await?;
                     answering.charged(write, cost);
                 }
-                let (writes, report) = answering.finish(&evaluation);
+                let (writes, report) = answering.finish();
                 apply(tx, writes).await?;
                 Ok(report)
             })
@@ -550,8 +472,7 @@ impl Evaluations for PgStore {
                 let Some(closing) = evaluation::close(&record, &trials, outcome, &unanswered, now_ms) else {
                     return Ok(0);
                 };
-                let owner = read_evaluation(tx, &record.evaluation, false).await?;
-                Ok(apply(tx, TrialWrites::of(closing).releasing(owner.as_ref())).await?.trials.len() as u64)
+                Ok(apply(tx, TrialWrites::of(closing)).await?.trials.len() as u64)
             })
         })
         .await

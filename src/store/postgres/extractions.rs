@@ -214,13 +214,12 @@ impl Extractions for PgStore {
         let policies = self.policies();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg("cannot begin a transaction"))?;
-        // Room for expired leases of held tenants, which are passed over, ahead of others'.
-        let limit = big((request.limit as u64).saturating_mul(4));
+        let limit = big(request.limit as u64);
         let schema = request.schema.clone();
         // Rows another instance is claiming right now are skipped, not waited for.
         let rows = sql::query(
             &tx,
-            "SELECT record, content, reserved_micros FROM extractions WHERE state_code = 2 AND lease_expires_at_ms <= $1 \
+            "SELECT record, content FROM extractions WHERE state_code = 2 AND lease_expires_at_ms <= $1 \
                  AND ($2::text IS NULL OR schema_name = $2) \
                  AND ($4::text[] IS NULL OR tenant = ANY($4)) AND ($5::text[] IS NULL OR schema_name = ANY($5)) \
                  ORDER BY lease_expires_at_ms, seq LIMIT $3 FOR UPDATE SKIP LOCKED",
@@ -228,43 +227,15 @@ impl Extractions for PgStore {
             "cannot select expired leases",
         )
         .await?;
-        let mut expired = Vec::with_capacity(rows.len());
+        let mut candidates = Vec::with_capacity(rows.len());
         for row in &rows {
             let record = decode_record(row.get(0))?;
             let text = decode::<StoredContent>(stored_content(row.get(1), record.seq)?)?.text;
-            expired.push((record, text, row.get::<_, Option<i64>>(2).map_or(0, unbig)));
+            candidates.push((record, text));
         }
-        // Each checked against its tenant's budget as pending work is (`claim::retake`), and
-        // reserved before the pick below reads what the budgets have left.
-        let tenants: Vec<&str> = expired.iter().map(|(r, _, _)| r.tenant.as_str()).collect();
-        let headroom = super::pending_queue::headroom(&tx, &policies, tenants, true).await?;
-        let budgeted = |tenant: &str| policies.budgets.limit(tenant).is_some();
-        let mut lefts: std::collections::HashMap<String, Option<u64>> = std::collections::HashMap::new();
-        let mut grants = Vec::with_capacity(request.limit);
-        for (mut record, content, holds) in expired {
-            let left = match lefts.get(&record.tenant) {
-                Some(left) => *left,
-                None => budgeted(&record.tenant).then(|| headroom.get(&record.tenant).copied().unwrap_or(0)),
-            };
-            let estimate = request.estimate.as_ref().map(|e| (e.0)(&record));
-            let Some(keeps) = claim::retake(left, holds, estimate) else {
-                lefts.insert(record.tenant.clone(), left);
-                continue;
-            };
-            let Some((next, lease)) = claim::claim(&mut record, &request, now_ms, rand::random()) else {
-                continue;
-            };
-            lefts.insert(record.tenant.clone(), claim::left_after(left, holds, keeps));
-            transition(&tx, &policies, now_ms, &mut record, next).await?;
-            if keeps != holds {
-                super::pending_queue::set_reservation(&tx, record.seq, keeps).await?;
-            }
-            grants.push(lease.grant(record, content));
-        }
-        let mut candidates: Vec<(ExtractionRecord, String)> = Vec::new();
         let queue = claim::queue(&request);
         let mut rotation = policies.rotations.take(&queue);
-        let limits = claim::limits(&request, grants.len());
+        let limits = claim::limits(&request, candidates.len());
         let mut picked = super::pending_queue::pick(
             &tx,
             &policies,
@@ -280,7 +251,8 @@ impl Extractions for PgStore {
         }
         policies.rotations.put(&queue, rotation);
         let picked = picked?;
-        let reserved = picked.reserved;
+        let mut reserved = vec![None; candidates.len()];
+        reserved.extend(picked.reserved);
         let pending = picked.items;
         let seqs: Vec<i64> = pending.iter().map(|r| big(r.seq)).collect();
         let mut contents: std::collections::HashMap<i64, Option<Vec<u8>>> = sql::query(
@@ -298,6 +270,7 @@ impl Extractions for PgStore {
             let text = decode::<StoredContent>(stored_content(stored.as_deref(), record.seq)?)?.text;
             candidates.push((record, text));
         }
+        let mut grants = Vec::with_capacity(candidates.len());
         let (mut granted, mut granted_reserved) = (Vec::new(), Vec::new());
         for ((mut record, content), micros) in candidates.into_iter().zip(reserved) {
             let Some((next, lease)) = claim::claim(&mut record, &request, now_ms, rand::random()) else {
@@ -321,7 +294,7 @@ impl Extractions for PgStore {
         let Some(mut record) = lock_by_id(&tx, post.id.as_bytes()).await? else {
             return Ok(PostOutcome::NotFound);
         };
-        let plan = post::plan_post(&record, &post, &post::UsageBounds::of(&policies), now_ms)?;
+        let plan = post::plan_post(&record, &post, now_ms)?;
         let outcome = carry_out(&tx, &policies, now_ms, &mut record, plan).await?;
         tx.commit().await.map_err(pg("result commit failed"))?;
         Ok(outcome)

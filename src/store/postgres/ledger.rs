@@ -56,8 +56,7 @@ pub(super) async fn record_charge(
     sql::execute(tx, insert, &params, "cannot write a ledger entry").await?;
     if planned.spend > 0 {
         let add = "INSERT INTO spend (tenant, day, micros) VALUES ($1, $2, $3) \
-                   ON CONFLICT (tenant, day) DO UPDATE \
-                   SET micros = least(spend.micros::numeric + excluded.micros, 9223372036854775807)::bigint";
+                   ON CONFLICT (tenant, day) DO UPDATE SET micros = spend.micros + excluded.micros";
         let params: [&(dyn ToSql + Sync); 3] = [&entry.tenant, &big(planned.day), &big(planned.spend)];
         sql::execute(tx, add, &params, "cannot add to the spend total").await?;
     }
@@ -83,9 +82,8 @@ impl Ledger for PgStore {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT tenant, least(sum(micros), 9223372036854775807)::bigint, count(*) FROM \
-                 (SELECT tenant, reserved_micros AS micros FROM extractions WHERE reserved_micros IS NOT NULL \
-                  UNION ALL SELECT tenant, micros FROM trial_reservations) open GROUP BY tenant ORDER BY tenant",
+                "SELECT tenant, sum(reserved_micros)::bigint, count(*) FROM extractions \
+                 WHERE reserved_micros IS NOT NULL GROUP BY tenant ORDER BY tenant",
                 &[],
             )
             .await

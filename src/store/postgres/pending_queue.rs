@@ -179,7 +179,7 @@ pub(super) async fn pick(
 /// two instances forming batches for one tenant take turns, and each reads the other's
 /// reservations. Spend and reservations are read in one statement, so an answer charged
 /// (and its reservation ended) meanwhile is seen either whole or not at all.
-pub(super) async fn headroom(
+async fn headroom(
     tx: &impl Tx,
     policies: &Policies,
     mut tenants: Vec<&str>,
@@ -205,10 +205,8 @@ pub(super) async fn headroom(
         tx,
         "SELECT t.tenant, \
                coalesce((SELECT sum(micros) FROM spend s WHERE s.tenant = t.tenant AND s.day >= $2), 0)::bigint, \
-               least(coalesce((SELECT sum(reserved_micros) FROM extractions e \
-                 WHERE e.tenant = t.tenant AND e.reserved_micros IS NOT NULL), 0) \
-                 + coalesce((SELECT sum(micros) FROM trial_reservations r WHERE r.tenant = t.tenant), 0), \
-                 9223372036854775807)::bigint \
+               coalesce((SELECT sum(reserved_micros) FROM extractions e \
+                 WHERE e.tenant = t.tenant AND e.reserved_micros IS NOT NULL), 0)::bigint \
              FROM unnest($1::text[]) AS t(tenant)",
         &[&tenants, &from_day],
         "cannot read what the tenants' budgets have left",
@@ -223,19 +221,6 @@ pub(super) async fn headroom(
         }
     }
     Ok(out)
-}
-
-/// Sets what one extraction holds reserved (0: nothing), as an expired lease taken over.
-pub(super) async fn set_reservation(tx: &impl Tx, seq: u64, micros: u64) -> Result<(), Error> {
-    let micros = (micros > 0).then(|| big(micros));
-    sql::execute(
-        tx,
-        "UPDATE extractions SET reserved_micros = $2 WHERE seq = $1",
-        &[&big(seq), &micros],
-        "cannot write a budget reservation",
-    )
-    .await?;
-    Ok(())
 }
 
 /// Writes the reservations of a formed batch's members (after their move to submitted).

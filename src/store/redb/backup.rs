@@ -74,7 +74,6 @@ fn copy_all(snapshot: &ReadTransaction, file: std::fs::File, temp: &Path) -> Res
     entries += copy(snapshot, &txn, tables::ERASED_SPEND)?;
     entries += copy(snapshot, &txn, tables::REVISIONS)?;
     entries += copy(snapshot, &txn, tables::RESERVATIONS)?;
-    entries += copy(snapshot, &txn, tables::TRIAL_RESERVATIONS)?;
     entries += copy(snapshot, &txn, tables::EVALUATIONS)?;
     entries += copy(snapshot, &txn, tables::TRIALS)?;
     entries += copy(snapshot, &txn, tables::TRIAL_BATCHES)?;

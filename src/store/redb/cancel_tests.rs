@@ -34,7 +34,6 @@ async fn fail(store: &Store, tenant: &str, n: usize) {
         lease_ms: 60_000,
         schema: None,
         estimate: None,
-        pricing: None,
         scope: Default::default(),
     };
     for grant in store.claim(request).await.unwrap() {

@@ -52,7 +52,6 @@ pub fn dump_file(path: &Path, out: &mut dyn Write) -> Result<u64, Error> {
             "commit_index" => plain(&txn, tables::COMMIT_INDEX, out)?,
             "revisions" => plain(&txn, tables::REVISIONS, out)?,
             "reservations" => plain(&txn, tables::RESERVATIONS, out)?,
-            "trial_reservations" => plain(&txn, tables::TRIAL_RESERVATIONS, out)?,
             "evaluations" => coded::<crate::store::evaluation::EvaluationRecord, _>(&txn, tables::EVALUATIONS, out)?,
             "trials" => coded::<crate::store::evaluation::TrialRecord, _>(&txn, tables::TRIALS, out)?,
             "trial_batches" => {

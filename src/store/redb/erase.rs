@@ -5,9 +5,9 @@
 //! Order matters for that: outbox events and webhook delivery ids point at extractions,
 //! nothing points at them, so they go first; then the extractions go in chunks, each
 //! with its content, findings, raw and staged results, index entries and ledger entries.
-//! What an erased entry charged moves, in the same write, from the tenant's per-(tenant,
-//! day) `SPEND` (what its budget counts: an erased tenant starts over) to `ERASED_SPEND`
-//! (invoices still add up), with no extraction, source or request identifiers.
+//! What the ledger keeps is the per-(tenant, day) `SPEND` total, unchanged (budgets and
+//! invoices still add up); the part of it whose entries were erased is recorded in
+//! `ERASED_SPEND`, with no extraction, source or request identifiers.
 //!
 //! Provider batches keep their member lists as they are (bare sequence numbers, whose
 //! positions say which line of a submitted file is whose), except a batch still at its
@@ -78,11 +78,6 @@ pub(super) fn erase_chunk(
     for (key, micros) in spent.totals() {
         let kept = t.erased_spend.get(key)?.map_or(0, |v| v.value());
         t.erased_spend.insert(key, kept.saturating_add(micros))?;
-        let spend = t.spend.get(key)?.map_or(0, |v| v.value());
-        match erase::spend_left(spend, micros) {
-            Some(left) => t.spend.insert(key, left)?,
-            None => t.spend.remove(key)?,
-        };
     }
     report.intents_closed = release_intents(t, &erased)?;
     let floor = t.meta.get(META_SEQ_FLOOR)?.map_or(0, |v| v.value());
@@ -169,20 +164,11 @@ fn release_intents(t: &mut WriteTables<'_>, erased: &HashSet<u64>) -> Result<u64
 /// tenant's members lose their source ids and their trials. Run after the extractions
 /// went, so their `evaluation` ledger entries are gone before the trials they paid for.
 pub(super) fn erase_evaluations(t: &mut WriteTables<'_>, tenant: &str) -> Result<((), bool), Error> {
-    // Every trial of the tenant goes, and with it what the trials held reserved.
-    let mut reserved = Vec::new();
-    for entry in t.trial_reservations.range((tenant, 0, 0)..=(tenant, u64::MAX, u32::MAX))? {
-        let (_, batch, index) = entry?.0.value();
-        reserved.push((batch, index));
-    }
-    for (batch, index) in &reserved {
-        t.trial_reservations.remove((tenant, *batch, *index))?;
-    }
     let mut evaluations: Vec<EvaluationRecord> = Vec::new();
     for entry in t.evaluations.iter()? {
         evaluations.push(decode(entry?.1.value())?);
     }
-    let mut wrote = !reserved.is_empty();
+    let mut wrote = false;
     for record in evaluations {
         match evaluation::erase(&record, tenant) {
             None => {

@@ -17,7 +17,6 @@ use super::write_tables::WriteTables;
 use super::{Error, Store};
 use crate::domain::batch::BatchMember;
 use crate::domain::identity::ExtractionId;
-use crate::store::MemberEstimate;
 use crate::store::evaluation::{EvalMember, EvaluationRecord, Trial, TrialBatchRecord, TrialRecord};
 use crate::store::seam::{
     EvaluationCreated, Evaluations, NewEvaluation, Promotion, Selection, TrialAnswer, TrialsWritten,
@@ -46,35 +45,7 @@ fn apply(t: &mut WriteTables<'_>, writes: TrialWrites) -> Result<TrialWrites, Er
     for (index, trial) in &writes.trials {
         save_trial(t, &writes.evaluation, &writes.candidate, *index, trial)?;
     }
-    for (tenant, index, micros) in &writes.reserve {
-        t.trial_reservations.insert((tenant.as_str(), writes.seq, *index), *micros)?;
-    }
-    for (tenant, index) in &writes.release {
-        t.trial_reservations.remove((tenant.as_str(), writes.seq, *index))?;
-    }
     Ok(writes)
-}
-
-/// Every trial of `evaluation` (what they cost) and what its unanswered ones hold reserved.
-fn evaluation_spend(t: &WriteTables<'_>, evaluation: &EvaluationRecord) -> Result<(u64, Vec<TrialRecord>), Error> {
-    let mut trials = Vec::new();
-    let mut reserved = 0u64;
-    for entry in t.trials.range((evaluation.name.as_str(), "", 0)..)? {
-        let (key, value) = entry?;
-        let (name, _, index) = key.value();
-        if name != evaluation.name {
-            break;
-        }
-        let trial: TrialRecord = decode(value.value())?;
-        if trial.outcome.is_none()
-            && let Some(member) = evaluation::member_of(evaluation, index)
-        {
-            let held = t.trial_reservations.get((member.tenant.as_str(), trial.batch, index))?;
-            reserved = reserved.saturating_add(held.map_or(0, |v| v.value()));
-        }
-        trials.push(trial);
-    }
-    Ok((reserved, trials))
 }
 
 fn load_trial(t: &WriteTables<'_>, batch: &TrialBatchRecord, index: u32) -> Result<Option<TrialRecord>, Error> {
@@ -225,7 +196,6 @@ impl Evaluations for Store {
         evaluation: String,
         candidate: String,
         members: Vec<u32>,
-        estimate: Option<MemberEstimate>,
     ) -> Result<Option<TrialBatchRecord>, Error> {
         self.writer
             .write(move |t| {
@@ -236,33 +206,13 @@ impl Evaluations for Store {
                         sent.insert(*index);
                     }
                 }
-                let asked: Vec<u32> = members.iter().copied().filter(|i| !sent.contains(i)).collect();
-                let (reserved, all_trials) = evaluation_spend(t, &record)?;
-                let left = evaluation::budget_left(&record, &all_trials, reserved);
-                let mut records = HashMap::new();
-                for index in &asked {
-                    if let Some(member) = evaluation::member_of(&record, *index)
-                        && let Some(found) = load_member(t, member.seq)?
-                    {
-                        records.insert(member.seq, found);
-                    }
-                }
-                let cost = |r: &ExtractionRecord| estimate.as_ref().map_or(0, |e| (e.0)(r));
-                let mut tenant_left = |tenant: &str| super::reservations::headroom(t, tenant);
-                let taking = evaluation::reserving(&record, &asked, &records, &cost, left, &mut tenant_left)?;
-                if let Some(reached) = evaluation::budget_reached(&record, &taking, reserved, t.now_ms) {
-                    t.evaluations.insert(reached.name.as_str(), encode(&reached)?.as_slice())?;
-                    return Ok((None, true));
-                }
                 // Never handed out twice, even after an erasure deleted the last batches.
                 let seq = t.meta.get(tables::META_TRIAL_BATCH_SEQ)?.map_or(1, |v| v.value());
-                let Some(intent) = evaluation::intent(&record, &candidate, &sent, &taking.members, seq, t.now_ms)
-                else {
+                let Some(intent) = evaluation::intent(&record, &candidate, &sent, &members, seq, t.now_ms) else {
                     return Ok((None, false));
                 };
                 t.meta.insert(tables::META_TRIAL_BATCH_SEQ, seq + 1)?;
-                let writes = TrialWrites { reserve: taking.reserve, ..TrialWrites::of(intent) };
-                Ok((apply(t, writes)?.batch, true))
+                Ok((apply(t, TrialWrites::of(intent))?.batch, true))
             })
             .await
     }
@@ -370,7 +320,7 @@ impl Evaluations for Store {
                 for (write, extraction, charge) in answering.charges(&evaluation, &records) {
                     answering.charged(write, record_charge(t, extraction, &charge, ChargeKind::Evaluation)?);
                 }
-                let (writes, report) = answering.finish(&evaluation);
+                let (writes, report) = answering.finish();
                 apply(t, writes)?;
                 Ok((report, report.written > 0))
             })
@@ -392,8 +342,7 @@ impl Evaluations for Store {
                 let Some(closing) = evaluation::close(&record, &trials, outcome, &unanswered, t.now_ms) else {
                     return Ok((0, false));
                 };
-                let owner = load_evaluation(t, &record.evaluation)?;
-                Ok((apply(t, TrialWrites::of(closing).releasing(owner.as_ref()))?.trials.len() as u64, true))
+                Ok((apply(t, TrialWrites::of(closing))?.trials.len() as u64, true))
             })
             .await
     }

@@ -42,7 +42,6 @@ async fn commit(store: &Store, from: usize, n: usize) {
         lease_ms: 60_000,
         schema: None,
         estimate: None,
-        pricing: None,
         scope: Default::default(),
     };
     for grant in store.claim(request).await.unwrap() {

@@ -62,40 +62,8 @@ fn intake(
 }
 
 fn claim(t: &mut WriteTables<'_>, request: &ClaimRequest) -> Result<(Vec<Grant>, bool), Error> {
-    let mut grants = Vec::new();
-    // Expired leases first (their work has waited longest), each checked against its
-    // tenant's budget as pending work is (`claim::retake`), and reserved before the pick
-    // below reads what the budgets have left.
-    let mut lefts: HashMap<String, Option<u64>> = HashMap::new();
-    for seq in expired(t, request)? {
-        if grants.len() >= request.limit {
-            break;
-        }
-        let mut record = load(t, seq)?;
-        let left = match lefts.get(&record.tenant) {
-            Some(left) => *left,
-            None => super::reservations::headroom(t, &record.tenant)?,
-        };
-        let holds = super::reservations::held(t, &record)?;
-        let estimate = request.estimate.as_ref().map(|e| (e.0)(&record));
-        let Some(keeps) = claim::retake(left, holds, estimate) else {
-            lefts.insert(record.tenant.clone(), left);
-            continue;
-        };
-        let Some((next, lease)) = claim::claim(&mut record, request, t.now_ms, rand::random()) else {
-            continue;
-        };
-        lefts.insert(record.tenant.clone(), claim::left_after(left, holds, keeps));
-        let content = decode::<StoredContent>(&required(t.contents.get(record.seq)?, "content", record.seq)?)?.text;
-        transition(t, &mut record, next)?;
-        match keeps {
-            0 => super::reservations::release(t, &record)?,
-            micros if micros != holds => super::reservations::reserve(t, &record, micros)?,
-            _ => {}
-        }
-        grants.push(lease.grant(record, content));
-    }
-    let (candidates, reserved) = pending_candidates(t, request, grants.len())?;
+    let (candidates, reserved) = claim_candidates(t, request)?;
+    let mut grants = Vec::with_capacity(candidates.len());
     for (mut record, micros) in candidates.into_iter().zip(reserved) {
         // Candidates were selected as claimable in this same transaction, so a refusal
         // here would only mean a stale index entry.
@@ -113,29 +81,24 @@ fn claim(t: &mut WriteTables<'_>, request: &ClaimRequest) -> Result<(Vec<Grant>,
     Ok((grants, wrote))
 }
 
-/// The claimed extractions whose lease expired, oldest expiry first, that the claim wants.
-fn expired(t: &WriteTables<'_>, request: &ClaimRequest) -> Result<Vec<u64>, Error> {
-    let mut seqs = Vec::new();
-    for entry in t.lease_index.range((0, 0)..(t.now_ms.saturating_add(1), 0))? {
-        seqs.push(entry?.0.value().1);
-    }
-    let mut wanted = Vec::with_capacity(seqs.len());
-    for seq in seqs {
-        if claim::wanted(request, &load(t, seq)?) {
-            wanted.push(seq);
-        }
-    }
-    Ok(wanted)
-}
-
-/// Pending work by the fair pick (`rules::fair`), after the `taken` expired leases, with
-/// what each is reserved at.
-fn pending_candidates(
+/// Expired leases first (their work has waited longest; a reservation they hold stays),
+/// then pending work by the fair pick (`rules::fair`), with what each is reserved at.
+fn claim_candidates(
     t: &WriteTables<'_>,
     request: &ClaimRequest,
-    taken: usize,
 ) -> Result<(Vec<ExtractionRecord>, Vec<Option<u64>>), Error> {
-    let limits = claim::limits(request, taken);
+    let mut picked = Vec::new();
+    for entry in t.lease_index.range((0, 0)..(t.now_ms.saturating_add(1), 0))? {
+        if picked.len() >= request.limit {
+            let none = vec![None; picked.len()];
+            return Ok((picked, none));
+        }
+        let record = load(t, entry?.0.value().1)?;
+        if claim::wanted(request, &record) {
+            picked.push(record);
+        }
+    }
+    let limits = claim::limits(request, picked.len());
     let queue = claim::queue(request);
     let mut rotation = t.policies.rotations.take(&queue);
     // Only the asked schema's queue (or every schema's, tenant by tenant): work the pick
@@ -147,7 +110,10 @@ fn pending_candidates(
     }
     t.policies.rotations.put(&queue, rotation);
     let pending = pending?;
-    Ok((pending.items, pending.reserved))
+    let mut reserved = vec![None; picked.len()];
+    picked.extend(pending.items);
+    reserved.extend(pending.reserved);
+    Ok((picked, reserved))
 }
 
 fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome, bool), Error> {
@@ -155,7 +121,7 @@ fn post_result(t: &mut WriteTables<'_>, post: PostResult) -> Result<(PostOutcome
         return Ok((PostOutcome::NotFound, false));
     };
     let mut record = load(t, seq)?;
-    let plan = post::plan_post(&record, &post, &post::UsageBounds::of(&t.policies), t.now_ms)?;
+    let plan = post::plan_post(&record, &post, t.now_ms)?;
     let wrote = plan.writes();
     Ok((carry_out(t, &mut record, plan)?, wrote))
 }

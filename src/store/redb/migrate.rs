@@ -234,7 +234,6 @@ fn survey(txn: &ReadTransaction) -> Result<Survey, Error> {
         tables::TENANT_COUNTS.name(),
         // Not carried: open reservations are released by a migration (docs/OPERATIONS.md).
         tables::RESERVATIONS.name(),
-        tables::TRIAL_RESERVATIONS.name(),
         tables::EVALUATIONS.name(),
         tables::TRIALS.name(),
         tables::TRIAL_BATCHES.name(),

@@ -50,7 +50,6 @@ fn claim(schema: Option<&str>, limit: usize) -> ClaimRequest {
         lease_ms: 60_000,
         schema: schema.map(str::to_string),
         estimate: None,
-        pricing: None,
         scope: Default::default(),
     }
 }

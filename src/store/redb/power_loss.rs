@@ -135,7 +135,6 @@ async fn workload(store: &Store) -> Acknowledged {
         lease_ms: 60_000,
         schema: None,
         estimate: None,
-        pricing: None,
         scope: Default::default(),
     };
     let Ok(grants) = store.claim(request).await else { return acked };

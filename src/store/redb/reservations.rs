@@ -7,15 +7,12 @@ use std::collections::BTreeMap;
 use redb::{ReadTransaction, ReadableTable};
 
 use super::Error;
-use super::codec::decode;
 use super::records::ExtractionRecord;
-use super::rules::evaluation;
 use super::rules::reserve;
 use super::rules::verify::Report;
 use super::tables::{self, RESERVED_TOTAL};
 use super::write_tables::WriteTables;
 use crate::domain::lifecycle::StateName;
-use crate::store::evaluation::{EvaluationRecord, TrialBatchRecord, TrialRecord};
 
 /// What `tenant` may still reserve now: its budget less its spend this period and its
 /// open reservations; `None` when it has no budget.
@@ -29,10 +26,7 @@ pub(super) fn headroom(t: &WriteTables<'_>, tenant: &str) -> Result<Option<u64>,
     for entry in t.spend.range((tenant, from_day)..=(tenant, u64::MAX))? {
         spent = spent.saturating_add(entry?.1.value());
     }
-    let mut reserved = t.reservations.get((tenant, RESERVED_TOTAL))?.map_or(0, |v| v.value());
-    for entry in t.trial_reservations.range((tenant, 0, 0)..=(tenant, u64::MAX, u32::MAX))? {
-        reserved = reserved.saturating_add(entry?.1.value());
-    }
+    let reserved = t.reservations.get((tenant, RESERVED_TOTAL))?.map_or(0, |v| v.value());
     Ok(reserve::headroom(budgets, tenant, spent, reserved))
 }
 
@@ -42,11 +36,6 @@ pub(super) fn reserve(t: &mut WriteTables<'_>, member: &ExtractionRecord, micros
     let total = t.reservations.get((tenant, RESERVED_TOTAL))?.map_or(0, |v| v.value());
     t.reservations.insert((tenant, RESERVED_TOTAL), total.saturating_sub(before).saturating_add(micros))?;
     Ok(())
-}
-
-/// What `record` holds reserved now (0: nothing).
-pub(super) fn held(t: &WriteTables<'_>, record: &ExtractionRecord) -> Result<u64, Error> {
-    Ok(t.reservations.get((record.tenant.as_str(), record.seq))?.map_or(0, |v| v.value()))
 }
 
 /// Ends `record`'s reservation if its move from `from` to `to` ends it.
@@ -85,73 +74,13 @@ pub(super) fn read(txn: &ReadTransaction) -> Result<Vec<(String, u64, u64)>, Err
         }
         if let Some(last) = out.last_mut() {
             if seq == RESERVED_TOTAL {
-                last.1 = last.1.saturating_add(value.value());
+                last.1 = value.value();
             } else {
                 last.2 += 1;
             }
         }
     }
-    // Trials with a provider hold reservations too (`rules::evaluation::reserving`).
-    if let Some(trials) = optional(txn.open_table(tables::TRIAL_RESERVATIONS))? {
-        for entry in trials.iter()? {
-            let (key, value) = entry?;
-            let tenant = key.value().0;
-            match out.iter_mut().find(|(t, _, _)| t == tenant) {
-                Some(line) => {
-                    line.1 = line.1.saturating_add(value.value());
-                    line.2 += 1;
-                }
-                None => out.push((tenant.to_string(), value.value(), 1)),
-            }
-        }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-    }
     Ok(out)
-}
-
-/// A table an older file may not have yet (it is made at the first write).
-fn optional<T>(opened: Result<T, redb::TableError>) -> Result<Option<T>, Error> {
-    match opened {
-        Ok(table) => Ok(Some(table)),
-        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// `verify`: each trial reservation is held by a trial of an open trial batch, of a
-/// member of its tenant, that is not answered yet.
-pub(super) fn check_trials(txn: &ReadTransaction, report: &mut Report) -> Result<(), Error> {
-    let Some(reserved) = optional(txn.open_table(tables::TRIAL_RESERVATIONS))? else { return Ok(()) };
-    let batches = txn.open_table(tables::TRIAL_BATCHES)?;
-    let evaluations = txn.open_table(tables::EVALUATIONS)?;
-    let trials = txn.open_table(tables::TRIALS)?;
-    for entry in reserved.iter()? {
-        let (key, _) = entry?;
-        let (tenant, seq, index) = key.value();
-        let batch = match batches.get(seq)? {
-            Some(v) => Some(decode::<TrialBatchRecord>(v.value())?),
-            None => None,
-        };
-        let evaluation = match &batch {
-            Some(b) => {
-                evaluations.get(b.evaluation.as_str())?.map(|v| decode::<EvaluationRecord>(v.value())).transpose()?
-            }
-            None => None,
-        };
-        let trial = match &batch {
-            Some(b) => trials
-                .get((b.evaluation.as_str(), b.candidate.as_str(), index))?
-                .map(|v| decode::<TrialRecord>(v.value()))
-                .transpose()?,
-            None => None,
-        };
-        if let Some(problem) =
-            evaluation::reservation_problem(batch.as_ref(), evaluation.as_ref(), trial.as_ref(), tenant, index)
-        {
-            report.problem(format!("trial batch {seq}, member {index}: {problem}"));
-        }
-    }
-    Ok(())
 }
 
 /// `verify`: each reservation is for a member of its tenant with the provider, and each

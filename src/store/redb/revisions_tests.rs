@@ -47,7 +47,6 @@ async fn newest_first(store: &Store, contents: &[&str]) -> Vec<ExtractionId> {
         lease_ms: 60_000,
         schema: None,
         estimate: None,
-        pricing: None,
         scope: Default::default(),
     };
     let mut grants = store.claim(request).await.unwrap();

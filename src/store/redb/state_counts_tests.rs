@@ -80,7 +80,6 @@ async fn counters_follow_every_write_and_survive_a_reopen() {
         lease_ms: 60_000,
         schema: None,
         estimate: None,
-        pricing: None,
         scope: Default::default(),
     };
     let grants = store.claim(claim).await.unwrap();

@@ -109,16 +109,12 @@ pub(super) fn required(
 /// `verify` accepts a missing content or raw result only where this says it was dropped.
 pub(super) const RETIRED: TableDefinition<u64, u8> = TableDefinition::new("retired");
 /// (tenant, UTC day number) → micro-dollars charged that day by ledger entries a tenant
-/// erasure removed; the erasure took them off `SPEND` (which an older build kept whole).
+/// erasure removed. `SPEND` keeps its totals, so `SPEND = ledger entries + ERASED_SPEND`.
 pub(super) const ERASED_SPEND: TableDefinition<(&str, u64), u64> = TableDefinition::new("erased_spend");
 /// (tenant, sequence) → micro-dollars reserved against the tenant's budget for a batch
 /// member with the provider (`rules::reserve`); the entry at sequence `RESERVED_TOTAL`
 /// is the tenant's sum, so a pick reads one value per budgeted tenant.
 pub(super) const RESERVATIONS: TableDefinition<(&str, u64), u64> = TableDefinition::new("reservations");
-/// (tenant, trial batch, member index) → micro-dollars a sent trial holds reserved against
-/// its tenant's budget until it is answered or failed (`rules::evaluation::reserving`).
-pub(super) const TRIAL_RESERVATIONS: TableDefinition<(&str, u64, u32), u64> =
-    TableDefinition::new("trial_reservations");
 /// evaluation name → `EvaluationRecord`: a frozen set and its candidates.
 pub(super) const EVALUATIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("evaluations");
 /// (evaluation, candidate, member index) → `TrialRecord`, written when the trial is sent.

@@ -60,7 +60,6 @@ async fn depth_splits_by_tenant_and_schema_and_a_file_without_counters_gets_them
         lease_ms: 60_000,
         schema: None,
         estimate: None,
-        pricing: None,
         scope: Default::default(),
     };
     assert_eq!(store.claim(claim).await.unwrap().len(), 2);

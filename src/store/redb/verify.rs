@@ -56,7 +56,6 @@ fn check(txn: &ReadTransaction, report: &mut Report) -> Result<(), Error> {
     super::revisions::check(txn, &records, report)?;
     super::tenant_counts::check(txn, &records, report)?;
     super::reservations::check(txn, &records, report)?;
-    super::reservations::check_trials(txn, report)?;
     evaluations::check_evaluations(txn, &records, report)?;
     Ok(())
 }

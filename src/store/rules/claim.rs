@@ -41,32 +41,7 @@ pub(in crate::store) fn claim(
         return None;
     };
     record.claims += 1;
-    // Each lease declares afresh: an undeclared claim's posts are bounded by the cap alone.
-    record.priced_as = request.pricing.as_ref().map(|p| p.declared(record));
     Some((next, Lease { token, expires_at_ms }))
-}
-
-/// An expired lease's work, taken over by this claim, is checked against its tenant's
-/// budget as pending work is. `left`: what the tenant may still reserve (`None`: it has
-/// no budget), less what this claim took before; `holds`: the reservation the work keeps
-/// from its last claim, which this one takes over; `estimate`: what this claim reserves it
-/// at (`None`: the worker declared no model). `None` when the work stays where it is (the
-/// budget cannot cover it, or is spent); else the reservation it holds from now on.
-pub(in crate::store) fn retake(left: Option<u64>, holds: u64, estimate: Option<u64>) -> Option<u64> {
-    let Some(left) = left else { return Some(holds) };
-    let room = left.saturating_add(holds);
-    match estimate {
-        _ if room == 0 => None,
-        Some(needed) if needed > room => None,
-        Some(needed) => Some(needed),
-        None => Some(holds),
-    }
-}
-
-/// What the tenant may still reserve once `retake` changed a reservation from `holds` to
-/// `keeps`.
-pub(in crate::store) fn left_after(left: Option<u64>, holds: u64, keeps: u64) -> Option<u64> {
-    left.map(|l| l.saturating_add(holds).saturating_sub(keeps))
 }
 
 /// Whether the claim asks for work of this record's schema, and the worker's scope
@@ -109,7 +84,6 @@ mod tests {
             lease_ms: 30_000,
             schema: schema.map(str::to_string),
             estimate: None,
-            pricing: None,
             scope: Default::default(),
         }
     }
@@ -140,17 +114,6 @@ mod tests {
         assert_eq!(claim(&mut live, &request(None), 1_000, 1), None, "a live lease is not taken over");
         let mut expired = live.clone();
         assert!(claim(&mut expired, &request(None), 2_000, 1).is_some(), "an expired one is");
-    }
-
-    #[test]
-    fn an_expired_lease_is_taken_over_only_within_its_tenants_budget() {
-        assert_eq!(retake(None, 7, Some(1_000)), Some(7), "no budget: nothing changes");
-        assert_eq!(retake(Some(0), 0, None), None, "a spent budget holds it");
-        assert_eq!(retake(Some(0), 5, None), Some(5), "its own reservation still covers it");
-        assert_eq!(retake(Some(100), 50, Some(150)), Some(150), "its old reservation is taken over");
-        assert_eq!(retake(Some(100), 50, Some(151)), None, "more than the budget leaves");
-        assert_eq!(left_after(Some(100), 50, 150), Some(0));
-        assert_eq!(left_after(None, 50, 150), None);
     }
 
     #[test]

@@ -12,19 +12,10 @@ use crate::store::seam::DAY_MS;
 const INTENT_EMPTIED: &str = "erased: every member's tenant was erased";
 
 /// The (tenant, UTC day) total an erased ledger entry adds to, and by how much; `None`
-/// when it charged nothing (replays, unpriced calls). Invoices keep adding up: this says
-/// how much was charged on that day to entries that are gone (`spend_left` takes it off
-/// the tenant's spend).
+/// when it charged nothing (replays, unpriced calls). Budgets and invoices keep adding up:
+/// the per-day spend stays, and this says how much of it no longer has entries.
 pub(in crate::store) fn erased_charge(entry: &LedgerRecord) -> Option<((&str, u64), u64)> {
     (entry.cost_micros > 0).then_some(((entry.tenant.as_str(), entry.at_ms / DAY_MS), entry.cost_micros))
-}
-
-/// What is left of a tenant's spend on a day once an erasure took off the `erased`
-/// charges whose entries it removed; `None`: nothing, the row goes. The erased part is
-/// kept in the erased-spend totals (invoices still add up), but the tenant's budget no
-/// longer counts it: an erased tenant starts over. Saturating, as every spend sum is.
-pub(in crate::store) fn spend_left(spend: u64, erased: u64) -> Option<u64> {
-    Some(spend.saturating_sub(erased)).filter(|&left| left > 0)
 }
 
 /// The UTC days (first, last, both included) whose erased totals a window
@@ -153,14 +144,6 @@ mod tests {
         assert_eq!(erased_days(0, DAY_MS), (0, 0));
         assert_eq!(erased_days(DAY_MS - 1, DAY_MS + 1), (0, 1));
         assert_eq!(erased_days(5, 5), (0, 0));
-    }
-
-    #[test]
-    fn an_erasure_takes_what_it_erased_off_the_spend() {
-        assert_eq!(spend_left(500, 200), Some(300));
-        assert_eq!(spend_left(500, 500), None, "the row goes");
-        assert_eq!(spend_left(u64::MAX, 1 << 63), Some((1 << 63) - 1), "a saturated total");
-        assert_eq!(spend_left(100, u64::MAX), None);
     }
 
     #[test]

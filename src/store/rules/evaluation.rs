@@ -114,7 +114,6 @@ pub(in crate::store) fn record(new: &NewEvaluation, members: Vec<EvalMember>, no
         created_at_ms: now_ms,
         cancelled_at_ms: None,
         members,
-        budget_reached_at_ms: None,
     }
 }
 
@@ -129,7 +128,7 @@ pub(in crate::store) fn intent(
     seq: u64,
     now_ms: u64,
 ) -> Option<(TrialBatchRecord, Vec<(u32, TrialRecord)>)> {
-    if !evaluation.is_running() || !evaluation.has_candidate(candidate) || evaluation.budget_reached_at_ms.is_some() {
+    if !evaluation.is_running() || !evaluation.has_candidate(candidate) {
         return None;
     }
     let mut members: Vec<u32> = asked
@@ -189,158 +188,20 @@ pub(in crate::store) fn answer(
 pub(in crate::store) struct TrialWrites {
     pub evaluation: String,
     pub candidate: String,
-    /// The trial batch these trials belong to.
-    pub seq: u64,
     pub batch: Option<TrialBatchRecord>,
     pub trials: Vec<(u32, TrialRecord)>,
-    /// Budget reservations to open: (tenant, member index, micro-dollars).
-    pub reserve: Vec<(String, u32, u64)>,
-    /// Reservations that end (the trial is answered or failed): (tenant, member index).
-    pub release: Vec<(String, u32)>,
 }
 
 impl TrialWrites {
     /// A batch record with its trials (`intent`, `close`).
     pub(in crate::store) fn of((batch, trials): (TrialBatchRecord, Vec<(u32, TrialRecord)>)) -> Self {
-        Self {
-            evaluation: batch.evaluation.clone(),
-            candidate: batch.candidate.clone(),
-            seq: batch.seq,
-            batch: Some(batch),
-            trials,
-            reserve: Vec::new(),
-            release: Vec::new(),
-        }
+        Self { evaluation: batch.evaluation.clone(), candidate: batch.candidate.clone(), batch: Some(batch), trials }
     }
 
     /// Answered trials of `batch`, which itself is unchanged.
     pub(in crate::store) fn answered(batch: &TrialBatchRecord, trials: Vec<(u32, TrialRecord)>) -> Self {
-        Self {
-            evaluation: batch.evaluation.clone(),
-            candidate: batch.candidate.clone(),
-            seq: batch.seq,
-            batch: None,
-            trials,
-            reserve: Vec::new(),
-            release: Vec::new(),
-        }
+        Self { evaluation: batch.evaluation.clone(), candidate: batch.candidate.clone(), batch: None, trials }
     }
-
-    /// Ends the reservation of every trial written here with an outcome (a trial is
-    /// reserved from its intent until it is answered or failed).
-    pub(in crate::store) fn releasing(mut self, evaluation: Option<&EvaluationRecord>) -> Self {
-        let Some(evaluation) = evaluation else { return self };
-        self.release = self
-            .trials
-            .iter()
-            .filter(|(_, t)| t.outcome.is_some())
-            .filter_map(|(i, _)| Some((member_of(evaluation, *i)?.tenant.clone(), *i)))
-            .collect();
-        self
-    }
-}
-
-/// What a budgeted trial batch may take, and what it reserves.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(in crate::store) struct Reserving {
-    /// The member indexes it takes, in the order asked.
-    pub members: Vec<u32>,
-    /// (tenant, member index, micro-dollars) for each taken member with a cost.
-    pub reserve: Vec<(String, u32, u64)>,
-    /// The evaluation's budget could not cover the next member.
-    pub budget_full: bool,
-}
-
-/// Which of the `asked` members (not sent to this candidate yet) a trial batch takes, as
-/// production batches take pending work: each is reserved at `estimate` (what its answer
-/// may cost at the candidate, from its record in `records`) and taken only while that fits
-/// both what the evaluation's budget has left (`evaluation_left`, `None`: no budget; the
-/// batch stops at the first that does not fit) and what its tenant's budget has left
-/// (`tenant_left`, read once per tenant; `None` inside: no budget; a member that does not
-/// fit waits, the others go on). An exhausted budget holds even a member it cannot price.
-pub(in crate::store) fn reserving(
-    evaluation: &EvaluationRecord,
-    asked: &[u32],
-    records: &HashMap<u64, ExtractionRecord>,
-    estimate: &dyn Fn(&ExtractionRecord) -> u64,
-    mut evaluation_left: Option<u64>,
-    tenant_left: &mut dyn FnMut(&str) -> Result<Option<u64>, crate::store::Error>,
-) -> Result<Reserving, crate::store::Error> {
-    let mut out = Reserving::default();
-    let mut lefts: HashMap<String, Option<u64>> = HashMap::new();
-    for &index in asked {
-        let Some(member) = member_of(evaluation, index) else { continue };
-        let cost = records.get(&member.seq).filter(|r| r.id == member.id).map_or(0, estimate);
-        if let Some(left) = evaluation_left
-            && (cost > left || left == 0)
-        {
-            out.budget_full = true;
-            break;
-        }
-        let left = match lefts.get(&member.tenant) {
-            Some(left) => *left,
-            None => tenant_left(&member.tenant)?,
-        };
-        if let Some(room) = left
-            && (cost > room || room == 0)
-        {
-            lefts.insert(member.tenant.clone(), left);
-            continue;
-        }
-        lefts.insert(member.tenant.clone(), left.map(|room| room - cost));
-        evaluation_left = evaluation_left.map(|l| l - cost);
-        out.members.push(index);
-        if cost > 0 {
-            out.reserve.push((member.tenant.clone(), index, cost));
-        }
-    }
-    Ok(out)
-}
-
-/// What is wrong with a trial reservation of `tenant` for member `index` of `batch`, if
-/// anything: it must be held by an unanswered trial of that open batch, of a member of
-/// that tenant (`verify`, both backends).
-pub(in crate::store) fn reservation_problem(
-    batch: Option<&TrialBatchRecord>,
-    evaluation: Option<&EvaluationRecord>,
-    trial: Option<&TrialRecord>,
-    tenant: &str,
-    index: u32,
-) -> Option<String> {
-    let Some(batch) = batch else { return Some("a trial reservation names a trial batch that is gone".into()) };
-    if batch.closed.is_some() || !batch.members.contains(&index) {
-        return Some("a trial reservation outlived its trial batch (closed, or not its member)".into());
-    }
-    match (evaluation.and_then(|e| member_of(e, index)), trial) {
-        (Some(member), Some(t)) if member.tenant == tenant && t.batch == batch.seq && t.outcome.is_none() => None,
-        _ => Some(format!("a trial reservation of {tenant} is held by no unanswered trial of that tenant")),
-    }
-}
-
-/// What an evaluation's budget has left for more trials: its budget less what its trials
-/// cost (`trials`, every candidate's) and what its open trials hold reserved
-/// (`reserved`); `None` without a budget.
-pub(in crate::store) fn budget_left(
-    evaluation: &EvaluationRecord,
-    trials: &[TrialRecord],
-    reserved: u64,
-) -> Option<u64> {
-    let budget = evaluation.budget_micros?;
-    let spent = trials.iter().filter_map(|t| t.outcome.as_ref()).fold(0u64, |s, o| s.saturating_add(o.cost_micros));
-    Some(budget.saturating_sub(spent.saturating_add(reserved)))
-}
-
-/// The evaluation once its budget is found full with nothing reserved (nothing can free
-/// room): `None` when that is not so, or it was marked already.
-pub(in crate::store) fn budget_reached(
-    evaluation: &EvaluationRecord,
-    taking: &Reserving,
-    reserved: u64,
-    now_ms: u64,
-) -> Option<EvaluationRecord> {
-    let reached = taking.budget_full && taking.members.is_empty() && reserved == 0;
-    (reached && evaluation.budget_reached_at_ms.is_none())
-        .then(|| EvaluationRecord { budget_reached_at_ms: Some(now_ms), ..evaluation.clone() })
 }
 
 /// A chunk of answers being written: each new answer's trial, the charges they make once
@@ -412,14 +273,10 @@ impl Answering {
         }
     }
 
-    /// The trials to write (their reservations ending) and what the chunk did.
-    pub(in crate::store) fn finish(
-        self,
-        evaluation: &EvaluationRecord,
-    ) -> (TrialWrites, crate::store::seam::TrialsWritten) {
+    /// The trials to write and what the chunk did.
+    pub(in crate::store) fn finish(self) -> (TrialWrites, crate::store::seam::TrialsWritten) {
         let report = crate::store::seam::TrialsWritten { written: self.writes.len() as u64, seen: self.seen };
-        let writes = TrialWrites::answered(&self.batch, self.writes).releasing(Some(evaluation));
-        (writes, report)
+        (TrialWrites::answered(&self.batch, self.writes), report)
     }
 }
 

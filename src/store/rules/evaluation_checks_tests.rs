@@ -24,7 +24,6 @@ fn evaluation() -> EvaluationRecord {
         created_at_ms: 1,
         cancelled_at_ms: None,
         members: vec![member(10), member(11)],
-        budget_reached_at_ms: None,
     }
 }
 

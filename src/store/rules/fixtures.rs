@@ -30,7 +30,6 @@ pub(super) fn record(state: State) -> ExtractionRecord {
         previous_attempt: None,
         superseded_by: None,
         past_failures: Vec::new(),
-        priced_as: None,
     }
 }
 

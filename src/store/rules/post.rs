@@ -6,9 +6,9 @@
 use crate::domain::batch::PreviousAttempt;
 use crate::domain::identity::FindingKey;
 use crate::domain::lifecycle::{self, Outcome, State, TransitionError};
+use crate::store::Error;
 use crate::store::records::{ChargeKind, ExtractionRecord, Fence, FindingRecord, ResultRecord};
-use crate::store::seam::{Authority, Charge, Judged, PostOutcome, PostResult, producer_of};
-use crate::store::{Error, Policies, Pricing};
+use crate::store::seam::{Charge, Judged, PostOutcome, PostResult, producer_of};
 
 /// The writes a result makes, in the order an executor makes them, and its answer.
 #[derive(Debug)]
@@ -60,18 +60,8 @@ pub(in crate::store) enum Answer {
     Replay,
     Rejected(TransitionError),
     Committed,
-    Failed {
-        reason: String,
-    },
-    Reasked {
-        reason: String,
-        reask: u32,
-    },
-    /// The usage it reports breaks its lease's declared pricing or the charge cap:
-    /// nothing is written.
-    UsageRefused {
-        reason: String,
-    },
+    Failed { reason: String },
+    Reasked { reason: String, reask: u32 },
 }
 
 impl Plan<'_> {
@@ -94,70 +84,8 @@ impl Answer {
             Answer::Committed => PostOutcome::Committed { findings },
             Answer::Failed { reason } => PostOutcome::Failed { reason },
             Answer::Reasked { reason, reask } => PostOutcome::Reasked { reason, reask },
-            Answer::UsageRefused { reason } => PostOutcome::UsageRefused { reason },
         }
     }
-}
-
-/// What a worker's reported usage may charge: `[limits] max_worker_charge`, and the
-/// prices its declared model is held to.
-pub(in crate::store) struct UsageBounds<'a> {
-    pub pricing: &'a dyn Pricing,
-    pub cap_micros: u64,
-}
-
-impl<'a> UsageBounds<'a> {
-    pub(in crate::store) fn of(policies: &'a Policies) -> Self {
-        Self { pricing: policies.pricing.as_ref(), cap_micros: policies.worker_charge_cap_micros }
-    }
-}
-
-/// Why a worker's reported usage is refused, if it is (`422 usage_refused`, nothing
-/// written). Under the lease its claim declared a model for (`priced_as`), the usage must
-/// name that provider and model, use no more output than declared, and cost no more than
-/// the declared price allows for this source (`DeclaredPricing::ceiling_micros`); any
-/// other post (no declaration, or a stale or late reporter, whose lease declared nothing
-/// it can be held to) may charge at most the cap. The cost is what the ledger would book:
-/// the reported `cost_micros`, else the price table's.
-pub(in crate::store) fn usage_refusal(
-    record: &ExtractionRecord,
-    post: &PostResult,
-    bounds: &UsageBounds<'_>,
-) -> Option<String> {
-    let charge = post.charge.as_ref()?;
-    let Authority::Lease(posted) = &post.authority else { return None };
-    let usage = &charge.usage;
-    let (micros, _) = bounds.pricing.price(&charge.provider, usage, charge.batch);
-    let declared = match &record.state {
-        State::Claimed { lease_token, .. } if lease_token == posted => record.priced_as.as_ref(),
-        _ => None,
-    };
-    let Some(declared) = declared else {
-        return (micros > bounds.cap_micros).then(|| {
-            format!(
-                "the usage costs {micros} micro-dollars, more than one worker answer may be charged                  (limits.max_worker_charge: {} micro-dollars)",
-                bounds.cap_micros
-            )
-        });
-    };
-    if charge.provider != declared.provider || usage.model != declared.model {
-        return Some(format!(
-            "the usage names provider {:?} model {:?}, but the claim declared priced_as provider {:?} model {:?}",
-            charge.provider, usage.model, declared.provider, declared.model
-        ));
-    }
-    if usage.output_tokens > u64::from(declared.max_output_tokens) {
-        return Some(format!(
-            "the usage has {} output tokens, more than the {} the claim declared (priced_as.max_output_tokens)",
-            usage.output_tokens, declared.max_output_tokens
-        ));
-    }
-    (micros > declared.ceiling_micros).then(|| {
-        format!(
-            "the usage costs {micros} micro-dollars, more than the {} the declared price allows for this source",
-            declared.ceiling_micros
-        )
-    })
 }
 
 /// A worker's or a batch's post, judged against the extraction as it stands (loaded or
@@ -165,22 +93,10 @@ pub(in crate::store) fn usage_refusal(
 pub(in crate::store) fn plan_post<'a>(
     record: &ExtractionRecord,
     post: &'a PostResult,
-    bounds: &UsageBounds<'_>,
     now_ms: u64,
 ) -> Result<Plan<'a>, Error> {
     let (event, fence) = post.event_and_fence(record);
     let charge = |kind| post.charge.as_ref().map(|c| (c, kind));
-    if let Some(reason) = usage_refusal(record, post, bounds) {
-        return Ok(Plan {
-            charge: None,
-            drop_staged: false,
-            findings: Vec::new(),
-            result: None,
-            next: None,
-            change: Change::None,
-            answer: Answer::UsageRefused { reason },
-        });
-    }
     let unsettled = |kind, answer| Plan {
         charge: charge(kind),
         drop_staged: false,
@@ -284,60 +200,7 @@ mod tests {
     use crate::domain::names::{BatchKey, LeaseToken};
     use crate::domain::schema::ValidationIssue;
     use crate::store::rules::fixtures::record;
-    use crate::store::seam::{EncodedFinding, Submission};
-    use crate::store::{CostSource, DeclaredPricing};
-
-    /// One micro-dollar per output token, and a cap of 100.
-    #[derive(Debug)]
-    struct PerToken;
-    impl Pricing for PerToken {
-        fn price(&self, _provider: &str, usage: &Usage, _batch: bool) -> (u64, CostSource) {
-            usage
-                .provider_cost_micros
-                .map_or((usage.output_tokens, CostSource::PriceTable), |c| (c, CostSource::Provider))
-        }
-    }
-
-    fn free() -> UsageBounds<'static> {
-        UsageBounds { pricing: &PerToken, cap_micros: u64::MAX }
-    }
-
-    #[test]
-    fn usage_beyond_the_declared_pricing_or_the_cap_is_refused_and_writes_nothing() {
-        let capped = UsageBounds { pricing: &PerToken, cap_micros: 100 };
-        let mut record = claimed("lt-1");
-        let declared = |c: &Charge| Charge { provider: "openai".into(), ..c.clone() };
-        let with = |output_tokens: u64, cost: Option<u64>| {
-            let mut c = charge();
-            c.usage.output_tokens = output_tokens;
-            c.usage.provider_cost_micros = cost;
-            Some(declared(&c))
-        };
-        // Undeclared: the cap bounds it.
-        assert_eq!(usage_refusal(&record, &post("lt-1", valid(&[]), with(100, None)), &capped), None);
-        assert!(usage_refusal(&record, &post("lt-1", valid(&[]), with(7, Some(1 << 63))), &capped).is_some());
-        let dear = post("lt-1", valid(&[]), with(101, None));
-        let refused = plan_post(&record, &dear, &capped, 2_000).unwrap();
-        assert!(!refused.writes() && matches!(refused.answer, Answer::UsageRefused { .. }));
-        record.priced_as = Some(DeclaredPricing {
-            provider: "openai".into(),
-            model: "m".into(),
-            max_output_tokens: 50,
-            ceiling_micros: 40,
-        });
-        let ok = post("lt-1", valid(&[]), with(40, None));
-        assert_eq!(usage_refusal(&record, &ok, &capped), None);
-        assert!(usage_refusal(&record, &post("lt-1", valid(&[]), with(41, None)), &capped).is_some(), "dearer");
-        assert!(usage_refusal(&record, &post("lt-1", valid(&[]), with(51, Some(1))), &capped).is_some(), "longer");
-        let mut other = with(1, None);
-        if let Some(c) = other.as_mut() {
-            c.usage.model = "dear".into();
-        }
-        assert!(usage_refusal(&record, &post("lt-1", valid(&[]), other), &capped).is_some(), "another model");
-        // A stale reporter is not held to the current lease's declaration, only to the cap.
-        assert_eq!(usage_refusal(&record, &post("lt-0", valid(&[]), with(90, None)), &capped), None);
-        assert_eq!(usage_refusal(&record, &post("lt-1", valid(&[]), None), &capped), None, "no usage, no charge");
-    }
+    use crate::store::seam::{Authority, EncodedFinding, Submission};
 
     fn claimed(token: &str) -> ExtractionRecord {
         record(State::Claimed { worker: "w".into(), lease_token: LeaseToken::new(token), expires_at_ms: 1_000 })
@@ -372,7 +235,7 @@ mod tests {
     fn a_valid_answer_under_the_current_lease_commits_its_findings_and_result_and_is_charged_fresh() {
         let record = claimed("lt-1");
         let post = post("lt-1", valid(&["a", "b"]), Some(charge()));
-        let plan = plan_post(&record, &post, &free(), 2_000).unwrap();
+        let plan = plan_post(&record, &post, 2_000).unwrap();
         assert!(matches!(plan.next, Some(State::Committed { at_ms: 2_000 })));
         assert_eq!(plan.charge.map(|(_, kind)| kind), Some(ChargeKind::Fresh));
         let keys: Vec<_> = plan.findings.iter().map(|f| f.key).collect();
@@ -396,7 +259,7 @@ mod tests {
             },
             Some(charge()),
         );
-        let plan = plan_post(&claimed("lt-1"), &post, &free(), 2_000).unwrap();
+        let plan = plan_post(&claimed("lt-1"), &post, 2_000).unwrap();
         assert!(matches!(&plan.next, Some(State::Failed { class: FailureClass::Validation, .. })));
         let mut failed = claimed("lt-1");
         plan.change.clone().apply(&mut failed);
@@ -412,7 +275,7 @@ mod tests {
     #[test]
     fn a_stale_lease_is_charged_but_changes_nothing_and_a_replay_is_never_charged() {
         let late = post("lt-1", valid(&["a"]), Some(charge()));
-        let stale = plan_post(&claimed("lt-2"), &late, &free(), 2_000).unwrap();
+        let stale = plan_post(&claimed("lt-2"), &late, 2_000).unwrap();
         assert!(stale.next.is_none() && stale.findings.is_empty());
         assert_eq!(stale.charge.map(|(_, kind)| kind), Some(ChargeKind::Fresh));
         assert!(matches!(stale.answer, Answer::Rejected(TransitionError::StaleLease)));
@@ -420,7 +283,7 @@ mod tests {
         let mut done = claimed("lt-1");
         done.state = State::Committed { at_ms: 1_500 };
         let again = post(token.as_str(), valid(&["a"]), None);
-        let replay = plan_post(&done, &again, &free(), 2_000).unwrap();
+        let replay = plan_post(&done, &again, 2_000).unwrap();
         assert!(matches!(replay.answer, Answer::Replay), "{:?}", replay.answer);
         assert!(!replay.writes(), "a replay without usage writes nothing");
     }
@@ -431,7 +294,7 @@ mod tests {
         let ready = record(State::Ready { provider: "openai".to_string().into(), batch_key: key.clone() });
         let post =
             PostResult { id: ready.id, authority: Authority::Batch(key.clone()), submission: valid(&[]), charge: None };
-        let plan = plan_post(&ready, &post, &free(), 5).unwrap();
+        let plan = plan_post(&ready, &post, 5).unwrap();
         assert!(plan.drop_staged);
         assert_eq!(plan.result.as_ref().map(|r| r.producer.as_str()), Some("openai"));
         assert_eq!(plan.result.map(|r| r.fence), Some(Fence::Batch(key)));

@@ -157,15 +157,6 @@ fn left_behind(record: &ExtractionRecord, attempt: u32) -> bool {
         || matches!(record.state, State::Failed { class: C::Truncated | C::Refused | C::AttemptsExhausted, .. })
 }
 
-/// Whether a tenant's stored spend of a day agrees with the `charged` sum of its ledger
-/// entries that day (summed saturating, as the writer adds). An erasure moves what it
-/// erased from the spend to the erased totals (`rules::erase::spend_left`); a file erased
-/// by an older build kept it in the spend as well, so spend equal to the entries plus the
-/// day's `erased` total is sound too.
-pub(crate) fn spend_agrees(stored: u64, charged: u64, erased: Option<u64>) -> bool {
-    stored == charged || erased.is_some_and(|e| stored == charged.saturating_add(e))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,16 +164,6 @@ mod tests {
     use crate::store::ProviderReportedOnly;
     use crate::store::rules::fixtures::record;
     use crate::store::rules::ledger::plan_charge;
-
-    #[test]
-    fn spend_agrees_with_its_entries_summed_as_the_writer_sums_them() {
-        let saturated = (1u64 << 63).saturating_add(1 << 63);
-        assert!(spend_agrees(u64::MAX, saturated, None), "two charges of 2^63 saturate on both sides");
-        assert!(spend_agrees(300, 300, Some(200)), "an erasure took its part off");
-        assert!(spend_agrees(500, 300, Some(200)), "an older build's erasure left it in");
-        assert!(!spend_agrees(400, 300, Some(200)));
-        assert!(!spend_agrees(500, 300, None));
-    }
     use crate::store::seam::Charge;
 
     /// A record whose identity and source hash recompute from its fields and `text`.

@@ -28,16 +28,12 @@ pub trait Evaluations: Send + Sync + std::fmt::Debug {
     async fn cancel_evaluation(&self, name: String) -> Result<Option<EvaluationRecord>, Error>;
     async fn trials(&self, name: String) -> Result<Vec<Trial>, Error>;
     /// Commits a trial batch intent for members of the evaluation that `candidate` has not
-    /// been sent yet (the others are left out), each reserved at `estimate` against its
-    /// tenant's budget and the evaluation's, as far as both have room
-    /// (`rules::evaluation::reserving`); `None` when none is left or fits (an evaluation
-    /// whose budget is full is marked `budget_reached_at_ms`).
+    /// been sent yet (the others are left out); `None` when none is left.
     async fn create_trial_batch(
         &self,
         evaluation: String,
         candidate: String,
         members: Vec<u32>,
-        estimate: Option<crate::store::MemberEstimate>,
     ) -> Result<Option<TrialBatchRecord>, Error>;
     async fn trial_batches(&self, open_only: bool) -> Result<Vec<TrialBatchRecord>, Error>;
     /// What each member of a trial batch is sent as (its custom id is the trial's id,

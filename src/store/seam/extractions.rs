@@ -100,33 +100,8 @@ pub struct ClaimRequest {
     /// against its tenant's budget like a batch member; `None`: nothing is reserved, and
     /// only a spent budget holds the tenant's work back.
     pub estimate: Option<crate::store::MemberEstimate>,
-    /// The model the worker declared (`priced_as`), kept on each record it claims so its
-    /// posts are held to it; `None`: its posts are bounded by `max_worker_charge` only.
-    pub pricing: Option<ClaimPricing>,
     /// The tenants and schemas the worker's token may take work of.
     pub scope: WorkScope,
-}
-
-/// A worker's declared pricing, and the most its answer to a source may cost at it.
-#[derive(Debug, Clone)]
-pub struct ClaimPricing {
-    pub provider: String,
-    pub model: String,
-    pub max_output_tokens: u32,
-    /// The ceiling of one answer to a record at the declared price (micro-dollars).
-    pub ceiling: crate::store::MemberEstimate,
-}
-
-impl ClaimPricing {
-    /// What `record`'s lease declares under this claim.
-    pub(in crate::store) fn declared(&self, record: &ExtractionRecord) -> crate::store::DeclaredPricing {
-        crate::store::DeclaredPricing {
-            provider: self.provider.clone(),
-            model: self.model.clone(),
-            max_output_tokens: self.max_output_tokens,
-            ceiling_micros: (self.ceiling.0)(record),
-        }
-    }
 }
 
 /// Which work a worker may claim: every tenant's and every schema's unless its token
@@ -307,11 +282,6 @@ pub enum PostOutcome {
     },
     NotFound,
     Rejected(TransitionError),
-    /// The usage reported breaks the lease's declared pricing or the charge cap
-    /// (`rules::post::usage_refusal`): nothing was written.
-    UsageRefused {
-        reason: String,
-    },
 }
 
 /// A worker's request for more time on the lease it holds.
