@@ -1,6 +1,7 @@
 //! A real Cloud Storage JSON API on loopback for the Vertex tests: `gcp-storage-emulator`
-//! from PyPI (pinned in `tests/fixtures/python/gcs-emulator.txt`), installed on first use into a venv under `target/` and started per test on a
-//! free port, in memory; dropped, it is killed. It checks no credentials.
+//! from PyPI (pinned in `tests/fixtures/python/gcs-emulator.txt`), installed on first use
+//! into a venv under `target/` and started per test on a free port, in memory; dropped, it
+//! is killed. It checks no credentials.
 
 use std::net::TcpStream;
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
-//! A real S3 on loopback for the Bedrock tests: moto's server (`moto[server]` from PyPI, pinned
-//! in `tests/fixtures/python/moto.txt`),
-//! installed on first use into a venv under `target/` and started per test on a free
-//! port; dropped, it is killed. Path-style requests, any credentials accepted.
+//! A real S3 on loopback for the Bedrock tests: moto's server (`moto[server]` from PyPI,
+//! pinned in `tests/fixtures/python/moto.txt`), installed on first use into a venv under
+//! `target/` and started per test on a free port; dropped, it is killed. Path-style
+//! requests, any credentials accepted.
 
 use std::net::TcpStream;
 use std::path::PathBuf;

@@ -96,11 +96,15 @@ async fn anthropic_is_checked_with_a_forced_tool_call() {
 }
 
 /// `provider check --schema code-review@1` on a Bedrock config, with the rig's credentials.
-fn bedrock_check(rig: &BedrockRig, config: &str) -> Output {
+/// `provider check` on `config`, which must exit `code`; what it printed.
+fn bedrock_check(rig: &BedrockRig, config: &str, code: i32) -> String {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_commitpoint"));
     cmd.args(["provider", "check", "--config", config, "--schema", "code-review@1"]).current_dir(rig.dir.path());
     cmd.env("COMMITPOINT_LOG", "warn").envs(aws_env());
-    run_to_end(cmd)
+    let out = run_to_end(cmd);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(code), "{text}\n{}", stderr(&out));
+    text
 }
 
 /// A copy of the rig's config naming another model id.
@@ -119,9 +123,7 @@ async fn bedrock_looks_the_model_up_and_never_claims_the_schema() {
     let gone_profile = "eu.anthropic.claude-3-5-haiku-20241022-v1:0";
     let faults = Faults { missing_models: vec![gone.to_string(), gone_profile.to_string()], ..Faults::default() };
     let rig = BedrockRig::start(Duration::from_millis(300), faults, "").await;
-    let out = bedrock_check(&rig, rig.config_path());
-    let text = stdout(&out);
-    assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
+    let text = bedrock_check(&rig, rig.config_path(), 0);
     assert!(
         text.contains("bedrock / code-review@1: accepted (key and model); schema not checked: batch inference has no"),
         "{text}"
@@ -129,9 +131,7 @@ async fn bedrock_looks_the_model_up_and_never_claims_the_schema() {
     assert_eq!(rig.stats().models_looked_up, 1, "GetFoundationModel was asked");
 
     // A model id Bedrock does not know fails the check, named, in Bedrock's words.
-    let out = bedrock_check(&rig, &bedrock_config_for(&rig, gone, "gone.toml"));
-    let text = stdout(&out);
-    assert_eq!(out.status.code(), Some(1), "{text}\n{}", stderr(&out));
+    let text = bedrock_check(&rig, &bedrock_config_for(&rig, gone, "gone.toml"), 1);
     assert!(
         text.contains(&format!(
             "bedrock / code-review@1: REFUSED: unknown model {gone}: 400 ValidationException: Could not find model \
@@ -142,21 +142,15 @@ async fn bedrock_looks_the_model_up_and_never_claims_the_schema() {
 
     // A cross-region inference profile is looked up as one: GetFoundationModel refuses its id.
     let profile = format!("us.{BEDROCK_MODEL}");
-    let out = bedrock_check(&rig, &bedrock_config_for(&rig, &profile, "profile.toml"));
-    let text = stdout(&out);
-    assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
+    let text = bedrock_check(&rig, &bedrock_config_for(&rig, &profile, "profile.toml"), 0);
     assert!(text.contains("bedrock / code-review@1: accepted (key and model); schema not checked"), "{text}");
     assert_eq!(rig.stats().models_looked_up, 2, "GetInferenceProfile was asked");
-    let out = bedrock_check(&rig, &bedrock_config_for(&rig, gone_profile, "gone-profile.toml"));
-    let text = stdout(&out);
-    assert_eq!(out.status.code(), Some(1), "{text}\n{}", stderr(&out));
+    let text = bedrock_check(&rig, &bedrock_config_for(&rig, gone_profile, "gone-profile.toml"), 1);
     assert!(text.contains(&format!("REFUSED: unknown model {gone_profile}: neither an inference profile")), "{text}");
 
     // A provisioned model's ARN has no lookup here: said, not claimed.
     let arn = "arn:aws:bedrock:us-east-1:123456789012:provisioned-model/abcdefghij12";
-    let out = bedrock_check(&rig, &bedrock_config_for(&rig, arn, "provisioned.toml"));
-    let text = stdout(&out);
-    assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
+    let text = bedrock_check(&rig, &bedrock_config_for(&rig, arn, "provisioned.toml"), 0);
     assert!(
         text.contains("bedrock / code-review@1: accepted (key); model not checked: a provisioned-model ARN is not"),
         "{text}"

@@ -218,18 +218,13 @@ impl VertexBatches {
     /// names under the project *number* whatever the caller named (Google's batch samples),
     /// so the first segment is our project id or any number; the location must be ours.
     fn job_id<'a>(&self, name: &'a str) -> Result<&'a str, ProviderError> {
-        let mut segments = name.splitn(6, '/');
-        let mut next = || segments.next().unwrap_or_default();
-        let (projects, project, locations, location, collection, id) = (next(), next(), next(), next(), next(), next());
-        let our_project = project == self.config.project || is_project_number(project);
-        let ok = projects == "projects"
-            && our_project
-            && locations == "locations"
+        let segments: Vec<&'a str> = name.split('/').collect();
+        if let ["projects", project, "locations", location, "batchPredictionJobs", id] = segments[..]
+            && (project == self.config.project || is_project_number(project))
             && location == self.config.location
-            && collection == "batchPredictionJobs"
             && !id.is_empty()
-            && !id.contains(['/', ':']);
-        if ok {
+            && !id.contains(':')
+        {
             Ok(id)
         } else {
             Err(error(
